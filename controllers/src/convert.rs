@@ -1,0 +1,312 @@
+//! kube → model conversion. Nothing past this module sees a Kubernetes type. Each function
+//! rejects only the object (or endpoint) that is wrong, with a reason.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use meridian_core as core;
+use meridian_core::{ClusterId, ClusterSpec, HealthTimings, Locality, ObjectKey};
+
+use crate::crd::{MemberCluster, ServiceExport, ServiceImport, ServiceImportType, TaintEffectSpec};
+
+pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Where a member's objects come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberSource {
+    /// A directory of manifests, resolved to an absolute path.
+    Directory(PathBuf),
+    /// A Kubernetes API (connected by the Kubernetes source).
+    Kubernetes { api_endpoint: Option<String> },
+    /// The member connects in.
+    Agent,
+}
+
+fn key_of(meta: &ObjectMeta) -> Result<ObjectKey, String> {
+    let name = meta.name.as_deref().filter(|n| !n.is_empty()).ok_or("metadata.name is required")?;
+    let ns = meta.namespace.as_deref().unwrap_or("default");
+    Ok(ObjectKey::new(ns, name))
+}
+
+fn created_secs(meta: &ObjectMeta) -> i64 {
+    meta.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second())
+}
+
+fn protocol(p: Option<&str>) -> Result<core::Protocol, String> {
+    match p.unwrap_or("TCP") {
+        "TCP" => Ok(core::Protocol::Tcp),
+        "UDP" => Ok(core::Protocol::Udp),
+        "SCTP" => Ok(core::Protocol::Sctp),
+        other => Err(format!("unknown protocol {other:?}")),
+    }
+}
+
+fn port_number(n: i32) -> Result<u16, String> {
+    u16::try_from(n).ok().filter(|p| *p > 0).ok_or_else(|| format!("port {n} is out of range"))
+}
+
+pub fn service(svc: &Service) -> Result<(ObjectKey, core::Service), String> {
+    let key = key_of(&svc.metadata)?;
+    let spec = svc.spec.clone().unwrap_or_default();
+    let ports = spec
+        .ports
+        .unwrap_or_default()
+        .iter()
+        .map(|p| {
+            Ok(core::Port {
+                name: p.name.clone().filter(|n| !n.is_empty()),
+                port: port_number(p.port)?,
+                protocol: protocol(p.protocol.as_deref())?,
+                app_protocol: p.app_protocol.clone(),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let cluster_ips = spec
+        .cluster_ips
+        .clone()
+        .or_else(|| spec.cluster_ip.clone().map(|ip| vec![ip]))
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|ip| ip.parse().ok())
+        .collect();
+    Ok((
+        key,
+        core::Service {
+            headless: spec.cluster_ip.as_deref() == Some("None"),
+            external_name: spec.type_.as_deref() == Some("ExternalName"),
+            publish_not_ready: spec.publish_not_ready_addresses.unwrap_or(false),
+            ports,
+            cluster_ips,
+        },
+    ))
+}
+
+/// Converts a slice; endpoints with invalid addresses are left out and reported.
+pub fn slice(es: &EndpointSlice) -> Result<(ObjectKey, core::Slice, Vec<String>), String> {
+    let key = key_of(&es.metadata)?;
+    let service = es
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SERVICE_NAME_LABEL))
+        .ok_or_else(|| format!("label {SERVICE_NAME_LABEL} is required"))?;
+    let family = match es.address_type.as_str() {
+        "IPv4" => Some(false),
+        "IPv6" => Some(true),
+        "FQDN" => None,
+        other => return Err(format!("unknown addressType {other:?}")),
+    };
+    let Some(v6) = family else {
+        return Err("FQDN EndpointSlices are not supported (deprecated in Kubernetes)".into());
+    };
+    let ports: Arc<[core::Port]> = es
+        .ports
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| {
+            Some(core::Port {
+                name: p.name.clone().filter(|n| !n.is_empty()),
+                port: u16::try_from(p.port?).ok()?,
+                protocol: protocol(p.protocol.as_deref()).ok()?,
+                app_protocol: p.app_protocol.clone(),
+            })
+        })
+        .collect();
+    let mut problems = Vec::new();
+    let mut endpoints = Vec::new();
+    for (i, ep) in es.endpoints.iter().enumerate() {
+        let parsed: Result<Vec<IpAddr>, String> = ep
+            .addresses
+            .iter()
+            .map(|a| {
+                let ip: IpAddr = a.parse().map_err(|_| format!("{a:?} is not an IP address"))?;
+                if ip.is_ipv6() != v6 {
+                    return Err(format!("{a} does not match addressType {}", es.address_type));
+                }
+                Ok(ip)
+            })
+            .collect();
+        let addresses = match parsed {
+            Ok(a) if a.is_empty() => {
+                problems.push(format!("endpoint {i}: no addresses"));
+                continue;
+            }
+            Ok(a) => a,
+            Err(e) => {
+                problems.push(format!("endpoint {i}: {e}; endpoint left out"));
+                continue;
+            }
+        };
+        let cond = ep.conditions.clone().unwrap_or_default();
+        let ready = cond.ready.unwrap_or(true);
+        endpoints.push(core::Endpoint {
+            addresses,
+            hostname: ep.hostname.clone(),
+            ready,
+            serving: cond.serving.unwrap_or(true),
+            terminating: cond.terminating.unwrap_or(false),
+            zone: ep.zone.clone(),
+            ports: ports.clone(),
+        });
+    }
+    Ok((
+        key,
+        core::Slice {
+            service: Arc::from(service.as_str()),
+            endpoints,
+        },
+        problems,
+    ))
+}
+
+pub fn export(se: &ServiceExport) -> Result<(ObjectKey, core::Export), String> {
+    Ok((
+        key_of(&se.metadata)?,
+        core::Export {
+            created: created_secs(&se.metadata),
+        },
+    ))
+}
+
+pub fn import(si: &ServiceImport) -> Result<(ObjectKey, core::Import), String> {
+    let ips = si
+        .spec
+        .ips
+        .iter()
+        .map(|ip| ip.parse().map_err(|_| format!("spec.ips: {ip:?} is not an IP address")))
+        .collect::<Result<Vec<IpAddr>, String>>()?;
+    Ok((
+        key_of(&si.metadata)?,
+        core::Import {
+            ips,
+            headless: si.spec.type_ == ServiceImportType::Headless,
+        },
+    ))
+}
+
+/// Converts a MemberCluster; relative directory paths resolve against `base` (the directory
+/// of the manifest that names it). Returns every problem found, not just the first.
+pub fn member_cluster(
+    mc: &MemberCluster,
+    base: &Path,
+) -> Result<(ClusterSpec, MemberSource), Vec<String>> {
+    let mut problems = Vec::new();
+    let name = mc.metadata.name.clone().unwrap_or_default();
+    if name.is_empty() {
+        problems.push("metadata.name is required".to_string());
+    } else if !is_dns_label(&name) {
+        problems.push(format!("metadata.name {name:?} must be a DNS label (it is used in DNS names)"));
+    }
+    let labels: BTreeMap<String, String> = mc.metadata.labels.clone().unwrap_or_default();
+    let spec = &mc.spec;
+    let source = spec.source.clone();
+    let sources = [source.kubernetes.is_some(), source.directory.is_some(), source.agent.is_some()];
+    let source = match sources.iter().filter(|s| **s).count() {
+        1 => {
+            if let Some(dir) = &source.directory {
+                Some(MemberSource::Directory(base.join(&dir.path)))
+            } else if let Some(k) = &source.kubernetes {
+                Some(MemberSource::Kubernetes {
+                    api_endpoint: k.api_endpoint.clone(),
+                })
+            } else {
+                Some(MemberSource::Agent)
+            }
+        }
+        n => {
+            problems.push(format!(
+                "spec.source must set exactly one of kubernetes, directory, agent (found {n})"
+            ));
+            None
+        }
+    };
+    let network = spec.network.clone().unwrap_or_default();
+    let cidrs = |field: &str, list: &[String], problems: &mut Vec<String>| -> Vec<IpNet> {
+        list.iter()
+            .filter_map(|c| match c.parse::<IpNet>() {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    problems.push(format!("spec.network.{field}: {c:?} is not a CIDR"));
+                    None
+                }
+            })
+            .collect()
+    };
+    let dns_client_cidrs = cidrs("dnsClientCIDRs", &network.dns_client_cidrs, &mut problems);
+    let pod_cidrs = cidrs("podCIDRs", &network.pod_cidrs, &mut problems);
+    let gateway = spec.gateway.as_ref().and_then(|g| match g.address.parse() {
+        Ok(address) if g.port > 0 => Some(core::Gateway {
+            address,
+            port: g.port,
+        }),
+        _ => {
+            problems.push(format!(
+                "spec.gateway: {:?}:{} is not an IP address and port",
+                g.address, g.port
+            ));
+            None
+        }
+    });
+    let taints = spec
+        .taints
+        .iter()
+        .map(|t| core::Taint {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: match t.effect {
+                TaintEffectSpec::NoSchedule => core::TaintEffect::NoSchedule,
+                TaintEffectSpec::PreferNoSchedule => core::TaintEffect::PreferNoSchedule,
+                TaintEffectSpec::NoExecute => core::TaintEffect::NoExecute,
+            },
+        })
+        .collect();
+    let defaults = HealthTimings::default();
+    let health = spec.health.clone().map_or(defaults, |h| HealthTimings {
+        heartbeat_seconds: h.heartbeat_seconds.unwrap_or(defaults.heartbeat_seconds).max(1),
+        unreachable_after_seconds: h
+            .unreachable_after_seconds
+            .unwrap_or(defaults.unreachable_after_seconds),
+        withdraw_after_seconds: h.withdraw_after_seconds.unwrap_or(defaults.withdraw_after_seconds),
+    });
+    match source {
+        Some(source) if problems.is_empty() => Ok((
+            ClusterSpec {
+                id: ClusterId::new(&name),
+                locality: Locality {
+                    region: labels.get(REGION_LABEL).cloned(),
+                    zone: labels.get(ZONE_LABEL).cloned(),
+                },
+                labels,
+                network: network.name.clone(),
+                dns_client_cidrs,
+                pod_cidrs,
+                gateway,
+                taints,
+                health,
+            },
+            source,
+        )),
+        _ => Err(problems),
+    }
+}
+
+/// RFC 1123 label: what Kubernetes requires of names that appear in DNS.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests;

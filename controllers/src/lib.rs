@@ -1,0 +1,42 @@
+//! meridian-controllers: the edge between Kubernetes-shaped input and meridian's model.
+//!
+//! ```text
+//!  YAML on disk / kube API ──► crd + k8s-openapi types ──► convert (TryFrom-style, per object)
+//!                                                            │ model types only
+//!                                                            ▼
+//!                                       SourceEvent (mpsc) ──► wiring applies to Index/Registry
+//! ```
+//!
+//! Kubernetes types never cross this crate's boundary; bad input rejects only itself and is
+//! reported with file, object and reason.
+
+pub mod convert;
+pub mod crd;
+pub mod directory;
+pub mod manifest;
+
+use meridian_core::{ClusterId, ClusterObjects, ClusterSpec};
+
+pub use manifest::ManifestError;
+
+/// What sources tell the wiring. One writer (the store task) applies these to the Index and
+/// the Registry, so sources never take a lock.
+#[derive(Debug)]
+pub enum SourceEvent {
+    /// The full list of members on the hub.
+    Members {
+        specs: Vec<ClusterSpec>,
+        problems: Vec<ManifestError>,
+    },
+    /// A member's full object list (a relist): replaces its slice of the Index in one step.
+    Reset {
+        cluster: ClusterId,
+        objects: ClusterObjects,
+        problems: Vec<ManifestError>,
+    },
+    /// A heartbeat result: `Err(reason)` when the member could not be reached or read.
+    Heartbeat {
+        cluster: ClusterId,
+        result: Result<(), String>,
+    },
+}

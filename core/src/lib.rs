@@ -1,0 +1,24 @@
+//! meridian-core: the pure, synchronous heart of meridian.
+//!
+//! ```text
+//!  controllers/ (edge) ──apply/delete/reset──► Index ─┐
+//!  heartbeats, watch health ──────────────────► Registry ─┼─► Snapshot::build ─► (src/ publishes on a
+//!                                                         │     versioned, immutable   tokio watch)
+//!                                  TrafficPolicy ─────────┘
+//!  DNS and xDS: select(snapshot, service, client cluster, now) ─► Selection (tiers, weights)
+//! ```
+//!
+//! No tokio, no kube, no sockets: everything here is tested with plain `#[test]`s and a fake
+//! clock (`Instant`s passed in).
+
+pub mod index;
+pub mod model;
+pub mod registry;
+pub mod select;
+pub mod snapshot;
+
+pub use index::{Index, IndexSizes, Kind, Object};
+pub use model::*;
+pub use registry::{Health, MemberHealth, Registry, Transition};
+pub use select::{FilterReason, Member, Mode, Selection, Tier, TierReason, Toleration, TrafficPolicy, select};
+pub use snapshot::{Backend, ClusterView, Conflict, Problem, ServiceView, Snapshot};

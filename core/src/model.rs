@@ -1,0 +1,237 @@
+//! Model types shared by every part of meridian. Kubernetes objects are converted into these at
+//! the edge (`controllers/`), so nothing past the edge sees a kube type.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+/// A member cluster's name, as given by its MemberCluster. Cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ClusterId(Arc<str>);
+
+impl ClusterId {
+    pub fn new(name: impl AsRef<str>) -> Self {
+        Self(Arc::from(name.as_ref()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ClusterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ClusterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", &*self.0)
+    }
+}
+
+/// A namespaced object name: `namespace/name`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ObjectKey {
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+}
+
+/// The key of a service across the fleet (MCS "sameness": the same namespace and name in every
+/// cluster is the same service).
+pub type ServiceKey = ObjectKey;
+
+impl ObjectKey {
+    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
+        Self {
+            namespace: Arc::from(namespace.as_ref()),
+            name: Arc::from(name.as_ref()),
+        }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+impl fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Where a cluster (or an endpoint) sits: `topology.kubernetes.io/region` and `/zone`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Locality {
+    pub region: Option<String>,
+    pub zone: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// The SRV label, `_tcp` without the underscore.
+    pub fn srv_label(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+/// A Service port (or an EndpointSlice port: then `port` is the target port).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Port {
+    pub name: Option<String>,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub app_protocol: Option<String>,
+}
+
+/// One endpoint of an EndpointSlice, with the slice's ports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    pub addresses: Vec<IpAddr>,
+    pub hostname: Option<String>,
+    /// EndpointSlice `conditions.ready`; unset means ready, as Kubernetes defines it.
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    /// The endpoint's own zone, when the slice names one.
+    pub zone: Option<String>,
+    /// The ports of the slice this endpoint came from (target ports).
+    pub ports: Arc<[Port]>,
+}
+
+impl Endpoint {
+    /// Whether DNS answers and traffic may use this endpoint. Terminating endpoints never are;
+    /// `publishNotReadyAddresses` lets not-ready ones through.
+    pub fn is_answerable(&self, publish_not_ready: bool) -> bool {
+        !self.terminating && (self.ready || publish_not_ready)
+    }
+}
+
+/// A Service as meridian needs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Service {
+    pub headless: bool,
+    pub external_name: bool,
+    pub publish_not_ready: bool,
+    pub ports: Vec<Port>,
+    pub cluster_ips: Vec<IpAddr>,
+}
+
+/// A ServiceExport: marks the Service of the same name for export.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Export {
+    /// `creationTimestamp` in seconds since the epoch; the oldest export decides a service's
+    /// properties (MCS conflict resolution).
+    pub created: i64,
+}
+
+/// An EndpointSlice: which service it belongs to and its endpoints.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Slice {
+    pub service: Arc<str>,
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// A ServiceImport present in a member: its `spec.ips` is that cluster's ClusterSetIP.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Import {
+    pub ips: Vec<IpAddr>,
+    pub headless: bool,
+}
+
+/// Everything one member cluster contributes, as a full list (for relists).
+#[derive(Clone, Debug, Default)]
+pub struct ClusterObjects {
+    pub services: Vec<(ObjectKey, Service)>,
+    pub exports: Vec<(ObjectKey, Export)>,
+    pub slices: Vec<(ObjectKey, Slice)>,
+    pub imports: Vec<(ObjectKey, Import)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Taint {
+    pub key: String,
+    pub value: Option<String>,
+    pub effect: TaintEffect,
+}
+
+/// The east-west gateway that clients on other networks use to reach a cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Gateway {
+    pub address: IpAddr,
+    pub port: u16,
+}
+
+/// Health timings of a member (MemberCluster `spec.health`), in seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct HealthTimings {
+    pub heartbeat_seconds: u64,
+    pub unreachable_after_seconds: u64,
+    pub withdraw_after_seconds: u64,
+}
+
+impl Default for HealthTimings {
+    fn default() -> Self {
+        Self {
+            heartbeat_seconds: 5,
+            unreachable_after_seconds: 15,
+            withdraw_after_seconds: 120,
+        }
+    }
+}
+
+/// A member cluster as registered on the hub (MemberCluster spec and labels).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClusterSpec {
+    pub id: ClusterId,
+    pub labels: BTreeMap<String, String>,
+    pub locality: Locality,
+    pub network: Option<String>,
+    pub dns_client_cidrs: Vec<IpNet>,
+    pub pod_cidrs: Vec<IpNet>,
+    pub gateway: Option<Gateway>,
+    pub taints: Vec<Taint>,
+    pub health: HealthTimings,
+}
+
+impl ClusterSpec {
+    /// A spec with only a name, for tests and for clusters known only by name.
+    pub fn named(id: &str) -> Self {
+        Self {
+            id: ClusterId::new(id),
+            labels: BTreeMap::new(),
+            locality: Locality::default(),
+            network: None,
+            dns_client_cidrs: Vec::new(),
+            pod_cidrs: Vec::new(),
+            gateway: None,
+            taints: Vec::new(),
+            health: HealthTimings::default(),
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! The cluster Registry: which members exist and how healthy each one is (DESIGN §6).
+//!
+//! ```text
+//!   heartbeat ok + watches ok ──► Healthy
+//!   heartbeat ok, a watch failing/stalled, or heartbeats failing but recent ──► Degraded
+//!   no good heartbeat for unreachableAfterSeconds ──► Unreachable
+//!   Unreachable for withdrawAfterSeconds ──► withdrawn (endpoints leave DNS and xDS)
+//! ```
+//!
+//! Time is passed in (`now`), so the machine is tested with a fake clock.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::model::{ClusterId, ClusterSpec};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Health {
+    Healthy,
+    Degraded,
+    Unreachable,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Healthy => "Healthy",
+            Health::Degraded => "Degraded",
+            Health::Unreachable => "Unreachable",
+        }
+    }
+}
+
+/// The health record of one member.
+#[derive(Clone, Debug)]
+pub struct MemberHealth {
+    pub health: Health,
+    /// When `health` last changed.
+    pub since: Instant,
+    /// Last successful heartbeat; starts at registration so a new member gets its full grace.
+    pub last_ok: Instant,
+    /// Set once the member has synced or failed at least once: readiness waits for all of them.
+    pub settled: bool,
+    pub synced_once: bool,
+    /// The reason of the last failure (heartbeat or watch), cleared when both are fine again.
+    pub reason: Option<String>,
+    /// Endpoints are withdrawn from DNS and xDS.
+    pub withdrawn: bool,
+    heartbeat_failing: bool,
+    watch_failing: bool,
+}
+
+/// A change of health, for logs, metrics and status conditions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    pub cluster: ClusterId,
+    pub from: Health,
+    pub to: Health,
+    pub withdrawn: bool,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct Registry {
+    specs: BTreeMap<ClusterId, ClusterSpec>,
+    health: BTreeMap<ClusterId, MemberHealth>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or updates a member. A new member starts Degraded ("not yet synced") until its first
+    /// heartbeat.
+    pub fn upsert(&mut self, spec: ClusterSpec, now: Instant) -> bool {
+        let id = spec.id.clone();
+        self.health.entry(id.clone()).or_insert_with(|| MemberHealth {
+            health: Health::Degraded,
+            since: now,
+            last_ok: now,
+            settled: false,
+            synced_once: false,
+            reason: Some("not yet synced".into()),
+            withdrawn: false,
+            heartbeat_failing: false,
+            watch_failing: false,
+        });
+        match self.specs.get(&id) {
+            Some(current) if *current == spec => false,
+            _ => {
+                self.specs.insert(id, spec);
+                true
+            }
+        }
+    }
+
+    pub fn remove(&mut self, id: &ClusterId) -> bool {
+        self.health.remove(id);
+        self.specs.remove(id).is_some()
+    }
+
+    pub fn spec(&self, id: &ClusterId) -> Option<&ClusterSpec> {
+        self.specs.get(id)
+    }
+
+    pub fn health(&self, id: &ClusterId) -> Option<&MemberHealth> {
+        self.health.get(id)
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = &ClusterId> {
+        self.specs.keys()
+    }
+
+    pub fn members(&self) -> impl Iterator<Item = (&ClusterSpec, &MemberHealth)> {
+        self.specs
+            .iter()
+            .filter_map(|(id, spec)| Some((spec, self.health.get(id)?)))
+    }
+
+    /// Every member has synced or failed once (readiness, and DNS stops answering SERVFAIL).
+    pub fn all_settled(&self) -> bool {
+        self.health.values().all(|h| h.settled)
+    }
+
+    /// A heartbeat (API `/readyz`, or a directory read) succeeded; `synced` says the member's
+    /// objects were fully listed.
+    pub fn heartbeat_ok(&mut self, id: &ClusterId, now: Instant) -> Option<Transition> {
+        let h = self.health.get_mut(id)?;
+        h.last_ok = now;
+        h.heartbeat_failing = false;
+        h.settled = true;
+        h.synced_once = true;
+        if !h.watch_failing {
+            h.reason = None;
+        }
+        self.evaluate(id, now)
+    }
+
+    pub fn heartbeat_failed(
+        &mut self,
+        id: &ClusterId,
+        now: Instant,
+        reason: impl Into<String>,
+    ) -> Option<Transition> {
+        let h = self.health.get_mut(id)?;
+        h.heartbeat_failing = true;
+        h.settled = true;
+        h.reason = Some(reason.into());
+        self.evaluate(id, now)
+    }
+
+    /// A watch failed or stalled (`Some(reason)`), or recovered (`None`).
+    pub fn watch_status(
+        &mut self,
+        id: &ClusterId,
+        now: Instant,
+        failure: Option<String>,
+    ) -> Option<Transition> {
+        let h = self.health.get_mut(id)?;
+        h.watch_failing = failure.is_some();
+        if failure.is_some() || !h.heartbeat_failing {
+            h.reason = failure;
+        }
+        self.evaluate(id, now)
+    }
+
+    /// Re-evaluates every member against the clock; returns the transitions.
+    pub fn tick(&mut self, now: Instant) -> Vec<Transition> {
+        let ids: Vec<ClusterId> = self.specs.keys().cloned().collect();
+        ids.iter().filter_map(|id| self.evaluate(id, now)).collect()
+    }
+
+    /// The earliest instant at which `tick` could change something, so the caller can sleep
+    /// until then.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.members()
+            .filter_map(|(spec, h)| match h.health {
+                Health::Unreachable if !h.withdrawn => {
+                    Some(h.since + secs(spec.health.withdraw_after_seconds))
+                }
+                Health::Unreachable => None,
+                _ if h.heartbeat_failing || !h.synced_once => {
+                    Some(h.last_ok + secs(spec.health.unreachable_after_seconds))
+                }
+                _ => None,
+            })
+            .min()
+    }
+
+    fn evaluate(&mut self, id: &ClusterId, now: Instant) -> Option<Transition> {
+        let timings = self.specs.get(id)?.health;
+        let h = self.health.get_mut(id)?;
+        let silent_for = now.saturating_duration_since(h.last_ok);
+        let next = if (h.heartbeat_failing || !h.synced_once)
+            && silent_for >= secs(timings.unreachable_after_seconds)
+        {
+            Health::Unreachable
+        } else if h.heartbeat_failing || h.watch_failing || !h.synced_once {
+            Health::Degraded
+        } else {
+            Health::Healthy
+        };
+        let from = h.health;
+        if next != from {
+            h.health = next;
+            h.since = now;
+        }
+        let withdrawn = next == Health::Unreachable
+            && now.saturating_duration_since(h.since) >= secs(timings.withdraw_after_seconds);
+        let withdrawn_changed = withdrawn != h.withdrawn;
+        h.withdrawn = withdrawn;
+        (next != from || withdrawn_changed).then(|| Transition {
+            cluster: id.clone(),
+            from,
+            to: next,
+            withdrawn,
+            reason: h.reason.clone(),
+        })
+    }
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> (Registry, ClusterId, Instant) {
+        let mut reg = Registry::new();
+        let t0 = Instant::now();
+        let mut spec = ClusterSpec::named("eu-1");
+        spec.health.unreachable_after_seconds = 15;
+        spec.health.withdraw_after_seconds = 120;
+        reg.upsert(spec, t0);
+        (reg, ClusterId::new("eu-1"), t0)
+    }
+
+    #[test]
+    fn a_new_member_is_degraded_and_unsettled_until_first_heartbeat() {
+        let (mut reg, id, t0) = fixture();
+        assert_eq!(reg.health(&id).unwrap().health, Health::Degraded);
+        assert!(!reg.all_settled());
+        let t = reg.heartbeat_ok(&id, t0).unwrap();
+        assert_eq!((t.from, t.to), (Health::Degraded, Health::Healthy));
+        assert!(reg.all_settled());
+    }
+
+    #[test]
+    fn a_failed_first_heartbeat_settles_readiness() {
+        let (mut reg, id, t0) = fixture();
+        reg.heartbeat_failed(&id, t0, "connection refused");
+        assert!(reg.all_settled());
+        assert_eq!(reg.health(&id).unwrap().reason.as_deref(), Some("connection refused"));
+    }
+
+    #[test]
+    fn silence_goes_degraded_then_unreachable_then_withdrawn() {
+        let (mut reg, id, t0) = fixture();
+        reg.heartbeat_ok(&id, t0);
+        let t = reg.heartbeat_failed(&id, t0 + secs(1), "directory missing").unwrap();
+        assert_eq!(t.to, Health::Degraded);
+        assert!(reg.tick(t0 + secs(14)).is_empty());
+        let t = reg.tick(t0 + secs(15));
+        assert_eq!(t[0].to, Health::Unreachable);
+        assert!(!t[0].withdrawn);
+        assert_eq!(reg.next_deadline(), Some(t0 + secs(135)));
+        assert!(reg.tick(t0 + secs(134)).is_empty());
+        let t = reg.tick(t0 + secs(135));
+        assert!(t[0].withdrawn);
+        assert!(reg.health(&id).unwrap().withdrawn);
+    }
+
+    #[test]
+    fn recovery_restores_healthy_and_clears_withdrawal() {
+        let (mut reg, id, t0) = fixture();
+        reg.heartbeat_ok(&id, t0);
+        reg.heartbeat_failed(&id, t0, "down");
+        reg.tick(t0 + secs(200));
+        reg.tick(t0 + secs(400));
+        assert!(reg.health(&id).unwrap().withdrawn);
+        let t = reg.heartbeat_ok(&id, t0 + secs(401)).unwrap();
+        assert_eq!(t.to, Health::Healthy);
+        assert!(!t.withdrawn);
+        assert!(reg.health(&id).unwrap().reason.is_none());
+    }
+
+    #[test]
+    fn a_failing_watch_degrades_a_member_with_good_heartbeats() {
+        let (mut reg, id, t0) = fixture();
+        reg.heartbeat_ok(&id, t0);
+        let t = reg.watch_status(&id, t0, Some("watch stalled".into())).unwrap();
+        assert_eq!(t.to, Health::Degraded);
+        assert!(reg.tick(t0 + secs(1000)).is_empty(), "heartbeats still answer");
+        let t = reg.watch_status(&id, t0, None).unwrap();
+        assert_eq!(t.to, Health::Healthy);
+    }
+
+    #[test]
+    fn a_member_never_heard_from_becomes_unreachable() {
+        let (mut reg, id, t0) = fixture();
+        let t = reg.tick(t0 + secs(15));
+        assert_eq!(t[0].to, Health::Unreachable);
+        assert_eq!(reg.health(&id).unwrap().health, Health::Unreachable);
+    }
+}

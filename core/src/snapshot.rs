@@ -1,0 +1,383 @@
+//! Immutable, versioned views of the fleet. `Snapshot::build` merges the Index and the Registry
+//! once per change; DNS and xDS only ever read a Snapshot (the wiring publishes it on a
+//! `tokio::sync::watch`, so this crate stays free of tokio).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use crate::index::{ClusterState, Index};
+use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
+use crate::registry::{Health, Registry};
+use crate::select::TrafficPolicy;
+
+/// A member as DNS and xDS see it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterView {
+    pub spec: ClusterSpec,
+    pub health: Health,
+    pub withdrawn: bool,
+    #[serde(skip)]
+    pub unreachable_since: Option<Instant>,
+    pub reason: Option<String>,
+    pub endpoints: usize,
+}
+
+/// One cluster's part of an exported service.
+#[derive(Clone, Debug, Serialize)]
+pub struct Backend {
+    /// Index into `Snapshot::clusters`.
+    pub cluster: usize,
+    /// Every endpoint, including not-ready and terminating ones (xDS maps them to health).
+    pub endpoints: Vec<Endpoint>,
+    /// Endpoints DNS may answer and traffic may use (`Endpoint::is_answerable`).
+    pub ready: u32,
+    /// This cluster's `publishNotReadyAddresses`.
+    pub publish_not_ready: bool,
+    /// The service ports this cluster serves (those agreeing with the service's definition).
+    pub ports: Vec<Port>,
+}
+
+impl Backend {
+    pub fn answerable(&self) -> impl Iterator<Item = &Endpoint> {
+        self.endpoints
+            .iter()
+            .filter(|e| e.is_answerable(self.publish_not_ready))
+    }
+}
+
+/// Why a cluster's export is not (fully) used.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Conflict {
+    pub cluster: ClusterId,
+    pub reason: String,
+    /// Left out entirely (headless-ness disagrees, or the export is invalid).
+    pub excluded: bool,
+}
+
+/// An exported service merged across clusters.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServiceView {
+    pub key: ServiceKey,
+    pub headless: bool,
+    /// The ports of the oldest export.
+    pub ports: Vec<Port>,
+    /// One per exporting cluster, ordered by cluster index.
+    pub backends: Vec<Backend>,
+    /// ClusterSetIPs: `(cluster index, ServiceImport spec.ips)` for clusters that imported it.
+    pub imports: Vec<(usize, Vec<IpAddr>)>,
+    pub conflicts: Vec<Conflict>,
+    pub policy: Arc<TrafficPolicy>,
+}
+
+impl ServiceView {
+    pub fn backend_of(&self, cluster: usize) -> Option<&Backend> {
+        self.backends.iter().find(|b| b.cluster == cluster)
+    }
+
+    pub fn import_of(&self, cluster: usize) -> Option<&[IpAddr]> {
+        self.imports
+            .iter()
+            .find(|(c, _)| *c == cluster)
+            .map(|(_, ips)| ips.as_slice())
+    }
+}
+
+/// Which cluster a client address belongs to: longest-prefix match over every cluster's
+/// `dnsClientCIDRs` and `podCIDRs`; a tie between clusters at the longest prefix means unknown.
+#[derive(Clone, Debug, Default)]
+pub struct ClientTable {
+    /// Prefix lengths present, longest first, per family (v4, v6).
+    lengths: [Vec<u8>; 2],
+    /// `(masked network, prefix length)` → the cluster, or `None` for a tie.
+    nets: HashMap<IpNet, Option<usize>>,
+}
+
+impl ClientTable {
+    fn insert(&mut self, net: IpNet, cluster: usize) {
+        let net = net.trunc();
+        let family = usize::from(matches!(net, IpNet::V6(_)));
+        if !self.lengths[family].contains(&net.prefix_len()) {
+            self.lengths[family].push(net.prefix_len());
+            self.lengths[family].sort_unstable_by(|a, b| b.cmp(a));
+        }
+        self.nets
+            .entry(net)
+            .and_modify(|c| {
+                if *c != Some(cluster) {
+                    *c = None
+                }
+            })
+            .or_insert(Some(cluster));
+    }
+
+    pub fn lookup(&self, ip: IpAddr) -> Option<usize> {
+        let family = usize::from(ip.is_ipv6());
+        for &len in &self.lengths[family] {
+            let Ok(net) = IpNet::new(ip, len) else {
+                continue;
+            };
+            if let Some(found) = self.nets.get(&net.trunc()) {
+                return *found;
+            }
+        }
+        None
+    }
+}
+
+/// Something in the input that meridian could not use, reported on `/debug` and by `validate`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub cluster: ClusterId,
+    pub object: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Snapshot {
+    pub version: u64,
+    /// Every member has synced or failed once; before that DNS answers SERVFAIL.
+    pub synced: bool,
+    pub clusters: Vec<ClusterView>,
+    #[serde(skip)]
+    cluster_ids: HashMap<ClusterId, usize>,
+    /// namespace → name → service. Nested so that lookups by `&str` need no allocation.
+    #[serde(skip)]
+    services: HashMap<Arc<str>, BTreeMap<Arc<str>, Arc<ServiceView>>>,
+    #[serde(skip)]
+    pub client_table: ClientTable,
+    pub problems: Vec<Problem>,
+}
+
+impl Snapshot {
+    /// An empty, unsynced snapshot: what DNS sees before the first sync.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    pub fn build(version: u64, index: &Index, registry: &Registry, default_policy: &Arc<TrafficPolicy>) -> Self {
+        let mut snapshot = Snapshot {
+            version,
+            synced: registry.all_settled(),
+            ..Snapshot::default()
+        };
+        for (spec, health) in registry.members() {
+            let idx = snapshot.clusters.len();
+            snapshot.cluster_ids.insert(spec.id.clone(), idx);
+            for net in spec.dns_client_cidrs.iter().chain(&spec.pod_cidrs) {
+                snapshot.client_table.insert(*net, idx);
+            }
+            snapshot.clusters.push(ClusterView {
+                spec: spec.clone(),
+                health: health.health,
+                withdrawn: health.withdrawn,
+                unreachable_since: (health.health == Health::Unreachable).then_some(health.since),
+                reason: health.reason.clone(),
+                endpoints: index.endpoints_of(&spec.id),
+            });
+        }
+        let merged = merge_services(&snapshot.cluster_ids, index, default_policy, &mut snapshot.problems);
+        for view in merged {
+            snapshot
+                .services
+                .entry(view.key.namespace.clone())
+                .or_default()
+                .insert(view.key.name.clone(), Arc::new(view));
+        }
+        snapshot
+    }
+
+    pub fn cluster_index(&self, id: &str) -> Option<usize> {
+        self.clusters.iter().position(|c| c.spec.id.as_str() == id)
+    }
+
+    pub fn cluster_by_id(&self, id: &ClusterId) -> Option<usize> {
+        self.cluster_ids.get(id).copied()
+    }
+
+    pub fn service(&self, namespace: &str, name: &str) -> Option<&Arc<ServiceView>> {
+        self.services.get(namespace)?.get(name)
+    }
+
+    /// Whether any exported service lives in this namespace (an empty non-terminal in DNS).
+    pub fn has_namespace(&self, namespace: &str) -> bool {
+        self.services.contains_key(namespace)
+    }
+
+    pub fn has_services(&self) -> bool {
+        !self.services.is_empty()
+    }
+
+    /// Every exported service, ordered by namespace and name.
+    pub fn services(&self) -> impl Iterator<Item = &Arc<ServiceView>> {
+        let mut namespaces: Vec<_> = self.services.iter().collect();
+        namespaces.sort_by(|a, b| a.0.cmp(b.0));
+        namespaces.into_iter().flat_map(|(_, by_name)| by_name.values())
+    }
+
+    pub fn service_count(&self) -> usize {
+        self.services.values().map(BTreeMap::len).sum()
+    }
+
+    /// The client's cluster from its address.
+    pub fn client_cluster(&self, ip: IpAddr) -> Option<usize> {
+        self.client_table.lookup(ip)
+    }
+}
+
+/// One cluster's candidate export of a service, before conflicts are resolved.
+struct Candidate<'a> {
+    cluster: usize,
+    id: &'a ClusterId,
+    created: i64,
+    service: &'a crate::model::Service,
+    slices: Vec<(&'a ObjectKey, &'a Slice)>,
+}
+
+fn merge_services(
+    cluster_ids: &HashMap<ClusterId, usize>,
+    index: &Index,
+    policy: &Arc<TrafficPolicy>,
+    problems: &mut Vec<Problem>,
+) -> Vec<ServiceView> {
+    let mut candidates: BTreeMap<&ObjectKey, Vec<Candidate<'_>>> = BTreeMap::new();
+    let mut imports: HashMap<&ObjectKey, Vec<(usize, Vec<IpAddr>)>> = HashMap::new();
+    for (id, state) in &index.clusters {
+        // Objects of a cluster that left the hub are not served.
+        let Some(&cluster) = cluster_ids.get(id) else {
+            continue;
+        };
+        let mut slices = slices_by_service(state);
+        for (key, import) in &state.imports {
+            if !import.headless && !import.ips.is_empty() {
+                imports.entry(key).or_default().push((cluster, import.ips.clone()));
+            }
+        }
+        for (key, export) in &state.exports {
+            let Some(service) = state.services.get(key) else {
+                // MCS: an export without its Service is not served (no Valid condition yet).
+                continue;
+            };
+            if service.external_name {
+                problems.push(Problem {
+                    cluster: id.clone(),
+                    object: format!("ServiceExport {key}"),
+                    reason: "an ExternalName service cannot be exported".into(),
+                });
+                continue;
+            }
+            candidates.entry(key).or_default().push(Candidate {
+                cluster,
+                id,
+                created: export.created,
+                service,
+                slices: slices.remove(&(&*key.namespace, &*key.name)).unwrap_or_default(),
+            });
+        }
+    }
+    candidates
+        .into_iter()
+        .map(|(key, mut cands)| {
+            cands.sort_by(|a, b| (a.created, a.id).cmp(&(b.created, b.id)));
+            let mut imports = imports.remove(key).unwrap_or_default();
+            imports.sort_by_key(|(c, _)| *c);
+            merge_one(key, &cands, imports, policy)
+        })
+        .collect()
+}
+
+fn merge_one(
+    key: &ObjectKey,
+    cands: &[Candidate<'_>],
+    imports: Vec<(usize, Vec<IpAddr>)>,
+    policy: &Arc<TrafficPolicy>,
+) -> ServiceView {
+    let oldest = cands[0].service;
+    let mut conflicts = Vec::new();
+    let mut backends = Vec::new();
+    for cand in cands {
+        if cand.service.headless != oldest.headless {
+            conflicts.push(Conflict {
+                cluster: cand.id.clone(),
+                reason: format!(
+                    "headless={} disagrees with the oldest export (headless={})",
+                    cand.service.headless, oldest.headless
+                ),
+                excluded: true,
+            });
+            continue;
+        }
+        let ports: Vec<Port> = cand
+            .service
+            .ports
+            .iter()
+            .filter(|p| oldest.ports.contains(p))
+            .cloned()
+            .collect();
+        if ports.len() != cand.service.ports.len() || ports.len() != oldest.ports.len() {
+            conflicts.push(Conflict {
+                cluster: cand.id.clone(),
+                reason: "port definitions disagree with the oldest export; serving the ports that agree".into(),
+                excluded: false,
+            });
+        }
+        let endpoints = union_of(&cand.slices);
+        let ready = endpoints
+            .iter()
+            .filter(|e| e.is_answerable(cand.service.publish_not_ready))
+            .count() as u32;
+        backends.push(Backend {
+            cluster: cand.cluster,
+            endpoints,
+            ready,
+            publish_not_ready: cand.service.publish_not_ready,
+            ports,
+        });
+    }
+    backends.sort_by_key(|b| b.cluster);
+    ServiceView {
+        key: key.clone(),
+        headless: oldest.headless,
+        ports: oldest.ports.clone(),
+        backends,
+        imports,
+        conflicts,
+        policy: policy.clone(),
+    }
+}
+
+/// Groups a cluster's slices by the service they belong to, so merging is linear.
+fn slices_by_service(state: &ClusterState) -> HashMap<(&str, &str), Vec<(&ObjectKey, &Slice)>> {
+    let mut by_service: HashMap<(&str, &str), Vec<(&ObjectKey, &Slice)>> = HashMap::new();
+    for (key, slice) in &state.slices {
+        by_service
+            .entry((&*key.namespace, &*slice.service))
+            .or_default()
+            .push((key, slice));
+    }
+    by_service
+}
+
+/// A service's endpoints in one cluster: the union of its slices, without duplicate addresses
+/// (a pod can appear in two slices while the slice controller moves it).
+fn union_of(slices: &[(&ObjectKey, &Slice)]) -> Vec<Endpoint> {
+    let mut slices = slices.to_vec();
+    slices.sort_by(|a, b| a.0.cmp(b.0));
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (_, slice) in slices {
+        for e in &slice.endpoints {
+            if e.addresses.iter().all(|a| seen.insert(*a)) {
+                out.push(e.clone());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
