@@ -371,7 +371,10 @@ fn union_of(slices: &[(&ObjectKey, &Slice)]) -> Vec<Endpoint> {
     let mut out = Vec::new();
     for (_, slice) in slices {
         for e in &slice.endpoints {
-            if e.addresses.iter().all(|a| seen.insert(*a)) {
+            // Check before inserting: an endpoint left out must not mark its other addresses
+            // as seen, and an endpoint naming one address twice is not its own duplicate.
+            if e.addresses.iter().all(|a| !seen.contains(a)) {
+                seen.extend(e.addresses.iter().copied());
                 out.push(e.clone());
             }
         }

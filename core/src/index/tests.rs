@@ -69,10 +69,16 @@ fn objects_of(kind: Kind) -> (Object, Object) {
             Object::Service(k.clone(), svc(false, &[("http", 80)])),
             Object::Service(k, svc(false, &[("http", 8080)])),
         ),
-        Kind::Export => (Object::Export(k.clone(), export(1)), Object::Export(k, export(2))),
+        Kind::Export => (
+            Object::Export(k.clone(), export(1)),
+            Object::Export(k, export(2)),
+        ),
         Kind::Slice => (
             Object::Slice(key("shop", "web-abc"), slice("web", &["10.0.0.1"])),
-            Object::Slice(key("shop", "web-abc"), slice("web", &["10.0.0.1", "10.0.0.2"])),
+            Object::Slice(
+                key("shop", "web-abc"),
+                slice("web", &["10.0.0.1", "10.0.0.2"]),
+            ),
         ),
         Kind::Import => (
             Object::Import(k.clone(), import("10.96.0.1")),
@@ -83,7 +89,10 @@ fn objects_of(kind: Kind) -> (Object, Object) {
 
 fn key_of(object: &Object) -> ObjectKey {
     match object {
-        Object::Service(k, _) | Object::Export(k, _) | Object::Slice(k, _) | Object::Import(k, _) => k.clone(),
+        Object::Service(k, _)
+        | Object::Export(k, _)
+        | Object::Slice(k, _)
+        | Object::Import(k, _) => k.clone(),
     }
 }
 
@@ -107,19 +116,38 @@ fn apply_and_delete_report_changes_for_every_kind() {
         let (v1, v2) = objects_of(kind);
         let k = key_of(&v1);
 
-        assert!(index.apply(&c, v1.clone()), "{kind:?}: a new object is a change");
-        assert!(!index.apply(&c, v1.clone()), "{kind:?}: the same object again is no change");
+        assert!(
+            index.apply(&c, v1.clone()),
+            "{kind:?}: a new object is a change"
+        );
+        assert!(
+            !index.apply(&c, v1.clone()),
+            "{kind:?}: the same object again is no change"
+        );
         assert_eq!(count_of(index.sizes(), kind), 1, "{kind:?}");
-        assert!(index.apply(&c, v2), "{kind:?}: a different version is a change");
-        assert_eq!(count_of(index.sizes(), kind), 1, "{kind:?}: replaced, not added");
-        assert!(index.apply(&c, v1), "{kind:?}: back to the first version is a change");
+        assert!(
+            index.apply(&c, v2),
+            "{kind:?}: a different version is a change"
+        );
+        assert_eq!(
+            count_of(index.sizes(), kind),
+            1,
+            "{kind:?}: replaced, not added"
+        );
+        assert!(
+            index.apply(&c, v1),
+            "{kind:?}: back to the first version is a change"
+        );
 
         // A delete of another kind with the same key leaves this one alone.
         for other in KINDS.into_iter().filter(|o| *o != kind) {
             assert!(!index.delete(&c, other, &k), "{kind:?} vs {other:?}");
         }
         assert!(!index.delete(&c, kind, &key("shop", "absent")), "{kind:?}");
-        assert!(!index.delete(&id("other"), kind, &k), "{kind:?}: unknown cluster");
+        assert!(
+            !index.delete(&id("other"), kind, &k),
+            "{kind:?}: unknown cluster"
+        );
         assert!(index.delete(&c, kind, &k), "{kind:?}: it was there");
         assert!(!index.delete(&c, kind, &k), "{kind:?}: already gone");
         assert_eq!(count_of(index.sizes(), kind), 0, "{kind:?}");
@@ -132,11 +160,17 @@ fn objects_are_keyed_by_cluster() {
     let (a, b) = (id("a"), id("b"));
     let (v1, _) = objects_of(Kind::Service);
     assert!(index.apply(&a, v1.clone()));
-    assert!(index.apply(&b, v1), "the same object in another cluster is another object");
+    assert!(
+        index.apply(&b, v1),
+        "the same object in another cluster is another object"
+    );
     assert_eq!(index.sizes().services, 2);
     assert!(index.delete(&a, Kind::Service, &key("shop", "web")));
     assert_eq!(index.sizes().services, 1);
-    assert!(index.has_cluster(&a), "deleting objects does not forget the cluster");
+    assert!(
+        index.has_cluster(&a),
+        "deleting objects does not forget the cluster"
+    );
 }
 
 fn full_list() -> ClusterObjects {
@@ -147,7 +181,10 @@ fn full_list() -> ClusterObjects {
         ],
         exports: vec![(key("shop", "web"), export(10))],
         slices: vec![
-            (key("shop", "web-1"), slice("web", &["10.0.0.1", "10.0.0.2"])),
+            (
+                key("shop", "web-1"),
+                slice("web", &["10.0.0.1", "10.0.0.2"]),
+            ),
             (key("shop", "web-2"), slice("web", &["10.0.0.3"])),
         ],
         imports: vec![(key("shop", "web"), import("10.96.0.10"))],
@@ -191,9 +228,16 @@ fn reset_reports_a_change_in_any_kind() {
     let cases: [(&str, Edit); 6] = [
         ("service changed", |o| o.services[0].1.headless = true),
         ("export removed", |o| o.exports.clear()),
-        ("slice endpoint not ready", |o| o.slices[0].1.endpoints[0].ready = false),
-        ("slice added", |o| o.slices.push((key("shop", "web-3"), slice("web", &["10.0.0.9"])))),
-        ("import ips changed", |o| o.imports[0].1 = import("10.96.0.11")),
+        ("slice endpoint not ready", |o| {
+            o.slices[0].1.endpoints[0].ready = false
+        }),
+        ("slice added", |o| {
+            o.slices
+                .push((key("shop", "web-3"), slice("web", &["10.0.0.9"])))
+        }),
+        ("import ips changed", |o| {
+            o.imports[0].1 = import("10.96.0.11")
+        }),
         ("everything gone", |o| *o = ClusterObjects::default()),
     ];
     for (name, edit) in cases {
@@ -210,16 +254,31 @@ fn reset_reports_a_change_in_any_kind() {
 fn reset_replaces_a_clusters_slice_in_one_step() {
     let mut index = Index::new();
     let (c, other) = (id("eu-1"), id("us-1"));
-    index.apply(&c, Object::Service(key("shop", "stale"), svc(false, &[("http", 80)])));
+    index.apply(
+        &c,
+        Object::Service(key("shop", "stale"), svc(false, &[("http", 80)])),
+    );
     index.apply(&c, Object::Export(key("shop", "stale"), export(1)));
-    index.apply(&c, Object::Slice(key("shop", "stale-1"), slice("stale", &["10.9.9.9"])));
-    index.apply(&other, Object::Service(key("shop", "web"), svc(false, &[("http", 80)])));
-    index.apply(&other, Object::Slice(key("shop", "web-1"), slice("web", &["10.1.0.1"])));
+    index.apply(
+        &c,
+        Object::Slice(key("shop", "stale-1"), slice("stale", &["10.9.9.9"])),
+    );
+    index.apply(
+        &other,
+        Object::Service(key("shop", "web"), svc(false, &[("http", 80)])),
+    );
+    index.apply(
+        &other,
+        Object::Slice(key("shop", "web-1"), slice("web", &["10.1.0.1"])),
+    );
 
     assert!(index.reset(&c, full_list()));
 
     let state = &index.clusters[&c];
-    assert!(!state.services.contains_key(&key("shop", "stale")), "objects missing from the list are gone");
+    assert!(
+        !state.services.contains_key(&key("shop", "stale")),
+        "objects missing from the list are gone"
+    );
     assert!(!state.exports.contains_key(&key("shop", "stale")));
     assert!(!state.slices.contains_key(&key("shop", "stale-1")));
     assert_eq!(state.services.len(), 2);
@@ -249,7 +308,10 @@ fn sizes_count_every_kind_over_every_cluster() {
     assert_eq!(index.sizes(), IndexSizes::default());
     index.reset(&id("a"), full_list());
     index.reset(&id("b"), full_list());
-    index.apply(&id("c"), Object::Slice(key("shop", "web-1"), slice("web", &["10.2.0.1"])));
+    index.apply(
+        &id("c"),
+        Object::Slice(key("shop", "web-1"), slice("web", &["10.2.0.1"])),
+    );
     assert_eq!(
         index.sizes(),
         IndexSizes {
@@ -282,9 +344,21 @@ fn endpoints_of_counts_one_clusters_endpoints() {
     let mut index = Index::new();
     let (a, b) = (id("a"), id("b"));
     assert_eq!(index.endpoints_of(&a), 0, "unknown cluster");
-    index.apply(&a, Object::Slice(key("shop", "web-1"), slice("web", &["10.0.0.1", "10.0.0.2"])));
-    index.apply(&a, Object::Slice(key("shop", "api-1"), slice("api", &["10.0.0.3"])));
-    index.apply(&b, Object::Slice(key("shop", "web-1"), slice("web", &["10.1.0.1"])));
+    index.apply(
+        &a,
+        Object::Slice(
+            key("shop", "web-1"),
+            slice("web", &["10.0.0.1", "10.0.0.2"]),
+        ),
+    );
+    index.apply(
+        &a,
+        Object::Slice(key("shop", "api-1"), slice("api", &["10.0.0.3"])),
+    );
+    index.apply(
+        &b,
+        Object::Slice(key("shop", "web-1"), slice("web", &["10.1.0.1"])),
+    );
     assert_eq!(index.endpoints_of(&a), 3);
     assert_eq!(index.endpoints_of(&b), 1);
 

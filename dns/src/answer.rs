@@ -1,0 +1,673 @@
+//! The answer function: one request and one Snapshot in, one response out. Pure and
+//! synchronous; both the UDP hot path and the hickory-server path call it, so they can only
+//! differ in how bytes travel, never in what is answered.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hickory_proto::op::{Edns, Metadata, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
+use hickory_proto::rr::rdata::{A, AAAA, HINFO, NS, SOA, SRV, TXT};
+use hickory_proto::rr::{DNSClass, LowerName, Name, RData, Record, RecordType};
+use hickory_server::zone_handler::MessageRequest;
+use meridian_core::{Endpoint, Selection, ServiceView, Snapshot, select};
+
+use crate::config::{DnsConfig, Style, ZoneConfig};
+use crate::names::{self, Target};
+
+/// The EDNS payload size meridian advertises and the ceiling it honours (DNS flag day 2020).
+pub const EDNS_PAYLOAD: u16 = 1232;
+/// Records per message in a zone transfer.
+const AXFR_CHUNK: usize = 256;
+/// Distinct rotations of one answer kept in the cache.
+const MAX_ROTATIONS: usize = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Tcp,
+}
+
+/// A response before encoding.
+#[derive(Clone, Debug)]
+pub struct Response {
+    pub metadata: Metadata,
+    pub answers: Vec<Record>,
+    pub authorities: Vec<Record>,
+    pub additionals: Vec<Record>,
+    pub edns: Option<Edns>,
+    /// The same question from the same client cluster gets the same bytes (for this snapshot
+    /// and rotation), so the UDP hot path may cache them.
+    pub cacheable: bool,
+    /// How many rotations of this answer exist (1: the order never changes).
+    pub rotations: usize,
+    /// Which configured zone answered (for metrics).
+    pub zone: Option<usize>,
+    /// Further messages of a zone transfer (TCP only).
+    pub continuation: Vec<Vec<Record>>,
+}
+
+impl Response {
+    fn new(req: &MessageRequest) -> Self {
+        Self {
+            metadata: Metadata::response_from_request(&req.metadata),
+            answers: Vec::new(),
+            authorities: Vec::new(),
+            additionals: Vec::new(),
+            edns: None,
+            cacheable: true,
+            rotations: 1,
+            zone: None,
+            continuation: Vec::new(),
+        }
+    }
+
+    fn rcode(mut self, code: ResponseCode) -> Self {
+        self.metadata.response_code = code;
+        self
+    }
+}
+
+struct Zone {
+    cfg: ZoneConfig,
+    text: String,
+    apex: Name,
+    ns_name: Name,
+    soa_rname: Name,
+    labels: usize,
+}
+
+/// What a name holds.
+enum Found {
+    NxDomain,
+    /// Answers (empty: NODATA) and additional records.
+    Records {
+        answers: Vec<Record>,
+        additionals: Vec<Record>,
+        rotations: usize,
+    },
+}
+
+impl Found {
+    fn nodata() -> Self {
+        Found::Records {
+            answers: Vec::new(),
+            additionals: Vec::new(),
+            rotations: 1,
+        }
+    }
+
+    fn answers(answers: Vec<Record>) -> Self {
+        Found::Records {
+            answers,
+            additionals: Vec::new(),
+            rotations: 1,
+        }
+    }
+}
+
+/// The client as the answer function sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Client {
+    pub cluster: Option<usize>,
+    /// The ECS option to echo, with its scope set.
+    pub ecs: Option<ClientSubnet>,
+}
+
+pub struct Answerer {
+    cfg: Arc<DnsConfig>,
+    zones: Vec<Zone>,
+    serial_base: u32,
+}
+
+impl Answerer {
+    /// `serial_base` is added to the snapshot version to make the SOA serial, so serials keep
+    /// increasing across restarts (the wiring passes the start time).
+    pub fn new(cfg: DnsConfig, serial_base: u32) -> Self {
+        let zones = cfg
+            .zones
+            .iter()
+            .map(|z| {
+                let apex = Name::from(&z.name);
+                let child = |l: &str| Name::from_ascii(l).and_then(|n| n.append_domain(&apex)).unwrap_or_else(|_| apex.clone());
+                Zone {
+                    cfg: z.clone(),
+                    text: apex.to_string(),
+                    ns_name: child("ns"),
+                    soa_rname: child("hostmaster"),
+                    labels: usize::from(apex.num_labels()),
+                    apex,
+                }
+            })
+            .collect();
+        Self {
+            cfg: Arc::new(cfg),
+            zones,
+            serial_base,
+        }
+    }
+
+    pub fn config(&self) -> &DnsConfig {
+        &self.cfg
+    }
+
+    /// The zone's apex as text, for metric labels.
+    pub fn zone_name(&self, zone: usize) -> &str {
+        self.zones.get(zone).map_or("", |z| z.text.as_str())
+    }
+
+    /// The client's cluster: EDNS Client Subnet when present (its scope is echoed), else the
+    /// source address.
+    pub fn client(&self, snap: &Snapshot, req: &MessageRequest, src: IpAddr) -> Client {
+        let ecs = req.edns.as_ref().and_then(|e| match e.option(EdnsCode::Subnet) {
+            Some(EdnsOption::Subnet(cs)) => Some(*cs),
+            _ => None,
+        });
+        match ecs {
+            Some(cs) if cs.source_prefix() > 0 => Client {
+                cluster: snap.client_cluster(cs.addr()),
+                ecs: Some(ClientSubnet::new(cs.addr(), cs.source_prefix(), cs.source_prefix())),
+            },
+            Some(cs) => Client {
+                cluster: snap.client_cluster(src),
+                ecs: Some(ClientSubnet::new(cs.addr(), 0, 0)),
+            },
+            None => Client {
+                cluster: snap.client_cluster(src),
+                ecs: None,
+            },
+        }
+    }
+
+    /// Answers one request.
+    pub fn respond(
+        &self,
+        snap: &Snapshot,
+        req: &MessageRequest,
+        src: IpAddr,
+        transport: Transport,
+        rotation: usize,
+        now: Instant,
+    ) -> Response {
+        let mut resp = Response::new(req);
+        let client = self.client(snap, req, src);
+        if let Some(edns) = &req.edns {
+            let mut out = Edns::new();
+            out.set_max_payload(EDNS_PAYLOAD);
+            out.set_version(0);
+            if let Some(ecs) = client.ecs {
+                out.options_mut().insert(EdnsOption::Subnet(ecs));
+                resp.cacheable = false;
+            }
+            resp.edns = Some(out);
+            if edns.version() > 0 {
+                return resp.rcode(ResponseCode::BADVERS);
+            }
+        }
+        if req.metadata.op_code != OpCode::Query {
+            return resp.rcode(ResponseCode::NotImp);
+        }
+        let [query] = req.queries.queries() else {
+            return resp.rcode(ResponseCode::FormErr);
+        };
+        if query.query_class() != DNSClass::IN {
+            return resp.rcode(ResponseCode::Refused);
+        }
+        let Some((zi, zone)) = self.zone_of(query.name()) else {
+            return resp.rcode(ResponseCode::Refused);
+        };
+        resp.zone = Some(zi);
+        resp.metadata.authoritative = true;
+        if !snap.synced {
+            return resp.rcode(ResponseCode::ServFail);
+        }
+        let qtype = query.query_type();
+        if matches!(qtype, RecordType::AXFR | RecordType::IXFR) {
+            resp.cacheable = false;
+            return self.transfer(resp, snap, zone, src, transport, now);
+        }
+        let name = Name::from(query.name());
+        let labels = relative_labels(&name, zone.labels);
+        let Some(labels) = labels else {
+            return self.negative(resp, snap, zone, ResponseCode::NXDomain);
+        };
+        let target = names::parse(&labels, zone.cfg.style, zone.cfg.namespace.as_deref());
+        let lookup_type = if qtype == RecordType::ANY { RecordType::A } else { qtype };
+        let found = self.lookup(snap, zone, &name, target, lookup_type, client.cluster, rotation, now);
+        match found {
+            Found::NxDomain => self.negative(resp, snap, zone, ResponseCode::NXDomain),
+            Found::Records { .. } if qtype == RecordType::ANY => {
+                // RFC 8482: a name that exists answers ANY with one synthesised HINFO.
+                resp.answers.push(Record::from_rdata(
+                    name,
+                    self.cfg.ttl,
+                    RData::HINFO(HINFO::new("RFC8482".into(), String::new())),
+                ));
+                resp
+            }
+            Found::Records { answers, .. } if answers.is_empty() => {
+                self.negative(resp, snap, zone, ResponseCode::NoError)
+            }
+            Found::Records {
+                answers,
+                additionals,
+                rotations,
+            } => {
+                resp.answers = answers;
+                resp.additionals = additionals;
+                resp.rotations = rotations;
+                resp
+            }
+        }
+    }
+
+    fn zone_of(&self, name: &LowerName) -> Option<(usize, &Zone)> {
+        self.zones
+            .iter()
+            .enumerate()
+            .filter(|(_, z)| z.cfg.name.zone_of(name))
+            .max_by_key(|(_, z)| z.labels)
+    }
+
+    fn negative(&self, mut resp: Response, snap: &Snapshot, zone: &Zone, code: ResponseCode) -> Response {
+        resp.authorities.push(self.soa(snap, zone));
+        resp.rcode(code)
+    }
+
+    fn soa(&self, snap: &Snapshot, zone: &Zone) -> Record {
+        let serial = self.serial_base.wrapping_add(snap.version as u32);
+        Record::from_rdata(
+            zone.apex.clone(),
+            self.cfg.ttl,
+            RData::SOA(SOA::new(
+                zone.ns_name.clone(),
+                zone.soa_rname.clone(),
+                serial,
+                60,
+                10,
+                3600,
+                self.cfg.ttl,
+            )),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn lookup(
+        &self,
+        snap: &Snapshot,
+        zone: &Zone,
+        name: &Name,
+        target: Target<'_>,
+        qtype: RecordType,
+        client: Option<usize>,
+        rotation: usize,
+        now: Instant,
+    ) -> Found {
+        let ttl = self.cfg.ttl;
+        match target {
+            Target::Unknown => Found::NxDomain,
+            Target::Apex => Found::answers(match qtype {
+                RecordType::SOA => vec![self.soa(snap, zone)],
+                RecordType::NS => vec![Record::from_rdata(name.clone(), ttl, RData::NS(NS(zone.ns_name.clone())))],
+                _ => Vec::new(),
+            }),
+            Target::DnsVersion => Found::answers(match qtype {
+                RecordType::TXT => vec![Record::from_rdata(name.clone(), ttl, RData::TXT(TXT::new(vec!["1.0.0".into()])))],
+                _ => Vec::new(),
+            }),
+            Target::ServicesRoot if snap.has_services() => Found::nodata(),
+            Target::ServicesRoot => Found::NxDomain,
+            Target::Namespace { ns } if snap.has_namespace(ns) => Found::nodata(),
+            Target::Namespace { ns: "ns" } => Found::answers(
+                self.cfg
+                    .ns_address
+                    .and_then(|ip| address_record(name, ttl, ip, qtype))
+                    .into_iter()
+                    .collect(),
+            ),
+            Target::Namespace { .. } => Found::NxDomain,
+            Target::Service { ns, svc } => {
+                let Some(view) = snap.service(ns, svc) else {
+                    return Found::NxDomain;
+                };
+                let sel = select(snap, view, client, now);
+                if zone.cfg.style == Style::Clusterset && view.headless && sel.tiers.is_empty() {
+                    // MCS DNS: a headless service with no ready endpoint does not exist.
+                    return Found::NxDomain;
+                }
+                if !is_address(qtype) {
+                    return Found::nodata();
+                }
+                let ttl = view.policy.ttl.unwrap_or(ttl);
+                if zone.cfg.style == Style::Clusterset && !view.headless {
+                    if let Some(ips) = client.and_then(|c| view.import_of(c)) {
+                        return Found::answers(ips.iter().filter_map(|ip| address_record(name, ttl, *ip, qtype)).collect());
+                    }
+                }
+                let mut addrs = first_tier_addresses(snap, view, &sel, qtype);
+                let rotations = addrs.len().clamp(1, MAX_ROTATIONS);
+                let n = addrs.len();
+                if n > 1 {
+                    addrs.rotate_left(rotation % n);
+                }
+                let cap = view.policy.max_answers.unwrap_or(self.cfg.max_answers) as usize;
+                if cap > 0 {
+                    addrs.truncate(cap);
+                }
+                Found::Records {
+                    answers: addrs.into_iter().filter_map(|ip| address_record(name, ttl, ip, qtype)).collect(),
+                    additionals: Vec::new(),
+                    rotations,
+                }
+            }
+            Target::Cluster { ns, svc, cluster } => {
+                let Some(view) = snap.service(ns, svc) else {
+                    return Found::NxDomain;
+                };
+                let Some(ci) = snap.cluster_index(cluster) else {
+                    return Found::NxDomain;
+                };
+                let Some(backend) = view.backend_of(ci) else {
+                    return Found::NxDomain;
+                };
+                let withdrawn = snap.clusters[ci].withdrawn;
+                if zone.cfg.style == Style::Clusterset {
+                    // Per-cluster names exist only above headless hostnames (the MCS spec
+                    // forbids them for ClusterSetIP services).
+                    return if view.headless && backend.ready > 0 && !withdrawn {
+                        Found::nodata()
+                    } else {
+                        Found::NxDomain
+                    };
+                }
+                if withdrawn || !is_address(qtype) {
+                    return Found::nodata();
+                }
+                let ttl = view.policy.ttl.unwrap_or(ttl);
+                let via_gateway = client.is_some_and(|c| snap.clusters[c].spec.network != snap.clusters[ci].spec.network);
+                let addrs: Vec<IpAddr> = if via_gateway {
+                    snap.clusters[ci].spec.gateway.iter().map(|g| g.address).collect()
+                } else {
+                    backend.answerable().flat_map(|e| e.addresses.iter().copied()).collect()
+                };
+                Found::answers(addrs.into_iter().filter_map(|ip| address_record(name, ttl, ip, qtype)).collect())
+            }
+            Target::Endpoint { ns, svc, cluster, host } => {
+                let Some(view) = snap.service(ns, svc) else {
+                    return Found::NxDomain;
+                };
+                if zone.cfg.style == Style::Clusterset && !view.headless {
+                    return Found::NxDomain;
+                }
+                let Some(ci) = snap.cluster_index(cluster) else {
+                    return Found::NxDomain;
+                };
+                let Some(backend) = view.backend_of(ci) else {
+                    return Found::NxDomain;
+                };
+                if snap.clusters[ci].withdrawn {
+                    return Found::NxDomain;
+                }
+                let Some(ep) = backend.answerable().find(|e| endpoint_label(e) == host) else {
+                    return Found::NxDomain;
+                };
+                let ttl = view.policy.ttl.unwrap_or(ttl);
+                Found::answers(ep.addresses.iter().filter_map(|ip| address_record(name, ttl, *ip, qtype)).collect())
+            }
+            Target::SrvProto { ns, svc, proto } => match snap.service(ns, svc) {
+                Some(view) if view.ports.iter().any(|p| p.name.is_some() && p.protocol.srv_label() == proto) => Found::nodata(),
+                _ => Found::NxDomain,
+            },
+            Target::Srv { ns, svc, port, proto } => {
+                let Some(view) = snap.service(ns, svc) else {
+                    return Found::NxDomain;
+                };
+                let Some(sport) = view
+                    .ports
+                    .iter()
+                    .find(|p| p.name.as_deref() == Some(port) && p.protocol.srv_label() == proto)
+                else {
+                    return Found::NxDomain;
+                };
+                if qtype != RecordType::SRV {
+                    return Found::nodata();
+                }
+                self.srv_records(snap, zone, name, view, sport, client, rotation, now)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn srv_records(
+        &self,
+        snap: &Snapshot,
+        zone: &Zone,
+        name: &Name,
+        view: &ServiceView,
+        sport: &meridian_core::Port,
+        client: Option<usize>,
+        rotation: usize,
+        now: Instant,
+    ) -> Found {
+        let ttl = view.policy.ttl.unwrap_or(self.cfg.ttl);
+        let service_name = service_name(zone, view);
+        let mut answers = Vec::new();
+        let mut additionals = Vec::new();
+        if zone.cfg.style == Style::Clusterset && !view.headless {
+            // MCS: a ClusterSetIP service's SRV points at the service name itself.
+            answers.push(Record::from_rdata(
+                name.clone(),
+                ttl,
+                RData::SRV(SRV::new(0, 100, sport.port, service_name.clone())),
+            ));
+            for qtype in [RecordType::A, RecordType::AAAA] {
+                let target = names::Target::Service {
+                    ns: &view.key.namespace,
+                    svc: &view.key.name,
+                };
+                if let Found::Records { answers, .. } =
+                    self.lookup(snap, zone, &service_name, target, qtype, client, rotation, now)
+                {
+                    additionals.extend(answers);
+                }
+            }
+            return Found::Records {
+                answers,
+                additionals,
+                rotations: 1,
+            };
+        }
+        let sel = select(snap, view, client, now);
+        for (priority, tier) in sel.tiers.iter().enumerate() {
+            let priority = u16::try_from(priority).unwrap_or(u16::MAX);
+            for member in &tier.members {
+                let cluster = &snap.clusters[member.cluster];
+                let backend = &view.backends[member.backend];
+                let cluster_name = child_name(&[cluster.spec.id.as_str()], &service_name);
+                if member.via_gateway {
+                    let Some(gw) = &cluster.spec.gateway else { continue };
+                    answers.push(Record::from_rdata(
+                        name.clone(),
+                        ttl,
+                        RData::SRV(SRV::new(priority, clamp_weight(member.weight), gw.port, cluster_name.clone())),
+                    ));
+                    additionals.extend(address_record(&cluster_name, ttl, gw.address, any_family(gw.address)));
+                    continue;
+                }
+                // Each endpoint gets an equal share of its cluster's weight, so the split
+                // between clusters is the one xDS gives.
+                let share = clamp_weight((member.weight * 100).div_ceil(member.ready.max(1)));
+                for ep in backend.answerable() {
+                    let target = child_name(&[&endpoint_label(ep), cluster.spec.id.as_str()], &service_name);
+                    let port = target_port(ep, sport);
+                    answers.push(Record::from_rdata(
+                        name.clone(),
+                        ttl,
+                        RData::SRV(SRV::new(priority, share, port, target.clone())),
+                    ));
+                    additionals.extend(ep.addresses.iter().filter_map(|ip| address_record(&target, ttl, *ip, any_family(*ip))));
+                }
+            }
+        }
+        let cap = view.policy.max_answers.unwrap_or(self.cfg.max_answers) as usize;
+        if cap > 0 && answers.len() > cap {
+            answers.truncate(cap);
+        }
+        Found::Records {
+            answers,
+            additionals,
+            rotations: 1,
+        }
+    }
+
+    /// AXFR / IXFR (always a full transfer): only over TCP, only to `dns.allowTransfer`.
+    fn transfer(
+        &self,
+        mut resp: Response,
+        snap: &Snapshot,
+        zone: &Zone,
+        src: IpAddr,
+        transport: Transport,
+        now: Instant,
+    ) -> Response {
+        if transport == Transport::Udp {
+            return resp.rcode(ResponseCode::NotImp);
+        }
+        if !self.cfg.allow_transfer.iter().any(|net| net.contains(&src)) {
+            return resp.rcode(ResponseCode::Refused);
+        }
+        let soa = self.soa(snap, zone);
+        let mut records = vec![soa.clone()];
+        records.push(Record::from_rdata(zone.apex.clone(), self.cfg.ttl, RData::NS(NS(zone.ns_name.clone()))));
+        if zone.cfg.style == Style::Clusterset {
+            let name = child_name(&["dns-version"], &zone.apex);
+            records.extend(self.records_at(snap, zone, &name, &[RecordType::TXT], now));
+        }
+        for view in snap.services() {
+            if zone.cfg.namespace.as_deref().is_some_and(|ns| ns != &*view.key.namespace) {
+                continue;
+            }
+            let svc_name = service_name(zone, view);
+            records.extend(self.records_at(snap, zone, &svc_name, &[RecordType::A, RecordType::AAAA], now));
+            for port in view.ports.iter().filter(|p| p.name.is_some()) {
+                let srv = child_name(
+                    &[&format!("_{}", port.name.as_deref().unwrap_or_default()), &format!("_{}", port.protocol.srv_label())],
+                    &svc_name,
+                );
+                records.extend(self.records_at(snap, zone, &srv, &[RecordType::SRV], now));
+            }
+            for backend in &view.backends {
+                let cluster = &snap.clusters[backend.cluster];
+                let cname = child_name(&[cluster.spec.id.as_str()], &svc_name);
+                records.extend(self.records_at(snap, zone, &cname, &[RecordType::A, RecordType::AAAA], now));
+                for ep in backend.answerable() {
+                    let ename = child_name(&[&endpoint_label(ep)], &cname);
+                    records.extend(self.records_at(snap, zone, &ename, &[RecordType::A, RecordType::AAAA], now));
+                }
+            }
+        }
+        records.push(soa);
+        let mut chunks: Vec<Vec<Record>> = records.chunks(AXFR_CHUNK).map(<[Record]>::to_vec).collect();
+        resp.answers = chunks.remove(0);
+        resp.continuation = chunks;
+        resp
+    }
+
+    /// The records a name holds for an unknown client (what a zone transfer shows).
+    fn records_at(&self, snap: &Snapshot, zone: &Zone, name: &Name, types: &[RecordType], now: Instant) -> Vec<Record> {
+        let Some(labels) = relative_labels(name, zone.labels) else {
+            return Vec::new();
+        };
+        let target = names::parse(&labels, zone.cfg.style, zone.cfg.namespace.as_deref());
+        types
+            .iter()
+            .flat_map(|t| match self.lookup(snap, zone, name, target, *t, None, 0, now) {
+                Found::Records { answers, .. } => answers,
+                Found::NxDomain => Vec::new(),
+            })
+            .collect()
+    }
+}
+
+/// Labels left of the zone apex, leftmost first; `None` if a label is not text.
+fn relative_labels(name: &Name, zone_labels: usize) -> Option<Vec<&str>> {
+    let n = usize::from(name.num_labels());
+    name.iter()
+        .take(n.saturating_sub(zone_labels))
+        .map(|l| std::str::from_utf8(l).ok())
+        .collect()
+}
+
+fn is_address(qtype: RecordType) -> bool {
+    matches!(qtype, RecordType::A | RecordType::AAAA)
+}
+
+fn any_family(ip: IpAddr) -> RecordType {
+    if ip.is_ipv4() { RecordType::A } else { RecordType::AAAA }
+}
+
+fn address_record(name: &Name, ttl: u32, ip: IpAddr, qtype: RecordType) -> Option<Record> {
+    match (ip, qtype) {
+        (IpAddr::V4(v4), RecordType::A) => Some(Record::from_rdata(name.clone(), ttl, RData::A(A(v4)))),
+        (IpAddr::V6(v6), RecordType::AAAA) => Some(Record::from_rdata(name.clone(), ttl, RData::AAAA(AAAA(v6)))),
+        _ => None,
+    }
+}
+
+/// The addresses of the first tier, ordered by weight: gateways for clusters on another
+/// network, endpoint addresses otherwise.
+fn first_tier_addresses(snap: &Snapshot, view: &ServiceView, sel: &Selection, qtype: RecordType) -> Vec<IpAddr> {
+    let Some(tier) = sel.tiers.first() else {
+        return Vec::new();
+    };
+    let want_v4 = qtype == RecordType::A;
+    let mut out = Vec::new();
+    for member in &tier.members {
+        if member.via_gateway {
+            out.extend(snap.clusters[member.cluster].spec.gateway.iter().map(|g| g.address));
+        } else {
+            out.extend(view.backends[member.backend].answerable().flat_map(|e| e.addresses.iter().copied()));
+        }
+    }
+    out.retain(|ip| ip.is_ipv4() == want_v4);
+    out
+}
+
+/// The DNS label of an endpoint: its hostname, else its first address with dashes
+/// (`10-0-0-1`, `fd00--1`).
+pub fn endpoint_label(ep: &Endpoint) -> String {
+    match &ep.hostname {
+        Some(h) => h.to_ascii_lowercase(),
+        None => ep.addresses.first().map(|a| a.to_string().replace(['.', ':'], "-")).unwrap_or_default(),
+    }
+}
+
+fn target_port(ep: &Endpoint, sport: &meridian_core::Port) -> u16 {
+    ep.ports
+        .iter()
+        .find(|p| p.name == sport.name && p.protocol == sport.protocol)
+        .map_or(sport.port, |p| p.port)
+}
+
+fn clamp_weight(w: u32) -> u16 {
+    u16::try_from(w.max(1)).unwrap_or(u16::MAX)
+}
+
+fn child_name(labels: &[&str], parent: &Name) -> Name {
+    let mut name = parent.clone();
+    for label in labels.iter().rev() {
+        if let Ok(child) = Name::from_labels([label.as_bytes()]).and_then(|l| l.append_domain(&name)) {
+            name = child;
+        }
+    }
+    name
+}
+
+fn service_name(zone: &Zone, view: &ServiceView) -> Name {
+    match (zone.cfg.style, &zone.cfg.namespace) {
+        (Style::Global, Some(_)) => child_name(&[&view.key.name], &zone.apex),
+        (Style::Global, None) => child_name(&[&view.key.name, &view.key.namespace], &zone.apex),
+        (Style::Clusterset, _) => child_name(&[&view.key.name, &view.key.namespace, "svc"], &zone.apex),
+    }
+}

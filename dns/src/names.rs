@@ -1,0 +1,140 @@
+//! What a query name means, relative to the zone it falls in (DESIGN §4).
+//!
+//! ```text
+//!  global:      [<host>.<cluster>. | <cluster>. | _<port>._<proto>. | _<proto>.] <svc>.<ns>.<zone>
+//!  clusterset:  [<host>.<cluster>. | _<port>._<proto>. | _<proto>.] <svc>.<ns>.svc.<zone>
+//! ```
+
+use crate::config::Style;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target<'a> {
+    Apex,
+    /// `dns-version.<zone>` (clusterset).
+    DnsVersion,
+    /// `svc.<zone>` (clusterset): an empty non-terminal while any service exists.
+    ServicesRoot,
+    /// `<ns>.<zone>`: an empty non-terminal while the namespace has an exported service. Also
+    /// `ns.<zone>`, the name server, when no namespace is called `ns`.
+    Namespace { ns: &'a str },
+    Service { ns: &'a str, svc: &'a str },
+    /// `<cluster>.<svc>.<ns>`: that cluster only (global), or an empty non-terminal above
+    /// headless hostnames (clusterset).
+    Cluster { ns: &'a str, svc: &'a str, cluster: &'a str },
+    Endpoint { ns: &'a str, svc: &'a str, cluster: &'a str, host: &'a str },
+    /// `_<proto>.<svc>.<ns>`: an empty non-terminal above the SRV names.
+    SrvProto { ns: &'a str, svc: &'a str, proto: &'a str },
+    Srv { ns: &'a str, svc: &'a str, port: &'a str, proto: &'a str },
+    /// Nothing meridian serves can live here.
+    Unknown,
+}
+
+/// Parses the labels left of the zone apex (leftmost first, lower-case).
+pub(crate) fn parse<'a>(labels: &[&'a str], style: Style, fixed_ns: Option<&'a str>) -> Target<'a> {
+    let n = labels.len();
+    if n == 0 {
+        return Target::Apex;
+    }
+    let (ns, rest) = match (style, fixed_ns) {
+        (Style::Global, Some(ns)) => (ns, labels),
+        (Style::Global, None) if n == 1 => return Target::Namespace { ns: labels[0] },
+        (Style::Global, None) => (labels[n - 1], &labels[..n - 1]),
+        (Style::Clusterset, _) => {
+            if n == 1 {
+                return match labels[0] {
+                    "dns-version" => Target::DnsVersion,
+                    "svc" => Target::ServicesRoot,
+                    "ns" => Target::Namespace { ns: "ns" },
+                    _ => Target::Unknown,
+                };
+            }
+            if labels[n - 1] != "svc" {
+                return Target::Unknown;
+            }
+            if n == 2 {
+                return Target::Namespace { ns: labels[0] };
+            }
+            (labels[n - 2], &labels[..n - 2])
+        }
+    };
+    let r = rest.len();
+    let svc = rest[r - 1];
+    let underscored = |s: &'a str| s.strip_prefix('_');
+    match r {
+        1 => Target::Service { ns, svc },
+        2 => match underscored(rest[0]) {
+            Some(proto) => Target::SrvProto { ns, svc, proto },
+            None => Target::Cluster {
+                ns,
+                svc,
+                cluster: rest[0],
+            },
+        },
+        3 => match (underscored(rest[0]), underscored(rest[1])) {
+            (Some(port), Some(proto)) => Target::Srv { ns, svc, port, proto },
+            (None, None) => Target::Endpoint {
+                ns,
+                svc,
+                cluster: rest[1],
+                host: rest[0],
+            },
+            _ => Target::Unknown,
+        },
+        _ => Target::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn global_names() {
+        use Target::*;
+        let g = |l: &[&'static str]| parse(l, Style::Global, None);
+        assert_eq!(g(&[]), Apex);
+        assert_eq!(g(&["shop"]), Namespace { ns: "shop" });
+        assert_eq!(g(&["payments", "shop"]), Service { ns: "shop", svc: "payments" });
+        assert_eq!(
+            g(&["eu-1", "payments", "shop"]),
+            Cluster { ns: "shop", svc: "payments", cluster: "eu-1" }
+        );
+        assert_eq!(
+            g(&["web-0", "eu-1", "payments", "shop"]),
+            Endpoint { ns: "shop", svc: "payments", cluster: "eu-1", host: "web-0" }
+        );
+        assert_eq!(
+            g(&["_http", "_tcp", "payments", "shop"]),
+            Srv { ns: "shop", svc: "payments", port: "http", proto: "tcp" }
+        );
+        assert_eq!(g(&["_tcp", "payments", "shop"]), SrvProto { ns: "shop", svc: "payments", proto: "tcp" });
+        assert_eq!(g(&["_http", "x", "payments", "shop"]), Unknown);
+        assert_eq!(g(&["a", "b", "c", "d", "e"]), Unknown);
+    }
+
+    #[test]
+    fn fixed_namespace_shifts_by_one() {
+        let g = |l: &[&'static str]| parse(l, Style::Global, Some("shop"));
+        assert_eq!(g(&["payments"]), Target::Service { ns: "shop", svc: "payments" });
+        assert_eq!(
+            g(&["eu-1", "payments"]),
+            Target::Cluster { ns: "shop", svc: "payments", cluster: "eu-1" }
+        );
+    }
+
+    #[test]
+    fn clusterset_names() {
+        use Target::*;
+        let c = |l: &[&'static str]| parse(l, Style::Clusterset, None);
+        assert_eq!(c(&["dns-version"]), DnsVersion);
+        assert_eq!(c(&["svc"]), ServicesRoot);
+        assert_eq!(c(&["shop", "svc"]), Namespace { ns: "shop" });
+        assert_eq!(c(&["payments", "shop", "svc"]), Service { ns: "shop", svc: "payments" });
+        assert_eq!(
+            c(&["web-0", "eu-1", "payments", "shop", "svc"]),
+            Endpoint { ns: "shop", svc: "payments", cluster: "eu-1", host: "web-0" }
+        );
+        assert_eq!(c(&["payments", "shop", "pod"]), Unknown);
+        assert_eq!(c(&["other"]), Unknown);
+    }
+}

@@ -1,0 +1,317 @@
+//! The DNS server: a UDP hot path of our own (cached bytes, a hash lookup and a copy) on
+//! blocking worker threads, and hickory-server for TCP. Both call the same answer function.
+//!
+//! ```text
+//!  UDP ─► hot_query (no alloc) ─► moka hit, same snapshot version? ─► copy, patch ID + case ─► send
+//!                                   │ miss
+//!                                   ▼
+//!                 Request::from_bytes ─► Answerer::respond ─► wire::encode ─► cache ─► send
+//!  TCP ─► hickory-server (pipelining, idle timeout) ─► Answerer::respond ─► MessageResponse
+//! ```
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Header, HeaderCounts, MessageType, Metadata, ResponseCode};
+use hickory_server::net::runtime::Time;
+use hickory_server::net::xfer::Protocol;
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::zone_handler::MessageResponseBuilder;
+use meridian_core::Snapshot;
+use moka::sync::Cache;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::answer::{Answerer, Transport};
+use crate::config::DnsConfig;
+use crate::metrics::{CounterSlot, DnsMetrics};
+use crate::wire::{self, HotKey};
+
+/// Encoded answers to one question, for one snapshot version.
+struct CachedAnswer {
+    version: u64,
+    next: AtomicUsize,
+    /// One slot per rotation of the answer, filled on first use.
+    variants: Box<[OnceLock<Box<[u8]>>]>,
+    slot: CounterSlot,
+}
+
+/// What the full path did, for the cache.
+struct Answered {
+    slot: CounterSlot,
+    cacheable: bool,
+    rotations: usize,
+}
+
+/// Everything the DNS listeners share.
+pub struct Dns {
+    answerer: Answerer,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    cache: Cache<HotKey, Arc<CachedAnswer>>,
+    metrics: DnsMetrics,
+}
+
+impl Dns {
+    pub fn new(cfg: DnsConfig, serial_base: u32, snapshots: watch::Receiver<Arc<Snapshot>>, registry: &mut Registry) -> Arc<Self> {
+        let answerer = Answerer::new(cfg, serial_base);
+        let zones = (0..answerer.config().zones.len()).map(|z| answerer.zone_name(z).to_string()).collect();
+        Arc::new(Self {
+            cache: Cache::builder().max_capacity(answerer.config().cache_entries).build(),
+            metrics: DnsMetrics::new(zones, registry),
+            answerer,
+            snapshots,
+        })
+    }
+
+    pub fn answerer(&self) -> &Answerer {
+        &self.answerer
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshots.borrow().clone()
+    }
+
+    /// Answers one UDP datagram into `out`; returns false when nothing should be sent.
+    pub fn handle_udp(&self, raw: &[u8], src: SocketAddr, out: &mut Vec<u8>) -> bool {
+        let snap = self.snapshot();
+        let client = snap.client_cluster(src.ip());
+        let Some(hot) = wire::hot_query(raw, client) else {
+            return self.answer_full(&snap, raw, src.ip(), Transport::Udp, 0, out).is_some();
+        };
+        let mut rotation = 0;
+        if let Some(entry) = self.cache.get(&hot.key).filter(|e| e.version == snap.version) {
+            if entry.variants.len() > 1 {
+                rotation = entry.next.fetch_add(1, Ordering::Relaxed) % entry.variants.len();
+            }
+            if let Some(bytes) = entry.variants[rotation].get() {
+                out.clear();
+                out.extend_from_slice(bytes);
+                // The cached bytes answer someone else's ID and letter case.
+                out[..2].copy_from_slice(&raw[..2]);
+                out[12..hot.name_end].copy_from_slice(&raw[12..hot.name_end]);
+                self.metrics.cache_hits.inc();
+                self.metrics.count(entry.slot);
+                return true;
+            }
+        }
+        self.metrics.cache_misses.inc();
+        let Some(answered) = self.answer_full(&snap, raw, src.ip(), Transport::Udp, rotation, out) else {
+            return false;
+        };
+        if answered.cacheable {
+            let entry = match self.cache.get(&hot.key).filter(|e| e.version == snap.version) {
+                Some(entry) => entry,
+                None => {
+                    let entry = Arc::new(CachedAnswer {
+                        version: snap.version,
+                        next: AtomicUsize::new(1),
+                        variants: (0..answered.rotations.max(1)).map(|_| OnceLock::new()).collect(),
+                        slot: answered.slot,
+                    });
+                    self.cache.insert(hot.key, entry.clone());
+                    entry
+                }
+            };
+            if let Some(cell) = entry.variants.get(rotation) {
+                let _ = cell.set(out.clone().into_boxed_slice());
+            }
+        }
+        true
+    }
+
+    /// The full path for one datagram: parse, answer, encode. Also what the fuzz target drives.
+    fn answer_full(
+        &self,
+        snap: &Snapshot,
+        raw: &[u8],
+        src: IpAddr,
+        transport: Transport,
+        rotation: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<Answered> {
+        let request = match Request::from_bytes(raw.to_vec(), SocketAddr::new(src, 0), Protocol::Udp) {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(%src, error = %e, "malformed request");
+                let reply = wire::format_error(raw);
+                if reply.is_none() {
+                    self.metrics.dropped("unparsable header or a response");
+                    return None;
+                }
+                *out = reply?;
+                let slot = self.metrics.slot(None, None, ResponseCode::FormErr, transport);
+                self.metrics.count(slot);
+                return Some(Answered {
+                    slot,
+                    cacheable: false,
+                    rotations: 1,
+                });
+            }
+        };
+        if request.metadata.message_type == MessageType::Response {
+            self.metrics.dropped("a response, not a query");
+            return None;
+        }
+        let resp = self.answerer.respond(snap, &request, src, transport, rotation, Instant::now());
+        *out = wire::encode(&resp, &request.queries, wire::udp_limit(&request));
+        let qtype = request.queries.queries().first().map(|q| q.query_type());
+        let slot = self.metrics.slot(resp.zone, qtype, resp.metadata.response_code, transport);
+        self.metrics.count(slot);
+        Some(Answered {
+            slot,
+            cacheable: resp.cacheable,
+            rotations: resp.rotations,
+        })
+    }
+
+    /// Bytes in, bytes out, without the cache: the request path the fuzz target and the tests
+    /// drive. `None` means no reply is sent.
+    pub fn answer_bytes(&self, raw: &[u8], src: IpAddr) -> Option<Vec<u8>> {
+        let snap = self.snapshot();
+        let mut out = Vec::new();
+        self.answer_full(&snap, raw, src, Transport::Udp, 0, &mut out)?;
+        Some(out)
+    }
+}
+
+/// hickory-server's view of meridian: TCP (and anything hickory serves) goes through here.
+struct Handler(Arc<Dns>);
+
+#[async_trait::async_trait]
+impl RequestHandler for Handler {
+    async fn handle_request<R: ResponseHandler, T: Time>(&self, request: &Request, mut response_handle: R) -> ResponseInfo {
+        let dns = &self.0;
+        let transport = match request.protocol() {
+            Protocol::Udp => Transport::Udp,
+            _ => Transport::Tcp,
+        };
+        let snap = dns.snapshot();
+        let resp = dns.answerer.respond(&snap, request, request.src().ip(), transport, 0, Instant::now());
+        let qtype = request.queries.queries().first().map(|q| q.query_type());
+        dns.metrics.count(dns.metrics.slot(resp.zone, qtype, resp.metadata.response_code, transport));
+        let builder = MessageResponseBuilder::new(&request.queries, resp.edns.as_ref());
+        let message = builder.build(
+            resp.metadata,
+            resp.answers.iter(),
+            resp.authorities.iter(),
+            std::iter::empty(),
+            resp.additionals.iter(),
+        );
+        let info = match response_handle.send_response(message).await {
+            Ok(info) => info,
+            Err(e) => {
+                warn!(error = %e, "failed to send a DNS response");
+                return failed(request);
+            }
+        };
+        for chunk in &resp.continuation {
+            let builder = MessageResponseBuilder::new(&request.queries, resp.edns.as_ref());
+            let message = builder.build(resp.metadata, chunk.iter(), std::iter::empty(), std::iter::empty(), std::iter::empty());
+            if let Err(e) = response_handle.send_response(message).await {
+                warn!(error = %e, "zone transfer interrupted");
+                break;
+            }
+        }
+        info
+    }
+}
+
+fn failed(request: &Request) -> ResponseInfo {
+    let mut metadata = Metadata::response_from_request(&request.metadata);
+    metadata.response_code = ResponseCode::ServFail;
+    ResponseInfo::from(Header {
+        metadata,
+        counts: HeaderCounts::default(),
+    })
+}
+
+/// Running listeners; dropping it does not stop them, `shutdown` does.
+pub struct Listeners {
+    pub udp: SocketAddr,
+    pub tcp: SocketAddr,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    server: hickory_server::Server<Handler>,
+}
+
+impl Listeners {
+    pub async fn shutdown(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.server.shutdown_gracefully().await;
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// How often a UDP worker looks up from a blocking receive to check for shutdown.
+const UDP_POLL: Duration = Duration::from_millis(250);
+
+/// Binds UDP and TCP on `listen` (port 0 picks one port free on both) and starts serving.
+pub async fn serve(dns: Arc<Dns>, listen: SocketAddr) -> io::Result<Listeners> {
+    let (udp, tcp) = bind_pair(listen).await?;
+    let udp_addr = udp.local_addr()?;
+    let tcp_addr = tcp.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = dns.answerer.config().udp_workers.max(1);
+    let mut threads = Vec::new();
+    for i in 0..workers {
+        let socket = udp.try_clone()?;
+        socket.set_read_timeout(Some(UDP_POLL))?;
+        let dns = dns.clone();
+        let stop = stop.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("dns-udp-{i}"))
+                .spawn(move || udp_worker(&dns, &socket, &stop))?,
+        );
+    }
+    let mut server = hickory_server::Server::new(Handler(dns.clone()));
+    server.register_listener(tcp, dns.answerer.config().tcp_idle_timeout, 64);
+    info!(udp = %udp_addr, tcp = %tcp_addr, "DNS listening");
+    Ok(Listeners {
+        udp: udp_addr,
+        tcp: tcp_addr,
+        stop,
+        threads,
+        server,
+    })
+}
+
+async fn bind_pair(listen: SocketAddr) -> io::Result<(std::net::UdpSocket, tokio::net::TcpListener)> {
+    // With port 0, retry until a port is free for both protocols.
+    for _ in 0..20 {
+        let udp = std::net::UdpSocket::bind(listen)?;
+        let addr = udp.local_addr()?;
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) if listen.port() != 0 => return Err(e),
+            Err(_) => continue,
+        }
+    }
+    Err(io::Error::new(io::ErrorKind::AddrInUse, "no port free for both UDP and TCP"))
+}
+
+fn udp_worker(dns: &Dns, socket: &std::net::UdpSocket, stop: &AtomicBool) {
+    let mut buf = vec![0u8; 4096];
+    let mut out = Vec::with_capacity(1232);
+    while !stop.load(Ordering::Relaxed) {
+        let (len, src) = match socket.recv_from(&mut buf) {
+            Ok(r) => r,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => continue,
+            Err(e) => {
+                warn!(error = %e, "UDP receive failed");
+                continue;
+            }
+        };
+        if dns.handle_udp(&buf[..len], src, &mut out) {
+            if let Err(e) = socket.send_to(&out, src) {
+                debug!(%src, error = %e, "UDP send failed");
+            }
+        }
+    }
+}

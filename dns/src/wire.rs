@@ -1,0 +1,300 @@
+//! Bytes in, bytes out: encoding responses exactly as hickory-server does (so both paths give
+//! identical bytes), truncation, and the allocation-free parse of the hot path's cache key.
+
+use hickory_proto::ProtoError;
+use hickory_proto::op::{EmitAndCount, Header, Metadata, ResponseCode, emit_message_parts};
+use hickory_proto::rr::Record;
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncoder};
+use hickory_server::zone_handler::{MessageRequest, Queries};
+
+use crate::answer::{EDNS_PAYLOAD, Response};
+
+/// The question section as the client sent it (case preserved), emitted the way
+/// hickory-server's `MessageResponse` emits it, so both paths produce the same bytes.
+struct QuestionBytes<'q> {
+    queries: &'q Queries,
+}
+
+impl EmitAndCount for QuestionBytes<'_> {
+    fn emit(&mut self, encoder: &mut BinEncoder<'_>) -> Result<usize, ProtoError> {
+        let start = encoder.offset();
+        let bytes = self.queries.as_bytes();
+        encoder.emit_vec(bytes)?;
+        if !self.queries.is_empty() {
+            encoder.store_label_pointer(start, start + bytes.len());
+        }
+        Ok(self.queries.len())
+    }
+}
+
+/// The UDP size limit for a request: 512 without EDNS, else max(512, min(client, 1232)).
+pub fn udp_limit(req: &MessageRequest) -> u16 {
+    req.edns
+        .as_ref()
+        .map_or(512, |e| e.max_payload().clamp(512, EDNS_PAYLOAD))
+}
+
+/// Encodes a response; if it exceeds `limit`, sends the question (and OPT) alone with TC set,
+/// so the client retries over TCP.
+pub fn encode(resp: &Response, queries: &Queries, limit: u16) -> Vec<u8> {
+    let full = emit(&resp.metadata, queries, &resp.answers, &resp.authorities, &resp.additionals, resp, false);
+    if full.len() <= usize::from(limit) {
+        return full;
+    }
+    emit(&resp.metadata, queries, &[], &[], &[], resp, true)
+}
+
+fn emit(
+    metadata: &Metadata,
+    queries: &Queries,
+    answers: &[Record],
+    authorities: &[Record],
+    additionals: &[Record],
+    resp: &Response,
+    truncated: bool,
+) -> Vec<u8> {
+    let mut metadata = *metadata;
+    metadata.truncation |= truncated;
+    let mut bytes = Vec::with_capacity(512);
+    let mut encoder = BinEncoder::new(&mut bytes);
+    let result = emit_message_parts(
+        &metadata,
+        &mut QuestionBytes { queries },
+        &mut answers.iter(),
+        &mut authorities.iter(),
+        &mut additionals.iter(),
+        resp.edns.as_ref(),
+        None,
+        &mut encoder,
+    );
+    match result {
+        Ok(_) => bytes,
+        Err(_) => server_failure(metadata.id),
+    }
+}
+
+/// SERVFAIL with no sections: what is left when a response cannot be encoded.
+fn server_failure(id: u16) -> Vec<u8> {
+    let mut metadata = Metadata::new(id, hickory_proto::op::MessageType::Response, hickory_proto::op::OpCode::Query);
+    metadata.response_code = ResponseCode::ServFail;
+    header_only(metadata)
+}
+
+fn header_only(metadata: Metadata) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(12);
+    let mut encoder = BinEncoder::new(&mut bytes);
+    let header = Header {
+        metadata,
+        counts: Default::default(),
+    };
+    let _ = hickory_proto::serialize::binary::BinEncodable::emit(&header, &mut encoder);
+    bytes
+}
+
+/// The reply to a request whose header parses but whose body does not: FORMERR with the
+/// header echoed, as hickory-server answers it. `None` when not even the header parses, or
+/// the message is itself a response (never answered, to avoid reflection loops).
+pub fn format_error(raw: &[u8]) -> Option<Vec<u8>> {
+    let mut decoder = BinDecoder::new(raw);
+    let header = Header::read(&mut decoder).ok()?;
+    if header.metadata.message_type == hickory_proto::op::MessageType::Response {
+        return None;
+    }
+    let mut metadata = Metadata::response_from_request(&header.metadata);
+    metadata.response_code = ResponseCode::FormErr;
+    Some(header_only(metadata))
+}
+
+/// A cache key read straight from the request bytes: the lower-cased question plus everything
+/// else the answer depends on. Building it allocates nothing.
+#[derive(Clone)]
+pub struct HotKey {
+    len: u16,
+    buf: [u8; HotKey::CAP],
+}
+
+impl HotKey {
+    /// Question name (≤ 255) + type, class + flags + limit + client cluster.
+    const CAP: usize = 255 + 4 + 1 + 2 + 4;
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+}
+
+impl PartialEq for HotKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for HotKey {}
+
+impl std::hash::Hash for HotKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write(self.as_bytes());
+    }
+}
+
+/// What the hot path learned from a request.
+pub struct HotQuery {
+    pub key: HotKey,
+    /// End of the question name in the request (the name starts at 12).
+    pub name_end: usize,
+}
+
+/// Parses a plain query — one question, no compression, at most an OPT record without
+/// EDNS Client Subnet — into a cache key. Anything else returns `None` and takes the full
+/// path.
+pub fn hot_query(raw: &[u8], client_cluster: Option<usize>) -> Option<HotQuery> {
+    if raw.len() < 17 {
+        return None;
+    }
+    let flags = raw[2];
+    // QR=0 and OPCODE=QUERY.
+    if flags & 0xF8 != 0 {
+        return None;
+    }
+    let counts = |i: usize| u16::from_be_bytes([raw[i], raw[i + 1]]);
+    if counts(4) != 1 || counts(6) != 0 || counts(8) != 0 || counts(10) > 1 {
+        return None;
+    }
+    let mut key = HotKey {
+        len: 0,
+        buf: [0; HotKey::CAP],
+    };
+    let mut pos = 12;
+    loop {
+        let len = usize::from(*raw.get(pos)?);
+        if len == 0 {
+            pos += 1;
+            break;
+        }
+        if len > 63 || pos + 1 + len > raw.len() || pos - 12 + 1 + len > 254 {
+            return None;
+        }
+        key.buf[pos - 12] = len as u8;
+        for i in 0..len {
+            key.buf[pos - 12 + 1 + i] = raw[pos + 1 + i].to_ascii_lowercase();
+        }
+        pos += 1 + len;
+    }
+    let name_end = pos;
+    let mut k = name_end - 12;
+    key.buf[k] = 0;
+    k += 1;
+    let question = raw.get(pos..pos + 4)?;
+    key.buf[k..k + 4].copy_from_slice(question);
+    k += 4;
+    pos += 4;
+    // RD and CD are copied into the response.
+    key.buf[k] = (flags & 0x01) | (raw[3] & 0x10);
+    k += 1;
+    let limit: u16 = if counts(10) == 1 {
+        let opt = raw.get(pos..pos + 11)?;
+        // Root owner, type OPT, version 0.
+        if opt[0] != 0 || opt[1..3] != [0, 41] || opt[6] != 0 {
+            return None;
+        }
+        let payload = u16::from_be_bytes([opt[3], opt[4]]);
+        let rdlen = usize::from(u16::from_be_bytes([opt[9], opt[10]]));
+        pos += 11;
+        let mut options = raw.get(pos..pos + rdlen)?;
+        while options.len() >= 4 {
+            let code = u16::from_be_bytes([options[0], options[1]]);
+            let len = usize::from(u16::from_be_bytes([options[2], options[3]]));
+            // ECS changes the answer and is echoed: full path.
+            if code == 8 || options.len() < 4 + len {
+                return None;
+            }
+            options = &options[4 + len..];
+        }
+        if !options.is_empty() {
+            return None;
+        }
+        pos += rdlen;
+        payload.clamp(512, EDNS_PAYLOAD)
+    } else {
+        // 0 marks "no EDNS": the response then carries no OPT.
+        0
+    };
+    if pos != raw.len() {
+        return None;
+    }
+    key.buf[k..k + 2].copy_from_slice(&limit.to_be_bytes());
+    k += 2;
+    let cluster = client_cluster.map_or(u32::MAX, |c| c as u32);
+    key.buf[k..k + 4].copy_from_slice(&cluster.to_be_bytes());
+    k += 4;
+    key.len = k as u16;
+    Some(HotQuery { key, name_end })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(name: &[u8], qtype: u16, opt: Option<&[u8]>) -> Vec<u8> {
+        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(opt.is_some())];
+        q.extend_from_slice(name);
+        q.extend_from_slice(&qtype.to_be_bytes());
+        q.extend_from_slice(&[0, 1]);
+        if let Some(opt) = opt {
+            q.extend_from_slice(opt);
+        }
+        q
+    }
+
+    const NAME: &[u8] = b"\x08Payments\x04shop\x06global\x00";
+
+    #[test]
+    fn keys_ignore_case_and_id() {
+        let a = hot_query(&query(NAME, 1, None), Some(1)).unwrap();
+        let mut other = query(b"\x08payments\x04SHOP\x06global\x00", 1, None);
+        other[0] = 0x99;
+        let b = hot_query(&other, Some(1)).unwrap();
+        assert!(a.key == b.key);
+        assert_eq!(a.name_end, 12 + NAME.len());
+    }
+
+    #[test]
+    fn keys_differ_by_type_cluster_and_edns() {
+        let base = hot_query(&query(NAME, 1, None), Some(1)).unwrap().key;
+        assert!(base != hot_query(&query(NAME, 28, None), Some(1)).unwrap().key);
+        assert!(base != hot_query(&query(NAME, 1, None), Some(2)).unwrap().key);
+        assert!(base != hot_query(&query(NAME, 1, None), None).unwrap().key);
+        let opt = [0, 0, 41, 0x10, 0x00, 0, 0, 0, 0, 0, 0];
+        assert!(base != hot_query(&query(NAME, 1, Some(&opt)), Some(1)).unwrap().key);
+    }
+
+    #[test]
+    fn unusual_requests_take_the_full_path() {
+        // EDNS Client Subnet.
+        let ecs = [0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 8, 0, 8, 0, 4, 0, 1, 24, 0];
+        assert!(hot_query(&query(NAME, 1, Some(&ecs)), None).is_none());
+        // EDNS version 1.
+        let v1 = [0, 0, 41, 0x10, 0, 0, 1, 0, 0, 0, 0];
+        assert!(hot_query(&query(NAME, 1, Some(&v1)), None).is_none());
+        // A compression pointer in the question.
+        assert!(hot_query(&query(b"\xc0\x0c", 1, None), None).is_none());
+        // Trailing garbage, a short packet, a response, an UPDATE.
+        let mut trailing = query(NAME, 1, None);
+        trailing.push(0);
+        assert!(hot_query(&trailing, None).is_none());
+        assert!(hot_query(&query(NAME, 1, None)[..20], None).is_none());
+        let mut response = query(NAME, 1, None);
+        response[2] |= 0x80;
+        assert!(hot_query(&response, None).is_none());
+        let mut update = query(NAME, 1, None);
+        update[2] = 5 << 3;
+        assert!(hot_query(&update, None).is_none());
+    }
+
+    #[test]
+    fn cookies_do_not_prevent_caching() {
+        let cookie = [0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 12, 0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8];
+        let q = hot_query(&query(NAME, 1, Some(&cookie)), None).unwrap();
+        let plain = [0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0];
+        assert!(q.key == hot_query(&query(NAME, 1, Some(&plain)), None).unwrap().key);
+    }
+}
