@@ -1,1 +1,37 @@
-fn main() {}
+//! meridian: one control plane for a fleet of Kubernetes clusters. See README.md.
+
+use clap::Parser;
+use meridian::cli::{Cli, Command, LogFormat};
+use meridian::commands;
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let format = match &cli.command {
+        Command::Serve(a) | Command::Validate(a) => a.log_format,
+        _ => LogFormat::Plain,
+    };
+    init_tracing(format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MERIDIAN_LOG").unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Plain => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -213,7 +213,7 @@ pub fn member_cluster(
     let source = match sources.iter().filter(|s| **s).count() {
         1 => {
             if let Some(dir) = &source.directory {
-                Some(MemberSource::Directory(base.join(&dir.path)))
+                Some(MemberSource::Directory(normalize(&base.join(&dir.path))))
             } else if let Some(k) = &source.kubernetes {
                 Some(MemberSource::Kubernetes {
                     api_endpoint: k.api_endpoint.clone(),
@@ -297,6 +297,22 @@ pub fn member_cluster(
         )),
         _ => Err(problems),
     }
+}
+
+/// Removes `.` and `..` components lexically, so paths in messages read as the user wrote them.
+fn normalize(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.components().next_back(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// RFC 1123 label: what Kubernetes requires of names that appear in DNS.

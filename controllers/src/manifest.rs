@@ -140,6 +140,11 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
             typed::<EndpointSlice>(value).map(|(v, u)| (Manifest::EndpointSlice(Box::new(v)), u))
         }
         ("multicluster.x-k8s.io", "ServiceExport") => {
+            // MCS ServiceExports usually carry no spec at all.
+            let mut value = value;
+            if let Some(map) = value.as_mapping_mut() {
+                map.entry("spec".into()).or_insert_with(|| Value::Mapping(Default::default()));
+            }
             typed::<ServiceExport>(value).map(|(v, u)| (Manifest::ServiceExport(Box::new(v)), u))
         }
         ("multicluster.x-k8s.io", "ServiceImport") => {
@@ -167,7 +172,13 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
 /// Deserializes a typed object, collecting the paths of fields the type does not know.
 fn typed<T: DeserializeOwned>(value: Value) -> Result<(T, Vec<String>), serde_yaml_ng::Error> {
     let mut unknown = Vec::new();
-    let parsed = serde_ignored::deserialize(value, |path| unknown.push(path.to_string()))?;
+    let parsed = serde_ignored::deserialize(value, |path| {
+        let path = path.to_string();
+        // kube-derive's root types identify themselves without reading these two.
+        if path != "apiVersion" && path != "kind" {
+            unknown.push(path);
+        }
+    })?;
     Ok((parsed, unknown))
 }
 

@@ -59,6 +59,8 @@ pub struct Transition {
     pub from: Health,
     pub to: Health,
     pub withdrawn: bool,
+    /// Whether the member was withdrawn before this transition.
+    pub was_withdrawn: bool,
     pub reason: Option<String>,
 }
 
@@ -210,13 +212,15 @@ impl Registry {
         }
         let withdrawn = next == Health::Unreachable
             && now.saturating_duration_since(h.since) >= secs(timings.withdraw_after_seconds);
-        let withdrawn_changed = withdrawn != h.withdrawn;
+        let was_withdrawn = h.withdrawn;
+        let withdrawn_changed = withdrawn != was_withdrawn;
         h.withdrawn = withdrawn;
         (next != from || withdrawn_changed).then(|| Transition {
             cluster: id.clone(),
             from,
             to: next,
             withdrawn,
+            was_withdrawn,
             reason: h.reason.clone(),
         })
     }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use crate::index::{ClusterState, Index};
+use crate::index::{ClusterState, Index, IndexSizes};
 use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
 use crate::registry::{Health, Registry};
 use crate::select::TrafficPolicy;
@@ -151,6 +151,8 @@ pub struct Snapshot {
     #[serde(skip)]
     pub client_table: ClientTable,
     pub problems: Vec<Problem>,
+    /// Object counts of the Index this snapshot was built from (reported at scrape time).
+    pub sizes: IndexSizes,
 }
 
 impl Snapshot {
@@ -163,6 +165,7 @@ impl Snapshot {
         let mut snapshot = Snapshot {
             version,
             synced: registry.all_settled(),
+            sizes: index.sizes(),
             ..Snapshot::default()
         };
         for (spec, health) in registry.members() {

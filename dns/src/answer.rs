@@ -190,8 +190,23 @@ impl Answerer {
         rotation: usize,
         now: Instant,
     ) -> Response {
-        let mut resp = Response::new(req);
         let client = self.client(snap, req, src);
+        self.respond_as(snap, req, client, src, transport, rotation, now)
+    }
+
+    /// Answers one request as if it came from `client` (used by `respond` and to explain).
+    #[allow(clippy::too_many_arguments)]
+    pub fn respond_as(
+        &self,
+        snap: &Snapshot,
+        req: &MessageRequest,
+        client: Client,
+        src: IpAddr,
+        transport: Transport,
+        rotation: usize,
+        now: Instant,
+    ) -> Response {
+        let mut resp = Response::new(req);
         if let Some(edns) = &req.edns {
             let mut out = Edns::new();
             out.set_max_payload(EDNS_PAYLOAD);
@@ -259,6 +274,22 @@ impl Answerer {
                 resp.rotations = rotations;
                 resp
             }
+        }
+    }
+
+    /// The service a name is about (`namespace`, `name`), if any.
+    pub fn service_of(&self, name: &Name) -> Option<(String, String)> {
+        let lower = LowerName::new(name);
+        let (_, zone) = self.zone_of(&lower)?;
+        let name = Name::from(&lower);
+        let labels = relative_labels(&name, zone.labels)?;
+        match names::parse(&labels, zone.cfg.style, zone.cfg.namespace.as_deref()) {
+            Target::Service { ns, svc }
+            | Target::Cluster { ns, svc, .. }
+            | Target::Endpoint { ns, svc, .. }
+            | Target::SrvProto { ns, svc, .. }
+            | Target::Srv { ns, svc, .. } => Some((ns.to_string(), svc.to_string())),
+            _ => None,
         }
     }
 
@@ -490,7 +521,7 @@ impl Answerer {
                     answers.push(Record::from_rdata(
                         name.clone(),
                         ttl,
-                        RData::SRV(SRV::new(priority, clamp_weight(member.weight), gw.port, cluster_name.clone())),
+                        RData::SRV(SRV::new(priority, clamp_weight(member.weight * 100), gw.port, cluster_name.clone())),
                     ));
                     additionals.extend(address_record(&cluster_name, ttl, gw.address, any_family(gw.address)));
                     continue;

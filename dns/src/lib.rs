@@ -12,6 +12,7 @@
 
 pub mod answer;
 pub mod config;
+pub mod explain;
 pub mod metrics;
 mod names;
 pub mod server;

@@ -1,0 +1,209 @@
+//! Admin HTTP: `/healthz`, `/readyz`, `/metrics`, and `/debug/*` — what meridian serves and why.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use meridian_core::Snapshot;
+use meridian_dns::Dns;
+use meridian_dns::explain::explain;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::encoding::EncodeMetric;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::Registry;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+#[derive(Clone)]
+pub struct AdminState {
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    pub dns: Arc<Dns>,
+    pub metrics: Arc<Registry>,
+}
+
+impl AdminState {
+    fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshots.borrow().clone()
+    }
+}
+
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/debug", get(debug_index))
+        .route("/debug/clusters", get(debug_clusters))
+        .route("/debug/services", get(debug_services))
+        .route("/debug/problems", get(debug_problems))
+        .route("/debug/resolve", get(debug_resolve))
+        .with_state(state)
+}
+
+async fn readyz(State(s): State<AdminState>) -> Response {
+    let snap = s.snapshot();
+    if snap.synced {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "waiting for every member to sync or fail once\n").into_response()
+    }
+}
+
+async fn metrics(State(s): State<AdminState>) -> Response {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &s.metrics) {
+        Ok(()) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+async fn debug_index() -> Json<Value> {
+    Json(json!({
+        "endpoints": {
+            "/debug/clusters": "member clusters, health, withdrawal, locality, network",
+            "/debug/services": "exported services merged across clusters, with conflicts",
+            "/debug/problems": "input meridian rejected, with file, object and reason",
+            "/debug/resolve?name=N&type=T&cluster=C": "what a client in cluster C is answered for N, and why",
+        }
+    }))
+}
+
+pub fn clusters_json(snap: &Snapshot) -> Value {
+    json!({
+        "version": snap.version,
+        "synced": snap.synced,
+        "clusters": snap.clusters.iter().map(|c| json!({
+            "name": c.spec.id,
+            "health": c.health,
+            "withdrawn": c.withdrawn,
+            "reason": c.reason,
+            "region": c.spec.locality.region,
+            "zone": c.spec.locality.zone,
+            "network": c.spec.network,
+            "gateway": c.spec.gateway,
+            "dnsClientCIDRs": c.spec.dns_client_cidrs,
+            "taints": c.spec.taints,
+            "endpoints": c.endpoints,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+async fn debug_clusters(State(s): State<AdminState>) -> Json<Value> {
+    Json(clusters_json(&s.snapshot()))
+}
+
+async fn debug_services(State(s): State<AdminState>) -> Json<Value> {
+    let snap = s.snapshot();
+    let name = |i: usize| snap.clusters.get(i).map(|c| c.spec.id.to_string()).unwrap_or_default();
+    let services: Vec<Value> = snap
+        .services()
+        .map(|v| {
+            json!({
+                "service": v.key.to_string(),
+                "headless": v.headless,
+                "ports": v.ports,
+                "clusters": v.backends.iter().map(|b| json!({
+                    "cluster": name(b.cluster),
+                    "ready": b.ready,
+                    "publishNotReadyAddresses": b.publish_not_ready,
+                    "ports": b.ports,
+                    "endpoints": b.endpoints,
+                })).collect::<Vec<_>>(),
+                "imports": v.imports.iter().map(|(c, ips)| json!({"cluster": name(*c), "ips": ips})).collect::<Vec<_>>(),
+                "conflicts": v.conflicts,
+            })
+        })
+        .collect();
+    Json(json!({ "version": snap.version, "services": services }))
+}
+
+async fn debug_problems(State(s): State<AdminState>) -> Json<Value> {
+    Json(json!({ "problems": s.snapshot().problems }))
+}
+
+#[derive(Deserialize)]
+struct ResolveQuery {
+    name: String,
+    #[serde(rename = "type", default = "default_type")]
+    qtype: String,
+    cluster: Option<String>,
+}
+
+fn default_type() -> String {
+    "A".into()
+}
+
+async fn debug_resolve(State(s): State<AdminState>, Query(q): Query<ResolveQuery>) -> Response {
+    let snap = s.snapshot();
+    match explain(s.dns.answerer(), &snap, &q.name, &q.qtype, q.cluster.as_deref().filter(|c| !c.is_empty())) {
+        Ok(e) => Json(e).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, Json(json!({ "error": e.to_string() }))).into_response(),
+    }
+}
+
+/// Fleet gauges computed from the latest snapshot at scrape time, so the update path carries
+/// no metric calls.
+#[derive(Debug)]
+pub struct FleetCollector {
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct ClusterLabels {
+    cluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct HealthLabels {
+    cluster: String,
+    state: &'static str,
+}
+
+impl prometheus_client::collector::Collector for FleetCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let snap = self.snapshots.borrow().clone();
+        let sizes = snap.sizes;
+        let gauges: [(&str, &str, i64); 9] = [
+            ("index_clusters", "Clusters with objects in the index", sizes.clusters as i64),
+            ("index_services", "Services in the index (all clusters)", sizes.services as i64),
+            ("index_exports", "ServiceExports in the index", sizes.exports as i64),
+            ("index_slices", "EndpointSlices in the index", sizes.slices as i64),
+            ("index_endpoints", "Endpoints in the index", sizes.endpoints as i64),
+            ("index_imports", "ServiceImports in the index", sizes.imports as i64),
+            ("exported_services", "Services exported and served", snap.service_count() as i64),
+            ("snapshot_version", "Version of the snapshot being served", snap.version as i64),
+            ("problems", "Input objects rejected (see /debug/problems)", snap.problems.len() as i64),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        let health = Family::<HealthLabels, Gauge>::default();
+        let endpoints = Family::<ClusterLabels, Gauge>::default();
+        let withdrawn = Family::<ClusterLabels, Gauge>::default();
+        for c in &snap.clusters {
+            for state in [meridian_core::Health::Healthy, meridian_core::Health::Degraded, meridian_core::Health::Unreachable] {
+                health
+                    .get_or_create(&HealthLabels {
+                        cluster: c.spec.id.to_string(),
+                        state: state.as_str(),
+                    })
+                    .set(i64::from(c.health == state));
+            }
+            let labels = ClusterLabels {
+                cluster: c.spec.id.to_string(),
+            };
+            endpoints.get_or_create(&labels).set(c.endpoints as i64);
+            withdrawn.get_or_create(&labels).set(i64::from(c.withdrawn));
+        }
+        health.encode(encoder.encode_descriptor("cluster_health", "1 for the member's current health state", None, health.metric_type())?)?;
+        endpoints.encode(encoder.encode_descriptor("cluster_endpoints", "Endpoints held for the member", None, endpoints.metric_type())?)?;
+        withdrawn.encode(encoder.encode_descriptor("cluster_withdrawn", "1 while the member's endpoints are withdrawn", None, withdrawn.metric_type())?)?;
+        Ok(())
+    }
+}

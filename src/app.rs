@@ -1,0 +1,95 @@
+//! Wiring: sources → store → snapshot watch → DNS listeners and the admin server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use meridian_controllers::directory;
+use meridian_core::Snapshot;
+use meridian_dns::{Dns, Listeners};
+use prometheus_client::registry::Registry;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use crate::admin::{self, AdminState, FleetCollector};
+use crate::config::Config;
+use crate::store::Store;
+
+/// A running meridian.
+pub struct App {
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    pub dns: Arc<Dns>,
+    pub dns_listeners: Listeners,
+    pub admin_addr: SocketAddr,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl App {
+    pub async fn start(cfg: Config) -> Result<Self> {
+        if !cfg.hub_directory.is_dir() {
+            bail!("hub directory {} does not exist", cfg.hub_directory.display());
+        }
+        let mut metrics = Registry::with_prefix("meridian");
+        let (publish, snapshots) = watch::channel(Arc::new(Snapshot::empty()));
+        let (events_tx, events_rx) = mpsc::channel(1024);
+        let store = Store::new(publish, &mut metrics);
+        let mut tasks = vec![
+            tokio::spawn(store.run(events_rx)),
+            tokio::spawn(directory::run_hub(cfg.hub_directory.clone(), events_tx)),
+        ];
+        // The SOA serial keeps growing across restarts: start time plus snapshot version.
+        let serial_base = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as u32);
+        let dns = Dns::new(cfg.dns.clone(), serial_base, snapshots.clone(), metrics.sub_registry_with_prefix("dns"));
+        let dns_listeners = meridian_dns::serve(dns.clone(), cfg.dns_listen)
+            .await
+            .with_context(|| format!("cannot listen for DNS on {}", cfg.dns_listen))?;
+        metrics.register_collector(Box::new(FleetCollector {
+            snapshots: snapshots.clone(),
+        }));
+        let admin_listener = tokio::net::TcpListener::bind(cfg.admin_listen)
+            .await
+            .with_context(|| format!("cannot listen for admin HTTP on {}", cfg.admin_listen))?;
+        let admin_addr = admin_listener.local_addr()?;
+        let router = admin::router(AdminState {
+            snapshots: snapshots.clone(),
+            dns: dns.clone(),
+            metrics: Arc::new(metrics),
+        });
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(admin_listener, router).await {
+                tracing::error!(error = %e, "admin server stopped");
+            }
+        }));
+        info!(admin = %admin_addr, hub = %cfg.hub_directory.display(), "meridian started");
+        info!(xds = %cfg.xds_listen, "the xDS server is not part of this build; nothing listens there");
+        Ok(Self {
+            snapshots,
+            dns,
+            dns_listeners,
+            admin_addr,
+            tasks,
+        })
+    }
+
+    pub async fn shutdown(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.dns_listeners.shutdown().await;
+    }
+}
+
+/// Runs until SIGINT or SIGTERM.
+pub async fn serve(cfg: Config) -> Result<()> {
+    let app = App::start(cfg).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    info!("shutting down");
+    app.shutdown().await;
+    Ok(())
+}

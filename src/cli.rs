@@ -1,0 +1,105 @@
+//! Command line: every setting has a flag and an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ipnet::IpNet;
+
+#[derive(Debug, Parser)]
+#[command(name = "meridian", version, about = "One control plane for a fleet of Kubernetes clusters: authoritative DNS and xDS from one scheduling core")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run meridian: sources, DNS, admin.
+    Serve(ServeArgs),
+    /// Check a config and every manifest it reaches; exit non-zero on any problem.
+    Validate(ServeArgs),
+    /// Print the member clusters and their health (asks a running meridian).
+    Status(ClientArgs),
+    /// Show what meridian would answer for a name, and the decision behind it.
+    Resolve(ResolveArgs),
+}
+
+#[derive(Debug, Clone, Copy, Default, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Plain,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The config file (meridian.yaml).
+    #[arg(long, env = "MERIDIAN_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The hub directory holding MemberCluster manifests.
+    #[arg(long, env = "MERIDIAN_HUB_DIRECTORY")]
+    pub hub_directory: Option<PathBuf>,
+    #[command(flatten)]
+    pub dns: DnsArgs,
+    /// xDS listen address (the xDS server comes with its own issue).
+    #[arg(long, env = "MERIDIAN_XDS_LISTEN")]
+    pub xds_listen: Option<SocketAddr>,
+    /// Admin HTTP listen address: /healthz, /readyz, /metrics, /debug/*.
+    #[arg(long, env = "MERIDIAN_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
+    #[arg(long, env = "MERIDIAN_LOG_FORMAT", value_enum, default_value_t)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct DnsArgs {
+    /// DNS listen address (UDP and TCP).
+    #[arg(long = "dns-listen", env = "MERIDIAN_DNS_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// A zone as NAME[:global|clusterset[:NAMESPACE]]; repeat for several (replaces the file's).
+    #[arg(long = "dns-zone", env = "MERIDIAN_DNS_ZONES", value_delimiter = ',')]
+    pub zones: Vec<String>,
+    /// TTL of answers (and SOA minimum) unless a policy sets one.
+    #[arg(long = "dns-ttl", env = "MERIDIAN_DNS_TTL")]
+    pub ttl: Option<u32>,
+    /// Cap on A/AAAA answers; 0 means no cap.
+    #[arg(long = "dns-max-answers", env = "MERIDIAN_DNS_MAX_ANSWERS")]
+    pub max_answers: Option<u32>,
+    /// CIDRs allowed to AXFR (default: none).
+    #[arg(long = "dns-allow-transfer", env = "MERIDIAN_DNS_ALLOW_TRANSFER", value_delimiter = ',')]
+    pub allow_transfer: Vec<IpNet>,
+    /// Idle TCP connections are closed after this many seconds.
+    #[arg(long = "dns-tcp-idle-timeout-seconds", env = "MERIDIAN_DNS_TCP_IDLE_TIMEOUT_SECONDS")]
+    pub tcp_idle_timeout_seconds: Option<u64>,
+    /// Threads serving UDP.
+    #[arg(long = "dns-udp-workers", env = "MERIDIAN_DNS_UDP_WORKERS")]
+    pub udp_workers: Option<usize>,
+    /// Answer-cache capacity in entries.
+    #[arg(long = "dns-cache-entries", env = "MERIDIAN_DNS_CACHE_ENTRIES")]
+    pub cache_entries: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// The admin address of a running meridian.
+    #[arg(long, env = "MERIDIAN_ADMIN_LISTEN", default_value = crate::config::DEFAULT_ADMIN)]
+    pub admin: SocketAddr,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// The name to resolve, e.g. payments.shop.global
+    pub name: String,
+    /// Record type.
+    #[arg(long = "type", short = 't', default_value = "A")]
+    pub qtype: String,
+    /// Answer as a client in this cluster.
+    #[arg(long)]
+    pub from_cluster: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}

@@ -1,0 +1,191 @@
+//! The subcommands: `serve`, `validate`, and the clients of a running meridian (`status`,
+//! `resolve`).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use meridian_controllers::convert::MemberSource;
+use meridian_controllers::{ManifestError, directory, manifest};
+use meridian_core::{Index, Registry, Snapshot, TrafficPolicy};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::cli::{ClientArgs, Command, ResolveArgs, ServeArgs};
+use crate::{app, config};
+
+pub async fn run(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Serve(args) => {
+            app::serve(config::load(&args)?).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Validate(args) => validate(&args),
+        Command::Status(args) => status(&args).await,
+        Command::Resolve(args) => resolve(&args).await,
+    }
+}
+
+/// Checks the config and every manifest it reaches. Prints one line per problem.
+fn validate(args: &ServeArgs) -> Result<ExitCode> {
+    let cfg = config::load(args)?;
+    let (members, mut errors, mut warnings) =
+        directory::read_hub(&cfg.hub_directory).with_context(|| format!("cannot read hub directory {}", cfg.hub_directory.display()))?;
+    let mut index = Index::new();
+    let mut registry = Registry::new();
+    let now = Instant::now();
+    for member in &members {
+        registry.upsert(member.spec.clone(), now);
+        registry.heartbeat_ok(&member.spec.id, now);
+        let MemberSource::Directory(dir) = &member.source else {
+            continue;
+        };
+        match manifest::load_dir(dir) {
+            Ok(loaded) => {
+                warnings.extend(loaded.warnings.iter().cloned());
+                let (objects, problems) = directory::member_objects(loaded);
+                errors.extend(problems);
+                index.reset(&member.spec.id, objects);
+            }
+            Err(e) => errors.push(ManifestError {
+                file: dir.clone(),
+                object: format!("MemberCluster {}", member.spec.id),
+                reason: format!("member directory cannot be read: {e}"),
+            }),
+        }
+    }
+    let snapshot = Snapshot::build(1, &index, &registry, &Arc::new(TrafficPolicy::default()));
+    for w in &warnings {
+        println!("warning: {w}");
+    }
+    for view in snapshot.services() {
+        for c in &view.conflicts {
+            println!("warning: {}: ServiceExport {} in {}: conflict: {}", cfg.hub_directory.display(), view.key, c.cluster, c.reason);
+        }
+    }
+    for p in &snapshot.problems {
+        println!("error: cluster {}: {}: {}", p.cluster, p.object, p.reason);
+    }
+    for e in &errors {
+        println!("error: {e}");
+    }
+    let failed = errors.len() + snapshot.problems.len();
+    println!(
+        "{} member(s), {} exported service(s), {} endpoint(s); {} error(s), {} warning(s)",
+        members.len(),
+        snapshot.service_count(),
+        snapshot.sizes.endpoints,
+        failed,
+        warnings.len()
+    );
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn status(args: &ClientArgs) -> Result<ExitCode> {
+    let body = get_json(args.admin, "/debug/clusters").await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("snapshot {} ({})", body["version"], if body["synced"] == true { "synced" } else { "not synced yet" });
+    println!("{:<16} {:<12} {:<9} {:<10} {:<12} {:<10} {:>9}  REASON", "CLUSTER", "HEALTH", "WITHDRAWN", "REGION", "ZONE", "NETWORK", "ENDPOINTS");
+    for c in body["clusters"].as_array().into_iter().flatten() {
+        println!(
+            "{:<16} {:<12} {:<9} {:<10} {:<12} {:<10} {:>9}  {}",
+            text(&c["name"]),
+            text(&c["health"]),
+            c["withdrawn"],
+            text(&c["region"]),
+            text(&c["zone"]),
+            text(&c["network"]),
+            c["endpoints"],
+            text(&c["reason"]),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
+    let mut path = format!("/debug/resolve?name={}&type={}", encode(&args.name), encode(&args.qtype));
+    if let Some(c) = &args.from_cluster {
+        path.push_str(&format!("&cluster={}", encode(c)));
+    }
+    let body = get_json(args.client.admin, &path).await?;
+    if let Some(err) = body.get("error") {
+        bail!("{}", text(err));
+    }
+    if args.client.json {
+        println!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let from = body["client_cluster"].as_str().unwrap_or("an unknown cluster");
+    println!("{} {} from {from}: {}", text(&body["name"]), text(&body["qtype"]), text(&body["rcode"]));
+    for (section, key) in [("answer", "answers"), ("authority", "authority"), ("additional", "additionals")] {
+        for r in body[key].as_array().into_iter().flatten() {
+            println!("  {section:<10} {}", text(r));
+        }
+    }
+    let Some(d) = body.get("decision").filter(|d| !d.is_null()) else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    println!("decision for {}{}:", text(&d["service"]), if d["headless"] == true { " (headless)" } else { "" });
+    for tier in d["tiers"].as_array().into_iter().flatten() {
+        let reasons: Vec<String> = tier["reasons"].as_array().into_iter().flatten().map(text).collect();
+        println!("  priority {} ({}; {} ready):", tier["priority"], reasons.join(" + "), tier["ready"]);
+        for m in tier["clusters"].as_array().into_iter().flatten() {
+            println!(
+                "    {:<16} weight {:<5} ready {:<5}{}",
+                text(&m["cluster"]),
+                m["weight"],
+                m["ready"],
+                if m["via_gateway"] == true { " via its east-west gateway" } else { "" }
+            );
+        }
+    }
+    for f in d["filtered"].as_array().into_iter().flatten() {
+        let detail = f.get("detail").map(|d| format!(" ({})", text(d))).unwrap_or_default();
+        println!("  filtered {:<16} {}{detail}", text(&f["cluster"]), text(&f["reason"]));
+    }
+    if d["spills"].as_u64().unwrap_or(0) > 0 {
+        println!("  {} tier(s) spilled into the next for lack of healthy endpoints", d["spills"]);
+    }
+    for c in d["conflicts"].as_array().into_iter().flatten() {
+        println!("  conflict: {}", text(c));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A minimal HTTP/1.1 GET against the admin server (loopback, `Connection: close`).
+async fn get_json(admin: SocketAddr, path: &str) -> Result<Value> {
+    let mut stream = tokio::net::TcpStream::connect(admin)
+        .await
+        .with_context(|| format!("cannot reach meridian's admin server at {admin} (is `meridian serve` running? set --admin)"))?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP response")?;
+    let status = head.split_whitespace().nth(1).unwrap_or("");
+    let value: Value = serde_json::from_str(body).with_context(|| format!("admin server answered {status}: {body}"))?;
+    Ok(value)
+}

@@ -1,0 +1,249 @@
+//! The configuration file (`meridian.yaml`), overridden by flags and environment variables.
+//! Relative paths resolve against the file that names them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use ipnet::IpNet;
+use meridian_dns::{DnsConfig, Style, ZoneConfig};
+use serde::Deserialize;
+
+use crate::cli::ServeArgs;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct File {
+    #[serde(default)]
+    pub hub: HubSection,
+    #[serde(default)]
+    pub dns: DnsSection,
+    #[serde(default)]
+    pub xds: ListenSection,
+    #[serde(default)]
+    pub admin: ListenSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HubSection {
+    pub directory: Option<PathBuf>,
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DnsSection {
+    pub listen: Option<SocketAddr>,
+    pub zones: Option<Vec<ZoneSection>>,
+    pub ttl: Option<u32>,
+    pub max_answers: Option<u32>,
+    pub allow_transfer: Option<Vec<IpNet>>,
+    pub tcp_idle_timeout_seconds: Option<u64>,
+    pub udp_workers: Option<usize>,
+    pub cache_entries: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneSection {
+    pub name: String,
+    #[serde(default = "default_style")]
+    pub style: StyleName,
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StyleName {
+    Global,
+    Clusterset,
+}
+
+fn default_style() -> StyleName {
+    StyleName::Global
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenSection {
+    pub listen: Option<SocketAddr>,
+}
+
+/// The effective settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub hub_directory: PathBuf,
+    pub dns_listen: SocketAddr,
+    pub dns: DnsConfig,
+    pub xds_listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+}
+
+pub const DEFAULT_DNS: &str = "127.0.0.1:1053";
+pub const DEFAULT_XDS: &str = "127.0.0.1:18000";
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:9180";
+
+/// Reads the file (if any) and applies the flags over it.
+pub fn load(args: &ServeArgs) -> Result<Config> {
+    let (file, base) = match &args.config {
+        Some(path) => (read_file(path)?, path.parent().map(Path::to_path_buf).unwrap_or_default()),
+        None => (File::default(), std::env::current_dir()?),
+    };
+    resolve(file, &base, args)
+}
+
+pub fn read_file(path: &Path) -> Result<File> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+    serde_yaml_ng::from_str(&text).with_context(|| format!("{}: invalid config", path.display()))
+}
+
+fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
+    if file.hub.kubeconfig.is_some() || file.hub.context.is_some() {
+        bail!("hub.kubeconfig: a Kubernetes hub is not available in this build; use hub.directory");
+    }
+    let hub_directory = match (&args.hub_directory, &file.hub.directory) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(dir)) => base.join(dir),
+        (None, None) => bail!("hub.directory is required (config file or --hub-directory)"),
+    };
+    let zones = match (&args.dns.zones, &file.dns.zones) {
+        (z, _) if !z.is_empty() => z.iter().map(|s| parse_zone_flag(s)).collect::<Result<Vec<_>>>()?,
+        (_, Some(z)) => z.clone(),
+        _ => vec![
+            ZoneSection {
+                name: "global".into(),
+                style: StyleName::Global,
+                namespace: None,
+            },
+            ZoneSection {
+                name: "clusterset.local".into(),
+                style: StyleName::Clusterset,
+                namespace: None,
+            },
+        ],
+    };
+    if zones.is_empty() {
+        bail!("dns.zones: at least one zone is required");
+    }
+    let zones = zones
+        .into_iter()
+        .map(|z| {
+            let style = match z.style {
+                StyleName::Global => Style::Global,
+                StyleName::Clusterset => Style::Clusterset,
+            };
+            ZoneConfig::new(&z.name, style, z.namespace).map_err(anyhow::Error::msg)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let dns_listen = args.dns.listen.or(file.dns.listen).unwrap_or_else(|| DEFAULT_DNS.parse().expect("default"));
+    let defaults = DnsConfig::default();
+    let dns = DnsConfig {
+        zones,
+        ttl: args.dns.ttl.or(file.dns.ttl).unwrap_or(defaults.ttl),
+        max_answers: args.dns.max_answers.or(file.dns.max_answers).unwrap_or(defaults.max_answers),
+        allow_transfer: if args.dns.allow_transfer.is_empty() {
+            file.dns.allow_transfer.unwrap_or_default()
+        } else {
+            args.dns.allow_transfer.clone()
+        },
+        tcp_idle_timeout: Duration::from_secs(
+            args.dns
+                .tcp_idle_timeout_seconds
+                .or(file.dns.tcp_idle_timeout_seconds)
+                .unwrap_or(defaults.tcp_idle_timeout.as_secs()),
+        ),
+        ns_address: (!dns_listen.ip().is_unspecified()).then_some(dns_listen.ip()),
+        udp_workers: args.dns.udp_workers.or(file.dns.udp_workers).unwrap_or(defaults.udp_workers).max(1),
+        cache_entries: args.dns.cache_entries.or(file.dns.cache_entries).unwrap_or(defaults.cache_entries),
+    };
+    Ok(Config {
+        hub_directory,
+        dns_listen,
+        dns,
+        xds_listen: args.xds_listen.or(file.xds.listen).unwrap_or_else(|| DEFAULT_XDS.parse().expect("default")),
+        admin_listen: args.admin_listen.or(file.admin.listen).unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("default")),
+    })
+}
+
+/// `NAME[:STYLE[:NAMESPACE]]`, as `--dns-zone` takes it.
+fn parse_zone_flag(s: &str) -> Result<ZoneSection> {
+    let mut parts = s.split(':');
+    let name = parts.next().unwrap_or_default().to_string();
+    let style = match parts.next() {
+        None | Some("global") => StyleName::Global,
+        Some("clusterset") => StyleName::Clusterset,
+        Some(other) => bail!("--dns-zone {s:?}: unknown style {other:?} (global or clusterset)"),
+    };
+    Ok(ZoneSection {
+        name,
+        style,
+        namespace: parts.next().map(str::to_string),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> ServeArgs {
+        let mut argv = vec!["serve"];
+        argv.extend_from_slice(extra);
+        ServeArgs::parse_from(argv)
+    }
+
+    fn parse(yaml: &str) -> Result<File> {
+        Ok(serde_yaml_ng::from_str(yaml)?)
+    }
+
+    #[test]
+    fn the_documented_shape_parses_and_paths_resolve_against_the_file() {
+        let file = parse(
+            "hub:\n  directory: hub\ndns:\n  listen: 127.0.0.1:1053\n  zones:\n    - {name: global, style: global}\n    - {name: clusterset.local, style: clusterset}\n  ttl: 5\nxds:\n  listen: 127.0.0.1:18000\nadmin:\n  listen: 127.0.0.1:9180\n",
+        )
+        .unwrap();
+        let cfg = resolve(file, Path::new("/etc/meridian"), &args(&[])).unwrap();
+        assert_eq!(cfg.hub_directory, PathBuf::from("/etc/meridian/hub"));
+        assert_eq!(cfg.dns.zones.len(), 2);
+        assert_eq!(cfg.dns.zones[1].style, Style::Clusterset);
+        assert_eq!(cfg.dns.ttl, 5);
+        assert_eq!(cfg.admin_listen, "127.0.0.1:9180".parse().unwrap());
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let file = parse("hub: {directory: hub}\ndns: {ttl: 5, listen: 127.0.0.1:1053}\n").unwrap();
+        let cfg = resolve(
+            file,
+            Path::new("/x"),
+            &args(&["--dns-ttl", "30", "--dns-listen", "127.0.0.2:53", "--dns-zone", "example:global:shop", "--hub-directory", "/h"]),
+        )
+        .unwrap();
+        assert_eq!(cfg.dns.ttl, 30);
+        assert_eq!(cfg.dns_listen, "127.0.0.2:53".parse().unwrap());
+        assert_eq!(cfg.dns.zones[0].namespace.as_deref(), Some("shop"));
+        assert_eq!(cfg.hub_directory, PathBuf::from("/h"));
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_errors() {
+        let e = parse("hub: {directory: hub}\ndns: {tll: 5}\n").unwrap_err();
+        assert!(format!("{e:#}").contains("unknown field `tll`"), "{e:#}");
+        let e = parse("dns: {listen: nowhere}\n").unwrap_err();
+        assert!(format!("{e:#}").contains("invalid socket address"), "{e:#}");
+        let e = parse("dns: {zones: [{name: global, style: galactic}]}\n").unwrap_err();
+        assert!(format!("{e:#}").contains("unknown variant `galactic`"), "{e:#}");
+        let e = resolve(parse("dns: {ttl: 5}\n").unwrap(), Path::new("/"), &args(&[])).unwrap_err();
+        assert!(e.to_string().contains("hub.directory is required"));
+        let e = resolve(
+            parse("hub: {directory: h}\ndns: {zones: [{name: clusterset.local, style: clusterset, namespace: x}]}\n").unwrap(),
+            Path::new("/"),
+            &args(&[]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("global style only"), "{e}");
+    }
+}
