@@ -1,0 +1,201 @@
+"""Shared fixtures for the end-to-end tests: a copy of the quickstart fleet on disk and a
+real `meridian serve` process on free loopback ports, queried with real DNS clients.
+
+The binary is target/release/meridian unless MERIDIAN_BIN says otherwise; tests/run builds
+it before pytest starts.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import dns.message
+import dns.query
+import dns.rdatatype
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("MERIDIAN_BIN", ROOT / "target" / "release" / "meridian"))
+QUICKSTART = ROOT / "examples" / "quickstart"
+
+# The quickstart's clusters and the source addresses that belong to them (dnsClientCIDRs).
+FROM_EU1 = "127.0.1.1"
+FROM_EU2 = "127.0.2.1"
+FROM_US1 = "127.0.3.1"
+FROM_UNKNOWN = "127.0.9.9"
+
+
+def free_port():
+    """A port free for both UDP and TCP on 127.0.0.1."""
+    for _ in range(50):
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.bind(("127.0.0.1", 0))
+        port = tcp.getsockname()[1]
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            udp.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            udp.close()
+            tcp.close()
+        return port
+    raise RuntimeError("no free port")
+
+
+class Fleet:
+    """A writable copy of a fleet directory (hub/ and clusters/)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.config = root / "meridian.yaml"
+        self.hub = root / "hub"
+        self.clusters = root / "clusters"
+
+    def cluster_dir(self, name):
+        return self.clusters / name
+
+    def write(self, relative, text):
+        """Writes a file atomically (rename), as editors and kubectl-based sync tools do."""
+        path = self.root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name("." + path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.rename(path)
+
+    def set_health(self, heartbeat=1, unreachable=2, withdraw=3):
+        """Short health timings for every member, so failure tests run in seconds."""
+        text = (self.hub / "members.yaml").read_text()
+        text = text.replace(
+            "  source: {directory:",
+            f"  health: {{heartbeatSeconds: {heartbeat}, unreachableAfterSeconds: {unreachable}, withdrawAfterSeconds: {withdraw}}}\n  source: {{directory:",
+        )
+        self.write("hub/members.yaml", text)
+
+
+class Meridian:
+    """A running `meridian serve`."""
+
+    def __init__(self, fleet: Fleet, extra_args=(), env=None):
+        self.fleet = fleet
+        self.dns_port = free_port()
+        self.admin_port = free_port()
+        self.log = fleet.root / "meridian.log"
+        args = [
+            str(BIN), "serve", "--config", str(fleet.config),
+            "--dns-listen", f"127.0.0.1:{self.dns_port}",
+            "--admin-listen", f"127.0.0.1:{self.admin_port}",
+            "--xds-listen", f"127.0.0.1:{free_port()}",
+            *extra_args,
+        ]
+        self.proc = subprocess.Popen(
+            args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+            env={**os.environ, "MERIDIAN_LOG": "debug,hickory_server=info", **(env or {})},
+        )
+        self.wait_ready()
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.admin_port}{path}"
+
+    def http(self, path):
+        """(status, body) of a GET on the admin server."""
+        try:
+            with urllib.request.urlopen(self.url(path), timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def wait_ready(self, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"meridian exited with {self.proc.returncode}:\n{self.log.read_text()}")
+            try:
+                if self.http("/readyz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"meridian not ready after {timeout}s:\n{self.log.read_text()}")
+
+    def query(self, name, rdtype="A", source=FROM_UNKNOWN, tcp=False, **make_kwargs):
+        """A dnspython query; returns the response message."""
+        q = dns.message.make_query(name, rdtype, **make_kwargs)
+        q.flags &= ~dns.flags.RD
+        if tcp:
+            return dns.query.tcp(q, "127.0.0.1", port=self.dns_port, source=source, timeout=5)
+        return dns.query.udp(q, "127.0.0.1", port=self.dns_port, source=source, timeout=5, ignore_trailing=False)
+
+    def addresses(self, name, rdtype="A", source=FROM_UNKNOWN):
+        r = self.query(name, rdtype, source=source)
+        return sorted(rr.address for rrset in r.answer for rr in rrset)
+
+    def wait_for(self, predicate, timeout=10, interval=0.05, what="condition"):
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            last = predicate()
+            if last:
+                return last
+            time.sleep(interval)
+        raise AssertionError(f"timed out waiting for {what}; last value {last!r}\n--- log tail ---\n{self.log_tail()}")
+
+    def log_tail(self, lines=40):
+        return "\n".join(self.log.read_text().splitlines()[-lines:])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def meridian_binary():
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing: build it with `cargo build --release` (tests/run does)")
+    return BIN
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    root = tmp_path / "fleet"
+    shutil.copytree(QUICKSTART, root)
+    return Fleet(root)
+
+
+@pytest.fixture
+def meridian(fleet):
+    m = Meridian(fleet)
+    yield m
+    m.stop()
+
+
+@pytest.fixture
+def start_meridian():
+    """Starts meridian on a fleet prepared by the test (e.g. with short health timings)."""
+    started = []
+
+    def start(fleet, *extra_args, env=None):
+        m = Meridian(fleet, extra_args, env)
+        started.append(m)
+        return m
+
+    yield start
+    for m in started:
+        m.stop()
+
+
+def require_tool(name):
+    """Fails loudly (never skips) when a test peer is missing."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed; tests/run installs the test peers (apt-get install ...)")
+    return path
