@@ -702,3 +702,6 @@ fn service_name(zone: &Zone, view: &ServiceView) -> Name {
         (Style::Clusterset, _) => child_name(&[&view.key.name, &view.key.namespace, "svc"], &zone.apex),
     }
 }
+
+#[cfg(test)]
+mod tests;
