@@ -173,7 +173,8 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
 fn typed<T: DeserializeOwned>(value: Value) -> Result<(T, Vec<String>), serde_yaml_ng::Error> {
     let mut unknown = Vec::new();
     let parsed = serde_ignored::deserialize(value, |path| {
-        let path = path.to_string();
+        // `?` marks an Option on the way down; users know the field path without it.
+        let path = path.to_string().replace(".?", "").replace("?.", "");
         // kube-derive's root types identify themselves without reading these two.
         if path != "apiVersion" && path != "kind" {
             unknown.push(path);
