@@ -50,14 +50,25 @@ async fn readyz(State(s): State<AdminState>) -> Response {
     if snap.synced {
         (StatusCode::OK, "ready\n").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "waiting for every member to sync or fail once\n").into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for every member to sync or fail once\n",
+        )
+            .into_response()
     }
 }
 
 async fn metrics(State(s): State<AdminState>) -> Response {
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &s.metrics) {
-        Ok(()) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response(),
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
@@ -99,7 +110,12 @@ async fn debug_clusters(State(s): State<AdminState>) -> Json<Value> {
 
 async fn debug_services(State(s): State<AdminState>) -> Json<Value> {
     let snap = s.snapshot();
-    let name = |i: usize| snap.clusters.get(i).map(|c| c.spec.id.to_string()).unwrap_or_default();
+    let name = |i: usize| {
+        snap.clusters
+            .get(i)
+            .map(|c| c.spec.id.to_string())
+            .unwrap_or_default()
+    };
     let services: Vec<Value> = snap
         .services()
         .map(|v| {
@@ -140,9 +156,19 @@ fn default_type() -> String {
 
 async fn debug_resolve(State(s): State<AdminState>, Query(q): Query<ResolveQuery>) -> Response {
     let snap = s.snapshot();
-    match explain(s.dns.answerer(), &snap, &q.name, &q.qtype, q.cluster.as_deref().filter(|c| !c.is_empty())) {
+    match explain(
+        s.dns.answerer(),
+        &snap,
+        &q.name,
+        &q.qtype,
+        q.cluster.as_deref().filter(|c| !c.is_empty()),
+    ) {
         Ok(e) => Json(e).into_response(),
-        Err(e) => (StatusCode::BAD_REQUEST, Json(json!({ "error": e.to_string() }))).into_response(),
+        Err(e) => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({ "error": e.to_string() })),
+        )
+            .into_response(),
     }
 }
 
@@ -169,15 +195,51 @@ impl prometheus_client::collector::Collector for FleetCollector {
         let snap = self.snapshots.borrow().clone();
         let sizes = snap.sizes;
         let gauges: [(&str, &str, i64); 9] = [
-            ("index_clusters", "Clusters with objects in the index", sizes.clusters as i64),
-            ("index_services", "Services in the index (all clusters)", sizes.services as i64),
-            ("index_exports", "ServiceExports in the index", sizes.exports as i64),
-            ("index_slices", "EndpointSlices in the index", sizes.slices as i64),
-            ("index_endpoints", "Endpoints in the index", sizes.endpoints as i64),
-            ("index_imports", "ServiceImports in the index", sizes.imports as i64),
-            ("exported_services", "Services exported and served", snap.service_count() as i64),
-            ("snapshot_version", "Version of the snapshot being served", snap.version as i64),
-            ("problems", "Input objects rejected (see /debug/problems)", snap.problems.len() as i64),
+            (
+                "index_clusters",
+                "Clusters with objects in the index",
+                sizes.clusters as i64,
+            ),
+            (
+                "index_services",
+                "Services in the index (all clusters)",
+                sizes.services as i64,
+            ),
+            (
+                "index_exports",
+                "ServiceExports in the index",
+                sizes.exports as i64,
+            ),
+            (
+                "index_slices",
+                "EndpointSlices in the index",
+                sizes.slices as i64,
+            ),
+            (
+                "index_endpoints",
+                "Endpoints in the index",
+                sizes.endpoints as i64,
+            ),
+            (
+                "index_imports",
+                "ServiceImports in the index",
+                sizes.imports as i64,
+            ),
+            (
+                "exported_services",
+                "Services exported and served",
+                snap.service_count() as i64,
+            ),
+            (
+                "snapshot_version",
+                "Version of the snapshot being served",
+                snap.version as i64,
+            ),
+            (
+                "problems",
+                "Input objects rejected (see /debug/problems)",
+                snap.problems.len() as i64,
+            ),
         ];
         for (name, help, value) in gauges {
             let gauge = ConstGauge::new(value);
@@ -187,7 +249,11 @@ impl prometheus_client::collector::Collector for FleetCollector {
         let endpoints = Family::<ClusterLabels, Gauge>::default();
         let withdrawn = Family::<ClusterLabels, Gauge>::default();
         for c in &snap.clusters {
-            for state in [meridian_core::Health::Healthy, meridian_core::Health::Degraded, meridian_core::Health::Unreachable] {
+            for state in [
+                meridian_core::Health::Healthy,
+                meridian_core::Health::Degraded,
+                meridian_core::Health::Unreachable,
+            ] {
                 health
                     .get_or_create(&HealthLabels {
                         cluster: c.spec.id.to_string(),
@@ -201,9 +267,24 @@ impl prometheus_client::collector::Collector for FleetCollector {
             endpoints.get_or_create(&labels).set(c.endpoints as i64);
             withdrawn.get_or_create(&labels).set(i64::from(c.withdrawn));
         }
-        health.encode(encoder.encode_descriptor("cluster_health", "1 for the member's current health state", None, health.metric_type())?)?;
-        endpoints.encode(encoder.encode_descriptor("cluster_endpoints", "Endpoints held for the member", None, endpoints.metric_type())?)?;
-        withdrawn.encode(encoder.encode_descriptor("cluster_withdrawn", "1 while the member's endpoints are withdrawn", None, withdrawn.metric_type())?)?;
+        health.encode(encoder.encode_descriptor(
+            "cluster_health",
+            "1 for the member's current health state",
+            None,
+            health.metric_type(),
+        )?)?;
+        endpoints.encode(encoder.encode_descriptor(
+            "cluster_endpoints",
+            "Endpoints held for the member",
+            None,
+            endpoints.metric_type(),
+        )?)?;
+        withdrawn.encode(encoder.encode_descriptor(
+            "cluster_withdrawn",
+            "1 while the member's endpoints are withdrawn",
+            None,
+            withdrawn.metric_type(),
+        )?)?;
         Ok(())
     }
 }

@@ -29,7 +29,10 @@ pub struct App {
 impl App {
     pub async fn start(cfg: Config) -> Result<Self> {
         if !cfg.hub_directory.is_dir() {
-            bail!("hub directory {} does not exist", cfg.hub_directory.display());
+            bail!(
+                "hub directory {} does not exist",
+                cfg.hub_directory.display()
+            );
         }
         let mut metrics = Registry::with_prefix("meridian");
         let (publish, snapshots) = watch::channel(Arc::new(Snapshot::empty()));
@@ -40,8 +43,15 @@ impl App {
             tokio::spawn(directory::run_hub(cfg.hub_directory.clone(), events_tx)),
         ];
         // The SOA serial keeps growing across restarts: start time plus snapshot version.
-        let serial_base = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as u32);
-        let dns = Dns::new(cfg.dns.clone(), serial_base, snapshots.clone(), metrics.sub_registry_with_prefix("dns"));
+        let serial_base = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as u32);
+        let dns = Dns::new(
+            cfg.dns.clone(),
+            serial_base,
+            snapshots.clone(),
+            metrics.sub_registry_with_prefix("dns"),
+        );
         let dns_listeners = meridian_dns::serve(dns.clone(), cfg.dns_listen)
             .await
             .with_context(|| format!("cannot listen for DNS on {}", cfg.dns_listen))?;

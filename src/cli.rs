@@ -7,7 +7,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use ipnet::IpNet;
 
 #[derive(Debug, Parser)]
-#[command(name = "meridian", version, about = "One control plane for a fleet of Kubernetes clusters: authoritative DNS and xDS from one scheduling core")]
+#[command(
+    name = "meridian",
+    version,
+    about = "One control plane for a fleet of Kubernetes clusters: authoritative DNS and xDS from one scheduling core"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -67,10 +71,17 @@ pub struct DnsArgs {
     #[arg(long = "dns-max-answers", env = "MERIDIAN_DNS_MAX_ANSWERS")]
     pub max_answers: Option<u32>,
     /// CIDRs allowed to AXFR (default: none).
-    #[arg(long = "dns-allow-transfer", env = "MERIDIAN_DNS_ALLOW_TRANSFER", value_delimiter = ',')]
+    #[arg(
+        long = "dns-allow-transfer",
+        env = "MERIDIAN_DNS_ALLOW_TRANSFER",
+        value_delimiter = ','
+    )]
     pub allow_transfer: Vec<IpNet>,
     /// Idle TCP connections are closed after this many seconds.
-    #[arg(long = "dns-tcp-idle-timeout-seconds", env = "MERIDIAN_DNS_TCP_IDLE_TIMEOUT_SECONDS")]
+    #[arg(
+        long = "dns-tcp-idle-timeout-seconds",
+        env = "MERIDIAN_DNS_TCP_IDLE_TIMEOUT_SECONDS"
+    )]
     pub tcp_idle_timeout_seconds: Option<u64>,
     /// Threads serving UDP.
     #[arg(long = "dns-udp-workers", env = "MERIDIAN_DNS_UDP_WORKERS")]
@@ -102,4 +113,16 @@ pub struct ResolveArgs {
     pub from_cluster: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+impl ServeArgs {
+    /// Parses the arguments of `serve` alone (for tests and for embedding the app).
+    pub fn from_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let command = <Self as Args>::augment_args(clap::Command::new("serve"));
+        <Self as clap::FromArgMatches>::from_arg_matches(&command.try_get_matches_from(args)?)
+    }
 }

@@ -31,8 +31,8 @@ pub async fn run(command: Command) -> Result<ExitCode> {
 /// Checks the config and every manifest it reaches. Prints one line per problem.
 fn validate(args: &ServeArgs) -> Result<ExitCode> {
     let cfg = config::load(args)?;
-    let (members, mut errors, mut warnings) =
-        directory::read_hub(&cfg.hub_directory).with_context(|| format!("cannot read hub directory {}", cfg.hub_directory.display()))?;
+    let (members, mut errors, mut warnings) = directory::read_hub(&cfg.hub_directory)
+        .with_context(|| format!("cannot read hub directory {}", cfg.hub_directory.display()))?;
     let mut index = Index::new();
     let mut registry = Registry::new();
     let now = Instant::now();
@@ -62,7 +62,13 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
     }
     for view in snapshot.services() {
         for c in &view.conflicts {
-            println!("warning: {}: ServiceExport {} in {}: conflict: {}", cfg.hub_directory.display(), view.key, c.cluster, c.reason);
+            println!(
+                "warning: {}: ServiceExport {} in {}: conflict: {}",
+                cfg.hub_directory.display(),
+                view.key,
+                c.cluster,
+                c.reason
+            );
         }
     }
     for p in &snapshot.problems {
@@ -80,7 +86,11 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
         failed,
         warnings.len()
     );
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 async fn status(args: &ClientArgs) -> Result<ExitCode> {
@@ -89,8 +99,19 @@ async fn status(args: &ClientArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("snapshot {} ({})", body["version"], if body["synced"] == true { "synced" } else { "not synced yet" });
-    println!("{:<16} {:<12} {:<9} {:<10} {:<12} {:<10} {:>9}  REASON", "CLUSTER", "HEALTH", "WITHDRAWN", "REGION", "ZONE", "NETWORK", "ENDPOINTS");
+    println!(
+        "snapshot {} ({})",
+        body["version"],
+        if body["synced"] == true {
+            "synced"
+        } else {
+            "not synced yet"
+        }
+    );
+    println!(
+        "{:<16} {:<12} {:<9} {:<10} {:<12} {:<10} {:>9}  REASON",
+        "CLUSTER", "HEALTH", "WITHDRAWN", "REGION", "ZONE", "NETWORK", "ENDPOINTS"
+    );
     for c in body["clusters"].as_array().into_iter().flatten() {
         println!(
             "{:<16} {:<12} {:<9} {:<10} {:<12} {:<10} {:>9}  {}",
@@ -108,7 +129,11 @@ async fn status(args: &ClientArgs) -> Result<ExitCode> {
 }
 
 async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
-    let mut path = format!("/debug/resolve?name={}&type={}", encode(&args.name), encode(&args.qtype));
+    let mut path = format!(
+        "/debug/resolve?name={}&type={}",
+        encode(&args.name),
+        encode(&args.qtype)
+    );
     if let Some(c) = &args.from_cluster {
         path.push_str(&format!("&cluster={}", encode(c)));
     }
@@ -120,9 +145,20 @@ async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let from = body["client_cluster"].as_str().unwrap_or("an unknown cluster");
-    println!("{} {} from {from}: {}", text(&body["name"]), text(&body["qtype"]), text(&body["rcode"]));
-    for (section, key) in [("answer", "answers"), ("authority", "authority"), ("additional", "additionals")] {
+    let from = body["client_cluster"]
+        .as_str()
+        .unwrap_or("an unknown cluster");
+    println!(
+        "{} {} from {from}: {}",
+        text(&body["name"]),
+        text(&body["qtype"]),
+        text(&body["rcode"])
+    );
+    for (section, key) in [
+        ("answer", "answers"),
+        ("authority", "authority"),
+        ("additional", "additionals"),
+    ] {
         for r in body[key].as_array().into_iter().flatten() {
             println!("  {section:<10} {}", text(r));
         }
@@ -130,26 +166,58 @@ async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
     let Some(d) = body.get("decision").filter(|d| !d.is_null()) else {
         return Ok(ExitCode::SUCCESS);
     };
-    println!("decision for {}{}:", text(&d["service"]), if d["headless"] == true { " (headless)" } else { "" });
+    println!(
+        "decision for {}{}:",
+        text(&d["service"]),
+        if d["headless"] == true {
+            " (headless)"
+        } else {
+            ""
+        }
+    );
     for tier in d["tiers"].as_array().into_iter().flatten() {
-        let reasons: Vec<String> = tier["reasons"].as_array().into_iter().flatten().map(text).collect();
-        println!("  priority {} ({}; {} ready):", tier["priority"], reasons.join(" + "), tier["ready"]);
+        let reasons: Vec<String> = tier["reasons"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        println!(
+            "  priority {} ({}; {} ready):",
+            tier["priority"],
+            reasons.join(" + "),
+            tier["ready"]
+        );
         for m in tier["clusters"].as_array().into_iter().flatten() {
             println!(
                 "    {:<16} weight {:<5} ready {:<5}{}",
                 text(&m["cluster"]),
                 m["weight"],
                 m["ready"],
-                if m["via_gateway"] == true { " via its east-west gateway" } else { "" }
+                if m["via_gateway"] == true {
+                    " via its east-west gateway"
+                } else {
+                    ""
+                }
             );
         }
     }
     for f in d["filtered"].as_array().into_iter().flatten() {
-        let detail = f.get("detail").map(|d| format!(" ({})", text(d))).unwrap_or_default();
-        println!("  filtered {:<16} {}{detail}", text(&f["cluster"]), text(&f["reason"]));
+        let detail = f
+            .get("detail")
+            .map(|d| format!(" ({})", text(d)))
+            .unwrap_or_default();
+        println!(
+            "  filtered {:<16} {}{detail}",
+            text(&f["cluster"]),
+            text(&f["reason"])
+        );
     }
     if d["spills"].as_u64().unwrap_or(0) > 0 {
-        println!("  {} tier(s) spilled into the next for lack of healthy endpoints", d["spills"]);
+        println!(
+            "  {} tier(s) spilled into the next for lack of healthy endpoints",
+            d["spills"]
+        );
     }
     for c in d["conflicts"].as_array().into_iter().flatten() {
         println!("  conflict: {}", text(c));
@@ -184,8 +252,11 @@ async fn get_json(admin: SocketAddr, path: &str) -> Result<Value> {
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;
     let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP response")?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
     let status = head.split_whitespace().nth(1).unwrap_or("");
-    let value: Value = serde_json::from_str(body).with_context(|| format!("admin server answered {status}: {body}"))?;
+    let value: Value = serde_json::from_str(body)
+        .with_context(|| format!("admin server answered {status}: {body}"))?;
     Ok(value)
 }

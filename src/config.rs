@@ -89,14 +89,18 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:9180";
 /// Reads the file (if any) and applies the flags over it.
 pub fn load(args: &ServeArgs) -> Result<Config> {
     let (file, base) = match &args.config {
-        Some(path) => (read_file(path)?, path.parent().map(Path::to_path_buf).unwrap_or_default()),
+        Some(path) => (
+            read_file(path)?,
+            path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        ),
         None => (File::default(), std::env::current_dir()?),
     };
     resolve(file, &base, args)
 }
 
 pub fn read_file(path: &Path) -> Result<File> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config {}", path.display()))?;
     serde_yaml_ng::from_str(&text).with_context(|| format!("{}: invalid config", path.display()))
 }
 
@@ -110,7 +114,10 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
         (None, None) => bail!("hub.directory is required (config file or --hub-directory)"),
     };
     let zones = match (&args.dns.zones, &file.dns.zones) {
-        (z, _) if !z.is_empty() => z.iter().map(|s| parse_zone_flag(s)).collect::<Result<Vec<_>>>()?,
+        (z, _) if !z.is_empty() => z
+            .iter()
+            .map(|s| parse_zone_flag(s))
+            .collect::<Result<Vec<_>>>()?,
         (_, Some(z)) => z.clone(),
         _ => vec![
             ZoneSection {
@@ -138,12 +145,20 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
             ZoneConfig::new(&z.name, style, z.namespace).map_err(anyhow::Error::msg)
         })
         .collect::<Result<Vec<_>>>()?;
-    let dns_listen = args.dns.listen.or(file.dns.listen).unwrap_or_else(|| DEFAULT_DNS.parse().expect("default"));
+    let dns_listen = args
+        .dns
+        .listen
+        .or(file.dns.listen)
+        .unwrap_or_else(|| DEFAULT_DNS.parse().expect("default"));
     let defaults = DnsConfig::default();
     let dns = DnsConfig {
         zones,
         ttl: args.dns.ttl.or(file.dns.ttl).unwrap_or(defaults.ttl),
-        max_answers: args.dns.max_answers.or(file.dns.max_answers).unwrap_or(defaults.max_answers),
+        max_answers: args
+            .dns
+            .max_answers
+            .or(file.dns.max_answers)
+            .unwrap_or(defaults.max_answers),
         allow_transfer: if args.dns.allow_transfer.is_empty() {
             file.dns.allow_transfer.unwrap_or_default()
         } else {
@@ -156,15 +171,30 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
                 .unwrap_or(defaults.tcp_idle_timeout.as_secs()),
         ),
         ns_address: (!dns_listen.ip().is_unspecified()).then_some(dns_listen.ip()),
-        udp_workers: args.dns.udp_workers.or(file.dns.udp_workers).unwrap_or(defaults.udp_workers).max(1),
-        cache_entries: args.dns.cache_entries.or(file.dns.cache_entries).unwrap_or(defaults.cache_entries),
+        udp_workers: args
+            .dns
+            .udp_workers
+            .or(file.dns.udp_workers)
+            .unwrap_or(defaults.udp_workers)
+            .max(1),
+        cache_entries: args
+            .dns
+            .cache_entries
+            .or(file.dns.cache_entries)
+            .unwrap_or(defaults.cache_entries),
     };
     Ok(Config {
         hub_directory,
         dns_listen,
         dns,
-        xds_listen: args.xds_listen.or(file.xds.listen).unwrap_or_else(|| DEFAULT_XDS.parse().expect("default")),
-        admin_listen: args.admin_listen.or(file.admin.listen).unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("default")),
+        xds_listen: args
+            .xds_listen
+            .or(file.xds.listen)
+            .unwrap_or_else(|| DEFAULT_XDS.parse().expect("default")),
+        admin_listen: args
+            .admin_listen
+            .or(file.admin.listen)
+            .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("default")),
     })
 }
 
@@ -187,12 +217,11 @@ fn parse_zone_flag(s: &str) -> Result<ZoneSection> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     fn args(extra: &[&str]) -> ServeArgs {
         let mut argv = vec!["serve"];
         argv.extend_from_slice(extra);
-        ServeArgs::parse_from(argv)
+        ServeArgs::from_args(argv).unwrap()
     }
 
     fn parse(yaml: &str) -> Result<File> {
@@ -219,7 +248,16 @@ mod tests {
         let cfg = resolve(
             file,
             Path::new("/x"),
-            &args(&["--dns-ttl", "30", "--dns-listen", "127.0.0.2:53", "--dns-zone", "example:global:shop", "--hub-directory", "/h"]),
+            &args(&[
+                "--dns-ttl",
+                "30",
+                "--dns-listen",
+                "127.0.0.2:53",
+                "--dns-zone",
+                "example:global:shop",
+                "--hub-directory",
+                "/h",
+            ]),
         )
         .unwrap();
         assert_eq!(cfg.dns.ttl, 30);
@@ -235,8 +273,16 @@ mod tests {
         let e = parse("dns: {listen: nowhere}\n").unwrap_err();
         assert!(format!("{e:#}").contains("invalid socket address"), "{e:#}");
         let e = parse("dns: {zones: [{name: global, style: galactic}]}\n").unwrap_err();
-        assert!(format!("{e:#}").contains("unknown variant `galactic`"), "{e:#}");
-        let e = resolve(parse("dns: {ttl: 5}\n").unwrap(), Path::new("/"), &args(&[])).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("unknown variant `galactic`"),
+            "{e:#}"
+        );
+        let e = resolve(
+            parse("dns: {ttl: 5}\n").unwrap(),
+            Path::new("/"),
+            &args(&[]),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("hub.directory is required"));
         let e = resolve(
             parse("hub: {directory: h}\ndns: {zones: [{name: clusterset.local, style: clusterset, namespace: x}]}\n").unwrap(),

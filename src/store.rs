@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meridian_controllers::{ManifestError, SourceEvent};
-use meridian_core::{ClusterId, Index, Problem, Registry, Snapshot, Transition, TrafficPolicy};
+use meridian_core::{ClusterId, Index, Problem, Registry, Snapshot, TrafficPolicy, Transition};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -48,9 +48,21 @@ pub struct Store {
 impl Store {
     pub fn new(publish: watch::Sender<Arc<Snapshot>>, metrics: &mut Metrics) -> Self {
         let m = StoreMetrics::default();
-        metrics.register("registry_transitions", "Member health transitions, by cluster and new state", m.transitions.clone());
-        metrics.register("registry_withdrawals", "Members withdrawn from DNS and xDS (to=withdrawn) or restored (to=restored)", m.withdrawals.clone());
-        metrics.register("snapshots_published", "Snapshots published to DNS", m.snapshots.clone());
+        metrics.register(
+            "registry_transitions",
+            "Member health transitions, by cluster and new state",
+            m.transitions.clone(),
+        );
+        metrics.register(
+            "registry_withdrawals",
+            "Members withdrawn from DNS and xDS (to=withdrawn) or restored (to=restored)",
+            m.withdrawals.clone(),
+        );
+        metrics.register(
+            "snapshots_published",
+            "Snapshots published to DNS",
+            m.snapshots.clone(),
+        );
         Self {
             index: Index::new(),
             registry: Registry::new(),
@@ -93,7 +105,10 @@ impl Store {
     }
 
     fn next_deadline(&self) -> Instant {
-        let mut deadline = self.registry.next_deadline().unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let mut deadline = self
+            .registry
+            .next_deadline()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         if !self.synced(Instant::now()) {
             deadline = deadline.min(self.started + SYNC_DEADLINE);
         }
@@ -116,7 +131,12 @@ impl Store {
                 self.hub_read = true;
                 self.hub_problems = problems;
                 let wanted: Vec<ClusterId> = specs.iter().map(|s| s.id.clone()).collect();
-                let gone: Vec<ClusterId> = self.registry.ids().filter(|id| !wanted.contains(id)).cloned().collect();
+                let gone: Vec<ClusterId> = self
+                    .registry
+                    .ids()
+                    .filter(|id| !wanted.contains(id))
+                    .cloned()
+                    .collect();
                 let mut changed = first;
                 for id in gone {
                     info!(cluster = %id, "member removed from the hub");
@@ -130,7 +150,11 @@ impl Store {
                 }
                 changed
             }
-            SourceEvent::Reset { cluster, objects, problems } => {
+            SourceEvent::Reset {
+                cluster,
+                objects,
+                problems,
+            } => {
                 if self.registry.spec(&cluster).is_none() {
                     return false;
                 }
@@ -189,7 +213,11 @@ impl Store {
             .hub_problems
             .iter()
             .map(|p| (ClusterId::new("hub"), p))
-            .chain(self.member_problems.iter().flat_map(|(c, ps)| ps.iter().map(move |p| (c.clone(), p))));
+            .chain(
+                self.member_problems
+                    .iter()
+                    .flat_map(|(c, ps)| ps.iter().map(move |p| (c.clone(), p))),
+            );
         for (cluster, p) in manifest_problems {
             snapshot.problems.push(Problem {
                 cluster,

@@ -25,23 +25,29 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 async fn start(dir: &Path) -> App {
-    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart"), dir);
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart"),
+        dir,
+    );
     let config = dir.join("meridian.yaml");
-    let args = <ServeArgs as clap::FromArgMatches>::from_arg_matches(
-        &<ServeArgs as clap::Args>::augment_args(clap::Command::new("serve")).get_matches_from([
-            "serve",
-            "--config",
-            config.to_str().unwrap(),
-            "--dns-listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ]),
-    )
+    let args = ServeArgs::from_args([
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--dns-listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ])
     .unwrap();
-    let app = App::start(meridian::config::load(&args).unwrap()).await.unwrap();
+    let app = App::start(meridian::config::load(&args).unwrap())
+        .await
+        .unwrap();
     let mut rx = app.snapshots.clone();
-    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| s.synced)).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| s.synced))
+        .await
+        .unwrap()
+        .unwrap();
     app
 }
 
@@ -60,16 +66,24 @@ async fn udp(server: SocketAddr, source: &str, bytes: &[u8]) -> Vec<u8> {
     let socket = tokio::net::UdpSocket::bind((source, 0)).await.unwrap();
     socket.send_to(bytes, server).await.unwrap();
     let mut buf = vec![0; 65535];
-    let (n, _) = tokio::time::timeout(Duration::from_secs(5), socket.recv_from(&mut buf)).await.unwrap().unwrap();
+    let (n, _) = tokio::time::timeout(Duration::from_secs(5), socket.recv_from(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
     buf.truncate(n);
     buf
 }
 
 async fn tcp(server: SocketAddr, source: &str, bytes: &[u8]) -> Vec<u8> {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind((source.parse::<std::net::IpAddr>().unwrap(), 0).into()).unwrap();
+    socket
+        .bind((source.parse::<std::net::IpAddr>().unwrap(), 0).into())
+        .unwrap();
     let mut stream = socket.connect(server).await.unwrap();
-    stream.write_all(&(bytes.len() as u16).to_be_bytes()).await.unwrap();
+    stream
+        .write_all(&(bytes.len() as u16).to_be_bytes())
+        .await
+        .unwrap();
     stream.write_all(bytes).await.unwrap();
     let len = stream.read_u16().await.unwrap();
     let mut buf = vec![0; usize::from(len)];
@@ -90,7 +104,10 @@ async fn answers_follow_the_files_on_disk() {
     let app = start(dir.path()).await;
     let server = app.dns_listeners.udp;
     let q = query(7, "payments.shop.global.", RecordType::A, false);
-    assert_eq!(addresses(&udp(server, "127.0.1.1", &q).await), ["127.1.1.1", "127.1.1.2"]);
+    assert_eq!(
+        addresses(&udp(server, "127.0.1.1", &q).await),
+        ["127.1.1.1", "127.1.1.2"]
+    );
 
     // Unexport payments in eu-1: an eu-1 client moves to the next tier (eu-2, same region).
     let file = dir.path().join("clusters/eu-1/payments.yaml");
@@ -131,15 +148,30 @@ async fn udp_hot_path_and_hickory_tcp_give_identical_bytes() {
         let second = udp(u, "127.0.2.1", &q).await;
         let third = udp(u, "127.0.2.1", &q).await;
         assert_eq!(first, third, "{name}: cache hit differs from the miss");
-        assert_eq!(addresses(&first), addresses(&second), "{name}: rotation changes the order, not the set");
+        assert_eq!(
+            addresses(&first),
+            addresses(&second),
+            "{name}: rotation changes the order, not the set"
+        );
         let mut other = q.clone();
         other[0..2].copy_from_slice(&99u16.to_be_bytes());
         let patched = udp(u, "127.0.2.1", &other).await;
         assert_eq!(&patched[..2], &99u16.to_be_bytes(), "{name}: ID patched");
         let over_tcp = tcp(t, "127.0.2.1", &q).await;
-        assert_eq!(first, over_tcp, "{name}: UDP hot path and hickory-server TCP differ");
+        assert_eq!(
+            first, over_tcp,
+            "{name}: UDP hot path and hickory-server TCP differ"
+        );
     }
-    let before = Message::from_vec(&udp(u, "127.0.2.1", &query(1, "nope.shop.global.", RecordType::A, false)).await).unwrap();
+    let before = Message::from_vec(
+        &udp(
+            u,
+            "127.0.2.1",
+            &query(1, "nope.shop.global.", RecordType::A, false),
+        )
+        .await,
+    )
+    .unwrap();
     assert_eq!(before.metadata.response_code, ResponseCode::NXDomain);
     app.shutdown().await;
 }

@@ -31,13 +31,19 @@ pub enum MemberSource {
 }
 
 fn key_of(meta: &ObjectMeta) -> Result<ObjectKey, String> {
-    let name = meta.name.as_deref().filter(|n| !n.is_empty()).ok_or("metadata.name is required")?;
+    let name = meta
+        .name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .ok_or("metadata.name is required")?;
     let ns = meta.namespace.as_deref().unwrap_or("default");
     Ok(ObjectKey::new(ns, name))
 }
 
 fn created_secs(meta: &ObjectMeta) -> i64 {
-    meta.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second())
+    meta.creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_second())
 }
 
 fn protocol(p: Option<&str>) -> Result<core::Protocol, String> {
@@ -50,7 +56,10 @@ fn protocol(p: Option<&str>) -> Result<core::Protocol, String> {
 }
 
 fn port_number(n: i32) -> Result<u16, String> {
-    u16::try_from(n).ok().filter(|p| *p > 0).ok_or_else(|| format!("port {n} is out of range"))
+    u16::try_from(n)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("port {n} is out of range"))
 }
 
 pub fn service(svc: &Service) -> Result<(ObjectKey, core::Service), String> {
@@ -128,9 +137,14 @@ pub fn slice(es: &EndpointSlice) -> Result<(ObjectKey, core::Slice, Vec<String>)
             .addresses
             .iter()
             .map(|a| {
-                let ip: IpAddr = a.parse().map_err(|_| format!("{a:?} is not an IP address"))?;
+                let ip: IpAddr = a
+                    .parse()
+                    .map_err(|_| format!("{a:?} is not an IP address"))?;
                 if ip.is_ipv6() != v6 {
-                    return Err(format!("{a} does not match addressType {}", es.address_type));
+                    return Err(format!(
+                        "{a} does not match addressType {}",
+                        es.address_type
+                    ));
                 }
                 Ok(ip)
             })
@@ -182,7 +196,10 @@ pub fn import(si: &ServiceImport) -> Result<(ObjectKey, core::Import), String> {
         .spec
         .ips
         .iter()
-        .map(|ip| ip.parse().map_err(|_| format!("spec.ips: {ip:?} is not an IP address")))
+        .map(|ip| {
+            ip.parse()
+                .map_err(|_| format!("spec.ips: {ip:?} is not an IP address"))
+        })
         .collect::<Result<Vec<IpAddr>, String>>()?;
     Ok((
         key_of(&si.metadata)?,
@@ -204,12 +221,18 @@ pub fn member_cluster(
     if name.is_empty() {
         problems.push("metadata.name is required".to_string());
     } else if !is_dns_label(&name) {
-        problems.push(format!("metadata.name {name:?} must be a DNS label (it is used in DNS names)"));
+        problems.push(format!(
+            "metadata.name {name:?} must be a DNS label (it is used in DNS names)"
+        ));
     }
     let labels: BTreeMap<String, String> = mc.metadata.labels.clone().unwrap_or_default();
     let spec = &mc.spec;
     let source = spec.source.clone();
-    let sources = [source.kubernetes.is_some(), source.directory.is_some(), source.agent.is_some()];
+    let sources = [
+        source.kubernetes.is_some(),
+        source.directory.is_some(),
+        source.agent.is_some(),
+    ];
     let source = match sources.iter().filter(|s| **s).count() {
         1 => {
             if let Some(dir) = &source.directory {
@@ -271,11 +294,16 @@ pub fn member_cluster(
         .collect();
     let defaults = HealthTimings::default();
     let health = spec.health.clone().map_or(defaults, |h| HealthTimings {
-        heartbeat_seconds: h.heartbeat_seconds.unwrap_or(defaults.heartbeat_seconds).max(1),
+        heartbeat_seconds: h
+            .heartbeat_seconds
+            .unwrap_or(defaults.heartbeat_seconds)
+            .max(1),
         unreachable_after_seconds: h
             .unreachable_after_seconds
             .unwrap_or(defaults.unreachable_after_seconds),
-        withdraw_after_seconds: h.withdraw_after_seconds.unwrap_or(defaults.withdraw_after_seconds),
+        withdraw_after_seconds: h
+            .withdraw_after_seconds
+            .unwrap_or(defaults.withdraw_after_seconds),
     });
     match source {
         Some(source) if problems.is_empty() => Ok((
@@ -306,7 +334,9 @@ fn normalize(path: &Path) -> PathBuf {
     for c in path.components() {
         match c {
             Component::CurDir => {}
-            Component::ParentDir if matches!(out.components().next_back(), Some(Component::Normal(_))) => {
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
+            {
                 out.pop();
             }
             other => out.push(other),
@@ -319,7 +349,8 @@ fn normalize(path: &Path) -> PathBuf {
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }

@@ -89,7 +89,11 @@ pub struct NetworkSpec {
     pub name: Option<String>,
     #[serde(default, rename = "podCIDRs", skip_serializing_if = "Vec::is_empty")]
     pub pod_cidrs: Vec<String>,
-    #[serde(default, rename = "dnsClientCIDRs", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        rename = "dnsClientCIDRs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub dns_client_cidrs: Vec<String>,
 }
 

@@ -20,9 +20,9 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::SourceEvent;
 use crate::convert::{self, MemberSource};
 use crate::manifest::{self, Loaded, Manifest, ManifestError};
-use crate::SourceEvent;
 
 /// How long to wait after a change on disk before reading, so an editor's burst of writes is
 /// read once.
@@ -38,7 +38,9 @@ pub struct MemberEntry {
 }
 
 /// Reads the MemberClusters of a hub directory.
-pub fn read_hub(dir: &Path) -> std::io::Result<(Vec<MemberEntry>, Vec<ManifestError>, Vec<ManifestError>)> {
+pub fn read_hub(
+    dir: &Path,
+) -> std::io::Result<(Vec<MemberEntry>, Vec<ManifestError>, Vec<ManifestError>)> {
     let loaded = manifest::load_dir(dir)?;
     let mut errors = loaded.errors;
     let mut members: Vec<MemberEntry> = Vec::new();
@@ -47,13 +49,19 @@ pub fn read_hub(dir: &Path) -> std::io::Result<(Vec<MemberEntry>, Vec<ManifestEr
             continue;
         };
         let base = file.parent().unwrap_or(dir);
-        let object = format!("MemberCluster {}", mc.metadata.name.as_deref().unwrap_or("?"));
+        let object = format!(
+            "MemberCluster {}",
+            mc.metadata.name.as_deref().unwrap_or("?")
+        );
         match convert::member_cluster(&mc, base) {
             Ok((spec, source)) if members.iter().any(|m| m.spec.id == spec.id) => {
                 errors.push(ManifestError {
                     file,
                     object,
-                    reason: format!("a MemberCluster named {} is defined twice; the first wins", spec.id),
+                    reason: format!(
+                        "a MemberCluster named {} is defined twice; the first wins",
+                        spec.id
+                    ),
                 });
                 let _ = source;
             }
@@ -85,7 +93,11 @@ pub fn member_objects(loaded: Loaded) -> (ClusterObjects, Vec<ManifestError>) {
             },
             Manifest::EndpointSlice(es) => match convert::slice(&es) {
                 Ok((key, slice, problems)) => {
-                    errors.extend(problems.into_iter().map(|p| err(name_of("EndpointSlice", &es.metadata), p)));
+                    errors.extend(
+                        problems
+                            .into_iter()
+                            .map(|p| err(name_of("EndpointSlice", &es.metadata), p)),
+                    );
                     objects.slices.push((key, slice));
                 }
                 Err(e) => errors.push(err(name_of("EndpointSlice", &es.metadata), e)),
@@ -107,7 +119,10 @@ pub fn member_objects(loaded: Loaded) -> (ClusterObjects, Vec<ManifestError>) {
     (objects, errors)
 }
 
-fn name_of(kind: &str, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+fn name_of(
+    kind: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> String {
     format!(
         "{kind} {}/{}",
         meta.namespace.as_deref().unwrap_or("default"),
@@ -169,7 +184,9 @@ impl DirWatch {
                     self.watcher = Some(w);
                 }
             }
-            Err(e) => warn!(dir = %self.dir.display(), error = %e, "cannot watch directory; polling only"),
+            Err(e) => {
+                warn!(dir = %self.dir.display(), error = %e, "cannot watch directory; polling only")
+            }
         }
     }
 
@@ -236,7 +253,9 @@ fn reconcile_members(
     tx: &mpsc::Sender<SourceEvent>,
 ) {
     tasks.retain(|id, (entry, task)| {
-        let keep = members.iter().any(|m| m.spec.id == *id && m.source == entry.source && m.spec.health == entry.spec.health);
+        let keep = members.iter().any(|m| {
+            m.spec.id == *id && m.source == entry.source && m.spec.health == entry.spec.health
+        });
         if !keep {
             info!(cluster = %id, "stopping member source");
             task.abort();
@@ -253,13 +272,20 @@ fn reconcile_members(
                 info!(cluster = %id, dir = %path.display(), "starting directory member source");
                 let span = info_span!("member", cluster = %id);
                 tokio::spawn(
-                    run_member(id.clone(), path.clone(), member.spec.health.heartbeat_seconds, tx.clone())
-                        .instrument(span),
+                    run_member(
+                        id.clone(),
+                        path.clone(),
+                        member.spec.health.heartbeat_seconds,
+                        tx.clone(),
+                    )
+                    .instrument(span),
                 )
             }
             other => {
                 let reason = match other {
-                    MemberSource::Kubernetes { .. } => "kubernetes member sources are not available in this build",
+                    MemberSource::Kubernetes { .. } => {
+                        "kubernetes member sources are not available in this build"
+                    }
                     _ => "agent member sources are not available in this build",
                 };
                 let tx = tx.clone();
@@ -279,7 +305,12 @@ fn reconcile_members(
 }
 
 /// One directory member: reads it on every change, heartbeats every `heartbeat_seconds`.
-pub async fn run_member(cluster: ClusterId, dir: PathBuf, heartbeat_seconds: u64, tx: mpsc::Sender<SourceEvent>) {
+pub async fn run_member(
+    cluster: ClusterId,
+    dir: PathBuf,
+    heartbeat_seconds: u64,
+    tx: mpsc::Sender<SourceEvent>,
+) {
     let mut watch = DirWatch::new(dir.clone());
     let mut last: Option<Vec<(PathBuf, u64, SystemTime)>> = None;
     let poll = Duration::from_secs(heartbeat_seconds.max(1));
@@ -289,7 +320,10 @@ pub async fn run_member(cluster: ClusterId, dir: PathBuf, heartbeat_seconds: u64
         let events = match &print {
             None => vec![SourceEvent::Heartbeat {
                 cluster: cluster.clone(),
-                result: Err(format!("directory {} is missing or unreadable", dir.display())),
+                result: Err(format!(
+                    "directory {} is missing or unreadable",
+                    dir.display()
+                )),
             }],
             Some(_) if print == last => vec![SourceEvent::Heartbeat {
                 cluster: cluster.clone(),
@@ -301,7 +335,11 @@ pub async fn run_member(cluster: ClusterId, dir: PathBuf, heartbeat_seconds: u64
                     for p in &problems {
                         warn!(file = %p.file.display(), object = %p.object, reason = %p.reason, "member manifest rejected");
                     }
-                    debug!(services = objects.services.len(), slices = objects.slices.len(), "member directory read");
+                    debug!(
+                        services = objects.services.len(),
+                        slices = objects.slices.len(),
+                        "member directory read"
+                    );
                     vec![
                         SourceEvent::Reset {
                             cluster: cluster.clone(),

@@ -33,7 +33,13 @@ pub struct ManifestError {
 
 impl fmt::Display for ManifestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}: {}", self.file.display(), self.object, self.reason)
+        write!(
+            f,
+            "{}: {}: {}",
+            self.file.display(),
+            self.object,
+            self.reason
+        )
     }
 }
 
@@ -109,8 +115,16 @@ pub fn parse_str(file: &Path, text: &str, out: &mut Loaded) {
 }
 
 fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
-    let kind = value.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
-    let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let api_version = value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     if kind == "List" || kind.ends_with("List") && value.get("items").is_some() {
         if let Some(Value::Sequence(items)) = value.get("items").cloned() {
             for item in items {
@@ -126,43 +140,52 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
         reason,
     };
     if kind.is_empty() || api_version.is_empty() {
-        out.errors.push(err("apiVersion and kind are required".into()));
+        out.errors
+            .push(err("apiVersion and kind are required".into()));
         return;
     }
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     let strict = group == "meridian.io";
-    let parsed = match (group, kind.as_str()) {
-        ("meridian.io", "MemberCluster") => {
-            typed::<MemberCluster>(value).map(|(v, u)| (Manifest::MemberCluster(Box::new(v)), u))
-        }
-        ("", "Service") => typed::<Service>(value).map(|(v, u)| (Manifest::Service(Box::new(v)), u)),
-        ("discovery.k8s.io", "EndpointSlice") => {
-            typed::<EndpointSlice>(value).map(|(v, u)| (Manifest::EndpointSlice(Box::new(v)), u))
-        }
-        ("multicluster.x-k8s.io", "ServiceExport") => {
-            // MCS ServiceExports usually carry no spec at all.
-            let mut value = value;
-            if let Some(map) = value.as_mapping_mut() {
-                map.entry("spec".into()).or_insert_with(|| Value::Mapping(Default::default()));
+    let parsed =
+        match (group, kind.as_str()) {
+            ("meridian.io", "MemberCluster") => typed::<MemberCluster>(value)
+                .map(|(v, u)| (Manifest::MemberCluster(Box::new(v)), u)),
+            ("", "Service") => {
+                typed::<Service>(value).map(|(v, u)| (Manifest::Service(Box::new(v)), u))
             }
-            typed::<ServiceExport>(value).map(|(v, u)| (Manifest::ServiceExport(Box::new(v)), u))
-        }
-        ("multicluster.x-k8s.io", "ServiceImport") => {
-            typed::<ServiceImport>(value).map(|(v, u)| (Manifest::ServiceImport(Box::new(v)), u))
-        }
-        _ => {
-            out.warnings.push(err(format!("{api_version} {kind} is not a kind meridian reads; ignored")));
-            return;
-        }
-    };
+            ("discovery.k8s.io", "EndpointSlice") => typed::<EndpointSlice>(value)
+                .map(|(v, u)| (Manifest::EndpointSlice(Box::new(v)), u)),
+            ("multicluster.x-k8s.io", "ServiceExport") => {
+                // MCS ServiceExports usually carry no spec at all.
+                let mut value = value;
+                if let Some(map) = value.as_mapping_mut() {
+                    map.entry("spec".into())
+                        .or_insert_with(|| Value::Mapping(Default::default()));
+                }
+                typed::<ServiceExport>(value)
+                    .map(|(v, u)| (Manifest::ServiceExport(Box::new(v)), u))
+            }
+            ("multicluster.x-k8s.io", "ServiceImport") => typed::<ServiceImport>(value)
+                .map(|(v, u)| (Manifest::ServiceImport(Box::new(v)), u)),
+            _ => {
+                out.warnings.push(err(format!(
+                    "{api_version} {kind} is not a kind meridian reads; ignored"
+                )));
+                return;
+            }
+        };
     match parsed {
         Err(e) => out.errors.push(err(format!("invalid {kind}: {e}"))),
         Ok((_, unknown)) if strict && !unknown.is_empty() => {
-            out.errors.push(err(format!("unknown field(s): {}", unknown.join(", "))));
+            out.errors
+                .push(err(format!("unknown field(s): {}", unknown.join(", "))));
         }
         Ok((manifest, unknown)) => {
             if !unknown.is_empty() {
-                out.warnings.push(err(format!("unknown field(s) ignored: {}", unknown.join(", "))));
+                out.warnings.push(err(format!(
+                    "unknown field(s) ignored: {}",
+                    unknown.join(", ")
+                )));
             }
             out.manifests.push((file.to_path_buf(), manifest));
         }
@@ -186,7 +209,9 @@ fn typed<T: DeserializeOwned>(value: Value) -> Result<(T, Vec<String>), serde_ya
 fn describe(value: &Value, kind: &str, doc: usize) -> String {
     let meta = value.get("metadata");
     let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str);
-    let ns = meta.and_then(|m| m.get("namespace")).and_then(Value::as_str);
+    let ns = meta
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str);
     let kind = if kind.is_empty() { "object" } else { kind };
     match (ns, name) {
         (Some(ns), Some(name)) => format!("{kind} {ns}/{name}"),

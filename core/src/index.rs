@@ -151,7 +151,10 @@ fn upsert<V: PartialEq>(map: &mut HashMap<ObjectKey, V>, key: ObjectKey, value: 
 }
 
 fn same_state(a: &ClusterState, b: &ClusterState) -> bool {
-    a.services == b.services && a.exports == b.exports && a.slices == b.slices && a.imports == b.imports
+    a.services == b.services
+        && a.exports == b.exports
+        && a.slices == b.slices
+        && a.imports == b.imports
 }
 
 #[cfg(test)]

@@ -20,5 +20,7 @@ pub mod snapshot;
 pub use index::{Index, IndexSizes, Kind, Object};
 pub use model::*;
 pub use registry::{Health, MemberHealth, Registry, Transition};
-pub use select::{FilterReason, Member, Mode, Selection, Tier, TierReason, Toleration, TrafficPolicy, select};
+pub use select::{
+    FilterReason, Member, Mode, Selection, Tier, TierReason, Toleration, TrafficPolicy, select,
+};
 pub use snapshot::{Backend, ClusterView, Conflict, Problem, ServiceView, Snapshot};

@@ -79,17 +79,19 @@ impl Registry {
     /// heartbeat.
     pub fn upsert(&mut self, spec: ClusterSpec, now: Instant) -> bool {
         let id = spec.id.clone();
-        self.health.entry(id.clone()).or_insert_with(|| MemberHealth {
-            health: Health::Degraded,
-            since: now,
-            last_ok: now,
-            settled: false,
-            synced_once: false,
-            reason: Some("not yet synced".into()),
-            withdrawn: false,
-            heartbeat_failing: false,
-            watch_failing: false,
-        });
+        self.health
+            .entry(id.clone())
+            .or_insert_with(|| MemberHealth {
+                health: Health::Degraded,
+                since: now,
+                last_ok: now,
+                settled: false,
+                synced_once: false,
+                reason: Some("not yet synced".into()),
+                withdrawn: false,
+                heartbeat_failing: false,
+                watch_failing: false,
+            });
         match self.specs.get(&id) {
             Some(current) if *current == spec => false,
             _ => {
@@ -259,14 +261,19 @@ mod tests {
         let (mut reg, id, t0) = fixture();
         reg.heartbeat_failed(&id, t0, "connection refused");
         assert!(reg.all_settled());
-        assert_eq!(reg.health(&id).unwrap().reason.as_deref(), Some("connection refused"));
+        assert_eq!(
+            reg.health(&id).unwrap().reason.as_deref(),
+            Some("connection refused")
+        );
     }
 
     #[test]
     fn silence_goes_degraded_then_unreachable_then_withdrawn() {
         let (mut reg, id, t0) = fixture();
         reg.heartbeat_ok(&id, t0);
-        let t = reg.heartbeat_failed(&id, t0 + secs(1), "directory missing").unwrap();
+        let t = reg
+            .heartbeat_failed(&id, t0 + secs(1), "directory missing")
+            .unwrap();
         assert_eq!(t.to, Health::Degraded);
         assert!(reg.tick(t0 + secs(14)).is_empty());
         let t = reg.tick(t0 + secs(15));
@@ -297,9 +304,14 @@ mod tests {
     fn a_failing_watch_degrades_a_member_with_good_heartbeats() {
         let (mut reg, id, t0) = fixture();
         reg.heartbeat_ok(&id, t0);
-        let t = reg.watch_status(&id, t0, Some("watch stalled".into())).unwrap();
+        let t = reg
+            .watch_status(&id, t0, Some("watch stalled".into()))
+            .unwrap();
         assert_eq!(t.to, Health::Degraded);
-        assert!(reg.tick(t0 + secs(1000)).is_empty(), "heartbeats still answer");
+        assert!(
+            reg.tick(t0 + secs(1000)).is_empty(),
+            "heartbeats still answer"
+        );
         let t = reg.watch_status(&id, t0, None).unwrap();
         assert_eq!(t.to, Health::Healthy);
     }

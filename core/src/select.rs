@@ -207,7 +207,9 @@ fn filter(
 
 fn is_withdrawn(cluster: &ClusterView, policy: &TrafficPolicy, now: Instant) -> bool {
     match (policy.withdraw_after_seconds, cluster.unreachable_since) {
-        (Some(after), Some(since)) => now.saturating_duration_since(since) >= Duration::from_secs(after),
+        (Some(after), Some(since)) => {
+            now.saturating_duration_since(since) >= Duration::from_secs(after)
+        }
         _ => cluster.withdrawn,
     }
 }
@@ -254,7 +256,8 @@ fn spill_into_tiers(
         tier.members.extend(members);
         if tier.ready >= min_healthy || i == last {
             let mut tier = pending.take().expect("pending tier");
-            tier.members.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.cluster.cmp(&b.cluster)));
+            tier.members
+                .sort_by(|a, b| b.weight.cmp(&a.weight).then(a.cluster.cmp(&b.cluster)));
             selection.tiers.push(tier);
         } else {
             selection.spills += 1;

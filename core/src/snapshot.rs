@@ -161,7 +161,12 @@ impl Snapshot {
         Self::default()
     }
 
-    pub fn build(version: u64, index: &Index, registry: &Registry, default_policy: &Arc<TrafficPolicy>) -> Self {
+    pub fn build(
+        version: u64,
+        index: &Index,
+        registry: &Registry,
+        default_policy: &Arc<TrafficPolicy>,
+    ) -> Self {
         let mut snapshot = Snapshot {
             version,
             synced: registry.all_settled(),
@@ -183,7 +188,12 @@ impl Snapshot {
                 endpoints: index.endpoints_of(&spec.id),
             });
         }
-        let merged = merge_services(&snapshot.cluster_ids, index, default_policy, &mut snapshot.problems);
+        let merged = merge_services(
+            &snapshot.cluster_ids,
+            index,
+            default_policy,
+            &mut snapshot.problems,
+        );
         for view in merged {
             snapshot
                 .services
@@ -219,7 +229,9 @@ impl Snapshot {
     pub fn services(&self) -> impl Iterator<Item = &Arc<ServiceView>> {
         let mut namespaces: Vec<_> = self.services.iter().collect();
         namespaces.sort_by(|a, b| a.0.cmp(b.0));
-        namespaces.into_iter().flat_map(|(_, by_name)| by_name.values())
+        namespaces
+            .into_iter()
+            .flat_map(|(_, by_name)| by_name.values())
     }
 
     pub fn service_count(&self) -> usize {
@@ -257,7 +269,10 @@ fn merge_services(
         let mut slices = slices_by_service(state);
         for (key, import) in &state.imports {
             if !import.headless && !import.ips.is_empty() {
-                imports.entry(key).or_default().push((cluster, import.ips.clone()));
+                imports
+                    .entry(key)
+                    .or_default()
+                    .push((cluster, import.ips.clone()));
             }
         }
         for (key, export) in &state.exports {
@@ -278,7 +293,9 @@ fn merge_services(
                 id,
                 created: export.created,
                 service,
-                slices: slices.remove(&(&*key.namespace, &*key.name)).unwrap_or_default(),
+                slices: slices
+                    .remove(&(&*key.namespace, &*key.name))
+                    .unwrap_or_default(),
             });
         }
     }
@@ -324,7 +341,9 @@ fn merge_one(
         if ports.len() != cand.service.ports.len() || ports.len() != oldest.ports.len() {
             conflicts.push(Conflict {
                 cluster: cand.id.clone(),
-                reason: "port definitions disagree with the oldest export; serving the ports that agree".into(),
+                reason:
+                    "port definitions disagree with the oldest export; serving the ports that agree"
+                        .into(),
                 excluded: false,
             });
         }

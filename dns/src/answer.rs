@@ -130,7 +130,11 @@ impl Answerer {
             .iter()
             .map(|z| {
                 let apex = Name::from(&z.name);
-                let child = |l: &str| Name::from_ascii(l).and_then(|n| n.append_domain(&apex)).unwrap_or_else(|_| apex.clone());
+                let child = |l: &str| {
+                    Name::from_ascii(l)
+                        .and_then(|n| n.append_domain(&apex))
+                        .unwrap_or_else(|_| apex.clone())
+                };
                 Zone {
                     cfg: z.clone(),
                     text: apex.to_string(),
@@ -160,14 +164,21 @@ impl Answerer {
     /// The client's cluster: EDNS Client Subnet when present (its scope is echoed), else the
     /// source address.
     pub fn client(&self, snap: &Snapshot, req: &MessageRequest, src: IpAddr) -> Client {
-        let ecs = req.edns.as_ref().and_then(|e| match e.option(EdnsCode::Subnet) {
-            Some(EdnsOption::Subnet(cs)) => Some(*cs),
-            _ => None,
-        });
+        let ecs = req
+            .edns
+            .as_ref()
+            .and_then(|e| match e.option(EdnsCode::Subnet) {
+                Some(EdnsOption::Subnet(cs)) => Some(*cs),
+                _ => None,
+            });
         match ecs {
             Some(cs) if cs.source_prefix() > 0 => Client {
                 cluster: snap.client_cluster(cs.addr()),
-                ecs: Some(ClientSubnet::new(cs.addr(), cs.source_prefix(), cs.source_prefix())),
+                ecs: Some(ClientSubnet::new(
+                    cs.addr(),
+                    cs.source_prefix(),
+                    cs.source_prefix(),
+                )),
             },
             Some(cs) => Client {
                 cluster: snap.client_cluster(src),
@@ -248,8 +259,21 @@ impl Answerer {
             return self.negative(resp, snap, zone, ResponseCode::NXDomain);
         };
         let target = names::parse(&labels, zone.cfg.style, zone.cfg.namespace.as_deref());
-        let lookup_type = if qtype == RecordType::ANY { RecordType::A } else { qtype };
-        let found = self.lookup(snap, zone, &name, target, lookup_type, client.cluster, rotation, now);
+        let lookup_type = if qtype == RecordType::ANY {
+            RecordType::A
+        } else {
+            qtype
+        };
+        let found = self.lookup(
+            snap,
+            zone,
+            &name,
+            target,
+            lookup_type,
+            client.cluster,
+            rotation,
+            now,
+        );
         match found {
             Found::NxDomain => self.negative(resp, snap, zone, ResponseCode::NXDomain),
             Found::Records { .. } if qtype == RecordType::ANY => {
@@ -301,7 +325,13 @@ impl Answerer {
             .max_by_key(|(_, z)| z.labels)
     }
 
-    fn negative(&self, mut resp: Response, snap: &Snapshot, zone: &Zone, code: ResponseCode) -> Response {
+    fn negative(
+        &self,
+        mut resp: Response,
+        snap: &Snapshot,
+        zone: &Zone,
+        code: ResponseCode,
+    ) -> Response {
         resp.authorities.push(self.soa(snap, zone));
         resp.rcode(code)
     }
@@ -340,11 +370,19 @@ impl Answerer {
             Target::Unknown => Found::NxDomain,
             Target::Apex => Found::answers(match qtype {
                 RecordType::SOA => vec![self.soa(snap, zone)],
-                RecordType::NS => vec![Record::from_rdata(name.clone(), ttl, RData::NS(NS(zone.ns_name.clone())))],
+                RecordType::NS => vec![Record::from_rdata(
+                    name.clone(),
+                    ttl,
+                    RData::NS(NS(zone.ns_name.clone())),
+                )],
                 _ => Vec::new(),
             }),
             Target::DnsVersion => Found::answers(match qtype {
-                RecordType::TXT => vec![Record::from_rdata(name.clone(), ttl, RData::TXT(TXT::new(vec!["1.0.0".into()])))],
+                RecordType::TXT => vec![Record::from_rdata(
+                    name.clone(),
+                    ttl,
+                    RData::TXT(TXT::new(vec!["1.0.0".into()])),
+                )],
                 _ => Vec::new(),
             }),
             Target::ServicesRoot if snap.has_services() => Found::nodata(),
@@ -371,10 +409,15 @@ impl Answerer {
                     return Found::nodata();
                 }
                 let ttl = view.policy.ttl.unwrap_or(ttl);
-                if zone.cfg.style == Style::Clusterset && !view.headless {
-                    if let Some(ips) = client.and_then(|c| view.import_of(c)) {
-                        return Found::answers(ips.iter().filter_map(|ip| address_record(name, ttl, *ip, qtype)).collect());
-                    }
+                let import = client.and_then(|c| view.import_of(c));
+                if let (Style::Clusterset, false, Some(ips)) =
+                    (zone.cfg.style, view.headless, import)
+                {
+                    return Found::answers(
+                        ips.iter()
+                            .filter_map(|ip| address_record(name, ttl, *ip, qtype))
+                            .collect(),
+                    );
                 }
                 let mut addrs = first_tier_addresses(snap, view, &sel, qtype);
                 let rotations = addrs.len().clamp(1, MAX_ROTATIONS);
@@ -387,7 +430,10 @@ impl Answerer {
                     addrs.truncate(cap);
                 }
                 Found::Records {
-                    answers: addrs.into_iter().filter_map(|ip| address_record(name, ttl, ip, qtype)).collect(),
+                    answers: addrs
+                        .into_iter()
+                        .filter_map(|ip| address_record(name, ttl, ip, qtype))
+                        .collect(),
                     additionals: Vec::new(),
                     rotations,
                 }
@@ -416,15 +462,35 @@ impl Answerer {
                     return Found::nodata();
                 }
                 let ttl = view.policy.ttl.unwrap_or(ttl);
-                let via_gateway = client.is_some_and(|c| snap.clusters[c].spec.network != snap.clusters[ci].spec.network);
+                let via_gateway = client.is_some_and(|c| {
+                    snap.clusters[c].spec.network != snap.clusters[ci].spec.network
+                });
                 let addrs: Vec<IpAddr> = if via_gateway {
-                    snap.clusters[ci].spec.gateway.iter().map(|g| g.address).collect()
+                    snap.clusters[ci]
+                        .spec
+                        .gateway
+                        .iter()
+                        .map(|g| g.address)
+                        .collect()
                 } else {
-                    backend.answerable().flat_map(|e| e.addresses.iter().copied()).collect()
+                    backend
+                        .answerable()
+                        .flat_map(|e| e.addresses.iter().copied())
+                        .collect()
                 };
-                Found::answers(addrs.into_iter().filter_map(|ip| address_record(name, ttl, ip, qtype)).collect())
+                Found::answers(
+                    addrs
+                        .into_iter()
+                        .filter_map(|ip| address_record(name, ttl, ip, qtype))
+                        .collect(),
+                )
             }
-            Target::Endpoint { ns, svc, cluster, host } => {
+            Target::Endpoint {
+                ns,
+                svc,
+                cluster,
+                host,
+            } => {
                 let Some(view) = snap.service(ns, svc) else {
                     return Found::NxDomain;
                 };
@@ -444,13 +510,30 @@ impl Answerer {
                     return Found::NxDomain;
                 };
                 let ttl = view.policy.ttl.unwrap_or(ttl);
-                Found::answers(ep.addresses.iter().filter_map(|ip| address_record(name, ttl, *ip, qtype)).collect())
+                Found::answers(
+                    ep.addresses
+                        .iter()
+                        .filter_map(|ip| address_record(name, ttl, *ip, qtype))
+                        .collect(),
+                )
             }
             Target::SrvProto { ns, svc, proto } => match snap.service(ns, svc) {
-                Some(view) if view.ports.iter().any(|p| p.name.is_some() && p.protocol.srv_label() == proto) => Found::nodata(),
+                Some(view)
+                    if view
+                        .ports
+                        .iter()
+                        .any(|p| p.name.is_some() && p.protocol.srv_label() == proto) =>
+                {
+                    Found::nodata()
+                }
                 _ => Found::NxDomain,
             },
-            Target::Srv { ns, svc, port, proto } => {
+            Target::Srv {
+                ns,
+                svc,
+                port,
+                proto,
+            } => {
                 let Some(view) = snap.service(ns, svc) else {
                     return Found::NxDomain;
                 };
@@ -497,9 +580,16 @@ impl Answerer {
                     ns: &view.key.namespace,
                     svc: &view.key.name,
                 };
-                if let Found::Records { answers, .. } =
-                    self.lookup(snap, zone, &service_name, target, qtype, client, rotation, now)
-                {
+                if let Found::Records { answers, .. } = self.lookup(
+                    snap,
+                    zone,
+                    &service_name,
+                    target,
+                    qtype,
+                    client,
+                    rotation,
+                    now,
+                ) {
                     additionals.extend(answers);
                 }
             }
@@ -517,27 +607,46 @@ impl Answerer {
                 let backend = &view.backends[member.backend];
                 let cluster_name = child_name(&[cluster.spec.id.as_str()], &service_name);
                 if member.via_gateway {
-                    let Some(gw) = &cluster.spec.gateway else { continue };
+                    let Some(gw) = &cluster.spec.gateway else {
+                        continue;
+                    };
                     answers.push(Record::from_rdata(
                         name.clone(),
                         ttl,
-                        RData::SRV(SRV::new(priority, clamp_weight(member.weight * 100), gw.port, cluster_name.clone())),
+                        RData::SRV(SRV::new(
+                            priority,
+                            clamp_weight(member.weight * 100),
+                            gw.port,
+                            cluster_name.clone(),
+                        )),
                     ));
-                    additionals.extend(address_record(&cluster_name, ttl, gw.address, any_family(gw.address)));
+                    additionals.extend(address_record(
+                        &cluster_name,
+                        ttl,
+                        gw.address,
+                        any_family(gw.address),
+                    ));
                     continue;
                 }
                 // Each endpoint gets an equal share of its cluster's weight, so the split
                 // between clusters is the one xDS gives.
                 let share = clamp_weight((member.weight * 100).div_ceil(member.ready.max(1)));
                 for ep in backend.answerable() {
-                    let target = child_name(&[&endpoint_label(ep), cluster.spec.id.as_str()], &service_name);
+                    let target = child_name(
+                        &[&endpoint_label(ep), cluster.spec.id.as_str()],
+                        &service_name,
+                    );
                     let port = target_port(ep, sport);
                     answers.push(Record::from_rdata(
                         name.clone(),
                         ttl,
                         RData::SRV(SRV::new(priority, share, port, target.clone())),
                     ));
-                    additionals.extend(ep.addresses.iter().filter_map(|ip| address_record(&target, ttl, *ip, any_family(*ip))));
+                    additionals.extend(
+                        ep.addresses
+                            .iter()
+                            .filter_map(|ip| address_record(&target, ttl, *ip, any_family(*ip))),
+                    );
                 }
             }
         }
@@ -570,20 +679,38 @@ impl Answerer {
         }
         let soa = self.soa(snap, zone);
         let mut records = vec![soa.clone()];
-        records.push(Record::from_rdata(zone.apex.clone(), self.cfg.ttl, RData::NS(NS(zone.ns_name.clone()))));
+        records.push(Record::from_rdata(
+            zone.apex.clone(),
+            self.cfg.ttl,
+            RData::NS(NS(zone.ns_name.clone())),
+        ));
         if zone.cfg.style == Style::Clusterset {
             let name = child_name(&["dns-version"], &zone.apex);
             records.extend(self.records_at(snap, zone, &name, &[RecordType::TXT], now));
         }
         for view in snap.services() {
-            if zone.cfg.namespace.as_deref().is_some_and(|ns| ns != &*view.key.namespace) {
+            if zone
+                .cfg
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| ns != &*view.key.namespace)
+            {
                 continue;
             }
             let svc_name = service_name(zone, view);
-            records.extend(self.records_at(snap, zone, &svc_name, &[RecordType::A, RecordType::AAAA], now));
+            records.extend(self.records_at(
+                snap,
+                zone,
+                &svc_name,
+                &[RecordType::A, RecordType::AAAA],
+                now,
+            ));
             for port in view.ports.iter().filter(|p| p.name.is_some()) {
                 let srv = child_name(
-                    &[&format!("_{}", port.name.as_deref().unwrap_or_default()), &format!("_{}", port.protocol.srv_label())],
+                    &[
+                        &format!("_{}", port.name.as_deref().unwrap_or_default()),
+                        &format!("_{}", port.protocol.srv_label()),
+                    ],
                     &svc_name,
                 );
                 records.extend(self.records_at(snap, zone, &srv, &[RecordType::SRV], now));
@@ -591,32 +718,54 @@ impl Answerer {
             for backend in &view.backends {
                 let cluster = &snap.clusters[backend.cluster];
                 let cname = child_name(&[cluster.spec.id.as_str()], &svc_name);
-                records.extend(self.records_at(snap, zone, &cname, &[RecordType::A, RecordType::AAAA], now));
+                records.extend(self.records_at(
+                    snap,
+                    zone,
+                    &cname,
+                    &[RecordType::A, RecordType::AAAA],
+                    now,
+                ));
                 for ep in backend.answerable() {
                     let ename = child_name(&[&endpoint_label(ep)], &cname);
-                    records.extend(self.records_at(snap, zone, &ename, &[RecordType::A, RecordType::AAAA], now));
+                    records.extend(self.records_at(
+                        snap,
+                        zone,
+                        &ename,
+                        &[RecordType::A, RecordType::AAAA],
+                        now,
+                    ));
                 }
             }
         }
         records.push(soa);
-        let mut chunks: Vec<Vec<Record>> = records.chunks(AXFR_CHUNK).map(<[Record]>::to_vec).collect();
+        let mut chunks: Vec<Vec<Record>> =
+            records.chunks(AXFR_CHUNK).map(<[Record]>::to_vec).collect();
         resp.answers = chunks.remove(0);
         resp.continuation = chunks;
         resp
     }
 
     /// The records a name holds for an unknown client (what a zone transfer shows).
-    fn records_at(&self, snap: &Snapshot, zone: &Zone, name: &Name, types: &[RecordType], now: Instant) -> Vec<Record> {
+    fn records_at(
+        &self,
+        snap: &Snapshot,
+        zone: &Zone,
+        name: &Name,
+        types: &[RecordType],
+        now: Instant,
+    ) -> Vec<Record> {
         let Some(labels) = relative_labels(name, zone.labels) else {
             return Vec::new();
         };
         let target = names::parse(&labels, zone.cfg.style, zone.cfg.namespace.as_deref());
         types
             .iter()
-            .flat_map(|t| match self.lookup(snap, zone, name, target, *t, None, 0, now) {
-                Found::Records { answers, .. } => answers,
-                Found::NxDomain => Vec::new(),
-            })
+            .flat_map(
+                |t| match self.lookup(snap, zone, name, target, *t, None, 0, now) {
+                    Found::Records { answers, .. } => answers,
+                    Found::NxDomain => Vec::new(),
+                },
+            )
             .collect()
     }
 }
@@ -635,20 +784,33 @@ fn is_address(qtype: RecordType) -> bool {
 }
 
 fn any_family(ip: IpAddr) -> RecordType {
-    if ip.is_ipv4() { RecordType::A } else { RecordType::AAAA }
+    if ip.is_ipv4() {
+        RecordType::A
+    } else {
+        RecordType::AAAA
+    }
 }
 
 fn address_record(name: &Name, ttl: u32, ip: IpAddr, qtype: RecordType) -> Option<Record> {
     match (ip, qtype) {
-        (IpAddr::V4(v4), RecordType::A) => Some(Record::from_rdata(name.clone(), ttl, RData::A(A(v4)))),
-        (IpAddr::V6(v6), RecordType::AAAA) => Some(Record::from_rdata(name.clone(), ttl, RData::AAAA(AAAA(v6)))),
+        (IpAddr::V4(v4), RecordType::A) => {
+            Some(Record::from_rdata(name.clone(), ttl, RData::A(A(v4))))
+        }
+        (IpAddr::V6(v6), RecordType::AAAA) => {
+            Some(Record::from_rdata(name.clone(), ttl, RData::AAAA(AAAA(v6))))
+        }
         _ => None,
     }
 }
 
 /// The addresses of the first tier, ordered by weight: gateways for clusters on another
 /// network, endpoint addresses otherwise.
-fn first_tier_addresses(snap: &Snapshot, view: &ServiceView, sel: &Selection, qtype: RecordType) -> Vec<IpAddr> {
+fn first_tier_addresses(
+    snap: &Snapshot,
+    view: &ServiceView,
+    sel: &Selection,
+    qtype: RecordType,
+) -> Vec<IpAddr> {
     let Some(tier) = sel.tiers.first() else {
         return Vec::new();
     };
@@ -656,9 +818,19 @@ fn first_tier_addresses(snap: &Snapshot, view: &ServiceView, sel: &Selection, qt
     let mut out = Vec::new();
     for member in &tier.members {
         if member.via_gateway {
-            out.extend(snap.clusters[member.cluster].spec.gateway.iter().map(|g| g.address));
+            out.extend(
+                snap.clusters[member.cluster]
+                    .spec
+                    .gateway
+                    .iter()
+                    .map(|g| g.address),
+            );
         } else {
-            out.extend(view.backends[member.backend].answerable().flat_map(|e| e.addresses.iter().copied()));
+            out.extend(
+                view.backends[member.backend]
+                    .answerable()
+                    .flat_map(|e| e.addresses.iter().copied()),
+            );
         }
     }
     out.retain(|ip| ip.is_ipv4() == want_v4);
@@ -670,7 +842,11 @@ fn first_tier_addresses(snap: &Snapshot, view: &ServiceView, sel: &Selection, qt
 pub fn endpoint_label(ep: &Endpoint) -> String {
     match &ep.hostname {
         Some(h) => h.to_ascii_lowercase(),
-        None => ep.addresses.first().map(|a| a.to_string().replace(['.', ':'], "-")).unwrap_or_default(),
+        None => ep
+            .addresses
+            .first()
+            .map(|a| a.to_string().replace(['.', ':'], "-"))
+            .unwrap_or_default(),
     }
 }
 
@@ -688,7 +864,9 @@ fn clamp_weight(w: u32) -> u16 {
 fn child_name(labels: &[&str], parent: &Name) -> Name {
     let mut name = parent.clone();
     for label in labels.iter().rev() {
-        if let Ok(child) = Name::from_labels([label.as_bytes()]).and_then(|l| l.append_domain(&name)) {
+        if let Ok(child) =
+            Name::from_labels([label.as_bytes()]).and_then(|l| l.append_domain(&name))
+        {
             name = child;
         }
     }
@@ -699,7 +877,9 @@ fn service_name(zone: &Zone, view: &ServiceView) -> Name {
     match (zone.cfg.style, &zone.cfg.namespace) {
         (Style::Global, Some(_)) => child_name(&[&view.key.name], &zone.apex),
         (Style::Global, None) => child_name(&[&view.key.name, &view.key.namespace], &zone.apex),
-        (Style::Clusterset, _) => child_name(&[&view.key.name, &view.key.namespace, "svc"], &zone.apex),
+        (Style::Clusterset, _) => {
+            child_name(&[&view.key.name, &view.key.namespace, "svc"], &zone.apex)
+        }
     }
 }
 

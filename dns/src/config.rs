@@ -29,7 +29,9 @@ impl ZoneConfig {
         let mut parsed = Name::from_ascii(name).map_err(|e| format!("zone {name:?}: {e}"))?;
         parsed.set_fqdn(true);
         if style == Style::Clusterset && namespace.is_some() {
-            return Err(format!("zone {name:?}: namespace applies to the global style only"));
+            return Err(format!(
+                "zone {name:?}: namespace applies to the global style only"
+            ));
         }
         Ok(Self {
             name: LowerName::new(&parsed),

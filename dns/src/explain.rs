@@ -77,16 +77,25 @@ pub fn explain(
     qtype: &str,
     from_cluster: Option<&str>,
 ) -> Result<Explanation, ExplainError> {
-    let mut qname = Name::from_ascii(name).map_err(|e| ExplainError::Name(name.into(), e.to_string()))?;
+    let mut qname =
+        Name::from_ascii(name).map_err(|e| ExplainError::Name(name.into(), e.to_string()))?;
     qname.set_fqdn(true);
-    let rtype: RecordType = qtype.to_ascii_uppercase().parse().map_err(|_| ExplainError::Type(qtype.into()))?;
+    let rtype: RecordType = qtype
+        .to_ascii_uppercase()
+        .parse()
+        .map_err(|_| ExplainError::Type(qtype.into()))?;
     let cluster = match from_cluster {
-        Some(c) => Some(snap.cluster_index(c).ok_or_else(|| ExplainError::Cluster(c.into()))?),
+        Some(c) => Some(
+            snap.cluster_index(c)
+                .ok_or_else(|| ExplainError::Cluster(c.into()))?,
+        ),
         None => None,
     };
     let mut message = Message::new(0, MessageType::Query, OpCode::Query);
     message.add_query(Query::query(qname.clone(), rtype));
-    let bytes = message.to_vec().map_err(|e| ExplainError::Name(name.into(), e.to_string()))?;
+    let bytes = message
+        .to_vec()
+        .map_err(|e| ExplainError::Name(name.into(), e.to_string()))?;
     let src = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let request = Request::from_bytes(bytes, (src, 0).into(), Protocol::Tcp)
         .map_err(|e| ExplainError::Name(name.into(), e.to_string()))?;
@@ -96,7 +105,12 @@ pub fn explain(
     let decision = answerer.service_of(&qname).and_then(|(ns, svc)| {
         let view = snap.service(&ns, &svc)?;
         let sel = select(snap, view, cluster, now);
-        let cluster_name = |i: usize| snap.clusters.get(i).map(|c| c.spec.id.to_string()).unwrap_or_default();
+        let cluster_name = |i: usize| {
+            snap.clusters
+                .get(i)
+                .map(|c| c.spec.id.to_string())
+                .unwrap_or_default()
+        };
         Some(Decision {
             service: format!("{ns}/{svc}"),
             headless: view.headless,
@@ -129,10 +143,15 @@ pub fn explain(
                 })
                 .collect(),
             spills: sel.spills,
-            conflicts: view.conflicts.iter().map(|c| format!("{}: {}", c.cluster, c.reason)).collect(),
+            conflicts: view
+                .conflicts
+                .iter()
+                .map(|c| format!("{}: {}", c.cluster, c.reason))
+                .collect(),
         })
     });
-    let show = |records: &[hickory_proto::rr::Record]| records.iter().map(ToString::to_string).collect();
+    let show =
+        |records: &[hickory_proto::rr::Record]| records.iter().map(ToString::to_string).collect();
     Ok(Explanation {
         name: qname.to_string(),
         qtype: rtype.to_string(),

@@ -12,8 +12,12 @@ use prometheus_client::registry::Registry;
 
 use crate::answer::Transport;
 
-const TYPES: [&str; 10] = ["A", "AAAA", "SRV", "SOA", "NS", "TXT", "ANY", "AXFR", "IXFR", "other"];
-const RCODES: [&str; 8] = ["NOERROR", "NXDOMAIN", "SERVFAIL", "REFUSED", "FORMERR", "NOTIMP", "BADVERS", "other"];
+const TYPES: [&str; 10] = [
+    "A", "AAAA", "SRV", "SOA", "NS", "TXT", "ANY", "AXFR", "IXFR", "other",
+];
+const RCODES: [&str; 8] = [
+    "NOERROR", "NXDOMAIN", "SERVFAIL", "REFUSED", "FORMERR", "NOTIMP", "BADVERS", "other",
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueryLabels {
@@ -45,21 +49,45 @@ impl DnsMetrics {
     /// `zones` are the configured zone names, in configuration order.
     pub fn new(zones: Vec<String>, registry: &mut Registry) -> Self {
         let metrics = Self {
-            slots: (0..(zones.len() + 1) * TYPES.len() * RCODES.len() * 2).map(|_| OnceLock::new()).collect(),
+            slots: (0..(zones.len() + 1) * TYPES.len() * RCODES.len() * 2)
+                .map(|_| OnceLock::new())
+                .collect(),
             zones,
             queries: Family::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
             dropped: Family::default(),
         };
-        registry.register("queries", "DNS queries answered, by zone, type, rcode and transport", metrics.queries.clone());
-        registry.register("answer_cache_hits", "UDP queries answered from cached bytes", metrics.cache_hits.clone());
-        registry.register("answer_cache_misses", "UDP queries that had to be answered in full", metrics.cache_misses.clone());
-        registry.register("dropped", "Requests not answered at all, by reason", metrics.dropped.clone());
+        registry.register(
+            "queries",
+            "DNS queries answered, by zone, type, rcode and transport",
+            metrics.queries.clone(),
+        );
+        registry.register(
+            "answer_cache_hits",
+            "UDP queries answered from cached bytes",
+            metrics.cache_hits.clone(),
+        );
+        registry.register(
+            "answer_cache_misses",
+            "UDP queries that had to be answered in full",
+            metrics.cache_misses.clone(),
+        );
+        registry.register(
+            "dropped",
+            "Requests not answered at all, by reason",
+            metrics.dropped.clone(),
+        );
         metrics
     }
 
-    pub fn slot(&self, zone: Option<usize>, qtype: Option<RecordType>, rcode: ResponseCode, transport: Transport) -> CounterSlot {
+    pub fn slot(
+        &self,
+        zone: Option<usize>,
+        qtype: Option<RecordType>,
+        rcode: ResponseCode,
+        transport: Transport,
+    ) -> CounterSlot {
         let z = zone.map_or(self.zones.len(), |z| z.min(self.zones.len()));
         let t = match qtype {
             Some(RecordType::A) => 0,
@@ -87,7 +115,9 @@ impl DnsMetrics {
     }
 
     pub fn count(&self, slot: CounterSlot) {
-        let Some(cell) = self.slots.get(slot) else { return };
+        let Some(cell) = self.slots.get(slot) else {
+            return;
+        };
         cell.get_or_init(|| {
             let transport = slot % 2;
             let r = (slot / 2) % RCODES.len();

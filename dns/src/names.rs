@@ -16,15 +16,38 @@ pub(crate) enum Target<'a> {
     ServicesRoot,
     /// `<ns>.<zone>`: an empty non-terminal while the namespace has an exported service. Also
     /// `ns.<zone>`, the name server, when no namespace is called `ns`.
-    Namespace { ns: &'a str },
-    Service { ns: &'a str, svc: &'a str },
+    Namespace {
+        ns: &'a str,
+    },
+    Service {
+        ns: &'a str,
+        svc: &'a str,
+    },
     /// `<cluster>.<svc>.<ns>`: that cluster only (global), or an empty non-terminal above
     /// headless hostnames (clusterset).
-    Cluster { ns: &'a str, svc: &'a str, cluster: &'a str },
-    Endpoint { ns: &'a str, svc: &'a str, cluster: &'a str, host: &'a str },
+    Cluster {
+        ns: &'a str,
+        svc: &'a str,
+        cluster: &'a str,
+    },
+    Endpoint {
+        ns: &'a str,
+        svc: &'a str,
+        cluster: &'a str,
+        host: &'a str,
+    },
     /// `_<proto>.<svc>.<ns>`: an empty non-terminal above the SRV names.
-    SrvProto { ns: &'a str, svc: &'a str, proto: &'a str },
-    Srv { ns: &'a str, svc: &'a str, port: &'a str, proto: &'a str },
+    SrvProto {
+        ns: &'a str,
+        svc: &'a str,
+        proto: &'a str,
+    },
+    Srv {
+        ns: &'a str,
+        svc: &'a str,
+        port: &'a str,
+        proto: &'a str,
+    },
     /// Nothing meridian serves can live here.
     Unknown,
 }
@@ -71,7 +94,12 @@ pub(crate) fn parse<'a>(labels: &[&'a str], style: Style, fixed_ns: Option<&'a s
             },
         },
         3 => match (underscored(rest[0]), underscored(rest[1])) {
-            (Some(port), Some(proto)) => Target::Srv { ns, svc, port, proto },
+            (Some(port), Some(proto)) => Target::Srv {
+                ns,
+                svc,
+                port,
+                proto,
+            },
             (None, None) => Target::Endpoint {
                 ns,
                 svc,
@@ -94,20 +122,47 @@ mod tests {
         let g = |l: &[&'static str]| parse(l, Style::Global, None);
         assert_eq!(g(&[]), Apex);
         assert_eq!(g(&["shop"]), Namespace { ns: "shop" });
-        assert_eq!(g(&["payments", "shop"]), Service { ns: "shop", svc: "payments" });
+        assert_eq!(
+            g(&["payments", "shop"]),
+            Service {
+                ns: "shop",
+                svc: "payments"
+            }
+        );
         assert_eq!(
             g(&["eu-1", "payments", "shop"]),
-            Cluster { ns: "shop", svc: "payments", cluster: "eu-1" }
+            Cluster {
+                ns: "shop",
+                svc: "payments",
+                cluster: "eu-1"
+            }
         );
         assert_eq!(
             g(&["web-0", "eu-1", "payments", "shop"]),
-            Endpoint { ns: "shop", svc: "payments", cluster: "eu-1", host: "web-0" }
+            Endpoint {
+                ns: "shop",
+                svc: "payments",
+                cluster: "eu-1",
+                host: "web-0"
+            }
         );
         assert_eq!(
             g(&["_http", "_tcp", "payments", "shop"]),
-            Srv { ns: "shop", svc: "payments", port: "http", proto: "tcp" }
+            Srv {
+                ns: "shop",
+                svc: "payments",
+                port: "http",
+                proto: "tcp"
+            }
         );
-        assert_eq!(g(&["_tcp", "payments", "shop"]), SrvProto { ns: "shop", svc: "payments", proto: "tcp" });
+        assert_eq!(
+            g(&["_tcp", "payments", "shop"]),
+            SrvProto {
+                ns: "shop",
+                svc: "payments",
+                proto: "tcp"
+            }
+        );
         assert_eq!(g(&["_http", "x", "payments", "shop"]), Unknown);
         assert_eq!(g(&["a", "b", "c", "d", "e"]), Unknown);
     }
@@ -115,10 +170,20 @@ mod tests {
     #[test]
     fn fixed_namespace_shifts_by_one() {
         let g = |l: &[&'static str]| parse(l, Style::Global, Some("shop"));
-        assert_eq!(g(&["payments"]), Target::Service { ns: "shop", svc: "payments" });
+        assert_eq!(
+            g(&["payments"]),
+            Target::Service {
+                ns: "shop",
+                svc: "payments"
+            }
+        );
         assert_eq!(
             g(&["eu-1", "payments"]),
-            Target::Cluster { ns: "shop", svc: "payments", cluster: "eu-1" }
+            Target::Cluster {
+                ns: "shop",
+                svc: "payments",
+                cluster: "eu-1"
+            }
         );
     }
 
@@ -129,10 +194,21 @@ mod tests {
         assert_eq!(c(&["dns-version"]), DnsVersion);
         assert_eq!(c(&["svc"]), ServicesRoot);
         assert_eq!(c(&["shop", "svc"]), Namespace { ns: "shop" });
-        assert_eq!(c(&["payments", "shop", "svc"]), Service { ns: "shop", svc: "payments" });
+        assert_eq!(
+            c(&["payments", "shop", "svc"]),
+            Service {
+                ns: "shop",
+                svc: "payments"
+            }
+        );
         assert_eq!(
             c(&["web-0", "eu-1", "payments", "shop", "svc"]),
-            Endpoint { ns: "shop", svc: "payments", cluster: "eu-1", host: "web-0" }
+            Endpoint {
+                ns: "shop",
+                svc: "payments",
+                cluster: "eu-1",
+                host: "web-0"
+            }
         );
         assert_eq!(c(&["payments", "shop", "pod"]), Unknown);
         assert_eq!(c(&["other"]), Unknown);

@@ -56,11 +56,20 @@ pub struct Dns {
 }
 
 impl Dns {
-    pub fn new(cfg: DnsConfig, serial_base: u32, snapshots: watch::Receiver<Arc<Snapshot>>, registry: &mut Registry) -> Arc<Self> {
+    pub fn new(
+        cfg: DnsConfig,
+        serial_base: u32,
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        registry: &mut Registry,
+    ) -> Arc<Self> {
         let answerer = Answerer::new(cfg, serial_base);
-        let zones = (0..answerer.config().zones.len()).map(|z| answerer.zone_name(z).to_string()).collect();
+        let zones = (0..answerer.config().zones.len())
+            .map(|z| answerer.zone_name(z).to_string())
+            .collect();
         Arc::new(Self {
-            cache: Cache::builder().max_capacity(answerer.config().cache_entries).build(),
+            cache: Cache::builder()
+                .max_capacity(answerer.config().cache_entries)
+                .build(),
             metrics: DnsMetrics::new(zones, registry),
             answerer,
             snapshots,
@@ -80,10 +89,16 @@ impl Dns {
         let snap = self.snapshot();
         let client = snap.client_cluster(src.ip());
         let Some(hot) = wire::hot_query(raw, client) else {
-            return self.answer_full(&snap, raw, src.ip(), Transport::Udp, 0, out).is_some();
+            return self
+                .answer_full(&snap, raw, src.ip(), Transport::Udp, 0, out)
+                .is_some();
         };
         let mut rotation = 0;
-        if let Some(entry) = self.cache.get(&hot.key).filter(|e| e.version == snap.version) {
+        if let Some(entry) = self
+            .cache
+            .get(&hot.key)
+            .filter(|e| e.version == snap.version)
+        {
             if entry.variants.len() > 1 {
                 rotation = entry.next.fetch_add(1, Ordering::Relaxed) % entry.variants.len();
             }
@@ -99,17 +114,24 @@ impl Dns {
             }
         }
         self.metrics.cache_misses.inc();
-        let Some(answered) = self.answer_full(&snap, raw, src.ip(), Transport::Udp, rotation, out) else {
+        let Some(answered) = self.answer_full(&snap, raw, src.ip(), Transport::Udp, rotation, out)
+        else {
             return false;
         };
         if answered.cacheable {
-            let entry = match self.cache.get(&hot.key).filter(|e| e.version == snap.version) {
+            let entry = match self
+                .cache
+                .get(&hot.key)
+                .filter(|e| e.version == snap.version)
+            {
                 Some(entry) => entry,
                 None => {
                     let entry = Arc::new(CachedAnswer {
                         version: snap.version,
                         next: AtomicUsize::new(1),
-                        variants: (0..answered.rotations.max(1)).map(|_| OnceLock::new()).collect(),
+                        variants: (0..answered.rotations.max(1))
+                            .map(|_| OnceLock::new())
+                            .collect(),
                         slot: answered.slot,
                     });
                     self.cache.insert(hot.key, entry.clone());
@@ -133,33 +155,40 @@ impl Dns {
         rotation: usize,
         out: &mut Vec<u8>,
     ) -> Option<Answered> {
-        let request = match Request::from_bytes(raw.to_vec(), SocketAddr::new(src, 0), Protocol::Udp) {
-            Ok(r) => r,
-            Err(e) => {
-                debug!(%src, error = %e, "malformed request");
-                let reply = wire::format_error(raw);
-                if reply.is_none() {
-                    self.metrics.dropped("unparsable header or a response");
-                    return None;
+        let request =
+            match Request::from_bytes(raw.to_vec(), SocketAddr::new(src, 0), Protocol::Udp) {
+                Ok(r) => r,
+                Err(e) => {
+                    debug!(%src, error = %e, "malformed request");
+                    let reply = wire::format_error(raw);
+                    if reply.is_none() {
+                        self.metrics.dropped("unparsable header or a response");
+                        return None;
+                    }
+                    *out = reply?;
+                    let slot = self
+                        .metrics
+                        .slot(None, None, ResponseCode::FormErr, transport);
+                    self.metrics.count(slot);
+                    return Some(Answered {
+                        slot,
+                        cacheable: false,
+                        rotations: 1,
+                    });
                 }
-                *out = reply?;
-                let slot = self.metrics.slot(None, None, ResponseCode::FormErr, transport);
-                self.metrics.count(slot);
-                return Some(Answered {
-                    slot,
-                    cacheable: false,
-                    rotations: 1,
-                });
-            }
-        };
+            };
         if request.metadata.message_type == MessageType::Response {
             self.metrics.dropped("a response, not a query");
             return None;
         }
-        let resp = self.answerer.respond(snap, &request, src, transport, rotation, Instant::now());
+        let resp = self
+            .answerer
+            .respond(snap, &request, src, transport, rotation, Instant::now());
         *out = wire::encode(&resp, &request.queries, wire::udp_limit(&request));
         let qtype = request.queries.queries().first().map(|q| q.query_type());
-        let slot = self.metrics.slot(resp.zone, qtype, resp.metadata.response_code, transport);
+        let slot = self
+            .metrics
+            .slot(resp.zone, qtype, resp.metadata.response_code, transport);
         self.metrics.count(slot);
         Some(Answered {
             slot,
@@ -183,16 +212,32 @@ struct Handler(Arc<Dns>);
 
 #[async_trait::async_trait]
 impl RequestHandler for Handler {
-    async fn handle_request<R: ResponseHandler, T: Time>(&self, request: &Request, mut response_handle: R) -> ResponseInfo {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        mut response_handle: R,
+    ) -> ResponseInfo {
         let dns = &self.0;
         let transport = match request.protocol() {
             Protocol::Udp => Transport::Udp,
             _ => Transport::Tcp,
         };
         let snap = dns.snapshot();
-        let resp = dns.answerer.respond(&snap, request, request.src().ip(), transport, 0, Instant::now());
+        let resp = dns.answerer.respond(
+            &snap,
+            request,
+            request.src().ip(),
+            transport,
+            0,
+            Instant::now(),
+        );
         let qtype = request.queries.queries().first().map(|q| q.query_type());
-        dns.metrics.count(dns.metrics.slot(resp.zone, qtype, resp.metadata.response_code, transport));
+        dns.metrics.count(dns.metrics.slot(
+            resp.zone,
+            qtype,
+            resp.metadata.response_code,
+            transport,
+        ));
         let builder = MessageResponseBuilder::new(&request.queries, resp.edns.as_ref());
         let message = builder.build(
             resp.metadata,
@@ -210,7 +255,13 @@ impl RequestHandler for Handler {
         };
         for chunk in &resp.continuation {
             let builder = MessageResponseBuilder::new(&request.queries, resp.edns.as_ref());
-            let message = builder.build(resp.metadata, chunk.iter(), std::iter::empty(), std::iter::empty(), std::iter::empty());
+            let message = builder.build(
+                resp.metadata,
+                chunk.iter(),
+                std::iter::empty(),
+                std::iter::empty(),
+                std::iter::empty(),
+            );
             if let Err(e) = response_handle.send_response(message).await {
                 warn!(error = %e, "zone transfer interrupted");
                 break;
@@ -282,7 +333,9 @@ pub async fn serve(dns: Arc<Dns>, listen: SocketAddr) -> io::Result<Listeners> {
     })
 }
 
-async fn bind_pair(listen: SocketAddr) -> io::Result<(std::net::UdpSocket, tokio::net::TcpListener)> {
+async fn bind_pair(
+    listen: SocketAddr,
+) -> io::Result<(std::net::UdpSocket, tokio::net::TcpListener)> {
     // With port 0, retry until a port is free for both protocols.
     for _ in 0..20 {
         let udp = std::net::UdpSocket::bind(listen)?;
@@ -293,7 +346,10 @@ async fn bind_pair(listen: SocketAddr) -> io::Result<(std::net::UdpSocket, tokio
             Err(_) => continue,
         }
     }
-    Err(io::Error::new(io::ErrorKind::AddrInUse, "no port free for both UDP and TCP"))
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "no port free for both UDP and TCP",
+    ))
 }
 
 fn udp_worker(dns: &Dns, socket: &std::net::UdpSocket, stop: &AtomicBool) {
@@ -302,16 +358,26 @@ fn udp_worker(dns: &Dns, socket: &std::net::UdpSocket, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         let (len, src) = match socket.recv_from(&mut buf) {
             Ok(r) => r,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue;
+            }
             Err(e) => {
                 warn!(error = %e, "UDP receive failed");
                 continue;
             }
         };
-        if dns.handle_udp(&buf[..len], src, &mut out) {
-            if let Err(e) = socket.send_to(&out, src) {
-                debug!(%src, error = %e, "UDP send failed");
-            }
+        if !dns.handle_udp(&buf[..len], src, &mut out) {
+            continue;
+        }
+        if let Err(e) = socket.send_to(&out, src) {
+            debug!(%src, error = %e, "UDP send failed");
         }
     }
 }

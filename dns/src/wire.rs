@@ -37,7 +37,15 @@ pub fn udp_limit(req: &MessageRequest) -> u16 {
 /// Encodes a response; if it exceeds `limit`, sends the question (and OPT) alone with TC set,
 /// so the client retries over TCP.
 pub fn encode(resp: &Response, queries: &Queries, limit: u16) -> Vec<u8> {
-    let full = emit(&resp.metadata, queries, &resp.answers, &resp.authorities, &resp.additionals, resp, false);
+    let full = emit(
+        &resp.metadata,
+        queries,
+        &resp.answers,
+        &resp.authorities,
+        &resp.additionals,
+        resp,
+        false,
+    );
     if full.len() <= usize::from(limit) {
         return full;
     }
@@ -75,7 +83,11 @@ fn emit(
 
 /// SERVFAIL with no sections: what is left when a response cannot be encoded.
 fn server_failure(id: u16) -> Vec<u8> {
-    let mut metadata = Metadata::new(id, hickory_proto::op::MessageType::Response, hickory_proto::op::OpCode::Query);
+    let mut metadata = Metadata::new(
+        id,
+        hickory_proto::op::MessageType::Response,
+        hickory_proto::op::OpCode::Query,
+    );
     metadata.response_code = ResponseCode::ServFail;
     header_only(metadata)
 }
@@ -235,7 +247,20 @@ mod tests {
     use super::*;
 
     fn query(name: &[u8], qtype: u16, opt: Option<&[u8]>) -> Vec<u8> {
-        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(opt.is_some())];
+        let mut q = vec![
+            0x12,
+            0x34,
+            0x01,
+            0x00,
+            0,
+            1,
+            0,
+            0,
+            0,
+            0,
+            0,
+            u8::from(opt.is_some()),
+        ];
         q.extend_from_slice(name);
         q.extend_from_slice(&qtype.to_be_bytes());
         q.extend_from_slice(&[0, 1]);
@@ -292,7 +317,9 @@ mod tests {
 
     #[test]
     fn cookies_do_not_prevent_caching() {
-        let cookie = [0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 12, 0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8];
+        let cookie = [
+            0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 12, 0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8,
+        ];
         let q = hot_query(&query(NAME, 1, Some(&cookie)), None).unwrap();
         let plain = [0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0];
         assert!(q.key == hot_query(&query(NAME, 1, Some(&plain)), None).unwrap().key);

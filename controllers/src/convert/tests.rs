@@ -41,7 +41,11 @@ fn endpoint_conditions_follow_kubernetes_defaults() {
     assert!(problems.is_empty());
     assert_eq!(key, ObjectKey::new("shop", "web-1"));
     assert_eq!(&*slice.service, "web");
-    let flags: Vec<(bool, bool)> = slice.endpoints.iter().map(|e| (e.ready, e.terminating)).collect();
+    let flags: Vec<(bool, bool)> = slice
+        .endpoints
+        .iter()
+        .map(|e| (e.ready, e.terminating))
+        .collect();
     assert_eq!(flags, [(true, false), (false, false), (true, true)]);
 }
 
@@ -59,8 +63,16 @@ fn invalid_addresses_leave_out_only_their_endpoint() {
     let (_, slice, problems) = slice(&s).unwrap();
     assert_eq!(slice.endpoints.len(), 1);
     assert_eq!(problems.len(), 3, "{problems:?}");
-    assert!(problems[0].contains("\"10.0.0.999\" is not an IP address"), "{}", problems[0]);
-    assert!(problems[1].contains("does not match addressType IPv4"), "{}", problems[1]);
+    assert!(
+        problems[0].contains("\"10.0.0.999\" is not an IP address"),
+        "{}",
+        problems[0]
+    );
+    assert!(
+        problems[1].contains("does not match addressType IPv4"),
+        "{}",
+        problems[1]
+    );
 }
 
 #[test]
@@ -68,8 +80,16 @@ fn slices_need_the_service_label_and_a_known_address_type() {
     let mut s = slice_with("IPv4", vec![]);
     s.metadata.labels = None;
     assert!(slice(&s).unwrap_err().contains(SERVICE_NAME_LABEL));
-    assert!(slice(&slice_with("FQDN", vec![])).unwrap_err().contains("FQDN"));
-    assert!(slice(&slice_with("IPv5", vec![])).unwrap_err().contains("unknown addressType"));
+    assert!(
+        slice(&slice_with("FQDN", vec![]))
+            .unwrap_err()
+            .contains("FQDN")
+    );
+    assert!(
+        slice(&slice_with("IPv5", vec![]))
+            .unwrap_err()
+            .contains("unknown addressType")
+    );
 }
 
 #[test]
@@ -90,7 +110,10 @@ fn services_headless_external_name_and_ports() {
     let (key, s) = service(&ext).unwrap();
     assert!(s.external_name);
     assert_eq!(key, ObjectKey::new("default", "x"));
-    let bad: Service = serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}, "spec": {"ports": [{"port": 70000}]}})).unwrap();
+    let bad: Service = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": "x"}, "spec": {"ports": [{"port": 70000}]}}),
+    )
+    .unwrap();
     assert!(service(&bad).unwrap_err().contains("out of range"));
 }
 
@@ -119,7 +142,10 @@ fn member_clusters_are_validated_with_every_problem_listed() {
     }))
     .unwrap();
     let (spec, source) = member_cluster(&mc, Path::new("/srv/fleet/hub")).unwrap();
-    assert_eq!(source, MemberSource::Directory(PathBuf::from("/srv/fleet/clusters/eu-1")));
+    assert_eq!(
+        source,
+        MemberSource::Directory(PathBuf::from("/srv/fleet/clusters/eu-1"))
+    );
     assert_eq!(spec.locality.region.as_deref(), Some("eu"));
     assert_eq!(spec.health.withdraw_after_seconds, 7);
     assert_eq!(spec.health.unreachable_after_seconds, 15);

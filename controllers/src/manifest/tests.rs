@@ -32,7 +32,11 @@ fn multi_document_files_and_lists_are_read() {
 #[test]
 fn malformed_yaml_names_the_file_and_document() {
     let out = parse(&format!("{SERVICE}---\nkind: [unclosed\n"));
-    assert_eq!(out.manifests.len(), 1, "the good document before it is kept");
+    assert_eq!(
+        out.manifests.len(),
+        1,
+        "the good document before it is kept"
+    );
     assert_eq!(out.errors.len(), 1);
     let e = &out.errors[0];
     assert_eq!(e.file, Path::new("m.yaml"));
@@ -42,31 +46,52 @@ fn malformed_yaml_names_the_file_and_document() {
 
 #[test]
 fn unknown_fields_warn_in_kubernetes_kinds_and_fail_in_meridian_kinds() {
-    let out = parse("apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {ports: [{port: 80}], colour: blue}\n");
+    let out = parse(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {ports: [{port: 80}], colour: blue}\n",
+    );
     assert_eq!(out.manifests.len(), 1);
     assert_eq!(out.warnings.len(), 1);
-    assert!(out.warnings[0].reason.contains("spec.colour"), "{}", out.warnings[0].reason);
+    assert!(
+        out.warnings[0].reason.contains("spec.colour"),
+        "{}",
+        out.warnings[0].reason
+    );
     let out = parse(
         "apiVersion: meridian.io/v1alpha1\nkind: MemberCluster\nmetadata: {name: eu-1}\nspec: {source: {directory: {path: x}}, colour: blue}\n",
     );
     assert!(out.manifests.is_empty());
     assert_eq!(out.errors[0].object, "MemberCluster eu-1");
-    assert!(out.errors[0].reason.contains("spec.colour"), "{}", out.errors[0].reason);
+    assert!(
+        out.errors[0].reason.contains("spec.colour"),
+        "{}",
+        out.errors[0].reason
+    );
 }
 
 #[test]
 fn type_errors_and_missing_identity_are_errors() {
-    let out = parse("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {ports: [{port: eighty}]}\n");
+    let out = parse(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {ports: [{port: eighty}]}\n",
+    );
     assert_eq!(out.errors.len(), 1);
     assert_eq!(out.errors[0].object, "Service web");
-    assert!(out.errors[0].reason.starts_with("invalid Service"), "{}", out.errors[0].reason);
+    assert!(
+        out.errors[0].reason.starts_with("invalid Service"),
+        "{}",
+        out.errors[0].reason
+    );
     let out = parse("metadata: {name: x}\n");
-    assert!(out.errors[0].reason.contains("apiVersion and kind are required"));
+    assert!(
+        out.errors[0]
+            .reason
+            .contains("apiVersion and kind are required")
+    );
 }
 
 #[test]
 fn kinds_meridian_does_not_read_are_ignored_with_a_warning() {
-    let out = parse("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\n");
+    let out =
+        parse("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\n");
     assert!(out.manifests.is_empty() && out.errors.is_empty());
     assert!(out.warnings[0].reason.contains("not a kind meridian reads"));
 }

@@ -11,8 +11,8 @@ use hickory_proto::rr::{Name, RecordType};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
 use meridian_core::{
-    ClusterObjects, ClusterSpec, Endpoint, Export, Gateway, Import, Index, ObjectKey, Port, Protocol as P, Registry, Service,
-    Slice, Snapshot, TrafficPolicy,
+    ClusterObjects, ClusterSpec, Endpoint, Export, Gateway, Import, Index, ObjectKey, Port,
+    Protocol as P, Registry, Service, Slice, Snapshot, TrafficPolicy,
 };
 
 use super::*;
@@ -69,7 +69,11 @@ fn fleet() -> Snapshot {
         address: "192.0.2.100".parse().unwrap(),
         port: 15443,
     });
-    for spec in [cluster("eu-1", "eu", "10.1.0.0/16", "n1"), cluster("eu-2", "eu", "10.2.0.0/16", "n1"), us] {
+    for spec in [
+        cluster("eu-1", "eu", "10.1.0.0/16", "n1"),
+        cluster("eu-2", "eu", "10.2.0.0/16", "n1"),
+        us,
+    ] {
         let id = spec.id.clone();
         registry.upsert(spec, now);
         registry.heartbeat_ok(&id, now);
@@ -79,9 +83,11 @@ fn fleet() -> Snapshot {
     for (name, octet) in [("eu-1", 1), ("eu-2", 2), ("us-1", 3)] {
         let mut objects = ClusterObjects::default();
         objects.services.push((web.clone(), service(false)));
-        objects.exports.push((web.clone(), Export { created: octet }));
+        objects
+            .exports
+            .push((web.clone(), Export { created: octet }));
         objects.slices.push((
-            ObjectKey::new("shop", &format!("web-{octet}")),
+            ObjectKey::new("shop", format!("web-{octet}")),
             Slice {
                 service: Arc::from("web"),
                 endpoints: vec![
@@ -100,7 +106,10 @@ fn fleet() -> Snapshot {
                 ObjectKey::new("shop", "db-x"),
                 Slice {
                     service: Arc::from("db"),
-                    endpoints: vec![ep("10.1.1.1", Some("db-0"), true, false), ep("fd00::1", Some("db-6"), true, false)],
+                    endpoints: vec![
+                        ep("10.1.1.1", Some("db-0"), true, false),
+                        ep("fd00::1", Some("db-6"), true, false),
+                    ],
                 },
             ));
             let empty = ObjectKey::new("shop", "empty");
@@ -142,7 +151,12 @@ fn request(name: &str, qtype: RecordType, edns: Option<Edns>, op: OpCode) -> Req
     if let Some(e) = edns {
         m.set_edns(e);
     }
-    Request::from_bytes(m.to_vec().unwrap(), (Ipv4Addr::LOCALHOST, 5353).into(), Protocol::Udp).unwrap()
+    Request::from_bytes(
+        m.to_vec().unwrap(),
+        (Ipv4Addr::LOCALHOST, 5353).into(),
+        Protocol::Udp,
+    )
+    .unwrap()
 }
 
 struct Case {
@@ -161,7 +175,13 @@ const EU2: &str = "10.2.9.9";
 const US1: &str = "10.3.9.9";
 const ANYONE: &str = "192.0.2.1";
 
-fn case(name: &'static str, qtype: RecordType, from: &'static str, rcode: ResponseCode, answers: &'static [&'static str]) -> Case {
+fn case(
+    name: &'static str,
+    qtype: RecordType,
+    from: &'static str,
+    rcode: ResponseCode,
+    answers: &'static [&'static str],
+) -> Case {
     Case {
         name,
         qtype,
@@ -174,7 +194,14 @@ fn case(name: &'static str, qtype: RecordType, from: &'static str, rcode: Respon
 
 fn run(answerer: &Answerer, snap: &Snapshot, c: &Case) -> Response {
     let req = request(c.name, c.qtype, None, OpCode::Query);
-    answerer.respond(snap, &req, c.from.parse().unwrap(), Transport::Tcp, 0, Instant::now())
+    answerer.respond(
+        snap,
+        &req,
+        c.from.parse().unwrap(),
+        Transport::Tcp,
+        0,
+        Instant::now(),
+    )
 }
 
 #[test]
@@ -185,23 +212,79 @@ fn every_name_form() {
     let a = answerer(0);
     let cases = [
         // <svc>.<ns>.global: first tier for the client's cluster; ready, non-terminating only.
-        case("web.shop.global.", A, EU1, NoError, &["10.1.0.1", "10.1.0.2"]),
-        case("web.shop.global.", A, US1, NoError, &["10.3.0.1", "10.3.0.2"]),
-        case("web.shop.global.", A, ANYONE, NoError, &["10.1.0.1", "10.1.0.2", "10.2.0.1", "10.2.0.2", "10.3.0.1", "10.3.0.2"]),
-        case("WEB.Shop.GLOBAL.", A, EU2, NoError, &["10.2.0.1", "10.2.0.2"]),
+        case(
+            "web.shop.global.",
+            A,
+            EU1,
+            NoError,
+            &["10.1.0.1", "10.1.0.2"],
+        ),
+        case(
+            "web.shop.global.",
+            A,
+            US1,
+            NoError,
+            &["10.3.0.1", "10.3.0.2"],
+        ),
+        case(
+            "web.shop.global.",
+            A,
+            ANYONE,
+            NoError,
+            &[
+                "10.1.0.1", "10.1.0.2", "10.2.0.1", "10.2.0.2", "10.3.0.1", "10.3.0.2",
+            ],
+        ),
+        case(
+            "WEB.Shop.GLOBAL.",
+            A,
+            EU2,
+            NoError,
+            &["10.2.0.1", "10.2.0.2"],
+        ),
         case("web.shop.global.", AAAA, EU1, NoError, &[]),
         case("web.shop.global.", TXT, EU1, NoError, &[]),
         // <cluster>.<svc>.<ns>.global: that cluster only; another network gets the gateway.
-        case("eu-2.web.shop.global.", A, EU1, NoError, &["10.2.0.1", "10.2.0.2"]),
+        case(
+            "eu-2.web.shop.global.",
+            A,
+            EU1,
+            NoError,
+            &["10.2.0.1", "10.2.0.2"],
+        ),
         case("us-1.web.shop.global.", A, EU1, NoError, &["192.0.2.100"]),
-        case("us-1.web.shop.global.", A, ANYONE, NoError, &["10.3.0.1", "10.3.0.2"]),
+        case(
+            "us-1.web.shop.global.",
+            A,
+            ANYONE,
+            NoError,
+            &["10.3.0.1", "10.3.0.2"],
+        ),
         case("mars.web.shop.global.", A, EU1, NXDomain, &[]),
         // <hostname>.<cluster>.<svc>.<ns>.global and a-b-c-d names.
-        case("db-0.eu-1.db.shop.global.", A, ANYONE, NoError, &["10.1.1.1"]),
-        case("db-6.eu-1.db.shop.global.", AAAA, ANYONE, NoError, &["fd00::1"]),
+        case(
+            "db-0.eu-1.db.shop.global.",
+            A,
+            ANYONE,
+            NoError,
+            &["10.1.1.1"],
+        ),
+        case(
+            "db-6.eu-1.db.shop.global.",
+            AAAA,
+            ANYONE,
+            NoError,
+            &["fd00::1"],
+        ),
         case("db-6.eu-1.db.shop.global.", A, ANYONE, NoError, &[]),
         case("db-9.eu-1.db.shop.global.", A, ANYONE, NXDomain, &[]),
-        case("10-1-0-1.eu-1.web.shop.global.", A, ANYONE, NoError, &["10.1.0.1"]),
+        case(
+            "10-1-0-1.eu-1.web.shop.global.",
+            A,
+            ANYONE,
+            NoError,
+            &["10.1.0.1"],
+        ),
         case("10-1-0-3.eu-1.web.shop.global.", A, ANYONE, NXDomain, &[]),
         // SRV over all tiers: priority = tier, gateway for another network.
         case(
@@ -233,29 +316,85 @@ fn every_name_form() {
         case("global.", NS, EU1, NoError, &["ns.global."]),
         case("ns.global.", A, EU1, NoError, &["127.0.0.1"]),
         // clusterset: the ClusterSetIP of the client's cluster, else endpoints.
-        case("web.shop.svc.clusterset.local.", A, EU2, NoError, &["10.96.0.10"]),
-        case("web.shop.svc.clusterset.local.", A, EU1, NoError, &["10.1.0.1", "10.1.0.2"]),
+        case(
+            "web.shop.svc.clusterset.local.",
+            A,
+            EU2,
+            NoError,
+            &["10.96.0.10"],
+        ),
+        case(
+            "web.shop.svc.clusterset.local.",
+            A,
+            EU1,
+            NoError,
+            &["10.1.0.1", "10.1.0.2"],
+        ),
         case("eu-1.web.shop.svc.clusterset.local.", A, EU1, NXDomain, &[]),
-        case("db.shop.svc.clusterset.local.", A, ANYONE, NoError, &["10.1.1.1"]),
-        case("eu-1.db.shop.svc.clusterset.local.", A, ANYONE, NoError, &[]),
-        case("db-0.eu-1.db.shop.svc.clusterset.local.", A, ANYONE, NoError, &["10.1.1.1"]),
-        case("_http._tcp.web.shop.svc.clusterset.local.", SRV, EU2, NoError, &["0 100 80 web.shop.svc.clusterset.local."]),
-        case("dns-version.clusterset.local.", TXT, ANYONE, NoError, &["1.0.0"]),
+        case(
+            "db.shop.svc.clusterset.local.",
+            A,
+            ANYONE,
+            NoError,
+            &["10.1.1.1"],
+        ),
+        case(
+            "eu-1.db.shop.svc.clusterset.local.",
+            A,
+            ANYONE,
+            NoError,
+            &[],
+        ),
+        case(
+            "db-0.eu-1.db.shop.svc.clusterset.local.",
+            A,
+            ANYONE,
+            NoError,
+            &["10.1.1.1"],
+        ),
+        case(
+            "_http._tcp.web.shop.svc.clusterset.local.",
+            SRV,
+            EU2,
+            NoError,
+            &["0 100 80 web.shop.svc.clusterset.local."],
+        ),
+        case(
+            "dns-version.clusterset.local.",
+            TXT,
+            ANYONE,
+            NoError,
+            &["1.0.0"],
+        ),
         case("svc.clusterset.local.", A, ANYONE, NoError, &[]),
         case("shop.svc.clusterset.local.", A, ANYONE, NoError, &[]),
         case("web.shop.pod.clusterset.local.", A, ANYONE, NXDomain, &[]),
         // A zone with a fixed namespace.
-        case("web.g.svc.cluster.local.", A, EU1, NoError, &["10.1.0.1", "10.1.0.2"]),
+        case(
+            "web.g.svc.cluster.local.",
+            A,
+            EU1,
+            NoError,
+            &["10.1.0.1", "10.1.0.2"],
+        ),
         // Outside our zones.
         case("example.com.", A, EU1, Refused, &[]),
     ];
     for c in &cases {
         let resp = run(&a, &snap, c);
-        let mut got: Vec<String> = resp.answers.iter().map(|r| r.data.to_string().trim_matches('"').to_string()).collect();
+        let mut got: Vec<String> = resp
+            .answers
+            .iter()
+            .map(|r| r.data.to_string().trim_matches('"').to_string())
+            .collect();
         got.sort();
         let mut want: Vec<String> = c.answers.iter().map(|s| s.to_string()).collect();
         want.sort();
-        assert_eq!(resp.metadata.response_code, c.rcode, "{} {} from {}", c.name, c.qtype, c.from);
+        assert_eq!(
+            resp.metadata.response_code, c.rcode,
+            "{} {} from {}",
+            c.name, c.qtype, c.from
+        );
         assert_eq!(got, want, "{} {} from {}", c.name, c.qtype, c.from);
         let has_soa = resp.authorities.iter().any(|r| r.record_type() == SOA);
         assert_eq!(has_soa, c.soa, "{} {}: SOA in authority", c.name, c.qtype);
@@ -271,15 +410,34 @@ fn srv_targets_resolve() {
     let snap = fleet();
     let a = answerer(0);
     for from in [EU1, US1, ANYONE] {
-        let resp = run(&a, &snap, &case("_http._tcp.web.shop.global.", RecordType::SRV, from, ResponseCode::NoError, &[]));
+        let resp = run(
+            &a,
+            &snap,
+            &case(
+                "_http._tcp.web.shop.global.",
+                RecordType::SRV,
+                from,
+                ResponseCode::NoError,
+                &[],
+            ),
+        );
         assert!(!resp.answers.is_empty());
         for srv in &resp.answers {
-            let hickory_proto::rr::RData::SRV(srv) = &srv.data else { panic!("not SRV") };
+            let hickory_proto::rr::RData::SRV(srv) = &srv.data else {
+                panic!("not SRV")
+            };
             let target = srv.target.to_string();
             let name: &'static str = Box::leak(target.into_boxed_str());
-            let r = run(&a, &snap, &case(name, RecordType::A, from, ResponseCode::NoError, &[]));
+            let r = run(
+                &a,
+                &snap,
+                &case(name, RecordType::A, from, ResponseCode::NoError, &[]),
+            );
             assert_eq!(r.answers.len(), 1, "{name} from {from}");
-            let in_additional = resp.additionals.iter().any(|x| x.name.to_string() == name && x.data == r.answers[0].data);
+            let in_additional = resp
+                .additionals
+                .iter()
+                .any(|x| x.name.to_string() == name && x.data == r.answers[0].data);
             assert!(in_additional, "{name}: address in the additional section");
         }
     }
@@ -289,8 +447,14 @@ fn srv_targets_resolve() {
 fn soa_minimum_is_the_ttl_and_serial_follows_the_snapshot() {
     let snap = fleet();
     let a = answerer(0);
-    let resp = run(&a, &snap, &case("global.", RecordType::SOA, EU1, ResponseCode::NoError, &[]));
-    let hickory_proto::rr::RData::SOA(soa) = &resp.answers[0].data else { panic!("not SOA") };
+    let resp = run(
+        &a,
+        &snap,
+        &case("global.", RecordType::SOA, EU1, ResponseCode::NoError, &[]),
+    );
+    let hickory_proto::rr::RData::SOA(soa) = &resp.answers[0].data else {
+        panic!("not SOA")
+    };
     assert_eq!(soa.minimum, 5);
     assert_eq!(soa.serial, 1007);
 }
@@ -315,19 +479,59 @@ fn max_answers_caps_and_rotation_changes_the_order() {
 fn any_is_answered_with_one_hinfo() {
     let snap = fleet();
     let a = answerer(0);
-    let resp = run(&a, &snap, &case("web.shop.global.", RecordType::ANY, EU1, ResponseCode::NoError, &[]));
+    let resp = run(
+        &a,
+        &snap,
+        &case(
+            "web.shop.global.",
+            RecordType::ANY,
+            EU1,
+            ResponseCode::NoError,
+            &[],
+        ),
+    );
     assert_eq!(resp.answers.len(), 1);
     assert_eq!(resp.answers[0].record_type(), RecordType::HINFO);
-    let resp = run(&a, &snap, &case("nope.shop.global.", RecordType::ANY, EU1, ResponseCode::NoError, &[]));
+    let resp = run(
+        &a,
+        &snap,
+        &case(
+            "nope.shop.global.",
+            RecordType::ANY,
+            EU1,
+            ResponseCode::NoError,
+            &[],
+        ),
+    );
     assert_eq!(resp.metadata.response_code, ResponseCode::NXDomain);
 }
 
 #[test]
 fn servfail_until_synced() {
     let a = answerer(0);
-    let resp = run(&a, &Snapshot::empty(), &case("web.shop.global.", RecordType::A, EU1, ResponseCode::NoError, &[]));
+    let resp = run(
+        &a,
+        &Snapshot::empty(),
+        &case(
+            "web.shop.global.",
+            RecordType::A,
+            EU1,
+            ResponseCode::NoError,
+            &[],
+        ),
+    );
     assert_eq!(resp.metadata.response_code, ResponseCode::ServFail);
-    let resp = run(&a, &Snapshot::empty(), &case("example.com.", RecordType::A, EU1, ResponseCode::NoError, &[]));
+    let resp = run(
+        &a,
+        &Snapshot::empty(),
+        &case(
+            "example.com.",
+            RecordType::A,
+            EU1,
+            ResponseCode::NoError,
+            &[],
+        ),
+    );
     assert_eq!(resp.metadata.response_code, ResponseCode::Refused);
 }
 
@@ -338,21 +542,39 @@ fn edns_rules() {
     let src: IpAddr = ANYONE.parse().unwrap();
     let mut v1 = Edns::new();
     v1.set_version(1);
-    let resp = a.respond(&snap, &request("web.shop.global.", RecordType::A, Some(v1), OpCode::Query), src, Transport::Udp, 0, Instant::now());
+    let resp = a.respond(
+        &snap,
+        &request("web.shop.global.", RecordType::A, Some(v1), OpCode::Query),
+        src,
+        Transport::Udp,
+        0,
+        Instant::now(),
+    );
     assert_eq!(resp.metadata.response_code, ResponseCode::BADVERS);
     assert_eq!(resp.edns.as_ref().unwrap().version(), 0);
     // ECS overrides the source address, and the reply echoes the scope.
     let mut ecs = Edns::new();
     ecs.options_mut()
-        .insert(EdnsOption::Subnet(ClientSubnet::new("10.3.7.0".parse().unwrap(), 24, 0)));
+        .insert(EdnsOption::Subnet(ClientSubnet::new(
+            "10.3.7.0".parse().unwrap(),
+            24,
+            0,
+        )));
     let req = request("web.shop.global.", RecordType::A, Some(ecs), OpCode::Query);
     let resp = a.respond(&snap, &req, src, Transport::Udp, 0, Instant::now());
     let mut got: Vec<String> = resp.answers.iter().map(|r| r.data.to_string()).collect();
     got.sort();
     assert_eq!(got, ["10.3.0.1", "10.3.0.2"]);
     assert!(!resp.cacheable);
-    match resp.edns.as_ref().unwrap().option(hickory_proto::rr::rdata::opt::EdnsCode::Subnet) {
-        Some(EdnsOption::Subnet(cs)) => assert_eq!((cs.source_prefix(), cs.scope_prefix()), (24, 24)),
+    match resp
+        .edns
+        .as_ref()
+        .unwrap()
+        .option(hickory_proto::rr::rdata::opt::EdnsCode::Subnet)
+    {
+        Some(EdnsOption::Subnet(cs)) => {
+            assert_eq!((cs.source_prefix(), cs.scope_prefix()), (24, 24))
+        }
         other => panic!("ECS not echoed: {other:?}"),
     }
 }
@@ -363,7 +585,14 @@ fn opcodes_other_than_query_are_not_implemented() {
     let a = answerer(0);
     for op in [OpCode::Update, OpCode::Notify, OpCode::Status] {
         let req = request("web.shop.global.", RecordType::A, None, op);
-        let resp = a.respond(&snap, &req, ANYONE.parse().unwrap(), Transport::Udp, 0, Instant::now());
+        let resp = a.respond(
+            &snap,
+            &req,
+            ANYONE.parse().unwrap(),
+            Transport::Udp,
+            0,
+            Instant::now(),
+        );
         assert_eq!(resp.metadata.response_code, ResponseCode::NotImp, "{op:?}");
     }
 }
@@ -376,11 +605,29 @@ fn axfr_only_over_tcp_to_allowed_clients() {
     let now = Instant::now();
     let refused = a.respond(&snap, &req, ANYONE.parse().unwrap(), Transport::Tcp, 0, now);
     assert_eq!(refused.metadata.response_code, ResponseCode::Refused);
-    let udp = a.respond(&snap, &req, "10.9.0.1".parse().unwrap(), Transport::Udp, 0, now);
+    let udp = a.respond(
+        &snap,
+        &req,
+        "10.9.0.1".parse().unwrap(),
+        Transport::Udp,
+        0,
+        now,
+    );
     assert_eq!(udp.metadata.response_code, ResponseCode::NotImp);
-    let ok = a.respond(&snap, &req, "10.9.0.1".parse().unwrap(), Transport::Tcp, 0, now);
+    let ok = a.respond(
+        &snap,
+        &req,
+        "10.9.0.1".parse().unwrap(),
+        Transport::Tcp,
+        0,
+        now,
+    );
     assert_eq!(ok.metadata.response_code, ResponseCode::NoError);
-    let all: Vec<_> = ok.answers.iter().chain(ok.continuation.iter().flatten()).collect();
+    let all: Vec<_> = ok
+        .answers
+        .iter()
+        .chain(ok.continuation.iter().flatten())
+        .collect();
     assert_eq!(all.first().unwrap().record_type(), RecordType::SOA);
     assert_eq!(all.last().unwrap().record_type(), RecordType::SOA);
     let names: Vec<String> = all.iter().map(|r| r.name.to_string()).collect();
@@ -418,13 +665,33 @@ fn withdrawn_clusters_leave_every_answer() {
     registry.tick(now + std::time::Duration::from_secs(1));
     let snap = Snapshot::build(2, &index, &registry, &Arc::new(TrafficPolicy::default()));
     let a = answerer(0);
-    let c = case("web.shop.global.", RecordType::A, ANYONE, ResponseCode::NoError, &[]);
-    assert_eq!(run(&a, &snap, &c).answers.len(), 2, "unreachable but not yet withdrawn: still served");
+    let c = case(
+        "web.shop.global.",
+        RecordType::A,
+        ANYONE,
+        ResponseCode::NoError,
+        &[],
+    );
+    assert_eq!(
+        run(&a, &snap, &c).answers.len(),
+        2,
+        "unreachable but not yet withdrawn: still served"
+    );
     registry.tick(now + std::time::Duration::from_secs(2));
     let snap = Snapshot::build(3, &index, &registry, &Arc::new(TrafficPolicy::default()));
     let resp = run(&a, &snap, &c);
     assert_eq!(resp.answers.len(), 1);
     assert_eq!(resp.answers[0].data.to_string(), "10.0.0.1");
-    let resp = run(&a, &snap, &case("b.web.shop.global.", RecordType::A, ANYONE, ResponseCode::NoError, &[]));
+    let resp = run(
+        &a,
+        &snap,
+        &case(
+            "b.web.shop.global.",
+            RecordType::A,
+            ANYONE,
+            ResponseCode::NoError,
+            &[],
+        ),
+    );
     assert!(resp.answers.is_empty());
 }
