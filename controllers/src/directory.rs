@@ -222,14 +222,15 @@ pub async fn run_hub(dir: PathBuf, tx: mpsc::Sender<SourceEvent>) {
                     for w in &warnings {
                         info!(file = %w.file.display(), object = %w.object, reason = %w.reason, "hub manifest warning");
                     }
-                    reconcile_members(&members, &mut tasks, &tx);
                     let event = SourceEvent::Members {
                         specs: members.iter().map(|m| m.spec.clone()).collect(),
                         problems: errors,
                     };
+                    // The member list goes first, so the store knows a member before its objects arrive.
                     if tx.send(event).await.is_err() {
                         break;
                     }
+                    reconcile_members(&members, &mut tasks, &tx);
                 }
                 Err(e) => {
                     warn!(dir = %dir.display(), error = %e, "cannot read the hub directory; keeping the last known members");
