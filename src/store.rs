@@ -129,6 +129,7 @@ impl Store {
             SourceEvent::Members { specs, problems } => {
                 let first = !self.hub_read;
                 self.hub_read = true;
+                let problems_changed = self.hub_problems != problems;
                 self.hub_problems = problems;
                 let wanted: Vec<ClusterId> = specs.iter().map(|s| s.id.clone()).collect();
                 let gone: Vec<ClusterId> = self
@@ -137,7 +138,7 @@ impl Store {
                     .filter(|id| !wanted.contains(id))
                     .cloned()
                     .collect();
-                let mut changed = first;
+                let mut changed = first || problems_changed;
                 for id in gone {
                     info!(cluster = %id, "member removed from the hub");
                     self.registry.remove(&id);
@@ -158,8 +159,10 @@ impl Store {
                 if self.registry.spec(&cluster).is_none() {
                     return false;
                 }
+                let problems_changed = self.member_problems.get(&cluster) != Some(&problems);
                 self.member_problems.insert(cluster.clone(), problems);
-                self.index.reset(&cluster, objects)
+                // Both, always: the problem list alone changing must publish too.
+                self.index.reset(&cluster, objects) | problems_changed
             }
             SourceEvent::Heartbeat { cluster, result } => {
                 let was_settled = self.registry.all_settled();

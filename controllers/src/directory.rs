@@ -305,6 +305,24 @@ fn reconcile_members(
     }
 }
 
+/// A member directory's objects, and its problems (errors, then warnings marked as such), each
+/// logged once.
+fn objects_and_problems(mut loaded: Loaded) -> (ClusterObjects, Vec<ManifestError>) {
+    let warnings = std::mem::take(&mut loaded.warnings);
+    let (objects, mut problems) = member_objects(loaded);
+    for p in &problems {
+        warn!(file = %p.file.display(), object = %p.object, reason = %p.reason, "member manifest rejected");
+    }
+    for w in warnings {
+        warn!(file = %w.file.display(), object = %w.object, reason = %w.reason, "member manifest warning");
+        problems.push(ManifestError {
+            reason: format!("warning: {}", w.reason),
+            ..w
+        });
+    }
+    (objects, problems)
+}
+
 /// One directory member: reads it on every change, heartbeats every `heartbeat_seconds`.
 pub async fn run_member(
     cluster: ClusterId,
@@ -332,10 +350,7 @@ pub async fn run_member(
             }],
             Some(_) => match manifest::load_dir(&dir) {
                 Ok(loaded) => {
-                    let (objects, problems) = member_objects(loaded);
-                    for p in &problems {
-                        warn!(file = %p.file.display(), object = %p.object, reason = %p.reason, "member manifest rejected");
-                    }
+                    let (objects, problems) = objects_and_problems(loaded);
                     debug!(
                         services = objects.services.len(),
                         slices = objects.slices.len(),

@@ -317,6 +317,21 @@ impl Answerer {
         }
     }
 
+    /// Whether a service's names exist for this client: in the clusterset style a headless
+    /// service with no ready endpoint does not exist (MCS DNS), nor does anything below it.
+    fn service_exists(
+        &self,
+        snap: &Snapshot,
+        zone: &Zone,
+        view: &ServiceView,
+        client: Option<usize>,
+        now: Instant,
+    ) -> bool {
+        zone.cfg.style != Style::Clusterset
+            || !view.headless
+            || exists_in(zone, view, &select(snap, view, client, now))
+    }
+
     fn zone_of(&self, name: &LowerName) -> Option<(usize, &Zone)> {
         self.zones
             .iter()
@@ -401,8 +416,7 @@ impl Answerer {
                     return Found::NxDomain;
                 };
                 let sel = select(snap, view, client, now);
-                if zone.cfg.style == Style::Clusterset && view.headless && sel.tiers.is_empty() {
-                    // MCS DNS: a headless service with no ready endpoint does not exist.
+                if !exists_in(zone, view, &sel) {
                     return Found::NxDomain;
                 }
                 if !is_address(qtype) {
@@ -449,22 +463,33 @@ impl Answerer {
                     return Found::NxDomain;
                 };
                 let withdrawn = snap.clusters[ci].withdrawn;
+                let via_gateway = client.is_some_and(|c| {
+                    snap.clusters[c].spec.network != snap.clusters[ci].spec.network
+                });
                 if zone.cfg.style == Style::Clusterset {
                     // Per-cluster names exist only above headless hostnames (the MCS spec
-                    // forbids them for ClusterSetIP services).
-                    return if view.headless && backend.ready > 0 && !withdrawn {
-                        Found::nodata()
-                    } else {
-                        Found::NxDomain
-                    };
+                    // forbids them for ClusterSetIP services), and as the SRV target of a
+                    // cluster reached through its gateway.
+                    if !view.headless || backend.ready == 0 || withdrawn {
+                        return Found::NxDomain;
+                    }
+                    let gateway = snap.clusters[ci]
+                        .spec
+                        .gateway
+                        .as_ref()
+                        .filter(|_| via_gateway);
+                    let ttl = view.policy.ttl.unwrap_or(ttl);
+                    return Found::answers(
+                        gateway
+                            .and_then(|g| address_record(name, ttl, g.address, qtype))
+                            .into_iter()
+                            .collect(),
+                    );
                 }
                 if withdrawn || !is_address(qtype) {
                     return Found::nodata();
                 }
                 let ttl = view.policy.ttl.unwrap_or(ttl);
-                let via_gateway = client.is_some_and(|c| {
-                    snap.clusters[c].spec.network != snap.clusters[ci].spec.network
-                });
                 let addrs: Vec<IpAddr> = if via_gateway {
                     snap.clusters[ci]
                         .spec
@@ -519,10 +544,11 @@ impl Answerer {
             }
             Target::SrvProto { ns, svc, proto } => match snap.service(ns, svc) {
                 Some(view)
-                    if view
-                        .ports
-                        .iter()
-                        .any(|p| p.name.is_some() && p.protocol.srv_label() == proto) =>
+                    if self.service_exists(snap, zone, view, client, now)
+                        && view
+                            .ports
+                            .iter()
+                            .any(|p| p.name.is_some() && p.protocol.srv_label() == proto) =>
                 {
                     Found::nodata()
                 }
@@ -534,7 +560,10 @@ impl Answerer {
                 port,
                 proto,
             } => {
-                let Some(view) = snap.service(ns, svc) else {
+                let Some(view) = snap
+                    .service(ns, svc)
+                    .filter(|v| self.service_exists(snap, zone, v, client, now))
+                else {
                     return Found::NxDomain;
                 };
                 let Some(sport) = view
@@ -768,6 +797,10 @@ impl Answerer {
             )
             .collect()
     }
+}
+
+fn exists_in(zone: &Zone, view: &ServiceView, sel: &Selection) -> bool {
+    zone.cfg.style != Style::Clusterset || !view.headless || !sel.tiers.is_empty()
 }
 
 /// Labels left of the zone apex, leftmost first; `None` if a label is not text.

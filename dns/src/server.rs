@@ -53,6 +53,9 @@ pub struct Dns {
     snapshots: watch::Receiver<Arc<Snapshot>>,
     cache: Cache<HotKey, Arc<CachedAnswer>>,
     metrics: DnsMetrics,
+    /// Rotates answers that are not served from the cache (TCP, ECS): the cache keeps its
+    /// own counter per question.
+    rotation: AtomicUsize,
 }
 
 impl Dns {
@@ -73,6 +76,7 @@ impl Dns {
             metrics: DnsMetrics::new(zones, registry),
             answerer,
             snapshots,
+            rotation: AtomicUsize::new(0),
         })
     }
 
@@ -84,13 +88,18 @@ impl Dns {
         self.snapshots.borrow().clone()
     }
 
+    fn next_rotation(&self) -> usize {
+        self.rotation.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Answers one UDP datagram into `out`; returns false when nothing should be sent.
     pub fn handle_udp(&self, raw: &[u8], src: SocketAddr, out: &mut Vec<u8>) -> bool {
         let snap = self.snapshot();
         let client = snap.client_cluster(src.ip());
         let Some(hot) = wire::hot_query(raw, client) else {
+            let rotation = self.next_rotation();
             return self
-                .answer_full(&snap, raw, src.ip(), Transport::Udp, 0, out)
+                .answer_full(&snap, raw, src.ip(), Transport::Udp, rotation, out)
                 .is_some();
         };
         let mut rotation = 0;
@@ -228,7 +237,7 @@ impl RequestHandler for Handler {
             request,
             request.src().ip(),
             transport,
-            0,
+            dns.next_rotation(),
             Instant::now(),
         );
         let qtype = request.queries.queries().first().map(|q| q.query_type());
