@@ -46,6 +46,9 @@ pub struct Response {
     pub zone: Option<usize>,
     /// Further messages of a zone transfer (TCP only).
     pub continuation: Vec<Vec<Record>>,
+    /// Whether the reply repeats the question. Not for malformed questions (more than one,
+    /// or a compression pointer, which in a question can only point into the header).
+    pub echo_question: bool,
 }
 
 impl Response {
@@ -60,6 +63,7 @@ impl Response {
             rotations: 1,
             zone: None,
             continuation: Vec::new(),
+            echo_question: true,
         }
     }
 
@@ -235,8 +239,13 @@ impl Answerer {
             return resp.rcode(ResponseCode::NotImp);
         }
         let [query] = req.queries.queries() else {
+            resp.echo_question = false;
             return resp.rcode(ResponseCode::FormErr);
         };
+        if has_compression_pointer(req.queries.as_bytes()) {
+            resp.echo_question = false;
+            return resp.rcode(ResponseCode::FormErr);
+        }
         if query.query_class() != DNSClass::IN {
             return resp.rcode(ResponseCode::Refused);
         }
@@ -797,6 +806,21 @@ impl Answerer {
             )
             .collect()
     }
+}
+
+/// Whether the first name in wire-format `bytes` uses a compression pointer.
+fn has_compression_pointer(bytes: &[u8]) -> bool {
+    let mut pos = 0;
+    while let Some(&len) = bytes.get(pos) {
+        if len & 0xC0 != 0 {
+            return true;
+        }
+        if len == 0 {
+            return false;
+        }
+        pos += 1 + usize::from(len);
+    }
+    false
 }
 
 fn exists_in(zone: &Zone, view: &ServiceView, sel: &Selection) -> bool {

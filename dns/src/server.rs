@@ -247,7 +247,8 @@ impl RequestHandler for Handler {
             resp.metadata.response_code,
             transport,
         ));
-        let builder = MessageResponseBuilder::new(&request.queries, resp.edns.as_ref());
+        let queries = wire::question_of(&resp, &request.queries);
+        let builder = MessageResponseBuilder::new(queries, resp.edns.as_ref());
         let message = builder.build(
             resp.metadata,
             resp.answers.iter(),

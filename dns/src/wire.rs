@@ -27,6 +27,15 @@ impl EmitAndCount for QuestionBytes<'_> {
     }
 }
 
+/// The question section a response repeats: the request's, or none (see
+/// `Response::echo_question`).
+pub fn question_of<'q>(resp: &Response, queries: &'q Queries) -> &'q Queries {
+    static NONE: std::sync::LazyLock<Queries> = std::sync::LazyLock::new(|| {
+        Queries::read(&mut BinDecoder::new(&[]), 0).expect("zero questions always read")
+    });
+    if resp.echo_question { queries } else { &NONE }
+}
+
 /// The UDP size limit for a request: 512 without EDNS, else max(512, min(client, 1232)).
 pub fn udp_limit(req: &MessageRequest) -> u16 {
     req.edns
@@ -37,6 +46,7 @@ pub fn udp_limit(req: &MessageRequest) -> u16 {
 /// Encodes a response; if it exceeds `limit`, sends the question (and OPT) alone with TC set,
 /// so the client retries over TCP.
 pub fn encode(resp: &Response, queries: &Queries, limit: u16) -> Vec<u8> {
+    let queries = question_of(resp, queries);
     let full = emit(
         &resp.metadata,
         queries,

@@ -695,3 +695,52 @@ fn withdrawn_clusters_leave_every_answer() {
     );
     assert!(resp.answers.is_empty());
 }
+
+#[test]
+fn malformed_questions_get_formerr_without_the_question() {
+    let snap = fleet();
+    let a = answerer(0);
+    let mut m = Message::new(9, MessageType::Query, OpCode::Query);
+    for _ in 0..2 {
+        m.add_query(Query::query(
+            Name::from_ascii("web.shop.global.").unwrap(),
+            RecordType::A,
+        ));
+    }
+    let req = Request::from_bytes(
+        m.to_vec().unwrap(),
+        (Ipv4Addr::LOCALHOST, 1).into(),
+        Protocol::Udp,
+    )
+    .unwrap();
+    let resp = a.respond(
+        &snap,
+        &req,
+        ANYONE.parse().unwrap(),
+        Transport::Udp,
+        0,
+        Instant::now(),
+    );
+    assert_eq!(resp.metadata.response_code, ResponseCode::FormErr);
+    assert!(!resp.echo_question);
+    let bytes = crate::wire::encode(&resp, &req.queries, 512);
+    let reply = Message::from_vec(&bytes).unwrap();
+    assert!(reply.queries.is_empty());
+    // A question whose name is a compression pointer into the header.
+    let raw = [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 0x02, 0, 1, 0, 1];
+    if let Ok(req) =
+        Request::from_bytes(raw.to_vec(), (Ipv4Addr::LOCALHOST, 1).into(), Protocol::Udp)
+    {
+        let resp = a.respond(
+            &snap,
+            &req,
+            ANYONE.parse().unwrap(),
+            Transport::Udp,
+            0,
+            Instant::now(),
+        );
+        assert_eq!(resp.metadata.response_code, ResponseCode::FormErr);
+        let reply = Message::from_vec(&crate::wire::encode(&resp, &req.queries, 512)).unwrap();
+        assert!(reply.queries.is_empty());
+    }
+}
