@@ -24,7 +24,7 @@ use meridian_core::Snapshot;
 use moka::sync::Cache;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::answer::{Answerer, Transport};
 use crate::config::DnsConfig;
@@ -383,8 +383,18 @@ fn udp_worker(dns: &Dns, socket: &std::net::UdpSocket, stop: &AtomicBool) {
                 continue;
             }
         };
-        if !dns.handle_udp(&buf[..len], src, &mut out) {
-            continue;
+        // A bug in answering one datagram must not take the worker (and UDP DNS) down.
+        let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            dns.handle_udp(&buf[..len], src, &mut out)
+        }));
+        match answered {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(_) => {
+                error!(%src, request = ?&buf[..len], "answering a request panicked; dropped it");
+                dns.metrics.dropped("internal error");
+                continue;
+            }
         }
         if let Err(e) = socket.send_to(&out, src) {
             debug!(%src, error = %e, "UDP send failed");

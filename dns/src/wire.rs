@@ -202,9 +202,8 @@ pub fn hot_query(raw: &[u8], client_cluster: Option<usize>) -> Option<HotQuery> 
         pos += 1 + len;
     }
     let name_end = pos;
+    // The root label's zero is already in the (zeroed) key.
     let mut k = name_end - 12;
-    key.buf[k] = 0;
-    k += 1;
     let question = raw.get(pos..pos + 4)?;
     key.buf[k..k + 4].copy_from_slice(question);
     k += 4;
@@ -323,6 +322,27 @@ mod tests {
         let mut update = query(NAME, 1, None);
         update[2] = 5 << 3;
         assert!(hot_query(&update, None).is_none());
+    }
+
+    #[test]
+    fn a_name_of_the_maximal_length_fits_the_key() {
+        let mut name = Vec::new();
+        for (len, byte) in [(63, b'a'), (63, b'a'), (63, b'a'), (61, b'b')] {
+            name.push(len);
+            name.extend(std::iter::repeat_n(byte, usize::from(len)));
+        }
+        name.push(0);
+        assert_eq!(name.len(), 255);
+        let opt = [0, 0, 41, 0x10, 0x00, 0, 0, 0, 0, 0, 0];
+        let q = hot_query(&query(&name, 1, Some(&opt)), Some(7)).unwrap();
+        assert_eq!(q.name_end, 12 + 255);
+        assert_eq!(q.key.as_bytes().len(), HotKey::CAP);
+        // One byte more is not a name.
+        let mut long = name.clone();
+        long.insert(0, b'x');
+        long[1] = 0;
+        long.insert(0, 1);
+        assert!(hot_query(&query(&long, 1, None), None).is_none());
     }
 
     #[test]
