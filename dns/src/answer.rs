@@ -222,6 +222,15 @@ impl Answerer {
         now: Instant,
     ) -> Response {
         let mut resp = Response::new(req);
+        // Whatever the answer, it repeats only a sane question: exactly one, without a
+        // compression pointer (in a question it can only point into the header).
+        let question = match req.queries.queries() {
+            [query] if !has_compression_pointer(req.queries.as_bytes()) => Some(query),
+            _ => {
+                resp.echo_question = false;
+                None
+            }
+        };
         if let Some(edns) = &req.edns {
             let mut out = Edns::new();
             out.set_max_payload(EDNS_PAYLOAD);
@@ -238,14 +247,9 @@ impl Answerer {
         if req.metadata.op_code != OpCode::Query {
             return resp.rcode(ResponseCode::NotImp);
         }
-        let [query] = req.queries.queries() else {
-            resp.echo_question = false;
+        let Some(query) = question else {
             return resp.rcode(ResponseCode::FormErr);
         };
-        if has_compression_pointer(req.queries.as_bytes()) {
-            resp.echo_question = false;
-            return resp.rcode(ResponseCode::FormErr);
-        }
         if query.query_class() != DNSClass::IN {
             return resp.rcode(ResponseCode::Refused);
         }

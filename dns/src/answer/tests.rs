@@ -744,3 +744,32 @@ fn malformed_questions_get_formerr_without_the_question() {
         assert!(reply.queries.is_empty());
     }
 }
+
+#[test]
+fn an_update_with_several_zones_is_notimp_without_the_question() {
+    let snap = fleet();
+    let a = answerer(0);
+    let mut m = Message::new(9, MessageType::Query, OpCode::Update);
+    for _ in 0..3 {
+        m.add_query(Query::query(
+            Name::from_ascii("global.").unwrap(),
+            RecordType::SOA,
+        ));
+    }
+    let req = Request::from_bytes(
+        m.to_vec().unwrap(),
+        (Ipv4Addr::LOCALHOST, 1).into(),
+        Protocol::Udp,
+    )
+    .unwrap();
+    let resp = a.respond(
+        &snap,
+        &req,
+        ANYONE.parse().unwrap(),
+        Transport::Udp,
+        0,
+        Instant::now(),
+    );
+    assert_eq!(resp.metadata.response_code, ResponseCode::NotImp);
+    assert!(!resp.echo_question);
+}
