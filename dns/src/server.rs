@@ -29,7 +29,7 @@ use tracing::{debug, error, info, warn};
 use crate::answer::{Answerer, Transport};
 use crate::config::DnsConfig;
 use crate::metrics::{CounterSlot, DnsMetrics};
-use crate::wire::{self, HotKey};
+use crate::wire;
 
 /// Encoded answers to one question, for one snapshot version.
 struct CachedAnswer {
@@ -51,7 +51,9 @@ struct Answered {
 pub struct Dns {
     answerer: Answerer,
     snapshots: watch::Receiver<Arc<Snapshot>>,
-    cache: Cache<HotKey, Arc<CachedAnswer>>,
+    /// Keyed by the exact bytes of `wire::HotKey` (boxed to their length, so an entry costs
+    /// its key, not the key's 266-byte parse buffer).
+    cache: Cache<Box<[u8]>, Arc<CachedAnswer>>,
     metrics: DnsMetrics,
     /// Rotates answers that are not served from the cache (TCP, ECS): the cache keeps its
     /// own counter per question.
@@ -105,7 +107,7 @@ impl Dns {
         let mut rotation = 0;
         if let Some(entry) = self
             .cache
-            .get(&hot.key)
+            .get(hot.key.as_bytes())
             .filter(|e| e.version == snap.version)
         {
             if entry.variants.len() > 1 {
@@ -130,7 +132,7 @@ impl Dns {
         if answered.cacheable {
             let entry = match self
                 .cache
-                .get(&hot.key)
+                .get(hot.key.as_bytes())
                 .filter(|e| e.version == snap.version)
             {
                 Some(entry) => entry,
@@ -143,7 +145,8 @@ impl Dns {
                             .collect(),
                         slot: answered.slot,
                     });
-                    self.cache.insert(hot.key, entry.clone());
+                    self.cache
+                        .insert(Box::from(hot.key.as_bytes()), entry.clone());
                     entry
                 }
             };

@@ -152,12 +152,6 @@ impl PartialEq for HotKey {
 
 impl Eq for HotKey {}
 
-impl std::hash::Hash for HotKey {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write(self.as_bytes());
-    }
-}
-
 /// What the hot path learned from a request.
 pub struct HotQuery {
     pub key: HotKey,
