@@ -167,28 +167,38 @@ impl Dns {
         rotation: usize,
         out: &mut Vec<u8>,
     ) -> Option<Answered> {
-        let request =
-            match Request::from_bytes(raw.to_vec(), SocketAddr::new(src, 0), Protocol::Udp) {
-                Ok(r) => r,
-                Err(e) => {
-                    debug!(%src, error = %e, "malformed request");
-                    let reply = wire::format_error(raw);
-                    if reply.is_none() {
-                        self.metrics.dropped("unparsable header or a response");
-                        return None;
-                    }
-                    *out = reply?;
-                    let slot = self
-                        .metrics
-                        .slot(None, None, ResponseCode::FormErr, transport);
-                    self.metrics.count(slot);
-                    return Some(Answered {
-                        slot,
-                        cacheable: false,
-                        rotations: 1,
-                    });
+        // hickory reserves room for every announced question before reading one: a 12-byte
+        // datagram claiming 65,535 would cost megabytes. More than one is FORMERR anyway.
+        let questions = raw
+            .get(4..6)
+            .map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
+        let parsed = if questions > 1 {
+            Err("more than one question".to_string())
+        } else {
+            Request::from_bytes(raw.to_vec(), SocketAddr::new(src, 0), Protocol::Udp)
+                .map_err(|e| e.to_string())
+        };
+        let request = match parsed {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(%src, error = %e, "malformed request");
+                let reply = wire::format_error(raw);
+                if reply.is_none() {
+                    self.metrics.dropped("unparsable header or a response");
+                    return None;
                 }
-            };
+                *out = reply?;
+                let slot = self
+                    .metrics
+                    .slot(None, None, ResponseCode::FormErr, transport);
+                self.metrics.count(slot);
+                return Some(Answered {
+                    slot,
+                    cacheable: false,
+                    rotations: 1,
+                });
+            }
+        };
         if request.metadata.message_type == MessageType::Response {
             self.metrics.dropped("a response, not a query");
             return None;
