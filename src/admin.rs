@@ -78,7 +78,7 @@ async fn debug_index() -> Json<Value> {
         "endpoints": {
             "/debug/clusters": "member clusters, health, withdrawal, locality, network",
             "/debug/services": "exported services merged across clusters, with conflicts",
-            "/debug/problems": "input meridian rejected, with file, object and reason",
+            "/debug/problems": "input meridian rejected (problems) or served with a caveat (warnings), with file, object and reason",
             "/debug/resolve?name=N&type=T&cluster=C": "what a client in cluster C is answered for N, and why",
         }
     }))
@@ -139,7 +139,8 @@ async fn debug_services(State(s): State<AdminState>) -> Json<Value> {
 }
 
 async fn debug_problems(State(s): State<AdminState>) -> Json<Value> {
-    Json(json!({ "problems": s.snapshot().problems }))
+    let snap = s.snapshot();
+    Json(json!({ "problems": snap.problems, "warnings": snap.warnings }))
 }
 
 #[derive(Deserialize)]

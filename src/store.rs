@@ -41,6 +41,7 @@ pub struct Store {
     policy: Arc<TrafficPolicy>,
     hub_problems: Vec<ManifestError>,
     member_problems: BTreeMap<ClusterId, Vec<ManifestError>>,
+    member_warnings: BTreeMap<ClusterId, Vec<ManifestError>>,
     publish: watch::Sender<Arc<Snapshot>>,
     metrics: StoreMetrics,
 }
@@ -72,6 +73,7 @@ impl Store {
             policy: Arc::new(TrafficPolicy::default()),
             hub_problems: Vec::new(),
             member_problems: BTreeMap::new(),
+            member_warnings: BTreeMap::new(),
             publish,
             metrics: m,
         }
@@ -144,6 +146,7 @@ impl Store {
                     self.registry.remove(&id);
                     self.index.remove_cluster(&id);
                     self.member_problems.remove(&id);
+                    self.member_warnings.remove(&id);
                     changed = true;
                 }
                 for spec in specs {
@@ -155,12 +158,15 @@ impl Store {
                 cluster,
                 objects,
                 problems,
+                warnings,
             } => {
                 if self.registry.spec(&cluster).is_none() {
                     return false;
                 }
-                let problems_changed = self.member_problems.get(&cluster) != Some(&problems);
+                let problems_changed = self.member_problems.get(&cluster) != Some(&problems)
+                    || self.member_warnings.get(&cluster) != Some(&warnings);
                 self.member_problems.insert(cluster.clone(), problems);
+                self.member_warnings.insert(cluster.clone(), warnings);
                 // Both, always: the problem list alone changing must publish too.
                 self.index.reset(&cluster, objects) | problems_changed
             }
@@ -212,23 +218,29 @@ impl Store {
         self.version += 1;
         let mut snapshot = Snapshot::build(self.version, &self.index, &self.registry, &self.policy);
         snapshot.synced = self.synced(Instant::now());
-        let manifest_problems = self
-            .hub_problems
-            .iter()
-            .map(|p| (ClusterId::new("hub"), p))
-            .chain(
-                self.member_problems
-                    .iter()
-                    .flat_map(|(c, ps)| ps.iter().map(move |p| (c.clone(), p))),
-            );
-        for (cluster, p) in manifest_problems {
-            snapshot.problems.push(Problem {
-                cluster,
-                object: format!("{}: {}", p.file.display(), p.object),
-                reason: p.reason.clone(),
-            });
-        }
+        let hub = ClusterId::new("hub");
+        let hub_problems = self.hub_problems.iter().map(|p| problem(&hub, p));
+        snapshot
+            .problems
+            .extend(hub_problems.chain(per_cluster(&self.member_problems)));
+        snapshot.warnings.extend(per_cluster(&self.member_warnings));
         self.metrics.snapshots.inc();
         self.publish.send_replace(Arc::new(snapshot));
     }
+}
+
+fn problem(cluster: &ClusterId, p: &ManifestError) -> Problem {
+    Problem {
+        cluster: cluster.clone(),
+        object: format!("{}: {}", p.file.display(), p.object),
+        reason: p.reason.clone(),
+    }
+}
+
+fn per_cluster(
+    by_cluster: &BTreeMap<ClusterId, Vec<ManifestError>>,
+) -> impl Iterator<Item = Problem> + '_ {
+    by_cluster
+        .iter()
+        .flat_map(|(c, ps)| ps.iter().map(move |p| problem(c, p)))
 }

@@ -305,22 +305,19 @@ fn reconcile_members(
     }
 }
 
-/// A member directory's objects, and its problems (errors, then warnings marked as such), each
-/// logged once.
-fn objects_and_problems(mut loaded: Loaded) -> (ClusterObjects, Vec<ManifestError>) {
+/// A member directory's objects, its problems and its warnings, each logged once.
+fn objects_and_problems(
+    mut loaded: Loaded,
+) -> (ClusterObjects, Vec<ManifestError>, Vec<ManifestError>) {
     let warnings = std::mem::take(&mut loaded.warnings);
-    let (objects, mut problems) = member_objects(loaded);
+    let (objects, problems) = member_objects(loaded);
     for p in &problems {
         warn!(file = %p.file.display(), object = %p.object, reason = %p.reason, "member manifest rejected");
     }
-    for w in warnings {
+    for w in &warnings {
         warn!(file = %w.file.display(), object = %w.object, reason = %w.reason, "member manifest warning");
-        problems.push(ManifestError {
-            reason: format!("warning: {}", w.reason),
-            ..w
-        });
     }
-    (objects, problems)
+    (objects, problems, warnings)
 }
 
 /// One directory member: reads it on every change, heartbeats every `heartbeat_seconds`.
@@ -350,7 +347,7 @@ pub async fn run_member(
             }],
             Some(_) => match manifest::load_dir(&dir) {
                 Ok(loaded) => {
-                    let (objects, problems) = objects_and_problems(loaded);
+                    let (objects, problems, warnings) = objects_and_problems(loaded);
                     debug!(
                         services = objects.services.len(),
                         slices = objects.slices.len(),
@@ -361,6 +358,7 @@ pub async fn run_member(
                             cluster: cluster.clone(),
                             objects,
                             problems,
+                            warnings,
                         },
                         SourceEvent::Heartbeat {
                             cluster: cluster.clone(),

@@ -32,7 +32,10 @@ pub enum SourceEvent {
     Reset {
         cluster: ClusterId,
         objects: ClusterObjects,
+        /// Objects (or parts of them) that were rejected.
         problems: Vec<ManifestError>,
+        /// Objects served with a caveat (e.g. unknown fields ignored).
+        warnings: Vec<ManifestError>,
     },
     /// A heartbeat result: `Err(reason)` when the member could not be reached or read.
     Heartbeat {

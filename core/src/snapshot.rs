@@ -151,6 +151,8 @@ pub struct Snapshot {
     #[serde(skip)]
     pub client_table: ClientTable,
     pub problems: Vec<Problem>,
+    /// Input served with a caveat (e.g. unknown fields ignored in a Kubernetes kind).
+    pub warnings: Vec<Problem>,
     /// Object counts of the Index this snapshot was built from (reported at scrape time).
     pub sizes: IndexSizes,
 }

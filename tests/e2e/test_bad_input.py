@@ -354,6 +354,11 @@ def test_unknown_field_in_a_kubernetes_kind_is_a_warning(fleet, start_meridian):
     # Served all the same.
     assert addrs(ask(m, "early.shop.global")) == ["127.1.1.71"]
     assert not problems(m), "a warning is not a rejection"
+    status, body = m.http("/debug/problems")
+    warnings = json.loads(body)["warnings"]
+    assert [w["cluster"] for w in warnings] == ["eu-1"], warnings
+    assert "early.yaml: Service shop/early" in warnings[0]["object"]
+    assert "spec.bogusField" in warnings[0]["reason"]
     warned = log_lines_with(m, "early.yaml", "bogusField")
     assert warned, f"no warning naming the file and the field:\n{m.log_tail()}"
     assert "Service shop/early" in warned[0]
