@@ -111,6 +111,16 @@ impl Found {
     }
 }
 
+/// One question's context, threaded through the lookups.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    snap: &'a Snapshot,
+    zone: &'a Zone,
+    client: Option<usize>,
+    rotation: usize,
+    now: Instant,
+}
+
 /// The client as the answer function sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct Client {
@@ -277,16 +287,14 @@ impl Answerer {
         } else {
             qtype
         };
-        let found = self.lookup(
+        let ask = Ask {
             snap,
             zone,
-            &name,
-            target,
-            lookup_type,
-            client.cluster,
+            client: client.cluster,
             rotation,
             now,
-        );
+        };
+        let found = self.lookup(ask, &name, target, lookup_type);
         match found {
             Found::NxDomain => self.negative(resp, snap, zone, ResponseCode::NXDomain),
             Found::Records { .. } if qtype == RecordType::ANY => {
@@ -332,17 +340,10 @@ impl Answerer {
 
     /// Whether a service's names exist for this client: in the clusterset style a headless
     /// service with no ready endpoint does not exist (MCS DNS), nor does anything below it.
-    fn service_exists(
-        &self,
-        snap: &Snapshot,
-        zone: &Zone,
-        view: &ServiceView,
-        client: Option<usize>,
-        now: Instant,
-    ) -> bool {
-        zone.cfg.style != Style::Clusterset
+    fn service_exists(ask: Ask<'_>, view: &ServiceView) -> bool {
+        ask.zone.cfg.style != Style::Clusterset
             || !view.headless
-            || exists_in(zone, view, &select(snap, view, client, now))
+            || exists_in(ask.zone, view, &select(ask.snap, view, ask.client, ask.now))
     }
 
     fn zone_of(&self, name: &LowerName) -> Option<(usize, &Zone)> {
@@ -381,18 +382,14 @@ impl Answerer {
         )
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn lookup(
-        &self,
-        snap: &Snapshot,
-        zone: &Zone,
-        name: &Name,
-        target: Target<'_>,
-        qtype: RecordType,
-        client: Option<usize>,
-        rotation: usize,
-        now: Instant,
-    ) -> Found {
+    fn lookup(&self, ask: Ask<'_>, name: &Name, target: Target<'_>, qtype: RecordType) -> Found {
+        let Ask {
+            snap,
+            zone,
+            client,
+            rotation,
+            now,
+        } = ask;
         let ttl = self.cfg.ttl;
         match target {
             Target::Unknown => Found::NxDomain,
@@ -557,7 +554,7 @@ impl Answerer {
             }
             Target::SrvProto { ns, svc, proto } => match snap.service(ns, svc) {
                 Some(view)
-                    if self.service_exists(snap, zone, view, client, now)
+                    if Self::service_exists(ask, view)
                         && view
                             .ports
                             .iter()
@@ -575,7 +572,7 @@ impl Answerer {
             } => {
                 let Some(view) = snap
                     .service(ns, svc)
-                    .filter(|v| self.service_exists(snap, zone, v, client, now))
+                    .filter(|v| Self::service_exists(ask, v))
                 else {
                     return Found::NxDomain;
                 };
@@ -589,23 +586,25 @@ impl Answerer {
                 if qtype != RecordType::SRV {
                     return Found::nodata();
                 }
-                self.srv_records(snap, zone, name, view, sport, client, rotation, now)
+                self.srv_records(ask, name, view, sport)
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn srv_records(
         &self,
-        snap: &Snapshot,
-        zone: &Zone,
+        ask: Ask<'_>,
         name: &Name,
         view: &ServiceView,
         sport: &meridian_core::Port,
-        client: Option<usize>,
-        rotation: usize,
-        now: Instant,
     ) -> Found {
+        let Ask {
+            snap,
+            zone,
+            client,
+            now,
+            ..
+        } = ask;
         let ttl = view.policy.ttl.unwrap_or(self.cfg.ttl);
         let service_name = service_name(zone, view);
         let mut answers = Vec::new();
@@ -622,16 +621,9 @@ impl Answerer {
                     ns: &view.key.namespace,
                     svc: &view.key.name,
                 };
-                if let Found::Records { answers, .. } = self.lookup(
-                    snap,
-                    zone,
-                    &service_name,
-                    target,
-                    qtype,
-                    client,
-                    rotation,
-                    now,
-                ) {
+                if let Found::Records { answers, .. } =
+                    self.lookup(ask, &service_name, target, qtype)
+                {
                     additionals.extend(answers);
                 }
             }
@@ -802,12 +794,23 @@ impl Answerer {
         let target = names::parse(&labels, zone.cfg.style, zone.cfg.namespace.as_deref());
         types
             .iter()
-            .flat_map(
-                |t| match self.lookup(snap, zone, name, target, *t, None, 0, now) {
+            .flat_map(|t| {
+                match self.lookup(
+                    Ask {
+                        snap,
+                        zone,
+                        client: None,
+                        rotation: 0,
+                        now,
+                    },
+                    name,
+                    target,
+                    *t,
+                ) {
                     Found::Records { answers, .. } => answers,
                     Found::NxDomain => Vec::new(),
-                },
-            )
+                }
+            })
             .collect()
     }
 }
