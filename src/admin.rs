@@ -128,7 +128,7 @@ async fn debug_services(State(s): State<AdminState>) -> Json<Value> {
                     "ready": b.ready,
                     "publishNotReadyAddresses": b.publish_not_ready,
                     "ports": b.ports,
-                    "endpoints": b.endpoints,
+                    "endpoints": b.endpoints().collect::<Vec<_>>(),
                 })).collect::<Vec<_>>(),
                 "imports": v.imports.iter().map(|(c, ips)| json!({"cluster": name(*c), "ips": ips})).collect::<Vec<_>>(),
                 "conflicts": v.conflicts,

@@ -3,6 +3,7 @@
 //! take the lock, and a relist replaces one cluster's slice in one step (`reset`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -31,7 +32,8 @@ pub(crate) struct ClusterState {
     pub(crate) services: HashMap<ObjectKey, Service>,
     pub(crate) exports: HashMap<ObjectKey, Export>,
     /// Keyed by the slice's own name; `Slice::service` names the service it belongs to.
-    pub(crate) slices: HashMap<ObjectKey, Slice>,
+    /// Shared with the snapshots built from it, so a rebuild copies pointers, not endpoints.
+    pub(crate) slices: HashMap<ObjectKey, Arc<Slice>>,
     pub(crate) imports: HashMap<ObjectKey, Import>,
 }
 
@@ -40,7 +42,11 @@ impl ClusterState {
         Self {
             services: objects.services.into_iter().collect(),
             exports: objects.exports.into_iter().collect(),
-            slices: objects.slices.into_iter().collect(),
+            slices: objects
+                .slices
+                .into_iter()
+                .map(|(k, v)| (k, Arc::new(v)))
+                .collect(),
             imports: objects.imports.into_iter().collect(),
         }
     }
@@ -77,7 +83,7 @@ impl Index {
         match object {
             Object::Service(key, v) => upsert(&mut state.services, key, v),
             Object::Export(key, v) => upsert(&mut state.exports, key, v),
-            Object::Slice(key, v) => upsert(&mut state.slices, key, v),
+            Object::Slice(key, v) => upsert(&mut state.slices, key, Arc::new(v)),
             Object::Import(key, v) => upsert(&mut state.imports, key, v),
         }
     }

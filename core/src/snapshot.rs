@@ -32,8 +32,10 @@ pub struct ClusterView {
 pub struct Backend {
     /// Index into `Snapshot::clusters`.
     pub cluster: usize,
-    /// Every endpoint, including not-ready and terminating ones (xDS maps them to health).
-    pub endpoints: Vec<Endpoint>,
+    /// The cluster's slices of the service, shared with the Index (a rebuild copies pointers),
+    /// with no address in two of them: every endpoint, including not-ready and terminating
+    /// ones (xDS maps them to health).
+    pub slices: Vec<Arc<Slice>>,
     /// Endpoints DNS may answer and traffic may use (`Endpoint::is_answerable`).
     pub ready: u32,
     /// This cluster's `publishNotReadyAddresses`.
@@ -43,9 +45,13 @@ pub struct Backend {
 }
 
 impl Backend {
+    /// Every endpoint of the cluster's slices.
+    pub fn endpoints(&self) -> impl Iterator<Item = &Endpoint> {
+        self.slices.iter().flat_map(|s| s.endpoints.iter())
+    }
+
     pub fn answerable(&self) -> impl Iterator<Item = &Endpoint> {
-        self.endpoints
-            .iter()
+        self.endpoints()
             .filter(|e| e.is_answerable(self.publish_not_ready))
     }
 }
@@ -252,7 +258,7 @@ struct Candidate<'a> {
     id: &'a ClusterId,
     created: i64,
     service: &'a crate::model::Service,
-    slices: Vec<(&'a ObjectKey, &'a Slice)>,
+    slices: Vec<NamedSlice<'a>>,
 }
 
 fn merge_services(
@@ -349,14 +355,15 @@ fn merge_one(
                 excluded: false,
             });
         }
-        let endpoints = union_of(&cand.slices);
-        let ready = endpoints
+        let slices = union_of(&cand.slices);
+        let ready = slices
             .iter()
+            .flat_map(|s| s.endpoints.iter())
             .filter(|e| e.is_answerable(cand.service.publish_not_ready))
             .count() as u32;
         backends.push(Backend {
             cluster: cand.cluster,
-            endpoints,
+            slices,
             ready,
             publish_not_ready: cand.service.publish_not_ready,
             ports,
@@ -374,9 +381,12 @@ fn merge_one(
     }
 }
 
+/// A slice with its own name (the name orders slices, so answers are stable).
+type NamedSlice<'a> = (&'a ObjectKey, &'a Arc<Slice>);
+
 /// Groups a cluster's slices by the service they belong to, so merging is linear.
-fn slices_by_service(state: &ClusterState) -> HashMap<(&str, &str), Vec<(&ObjectKey, &Slice)>> {
-    let mut by_service: HashMap<(&str, &str), Vec<(&ObjectKey, &Slice)>> = HashMap::new();
+fn slices_by_service(state: &ClusterState) -> HashMap<(&str, &str), Vec<NamedSlice<'_>>> {
+    let mut by_service: HashMap<(&str, &str), Vec<NamedSlice<'_>>> = HashMap::new();
     for (key, slice) in &state.slices {
         by_service
             .entry((&*key.namespace, &*slice.service))
@@ -386,24 +396,43 @@ fn slices_by_service(state: &ClusterState) -> HashMap<(&str, &str), Vec<(&Object
     by_service
 }
 
-/// A service's endpoints in one cluster: the union of its slices, without duplicate addresses
-/// (a pod can appear in two slices while the slice controller moves it).
-fn union_of(slices: &[(&ObjectKey, &Slice)]) -> Vec<Endpoint> {
+/// A service's slices in one cluster, in name order, without duplicate addresses (a pod can
+/// appear in two slices while the slice controller moves it). The common case — no address in
+/// two slices — shares the Index's slices; only a cluster with duplicates gets a merged copy.
+fn union_of(slices: &[NamedSlice<'_>]) -> Vec<Arc<Slice>> {
     let mut slices = slices.to_vec();
     slices.sort_by(|a, b| a.0.cmp(b.0));
+    let shared = || slices.iter().map(|(_, s)| Arc::clone(s)).collect();
+    if slices.len() < 2 {
+        return shared();
+    }
     let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    for (_, slice) in slices {
+    let mut duplicates = false;
+    for (_, slice) in &slices {
+        for e in &slice.endpoints {
+            duplicates |= e.addresses.iter().any(|a| seen.contains(a));
+            seen.extend(e.addresses.iter().copied());
+        }
+    }
+    if !duplicates {
+        return shared();
+    }
+    let mut seen = HashSet::new();
+    let mut merged = Vec::new();
+    for (_, slice) in &slices {
         for e in &slice.endpoints {
             // Check before inserting: an endpoint left out must not mark its other addresses
             // as seen, and an endpoint naming one address twice is not its own duplicate.
             if e.addresses.iter().all(|a| !seen.contains(a)) {
                 seen.extend(e.addresses.iter().copied());
-                out.push(e.clone());
+                merged.push(e.clone());
             }
         }
     }
-    out
+    vec![Arc::new(Slice {
+        service: slices[0].1.service.clone(),
+        endpoints: merged,
+    })]
 }
 
 #[cfg(test)]
