@@ -696,80 +696,52 @@ fn withdrawn_clusters_leave_every_answer() {
     assert!(resp.answers.is_empty());
 }
 
-#[test]
-fn malformed_questions_get_formerr_without_the_question() {
-    let snap = fleet();
-    let a = answerer(0);
-    let mut m = Message::new(9, MessageType::Query, OpCode::Query);
-    for _ in 0..2 {
-        m.add_query(Query::query(
-            Name::from_ascii("web.shop.global.").unwrap(),
-            RecordType::A,
-        ));
+/// A request of `count` copies of one question, with the given opcode.
+fn several_questions(op: OpCode, name: &str, qtype: RecordType, count: usize) -> Vec<u8> {
+    let mut m = Message::new(9, MessageType::Query, op);
+    for _ in 0..count {
+        m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
     }
-    let req = Request::from_bytes(
-        m.to_vec().unwrap(),
-        (Ipv4Addr::LOCALHOST, 1).into(),
-        Protocol::Udp,
-    )
-    .unwrap();
-    let resp = a.respond(
-        &snap,
+    m.to_vec().unwrap()
+}
+
+/// Answers raw request bytes; returns the response and the reply as it would be sent.
+fn answer_raw(raw: &[u8]) -> (Response, Message) {
+    let req = Request::from_bytes(raw.to_vec(), (Ipv4Addr::LOCALHOST, 1).into(), Protocol::Udp)
+        .expect("hickory parses the request");
+    let resp = answerer(0).respond(
+        &fleet(),
         &req,
         ANYONE.parse().unwrap(),
         Transport::Udp,
         0,
         Instant::now(),
     );
-    assert_eq!(resp.metadata.response_code, ResponseCode::FormErr);
-    assert!(!resp.echo_question);
-    let bytes = crate::wire::encode(&resp, &req.queries, 512);
-    let reply = Message::from_vec(&bytes).unwrap();
-    assert!(reply.queries.is_empty());
+    let reply = Message::from_vec(&crate::wire::encode(&resp, &req.queries, 512)).unwrap();
+    (resp, reply)
+}
+
+#[test]
+fn malformed_questions_get_formerr_without_the_question() {
+    let two = several_questions(OpCode::Query, "web.shop.global.", RecordType::A, 2);
     // A question whose name is a compression pointer into the header.
-    let raw = [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 0x02, 0, 1, 0, 1];
-    if let Ok(req) =
-        Request::from_bytes(raw.to_vec(), (Ipv4Addr::LOCALHOST, 1).into(), Protocol::Udp)
-    {
-        let resp = a.respond(
-            &snap,
-            &req,
-            ANYONE.parse().unwrap(),
-            Transport::Udp,
-            0,
-            Instant::now(),
-        );
+    let pointer = [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 0x02, 0, 1, 0, 1];
+    for raw in [&two[..], &pointer[..]] {
+        let (resp, reply) = answer_raw(raw);
         assert_eq!(resp.metadata.response_code, ResponseCode::FormErr);
-        let reply = Message::from_vec(&crate::wire::encode(&resp, &req.queries, 512)).unwrap();
+        assert!(!resp.echo_question);
         assert!(reply.queries.is_empty());
     }
 }
 
 #[test]
 fn an_update_with_several_zones_is_notimp_without_the_question() {
-    let snap = fleet();
-    let a = answerer(0);
-    let mut m = Message::new(9, MessageType::Query, OpCode::Update);
-    for _ in 0..3 {
-        m.add_query(Query::query(
-            Name::from_ascii("global.").unwrap(),
-            RecordType::SOA,
-        ));
-    }
-    let req = Request::from_bytes(
-        m.to_vec().unwrap(),
-        (Ipv4Addr::LOCALHOST, 1).into(),
-        Protocol::Udp,
-    )
-    .unwrap();
-    let resp = a.respond(
-        &snap,
-        &req,
-        ANYONE.parse().unwrap(),
-        Transport::Udp,
-        0,
-        Instant::now(),
-    );
+    let (resp, reply) = answer_raw(&several_questions(
+        OpCode::Update,
+        "global.",
+        RecordType::SOA,
+        3,
+    ));
     assert_eq!(resp.metadata.response_code, ResponseCode::NotImp);
-    assert!(!resp.echo_question);
+    assert!(reply.queries.is_empty());
 }
