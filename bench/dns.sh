@@ -45,9 +45,7 @@ LOAD_CPU=${LOAD_CPU:-0}
 NX_PERCENT=10
 QUERY_LINES=100000
 
-log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-# In a subshell (command substitution), also stop the main shell, whose EXIT trap cleans up.
-die() { log "ERROR: $*"; [[ $BASHPID == "$$" ]] || kill -TERM $$; exit 1; }
+source "$ROOT/bench/lib.sh"
 
 # --- prerequisites -----------------------------------------------------------------------
 missing=()
@@ -71,37 +69,7 @@ MERIDIAN=$ROOT/target/release/meridian
 [[ -x $MERIDIAN ]] || die "no $MERIDIAN after the build"
 
 # --- work directory and cleanup ------------------------------------------------------------
-WORK=$(mktemp -d /tmp/meridian-bench-dns.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-    done
-    if [[ ${KEEP:-0} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-    python3 - <<'EOF'
-import socket
-while True:
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("127.0.0.1", 0))
-    port = u.getsockname()[1]
-    t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        t.bind(("127.0.0.1", port)); print(port); break
-    except OSError:
-        pass
-    finally:
-        t.close(); u.close()
-EOF
-}
+bench_workdir dns
 
 # --- the fleet, the zone and the queries ---------------------------------------------------
 log "generating $N_SERVICES services x 3 clusters, the Knot zone and the query files in $WORK"

@@ -37,8 +37,7 @@ PER_SERVICE=${PER_SERVICE:-10}
 CACHE_CLUSTERS=${CACHE_CLUSTERS:-2}
 READY_TIMEOUT=${READY_TIMEOUT:-900}
 
-log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+source "$ROOT/bench/lib.sh"
 
 missing=()
 command -v dnsperf >/dev/null || missing+=(dnsperf)
@@ -55,35 +54,7 @@ log "building meridian (release)"
 cargo build --release --quiet --bin meridian
 MERIDIAN=$ROOT/target/release/meridian
 
-WORK=$(mktemp -d /tmp/meridian-bench-mem.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-    done
-    if [[ ${KEEP:-0} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-    python3 - <<'EOF'
-import socket
-while True:
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("127.0.0.1", 0))
-    port = u.getsockname()[1]
-    t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        t.bind(("127.0.0.1", port)); print(port); break
-    except OSError:
-        pass
-    finally:
-        t.close(); u.close()
-EOF
-}
+bench_workdir mem
 
 # --- the fleet (compact flow-style YAML, one multi-document file per cluster) ---------------
 log "generating $ENDPOINTS endpoints over $CLUSTERS clusters in $WORK"
