@@ -54,7 +54,7 @@ pub fn read_hub(
             mc.metadata.name.as_deref().unwrap_or("?")
         );
         match convert::member_cluster(&mc, base) {
-            Ok((spec, source)) if members.iter().any(|m| m.spec.id == spec.id) => {
+            Ok((spec, _)) if members.iter().any(|m| m.spec.id == spec.id) => {
                 errors.push(ManifestError {
                     file,
                     object,
@@ -63,7 +63,6 @@ pub fn read_hub(
                         spec.id
                     ),
                 });
-                let _ = source;
             }
             Ok((spec, source)) => members.push(MemberEntry { spec, source }),
             Err(problems) => errors.extend(problems.into_iter().map(|reason| ManifestError {
