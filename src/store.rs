@@ -11,9 +11,10 @@ use meridian_core::{ClusterId, Index, Problem, Registry, Snapshot, TrafficPolicy
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry as Metrics;
 use tokio::sync::{mpsc, watch};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// After this long, DNS answers even if some member has neither synced nor failed yet.
 const SYNC_DEADLINE: Duration = Duration::from_secs(30);
@@ -24,11 +25,24 @@ struct TransitionLabels {
     to: &'static str,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct StoreMetrics {
     transitions: Family<TransitionLabels, Counter>,
     withdrawals: Family<TransitionLabels, Counter>,
     snapshots: Counter,
+    /// How long building a snapshot takes: every change pays it before DNS sees the change.
+    build_seconds: Histogram,
+}
+
+impl Default for StoreMetrics {
+    fn default() -> Self {
+        Self {
+            transitions: Family::default(),
+            withdrawals: Family::default(),
+            snapshots: Counter::default(),
+            build_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+        }
+    }
 }
 
 pub struct Store {
@@ -58,6 +72,11 @@ impl Store {
             "registry_withdrawals",
             "Members withdrawn from DNS and xDS (to=withdrawn) or restored (to=restored)",
             m.withdrawals.clone(),
+        );
+        metrics.register(
+            "snapshot_build_seconds",
+            "Time to build a snapshot from the index and the registry",
+            m.build_seconds.clone(),
         );
         metrics.register(
             "snapshots_published",
@@ -216,7 +235,15 @@ impl Store {
 
     fn publish_snapshot(&mut self) {
         self.version += 1;
+        let started = Instant::now();
         let mut snapshot = Snapshot::build(self.version, &self.index, &self.registry, &self.policy);
+        let took = started.elapsed();
+        self.metrics.build_seconds.observe(took.as_secs_f64());
+        debug!(
+            version = self.version,
+            took_ms = took.as_secs_f64() * 1000.0,
+            "snapshot built"
+        );
         snapshot.synced = self.synced(Instant::now());
         let hub = ClusterId::new("hub");
         let hub_problems = self.hub_problems.iter().map(|p| problem(&hub, p));
