@@ -16,6 +16,8 @@ pub mod model;
 pub mod registry;
 pub mod select;
 pub mod snapshot;
+#[cfg(test)]
+mod testing;
 
 pub use index::{Index, IndexSizes, Kind, Object};
 pub use model::*;

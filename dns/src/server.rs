@@ -110,11 +110,11 @@ impl Dns {
                 .is_some();
         };
         let mut rotation = 0;
-        if let Some(entry) = self
+        let cached = self
             .cache
             .get(hot.key.as_bytes())
-            .filter(|e| e.version == snap.version)
-        {
+            .filter(|e| e.version == snap.version);
+        if let Some(entry) = &cached {
             if entry.variants.len() > 1 {
                 rotation = entry.next.fetch_add(1, Ordering::Relaxed) % entry.variants.len();
             }
@@ -135,11 +135,8 @@ impl Dns {
             return false;
         };
         if answered.cacheable {
-            let entry = match self
-                .cache
-                .get(hot.key.as_bytes())
-                .filter(|e| e.version == snap.version)
-            {
+            // An entry of this version whose rotation was missing gets it filled in.
+            let entry = match cached {
                 Some(entry) => entry,
                 None => {
                     let entry = Arc::new(CachedAnswer {

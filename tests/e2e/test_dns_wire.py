@@ -1236,34 +1236,30 @@ def test_tcp_pipelining(qs):
     assert last.id == 0x0104 and addrs(last) == ["127.1.1.11"]
 
 
+def seconds_until_closed(s):
+    """Waits for the server to close `s` (then closes it too); returns (bytes read, seconds)."""
+    try:
+        start = time.time()
+        try:
+            data = s.recv(1)
+        except ConnectionResetError:
+            data = b""
+        return data, time.time() - start
+    finally:
+        s.close()
+
+
 def test_tcp_idle_timeout(fleet, start_meridian):
     m = start_meridian(fleet, "--dns-tcp-idle-timeout-seconds", "1")
     s = tcp_connect(m, FROM_EU1, timeout=10)
-    try:
-        w = query_wire("payments.shop.global", qid=7)
-        s.sendall(struct.pack("!H", len(w)) + w)
-        assert addrs(dns.message.from_wire(tcp_read_message(s))) == EU1
-        start = time.time()
-        try:
-            data = s.recv(1)
-        except ConnectionResetError:
-            data = b""
-        elapsed = time.time() - start
-    finally:
-        s.close()
+    w = query_wire("payments.shop.global", qid=7)
+    s.sendall(struct.pack("!H", len(w)) + w)
+    assert addrs(dns.message.from_wire(tcp_read_message(s))) == EU1
+    data, elapsed = seconds_until_closed(s)
     assert data == b"", f"unexpected bytes {data!r}"
     assert 0.5 <= elapsed <= 3.0, f"idle connection closed after {elapsed:.2f}s (timeout 1s)"
     # A connection that never sends anything is closed too.
-    s = tcp_connect(m, FROM_EU1, timeout=10)
-    try:
-        start = time.time()
-        try:
-            data = s.recv(1)
-        except ConnectionResetError:
-            data = b""
-        elapsed = time.time() - start
-    finally:
-        s.close()
+    data, elapsed = seconds_until_closed(tcp_connect(m, FROM_EU1, timeout=10))
     assert data == b"" and elapsed <= 3.0, f"silent connection open after {elapsed:.2f}s"
     assert addrs(ask(m, "payments.shop.global", source=FROM_EU1, tcp=True)) == EU1
 

@@ -29,7 +29,7 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from conftest import FROM_EU1, FROM_US1, FROM_UNKNOWN, ROOT, free_port, require_tool
+from conftest import FROM_EU1, FROM_US1, FROM_UNKNOWN, ROOT, free_port, require_tool, stop_process
 
 PAYMENTS = "payments.shop.global"
 PAYMENTS_CLUSTERSET = "payments.shop.svc.clusterset.local"
@@ -108,13 +108,7 @@ class Peer:
                     f"last: {last}\n--- {self.name} log ---\n{self.log_text()}")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 @pytest.fixture(scope="session")

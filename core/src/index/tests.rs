@@ -1,9 +1,10 @@
 use super::*;
 
-use std::net::IpAddr;
+use crate::testing::{self, svc};
+
 use std::sync::Arc;
 
-use crate::model::{Endpoint, Port, Protocol};
+use crate::model::Endpoint;
 
 fn key(ns: &str, name: &str) -> ObjectKey {
     ObjectKey::new(ns, name)
@@ -13,34 +14,8 @@ fn id(name: &str) -> ClusterId {
     ClusterId::new(name)
 }
 
-fn svc(headless: bool, ports: &[(&str, u16)]) -> Service {
-    Service {
-        headless,
-        external_name: false,
-        publish_not_ready: false,
-        ports: ports
-            .iter()
-            .map(|&(name, port)| Port {
-                name: Some(name.to_owned()),
-                port,
-                protocol: Protocol::Tcp,
-                app_protocol: None,
-            })
-            .collect(),
-        cluster_ips: Vec::new(),
-    }
-}
-
 fn ep(ip: &str, ready: bool) -> Endpoint {
-    Endpoint {
-        addresses: vec![ip.parse::<IpAddr>().expect("ip")],
-        hostname: None,
-        ready,
-        serving: ready,
-        terminating: false,
-        zone: None,
-        ports: Arc::from(Vec::new()),
-    }
+    testing::ep(ip.parse().expect("ip"), ready)
 }
 
 fn slice(service: &str, ips: &[&str]) -> Slice {

@@ -10,46 +10,12 @@ use TierReason::{ClientCluster, Everyone, Remote, SameRegion, SameZone};
 
 use crate::index::{Index, Object};
 use crate::model::{
-    ClusterId, ClusterSpec, Endpoint, Export, Gateway, Locality, ObjectKey, Port, Protocol,
-    Service, Slice, Taint,
+    ClusterId, ClusterSpec, Endpoint, Export, Gateway, Locality, ObjectKey, Service, Slice, Taint,
 };
 use crate::registry::Registry;
+use crate::testing::{ep, secs, svc};
 
 // ---- builders ----
-
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
-
-fn svc(headless: bool, ports: &[(&str, u16)]) -> Service {
-    Service {
-        headless,
-        external_name: false,
-        publish_not_ready: false,
-        ports: ports
-            .iter()
-            .map(|&(name, port)| Port {
-                name: Some(name.to_owned()),
-                port,
-                protocol: Protocol::Tcp,
-                app_protocol: None,
-            })
-            .collect(),
-        cluster_ips: Vec::new(),
-    }
-}
-
-fn ep(ip: IpAddr, ready: bool) -> Endpoint {
-    Endpoint {
-        addresses: vec![ip],
-        hostname: None,
-        ready,
-        serving: ready,
-        terminating: false,
-        zone: None,
-        ports: Arc::from(Vec::new()),
-    }
-}
 
 fn cluster(name: &str, region: &str, zone: &str) -> ClusterSpec {
     ClusterSpec {

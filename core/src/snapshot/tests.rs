@@ -1,30 +1,10 @@
 use super::*;
 
-use std::time::Duration;
-
 use crate::index::Object;
 use crate::model::{Export, Import, Protocol, Service};
+use crate::testing::{self, port, secs, svc};
 
 // ---- builders ----
-
-fn port(name: &str, port: u16) -> Port {
-    Port {
-        name: Some(name.to_owned()),
-        port,
-        protocol: Protocol::Tcp,
-        app_protocol: None,
-    }
-}
-
-fn svc(headless: bool, ports: &[(&str, u16)]) -> Service {
-    Service {
-        headless,
-        external_name: false,
-        publish_not_ready: false,
-        ports: ports.iter().map(|&(n, p)| port(n, p)).collect(),
-        cluster_ips: Vec::new(),
-    }
-}
 
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("ip")
@@ -32,13 +12,8 @@ fn ip(s: &str) -> IpAddr {
 
 fn ep(addr: &str, ready: bool) -> Endpoint {
     Endpoint {
-        addresses: vec![ip(addr)],
-        hostname: None,
-        ready,
-        serving: ready,
-        terminating: false,
-        zone: None,
         ports: Arc::from(vec![port("http", 8080)]),
+        ..testing::ep(ip(addr), ready)
     }
 }
 
@@ -47,10 +22,6 @@ fn ep_multi(addrs: &[&str]) -> Endpoint {
         addresses: addrs.iter().map(|a| ip(a)).collect(),
         ..ep(addrs[0], true)
     }
-}
-
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
 }
 
 /// An Index and a Registry built through their public API, with a fake clock.
