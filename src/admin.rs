@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use meridian_core::Snapshot;
 use meridian_dns::Dns;
 use meridian_dns::explain::explain;
+use meridian_xds::{Group, Role, Xds};
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::encoding::EncodeMetric;
 use prometheus_client::metrics::family::Family;
@@ -23,6 +24,7 @@ use tokio::sync::watch;
 pub struct AdminState {
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub dns: Arc<Dns>,
+    pub xds: Arc<Xds>,
     pub metrics: Arc<Registry>,
 }
 
@@ -42,6 +44,8 @@ pub fn router(state: AdminState) -> Router {
         .route("/debug/services", get(debug_services))
         .route("/debug/problems", get(debug_problems))
         .route("/debug/resolve", get(debug_resolve))
+        .route("/debug/xds", get(debug_xds))
+        .route("/debug/xds/dump", get(debug_xds_dump))
         .with_state(state)
 }
 
@@ -80,6 +84,8 @@ async fn debug_index() -> Json<Value> {
             "/debug/services": "exported services merged across clusters, with conflicts",
             "/debug/problems": "input meridian rejected (problems) or served with a caveat (warnings), with file, object and reason",
             "/debug/resolve?name=N&type=T&cluster=C": "what a client in cluster C is answered for N, and why",
+            "/debug/xds": "connected xDS clients: node, subscriptions, versions sent, ACKed and NACKed (with the last error)",
+            "/debug/xds/dump?cluster=C&network=N&role=R": "what a node (envoy, proxyless, eastwest-gateway) in cluster C receives over ADS",
         }
     }))
 }
@@ -171,6 +177,43 @@ async fn debug_resolve(State(s): State<AdminState>, Query(q): Query<ResolveQuery
         )
             .into_response(),
     }
+}
+
+/// Every connected xDS stream: its node, subscriptions, what it was sent, ACKed and NACKed.
+async fn debug_xds(State(s): State<AdminState>) -> Json<Value> {
+    let streams = s.xds.stream_statuses();
+    Json(json!({ "streams": streams.len(), "clients": streams }))
+}
+
+#[derive(Deserialize)]
+struct DumpQuery {
+    cluster: Option<String>,
+    network: Option<String>,
+    role: Option<String>,
+}
+
+/// What a node of the given cluster, network and role receives, decoded from the wire bytes.
+async fn debug_xds_dump(State(s): State<AdminState>, Query(q): Query<DumpQuery>) -> Response {
+    let role = match q.role.as_deref().unwrap_or("envoy") {
+        "envoy" => Role::Envoy,
+        "proxyless" => Role::Proxyless,
+        "eastwest-gateway" => Role::EastWestGateway,
+        other => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({ "error": format!("unknown role {other:?} (envoy, proxyless, eastwest-gateway)") })),
+            )
+                .into_response();
+        }
+    };
+    let group = Group {
+        cluster: q.cluster.filter(|c| !c.is_empty()),
+        network: q.network.filter(|n| !n.is_empty()),
+        role,
+    };
+    let resources = s.xds.resources_for(&s.snapshot(), &group);
+    Json(json!({ "node": group, "feed": meridian_xds::describe::describe(&resources) }))
+        .into_response()
 }
 
 /// Fleet gauges computed from the latest snapshot at scrape time, so the update path carries

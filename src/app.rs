@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use meridian_controllers::directory;
 use meridian_core::Snapshot;
 use meridian_dns::{Dns, Listeners};
+use meridian_xds::Xds;
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -23,6 +24,8 @@ pub struct App {
     pub dns: Arc<Dns>,
     pub dns_listeners: Listeners,
     pub admin_addr: SocketAddr,
+    pub xds: Arc<Xds>,
+    pub xds_addr: SocketAddr,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -55,6 +58,8 @@ impl App {
         let dns_listeners = meridian_dns::serve(dns.clone(), cfg.dns_listen)
             .await
             .with_context(|| format!("cannot listen for DNS on {}", cfg.dns_listen))?;
+        let (xds, xds_addr, xds_task) = start_xds(&cfg, snapshots.clone(), &mut metrics).await?;
+        tasks.push(xds_task);
         metrics.register_collector(Box::new(FleetCollector {
             snapshots: snapshots.clone(),
         }));
@@ -65,6 +70,7 @@ impl App {
         let router = admin::router(AdminState {
             snapshots: snapshots.clone(),
             dns: dns.clone(),
+            xds: xds.clone(),
             metrics: Arc::new(metrics),
         });
         tasks.push(tokio::spawn(async move {
@@ -72,13 +78,14 @@ impl App {
                 tracing::error!(error = %e, "admin server stopped");
             }
         }));
-        info!(admin = %admin_addr, hub = %cfg.hub_directory.display(), "meridian started");
-        info!(xds = %cfg.xds_listen, "the xDS server is not part of this build; nothing listens there");
+        info!(admin = %admin_addr, xds = %xds_addr, hub = %cfg.hub_directory.display(), "meridian started");
         Ok(Self {
             snapshots,
             dns,
             dns_listeners,
             admin_addr,
+            xds,
+            xds_addr,
             tasks,
         })
     }
@@ -89,6 +96,33 @@ impl App {
         }
         self.dns_listeners.shutdown().await;
     }
+}
+
+/// Binds the xDS listener (a taken port fails start-up) and serves ADS and CSDS on it.
+async fn start_xds(
+    cfg: &Config,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    metrics: &mut Registry,
+) -> Result<(Arc<Xds>, SocketAddr, JoinHandle<()>)> {
+    if let Some(tls) = &cfg.xds.tls {
+        meridian_xds::server::check_tls(tls).context("xds.tls")?;
+    }
+    let listener = tokio::net::TcpListener::bind(cfg.xds_listen)
+        .await
+        .with_context(|| format!("cannot listen for xDS on {}", cfg.xds_listen))?;
+    let addr = listener.local_addr()?;
+    let xds = Xds::new(
+        cfg.xds.clone(),
+        snapshots,
+        metrics.sub_registry_with_prefix("xds"),
+    );
+    let server = xds.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = server.serve(listener, std::future::pending()).await {
+            tracing::error!(error = %e, "xDS server stopped");
+        }
+    });
+    Ok((xds, addr, task))
 }
 
 /// Runs until SIGINT or SIGTERM.

@@ -27,6 +27,9 @@ pub enum Command {
     Status(ClientArgs),
     /// Show what meridian would answer for a name, and the decision behind it.
     Resolve(ResolveArgs),
+    /// Inspect the xDS feed of a running meridian.
+    #[command(subcommand)]
+    Xds(XdsCommand),
 }
 
 #[derive(Debug, Clone, Copy, Default, ValueEnum)]
@@ -46,9 +49,8 @@ pub struct ServeArgs {
     pub hub_directory: Option<PathBuf>,
     #[command(flatten)]
     pub dns: DnsArgs,
-    /// xDS listen address (the xDS server comes with its own issue).
-    #[arg(long, env = "MERIDIAN_XDS_LISTEN")]
-    pub xds_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub xds: XdsArgs,
     /// Admin HTTP listen address: /healthz, /readyz, /metrics, /debug/*.
     #[arg(long, env = "MERIDIAN_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,
@@ -92,6 +94,34 @@ pub struct DnsArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct XdsArgs {
+    /// xDS listen address (ADS and CSDS over gRPC).
+    #[arg(id = "xds_listen", long = "xds-listen", env = "MERIDIAN_XDS_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Server certificate (PEM) for TLS on the xDS listener.
+    #[arg(long = "xds-tls-cert", env = "MERIDIAN_XDS_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// Server private key (PEM).
+    #[arg(long = "xds-tls-key", env = "MERIDIAN_XDS_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) that client certificates must chain to; makes TLS mutual.
+    #[arg(long = "xds-tls-client-ca", env = "MERIDIAN_XDS_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Quiet time before a change is pushed, in milliseconds (default 100).
+    #[arg(long = "xds-debounce-ms", env = "MERIDIAN_XDS_DEBOUNCE_MS")]
+    pub debounce_ms: Option<u64>,
+    /// Longest a push waits while changes keep coming, in milliseconds (default 1000).
+    #[arg(long = "xds-debounce-max-ms", env = "MERIDIAN_XDS_DEBOUNCE_MAX_MS")]
+    pub debounce_max_ms: Option<u64>,
+    /// New xDS streams admitted per second, so reconnect storms queue (default 1000).
+    #[arg(
+        long = "xds-admission-per-second",
+        env = "MERIDIAN_XDS_ADMISSION_PER_SECOND"
+    )]
+    pub admission_per_second: Option<u32>,
+}
+
+#[derive(Debug, Args)]
 pub struct ClientArgs {
     /// The admin address of a running meridian.
     #[arg(long, env = "MERIDIAN_ADMIN_LISTEN", default_value = crate::config::DEFAULT_ADMIN)]
@@ -113,6 +143,36 @@ pub struct ResolveArgs {
     pub from_cluster: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum XdsCommand {
+    /// Print, as JSON, what a node in a cluster would receive over ADS.
+    Dump(XdsDumpArgs),
+    /// Print the connected xDS clients and what they ACKed or NACKed (as CSDS reports it).
+    Clients(ClientArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct XdsDumpArgs {
+    /// The node's cluster (its CLUSTER_ID).
+    #[arg(long)]
+    pub node_cluster: Option<String>,
+    /// The node's network (NETWORK); default: its cluster's.
+    #[arg(long)]
+    pub node_network: Option<String>,
+    /// What the node is.
+    #[arg(long, value_enum, default_value = "envoy")]
+    pub role: NodeRole,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum NodeRole {
+    Envoy,
+    Proxyless,
+    EastwestGateway,
 }
 
 impl ServeArgs {

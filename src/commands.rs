@@ -13,7 +13,7 @@ use meridian_core::{Index, Registry, Snapshot, TrafficPolicy};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::cli::{ClientArgs, Command, ResolveArgs, ServeArgs};
+use crate::cli::{ClientArgs, Command, NodeRole, ResolveArgs, ServeArgs, XdsCommand, XdsDumpArgs};
 use crate::{app, config};
 
 pub async fn run(command: Command) -> Result<ExitCode> {
@@ -25,7 +25,61 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Validate(args) => validate(&args),
         Command::Status(args) => status(&args).await,
         Command::Resolve(args) => resolve(&args).await,
+        Command::Xds(XdsCommand::Dump(args)) => xds_dump(&args).await,
+        Command::Xds(XdsCommand::Clients(args)) => xds_clients(&args).await,
     }
+}
+
+/// Prints what a node would receive: JSON, decoded from the bytes meridian would send.
+async fn xds_dump(args: &XdsDumpArgs) -> Result<ExitCode> {
+    let role = match args.role {
+        NodeRole::Envoy => "envoy",
+        NodeRole::Proxyless => "proxyless",
+        NodeRole::EastwestGateway => "eastwest-gateway",
+    };
+    let mut path = format!("/debug/xds/dump?role={role}");
+    if let Some(c) = &args.node_cluster {
+        path.push_str(&format!("&cluster={}", encode(c)));
+    }
+    if let Some(n) = &args.node_network {
+        path.push_str(&format!("&network={}", encode(n)));
+    }
+    let body = get_json(args.client.admin, &path).await?;
+    if let Some(err) = body.get("error") {
+        bail!("{}", text(err));
+    }
+    println!("{}", serde_json::to_string_pretty(&body)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the connected xDS clients, one line per stream and type.
+async fn xds_clients(args: &ClientArgs) -> Result<ExitCode> {
+    let body = get_json(args.admin, "/debug/xds").await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<24} {:<12} {:<6} {:<4} {:>6} {:<18} {:<18}  LAST ERROR",
+        "NODE", "CLUSTER", "PROTO", "TYPE", "NAMES", "SENT", "ACKED"
+    );
+    for c in body["clients"].as_array().into_iter().flatten() {
+        let node = &c["node"];
+        for (kind, t) in c["types"].as_object().into_iter().flatten() {
+            println!(
+                "{:<24} {:<12} {:<6} {:<4} {:>6} {:<18} {:<18}  {}",
+                text(&node["id"]),
+                text(&node["group"]["cluster"]),
+                text(&c["protocol"]),
+                kind,
+                t["sent"].as_object().map_or(0, |m| m.len()),
+                text(&t["sent_version"]),
+                text(&t["acked_version"]),
+                text(&t["last_error"]),
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Checks the config and every manifest it reaches. Prints one line per problem.

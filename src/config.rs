@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use ipnet::IpNet;
 use meridian_dns::{DnsConfig, Style, ZoneConfig};
+use meridian_xds::{TlsFiles, XdsConfig};
 use serde::Deserialize;
 
 use crate::cli::ServeArgs;
@@ -20,7 +21,7 @@ pub struct File {
     #[serde(default)]
     pub dns: DnsSection,
     #[serde(default)]
-    pub xds: ListenSection,
+    pub xds: XdsSection,
     #[serde(default)]
     pub admin: ListenSection,
 }
@@ -67,6 +68,25 @@ fn default_style() -> StyleName {
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct XdsSection {
+    pub listen: Option<SocketAddr>,
+    pub tls: Option<TlsSection>,
+    pub debounce_millis: Option<u64>,
+    pub debounce_max_millis: Option<u64>,
+    pub admission_per_second: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TlsSection {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    #[serde(rename = "clientCA")]
+    pub client_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenSection {
     pub listen: Option<SocketAddr>,
@@ -79,6 +99,7 @@ pub struct Config {
     pub dns_listen: SocketAddr,
     pub dns: DnsConfig,
     pub xds_listen: SocketAddr,
+    pub xds: XdsConfig,
     pub admin_listen: SocketAddr,
 }
 
@@ -183,18 +204,74 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
             .or(file.dns.cache_entries)
             .unwrap_or(defaults.cache_entries),
     };
+    let xds = resolve_xds(&file.xds, base, args)?;
     Ok(Config {
         hub_directory,
         dns_listen,
         dns,
         xds_listen: args
-            .xds_listen
+            .xds
+            .listen
             .or(file.xds.listen)
             .unwrap_or_else(|| DEFAULT_XDS.parse().expect("default")),
+        xds,
         admin_listen: args
             .admin_listen
             .or(file.admin.listen)
             .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("default")),
+    })
+}
+
+fn resolve_xds(file: &XdsSection, base: &Path, args: &ServeArgs) -> Result<XdsConfig> {
+    let defaults = XdsConfig::default();
+    let millis = |flag: Option<u64>, file: Option<u64>, default: Duration| {
+        flag.or(file).map_or(default, Duration::from_millis)
+    };
+    let debounce = millis(
+        args.xds.debounce_ms,
+        file.debounce_millis,
+        defaults.debounce,
+    );
+    let debounce_max = millis(
+        args.xds.debounce_max_ms,
+        file.debounce_max_millis,
+        defaults.debounce_max,
+    );
+    if debounce_max < debounce {
+        bail!(
+            "xds: debounceMaxMillis ({debounce_max:?}) is shorter than debounceMillis ({debounce:?})"
+        );
+    }
+    let tls = match (&args.xds.tls_cert, &args.xds.tls_key, &file.tls) {
+        (Some(cert), Some(key), _) => Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.xds.tls_client_ca.clone(),
+        }),
+        (None, None, Some(t)) => Some(TlsFiles {
+            cert: base.join(&t.cert),
+            key: base.join(&t.key),
+            client_ca: args
+                .xds
+                .tls_client_ca
+                .clone()
+                .or_else(|| t.client_ca.as_ref().map(|p| base.join(p))),
+        }),
+        (None, None, None) => None,
+        _ => bail!("--xds-tls-cert and --xds-tls-key go together"),
+    };
+    if tls.is_none() && args.xds.tls_client_ca.is_some() {
+        bail!("--xds-tls-client-ca needs a server certificate (--xds-tls-cert, --xds-tls-key)");
+    }
+    Ok(XdsConfig {
+        debounce,
+        debounce_max,
+        admission_per_second: args
+            .xds
+            .admission_per_second
+            .or(file.admission_per_second)
+            .unwrap_or(defaults.admission_per_second),
+        tls,
     })
 }
 

@@ -38,6 +38,8 @@ async fn start(dir: &Path) -> App {
         "127.0.0.1:0",
         "--admin-listen",
         "127.0.0.1:0",
+        "--xds-listen",
+        "127.0.0.1:0",
     ])
     .unwrap();
     let app = App::start(meridian::config::load(&args).unwrap())

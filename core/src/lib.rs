@@ -24,5 +24,6 @@ pub use model::*;
 pub use registry::{Health, MemberHealth, Registry, Transition};
 pub use select::{
     FilterReason, Member, Mode, Selection, Tier, TierReason, Toleration, TrafficPolicy, select,
+    select_on_network,
 };
 pub use snapshot::{Backend, ClusterView, Conflict, Problem, ServiceView, Snapshot};

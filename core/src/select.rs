@@ -127,11 +127,28 @@ pub struct Selection {
     pub spills: u32,
 }
 
-/// Decides where traffic for `service` from a client in `client` (if known) goes.
+/// Decides where traffic for `service` from a client in `client` (if known) goes; the client
+/// is on its cluster's network.
 pub fn select(
     snapshot: &Snapshot,
     service: &ServiceView,
     client: Option<usize>,
+    now: Instant,
+) -> Selection {
+    let network = client
+        .and_then(|c| snapshot.clusters.get(c))
+        .map(|c| c.spec.network.as_deref());
+    select_on_network(snapshot, service, client, network, now)
+}
+
+/// [`select`] for a client that names its network itself (an xDS node's `NETWORK`).
+/// `network`: None when unknown (no cluster is then behind a gateway), else the client's
+/// network (itself None for the unnamed network).
+pub fn select_on_network(
+    snapshot: &Snapshot,
+    service: &ServiceView,
+    client: Option<usize>,
+    network: Option<Option<&str>>,
     now: Instant,
 ) -> Selection {
     let policy = &service.policy;
@@ -149,7 +166,7 @@ pub fn select(
         let Some(cluster) = snapshot.clusters.get(backend.cluster) else {
             continue;
         };
-        let via_gateway = client_view.is_some_and(|c| c.spec.network != cluster.spec.network);
+        let via_gateway = network.is_some_and(|n| n != cluster.spec.network.as_deref());
         if let Some(reason) = filter(cluster, backend.ready, via_gateway, policy, now) {
             selection.filtered.push(Filtered {
                 cluster: backend.cluster,

@@ -670,7 +670,7 @@ impl Answerer {
                         &[&endpoint_label(ep), cluster.spec.id.as_str()],
                         &service_name,
                     );
-                    let port = target_port(ep, sport);
+                    let port = ep.target_port(sport);
                     answers.push(Record::from_rdata(
                         name.clone(),
                         ttl,
@@ -912,13 +912,6 @@ pub fn endpoint_label(ep: &Endpoint) -> String {
             .map(|a| a.to_string().replace(['.', ':'], "-"))
             .unwrap_or_default(),
     }
-}
-
-fn target_port(ep: &Endpoint, sport: &meridian_core::Port) -> u16 {
-    ep.ports
-        .iter()
-        .find(|p| p.name == sport.name && p.protocol == sport.protocol)
-        .map_or(sport.port, |p| p.port)
 }
 
 fn clamp_weight(w: u32) -> u16 {

@@ -1,0 +1,477 @@
+//! The xDS server in-process (`App::start`) over real HTTP/2 on loopback, with tonic's ADS
+//! client: what nodes of each kind receive from the quickstart fleet, pushes after a change on
+//! disk, and TLS (mutual and not). gRPC's own xDS clients are exercised by tests/e2e.
+
+use std::path::Path;
+use std::time::Duration;
+
+use meridian::app::App;
+use meridian::cli::ServeArgs;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use xds_api::pb::envoy::config::core::v3::{Node, address, socket_address};
+use xds_api::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_endpoint};
+use xds_api::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use xds_api::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use xds_api::pb::google::protobuf::{Struct, Value, value};
+
+const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+async fn start(dir: &Path, extra: &[&str]) -> App {
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart"),
+        dir,
+    );
+    let config = dir.join("meridian.yaml");
+    let mut argv = vec![
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--dns-listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--xds-listen",
+        "127.0.0.1:0",
+        "--xds-debounce-ms",
+        "20",
+    ];
+    argv.extend_from_slice(extra);
+    let args = ServeArgs::from_args(argv).unwrap();
+    let app = App::start(meridian::config::load(&args).unwrap())
+        .await
+        .unwrap();
+    let mut rx = app.snapshots.clone();
+    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| s.synced))
+        .await
+        .unwrap()
+        .unwrap();
+    app
+}
+
+fn node(id: &str, cluster: &str, user_agent: &str, role: Option<&str>) -> Node {
+    let mut fields = std::collections::HashMap::new();
+    let mut put = |k: &str, v: &str| {
+        fields.insert(
+            k.to_owned(),
+            Value {
+                kind: Some(value::Kind::StringValue(v.to_owned())),
+            },
+        );
+    };
+    put("CLUSTER_ID", cluster);
+    if let Some(role) = role {
+        put("ROLE", role);
+    }
+    Node {
+        id: id.to_owned(),
+        user_agent_name: user_agent.to_owned(),
+        metadata: Some(Struct { fields }),
+        ..Default::default()
+    }
+}
+
+/// One ADS stream: requests go in through a channel, responses come out.
+struct Ads {
+    tx: mpsc::Sender<DiscoveryRequest>,
+    rx: Streaming<DiscoveryResponse>,
+}
+
+impl Ads {
+    async fn open(channel: Channel) -> Result<Self, tonic::Status> {
+        let (tx, requests) = mpsc::channel(16);
+        let mut client = AggregatedDiscoveryServiceClient::new(channel);
+        let rx = client
+            .stream_aggregated_resources(ReceiverStream::new(requests))
+            .await?
+            .into_inner();
+        Ok(Self { tx, rx })
+    }
+
+    async fn send(&self, req: DiscoveryRequest) {
+        self.tx.send(req).await.unwrap();
+    }
+
+    async fn recv(&mut self) -> DiscoveryResponse {
+        tokio::time::timeout(Duration::from_secs(5), self.rx.message())
+            .await
+            .expect("a response within 5 s")
+            .unwrap()
+            .expect("stream open")
+    }
+
+    async fn ack(&self, resp: &DiscoveryResponse, names: &[&str]) {
+        self.send(DiscoveryRequest {
+            type_url: resp.type_url.clone(),
+            version_info: resp.version_info.clone(),
+            response_nonce: resp.nonce.clone(),
+            resource_names: names.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        })
+        .await;
+    }
+}
+
+fn request(node: Option<Node>, type_url: &str, names: &[&str]) -> DiscoveryRequest {
+    DiscoveryRequest {
+        node,
+        type_url: type_url.to_owned(),
+        resource_names: names.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+async fn plain_channel(app: &App) -> Channel {
+    Endpoint::from_shared(format!("http://{}", app.xds_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// (priority, sub_zone, weight, [address:port]) of each locality.
+fn localities(resp: &DiscoveryResponse) -> Vec<(u32, String, u32, Vec<String>)> {
+    assert_eq!(resp.resources.len(), 1, "one assignment");
+    let cla = ClusterLoadAssignment::decode(resp.resources[0].value.as_slice()).unwrap();
+    cla.endpoints
+        .iter()
+        .map(|l| {
+            let eps = l
+                .lb_endpoints
+                .iter()
+                .map(|e| match &e.host_identifier {
+                    Some(lb_endpoint::HostIdentifier::Endpoint(ep)) => {
+                        match ep.address.as_ref().unwrap().address.as_ref().unwrap() {
+                            address::Address::SocketAddress(s) => {
+                                let Some(socket_address::PortSpecifier::PortValue(p)) =
+                                    s.port_specifier
+                                else {
+                                    panic!("no port")
+                                };
+                                format!("{}:{p}", s.address)
+                            }
+                            other => panic!("unexpected address {other:?}"),
+                        }
+                    }
+                    other => panic!("unexpected host {other:?}"),
+                })
+                .collect();
+            (
+                l.priority,
+                l.locality.as_ref().unwrap().sub_zone.clone(),
+                l.load_balancing_weight.as_ref().unwrap().value,
+                eps,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_and_proxyless_nodes_get_tiers_and_gateways() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = start(dir.path(), &[]).await;
+    let name = "payments.shop.global:8080";
+
+    // An Envoy node in eu-1: own cluster first, eu-2 (same region) next, us-1 (another
+    // network) last, through its gateway.
+    let mut envoy = Ads::open(plain_channel(&app).await).await.unwrap();
+    envoy
+        .send(request(
+            Some(node("e1", "eu-1", "envoy", None)),
+            EDS,
+            &[name],
+        ))
+        .await;
+    let resp = envoy.recv().await;
+    assert_eq!(resp.type_url, EDS);
+    let got = localities(&resp);
+    assert_eq!(
+        got,
+        vec![
+            // Weight = ready endpoints: 127.1.1.3 is terminating.
+            (
+                0,
+                "eu-1".into(),
+                2,
+                vec![
+                    "127.1.1.1:8080".into(),
+                    "127.1.1.2:8080".into(),
+                    "127.1.1.3:8080".into()
+                ]
+            ),
+            (1, "eu-2".into(), got[1].2, got[1].3.clone()),
+            (2, "us-1".into(), got[2].2, vec!["127.0.3.100:15443".into()]),
+        ]
+    );
+    assert!(
+        got[1].3.iter().all(|a| a.starts_with("127.1.2.")),
+        "{got:?}"
+    );
+
+    // A proxyless gRPC node in eu-1 never gets us-1 (it cannot reach a gateway).
+    let mut grpc = Ads::open(plain_channel(&app).await).await.unwrap();
+    grpc.send(request(Some(node("g1", "eu-1", "gRPC Go", None)), LDS, &[]))
+        .await;
+    let lds = grpc.recv().await;
+    assert_eq!(lds.type_url, LDS);
+    assert!(lds.resources.len() >= 3, "one ApiListener per service port");
+    grpc.send(request(None, EDS, &[name])).await;
+    let got = localities(&grpc.recv().await);
+    assert_eq!(
+        got.iter().map(|l| (l.0, l.1.as_str())).collect::<Vec<_>>(),
+        vec![(0, "eu-1"), (1, "eu-2")]
+    );
+
+    // An east-west gateway in us-1 gets its SNI listener and local endpoints only.
+    let mut gw = Ads::open(plain_channel(&app).await).await.unwrap();
+    gw.send(request(
+        Some(node("gw", "us-1", "envoy", Some("eastwest-gateway"))),
+        CDS,
+        &[],
+    ))
+    .await;
+    let cds = gw.recv().await;
+    assert!(cds.resources.iter().all(|r| r.type_url == CDS));
+    gw.send(request(
+        None,
+        EDS,
+        &["outbound_.8080_._.payments.shop.svc.cluster.local"],
+    ))
+    .await;
+    let got = localities(&gw.recv().await);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1, "us-1");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_on_disk_is_pushed_and_acks_quiet_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = start(dir.path(), &[]).await;
+    let name = "payments.shop.global:8080";
+    let mut ads = Ads::open(plain_channel(&app).await).await.unwrap();
+    ads.send(request(
+        Some(node("e1", "eu-1", "envoy", None)),
+        EDS,
+        &[name],
+    ))
+    .await;
+    let first = ads.recv().await;
+    ads.ack(&first, &[name]).await;
+    // An ACK with no change gets no response.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), ads.rx.message())
+            .await
+            .is_err(),
+        "no push without a change"
+    );
+    // eu-1 loses its endpoints: the next push starts with eu-2.
+    let path = dir.path().join("clusters/eu-1/payments.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let slice_start = text.find("apiVersion: discovery.k8s.io/v1").unwrap();
+    let without_slice = text[..slice_start].trim_end().trim_end_matches("---");
+    std::fs::write(dir.path().join("clusters/eu-1/.tmp"), without_slice).unwrap();
+    std::fs::rename(dir.path().join("clusters/eu-1/.tmp"), &path).unwrap();
+    let pushed = ads.recv().await;
+    assert_ne!(pushed.version_info, first.version_info);
+    assert_ne!(pushed.nonce, first.nonce);
+    let got = localities(&pushed);
+    assert_eq!(got[0].1, "eu-2", "eu-1 has no ready endpoint left: {got:?}");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_request_without_a_node_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = start(dir.path(), &[]).await;
+    let mut ads = Ads::open(plain_channel(&app).await).await.unwrap();
+    ads.send(request(None, CDS, &[])).await;
+    let status = tokio::time::timeout(Duration::from_secs(5), ads.rx.message())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("node"), "{status:?}");
+    // Other streams are unaffected.
+    let mut ok = Ads::open(plain_channel(&app).await).await.unwrap();
+    ok.send(request(Some(node("e1", "eu-1", "envoy", None)), CDS, &[]))
+        .await;
+    assert!(!ok.recv().await.resources.is_empty());
+    app.shutdown().await;
+}
+
+/// Makes a CA, a server certificate for 127.0.0.1 and a client certificate with openssl.
+fn make_pki(dir: &Path) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl must be installed (Debian package openssl)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=meridian test CA",
+    ]);
+    for who in ["server", "client"] {
+        run(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &format!("{who}.key"),
+            "-out",
+            &format!("{who}.csr"),
+            "-subj",
+            &format!("/CN={who}"),
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{who}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &format!("{who}.pem"),
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ]);
+    }
+}
+
+async fn tls_channel(app: &App, pki: &Path, with_client_cert: bool) -> Result<Channel, String> {
+    let ca = Certificate::from_pem(std::fs::read(pki.join("ca.pem")).unwrap());
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(ca)
+        .domain_name("127.0.0.1");
+    if with_client_cert {
+        tls = tls.identity(Identity::from_pem(
+            std::fs::read(pki.join("client.pem")).unwrap(),
+            std::fs::read(pki.join("client.key")).unwrap(),
+        ));
+    }
+    Endpoint::from_shared(format!("https://{}", app.xds_addr))
+        .unwrap()
+        .tls_config(tls)
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// Opens a stream and asks for CDS; Ok(number of clusters) or the error.
+async fn fetch_clusters(channel: Result<Channel, String>) -> Result<usize, String> {
+    let mut ads = Ads::open(channel?).await.map_err(|e| e.to_string())?;
+    ads.send(request(Some(node("t", "eu-1", "envoy", None)), CDS, &[]))
+        .await;
+    match tokio::time::timeout(Duration::from_secs(5), ads.rx.message()).await {
+        Ok(Ok(Some(r))) => Ok(r.resources.len()),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_mutual_tls() {
+    let pki = tempfile::tempdir().unwrap();
+    make_pki(pki.path());
+    let p = |f: &str| pki.path().join(f).to_str().unwrap().to_owned();
+    let (cert, key, ca) = (p("server.pem"), p("server.key"), p("ca.pem"));
+
+    // TLS without client authentication: any client that trusts the CA gets the feed.
+    let dir = tempfile::tempdir().unwrap();
+    let app = start(
+        dir.path(),
+        &["--xds-tls-cert", &cert, "--xds-tls-key", &key],
+    )
+    .await;
+    assert!(
+        fetch_clusters(tls_channel(&app, pki.path(), false).await)
+            .await
+            .unwrap()
+            > 0
+    );
+    assert!(
+        fetch_clusters(Ok(plain_channel_lazy(&app))).await.is_err(),
+        "plain text is refused on a TLS listener"
+    );
+    app.shutdown().await;
+
+    // Mutual TLS: a client certificate signed by the client CA is required.
+    let dir = tempfile::tempdir().unwrap();
+    let app = start(
+        dir.path(),
+        &[
+            "--xds-tls-cert",
+            &cert,
+            "--xds-tls-key",
+            &key,
+            "--xds-tls-client-ca",
+            &ca,
+        ],
+    )
+    .await;
+    assert!(
+        fetch_clusters(tls_channel(&app, pki.path(), true).await)
+            .await
+            .unwrap()
+            > 0
+    );
+    let refused = fetch_clusters(tls_channel(&app, pki.path(), false).await).await;
+    assert!(
+        refused.is_err(),
+        "a client without a certificate is refused: {refused:?}"
+    );
+    app.shutdown().await;
+}
+
+fn plain_channel_lazy(app: &App) -> Channel {
+    Endpoint::from_shared(format!("http://{}", app.xds_addr))
+        .unwrap()
+        .connect_lazy()
+}

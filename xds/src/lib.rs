@@ -1,0 +1,27 @@
+//! meridian-xds: the fleet as an xDS feed (DESIGN §5) — ADS state-of-the-world and delta for
+//! CDS, EDS, LDS and RDS, and CSDS.
+//!
+//! ```text
+//!  Snapshot (watch) ─► debounce ─► resources::build(snapshot, node group)   (moka, per group+version)
+//!                                          │ Resources: encoded Any + content-hash versions
+//!                         request ─► stream::{SotwStream, DeltaStream} ─► responses
+//!                                          ▲ pure state machines, no I/O
+//!                              server: tonic ADS + CSDS services move messages only
+//! ```
+//!
+//! `xds` never sees a Kubernetes type: it reads `meridian_core::Snapshot` and asks
+//! `meridian_core::select_on_network` where traffic goes, the same function DNS calls.
+
+pub mod csds;
+pub mod describe;
+pub mod extra;
+pub mod metrics;
+pub mod node;
+pub mod resources;
+pub mod server;
+pub mod stream;
+
+pub use node::{Group, NodeInfo, Role};
+pub use resources::{Kind, Resources};
+pub use server::{TlsFiles, Xds, XdsConfig, XdsError};
+pub use stream::{DeltaStream, SotwStream, StreamStatus};

@@ -1,0 +1,586 @@
+//! Pure builders: a Snapshot and a node group in, the Envoy resources that node receives out
+//! (DESIGN §5). Every resource is encoded once here and carried as an `Any` with a version
+//! that is a hash of its bytes, so equal content has equal versions across streams, restarts
+//! and replicas (which is what delta reconnects with `initial_resource_versions` rely on).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use meridian_core::{
+    Backend, ClusterView, Endpoint, Port, ServiceView, Snapshot, select_on_network,
+};
+use prost::{Message, Name};
+use serde::Serialize;
+use xds_api::pb::envoy::config::cluster::v3::{self as xcluster, Cluster};
+use xds_api::pb::envoy::config::core::v3::{self as xcore, address, socket_address};
+use xds_api::pb::envoy::config::endpoint::v3::{
+    self as xendpoint, ClusterLoadAssignment, LbEndpoint, LocalityLbEndpoints,
+};
+use xds_api::pb::envoy::config::listener::v3::{self as xlistener, Listener};
+use xds_api::pb::envoy::config::route::v3::{self as xroute, RouteConfiguration};
+use xds_api::pb::envoy::extensions::filters::http::router::v3::Router;
+use xds_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    self as hcm, HttpConnectionManager,
+};
+use xds_api::pb::google::protobuf::{Any, Duration, Struct, UInt32Value, Value, value};
+
+use crate::extra::{TcpProxy, TlsInspector, UpstreamTlsContext, tcp_proxy};
+use crate::node::{Group, Role};
+
+/// The four resource types meridian serves, in push order (CDS → EDS → LDS → RDS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Kind {
+    Cluster,
+    Endpoint,
+    Listener,
+    Route,
+}
+
+pub const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+pub const ENDPOINT_TYPE: &str =
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+pub const LISTENER_TYPE: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+pub const ROUTE_TYPE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Cluster, Kind::Endpoint, Kind::Listener, Kind::Route];
+
+    pub fn type_url(self) -> &'static str {
+        match self {
+            Kind::Cluster => CLUSTER_TYPE,
+            Kind::Endpoint => ENDPOINT_TYPE,
+            Kind::Listener => LISTENER_TYPE,
+            Kind::Route => ROUTE_TYPE,
+        }
+    }
+
+    pub fn from_type_url(url: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.type_url() == url)
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// CDS, EDS, LDS, RDS: the names operators know them by.
+    pub fn short(self) -> &'static str {
+        match self {
+            Kind::Cluster => "CDS",
+            Kind::Endpoint => "EDS",
+            Kind::Listener => "LDS",
+            Kind::Route => "RDS",
+        }
+    }
+
+    /// LDS and CDS subscribe to everything when a request names nothing.
+    pub fn wildcard_when_empty(self) -> bool {
+        matches!(self, Kind::Cluster | Kind::Listener)
+    }
+}
+
+/// One encoded resource.
+#[derive(Debug, PartialEq)]
+pub struct Resource {
+    pub name: String,
+    /// A hash of the encoded bytes (16 hex digits).
+    pub version: String,
+    pub body: Any,
+}
+
+/// Everything one node group receives, by kind and name.
+#[derive(Debug, Default)]
+pub struct Resources {
+    pub snapshot_version: u64,
+    pub synced: bool,
+    by_kind: [BTreeMap<String, Arc<Resource>>; 4],
+}
+
+impl Resources {
+    pub fn of(&self, kind: Kind) -> &BTreeMap<String, Arc<Resource>> {
+        &self.by_kind[kind.index()]
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_kind.iter().map(BTreeMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn insert<M: Message + Name>(&mut self, kind: Kind, name: String, message: &M) {
+        let resource = Resource {
+            version: content_version(&message.encode_to_vec()),
+            body: pack(message),
+            name: name.clone(),
+        };
+        self.by_kind[kind.index()].insert(name, Arc::new(resource));
+    }
+}
+
+/// The xDS name of a service port: `<svc>.<ns>.global:<port>`.
+pub fn service_port_name(service: &ServiceView, port: &Port) -> String {
+    format!(
+        "{}.{}.global:{}",
+        service.key.name, service.key.namespace, port.port
+    )
+}
+
+/// The SNI (and gateway cluster name) of a service port, as Istio's east-west gateways use it.
+pub fn gateway_sni(service: &ServiceView, port: &Port) -> String {
+    format!(
+        "outbound_.{}_._.{}.{}.svc.cluster.local",
+        port.port, service.key.name, service.key.namespace
+    )
+}
+
+/// What a node in `group` receives from `snapshot`.
+pub fn build(snapshot: &Snapshot, group: &Group, now: Instant) -> Resources {
+    let mut out = Resources {
+        snapshot_version: snapshot.version,
+        synced: snapshot.synced,
+        ..Resources::default()
+    };
+    let client = group
+        .cluster
+        .as_deref()
+        .and_then(|c| snapshot.cluster_index(c));
+    match group.role {
+        Role::EastWestGateway => {
+            if let Some(own) = client {
+                build_gateway(&mut out, snapshot, own);
+            }
+        }
+        Role::Envoy | Role::Proxyless => build_client(&mut out, snapshot, group, client, now),
+    }
+    out
+}
+
+fn build_client(
+    out: &mut Resources,
+    snapshot: &Snapshot,
+    group: &Group,
+    client: Option<usize>,
+    now: Instant,
+) {
+    // The client's network: what the node says, else its cluster's; unknown when neither.
+    let network: Option<Option<&str>> = match (&group.network, client) {
+        (Some(n), _) => Some(Some(n.as_str())),
+        (None, Some(c)) => Some(snapshot.clusters[c].spec.network.as_deref()),
+        (None, None) => None,
+    };
+    let proxyless = group.role == Role::Proxyless;
+    for service in snapshot.services() {
+        let selection = select_on_network(snapshot, service, client, network, now);
+        for port in &service.ports {
+            let name = service_port_name(service, port);
+            let sni = gateway_sni(service, port);
+            let mut priority = 0;
+            let mut localities = Vec::new();
+            let mut any_gateway = false;
+            for tier in &selection.tiers {
+                let before = localities.len();
+                for member in &tier.members {
+                    // Proxyless clients cannot send the SNI a gateway routes by.
+                    if member.via_gateway && proxyless {
+                        continue;
+                    }
+                    let backend = &service.backends[member.backend];
+                    let cluster = &snapshot.clusters[member.cluster];
+                    if member.via_gateway {
+                        if let Some(gw) = &cluster.spec.gateway {
+                            any_gateway = true;
+                            localities.push(gateway_locality(
+                                cluster,
+                                gw.address,
+                                gw.port,
+                                member.weight,
+                                priority,
+                            ));
+                        }
+                    } else {
+                        localities.extend(cluster_localities(
+                            cluster,
+                            backend,
+                            port,
+                            member.weight,
+                            priority,
+                        ));
+                    }
+                }
+                // A tier that lost every member (proxyless, gateway-only) takes no priority.
+                if localities.len() > before {
+                    priority += 1;
+                }
+            }
+            out.insert(
+                Kind::Cluster,
+                name.clone(),
+                &eds_cluster(&name, (any_gateway && !proxyless).then_some(sni.as_str())),
+            );
+            out.insert(Kind::Endpoint, name.clone(), &assignment(&name, localities));
+            if proxyless {
+                out.insert(Kind::Listener, name.clone(), &api_listener(&name));
+                out.insert(Kind::Route, name.clone(), &route_config(service, &name));
+            }
+        }
+    }
+}
+
+fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize) {
+    let cluster = &snapshot.clusters[own];
+    let Some(gateway) = &cluster.spec.gateway else {
+        return;
+    };
+    let mut chains = Vec::new();
+    for service in snapshot.services() {
+        let Some(backend) = service.backend_of(own) else {
+            continue;
+        };
+        for port in &service.ports {
+            let sni = gateway_sni(service, port);
+            let localities = cluster_localities(cluster, backend, port, backend.ready.max(1), 0);
+            out.insert(Kind::Cluster, sni.clone(), &eds_cluster(&sni, None));
+            out.insert(Kind::Endpoint, sni.clone(), &assignment(&sni, localities));
+            chains.push(passthrough_chain(&sni));
+        }
+    }
+    // Envoy refuses a listener without filter chains: no local services, no listener.
+    if !chains.is_empty() {
+        let name = format!("eastwest-gateway:{}", gateway.port);
+        out.insert(
+            Kind::Listener,
+            name.clone(),
+            &gateway_listener(&name, gateway.port, chains),
+        );
+    }
+}
+
+fn eds_cluster(name: &str, gateway_sni: Option<&str>) -> Cluster {
+    Cluster {
+        name: name.to_owned(),
+        cluster_discovery_type: Some(xcluster::cluster::ClusterDiscoveryType::Type(
+            xcluster::cluster::DiscoveryType::Eds as i32,
+        )),
+        eds_cluster_config: Some(xcluster::cluster::EdsClusterConfig {
+            eds_config: Some(ads_config_source()),
+            service_name: String::new(),
+        }),
+        connect_timeout: Some(seconds(5)),
+        lb_policy: xcluster::cluster::LbPolicy::RoundRobin as i32,
+        outlier_detection: Some(xcluster::OutlierDetection {
+            consecutive_5xx: Some(UInt32Value { value: 5 }),
+            interval: Some(seconds(10)),
+            base_ejection_time: Some(seconds(30)),
+            max_ejection_percent: Some(UInt32Value { value: 50 }),
+            ..Default::default()
+        }),
+        common_lb_config: Some(xcluster::cluster::CommonLbConfig {
+            locality_config_specifier: Some(
+                xcluster::cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(
+                    Default::default(),
+                ),
+            ),
+            ..Default::default()
+        }),
+        transport_socket_matches: gateway_sni
+            .map(|sni| vec![gateway_transport_socket_match(sni)])
+            .unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+/// Key and value that mark an endpoint as a gateway, in endpoint metadata and in the
+/// cluster's transport-socket match.
+const TLS_MODE_KEY: &str = "tlsMode";
+const TLS_MODE_GATEWAY: &str = "meridian-gateway";
+const TRANSPORT_SOCKET_MATCH_FILTER: &str = "envoy.transport_socket_match";
+
+fn gateway_transport_socket_match(sni: &str) -> xcluster::cluster::TransportSocketMatch {
+    let tls = UpstreamTlsContext {
+        sni: sni.to_owned(),
+    };
+    xcluster::cluster::TransportSocketMatch {
+        name: TLS_MODE_GATEWAY.to_owned(),
+        r#match: Some(string_struct(TLS_MODE_KEY, TLS_MODE_GATEWAY)),
+        transport_socket: Some(xcore::TransportSocket {
+            name: "envoy.transport_sockets.tls".to_owned(),
+            config_type: Some(xcore::transport_socket::ConfigType::TypedConfig(pack(&tls))),
+        }),
+    }
+}
+
+fn assignment(name: &str, localities: Vec<LocalityLbEndpoints>) -> ClusterLoadAssignment {
+    ClusterLoadAssignment {
+        cluster_name: name.to_owned(),
+        endpoints: localities,
+        policy: Some(xendpoint::cluster_load_assignment::Policy {
+            // 100: a priority takes traffic only when the ones above have none healthy, so
+            // Envoy and gRPC spill exactly where the selection put the tier boundaries.
+            overprovisioning_factor: Some(UInt32Value { value: 100 }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// One locality per zone of `cluster` that holds endpoints of `backend`; the cluster's weight
+/// is shared between its zones by ready endpoints.
+fn cluster_localities(
+    cluster: &ClusterView,
+    backend: &Backend,
+    port: &Port,
+    weight: u32,
+    priority: u32,
+) -> Vec<LocalityLbEndpoints> {
+    let mut zones: BTreeMap<&str, (u32, Vec<LbEndpoint>)> = BTreeMap::new();
+    let cluster_zone = cluster.spec.locality.zone.as_deref().unwrap_or_default();
+    for ep in backend.endpoints() {
+        let Some(address) = ep.addresses.first() else {
+            continue;
+        };
+        let zone = ep.zone.as_deref().unwrap_or(cluster_zone);
+        let entry = zones.entry(zone).or_default();
+        entry.0 += u32::from(ep.ready);
+        entry.1.push(lb_endpoint(
+            *address,
+            ep.target_port(port),
+            health_of(ep),
+            None,
+        ));
+    }
+    let ready_total: u32 = zones.values().map(|z| z.0).sum();
+    zones
+        .into_iter()
+        .map(|(zone, (ready, lb_endpoints))| LocalityLbEndpoints {
+            locality: Some(locality(cluster, zone)),
+            lb_endpoints,
+            load_balancing_weight: Some(UInt32Value {
+                value: zone_share(weight, ready, ready_total),
+            }),
+            priority,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// A cluster's weight split by ready endpoints; never 0 (Envoy ignores weightless localities).
+fn zone_share(weight: u32, ready: u32, ready_total: u32) -> u32 {
+    if ready_total == 0 {
+        return weight.max(1);
+    }
+    (u64::from(weight) * u64::from(ready) / u64::from(ready_total)).clamp(1, u64::from(u32::MAX))
+        as u32
+}
+
+fn gateway_locality(
+    cluster: &ClusterView,
+    address: IpAddr,
+    port: u16,
+    weight: u32,
+    priority: u32,
+) -> LocalityLbEndpoints {
+    let zone = cluster.spec.locality.zone.as_deref().unwrap_or_default();
+    LocalityLbEndpoints {
+        locality: Some(locality(cluster, zone)),
+        lb_endpoints: vec![lb_endpoint(
+            address,
+            port,
+            xcore::HealthStatus::Healthy,
+            Some(string_struct(TLS_MODE_KEY, TLS_MODE_GATEWAY)),
+        )],
+        load_balancing_weight: Some(UInt32Value {
+            value: weight.max(1),
+        }),
+        priority,
+        ..Default::default()
+    }
+}
+
+fn locality(cluster: &ClusterView, zone: &str) -> xcore::Locality {
+    xcore::Locality {
+        region: cluster.spec.locality.region.clone().unwrap_or_default(),
+        zone: zone.to_owned(),
+        sub_zone: cluster.spec.id.as_str().to_owned(),
+    }
+}
+
+/// DESIGN §5: ready → HEALTHY, serving and terminating → DRAINING, anything else UNHEALTHY.
+fn health_of(ep: &Endpoint) -> xcore::HealthStatus {
+    if ep.ready {
+        xcore::HealthStatus::Healthy
+    } else if ep.serving && ep.terminating {
+        xcore::HealthStatus::Draining
+    } else {
+        xcore::HealthStatus::Unhealthy
+    }
+}
+
+fn lb_endpoint(
+    address: IpAddr,
+    port: u16,
+    health: xcore::HealthStatus,
+    transport_match: Option<Struct>,
+) -> LbEndpoint {
+    LbEndpoint {
+        health_status: health as i32,
+        metadata: transport_match.map(|m| xcore::Metadata {
+            filter_metadata: [(TRANSPORT_SOCKET_MATCH_FILTER.to_owned(), m)].into(),
+            ..Default::default()
+        }),
+        host_identifier: Some(xendpoint::lb_endpoint::HostIdentifier::Endpoint(
+            xendpoint::Endpoint {
+                address: Some(socket_address(address, port)),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    }
+}
+
+fn api_listener(name: &str) -> Listener {
+    let manager = HttpConnectionManager {
+        stat_prefix: name.to_owned(),
+        codec_type: hcm::http_connection_manager::CodecType::Auto as i32,
+        route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(
+            hcm::Rds {
+                config_source: Some(ads_config_source()),
+                route_config_name: name.to_owned(),
+            },
+        )),
+        http_filters: vec![hcm::HttpFilter {
+            name: "envoy.filters.http.router".to_owned(),
+            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(
+                &Router::default(),
+            ))),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    Listener {
+        name: name.to_owned(),
+        api_listener: Some(xlistener::ApiListener {
+            api_listener: Some(pack(&manager)),
+        }),
+        ..Default::default()
+    }
+}
+
+fn route_config(service: &ServiceView, name: &str) -> RouteConfiguration {
+    let host = format!("{}.{}.global", service.key.name, service.key.namespace);
+    RouteConfiguration {
+        name: name.to_owned(),
+        virtual_hosts: vec![xroute::VirtualHost {
+            name: name.to_owned(),
+            domains: vec![name.to_owned(), host],
+            routes: vec![xroute::Route {
+                r#match: Some(xroute::RouteMatch {
+                    path_specifier: Some(xroute::route_match::PathSpecifier::Prefix(String::new())),
+                    ..Default::default()
+                }),
+                action: Some(xroute::route::Action::Route(xroute::RouteAction {
+                    cluster_specifier: Some(xroute::route_action::ClusterSpecifier::Cluster(
+                        name.to_owned(),
+                    )),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn passthrough_chain(sni: &str) -> xlistener::FilterChain {
+    let proxy = TcpProxy {
+        stat_prefix: sni.to_owned(),
+        cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(sni.to_owned())),
+    };
+    xlistener::FilterChain {
+        name: sni.to_owned(),
+        filter_chain_match: Some(xlistener::FilterChainMatch {
+            server_names: vec![sni.to_owned()],
+            ..Default::default()
+        }),
+        filters: vec![xlistener::Filter {
+            name: "envoy.filters.network.tcp_proxy".to_owned(),
+            config_type: Some(xlistener::filter::ConfigType::TypedConfig(pack(&proxy))),
+        }],
+        ..Default::default()
+    }
+}
+
+fn gateway_listener(name: &str, port: u16, chains: Vec<xlistener::FilterChain>) -> Listener {
+    Listener {
+        name: name.to_owned(),
+        address: Some(socket_address(IpAddr::from([0, 0, 0, 0]), port)),
+        listener_filters: vec![xlistener::ListenerFilter {
+            name: "envoy.filters.listener.tls_inspector".to_owned(),
+            config_type: Some(xlistener::listener_filter::ConfigType::TypedConfig(pack(
+                &TlsInspector {},
+            ))),
+            ..Default::default()
+        }],
+        filter_chains: chains,
+        ..Default::default()
+    }
+}
+
+fn ads_config_source() -> xcore::ConfigSource {
+    xcore::ConfigSource {
+        config_source_specifier: Some(xcore::config_source::ConfigSourceSpecifier::Ads(
+            xcore::AggregatedConfigSource::default(),
+        )),
+        resource_api_version: xcore::ApiVersion::V3 as i32,
+        ..Default::default()
+    }
+}
+
+fn socket_address(ip: IpAddr, port: u16) -> xcore::Address {
+    xcore::Address {
+        address: Some(address::Address::SocketAddress(xcore::SocketAddress {
+            address: ip.to_string(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(port))),
+            ..Default::default()
+        })),
+    }
+}
+
+fn string_struct(key: &str, value: &str) -> Struct {
+    Struct {
+        fields: [(
+            key.to_owned(),
+            Value {
+                kind: Some(value::Kind::StringValue(value.to_owned())),
+            },
+        )]
+        .into(),
+    }
+}
+
+fn seconds(s: i64) -> Duration {
+    Duration {
+        seconds: s,
+        nanos: 0,
+    }
+}
+
+pub(crate) fn pack<M: Message + Name>(message: &M) -> Any {
+    Any {
+        type_url: M::type_url(),
+        value: message.encode_to_vec(),
+    }
+}
+
+/// FNV-1a over the encoded bytes: stable across processes and builds, unlike std's hasher.
+pub(crate) fn content_version(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}

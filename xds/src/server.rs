@@ -1,0 +1,562 @@
+//! The tonic side: ADS (SotW and delta) and CSDS services, the debounced view of the fleet,
+//! the per-group resource cache and stream admission. Streams are driven by the state
+//! machines in `stream`; this module only moves messages and counts them.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use meridian_core::Snapshot;
+use moka::sync::Cache;
+use prometheus_client::registry::Registry;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{debug, info, warn};
+use xds_api::pb::envoy::config::core::v3::Node;
+use xds_api::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use xds_api::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use xds_api::pb::envoy::service::status::v3::client_status_discovery_service_server::{
+    ClientStatusDiscoveryService, ClientStatusDiscoveryServiceServer,
+};
+use xds_api::pb::envoy::service::status::v3::{ClientStatusRequest, ClientStatusResponse};
+
+use crate::csds;
+use crate::metrics::{ReasonLabels, StreamLabels, TypeLabels, XdsMetrics};
+use crate::node::{Group, NodeInfo};
+use crate::resources::{self, Resources};
+use crate::stream::{DeltaStream, Event, SotwStream, Step, StreamError, StreamStatus};
+
+/// Settings of the xDS server (`xds:` in the config file).
+#[derive(Clone, Debug)]
+pub struct XdsConfig {
+    /// Quiet time before a change is pushed.
+    pub debounce: Duration,
+    /// A stream of changes is pushed at least this often.
+    pub debounce_max: Duration,
+    /// New streams admitted per second (and the burst).
+    pub admission_per_second: u32,
+    pub tls: Option<TlsFiles>,
+}
+
+impl Default for XdsConfig {
+    fn default() -> Self {
+        Self {
+            debounce: Duration::from_millis(100),
+            debounce_max: Duration::from_secs(1),
+            admission_per_second: 1000,
+            tls: None,
+        }
+    }
+}
+
+/// PEM files for TLS on the xDS listener; with a client CA, clients must present a
+/// certificate it signed.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Responses buffered per stream: a client that stops reading holds back only itself.
+const STREAM_BUFFER: usize = 16;
+/// gRPC's default is 4 MiB; a 100,000-name subscription fits, anything far larger is refused.
+const MAX_REQUEST_BYTES: usize = 8 << 20;
+
+/// The xDS server's shared state.
+pub struct Xds {
+    config: XdsConfig,
+    /// The fleet as pushed: the store's snapshots after the debounce.
+    views: watch::Receiver<Arc<Snapshot>>,
+    cache: Cache<(Group, u64), Arc<Resources>>,
+    streams: Mutex<HashMap<u64, Arc<Mutex<dyn Machine>>>>,
+    next_stream: AtomicU64,
+    admission: Admission,
+    pub metrics: XdsMetrics,
+}
+
+impl Xds {
+    /// Starts the debounce task over `snapshots` and returns the server state.
+    pub fn new(
+        config: XdsConfig,
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        registry: &mut Registry,
+    ) -> Arc<Self> {
+        let (tx, views) = watch::channel(snapshots.borrow().clone());
+        tokio::spawn(debounce(
+            snapshots,
+            tx,
+            config.debounce,
+            config.debounce_max,
+        ));
+        Arc::new(Self {
+            admission: Admission::new(config.admission_per_second),
+            config,
+            views,
+            cache: Cache::builder()
+                .max_capacity(4096)
+                .time_to_idle(Duration::from_secs(600))
+                .build(),
+            streams: Mutex::new(HashMap::new()),
+            next_stream: AtomicU64::new(1),
+            metrics: XdsMetrics::new(registry),
+        })
+    }
+
+    /// The resources a node in `group` receives from `snapshot`, built once per group and
+    /// snapshot version however many nodes ask.
+    pub fn resources_for(&self, snapshot: &Snapshot, group: &Group) -> Arc<Resources> {
+        self.cache.get_with((group.clone(), snapshot.version), || {
+            self.metrics.view_builds.inc();
+            Arc::new(resources::build(snapshot, group, Instant::now()))
+        })
+    }
+
+    /// What every connected stream holds, for CSDS and `/debug/xds`.
+    pub fn stream_statuses(&self) -> Vec<StreamStatus> {
+        let streams: Vec<_> = self
+            .streams
+            .lock()
+            .expect("poisoned")
+            .values()
+            .cloned()
+            .collect();
+        streams
+            .iter()
+            .map(|m| m.lock().expect("poisoned").status())
+            .collect()
+    }
+
+    /// Serves ADS and CSDS on `listener` until `shutdown` resolves.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), XdsError> {
+        let mut builder = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)));
+        if let Some(tls) = &self.config.tls {
+            builder = builder.tls_config(tls_config(tls)?)?;
+        }
+        let ads = AggregatedDiscoveryServiceServer::new(Ads(self.clone()))
+            .max_decoding_message_size(MAX_REQUEST_BYTES);
+        let csds = ClientStatusDiscoveryServiceServer::new(Csds(self.clone()));
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        builder
+            .add_service(ads)
+            .add_service(csds)
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await?;
+        Ok(())
+    }
+
+    /// Runs one stream to its end.
+    async fn drive<P: Protocol>(
+        self: Arc<Self>,
+        mut inbound: Streaming<P::Request>,
+        out: mpsc::Sender<Result<P::Response, Status>>,
+    ) {
+        if self.admission.wait().await {
+            self.metrics.admission_waits.inc();
+        }
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let machine = Arc::new(Mutex::new(P::default()));
+        self.streams
+            .lock()
+            .expect("poisoned")
+            .insert(id, machine.clone());
+        let mut views = self.views.clone();
+        let mut group: Option<Group> = None;
+        let mut labels: Option<StreamLabels> = None;
+        let end = loop {
+            let step = tokio::select! {
+                msg = inbound.message() => match msg {
+                    Ok(Some(req)) => {
+                        if group.is_none() && let Some(node) = P::node_of(&req) {
+                            let info = NodeInfo::from_node(node.clone());
+                            let view = self.resources_for(&views.borrow_and_update(), &info.group);
+                            machine.lock().expect("poisoned").on_view(view, Instant::now());
+                            labels = Some(self.stream_labels(P::NAME, &info.group));
+                            self.metrics.streams.get_or_create(labels.as_ref().expect("set")).inc();
+                            debug!(stream = id, node = %info.id, group = %info.group, protocol = P::NAME, "xDS stream opened");
+                            group = Some(info.group);
+                        }
+                        match machine.lock().expect("poisoned").on_request(&req, Instant::now()) {
+                            Ok(step) => step,
+                            Err(e) => break Some(e),
+                        }
+                    }
+                    Ok(None) => break None,
+                    Err(status) => {
+                        debug!(stream = id, %status, "xDS stream ended by the client");
+                        break None;
+                    }
+                },
+                changed = views.changed(), if group.is_some() => {
+                    if changed.is_err() {
+                        break None;
+                    }
+                    let snapshot = views.borrow_and_update().clone();
+                    let view = self.resources_for(&snapshot, group.as_ref().expect("checked"));
+                    machine.lock().expect("poisoned").on_view(view, Instant::now())
+                }
+            };
+            self.count(&step.events);
+            let mut closed = false;
+            for response in step.responses {
+                self.metrics
+                    .pushes
+                    .get_or_create(&type_labels(P::type_url_of(&response)))
+                    .inc();
+                if out.send(Ok(response)).await.is_err() {
+                    closed = true;
+                    break;
+                }
+            }
+            if closed {
+                break None;
+            }
+        };
+        if let Some(error) = end {
+            let reason = match error {
+                StreamError::MissingNode => "missing_node",
+                StreamError::UnknownType(_) => "unknown_type",
+            };
+            self.metrics
+                .stream_errors
+                .get_or_create(&ReasonLabels { reason })
+                .inc();
+            warn!(stream = id, %error, "xDS stream refused");
+            let _ = out
+                .send(Err(Status::invalid_argument(error.to_string())))
+                .await;
+        }
+        if let Some(labels) = labels {
+            self.metrics.streams.get_or_create(&labels).dec();
+        }
+        self.streams.lock().expect("poisoned").remove(&id);
+    }
+
+    fn stream_labels(&self, protocol: &'static str, group: &Group) -> StreamLabels {
+        let snapshot = self.views.borrow();
+        let cluster = group
+            .cluster
+            .as_deref()
+            .filter(|c| snapshot.cluster_index(c).is_some())
+            .unwrap_or("unknown")
+            .to_owned();
+        StreamLabels { protocol, cluster }
+    }
+
+    fn count(&self, events: &[Event]) {
+        for event in events {
+            match event {
+                Event::Ack { kind, latency } => {
+                    self.metrics
+                        .acks
+                        .get_or_create(&TypeLabels {
+                            resource: kind.short(),
+                        })
+                        .inc();
+                    self.metrics.push_to_ack.observe(latency.as_secs_f64());
+                }
+                Event::Nack { kind, error } => {
+                    self.metrics
+                        .nacks
+                        .get_or_create(&TypeLabels {
+                            resource: kind.short(),
+                        })
+                        .inc();
+                    info!(r#type = kind.short(), %error, "xDS client refused a response (NACK)");
+                }
+                Event::StaleNonce { kind } => {
+                    self.metrics
+                        .stale_nonces
+                        .get_or_create(&TypeLabels {
+                            resource: kind.short(),
+                        })
+                        .inc();
+                }
+            }
+        }
+    }
+}
+
+fn type_labels(type_url: &str) -> TypeLabels {
+    TypeLabels {
+        resource: resources::Kind::from_type_url(type_url).map_or("other", |k| k.short()),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum XdsError {
+    #[error("cannot read {path}: {source}")]
+    TlsFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
+}
+
+fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig, XdsError> {
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|source| XdsError::TlsFile {
+            path: path.clone(),
+            source,
+        })
+    };
+    let mut tls =
+        ServerTlsConfig::new().identity(Identity::from_pem(read(&files.cert)?, read(&files.key)?));
+    if let Some(ca) = &files.client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
+    }
+    Ok(tls)
+}
+
+/// Checks that TLS files are readable before the server starts, for a clear start-up error.
+pub fn check_tls(files: &TlsFiles) -> Result<(), XdsError> {
+    tls_config(files).map(|_| ())
+}
+
+/// Publishes `input` on `output` after `quiet` without changes, and at least every `max`
+/// while changes keep coming.
+async fn debounce(
+    mut input: watch::Receiver<Arc<Snapshot>>,
+    output: watch::Sender<Arc<Snapshot>>,
+    quiet: Duration,
+    max: Duration,
+) {
+    while input.changed().await.is_ok() {
+        let first = tokio::time::Instant::now();
+        let deadline = first + max;
+        loop {
+            let wake = (tokio::time::Instant::now() + quiet).min(deadline);
+            tokio::select! {
+                changed = input.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        break;
+                    }
+                }
+                _ = tokio::time::sleep_until(wake) => break,
+            }
+        }
+        let latest = input.borrow_and_update().clone();
+        if output.send(latest).is_err() {
+            return;
+        }
+    }
+}
+
+/// A token bucket for new streams: a reconnect storm waits here instead of starving the
+/// streams already connected of CPU.
+struct Admission {
+    per_second: f64,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl Admission {
+    fn new(per_second: u32) -> Self {
+        let per_second = f64::from(per_second.max(1));
+        Self {
+            per_second,
+            state: Mutex::new((per_second, Instant::now())),
+        }
+    }
+
+    /// Waits for a token; true if it had to wait.
+    async fn wait(&self) -> bool {
+        let mut waited = false;
+        loop {
+            let delay = {
+                let mut state = self.state.lock().expect("poisoned");
+                let now = Instant::now();
+                let (tokens, last) = &mut *state;
+                *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.per_second)
+                    .min(self.per_second);
+                *last = now;
+                if *tokens >= 1.0 {
+                    *tokens -= 1.0;
+                    return waited;
+                }
+                Duration::from_secs_f64((1.0 - *tokens) / self.per_second)
+            };
+            waited = true;
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+/// What the driver needs from a stream state machine; SotW and delta differ only here.
+trait Protocol: Machine + Default + 'static {
+    const NAME: &'static str;
+    type Request: prost::Message + Default + Send + 'static;
+    type Response: prost::Message + Send + 'static;
+    fn node_of(req: &Self::Request) -> Option<&Node>;
+    fn type_url_of(resp: &Self::Response) -> &str;
+    fn on_request(
+        &mut self,
+        req: &Self::Request,
+        now: Instant,
+    ) -> Result<Step<Self::Response>, StreamError>;
+    fn on_view(&mut self, view: Arc<Resources>, now: Instant) -> Step<Self::Response>;
+}
+
+/// What the registry of streams can ask any stream.
+trait Machine: Send {
+    fn status(&self) -> StreamStatus;
+}
+
+impl Machine for SotwStream {
+    fn status(&self) -> StreamStatus {
+        SotwStream::status(self)
+    }
+}
+
+impl Machine for DeltaStream {
+    fn status(&self) -> StreamStatus {
+        DeltaStream::status(self)
+    }
+}
+
+impl Protocol for SotwStream {
+    const NAME: &'static str = "sotw";
+    type Request = DiscoveryRequest;
+    type Response = DiscoveryResponse;
+    fn node_of(req: &DiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+    fn type_url_of(resp: &DiscoveryResponse) -> &str {
+        &resp.type_url
+    }
+    fn on_request(
+        &mut self,
+        req: &DiscoveryRequest,
+        now: Instant,
+    ) -> Result<Step<DiscoveryResponse>, StreamError> {
+        SotwStream::on_request(self, req, now)
+    }
+    fn on_view(&mut self, view: Arc<Resources>, now: Instant) -> Step<DiscoveryResponse> {
+        SotwStream::on_view(self, view, now)
+    }
+}
+
+impl Protocol for DeltaStream {
+    const NAME: &'static str = "delta";
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaDiscoveryResponse;
+    fn node_of(req: &DeltaDiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+    fn type_url_of(resp: &DeltaDiscoveryResponse) -> &str {
+        &resp.type_url
+    }
+    fn on_request(
+        &mut self,
+        req: &DeltaDiscoveryRequest,
+        now: Instant,
+    ) -> Result<Step<DeltaDiscoveryResponse>, StreamError> {
+        DeltaStream::on_request(self, req, now)
+    }
+    fn on_view(&mut self, view: Arc<Resources>, now: Instant) -> Step<DeltaDiscoveryResponse> {
+        DeltaStream::on_view(self, view, now)
+    }
+}
+
+type ResponseStream<R> = Pin<Box<dyn Stream<Item = Result<R, Status>> + Send>>;
+
+fn spawn_stream<P: Protocol>(
+    xds: Arc<Xds>,
+    inbound: Streaming<P::Request>,
+) -> ResponseStream<P::Response> {
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    tokio::spawn(xds.drive::<P>(inbound, tx));
+    Box::pin(ReceiverStream::new(rx))
+}
+
+/// The ADS service over the shared state (tonic's traits take `&self`; streams need an `Arc`).
+#[derive(Clone)]
+pub struct Ads(pub Arc<Xds>);
+
+/// The CSDS service over the shared state.
+#[derive(Clone)]
+pub struct Csds(pub Arc<Xds>);
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for Ads {
+    type StreamAggregatedResourcesStream = ResponseStream<DiscoveryResponse>;
+    type DeltaAggregatedResourcesStream = ResponseStream<DeltaDiscoveryResponse>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        Ok(Response::new(spawn_stream::<SotwStream>(
+            self.0.clone(),
+            request.into_inner(),
+        )))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        Ok(Response::new(spawn_stream::<DeltaStream>(
+            self.0.clone(),
+            request.into_inner(),
+        )))
+    }
+}
+
+#[tonic::async_trait]
+impl ClientStatusDiscoveryService for Csds {
+    type StreamClientStatusStream = ResponseStream<ClientStatusResponse>;
+
+    async fn stream_client_status(
+        &self,
+        request: Request<Streaming<ClientStatusRequest>>,
+    ) -> Result<Response<Self::StreamClientStatusStream>, Status> {
+        let mut inbound = request.into_inner();
+        let xds = self.0.clone();
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(async move {
+            while let Ok(Some(req)) = inbound.message().await {
+                let response = csds::response(&xds.stream_statuses(), &req);
+                if tx.send(Ok(response)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn fetch_client_status(
+        &self,
+        request: Request<ClientStatusRequest>,
+    ) -> Result<Response<ClientStatusResponse>, Status> {
+        Ok(Response::new(csds::response(
+            &self.0.stream_statuses(),
+            request.get_ref(),
+        )))
+    }
+}
+
+/// Binds the xDS listener (so that start-up fails on a taken port) and returns its address.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}
