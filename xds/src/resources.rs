@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use meridian_core::{
-    Backend, ClusterView, Endpoint, Port, ServiceView, Snapshot, select_on_network,
+    Backend, ClusterView, Endpoint, Port, Selection, ServiceView, Snapshot, select_on_network,
 };
 use prost::{Message, Name};
 use serde::Serialize;
@@ -177,44 +177,8 @@ fn build_client(
         for port in &service.ports {
             let name = service_port_name(service, port);
             let sni = gateway_sni(service, port);
-            let mut priority = 0;
-            let mut localities = Vec::new();
-            let mut any_gateway = false;
-            for tier in &selection.tiers {
-                let before = localities.len();
-                for member in &tier.members {
-                    // Proxyless clients cannot send the SNI a gateway routes by.
-                    if member.via_gateway && proxyless {
-                        continue;
-                    }
-                    let backend = &service.backends[member.backend];
-                    let cluster = &snapshot.clusters[member.cluster];
-                    if member.via_gateway {
-                        if let Some(gw) = &cluster.spec.gateway {
-                            any_gateway = true;
-                            localities.push(gateway_locality(
-                                cluster,
-                                gw.address,
-                                gw.port,
-                                member.weight,
-                                priority,
-                            ));
-                        }
-                    } else {
-                        localities.extend(cluster_localities(
-                            cluster,
-                            backend,
-                            port,
-                            member.weight,
-                            priority,
-                        ));
-                    }
-                }
-                // A tier that lost every member (proxyless, gateway-only) takes no priority.
-                if localities.len() > before {
-                    priority += 1;
-                }
-            }
+            let (localities, any_gateway) =
+                client_localities(snapshot, service, &selection, port, proxyless);
             out.insert(
                 Kind::Cluster,
                 name.clone(),
@@ -227,6 +191,48 @@ fn build_client(
             }
         }
     }
+}
+
+/// The localities of one service port for a client: tier i of the selection is priority i
+/// (renumbered when a tier ends up empty); true if any goes through a gateway.
+fn client_localities(
+    snapshot: &Snapshot,
+    service: &ServiceView,
+    selection: &Selection,
+    port: &Port,
+    proxyless: bool,
+) -> (Vec<LocalityLbEndpoints>, bool) {
+    let mut localities = Vec::new();
+    let mut any_gateway = false;
+    for (priority, tier) in (0u32..).zip(&selection.tiers) {
+        for member in &tier.members {
+            let cluster = &snapshot.clusters[member.cluster];
+            match (member.via_gateway, &cluster.spec.gateway) {
+                // Proxyless clients cannot send the SNI a gateway routes by.
+                (true, _) if proxyless => {}
+                (true, Some(gw)) => {
+                    any_gateway = true;
+                    localities.push(gateway_locality(
+                        cluster,
+                        gw.address,
+                        gw.port,
+                        member.weight,
+                        priority,
+                    ));
+                }
+                (true, None) => {}
+                (false, _) => localities.extend(cluster_localities(
+                    cluster,
+                    &service.backends[member.backend],
+                    port,
+                    member.weight,
+                    priority,
+                )),
+            }
+        }
+    }
+    normalize(&mut localities);
+    (localities, any_gateway)
 }
 
 fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize) {
@@ -255,6 +261,30 @@ fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize) {
             name.clone(),
             &gateway_listener(&name, gateway.port, chains),
         );
+    }
+}
+
+/// gRPC refuses an assignment that lists one address twice or skips a priority: keep the
+/// first occurrence of every address, drop localities left empty, renumber priorities 0..n.
+fn normalize(localities: &mut Vec<LocalityLbEndpoints>) {
+    let mut seen = std::collections::HashSet::new();
+    for locality in localities.iter_mut() {
+        locality.lb_endpoints.retain(|e| match &e.host_identifier {
+            Some(xendpoint::lb_endpoint::HostIdentifier::Endpoint(ep)) => {
+                seen.insert(ep.address.clone().map(|a| a.encode_to_vec()))
+            }
+            _ => true,
+        });
+    }
+    localities.retain(|l| !l.lb_endpoints.is_empty());
+    let mut next = 0;
+    let mut last = None;
+    for locality in localities.iter_mut() {
+        if last != Some(locality.priority) {
+            last = Some(locality.priority);
+            next += 1;
+        }
+        locality.priority = next - 1;
     }
 }
 
@@ -583,4 +613,32 @@ pub(crate) fn content_version(bytes: &[u8]) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{hash:016x}")
+}
+
+#[cfg(test)]
+impl Resources {
+    /// A view with the given (kind, name, content) resources, for state machine tests.
+    pub(crate) fn for_tests(snapshot_version: u64, items: &[(Kind, &str, &str)]) -> Self {
+        let mut out = Resources {
+            snapshot_version,
+            synced: true,
+            ..Resources::default()
+        };
+        for (kind, name, content) in items {
+            let resource = Resource {
+                name: (*name).to_owned(),
+                version: content_version(content.as_bytes()),
+                body: Any {
+                    type_url: kind.type_url().to_owned(),
+                    value: content.as_bytes().to_vec(),
+                },
+            };
+            out.by_kind[kind.index()].insert((*name).to_owned(), Arc::new(resource));
+        }
+        out
+    }
+
+    pub(crate) fn unsynced() -> Self {
+        Resources::default()
+    }
 }

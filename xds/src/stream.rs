@@ -14,7 +14,7 @@
 //! - empty `resource_names` on LDS/CDS is a wildcard subscription;
 //! - responses to one view are ordered CDS → EDS → LDS → RDS.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,8 +44,8 @@ pub enum Event {
     StaleNonce { kind: Kind },
 }
 
-/// How many refused versions a stream remembers per type.
-const NACK_MEMORY: usize = 16;
+/// How many refused versions (SotW) or resource versions (delta) a stream remembers per type.
+const NACK_MEMORY: usize = 4096;
 /// A NACK's error detail is kept for CSDS and `/debug/xds` up to this many bytes.
 const ERROR_DETAIL_LIMIT: usize = 1024;
 
@@ -68,19 +68,32 @@ pub struct TypeStatus {
     #[serde(skip)]
     sent_at: Option<Instant>,
     #[serde(skip)]
-    refused: VecDeque<String>,
+    refused: Refused,
+}
+
+/// Content a client refused, oldest forgotten first once [`NACK_MEMORY`] is reached.
+#[derive(Debug, Default, Clone)]
+struct Refused {
+    order: VecDeque<String>,
+    set: HashSet<String>,
 }
 
 impl TypeStatus {
     fn remember_refused(&mut self, key: String) {
-        if self.refused.len() == NACK_MEMORY {
-            self.refused.pop_front();
+        let refused = &mut self.refused;
+        if !refused.set.insert(key.clone()) {
+            return;
         }
-        self.refused.push_back(key);
+        refused.order.push_back(key);
+        if refused.order.len() > NACK_MEMORY
+            && let Some(oldest) = refused.order.pop_front()
+        {
+            refused.set.remove(&oldest);
+        }
     }
 
     fn was_refused(&self, key: &str) -> bool {
-        self.refused.iter().any(|r| r == key)
+        self.refused.set.contains(key)
     }
 
     fn subscribes(&self, name: &str) -> bool {
@@ -330,8 +343,9 @@ fn set_version(chosen: &[&Arc<Resource>]) -> String {
 // Delta
 // ---------------------------------------------------------------------------------------
 
-/// Responses a delta stream remembers, so that a NACK can name what it refused.
-const DELTA_IN_FLIGHT: usize = 8;
+/// Unanswered responses a delta stream remembers per type, so that a NACK can name what it
+/// refused. Clients answer in order, so an answer retires every older response of its type.
+const DELTA_IN_FLIGHT: usize = 32;
 
 /// A `DeltaAggregatedResources` stream. `TypeStatus::sent` is what the client holds, as far as
 /// the server knows: `initial_resource_versions`, then everything sent since.
@@ -339,9 +353,22 @@ const DELTA_IN_FLIGHT: usize = 8;
 pub struct DeltaStream {
     common: Common,
     /// nonce → (kind, name@version of every resource in that response).
-    in_flight: VecDeque<(String, Kind, Vec<String>)>,
+    in_flight: VecDeque<InFlight>,
     /// Names newly subscribed per type that must be answered even if absent.
     pending_absent: [BTreeSet<String>; 4],
+    /// Removals the client refused: it still holds those names, so they are removed again
+    /// with the next view (not at once, which would repeat the refused response).
+    refused_removals: [BTreeSet<String>; 4],
+}
+
+/// A delta response not yet answered.
+#[derive(Debug)]
+struct InFlight {
+    nonce: String,
+    kind: Kind,
+    /// `name@version` of every resource in it.
+    keys: Vec<String>,
+    removed: Vec<String>,
 }
 
 impl DeltaStream {
@@ -378,6 +405,13 @@ impl DeltaStream {
     pub fn on_view(&mut self, view: Arc<Resources>, now: Instant) -> Step<DeltaDiscoveryResponse> {
         let first_sync = self.common.view().is_none();
         self.common.view = Some(view);
+        for kind in Kind::ALL {
+            let status = &mut self.common.types[kind.index()];
+            for name in std::mem::take(&mut self.refused_removals[kind.index()]) {
+                // An empty version matches nothing: sent again if it exists, removed if not.
+                status.sent.entry(name).or_default();
+            }
+        }
         let mut step = Step::default();
         for kind in Kind::ALL {
             if self.common.types[kind.index()].requested
@@ -399,13 +433,22 @@ impl DeltaStream {
         let Some(at) = self
             .in_flight
             .iter()
-            .position(|(nonce, k, _)| *k == kind && *nonce == req.response_nonce)
+            .position(|f| f.kind == kind && f.nonce == req.response_nonce)
         else {
             events.push(Event::StaleNonce { kind });
             return;
         };
-        let (_, _, keys) = self.in_flight.remove(at).expect("position is in range");
+        let answered = self.in_flight.remove(at).expect("position is in range");
+        let mut seen = 0;
+        self.in_flight.retain(|f| {
+            seen += 1;
+            f.kind != kind || seen > at
+        });
         let error = req.error_detail.as_ref().map(|e| e.message.as_str());
+        if error.is_some() {
+            self.refused_removals[kind.index()].extend(answered.removed);
+        }
+        let keys = answered.keys;
         let version = self.common.types[kind.index()]
             .sent_version
             .clone()
@@ -496,10 +539,17 @@ impl DeltaStream {
         status.sent_version = Some(system_version.clone());
         status.sent_nonce = Some(nonce.clone());
         status.sent_at = Some(now);
-        if self.in_flight.len() == DELTA_IN_FLIGHT {
-            self.in_flight.pop_front();
+        if self.in_flight.iter().filter(|f| f.kind == kind).count() == DELTA_IN_FLIGHT
+            && let Some(oldest) = self.in_flight.iter().position(|f| f.kind == kind)
+        {
+            self.in_flight.remove(oldest);
         }
-        self.in_flight.push_back((nonce.clone(), kind, keys));
+        self.in_flight.push_back(InFlight {
+            nonce: nonce.clone(),
+            kind,
+            keys,
+            removed: removed.clone(),
+        });
         Some(DeltaDiscoveryResponse {
             system_version_info: system_version,
             resources: resources
@@ -518,3 +568,6 @@ impl DeltaStream {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
