@@ -475,3 +475,68 @@ fn plain_channel_lazy(app: &App) -> Channel {
         .unwrap()
         .connect_lazy()
 }
+
+/// The resources each kind of node receives from the quickstart, compared with the files in
+/// tests/golden/xds/: binary DiscoveryResponses (which the Go peer decodes and validates with
+/// go-control-plane's generated `ValidateAll`, tests/e2e/test_xds_golden.py) and their readable
+/// account. `UPDATE_GOLDEN=1 cargo test --test xds golden` rewrites them after an intended change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_resources_for_the_quickstart() {
+    use meridian_xds::{Group, Kind, Role};
+    let dir = tempfile::tempdir().unwrap();
+    let app = start(dir.path(), &[]).await;
+    let snapshot = app.snapshots.borrow().clone();
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/xds");
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let nodes = [
+        ("envoy-eu-1", "eu-1", Role::Envoy),
+        ("proxyless-eu-1", "eu-1", Role::Proxyless),
+        ("proxyless-us-1", "us-1", Role::Proxyless),
+        ("gateway-us-1", "us-1", Role::EastWestGateway),
+    ];
+    for (file, cluster, role) in nodes {
+        let group = Group {
+            cluster: Some(cluster.to_owned()),
+            network: None,
+            role,
+        };
+        let resources = app.xds.resources_for(&snapshot, &group);
+        let mut wire = Vec::new();
+        for kind in Kind::ALL {
+            let response = DiscoveryResponse {
+                version_info: "golden".into(),
+                type_url: kind.type_url().into(),
+                nonce: "golden".into(),
+                resources: resources
+                    .of(kind)
+                    .values()
+                    .map(|r| r.body.clone())
+                    .collect(),
+                ..Default::default()
+            };
+            response.encode_length_delimited(&mut wire).unwrap();
+        }
+        let mut readable = meridian_xds::describe::describe(&resources);
+        readable["snapshotVersion"] = serde_json::Value::Null;
+        let readable = serde_json::to_string_pretty(&readable).unwrap() + "\n";
+        let (pb, json) = (
+            golden.join(format!("{file}.pb")),
+            golden.join(format!("{file}.json")),
+        );
+        if update {
+            std::fs::create_dir_all(&golden).unwrap();
+            std::fs::write(&pb, &wire).unwrap();
+            std::fs::write(&json, &readable).unwrap();
+        }
+        assert_eq!(
+            std::fs::read_to_string(&json).unwrap_or_default(),
+            readable,
+            "{file}: the resources changed; if intended, UPDATE_GOLDEN=1 cargo test --test xds golden"
+        );
+        assert!(
+            std::fs::read(&pb).unwrap_or_default() == wire,
+            "{file}.pb differs from the built resources"
+        );
+    }
+    app.shutdown().await;
+}

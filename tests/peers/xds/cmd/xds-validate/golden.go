@@ -1,18 +1,25 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // runGolden checks responses written to a file instead of served: a JSON list
-// of protojson DiscoveryResponse objects (resources as Any with "@type"), as
-// meridian's resource builders write them in the Rust tests.
+// of protojson DiscoveryResponse objects (resources as Any with "@type"), or,
+// for FILE.pb, length-delimited binary responses as meridian's Rust golden
+// tests write them from its resource builders.
 func runGolden(args []string) int {
 	fs := flag.NewFlagSet("golden", flag.ExitOnError)
 	userAgent := fs.String("user-agent", "envoy", `the node the responses were built for; one containing "gRPC" adds grpc-go's checks`)
@@ -41,6 +48,9 @@ func readGolden(path string) ([]*discoveryv3.DiscoveryResponse, error) {
 	if err != nil {
 		return nil, err
 	}
+	if strings.HasSuffix(path, ".pb") {
+		return readDelimited(path, data)
+	}
 	var raw []json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, fmt.Errorf("%s: want a JSON list of DiscoveryResponse objects: %w", path, err)
@@ -54,6 +64,25 @@ func readGolden(path string) ([]*discoveryv3.DiscoveryResponse, error) {
 		out = append(out, resp)
 	}
 	return out, nil
+}
+
+// readDelimited reads DiscoveryResponses written one after another, each
+// prefixed by its varint length (prost's encode_length_delimited): the golden
+// files meridian's Rust tests write from its resource builders.
+func readDelimited(path string, data []byte) ([]*discoveryv3.DiscoveryResponse, error) {
+	var out []*discoveryv3.DiscoveryResponse
+	r := bufio.NewReader(bytes.NewReader(data))
+	for {
+		resp := &discoveryv3.DiscoveryResponse{}
+		err := protodelim.UnmarshalFrom(r, resp)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: response %d: %w", path, len(out), err)
+		}
+		out = append(out, resp)
+	}
 }
 
 // collect puts the responses' resources in one set, as a client would hold
