@@ -369,4 +369,40 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("global style only"), "{e}");
     }
+
+    #[test]
+    fn the_xds_section_resolves_tls_paths_and_debounce() {
+        let file = parse(
+            "hub: {directory: hub}\nxds:\n  listen: 127.0.0.1:18001\n  debounceMillis: 50\n  debounceMaxMillis: 500\n  tls: {cert: x.pem, key: x.key, clientCA: ca.pem}\n",
+        )
+        .unwrap();
+        let cfg = resolve(file, Path::new("/etc/m"), &args(&[])).unwrap();
+        assert_eq!(cfg.xds_listen, "127.0.0.1:18001".parse().unwrap());
+        assert_eq!(cfg.xds.debounce, Duration::from_millis(50));
+        assert_eq!(cfg.xds.debounce_max, Duration::from_millis(500));
+        let tls = cfg.xds.tls.unwrap();
+        assert_eq!(tls.cert, PathBuf::from("/etc/m/x.pem"));
+        assert_eq!(tls.client_ca, Some(PathBuf::from("/etc/m/ca.pem")));
+
+        let e = resolve(
+            parse("hub: {directory: h}\nxds: {debounceMillis: 900, debounceMaxMillis: 100}\n")
+                .unwrap(),
+            Path::new("/"),
+            &args(&[]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("shorter than debounceMillis"), "{e}");
+        let e = resolve(
+            parse("hub: {directory: h}\n").unwrap(),
+            Path::new("/"),
+            &args(&["--xds-tls-cert", "a.pem"]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("go together"), "{e}");
+        let e = parse("xds: {tls: {cert: a, key: b, clientCa: c}}\n").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("unknown field `clientCa`"),
+            "{e:#}"
+        );
+    }
 }

@@ -29,6 +29,7 @@ pub struct ReasonLabels {
 #[derive(Debug)]
 pub struct XdsMetrics {
     pub streams: Family<StreamLabels, Gauge>,
+    pub subscriptions: Family<TypeLabels, Gauge>,
     pub pushes: Family<TypeLabels, Counter>,
     pub acks: Family<TypeLabels, Counter>,
     pub nacks: Family<TypeLabels, Counter>,
@@ -43,6 +44,7 @@ impl XdsMetrics {
     pub fn new(registry: &mut Registry) -> Self {
         let m = Self {
             streams: Family::default(),
+            subscriptions: Family::default(),
             pushes: Family::default(),
             acks: Family::default(),
             nacks: Family::default(),
@@ -59,6 +61,11 @@ impl XdsMetrics {
             "streams",
             "Connected ADS streams by protocol (sotw, delta) and cluster",
             m.streams.clone(),
+        );
+        registry.register(
+            "subscriptions",
+            "Connected streams that subscribe to each resource type",
+            m.subscriptions.clone(),
         );
         registry.register(
             "pushes",

@@ -180,6 +180,7 @@ impl Xds {
         let mut views = self.views.clone();
         let mut group: Option<Group> = None;
         let mut labels: Option<StreamLabels> = None;
+        let mut subscribed: Vec<&'static str> = Vec::new();
         let end = loop {
             let step = tokio::select! {
                 msg = inbound.message() => match msg {
@@ -214,6 +215,11 @@ impl Xds {
                 }
             };
             self.count(&step.events);
+            for event in &step.events {
+                if let Event::Subscribed { kind } = event {
+                    subscribed.push(kind.short());
+                }
+            }
             let mut closed = false;
             for response in step.responses {
                 self.metrics
@@ -246,6 +252,12 @@ impl Xds {
         if let Some(labels) = labels {
             self.metrics.streams.get_or_create(&labels).dec();
         }
+        for resource in subscribed {
+            self.metrics
+                .subscriptions
+                .get_or_create(&TypeLabels { resource })
+                .dec();
+        }
         self.streams.lock().expect("poisoned").remove(&id);
     }
 
@@ -263,6 +275,14 @@ impl Xds {
     fn count(&self, events: &[Event]) {
         for event in events {
             match event {
+                Event::Subscribed { kind } => {
+                    self.metrics
+                        .subscriptions
+                        .get_or_create(&TypeLabels {
+                            resource: kind.short(),
+                        })
+                        .inc();
+                }
                 Event::Ack { kind, latency } => {
                     self.metrics
                         .acks

@@ -39,9 +39,21 @@ pub enum StreamError {
 /// What happened, for metrics and logs; the server turns these into counters.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    Ack { kind: Kind, latency: Duration },
-    Nack { kind: Kind, error: String },
-    StaleNonce { kind: Kind },
+    /// The stream asked for this type for the first time.
+    Subscribed {
+        kind: Kind,
+    },
+    Ack {
+        kind: Kind,
+        latency: Duration,
+    },
+    Nack {
+        kind: Kind,
+        error: String,
+    },
+    StaleNonce {
+        kind: Kind,
+    },
 }
 
 /// How many refused versions (SotW) or resource versions (delta) a stream remembers per type.
@@ -267,6 +279,9 @@ impl SotwStream {
             .cloned()
             .collect();
         let changed = !status.requested || status.wildcard != wildcard || status.names != names;
+        if !status.requested {
+            step.events.push(Event::Subscribed { kind });
+        }
         status.requested = true;
         status.wildcard = wildcard;
         status.names = names;
@@ -395,6 +410,9 @@ impl DeltaStream {
             self.acknowledge(kind, req, now, &mut step.events);
         }
         let first = !self.common.types[kind.index()].requested;
+        if first {
+            step.events.push(Event::Subscribed { kind });
+        }
         self.apply_subscription(kind, req, first);
         if let Some(r) = self.respond(kind, first, now) {
             step.responses.push(r);
