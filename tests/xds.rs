@@ -540,3 +540,93 @@ async fn golden_resources_for_the_quickstart() {
     }
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csds_reports_acks_and_nacks_and_nodes_of_a_group_share_one_encoding() {
+    use xds_api::pb::envoy::admin::v3::ClientResourceStatus;
+    use xds_api::pb::envoy::service::status::v3::ClientStatusRequest;
+    use xds_api::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
+    use xds_api::pb::google::rpc::Status as RpcStatus;
+
+    let dir = tempfile::tempdir().unwrap();
+    let app = start(dir.path(), &[]).await;
+    let builds_before = app.xds.metrics.view_builds.get();
+    // Two nodes of one group (Envoy in eu-1): one ACKs CDS, the other NACKs it.
+    let mut good = Ads::open(plain_channel(&app).await).await.unwrap();
+    good.send(request(Some(node("good", "eu-1", "envoy", None)), CDS, &[]))
+        .await;
+    let r = good.recv().await;
+    good.ack(&r, &[]).await;
+    let mut bad = Ads::open(plain_channel(&app).await).await.unwrap();
+    bad.send(request(Some(node("bad", "eu-1", "envoy", None)), CDS, &[]))
+        .await;
+    let r = bad.recv().await;
+    bad.send(DiscoveryRequest {
+        type_url: CDS.into(),
+        response_nonce: r.nonce.clone(),
+        error_detail: Some(RpcStatus {
+            code: 3,
+            message: "cluster rejected: test".into(),
+            details: vec![],
+        }),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        app.xds.metrics.view_builds.get() - builds_before,
+        1,
+        "two nodes in one group: one encoding"
+    );
+
+    let mut csds = ClientStatusDiscoveryServiceClient::new(plain_channel(&app).await);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let resp = csds
+            .fetch_client_status(ClientStatusRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let status_of = |id: &str| {
+            resp.config
+                .iter()
+                .find(|c| c.node.as_ref().is_some_and(|n| n.id == id))
+                .map(|c| {
+                    c.generic_xds_configs
+                        .iter()
+                        .map(|g| (g.client_status, g.error_state.clone().map(|e| e.details)))
+                        .collect::<Vec<_>>()
+                })
+        };
+        let (g, b) = (status_of("good"), status_of("bad"));
+        let acked = g.as_ref().is_some_and(|v| {
+            !v.is_empty() && v.iter().all(|s| s.0 == ClientResourceStatus::Acked as i32)
+        });
+        let nacked = b.as_ref().is_some_and(|v| {
+            !v.is_empty()
+                && v.iter().all(|s| {
+                    s.0 == ClientResourceStatus::Nacked as i32
+                        && s.1.as_deref() == Some("cluster rejected: test")
+                })
+        });
+        if acked && nacked {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "CSDS never showed good ACKED and bad NACKED: {g:?} {b:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The same, narrowed to one node by id.
+    let one = csds
+        .fetch_client_status(ClientStatusRequest {
+            node: Some(node("bad", "", "", None)),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(one.config.len(), 1);
+    drop((good, bad));
+    app.shutdown().await;
+}
