@@ -84,12 +84,13 @@ class Meridian:
         self.fleet = fleet
         self.dns_port = free_port()
         self.admin_port = free_port()
+        self.xds_port = free_port()
         self.log = fleet.root / "meridian.log"
         args = [
             str(BIN), "serve", "--config", str(fleet.config),
             "--dns-listen", f"127.0.0.1:{self.dns_port}",
             "--admin-listen", f"127.0.0.1:{self.admin_port}",
-            "--xds-listen", f"127.0.0.1:{free_port()}",
+            "--xds-listen", f"127.0.0.1:{self.xds_port}",
             *extra_args,
         ]
         self.proc = subprocess.Popen(
@@ -196,6 +197,66 @@ def start_meridian():
     yield start
     for m in started:
         m.stop()
+
+
+@pytest.fixture(scope="session")
+def greeter_servers(tmp_path_factory):
+    """The greeter gRPC servers of every cluster (xds_fleet.SERVERS), in one subprocess."""
+    from greeter import Greeters
+    from xds_fleet import all_servers
+
+    try:
+        servers = Greeters(all_servers(), tmp_path_factory.mktemp("greeters") / "greeters.log")
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture
+def grpc_fleet(fleet):
+    """The quickstart plus ap-1 and the exported gRPC service demo/greeter (xds_fleet.py)."""
+    import xds_fleet
+
+    return xds_fleet.prepare(fleet)
+
+
+def wait_xds_listening(m, timeout=5):
+    """Fails the test unless meridian accepts TCP connections on its xDS port."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", m.xds_port), timeout=1).close()
+            return
+        except OSError as e:
+            if time.time() > deadline:
+                pytest.fail(
+                    f"meridian does not accept connections on --xds-listen 127.0.0.1:{m.xds_port} ({e}); "
+                    f"is {BIN} a build with the xDS server?\n--- log tail ---\n{m.log_tail()}"
+                )
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def xds_meridian(grpc_fleet, greeter_servers, start_meridian):
+    """meridian serving DNS and xDS for grpc_fleet, with the greeter servers running."""
+    m = start_meridian(grpc_fleet)
+    wait_xds_listening(m)
+    return m
+
+
+@pytest.fixture
+def xds_clients():
+    """Collects the xDS client processes a test starts (xds_client.XdsClient) and stops them."""
+    started = []
+
+    def add(client):
+        started.append(client)
+        return client
+
+    yield add
+    for client in started:
+        client.stop()
 
 
 def require_tool(name):
