@@ -236,12 +236,23 @@ impl Store {
     fn publish_snapshot(&mut self) {
         self.version += 1;
         let started = Instant::now();
-        let mut snapshot = Snapshot::build(self.version, &self.index, &self.registry, &self.policy);
+        let dirty = self.index.take_dirty();
+        let prev = self.publish.borrow().clone();
+        let mut snapshot = Snapshot::rebuild(
+            &prev,
+            &dirty,
+            self.version,
+            &self.index,
+            &self.registry,
+            &self.policy,
+        );
         let took = started.elapsed();
         self.metrics.build_seconds.observe(took.as_secs_f64());
         debug!(
             version = self.version,
             took_ms = took.as_secs_f64() * 1000.0,
+            services_changed = dirty.services.len(),
+            full = dirty.all,
             "snapshot built"
         );
         snapshot.synced = self.synced(Instant::now());

@@ -2,7 +2,7 @@
 //! `(cluster, namespace, name)`. Plain and synchronous: callers convert their input before they
 //! take the lock, and a relist replaces one cluster's slice in one step (`reset`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -70,6 +70,30 @@ pub struct IndexSizes {
 #[derive(Debug, Default)]
 pub struct Index {
     pub(crate) clusters: BTreeMap<ClusterId, ClusterState>,
+    dirty: Dirty,
+}
+
+/// The services whose objects changed since the last [`Index::take_dirty`], so that a
+/// snapshot re-merges only those (`Snapshot::rebuild`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Dirty {
+    /// Everything may have changed (a cluster left): rebuild in full.
+    pub all: bool,
+    pub services: HashSet<ObjectKey>,
+}
+
+impl Dirty {
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.services.is_empty()
+    }
+}
+
+/// The service a slice belongs to.
+fn service_of(slice_key: &ObjectKey, slice: &Slice) -> ObjectKey {
+    ObjectKey {
+        namespace: slice_key.namespace.clone(),
+        name: slice.service.clone(),
+    }
 }
 
 impl Index {
@@ -80,11 +104,22 @@ impl Index {
     /// Adds or replaces one object. Returns whether anything changed.
     pub fn apply(&mut self, cluster: &ClusterId, object: Object) -> bool {
         let state = self.clusters.entry(cluster.clone()).or_default();
+        let dirty = &mut self.dirty.services;
         match object {
-            Object::Service(key, v) => upsert(&mut state.services, key, v),
-            Object::Export(key, v) => upsert(&mut state.exports, key, v),
-            Object::Slice(key, v) => upsert(&mut state.slices, key, Arc::new(v)),
-            Object::Import(key, v) => upsert(&mut state.imports, key, v),
+            Object::Service(key, v) => upsert(&mut state.services, key, v, dirty),
+            Object::Export(key, v) => upsert(&mut state.exports, key, v, dirty),
+            Object::Import(key, v) => upsert(&mut state.imports, key, v, dirty),
+            Object::Slice(key, v) => {
+                let service = service_of(&key, &v);
+                let old = state.slices.get(&key).map(|s| service_of(&key, s));
+                let changed = upsert(&mut state.slices, key, Arc::new(v), &mut HashSet::new());
+                if changed {
+                    // A slice relabelled to another service changes both.
+                    dirty.extend(old);
+                    dirty.insert(service);
+                }
+                changed
+            }
         }
     }
 
@@ -93,30 +128,45 @@ impl Index {
         let Some(state) = self.clusters.get_mut(cluster) else {
             return false;
         };
-        match kind {
-            Kind::Service => state.services.remove(key).is_some(),
-            Kind::Export => state.exports.remove(key).is_some(),
-            Kind::Slice => state.slices.remove(key).is_some(),
-            Kind::Import => state.imports.remove(key).is_some(),
-        }
+        let service = match kind {
+            Kind::Service => state.services.remove(key).map(|_| key.clone()),
+            Kind::Export => state.exports.remove(key).map(|_| key.clone()),
+            Kind::Slice => state.slices.remove(key).map(|s| service_of(key, &s)),
+            Kind::Import => state.imports.remove(key).map(|_| key.clone()),
+        };
+        let removed = service.is_some();
+        self.dirty.services.extend(service);
+        removed
     }
 
     /// Replaces everything a cluster contributes with a full list, in one step, so readers never
     /// see the cluster half-listed. Returns whether anything changed.
     pub fn reset(&mut self, cluster: &ClusterId, objects: ClusterObjects) -> bool {
         let next = ClusterState::from_objects(objects);
+        let mut changed = HashSet::new();
         match self.clusters.get(cluster) {
-            Some(current) if same_state(current, &next) => false,
-            _ => {
-                self.clusters.insert(cluster.clone(), next);
-                true
-            }
+            Some(current) => mark_changes(current, &next, &mut changed),
+            None => mark_changes(&ClusterState::default(), &next, &mut changed),
         }
+        let first_list = !self.clusters.contains_key(cluster);
+        if changed.is_empty() && !first_list {
+            return false;
+        }
+        self.dirty.services.extend(changed);
+        self.clusters.insert(cluster.clone(), next);
+        true
     }
 
     /// Forgets a cluster entirely (it left the hub).
     pub fn remove_cluster(&mut self, cluster: &ClusterId) -> bool {
-        self.clusters.remove(cluster).is_some()
+        let removed = self.clusters.remove(cluster).is_some();
+        self.dirty.all |= removed;
+        removed
+    }
+
+    /// What changed since the last call.
+    pub fn take_dirty(&mut self) -> Dirty {
+        std::mem::take(&mut self.dirty)
     }
 
     pub fn has_cluster(&self, cluster: &ClusterId) -> bool {
@@ -146,21 +196,56 @@ impl Index {
     }
 }
 
-fn upsert<V: PartialEq>(map: &mut HashMap<ObjectKey, V>, key: ObjectKey, value: V) -> bool {
+fn upsert<V: PartialEq>(
+    map: &mut HashMap<ObjectKey, V>,
+    key: ObjectKey,
+    value: V,
+    dirty: &mut HashSet<ObjectKey>,
+) -> bool {
     match map.get(&key) {
         Some(current) if *current == value => false,
         _ => {
+            dirty.insert(key.clone());
             map.insert(key, value);
             true
         }
     }
 }
 
-fn same_state(a: &ClusterState, b: &ClusterState) -> bool {
-    a.services == b.services
-        && a.exports == b.exports
-        && a.slices == b.slices
-        && a.imports == b.imports
+/// Marks every service whose objects differ between two states of one cluster.
+fn mark_changes(a: &ClusterState, b: &ClusterState, dirty: &mut HashSet<ObjectKey>) {
+    fn diff<V: PartialEq>(
+        a: &HashMap<ObjectKey, V>,
+        b: &HashMap<ObjectKey, V>,
+        dirty: &mut HashSet<ObjectKey>,
+    ) {
+        for (k, v) in a {
+            if b.get(k) != Some(v) {
+                dirty.insert(k.clone());
+            }
+        }
+        for k in b.keys() {
+            if !a.contains_key(k) {
+                dirty.insert(k.clone());
+            }
+        }
+    }
+    diff(&a.services, &b.services, dirty);
+    diff(&a.exports, &b.exports, dirty);
+    diff(&a.imports, &b.imports, dirty);
+    for (k, s) in &a.slices {
+        if b.slices.get(k) != Some(s) {
+            dirty.insert(service_of(k, s));
+            if let Some(other) = b.slices.get(k) {
+                dirty.insert(service_of(k, other));
+            }
+        }
+    }
+    for (k, s) in &b.slices {
+        if !a.slices.contains_key(k) {
+            dirty.insert(service_of(k, s));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ pub mod snapshot;
 #[cfg(test)]
 mod testing;
 
-pub use index::{Index, IndexSizes, Kind, Object};
+pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;
 pub use registry::{Health, MemberHealth, Registry, Transition};
 pub use select::{

@@ -10,7 +10,7 @@ use std::time::Instant;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use crate::index::{ClusterState, Index, IndexSizes};
+use crate::index::{ClusterState, Dirty, Index, IndexSizes};
 use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
 use crate::registry::{Health, Registry};
 use crate::select::TrafficPolicy;
@@ -161,6 +161,9 @@ pub struct Snapshot {
     pub warnings: Vec<Problem>,
     /// Object counts of the Index this snapshot was built from (reported at scrape time).
     pub sizes: IndexSizes,
+    /// Problems found while merging, by service, so a rebuild replaces only its services'.
+    #[serde(skip)]
+    export_problems: BTreeMap<ObjectKey, Vec<Problem>>,
 }
 
 impl Snapshot {
@@ -169,12 +172,73 @@ impl Snapshot {
         Self::default()
     }
 
+    /// A snapshot built from scratch.
     pub fn build(
         version: u64,
         index: &Index,
         registry: &Registry,
         default_policy: &Arc<TrafficPolicy>,
     ) -> Self {
+        let mut snapshot = Self::clusters_only(version, index, registry);
+        let merged = merge_services(
+            &snapshot.cluster_ids,
+            index,
+            default_policy,
+            &mut snapshot.export_problems,
+            None,
+        );
+        snapshot.insert_services(merged);
+        snapshot.collect_problems();
+        snapshot
+    }
+
+    /// The next snapshot after `prev`, re-merging only the services in `dirty` (what the Index
+    /// saw change since `prev` was built) and sharing every other service with `prev`. Falls
+    /// back to [`Snapshot::build`] when the set of clusters changed, since services refer to
+    /// clusters by position. `default_policy` must be the one `prev` was built with.
+    pub fn rebuild(
+        prev: &Snapshot,
+        dirty: &Dirty,
+        version: u64,
+        index: &Index,
+        registry: &Registry,
+        default_policy: &Arc<TrafficPolicy>,
+    ) -> Self {
+        let mut snapshot = Self::clusters_only(version, index, registry);
+        let same_clusters = prev.clusters.len() == snapshot.clusters.len()
+            && prev
+                .clusters
+                .iter()
+                .zip(&snapshot.clusters)
+                .all(|(a, b)| a.spec.id == b.spec.id);
+        if dirty.all || !same_clusters {
+            return Self::build(version, index, registry, default_policy);
+        }
+        snapshot.services = prev.services.clone();
+        snapshot.export_problems = prev.export_problems.clone();
+        for key in &dirty.services {
+            snapshot.export_problems.remove(key);
+            if let Some(by_name) = snapshot.services.get_mut(&key.namespace) {
+                by_name.remove(&key.name);
+                if by_name.is_empty() {
+                    snapshot.services.remove(&key.namespace);
+                }
+            }
+        }
+        let merged = merge_services(
+            &snapshot.cluster_ids,
+            index,
+            default_policy,
+            &mut snapshot.export_problems,
+            Some(&dirty.services),
+        );
+        snapshot.insert_services(merged);
+        snapshot.collect_problems();
+        snapshot
+    }
+
+    /// Clusters, client table and sizes; no services yet.
+    fn clusters_only(version: u64, index: &Index, registry: &Registry) -> Self {
         let mut snapshot = Snapshot {
             version,
             synced: registry.all_settled(),
@@ -196,20 +260,20 @@ impl Snapshot {
                 endpoints: index.endpoints_of(&spec.id),
             });
         }
-        let merged = merge_services(
-            &snapshot.cluster_ids,
-            index,
-            default_policy,
-            &mut snapshot.problems,
-        );
+        snapshot
+    }
+
+    fn insert_services(&mut self, merged: Vec<ServiceView>) {
         for view in merged {
-            snapshot
-                .services
+            self.services
                 .entry(view.key.namespace.clone())
                 .or_default()
                 .insert(view.key.name.clone(), Arc::new(view));
         }
-        snapshot
+    }
+
+    fn collect_problems(&mut self) {
+        self.problems = self.export_problems.values().flatten().cloned().collect();
     }
 
     pub fn cluster_index(&self, id: &str) -> Option<usize> {
@@ -261,12 +325,15 @@ struct Candidate<'a> {
     slices: Vec<NamedSlice<'a>>,
 }
 
+/// Merges every service's exports across clusters, or only those in `only`.
 fn merge_services(
     cluster_ids: &HashMap<ClusterId, usize>,
     index: &Index,
     policy: &Arc<TrafficPolicy>,
-    problems: &mut Vec<Problem>,
+    problems: &mut BTreeMap<ObjectKey, Vec<Problem>>,
+    only: Option<&HashSet<ObjectKey>>,
 ) -> Vec<ServiceView> {
+    let wanted = |key: &ObjectKey| only.is_none_or(|o| o.contains(key));
     let mut candidates: BTreeMap<&ObjectKey, Vec<Candidate<'_>>> = BTreeMap::new();
     let mut imports: HashMap<&ObjectKey, Vec<(usize, Vec<IpAddr>)>> = HashMap::new();
     for (id, state) in &index.clusters {
@@ -274,9 +341,15 @@ fn merge_services(
         let Some(&cluster) = cluster_ids.get(id) else {
             continue;
         };
-        let mut slices = slices_by_service(state);
+        if only.is_some_and(|o| {
+            !o.iter()
+                .any(|k| state.exports.contains_key(k) || state.imports.contains_key(k))
+        }) {
+            continue;
+        }
+        let mut slices = slices_by_service(state, only);
         for (key, import) in &state.imports {
-            if !import.headless && !import.ips.is_empty() {
+            if wanted(key) && !import.headless && !import.ips.is_empty() {
                 imports
                     .entry(key)
                     .or_default()
@@ -284,12 +357,15 @@ fn merge_services(
             }
         }
         for (key, export) in &state.exports {
+            if !wanted(key) {
+                continue;
+            }
             let Some(service) = state.services.get(key) else {
                 // MCS: an export without its Service is not served (no Valid condition yet).
                 continue;
             };
             if service.external_name {
-                problems.push(Problem {
+                problems.entry(key.clone()).or_default().push(Problem {
                     cluster: id.clone(),
                     object: format!("ServiceExport {key}"),
                     reason: "an ExternalName service cannot be exported".into(),
@@ -384,10 +460,22 @@ fn merge_one(
 /// A slice with its own name (the name orders slices, so answers are stable).
 type NamedSlice<'a> = (&'a ObjectKey, &'a Arc<Slice>);
 
-/// Groups a cluster's slices by the service they belong to, so merging is linear.
-fn slices_by_service(state: &ClusterState) -> HashMap<(&str, &str), Vec<NamedSlice<'_>>> {
+/// Groups a cluster's slices by the service they belong to (those in `only`, if given), so
+/// merging is linear.
+fn slices_by_service<'a>(
+    state: &'a ClusterState,
+    only: Option<&HashSet<ObjectKey>>,
+) -> HashMap<(&'a str, &'a str), Vec<NamedSlice<'a>>> {
     let mut by_service: HashMap<(&str, &str), Vec<NamedSlice<'_>>> = HashMap::new();
     for (key, slice) in &state.slices {
+        if only.is_some_and(|o| {
+            !o.contains(&ObjectKey {
+                namespace: key.namespace.clone(),
+                name: slice.service.clone(),
+            })
+        }) {
+            continue;
+        }
         by_service
             .entry((&*key.namespace, &*slice.service))
             .or_default()

@@ -776,3 +776,304 @@ fn client_cluster_is_the_longest_prefix_match() {
         assert_eq!(snap.client_cluster(ip(addr)), expected, "{addr}");
     }
 }
+
+// ---- incremental rebuilds ----
+
+mod incremental {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::index::Kind as ObjKind;
+    use crate::model::ClusterObjects;
+
+    const CLUSTERS: [&str; 3] = ["a", "b", "c"];
+    const NAMES: [&str; 4] = ["web", "db", "api", "cache"];
+
+    /// One change a source can make to the Index.
+    #[derive(Clone, Debug)]
+    enum Change {
+        Service {
+            cluster: usize,
+            name: usize,
+            headless: bool,
+            external: bool,
+            port: u16,
+        },
+        Export {
+            cluster: usize,
+            name: usize,
+            created: i64,
+        },
+        Slice {
+            cluster: usize,
+            slice: usize,
+            service: usize,
+            ready: Vec<bool>,
+        },
+        Import {
+            cluster: usize,
+            name: usize,
+            last_octet: u8,
+        },
+        Delete {
+            cluster: usize,
+            kind: u8,
+            name: usize,
+        },
+        /// A relist: the cluster's objects replaced by a few of the above.
+        Reset {
+            cluster: usize,
+            changes: Vec<Change>,
+        },
+        RemoveCluster {
+            cluster: usize,
+        },
+        /// Publish a snapshot: the incremental one must equal a full build.
+        Publish,
+    }
+
+    fn leaf() -> impl Strategy<Value = Change> {
+        prop_oneof![
+            (
+                0..3usize,
+                0..4usize,
+                any::<bool>(),
+                prop::bool::weighted(0.1),
+                79u16..82
+            )
+                .prop_map(|(cluster, name, headless, external, port)| {
+                    Change::Service {
+                        cluster,
+                        name,
+                        headless,
+                        external,
+                        port,
+                    }
+                }),
+            (0..3usize, 0..4usize, 0..3i64).prop_map(|(cluster, name, created)| Change::Export {
+                cluster,
+                name,
+                created
+            }),
+            (
+                0..3usize,
+                0..5usize,
+                0..4usize,
+                prop::collection::vec(any::<bool>(), 0..3)
+            )
+                .prop_map(|(cluster, slice, service, ready)| Change::Slice {
+                    cluster,
+                    slice,
+                    service,
+                    ready
+                }),
+            (0..3usize, 0..4usize, 1..3u8).prop_map(|(cluster, name, last_octet)| Change::Import {
+                cluster,
+                name,
+                last_octet
+            }),
+            (0..3usize, 0..4u8, 0..5usize).prop_map(|(cluster, kind, name)| Change::Delete {
+                cluster,
+                kind,
+                name
+            }),
+        ]
+    }
+
+    fn change() -> impl Strategy<Value = Change> {
+        prop_oneof![
+            12 => leaf(),
+            4 => (0..3usize, prop::collection::vec(leaf(), 0..4)).prop_map(|(cluster, changes)| Change::Reset { cluster, changes }),
+            1 => (0..3usize).prop_map(|cluster| Change::RemoveCluster { cluster }),
+            4 => Just(Change::Publish),
+        ]
+    }
+
+    fn object(change: &Change) -> Option<(usize, Object)> {
+        Some(match change {
+            Change::Service {
+                cluster,
+                name,
+                headless,
+                external,
+                port,
+            } => {
+                let mut s = svc(*headless, &[("http", *port)]);
+                s.external_name = *external;
+                (
+                    *cluster,
+                    Object::Service(ObjectKey::new("shop", NAMES[*name]), s),
+                )
+            }
+            Change::Export {
+                cluster,
+                name,
+                created,
+            } => (
+                *cluster,
+                Object::Export(
+                    ObjectKey::new("shop", NAMES[*name]),
+                    Export { created: *created },
+                ),
+            ),
+            Change::Slice {
+                cluster,
+                slice,
+                service,
+                ready,
+            } => {
+                let endpoints = ready
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| ep(&format!("10.{cluster}.{slice}.{i}"), *r))
+                    .collect();
+                (
+                    *cluster,
+                    Object::Slice(
+                        ObjectKey::new("shop", format!("s{slice}")),
+                        Slice {
+                            service: Arc::from(NAMES[*service]),
+                            endpoints,
+                        },
+                    ),
+                )
+            }
+            Change::Import {
+                cluster,
+                name,
+                last_octet,
+            } => (
+                *cluster,
+                Object::Import(
+                    ObjectKey::new("shop", NAMES[*name]),
+                    Import {
+                        ips: vec![ip(&format!("10.96.0.{last_octet}"))],
+                        headless: false,
+                    },
+                ),
+            ),
+            _ => return None,
+        })
+    }
+
+    fn delete_target(kind: u8, name: usize) -> (ObjKind, ObjectKey) {
+        let kind = [
+            ObjKind::Service,
+            ObjKind::Export,
+            ObjKind::Slice,
+            ObjKind::Import,
+        ][kind as usize];
+        let key = match kind {
+            ObjKind::Slice => ObjectKey::new("shop", format!("s{name}")),
+            _ => ObjectKey::new("shop", NAMES[name % NAMES.len()]),
+        };
+        (kind, key)
+    }
+
+    fn fingerprint(s: &Snapshot) -> String {
+        let services: Vec<_> = s.services().collect();
+        format!("{services:?}\n{:?}", s.problems)
+    }
+
+    fn run(changes: &[Change]) -> Result<usize, TestCaseError> {
+        let mut fleet = Fleet::new(&CLUSTERS);
+        let policy = Arc::new(TrafficPolicy::default());
+        let mut prev = Snapshot::empty();
+        let mut version = 0;
+        let mut partial = 0;
+        for change in changes.iter().chain([&Change::Publish]) {
+            match change {
+                Change::Publish => {
+                    version += 1;
+                    let dirty = fleet.index.take_dirty();
+                    partial += usize::from(!dirty.all);
+                    let next = Snapshot::rebuild(
+                        &prev,
+                        &dirty,
+                        version,
+                        &fleet.index,
+                        &fleet.registry,
+                        &policy,
+                    );
+                    let full = Snapshot::build(version, &fleet.index, &fleet.registry, &policy);
+                    prop_assert_eq!(fingerprint(&next), fingerprint(&full), "after {:?}", dirty);
+                    prev = next;
+                }
+                Change::Delete {
+                    cluster,
+                    kind,
+                    name,
+                } => {
+                    let (kind, key) = delete_target(*kind, *name);
+                    fleet
+                        .index
+                        .delete(&ClusterId::new(CLUSTERS[*cluster]), kind, &key);
+                }
+                Change::Reset { cluster, changes } => {
+                    // A relist: what the cluster holds now, with a few changes applied.
+                    let id = ClusterId::new(CLUSTERS[*cluster]);
+                    let mut relisted = Index::new();
+                    if let Some(state) = fleet.index.clusters.get(&id) {
+                        relisted.clusters.insert(id.clone(), state.clone());
+                    }
+                    for change in changes {
+                        match change {
+                            Change::Delete { kind, name, .. } => {
+                                let (kind, key) = delete_target(*kind, *name);
+                                relisted.delete(&id, kind, &key);
+                            }
+                            leaf => {
+                                if let Some((_, object)) = object(leaf) {
+                                    relisted.apply(&id, object);
+                                }
+                            }
+                        }
+                    }
+                    let state = relisted.clusters.remove(&id).unwrap_or_default();
+                    let objects = ClusterObjects {
+                        services: state.services.into_iter().collect(),
+                        exports: state.exports.into_iter().collect(),
+                        slices: state
+                            .slices
+                            .into_iter()
+                            .map(|(k, v)| (k, (*v).clone()))
+                            .collect(),
+                        imports: state.imports.into_iter().collect(),
+                    };
+                    fleet.index.reset(&id, objects);
+                }
+                Change::RemoveCluster { cluster } => {
+                    fleet
+                        .index
+                        .remove_cluster(&ClusterId::new(CLUSTERS[*cluster]));
+                }
+                leaf => {
+                    let (cluster, object) = object(leaf).expect("a leaf change");
+                    fleet.apply(CLUSTERS[cluster], object);
+                }
+            }
+        }
+        Ok(partial)
+    }
+
+    #[test]
+    fn an_incremental_rebuild_equals_a_full_build() {
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 300,
+            ..Default::default()
+        });
+        let partial = std::cell::Cell::new(0);
+        runner
+            .run(&prop::collection::vec(change(), 1..60), |changes| {
+                partial.set(partial.get() + run(&changes)?);
+                Ok(())
+            })
+            .unwrap();
+        // Most publishes must have taken the incremental path, or this proves nothing.
+        assert!(
+            partial.get() > 1000,
+            "only {} incremental rebuilds",
+            partial.get()
+        );
+    }
+}
