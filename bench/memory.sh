@@ -59,67 +59,7 @@ bench_workdir mem
 # --- the fleet (compact flow-style YAML, one multi-document file per cluster) ---------------
 log "generating $ENDPOINTS endpoints over $CLUSTERS clusters in $WORK"
 GEN_START=$SECONDS
-python3 - "$WORK" "$CLUSTERS" "$ENDPOINTS" "$PER_SERVICE" <<'EOF'
-import os, sys
-work, nc, total, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-REGIONS = 5
-NAMESPACES = 10
-os.makedirs(f"{work}/fleet/hub")
-os.makedirs(f"{work}/empty/hub")
-for d in ("fleet", "empty"):
-    with open(f"{work}/{d}/meridian.yaml", "w") as f:
-        f.write("hub: {directory: hub}\ndns:\n  zones: [{name: global, style: global}]\n  ttl: 5\n")
-# Cluster c (0-based) is in region c % 5 and in group c // 3 ... but a group must span three
-# regions: group g = clusters 3g, 3g+1, 3g+2, whose regions are (3g + k) % 5, all different.
-base, extra = divmod(total, nc)                   # the first `extra` clusters hold one more
-groups = (nc + 2) // 3
-# Endpoints per cluster, then services per group sized by the group's largest cluster.
-counts = [base + (1 if c < extra else 0) for c in range(nc)]
-names = set()
-with open(f"{work}/fleet/hub/members.yaml", "w") as hub:
-    for c in range(nc):
-        region = c % REGIONS
-        hub.write(
-            f"---\n{{apiVersion: meridian.io/v1alpha1, kind: MemberCluster, metadata: {{name: c{c:03d}, labels: "
-            f"{{topology.kubernetes.io/region: r{region}, topology.kubernetes.io/zone: r{region}-c{c:03d}}}}}, "
-            f"spec: {{source: {{directory: {{path: ../clusters/c{c:03d}}}}}, network: {{name: net-r{region}, "
-            f"podCIDRs: [10.{c}.0.0/16], dnsClientCIDRs: [10.{c}.0.0/16, 127.1.{c}.0/24]}}, "
-            f"gateway: {{address: 10.{c}.255.254, port: 15443}}}}}}\n"
-        )
-for c in range(nc):
-    g = c // 3
-    region = c % REGIONS
-    zone = f"r{region}-c{c:03d}"
-    d = f"{work}/fleet/clusters/c{c:03d}"
-    os.makedirs(d)
-    left = counts[c]
-    s = 0
-    ip = 0
-    out = []
-    while left > 0:
-        n = min(per, left)
-        ns = f"team{g:02d}-{s % NAMESPACES}"
-        svc = f"svc{s:03d}"
-        names.add(f"{svc}.{ns}.global")
-        eps = ", ".join(
-            f"{{addresses: [10.{c}.{(ip + i) // 250}.{(ip + i) % 250 + 1}], conditions: {{ready: true}}, zone: {zone}}}"
-            for i in range(n)
-        )
-        out.append(
-            f"---\n{{apiVersion: v1, kind: Service, metadata: {{name: {svc}, namespace: {ns}}}, spec: {{ports: [{{name: http, port: 80, targetPort: 8080, protocol: TCP}}]}}}}\n"
-            f"---\n{{apiVersion: multicluster.x-k8s.io/v1alpha1, kind: ServiceExport, metadata: {{name: {svc}, namespace: {ns}}}}}\n"
-            f"---\n{{apiVersion: discovery.k8s.io/v1, kind: EndpointSlice, metadata: {{name: {svc}-x{c:03d}, namespace: {ns}, "
-            f"labels: {{kubernetes.io/service-name: {svc}}}}}, addressType: IPv4, ports: [{{name: http, port: 8080, protocol: TCP}}], endpoints: [{eps}]}}\n"
-        )
-        ip += n
-        left -= n
-        s += 1
-    with open(f"{d}/services.yaml", "w") as f:
-        f.write("".join(out))
-with open(f"{work}/names.txt", "w") as f:
-    f.writelines(f"{n} A\n" for n in sorted(names))
-print(len(names), file=open(f"{work}/nnames", "w"))
-EOF
+python3 bench/fleet.py "$WORK" "$CLUSTERS" "$ENDPOINTS" "$PER_SERVICE"
 N_NAMES=$(cat "$WORK/nnames")
 FLEET_MB=$(du -sm "$WORK/fleet" | cut -f1)
 log "  $N_NAMES distinct service names, ${FLEET_MB} MB of YAML, generated in $((SECONDS - GEN_START)) s"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Change-to-answer benchmark (DESIGN §8: a change in a member → new DNS answer and xDS push,
+# p99 <= 50 ms plus the debounce) on the large fleet of bench/memory.sh (1,000,000 endpoints over
+# 255 clusters, ~33,400 services by default).
+#
+#   bench/change.sh                 (from the repository root)
+#   ENDPOINTS=100000 CHANGES=20 bench/change.sh
+#
+# Each change appends a new exported service to one member's file (atomic rename); the clock
+# stops when a DNS client first gets an answer for the new name (polled every 2 ms) and when an
+# xDS stream that subscribed to the name's assignment receives it. The directory source adds a
+# 50 ms debounce and the xDS server its own (--xds-debounce-ms, 100 ms by default; this run
+# uses XDS_DEBOUNCE_MS=10 unless set, to show meridian's own cost). The snapshot build time
+# histogram of the run is printed too.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CLUSTERS=${CLUSTERS:-255}
+ENDPOINTS=${ENDPOINTS:-1000000}
+PER_SERVICE=${PER_SERVICE:-10}
+CHANGES=${CHANGES:-10}
+XDS_DEBOUNCE_MS=${XDS_DEBOUNCE_MS:-10}
+
+source "$ROOT/bench/lib.sh"
+
+python3 -c 'import grpc, envoy.service.discovery.v3' 2>/dev/null ||
+    python3 -m pip install -q -r tests/requirements.txt
+
+log "building meridian (release)"
+cargo build --release --quiet --bin meridian
+MERIDIAN=$ROOT/target/release/meridian
+
+bench_workdir change
+log "generating $ENDPOINTS endpoints over $CLUSTERS clusters in $WORK"
+python3 bench/fleet.py "$WORK" "$CLUSTERS" "$ENDPOINTS" "$PER_SERVICE"
+
+DNS_PORT=$(free_port)
+ADMIN_PORT=$(free_port)
+XDS_PORT=$(free_port)
+MERIDIAN_LOG=warn "$MERIDIAN" serve --config "$WORK/fleet/meridian.yaml" \
+    --dns-listen "127.0.0.1:$DNS_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
+    --xds-listen "127.0.0.1:$XDS_PORT" --xds-debounce-ms "$XDS_DEBOUNCE_MS" \
+    >>"$WORK/meridian.log" 2>&1 &
+PIDS+=($!)
+log "waiting for meridian to index $ENDPOINTS endpoints"
+start=$SECONDS
+until [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$ADMIN_PORT/readyz")" == 200 ]] &&
+    [[ "$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '$1 == "meridian_index_endpoints" {print $2}')" == "$ENDPOINTS" ]]; do
+    ((SECONDS - start < 900)) || die "meridian not ready after 900 s: $(tail -5 "$WORK/meridian.log")"
+    sleep 0.5
+done
+log "ready after $((SECONDS - start)) s; making $CHANGES changes"
+RESULT=$(python3 bench/change.py "$WORK/fleet" "$DNS_PORT" "$XDS_PORT" "$ADMIN_PORT" "$CHANGES")
+BUILDS=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -E '^meridian_snapshot_build_seconds_(sum|count)|^meridian_xds_view_builds_total')
+
+echo "=== change -> answer: $ENDPOINTS endpoints, $CLUSTERS clusters, $CHANGES changes (directory debounce 50 ms, xDS debounce $XDS_DEBOUNCE_MS ms) ==="
+python3 - "$RESULT" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+for key, label in (("dns_ms", "new DNS answer"), ("xds_push_ms", "xDS push (EDS) received")):
+    v = r[key]
+    print(f"{label:<28} p50 {v['p50']:>8.1f} ms   max {v['max']:>8.1f} ms   each {v['each']}")
+PY
+echo "$BUILDS"
+echo "command: CLUSTERS=$CLUSTERS ENDPOINTS=$ENDPOINTS CHANGES=$CHANGES XDS_DEBOUNCE_MS=$XDS_DEBOUNCE_MS bench/change.sh"
