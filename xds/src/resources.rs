@@ -3,13 +3,14 @@
 //! that is a hash of its bytes, so equal content has equal versions across streams, restarts
 //! and replicas (which is what delta reconnects with `initial_resource_versions` rely on).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use meridian_core::{
-    Backend, ClusterView, Endpoint, Port, Selection, ServiceView, Snapshot, select_on_network,
+    Backend, ClusterView, Endpoint, ObjectKey, Port, Selection, ServiceView, Snapshot,
+    select_on_network,
 };
 use prost::{Message, Name};
 use serde::Serialize;
@@ -95,6 +96,19 @@ pub struct Resources {
     pub snapshot_version: u64,
     pub synced: bool,
     by_kind: [BTreeMap<String, Arc<Resource>>; 4],
+    /// What each service contributed, kept so that the next build for this group reuses the
+    /// resources of every service that did not change (same `ServiceView`, same clusters).
+    per_service: HashMap<ObjectKey, ServiceItems>,
+    /// A hash of everything about the clusters that the selection reads.
+    clusters_fingerprint: u64,
+}
+
+/// The resources one service contributes to one node group.
+#[derive(Debug)]
+struct ServiceItems {
+    /// The view they were built from (compared by pointer: snapshots share unchanged views).
+    view: Arc<ServiceView>,
+    items: Vec<(Kind, Arc<Resource>)>,
 }
 
 impl Resources {
@@ -111,13 +125,64 @@ impl Resources {
     }
 
     fn insert<M: Message + Name>(&mut self, kind: Kind, name: String, message: &M) {
-        let resource = Resource {
-            version: content_version(&message.encode_to_vec()),
-            body: pack(message),
-            name: name.clone(),
-        };
-        self.by_kind[kind.index()].insert(name, Arc::new(resource));
+        let resource = encode(name, message);
+        self.by_kind[kind.index()].insert(resource.name.clone(), resource);
     }
+
+    fn add_service(&mut self, view: &Arc<ServiceView>, items: Vec<(Kind, Arc<Resource>)>) {
+        for (kind, resource) in &items {
+            self.by_kind[kind.index()].insert(resource.name.clone(), resource.clone());
+        }
+        self.per_service.insert(
+            view.key.clone(),
+            ServiceItems {
+                view: view.clone(),
+                items,
+            },
+        );
+    }
+
+    /// The items `prev` holds for `view`, if they were built from this very view and clusters.
+    fn reusable(
+        prev: Option<&Resources>,
+        fingerprint: u64,
+        view: &Arc<ServiceView>,
+    ) -> Option<Vec<(Kind, Arc<Resource>)>> {
+        let prev = prev.filter(|p| p.clusters_fingerprint == fingerprint)?;
+        let entry = prev.per_service.get(&view.key)?;
+        Arc::ptr_eq(&entry.view, view).then(|| entry.items.clone())
+    }
+}
+
+fn encode<M: Message + Name>(name: String, message: &M) -> Arc<Resource> {
+    Arc::new(Resource {
+        version: content_version(&message.encode_to_vec()),
+        body: pack(message),
+        name,
+    })
+}
+
+/// Everything about the clusters that selection and the builders read, hashed: when it is
+/// unchanged, a service's resources depend only on its own view.
+fn clusters_fingerprint(snapshot: &Snapshot) -> u64 {
+    let mut text = String::new();
+    for c in &snapshot.clusters {
+        use std::fmt::Write;
+        let _ = write!(
+            text,
+            "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{};",
+            c.spec.id,
+            c.spec.labels,
+            c.spec.locality,
+            c.spec.network,
+            c.spec.gateway,
+            c.spec.taints,
+            c.health,
+            c.withdrawn,
+            c.unreachable_since.is_some(),
+        );
+    }
+    u64::from_str_radix(&content_version(text.as_bytes()), 16).unwrap_or_default()
 }
 
 /// The xDS name of a service port: `<svc>.<ns>.global:<port>`.
@@ -138,9 +203,21 @@ pub fn gateway_sni(service: &ServiceView, port: &Port) -> String {
 
 /// What a node in `group` receives from `snapshot`.
 pub fn build(snapshot: &Snapshot, group: &Group, now: Instant) -> Resources {
+    build_from(snapshot, group, now, None)
+}
+
+/// [`build`], reusing from `prev` (the same group's previous build) the resources of every
+/// service whose view is shared with the previous snapshot, when the clusters are unchanged.
+pub fn build_from(
+    snapshot: &Snapshot,
+    group: &Group,
+    now: Instant,
+    prev: Option<&Resources>,
+) -> Resources {
     let mut out = Resources {
         snapshot_version: snapshot.version,
         synced: snapshot.synced,
+        clusters_fingerprint: clusters_fingerprint(snapshot),
         ..Resources::default()
     };
     let client = group
@@ -150,10 +227,10 @@ pub fn build(snapshot: &Snapshot, group: &Group, now: Instant) -> Resources {
     match group.role {
         Role::EastWestGateway => {
             if let Some(own) = client {
-                build_gateway(&mut out, snapshot, own);
+                build_gateway(&mut out, snapshot, own, prev);
             }
         }
-        Role::Envoy | Role::Proxyless => build_client(&mut out, snapshot, group, client, now),
+        Role::Envoy | Role::Proxyless => build_client(&mut out, snapshot, group, client, now, prev),
     }
     out
 }
@@ -164,6 +241,7 @@ fn build_client(
     group: &Group,
     client: Option<usize>,
     now: Instant,
+    prev: Option<&Resources>,
 ) {
     // The client's network: what the node says, else its cluster's; unknown when neither.
     let network: Option<Option<&str>> = match (&group.network, client) {
@@ -173,24 +251,47 @@ fn build_client(
     };
     let proxyless = group.role == Role::Proxyless;
     for service in snapshot.services() {
-        let selection = select_on_network(snapshot, service, client, network, now);
-        for port in &service.ports {
-            let name = service_port_name(service, port);
-            let sni = gateway_sni(service, port);
-            let (localities, any_gateway) =
-                client_localities(snapshot, service, &selection, port, proxyless);
-            out.insert(
-                Kind::Cluster,
-                name.clone(),
-                &eds_cluster(&name, (any_gateway && !proxyless).then_some(sni.as_str())),
-            );
-            out.insert(Kind::Endpoint, name.clone(), &assignment(&name, localities));
-            if proxyless {
-                out.insert(Kind::Listener, name.clone(), &api_listener(&name));
-                out.insert(Kind::Route, name.clone(), &route_config(service, &name));
-            }
+        let items =
+            Resources::reusable(prev, out.clusters_fingerprint, service).unwrap_or_else(|| {
+                let selection = select_on_network(snapshot, service, client, network, now);
+                client_service_items(snapshot, service, &selection, proxyless)
+            });
+        out.add_service(service, items);
+    }
+}
+
+/// A service's resources for a client: per port, its cluster and assignment, and for
+/// proxyless clients its listener and route.
+fn client_service_items(
+    snapshot: &Snapshot,
+    service: &ServiceView,
+    selection: &Selection,
+    proxyless: bool,
+) -> Vec<(Kind, Arc<Resource>)> {
+    let mut items = Vec::new();
+    for port in &service.ports {
+        let name = service_port_name(service, port);
+        let sni = gateway_sni(service, port);
+        let (localities, any_gateway) =
+            client_localities(snapshot, service, selection, port, proxyless);
+        let gateway_sni = (any_gateway && !proxyless).then_some(sni.as_str());
+        items.push((
+            Kind::Cluster,
+            encode(name.clone(), &eds_cluster(&name, gateway_sni)),
+        ));
+        items.push((
+            Kind::Endpoint,
+            encode(name.clone(), &assignment(&name, localities)),
+        ));
+        if proxyless {
+            items.push((Kind::Listener, encode(name.clone(), &api_listener(&name))));
+            items.push((
+                Kind::Route,
+                encode(name.clone(), &route_config(service, &name)),
+            ));
         }
     }
+    items
 }
 
 /// The localities of one service port for a client: tier i of the selection is priority i
@@ -235,7 +336,7 @@ fn client_localities(
     (localities, any_gateway)
 }
 
-fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize) {
+fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize, prev: Option<&Resources>) {
     let cluster = &snapshot.clusters[own];
     let Some(gateway) = &cluster.spec.gateway else {
         return;
@@ -245,13 +346,28 @@ fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize) {
         let Some(backend) = service.backend_of(own) else {
             continue;
         };
-        for port in &service.ports {
-            let sni = gateway_sni(service, port);
-            let localities = cluster_localities(cluster, backend, port, backend.ready.max(1), 0);
-            out.insert(Kind::Cluster, sni.clone(), &eds_cluster(&sni, None));
-            out.insert(Kind::Endpoint, sni.clone(), &assignment(&sni, localities));
-            chains.push(passthrough_chain(&sni));
-        }
+        let items =
+            Resources::reusable(prev, out.clusters_fingerprint, service).unwrap_or_else(|| {
+                let mut items = Vec::new();
+                for port in &service.ports {
+                    let sni = gateway_sni(service, port);
+                    let localities =
+                        cluster_localities(cluster, backend, port, backend.ready.max(1), 0);
+                    items.push((Kind::Cluster, encode(sni.clone(), &eds_cluster(&sni, None))));
+                    items.push((
+                        Kind::Endpoint,
+                        encode(sni.clone(), &assignment(&sni, localities)),
+                    ));
+                }
+                items
+            });
+        chains.extend(
+            items
+                .iter()
+                .filter(|(kind, _)| *kind == Kind::Cluster)
+                .map(|(_, r)| passthrough_chain(&r.name)),
+        );
+        out.add_service(service, items);
     }
     // Envoy refuses a listener without filter chains: no local services, no listener.
     if !chains.is_empty() {
@@ -642,3 +758,6 @@ impl Resources {
         Resources::default()
     }
 }
+
+#[cfg(test)]
+mod tests;

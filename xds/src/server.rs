@@ -80,6 +80,8 @@ pub struct Xds {
     /// The fleet as pushed: the store's snapshots after the debounce.
     views: watch::Receiver<Arc<Snapshot>>,
     cache: Cache<(Group, u64), Arc<Resources>>,
+    /// The latest build per group, which the next build reuses unchanged services from.
+    latest: Mutex<HashMap<Group, Arc<Resources>>>,
     streams: Mutex<HashMap<u64, Arc<Mutex<dyn Machine>>>>,
     next_stream: AtomicU64,
     admission: Admission,
@@ -108,6 +110,7 @@ impl Xds {
                 .max_capacity(4096)
                 .time_to_idle(Duration::from_secs(600))
                 .build(),
+            latest: Mutex::new(HashMap::new()),
             streams: Mutex::new(HashMap::new()),
             next_stream: AtomicU64::new(1),
             metrics: XdsMetrics::new(registry),
@@ -117,9 +120,24 @@ impl Xds {
     /// The resources a node in `group` receives from `snapshot`, built once per group and
     /// snapshot version however many nodes ask.
     pub fn resources_for(&self, snapshot: &Snapshot, group: &Group) -> Arc<Resources> {
+        let group = canonical(snapshot, group);
         self.cache.get_with((group.clone(), snapshot.version), || {
             self.metrics.view_builds.inc();
-            Arc::new(resources::build(snapshot, group, Instant::now()))
+            let prev = self.latest.lock().expect("poisoned").get(&group).cloned();
+            let built = Arc::new(resources::build_from(
+                snapshot,
+                &group,
+                Instant::now(),
+                prev.as_deref(),
+            ));
+            let mut latest = self.latest.lock().expect("poisoned");
+            if latest
+                .get(&group)
+                .is_none_or(|p| p.snapshot_version < built.snapshot_version)
+            {
+                latest.insert(group, built.clone());
+            }
+            built
         })
     }
 
@@ -311,6 +329,33 @@ impl Xds {
                 }
             }
         }
+    }
+}
+
+/// The group as far as it changes what a node receives: a cluster the fleet does not know is
+/// no cluster, and a network no cluster is on is "some other network". Nodes choose these
+/// strings freely; canonical groups keep the caches bounded by the fleet, not by the nodes.
+fn canonical(snapshot: &Snapshot, group: &Group) -> Group {
+    const OTHER_NETWORK: &str = "<other>";
+    let cluster = group
+        .cluster
+        .clone()
+        .filter(|c| snapshot.cluster_index(c).is_some());
+    let network = group.network.as_ref().map(|n| {
+        if snapshot
+            .clusters
+            .iter()
+            .any(|c| c.spec.network.as_deref() == Some(n.as_str()))
+        {
+            n.clone()
+        } else {
+            OTHER_NETWORK.to_owned()
+        }
+    });
+    Group {
+        cluster,
+        network,
+        role: group.role,
     }
 }
 
