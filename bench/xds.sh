@@ -244,6 +244,15 @@ if awk -v b="$PRE_BUSY" 'BEGIN { split(b, x, " "); exit !(x[1] + x[2] > 20) }'; 
     log "  warning: the box is busy; figures will be noisy (see 'other processes' in the table)"
 fi
 
+# meridian's directory source takes one inotify instance per directory (hub + each member):
+# when the user's instances (fs.inotify.max_user_instances) run out, it polls instead and its
+# convergence includes the poll interval. Such runs are flagged.
+inotify_used() { find /proc/[0-9]*/fd -lname 'anon_inode:inotify' 2>/dev/null | wc -l; }
+INOTIFY_MAX=$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo 0)
+if (($(inotify_used) + CLUSTERS + 1 > INOTIFY_MAX)); then
+    log "  warning: $(inotify_used) of $INOTIFY_MAX inotify instances in use; meridian needs $((CLUSTERS + 1)) and will poll without them"
+fi
+
 # One stream of a c000 node against each server.
 log "checking that both serve the same resources to a node of c000"
 for s in meridian gcp; do
@@ -306,6 +315,8 @@ for n in $STREAMS; do
         if ((i % 2)); then order=(meridian gcp); else order=(gcp meridian); fi
         for s in "${order[@]}"; do
             t0=$SECONDS
+            touch "$WORK/meridian.log"
+            mlines=$(wc -l <"$WORK/meridian.log")
             start_server "$s"
             sleep 1
             cp "$WORK/slice-changed.yaml" "$WORK/slice-next.yaml"
@@ -317,6 +328,10 @@ for n in $STREAMS; do
             stop_server "$SERVER_PID"
             [[ -s $out.json ]] || { tail -20 "$out.log" >&2; die "xds-load printed nothing for $s, $n streams (exit $rc); log above"; }
             secs=$((SECONDS - t0))
+            if [[ $s == meridian ]] && tail -n +"$((mlines + 1))" "$WORK/meridian.log" | grep -q 'polling only'; then
+                python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); r["meridian_polled"] = True; json.dump(r, open(sys.argv[1], "w"))' "$out.json"
+                log "    warning: meridian could not watch its directories in this run ($(tail -n +"$((mlines + 1))" "$WORK/meridian.log" | sed 's/\x1b\[[0-9;]*m//g' | grep -o 'error=[^(]*' | sort -u | head -1)) and polled them instead"
+            fi
             summary=$(python3 "$WORK/summary.py" "$out.json")
             log "  $n streams, round $i, $(printf '%-8s' "$s"): $summary ($secs s)"
             printf '%s\t%s\t%s\t%s\n' "$n" "$s" "$i" "$secs" >>"$WORK/runs.tsv"
@@ -389,6 +404,9 @@ for n in streams:
     print(f"  {'streams failed, per run':48} {fail(m):>14} {fail(g):>17}")
     print(f"  {'EDS responses per stream after the change':48} {pushes(m, 'post_trigger_eds_responses'):>14} {pushes(g, 'post_trigger_eds_responses'):>17}")
     print(f"  {'CDS responses per stream after the change':48} {pushes(m, 'post_trigger_cds_responses'):>14} {pushes(g, 'post_trigger_cds_responses'):>17}")
+    polled = [i + 1 for i, r in enumerate(m) if r.get("meridian_polled")]
+    if polled:
+        print(f"  WARNING: in round(s) {polled} meridian found no inotify instance left (fs.inotify.max_user_instances, shared by all of this user's processes) and polled its directories: those convergence figures include its poll interval")
     for s, rs in (("meridian", m), ("go-control-plane", g)):
         errs = {}
         for r in rs:

@@ -159,7 +159,8 @@ type load struct {
 	userAgent string
 	marker    []byte
 	dumpFile  string
-	trigger   atomic.Int64 // UnixNano of the trigger, 0 before
+	base      time.Time    // the clock's origin (monotonic)
+	trigger   atomic.Int64 // nanoseconds from base to the trigger, 0 before
 	connected atomic.Int64
 	synced    atomic.Int64
 	converged atomic.Int64
@@ -179,7 +180,7 @@ func (l *load) fail(stage string, err error) {
 		if l.errs[msg] == 0 {
 			since := "before the trigger"
 			if t := l.trigger.Load(); t != 0 {
-				since = fmt.Sprintf("%.0f ms after the trigger", ms(time.Since(time.Unix(0, t))))
+				since = fmt.Sprintf("%.0f ms after the trigger", ms(time.Since(l.base)-time.Duration(t)))
 			}
 			log.Printf("stream failed (%s): %s", since, msg)
 		}
@@ -284,7 +285,7 @@ func (l *load) run(ctx context.Context, s *stream) {
 			if trig != 0 {
 				s.postEDS++
 				if r.hasMarker && s.conv < 0 {
-					s.conv = acked.Sub(time.Unix(0, trig))
+					s.conv = acked.Sub(l.base) - time.Duration(trig)
 					l.converged.Add(1)
 				}
 			}
@@ -544,7 +545,7 @@ func main() {
 
 	l := &load{
 		addr: *addr, userAgent: *userAgent, marker: []byte(fleet.ChangeAddr), dumpFile: *dump,
-		errs: map[string]int{}, dialSem: make(chan struct{}, *dialConc),
+		errs: map[string]int{}, dialSem: make(chan struct{}, *dialConc), base: time.Now(),
 	}
 	res := Result{Label: *label, Streams: *n}
 	if *rssPID > 0 {
@@ -604,7 +605,7 @@ func main() {
 	var trigErr error
 	s3, s4 := s2, s2 // at convergence; after the late responses
 	if *trigger != "none" && res.Synced > 0 {
-		l.trigger.Store(time.Now().UnixNano())
+		l.trigger.Store(int64(time.Since(l.base)))
 		trigErr = doTrigger(*trigger)
 		if trigErr != nil {
 			log.Printf("trigger %s: %v", *trigger, trigErr)
