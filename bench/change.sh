@@ -52,7 +52,7 @@ until [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$ADMIN_PORT
 done
 log "ready after $((SECONDS - start)) s; making $CHANGES changes"
 RESULT=$(python3 bench/change.py "$WORK/fleet" "$DNS_PORT" "$XDS_PORT" "$ADMIN_PORT" "$CHANGES")
-BUILDS=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -E '^meridian_snapshot_build_seconds_(sum|count)|^meridian_xds_view_builds_total')
+BUILDS=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -E '^meridian_snapshot_build_seconds_(sum|count)|^meridian_xds_view_build_seconds_(sum|count)')
 
 echo "=== change -> answer: $ENDPOINTS endpoints, $CLUSTERS clusters, $CHANGES changes (directory debounce 50 ms, xDS debounce $XDS_DEBOUNCE_MS ms) ==="
 python3 - "$RESULT" <<'PY'

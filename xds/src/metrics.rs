@@ -37,6 +37,7 @@ pub struct XdsMetrics {
     pub push_to_ack: Histogram,
     pub stream_errors: Family<ReasonLabels, Counter>,
     pub view_builds: Counter,
+    pub view_build_seconds: Histogram,
     pub admission_waits: Counter,
 }
 
@@ -55,6 +56,9 @@ impl XdsMetrics {
             ]),
             stream_errors: Family::default(),
             view_builds: Counter::default(),
+            view_build_seconds: Histogram::new([
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ]),
             admission_waits: Counter::default(),
         };
         registry.register(
@@ -97,6 +101,11 @@ impl XdsMetrics {
             "view_builds",
             "Resource sets built (one per node group and snapshot version)",
             m.view_builds.clone(),
+        );
+        registry.register(
+            "view_build_seconds",
+            "Time to build one node group's resources for one snapshot",
+            m.view_build_seconds.clone(),
         );
         registry.register(
             "admission_waits",

@@ -84,7 +84,7 @@ impl Kind {
 /// One encoded resource.
 #[derive(Debug, PartialEq)]
 pub struct Resource {
-    pub name: String,
+    pub name: Arc<str>,
     /// A hash of the encoded bytes (16 hex digits).
     pub version: String,
     pub body: Any,
@@ -95,7 +95,7 @@ pub struct Resource {
 pub struct Resources {
     pub snapshot_version: u64,
     pub synced: bool,
-    by_kind: [BTreeMap<String, Arc<Resource>>; 4],
+    by_kind: [BTreeMap<Arc<str>, Arc<Resource>>; 4],
     /// What each service contributed, kept so that the next build for this group reuses the
     /// resources of every service that did not change (same `ServiceView`, same clusters).
     per_service: HashMap<ObjectKey, ServiceItems>,
@@ -104,15 +104,18 @@ pub struct Resources {
 }
 
 /// The resources one service contributes to one node group.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ServiceItems {
     /// The view they were built from (compared by pointer: snapshots share unchanged views).
     view: Arc<ServiceView>,
-    items: Vec<(Kind, Arc<Resource>)>,
+    items: Items,
 }
 
+/// A service's resources for one node group.
+type Items = Arc<[(Kind, Arc<Resource>)]>;
+
 impl Resources {
-    pub fn of(&self, kind: Kind) -> &BTreeMap<String, Arc<Resource>> {
+    pub fn of(&self, kind: Kind) -> &BTreeMap<Arc<str>, Arc<Resource>> {
         &self.by_kind[kind.index()]
     }
 
@@ -129,8 +132,15 @@ impl Resources {
         self.by_kind[kind.index()].insert(resource.name.clone(), resource);
     }
 
-    fn add_service(&mut self, view: &Arc<ServiceView>, items: Vec<(Kind, Arc<Resource>)>) {
-        for (kind, resource) in &items {
+    /// Puts a service's items in (replacing what it had), or takes them out (`None`).
+    fn set_service(&mut self, view: &Arc<ServiceView>, items: Option<Items>) {
+        if let Some(old) = self.per_service.remove(&view.key) {
+            self.remove_items(&old.items);
+        }
+        let Some(items) = items else {
+            return;
+        };
+        for (kind, resource) in items.iter() {
             self.by_kind[kind.index()].insert(resource.name.clone(), resource.clone());
         }
         self.per_service.insert(
@@ -142,15 +152,52 @@ impl Resources {
         );
     }
 
-    /// The items `prev` holds for `view`, if they were built from this very view and clusters.
-    fn reusable(
+    fn remove_items(&mut self, items: &Items) {
+        for (kind, resource) in items.iter() {
+            self.by_kind[kind.index()].remove(&resource.name);
+        }
+    }
+
+    /// Fills `self` with every service's items: from `prev` (same group, previous snapshot)
+    /// for each service whose view is the very same and when the clusters are unchanged, from
+    /// `make` for the others. `make` returns None for a service this group gets nothing of.
+    fn assemble(
+        &mut self,
+        snapshot: &Snapshot,
         prev: Option<&Resources>,
-        fingerprint: u64,
-        view: &Arc<ServiceView>,
-    ) -> Option<Vec<(Kind, Arc<Resource>)>> {
-        let prev = prev.filter(|p| p.clusters_fingerprint == fingerprint)?;
-        let entry = prev.per_service.get(&view.key)?;
-        Arc::ptr_eq(&entry.view, view).then(|| entry.items.clone())
+        mut make: impl FnMut(&Arc<ServiceView>) -> Option<Items>,
+    ) {
+        let Some(prev) = prev.filter(|p| p.clusters_fingerprint == self.clusters_fingerprint)
+        else {
+            for service in snapshot.services() {
+                let items = make(service);
+                self.set_service(service, items);
+            }
+            return;
+        };
+        self.by_kind = prev.by_kind.clone();
+        self.per_service = prev.per_service.clone();
+        for service in snapshot.services() {
+            let unchanged = self
+                .per_service
+                .get(&service.key)
+                .is_some_and(|e| Arc::ptr_eq(&e.view, service));
+            if !unchanged {
+                let items = make(service);
+                self.set_service(service, items);
+            }
+        }
+        let gone: Vec<ObjectKey> = self
+            .per_service
+            .keys()
+            .filter(|k| snapshot.service(&k.namespace, &k.name).is_none())
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(old) = self.per_service.remove(&key) {
+                self.remove_items(&old.items);
+            }
+        }
     }
 }
 
@@ -158,7 +205,7 @@ fn encode<M: Message + Name>(name: String, message: &M) -> Arc<Resource> {
     Arc::new(Resource {
         version: content_version(&message.encode_to_vec()),
         body: pack(message),
-        name,
+        name: name.into(),
     })
 }
 
@@ -250,14 +297,12 @@ fn build_client(
         (None, None) => None,
     };
     let proxyless = group.role == Role::Proxyless;
-    for service in snapshot.services() {
-        let items =
-            Resources::reusable(prev, out.clusters_fingerprint, service).unwrap_or_else(|| {
-                let selection = select_on_network(snapshot, service, client, network, now);
-                client_service_items(snapshot, service, &selection, proxyless)
-            });
-        out.add_service(service, items);
-    }
+    out.assemble(snapshot, prev, |service| {
+        let selection = select_on_network(snapshot, service, client, network, now);
+        Some(client_service_items(
+            snapshot, service, &selection, proxyless,
+        ))
+    });
 }
 
 /// A service's resources for a client: per port, its cluster and assignment, and for
@@ -267,7 +312,7 @@ fn client_service_items(
     service: &ServiceView,
     selection: &Selection,
     proxyless: bool,
-) -> Vec<(Kind, Arc<Resource>)> {
+) -> Items {
     let mut items = Vec::new();
     for port in &service.ports {
         let name = service_port_name(service, port);
@@ -291,7 +336,7 @@ fn client_service_items(
             ));
         }
     }
-    items
+    items.into()
 }
 
 /// The localities of one service port for a client: tier i of the selection is priority i
@@ -341,34 +386,27 @@ fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize, prev: Opt
     let Some(gateway) = &cluster.spec.gateway else {
         return;
     };
-    let mut chains = Vec::new();
-    for service in snapshot.services() {
-        let Some(backend) = service.backend_of(own) else {
-            continue;
-        };
-        let items =
-            Resources::reusable(prev, out.clusters_fingerprint, service).unwrap_or_else(|| {
-                let mut items = Vec::new();
-                for port in &service.ports {
-                    let sni = gateway_sni(service, port);
-                    let localities =
-                        cluster_localities(cluster, backend, port, backend.ready.max(1), 0);
-                    items.push((Kind::Cluster, encode(sni.clone(), &eds_cluster(&sni, None))));
-                    items.push((
-                        Kind::Endpoint,
-                        encode(sni.clone(), &assignment(&sni, localities)),
-                    ));
-                }
-                items
-            });
-        chains.extend(
-            items
-                .iter()
-                .filter(|(kind, _)| *kind == Kind::Cluster)
-                .map(|(_, r)| passthrough_chain(&r.name)),
-        );
-        out.add_service(service, items);
-    }
+    out.assemble(snapshot, prev, |service| {
+        let backend = service.backend_of(own)?;
+        let mut items = Vec::new();
+        for port in &service.ports {
+            let sni = gateway_sni(service, port);
+            let localities = cluster_localities(cluster, backend, port, backend.ready.max(1), 0);
+            items.push((Kind::Cluster, encode(sni.clone(), &eds_cluster(&sni, None))));
+            items.push((
+                Kind::Endpoint,
+                encode(sni.clone(), &assignment(&sni, localities)),
+            ));
+        }
+        Some(items.into())
+    });
+    // One filter chain per local service port, in name order.
+    let chains: Vec<_> = out
+        .of(Kind::Cluster)
+        .keys()
+        .map(|sni| passthrough_chain(sni))
+        .collect();
+    out.by_kind[Kind::Listener.index()].clear();
     // Envoy refuses a listener without filter chains: no local services, no listener.
     if !chains.is_empty() {
         let name = format!("eastwest-gateway:{}", gateway.port);
@@ -742,14 +780,14 @@ impl Resources {
         };
         for (kind, name, content) in items {
             let resource = Resource {
-                name: (*name).to_owned(),
+                name: Arc::from(*name),
                 version: content_version(content.as_bytes()),
                 body: Any {
                     type_url: kind.type_url().to_owned(),
                     value: content.as_bytes().to_vec(),
                 },
             };
-            out.by_kind[kind.index()].insert((*name).to_owned(), Arc::new(resource));
+            out.by_kind[kind.index()].insert(Arc::from(*name), Arc::new(resource));
         }
         out
     }

@@ -124,12 +124,16 @@ impl Xds {
         self.cache.get_with((group.clone(), snapshot.version), || {
             self.metrics.view_builds.inc();
             let prev = self.latest.lock().expect("poisoned").get(&group).cloned();
+            let started = Instant::now();
             let built = Arc::new(resources::build_from(
                 snapshot,
                 &group,
-                Instant::now(),
+                started,
                 prev.as_deref(),
             ));
+            let took = started.elapsed();
+            self.metrics.view_build_seconds.observe(took.as_secs_f64());
+            debug!(%group, version = snapshot.version, took_ms = took.as_secs_f64() * 1000.0, resources = built.len(), "xDS resources built");
             let mut latest = self.latest.lock().expect("poisoned");
             if latest
                 .get(&group)

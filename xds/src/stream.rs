@@ -107,10 +107,6 @@ impl TypeStatus {
     fn was_refused(&self, key: &str) -> bool {
         self.refused.set.contains(key)
     }
-
-    fn subscribes(&self, name: &str) -> bool {
-        self.wildcard || self.names.contains(name)
-    }
 }
 
 /// State shared by both protocols: the node, the latest synced view and the nonce counter.
@@ -311,11 +307,17 @@ impl SotwStream {
     fn respond(&mut self, kind: Kind, force: bool, now: Instant) -> Option<DiscoveryResponse> {
         let view = self.common.view()?;
         let status = &self.common.types[kind.index()];
-        let chosen: Vec<&Arc<Resource>> = view
-            .of(kind)
-            .values()
-            .filter(|r| status.subscribes(&r.name))
-            .collect();
+        // Both in name order: the set's version must not depend on how it was found.
+        let all = view.of(kind);
+        let chosen: Vec<&Arc<Resource>> = if status.wildcard {
+            all.values().collect()
+        } else {
+            status
+                .names
+                .iter()
+                .filter_map(|n| all.get(n.as_str()))
+                .collect()
+        };
         let version = set_version(&chosen);
         let unchanged = status.sent_version.as_deref() == Some(version.as_str());
         if status.was_refused(&version) || (unchanged && !force) {
@@ -324,7 +326,7 @@ impl SotwStream {
         let resources = chosen.iter().map(|r| r.body.clone()).collect();
         let sent = chosen
             .iter()
-            .map(|r| (r.name.clone(), r.version.clone()))
+            .map(|r| (r.name.to_string(), r.version.clone()))
             .collect();
         let nonce = self.common.next_nonce();
         let status = &mut self.common.types[kind.index()];
@@ -520,11 +522,11 @@ impl DeltaStream {
         let candidates: Box<dyn Iterator<Item = &Arc<Resource>>> = if status.wildcard {
             Box::new(all.values())
         } else {
-            Box::new(status.names.iter().filter_map(|n| all.get(n)))
+            Box::new(status.names.iter().filter_map(|n| all.get(n.as_str())))
         };
         for r in candidates {
             let key = format!("{}@{}", r.name, r.version);
-            if status.sent.get(&r.name) == Some(&r.version) || status.was_refused(&key) {
+            if status.sent.get(&*r.name) == Some(&r.version) || status.was_refused(&key) {
                 continue;
             }
             keys.push(key);
@@ -533,11 +535,11 @@ impl DeltaStream {
         let mut removed: Vec<String> = status
             .sent
             .keys()
-            .filter(|n| !all.contains_key(*n))
+            .filter(|n| !all.contains_key(n.as_str()))
             .cloned()
             .collect();
         for name in &self.pending_absent[kind.index()] {
-            if !all.contains_key(name) && !removed.contains(name) {
+            if !all.contains_key(name.as_str()) && !removed.contains(name) {
                 removed.push(name.clone());
             }
         }
@@ -549,7 +551,7 @@ impl DeltaStream {
         let nonce = self.common.next_nonce();
         let status = &mut self.common.types[kind.index()];
         for r in &resources {
-            status.sent.insert(r.name.clone(), r.version.clone());
+            status.sent.insert(r.name.to_string(), r.version.clone());
         }
         for name in &removed {
             status.sent.remove(name);
@@ -573,7 +575,7 @@ impl DeltaStream {
             resources: resources
                 .into_iter()
                 .map(|r| DeltaResource {
-                    name: r.name.clone(),
+                    name: r.name.to_string(),
                     version: r.version.clone(),
                     resource: Some(r.body.clone()),
                     ..Default::default()

@@ -136,7 +136,7 @@ fn versions(r: &Resources) -> Vec<(Kind, String, String)> {
         .flat_map(|k| {
             r.of(k)
                 .values()
-                .map(move |res| (k, res.name.clone(), res.version.clone()))
+                .map(move |res| (k, res.name.to_string(), res.version.clone()))
         })
         .collect()
 }
@@ -167,10 +167,22 @@ fn reusing_the_previous_build_equals_building_from_scratch() {
         let s1b = f.publish();
         let base = build_from(&s1b, &group, now, None);
         f.export("a", "web", 1, 9);
+        // … and one service is unexported everywhere: its resources go.
+        for c in ["a", "b", "c"] {
+            f.index.delete(
+                &ClusterId::new(c),
+                meridian_core::Kind::Export,
+                &ObjectKey::new("shop", "api"),
+            );
+        }
         let s2 = f.publish();
         let reused = build_from(&s2, &group, now, Some(&base));
         let fresh = build(&s2, &group, now);
         assert_eq!(versions(&reused), versions(&fresh), "{group}");
+        assert!(
+            !versions(&reused).iter().any(|v| v.1.contains("api")),
+            "{group}: an unexported service is gone"
+        );
         let db = |r: &Resources, kind: Kind| {
             r.of(kind)
                 .values()

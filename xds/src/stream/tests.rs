@@ -77,7 +77,7 @@ fn names(resp: &DiscoveryResponse, v: &Resources) -> Vec<String> {
             v.of(kind)
                 .values()
                 .find(|r| r.body == *any)
-                .map(|r| r.name.clone())
+                .map(|r| r.name.to_string())
                 .expect("a resource of the view")
         })
         .collect()
@@ -534,7 +534,10 @@ fn run_sotw(ops: &[Op], cov: &mut Coverage) -> Result<(), TestCaseError> {
     let remember = |v: &Resources, bodies: &mut HashMap<Vec<u8>, (String, String)>| {
         for k in Kind::ALL {
             for r in v.of(k).values() {
-                bodies.insert(r.body.value.clone(), (r.name.clone(), r.version.clone()));
+                bodies.insert(
+                    r.body.value.clone(),
+                    (r.name.to_string(), r.version.clone()),
+                );
             }
         }
     };
@@ -677,8 +680,8 @@ fn run_sotw(ops: &[Op], cov: &mut Coverage) -> Result<(), TestCaseError> {
         let expected: BTreeMap<String, String> = v
             .of(k)
             .values()
-            .filter(|r| wildcard || names.contains(&r.name))
-            .map(|r| (r.name.clone(), r.version.clone()))
+            .filter(|r| wildcard || names.contains(&*r.name))
+            .map(|r| (r.name.to_string(), r.version.clone()))
             .collect();
         let refused_now = s.status().types.get(k.short()).is_some_and(|t| {
             t.last_error.is_some()
@@ -691,7 +694,7 @@ fn run_sotw(ops: &[Op], cov: &mut Coverage) -> Result<(), TestCaseError> {
             let chosen: Vec<&Arc<Resource>> = v
                 .of(k)
                 .values()
-                .filter(|r| wildcard || names.contains(&r.name))
+                .filter(|r| wildcard || names.contains(&*r.name))
                 .collect();
             let set = super::set_version(&chosen);
             prop_assert!(
@@ -912,13 +915,13 @@ fn run_delta(ops: &[Op], cov: &mut Coverage) -> Result<(), TestCaseError> {
             continue;
         }
         for r in v.of(k).values() {
-            if !(c.wildcard[k.index()] || c.subs[k.index()].contains(&r.name)) {
+            if !(c.wildcard[k.index()] || c.subs[k.index()].contains(&*r.name)) {
                 continue;
             }
-            let held = c.held[k.index()].get(&r.name);
+            let held = c.held[k.index()].get(&*r.name);
             prop_assert!(
                 held == Some(&r.version)
-                    || c.refused.contains(&(r.name.clone(), r.version.clone())),
+                    || c.refused.contains(&(r.name.to_string(), r.version.clone())),
                 "{k:?} {}: client holds {held:?}, current {}",
                 r.name,
                 r.version
@@ -926,7 +929,7 @@ fn run_delta(ops: &[Op], cov: &mut Coverage) -> Result<(), TestCaseError> {
         }
         for name in c.held[k.index()].keys() {
             prop_assert!(
-                v.of(k).contains_key(name),
+                v.of(k).contains_key(name.as_str()),
                 "{k:?}: client still holds deleted {name}"
             );
         }
