@@ -630,3 +630,68 @@ async fn csds_reports_acks_and_nacks_and_nodes_of_a_group_share_one_encoding() {
     drop((good, bad));
     app.shutdown().await;
 }
+
+/// A reconnect storm waits at admission; a client already connected keeps getting pushes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_storm_queues_at_admission_and_connected_clients_still_converge() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = start(dir.path(), &["--xds-admission-per-second", "20"]).await;
+    let name = "payments.shop.global:8080";
+    let mut settled = Ads::open(plain_channel(&app).await).await.unwrap();
+    settled
+        .send(request(
+            Some(node("settled", "eu-1", "envoy", None)),
+            EDS,
+            &[name],
+        ))
+        .await;
+    let first = settled.recv().await;
+    settled.ack(&first, &[name]).await;
+
+    // 200 new streams at once: at 20 per second most of them wait.
+    let channel = plain_channel(&app).await;
+    let mut storm = Vec::new();
+    for i in 0..200 {
+        let ads = Ads::open(channel.clone()).await.unwrap();
+        ads.send(request(
+            Some(node(&format!("storm-{i}"), "eu-2", "envoy", None)),
+            CDS,
+            &[],
+        ))
+        .await;
+        storm.push(ads);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        app.xds.metrics.admission_waits.get() > 100,
+        "most of the storm waited: {}",
+        app.xds.metrics.admission_waits.get()
+    );
+
+    // A change is still pushed to the settled client at once.
+    let path = dir.path().join("clusters/eu-1/payments.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        dir.path().join("clusters/eu-1/.tmp"),
+        text.replace("127.1.1.2]", "127.1.1.9]"),
+    )
+    .unwrap();
+    std::fs::rename(dir.path().join("clusters/eu-1/.tmp"), &path).unwrap();
+    let started = std::time::Instant::now();
+    let pushed = settled.recv().await;
+    let got = localities(&pushed);
+    assert!(got[0].3.contains(&"127.1.1.9:8080".to_string()), "{got:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the push waited behind the storm: {:?}",
+        started.elapsed()
+    );
+    // And the storm is admitted in the end.
+    let mut last = storm.pop().unwrap();
+    tokio::time::timeout(Duration::from_secs(20), last.rx.message())
+        .await
+        .expect("the last stream of the storm is admitted within 20 s")
+        .unwrap()
+        .unwrap();
+    app.shutdown().await;
+}

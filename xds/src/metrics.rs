@@ -39,6 +39,7 @@ pub struct XdsMetrics {
     pub view_builds: Counter,
     pub view_build_seconds: Histogram,
     pub admission_waits: Counter,
+    pub admission_waiting: Gauge,
 }
 
 impl XdsMetrics {
@@ -60,6 +61,7 @@ impl XdsMetrics {
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
             ]),
             admission_waits: Counter::default(),
+            admission_waiting: Gauge::default(),
         };
         registry.register(
             "streams",
@@ -111,6 +113,11 @@ impl XdsMetrics {
             "admission_waits",
             "New streams that waited for admission (reconnect storms)",
             m.admission_waits.clone(),
+        );
+        registry.register(
+            "admission_waiting",
+            "New streams waiting for admission now",
+            m.admission_waiting.clone(),
         );
         m
     }

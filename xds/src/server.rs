@@ -190,8 +190,11 @@ impl Xds {
         mut inbound: Streaming<P::Request>,
         out: mpsc::Sender<Result<P::Response, Status>>,
     ) {
-        if self.admission.wait().await {
+        if !self.admission.try_take() {
             self.metrics.admission_waits.inc();
+            self.metrics.admission_waiting.inc();
+            self.admission.wait().await;
+            self.metrics.admission_waiting.dec();
         }
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let machine = Arc::new(Mutex::new(P::default()));
@@ -448,26 +451,31 @@ impl Admission {
         }
     }
 
-    /// Waits for a token; true if it had to wait.
-    async fn wait(&self) -> bool {
-        let mut waited = false;
-        loop {
-            let delay = {
-                let mut state = self.state.lock().expect("poisoned");
-                let now = Instant::now();
-                let (tokens, last) = &mut *state;
-                *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.per_second)
-                    .min(self.per_second);
-                *last = now;
-                if *tokens >= 1.0 {
-                    *tokens -= 1.0;
-                    return waited;
-                }
-                Duration::from_secs_f64((1.0 - *tokens) / self.per_second)
-            };
-            waited = true;
+    /// Takes a token if one is there.
+    fn try_take(&self) -> bool {
+        self.take().is_none()
+    }
+
+    /// Waits for a token.
+    async fn wait(&self) {
+        while let Some(delay) = self.take() {
             tokio::time::sleep(delay).await;
         }
+    }
+
+    /// Takes a token (None), or says how long until one is there.
+    fn take(&self) -> Option<Duration> {
+        let mut state = self.state.lock().expect("poisoned");
+        let now = Instant::now();
+        let (tokens, last) = &mut *state;
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.per_second)
+            .min(self.per_second);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            return None;
+        }
+        Some(Duration::from_secs_f64((1.0 - *tokens) / self.per_second))
     }
 }
 
