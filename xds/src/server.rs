@@ -79,6 +79,8 @@ pub struct Xds {
     config: XdsConfig,
     /// The fleet as pushed: the store's snapshots after the debounce.
     views: watch::Receiver<Arc<Snapshot>>,
+    /// The store's latest snapshot, for labels (not debounced).
+    latest_snapshot: watch::Receiver<Arc<Snapshot>>,
     cache: Cache<(Group, u64), Arc<Resources>>,
     /// The latest build per group, which the next build reuses unchanged services from.
     latest: Mutex<HashMap<Group, Arc<Resources>>>,
@@ -96,6 +98,7 @@ impl Xds {
         registry: &mut Registry,
     ) -> Arc<Self> {
         let (tx, views) = watch::channel(snapshots.borrow().clone());
+        let latest_snapshot = snapshots.clone();
         tokio::spawn(debounce(
             snapshots,
             tx,
@@ -106,6 +109,7 @@ impl Xds {
             admission: Admission::new(config.admission_per_second),
             config,
             views,
+            latest_snapshot,
             cache: Cache::builder()
                 .max_capacity(4096)
                 .time_to_idle(Duration::from_secs(600))
@@ -287,7 +291,7 @@ impl Xds {
     }
 
     fn stream_labels(&self, protocol: &'static str, group: &Group) -> StreamLabels {
-        let snapshot = self.views.borrow();
+        let snapshot = self.latest_snapshot.borrow();
         let cluster = group
             .cluster
             .as_deref()
@@ -412,6 +416,14 @@ async fn debounce(
     max: Duration,
 ) {
     while input.changed().await.is_ok() {
+        // The first synced snapshot goes out at once: clients are waiting for it.
+        if !output.borrow().synced && input.borrow().synced {
+            let latest = input.borrow_and_update().clone();
+            if output.send(latest).is_err() {
+                return;
+            }
+            continue;
+        }
         let first = tokio::time::Instant::now();
         let deadline = first + max;
         loop {

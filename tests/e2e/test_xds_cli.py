@@ -1,0 +1,69 @@
+"""Asking meridian what it serves over xDS: `meridian xds dump`, `meridian xds clients`,
+/debug/xds and the xDS metrics, against a running binary with a real ADS client connected."""
+
+import json
+import subprocess
+
+import ads
+from conftest import BIN
+
+
+def cli(meridian, *args):
+    run = subprocess.run([str(BIN), *args, "--admin", f"127.0.0.1:{meridian.admin_port}"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_dump_shows_what_each_kind_of_node_receives(meridian):
+    proxyless = json.loads(cli(meridian, "xds", "dump", "--node-cluster", "eu-1", "--role", "proxyless"))
+    feed = proxyless["feed"]["resources"]
+    names = {r["name"] for r in feed["LDS"]}
+    assert "payments.shop.global:8080" in names
+    eds = next(r for r in feed["EDS"] if r["name"] == "payments.shop.global:8080")
+    localities = eds["detail"]["localities"]
+    assert [(l["priority"], l["cluster"]) for l in localities] == [(0, "eu-1"), (1, "eu-2")]
+    assert {e["health"] for e in localities[0]["endpoints"]} == {"HEALTHY", "DRAINING"}
+
+    envoy = json.loads(cli(meridian, "xds", "dump", "--node-cluster", "eu-1"))["feed"]["resources"]
+    eds = next(r for r in envoy["EDS"] if r["name"] == "payments.shop.global:8080")
+    last = eds["detail"]["localities"][-1]
+    assert last["cluster"] == "us-1" and last["endpoints"][0]["address"] == "127.0.3.100:15443"
+    assert last["endpoints"][0]["viaGateway"] is True
+    assert envoy["LDS"] == []
+
+    gateway = json.loads(cli(meridian, "xds", "dump", "--node-cluster", "us-1", "--role", "eastwest-gateway"))
+    listener = gateway["feed"]["resources"]["LDS"][0]
+    assert listener["name"] == "eastwest-gateway:15443"
+    assert "outbound_.8080_._.payments.shop.svc.cluster.local" in listener["detail"]["serverNames"]
+
+
+def test_clients_debug_and_metrics_show_a_connected_node(meridian):
+    stream = ads.AdsStream(meridian.xds_port)
+    try:
+        stream.send(ads.request(ads.CDS, node=ads.node("cli-test-node", "eu-2", "n1")))
+        r = stream.recv_type(ads.CDS)
+        stream.send(ads.ack(r))
+        stream.send(ads.request(ads.EDS, ["payments.shop.global:9090"]))
+        r = stream.recv_type(ads.EDS)
+        stream.send(ads.request(ads.EDS, ["payments.shop.global:9090"], nonce=r.nonce,
+                                error="endpoint rejected by test"))
+        meridian.wait_for(
+            lambda: "endpoint rejected by test" in cli(meridian, "xds", "clients"),
+            what="the NACK in `meridian xds clients`")
+        table = cli(meridian, "xds", "clients")
+        line = next(l for l in table.splitlines() if l.startswith("cli-test-node") and " CDS " in l)
+        assert "eu-2" in line and "sotw" in line
+        status, body = meridian.http("/debug/xds")
+        clients = json.loads(body)["clients"]
+        mine = next(c for c in clients if c["node"]["id"] == "cli-test-node")
+        assert mine["types"]["CDS"]["acked_version"] == mine["types"]["CDS"]["sent_version"]
+        assert mine["types"]["EDS"]["last_error"] == "endpoint rejected by test"
+        _, metrics = meridian.http("/metrics")
+        for needle in ('meridian_xds_streams{protocol="sotw",cluster="eu-2"} 1',
+                       'meridian_xds_nacks_total{resource="EDS"} 1',
+                       'meridian_xds_subscriptions{resource="CDS"} 1',
+                       "meridian_xds_push_to_ack_seconds_count"):
+            assert needle in metrics, needle
+    finally:
+        stream.close()
