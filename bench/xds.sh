@@ -26,9 +26,14 @@
 #     The trigger for meridian: the EndpointSlice file of s0 in c000 replaced by an atomic
 #     rename; for gcp-server: SIGHUP, on which it rebuilds and sets the snapshot of every node
 #     group (what a go-control-plane user does on a change), without any debounce.
-#   Meridian runs with its defaults: the directory source waits 50 ms after an inotify event,
-#   and xDS pushes are debounced (100 ms quiet, 1 s max), so ~150 ms of its convergence is by
-#   design; go-control-plane pushes at once.
+#   Meridian runs with its defaults: the directory source reads a change up to 50 ms after it
+#   (inotify, 50 ms debounce), and xDS pushes are debounced (100 ms quiet, 1 s max), so 100-150
+#   ms of its convergence is by design (the "min" row shows it); go-control-plane pushes at once.
+#   MERIDIAN_ARGS="--xds-debounce-ms 0" takes the push debounce out.
+# Also printed: server CPU per phase, and how much of each core other processes took during the
+# initial state and the change (a shared box makes figures noisy). A run where meridian could not
+# get an inotify instance for c000's directory (fs.inotify.max_user_instances is per user, and
+# meridian takes one per directory) and so polled it is flagged.
 # Every run starts its server afresh; rounds alternate the order (M G, G M, M G, ...); medians
 # over $ROUNDS rounds. Servers run on $SERVER_CPU (taskset; one core each: tokio and the Go
 # runtime both size themselves from the affinity mask), xds-load on $LOAD_CPU.
@@ -418,7 +423,8 @@ for n in streams:
 EOF
 echo
 echo "Notes:"
-echo "  meridian's convergence includes its directory source (inotify + 50 ms debounce, then the member directory re-read) and its xDS push debounce (default 100 ms quiet, 1 s max); go-control-plane's includes rebuilding the snapshots of all $CLUSTERS node groups and has no debounce."
+echo "  meridian's convergence includes its directory source (inotify, up to 50 ms debounce, then the member directory re-read) and its xDS push debounce (${MERIDIAN_ARGS:-default: 100 ms quiet, 1 s max}); go-control-plane's includes rebuilding the snapshots of all $CLUSTERS node groups and has no debounce."
+echo "  gcp-server's SnapshotCache runs with ads=false: with ads=true it answers an EDS request only when it names every ClusterLoadAssignment of the node group's snapshot, and these nodes subscribe to $EDS_SERVICES services each."
 echo "  memory per stream = (server VmRSS with every stream synced, 2 s later - VmRSS before the first stream) / streams; the Go server's RSS includes garbage its GC has not returned yet."
 echo "  run times (server start to stop, s): $(awk '{printf "%s %s r%s %ss; ", $1, $2, $3, $4}' "$WORK/runs.tsv")"
 echo "  per-run commands: $WORK/runs/*.cmd (KEEP=1 keeps them), e.g.:"
