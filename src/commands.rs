@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use meridian_controllers::convert::MemberSource;
 use meridian_controllers::{ManifestError, directory, manifest};
-use meridian_core::{Index, Registry, Snapshot, TrafficPolicy};
+use meridian_core::{Index, Policies, Registry, Snapshot, TrafficPolicy};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -85,7 +85,12 @@ async fn xds_clients(args: &ClientArgs) -> Result<ExitCode> {
 /// Checks the config and every manifest it reaches. Prints one line per problem.
 fn validate(args: &ServeArgs) -> Result<ExitCode> {
     let cfg = config::load(args)?;
-    let (members, mut errors, mut warnings) = directory::read_hub(&cfg.hub_directory)
+    let directory::Hub {
+        members,
+        policies,
+        mut errors,
+        mut warnings,
+    } = directory::read_hub(&cfg.hub_directory)
         .with_context(|| format!("cannot read hub directory {}", cfg.hub_directory.display()))?;
     let mut index = Index::new();
     let mut registry = Registry::new();
@@ -110,7 +115,8 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
             }),
         }
     }
-    let snapshot = Snapshot::build(1, &index, &registry, &Arc::new(TrafficPolicy::default()));
+    let policies = Policies::new(Arc::new(TrafficPolicy::default()), policies);
+    let snapshot = Snapshot::build(1, &index, &registry, &policies);
     for w in &warnings {
         println!("warning: {w}");
     }

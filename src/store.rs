@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meridian_controllers::{ManifestError, SourceEvent};
-use meridian_core::{ClusterId, Index, Problem, Registry, Snapshot, TrafficPolicy, Transition};
+use meridian_core::{ClusterId, Index, Policies, Problem, Registry, Snapshot, Transition};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -52,7 +52,11 @@ pub struct Store {
     /// The hub has been read once: until then the member list is unknown, so nothing is synced.
     hub_read: bool,
     started: Instant,
-    policy: Arc<TrafficPolicy>,
+    policies: Policies,
+    /// The policies changed since the last snapshot: every service is merged again.
+    policies_changed: bool,
+    /// When a decision changes with no event (a failback or withdraw window ends).
+    decision_deadline: Option<Instant>,
     hub_problems: Vec<ManifestError>,
     member_problems: BTreeMap<ClusterId, Vec<ManifestError>>,
     member_warnings: BTreeMap<ClusterId, Vec<ManifestError>>,
@@ -89,7 +93,9 @@ impl Store {
             version: 0,
             hub_read: false,
             started: Instant::now(),
-            policy: Arc::new(TrafficPolicy::default()),
+            policies: Policies::default(),
+            policies_changed: false,
+            decision_deadline: None,
             hub_problems: Vec::new(),
             member_problems: BTreeMap::new(),
             member_warnings: BTreeMap::new(),
@@ -116,7 +122,8 @@ impl Store {
                     let now = Instant::now();
                     let transitions = self.registry.tick(now);
                     self.report(&transitions);
-                    !transitions.is_empty() || self.sync_deadline_passed(now)
+                    let decisions_due = self.decision_deadline.is_some_and(|d| d <= now);
+                    !transitions.is_empty() || self.sync_deadline_passed(now) || decisions_due
                 }
             };
             if changed {
@@ -133,6 +140,9 @@ impl Store {
         if !self.synced(Instant::now()) {
             deadline = deadline.min(self.started + SYNC_DEADLINE);
         }
+        if let Some(d) = self.decision_deadline {
+            deadline = deadline.min(d);
+        }
         deadline.max(Instant::now() + Duration::from_millis(1))
     }
 
@@ -147,8 +157,22 @@ impl Store {
     /// Returns whether the snapshot must be rebuilt.
     pub fn apply(&mut self, event: SourceEvent, now: Instant) -> bool {
         match event {
-            SourceEvent::Members { specs, problems } => {
+            SourceEvent::Members {
+                specs,
+                policies,
+                problems,
+            } => {
                 let first = !self.hub_read;
+                let policies = Policies::new(self.policies.default.clone(), policies);
+                let policies_changed = !self.policies.same_as(&policies);
+                if policies_changed {
+                    info!(
+                        policies = policies.iter().count(),
+                        "scheduling policies changed"
+                    );
+                    self.policies = policies;
+                    self.policies_changed = true;
+                }
                 self.hub_read = true;
                 let problems_changed = self.hub_problems != problems;
                 self.hub_problems = problems;
@@ -159,7 +183,7 @@ impl Store {
                     .filter(|id| !wanted.contains(id))
                     .cloned()
                     .collect();
-                let mut changed = first || problems_changed;
+                let mut changed = first || problems_changed || policies_changed;
                 for id in gone {
                     info!(cluster = %id, "member removed from the hub");
                     self.registry.remove(&id);
@@ -236,7 +260,8 @@ impl Store {
     fn publish_snapshot(&mut self) {
         self.version += 1;
         let started = Instant::now();
-        let dirty = self.index.take_dirty();
+        let mut dirty = self.index.take_dirty();
+        dirty.all |= std::mem::take(&mut self.policies_changed);
         let prev = self.publish.borrow().clone();
         let mut snapshot = Snapshot::rebuild(
             &prev,
@@ -244,8 +269,10 @@ impl Store {
             self.version,
             &self.index,
             &self.registry,
-            &self.policy,
+            &self.policies,
+            started,
         );
+        self.decision_deadline = snapshot.next_deadline(started);
         let took = started.elapsed();
         self.metrics.build_seconds.observe(took.as_secs_f64());
         debug!(

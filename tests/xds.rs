@@ -550,6 +550,8 @@ async fn csds_reports_acks_and_nacks_and_nodes_of_a_group_share_one_encoding() {
 
     let dir = tempfile::tempdir().unwrap();
     let app = start(dir.path(), &[]).await;
+    // Let the last start-up snapshots through the debounce, so both nodes see one version.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let builds_before = app.xds.metrics.view_builds.get();
     // Two nodes of one group (Envoy in eu-1): one ACKs CDS, the other NACKs it.
     let mut good = Ads::open(plain_channel(&app).await).await.unwrap();

@@ -30,7 +30,7 @@ pub enum MemberSource {
     Agent,
 }
 
-fn key_of(meta: &ObjectMeta) -> Result<ObjectKey, String> {
+pub(crate) fn key_of(meta: &ObjectMeta) -> Result<ObjectKey, String> {
     let name = meta
         .name
         .as_deref()
@@ -40,7 +40,15 @@ fn key_of(meta: &ObjectMeta) -> Result<ObjectKey, String> {
     Ok(ObjectKey::new(ns, name))
 }
 
-fn created_secs(meta: &ObjectMeta) -> i64 {
+pub(crate) fn taint_effect(e: TaintEffectSpec) -> core::TaintEffect {
+    match e {
+        TaintEffectSpec::NoSchedule => core::TaintEffect::NoSchedule,
+        TaintEffectSpec::PreferNoSchedule => core::TaintEffect::PreferNoSchedule,
+        TaintEffectSpec::NoExecute => core::TaintEffect::NoExecute,
+    }
+}
+
+pub(crate) fn created_secs(meta: &ObjectMeta) -> i64 {
     meta.creation_timestamp
         .as_ref()
         .map_or(0, |t| t.0.as_second())
@@ -187,6 +195,7 @@ pub fn export(se: &ServiceExport) -> Result<(ObjectKey, core::Export), String> {
         key_of(&se.metadata)?,
         core::Export {
             created: created_secs(&se.metadata),
+            labels: se.metadata.labels.clone().unwrap_or_default(),
         },
     ))
 }
@@ -285,11 +294,7 @@ pub fn member_cluster(
         .map(|t| core::Taint {
             key: t.key.clone(),
             value: t.value.clone(),
-            effect: match t.effect {
-                TaintEffectSpec::NoSchedule => core::TaintEffect::NoSchedule,
-                TaintEffectSpec::PreferNoSchedule => core::TaintEffect::PreferNoSchedule,
-                TaintEffectSpec::NoExecute => core::TaintEffect::NoExecute,
-            },
+            effect: taint_effect(t.effect),
         })
         .collect();
     let defaults = HealthTimings::default();

@@ -228,3 +228,144 @@ pub struct ServiceImportStatus {
 pub struct ClusterStatus {
     pub cluster: String,
 }
+
+/// One policy for where a service's traffic (and, with the federation layer, its workloads)
+/// goes (DESIGN §2, §3). Namespaced: it governs Services of its own namespace.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "meridian.io",
+    version = "v1alpha1",
+    kind = "ClusterSchedulingPolicy",
+    namespaced,
+    status = "ClusterSchedulingPolicyStatus",
+    shortname = "csp"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSchedulingPolicySpec {
+    /// The Services this policy governs (by name or by the labels of their ServiceExport).
+    pub resource_selectors: Vec<ResourceSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<TrafficSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Only `Service` is governed for traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelectorSpec>,
+}
+
+/// A Kubernetes label selector.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelectorSpec {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelRequirementSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelRequirementSpec {
+    pub key: String,
+    /// In, NotIn, Exists or DoesNotExist.
+    pub operator: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementSpec {
+    /// Ordered tiers: "prefer EU, fall back to US".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_affinities: Vec<ClusterAffinitySpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<TolerationSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterAffinitySpec {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelectorSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TolerationSpec {
+    pub key: String,
+    /// Empty tolerates every effect of the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<TaintEffectSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum TrafficModeSpec {
+    #[default]
+    Locality,
+    Tiers,
+    Weighted,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrafficSpec {
+    #[serde(default)]
+    pub mode: TrafficModeSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_healthy_endpoints: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub weights: Vec<WeightSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withdraw: Option<WithdrawSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failback_after_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<PolicyDnsSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WeightSpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelectorSpec>,
+    /// 0 sends no traffic to these clusters.
+    pub weight: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WithdrawSpec {
+    pub after_seconds: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyDnsSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_answers: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct ClusterSchedulingPolicyStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use meridian_core::{ClusterId, ClusterObjects, ClusterSpec};
+use meridian_core::{ClusterId, ClusterObjects, ClusterSpec, Policy};
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
@@ -22,6 +22,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::SourceEvent;
 use crate::convert::{self, MemberSource};
+use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
 use crate::manifest::{self, Loaded, Manifest, ManifestError};
 
 /// How long to wait after a change on disk before reading, so an editor's burst of writes is
@@ -37,42 +38,88 @@ pub struct MemberEntry {
     pub source: MemberSource,
 }
 
-/// Reads the MemberClusters of a hub directory.
-pub fn read_hub(
-    dir: &Path,
-) -> std::io::Result<(Vec<MemberEntry>, Vec<ManifestError>, Vec<ManifestError>)> {
+/// What a hub directory holds.
+#[derive(Debug, Default)]
+pub struct Hub {
+    pub members: Vec<MemberEntry>,
+    pub policies: Vec<Policy>,
+    pub errors: Vec<ManifestError>,
+    pub warnings: Vec<ManifestError>,
+}
+
+/// Reads the MemberClusters and ClusterSchedulingPolicies of a hub directory.
+pub fn read_hub(dir: &Path) -> std::io::Result<Hub> {
     let loaded = manifest::load_dir(dir)?;
-    let mut errors = loaded.errors;
-    let mut members: Vec<MemberEntry> = Vec::new();
+    let mut hub = Hub {
+        errors: loaded.errors,
+        warnings: loaded.warnings,
+        ..Hub::default()
+    };
     for (file, m) in loaded.manifests {
-        let Manifest::MemberCluster(mc) = m else {
-            continue;
-        };
-        let base = file.parent().unwrap_or(dir);
-        let object = format!(
-            "MemberCluster {}",
-            mc.metadata.name.as_deref().unwrap_or("?")
-        );
-        match convert::member_cluster(&mc, base) {
-            Ok((spec, _)) if members.iter().any(|m| m.spec.id == spec.id) => {
-                errors.push(ManifestError {
-                    file,
-                    object,
-                    reason: format!(
-                        "a MemberCluster named {} is defined twice; the first wins",
-                        spec.id
-                    ),
-                });
-            }
-            Ok((spec, source)) => members.push(MemberEntry { spec, source }),
-            Err(problems) => errors.extend(problems.into_iter().map(|reason| ManifestError {
+        match m {
+            Manifest::MemberCluster(mc) => add_member(&mut hub, dir, file, &mc),
+            Manifest::ClusterSchedulingPolicy(csp) => add_policy(&mut hub, file, &csp),
+            other => hub.warnings.push(ManifestError {
+                file,
+                object: other.describe(),
+                reason:
+                    "the hub directory holds MemberClusters and ClusterSchedulingPolicies; ignored"
+                        .into(),
+            }),
+        }
+    }
+    Ok(hub)
+}
+
+fn add_member(hub: &mut Hub, dir: &Path, file: PathBuf, mc: &MemberCluster) {
+    let base = file.parent().unwrap_or(dir).to_path_buf();
+    let object = format!(
+        "MemberCluster {}",
+        mc.metadata.name.as_deref().unwrap_or("?")
+    );
+    match convert::member_cluster(mc, &base) {
+        Ok((spec, _)) if hub.members.iter().any(|m| m.spec.id == spec.id) => {
+            hub.errors.push(ManifestError {
+                file,
+                object,
+                reason: format!(
+                    "a MemberCluster named {} is defined twice; the first wins",
+                    spec.id
+                ),
+            });
+        }
+        Ok((spec, source)) => hub.members.push(MemberEntry { spec, source }),
+        Err(problems) => hub
+            .errors
+            .extend(problems.into_iter().map(|reason| ManifestError {
                 file: file.clone(),
                 object: object.clone(),
                 reason,
             })),
-        }
     }
-    Ok((members, errors, loaded.warnings))
+}
+
+fn add_policy(hub: &mut Hub, file: PathBuf, csp: &ClusterSchedulingPolicy) {
+    let object = format!(
+        "ClusterSchedulingPolicy {}/{}",
+        csp.metadata.namespace.as_deref().unwrap_or("default"),
+        csp.metadata.name.as_deref().unwrap_or("?")
+    );
+    match crate::policy::scheduling_policy(csp) {
+        Ok(p) if hub.policies.iter().any(|q| q.key == p.key) => hub.errors.push(ManifestError {
+            file,
+            object,
+            reason: "defined twice; the first wins".into(),
+        }),
+        Ok(p) => hub.policies.push(p),
+        Err(problems) => hub
+            .errors
+            .extend(problems.into_iter().map(|reason| ManifestError {
+                file: file.clone(),
+                object: object.clone(),
+                reason: format!("{reason}; the policy is not used"),
+            })),
+    }
 }
 
 /// Converts what a member directory held into the cluster's objects; problems name the object.
@@ -109,10 +156,12 @@ pub fn member_objects(loaded: Loaded) -> (ClusterObjects, Vec<ManifestError>) {
                 Ok(v) => objects.imports.push(v),
                 Err(e) => errors.push(err(name_of("ServiceImport", &si.metadata), e)),
             },
-            Manifest::MemberCluster(mc) => errors.push(err(
-                name_of("MemberCluster", &mc.metadata),
-                "MemberClusters belong in the hub directory, not in a member's".into(),
-            )),
+            hub_kind @ (Manifest::MemberCluster(_) | Manifest::ClusterSchedulingPolicy(_)) => {
+                errors.push(err(
+                    hub_kind.describe(),
+                    "this kind belongs in the hub directory, not in a member's".into(),
+                ))
+            }
         }
     }
     (objects, errors)
@@ -173,7 +222,9 @@ impl DirWatch {
         self.watcher = None;
         let changed = self.changed.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok() {
+            // Our own reads open the files and directories (inotify IN_OPEN, IN_ACCESS): those
+            // must not count, or every read would schedule the next one.
+            if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
                 changed.notify_one();
             }
         });
@@ -214,7 +265,12 @@ pub async fn run_hub(dir: PathBuf, tx: mpsc::Sender<SourceEvent>) {
             first = false;
             last = print;
             match read_hub(&dir) {
-                Ok((members, errors, warnings)) => {
+                Ok(Hub {
+                    members,
+                    policies,
+                    errors,
+                    warnings,
+                }) => {
                     for e in &errors {
                         warn!(file = %e.file.display(), object = %e.object, reason = %e.reason, "hub manifest rejected");
                     }
@@ -223,6 +279,7 @@ pub async fn run_hub(dir: PathBuf, tx: mpsc::Sender<SourceEvent>) {
                     }
                     let event = SourceEvent::Members {
                         specs: members.iter().map(|m| m.spec.clone()).collect(),
+                        policies,
                         problems: errors,
                     };
                     // The member list goes first, so the store knows a member before its objects arrive.

@@ -14,6 +14,7 @@ pub mod convert;
 pub mod crd;
 pub mod directory;
 pub mod manifest;
+pub mod policy;
 
 use meridian_core::{ClusterId, ClusterObjects, ClusterSpec};
 
@@ -26,6 +27,8 @@ pub enum SourceEvent {
     /// The full list of members on the hub.
     Members {
         specs: Vec<ClusterSpec>,
+        /// The ClusterSchedulingPolicies on the hub (those that passed validation).
+        policies: Vec<meridian_core::Policy>,
         problems: Vec<ManifestError>,
     },
     /// A member's full object list (a relist): replaces its slice of the Index in one step.

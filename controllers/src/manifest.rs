@@ -11,16 +11,40 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
-use crate::crd::{MemberCluster, ServiceExport, ServiceImport};
+use crate::crd::{ClusterSchedulingPolicy, MemberCluster, ServiceExport, ServiceImport};
 
 /// One object read from disk.
 #[derive(Clone, Debug)]
 pub enum Manifest {
     MemberCluster(Box<MemberCluster>),
+    ClusterSchedulingPolicy(Box<ClusterSchedulingPolicy>),
     Service(Box<Service>),
     EndpointSlice(Box<EndpointSlice>),
     ServiceExport(Box<ServiceExport>),
     ServiceImport(Box<ServiceImport>),
+}
+
+impl Manifest {
+    /// "Kind namespace/name", for messages.
+    pub fn describe(&self) -> String {
+        use kube::Resource;
+        fn of<K: Resource<DynamicType = ()>>(k: &K) -> String {
+            let meta = k.meta();
+            let name = meta.name.as_deref().unwrap_or("?");
+            match &meta.namespace {
+                Some(ns) => format!("{} {ns}/{name}", K::kind(&())),
+                None => format!("{} {name}", K::kind(&())),
+            }
+        }
+        match self {
+            Manifest::MemberCluster(m) => of(m.as_ref()),
+            Manifest::ClusterSchedulingPolicy(m) => of(m.as_ref()),
+            Manifest::Service(m) => of(m.as_ref()),
+            Manifest::EndpointSlice(m) => of(m.as_ref()),
+            Manifest::ServiceExport(m) => of(m.as_ref()),
+            Manifest::ServiceImport(m) => of(m.as_ref()),
+        }
+    }
 }
 
 /// A problem with one object (or one document) of one file.
@@ -150,6 +174,8 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
         match (group, kind.as_str()) {
             ("meridian.io", "MemberCluster") => typed::<MemberCluster>(value)
                 .map(|(v, u)| (Manifest::MemberCluster(Box::new(v)), u)),
+            ("meridian.io", "ClusterSchedulingPolicy") => typed::<ClusterSchedulingPolicy>(value)
+                .map(|(v, u)| (Manifest::ClusterSchedulingPolicy(Box::new(v)), u)),
             ("", "Service") => {
                 typed::<Service>(value).map(|(v, u)| (Manifest::Service(Box::new(v)), u))
             }

@@ -13,6 +13,7 @@
 
 pub mod index;
 pub mod model;
+pub mod policy;
 pub mod registry;
 pub mod select;
 pub mod snapshot;
@@ -21,6 +22,10 @@ mod testing;
 
 pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;
+pub use policy::{
+    AffinityTier, ClusterSet, LabelSelector, Operator, Policies, Policy, Requirement,
+    ServiceSelector, WeightRule,
+};
 pub use registry::{Health, MemberHealth, Registry, Transition};
 pub use select::{
     FilterReason, Member, Mode, Selection, Tier, TierReason, Toleration, TrafficPolicy, select,

@@ -145,11 +145,13 @@ pub struct Service {
 }
 
 /// A ServiceExport: marks the Service of the same name for export.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Export {
     /// `creationTimestamp` in seconds since the epoch; the oldest export decides a service's
     /// properties (MCS conflict resolution).
     pub created: i64,
+    /// `metadata.labels`: a policy's label selector matches those of the oldest export.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// An EndpointSlice: which service it belongs to and its endpoints.

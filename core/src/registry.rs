@@ -48,6 +48,8 @@ pub struct MemberHealth {
     pub reason: Option<String>,
     /// Endpoints are withdrawn from DNS and xDS.
     pub withdrawn: bool,
+    /// When the member last came back from Unreachable (failback waits from here).
+    pub recovered_at: Option<Instant>,
     heartbeat_failing: bool,
     watch_failing: bool,
 }
@@ -89,6 +91,7 @@ impl Registry {
                 synced_once: false,
                 reason: Some("not yet synced".into()),
                 withdrawn: false,
+                recovered_at: None,
                 heartbeat_failing: false,
                 watch_failing: false,
             });
@@ -211,6 +214,9 @@ impl Registry {
         if next != from {
             h.health = next;
             h.since = now;
+            if from == Health::Unreachable {
+                h.recovered_at = Some(now);
+            }
         }
         let withdrawn = next == Health::Unreachable
             && now.saturating_duration_since(h.since) >= secs(timings.withdraw_after_seconds);

@@ -3,9 +3,12 @@
 //! [`select`]; neither reorders clusters on its own.
 //!
 //! ```text
-//!  backends ─► filter (withdrawn, NoExecute, no ready endpoints, other network w/o gateway)
-//!           ─► tier   (Locality: own cluster, same zone, same region, rest; PreferNoSchedule last)
-//!           ─► weigh  (ready endpoints)
+//!  backends ─► filter (withdrawn, NoExecute, outside the policy's tiers, weight 0,
+//!                      no ready endpoints, other network w/o gateway)
+//!           ─► tier   (Locality: own cluster, same zone, same region, rest; Tiers: the policy's
+//!                      clusterAffinities in order; Weighted: one tier; then clusters still
+//!                      failing back, then PreferNoSchedule)
+//!           ─► weigh  (the policy's weights, else ready endpoints)
 //!           ─► spill  (a tier below minHealthyEndpoints merges into the next)
 //! ```
 
@@ -14,13 +17,18 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::model::TaintEffect;
-use crate::snapshot::{ClusterView, ServiceView, Snapshot};
+use crate::policy::{AffinityTier, WeightRule};
+use crate::snapshot::{Backend, ClusterView, ServiceView, Snapshot};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum Mode {
     /// The client's cluster, then the same zone, then the same region, then the rest.
     #[default]
     Locality,
+    /// The policy's `clusterAffinities`, in order; clusters in none get no traffic.
+    Tiers,
+    /// One tier of every cluster, split by the policy's weights.
+    Weighted,
 }
 
 /// A toleration of a cluster taint (`effect: None` tolerates every effect of that key).
@@ -34,11 +42,20 @@ pub struct Toleration {
 /// selects.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TrafficPolicy {
+    /// The ClusterSchedulingPolicy (`namespace/name`) this comes from; None for the default.
+    pub source: Option<String>,
     pub mode: Mode,
+    /// `placement.clusterAffinities`: the tiers of `Mode::Tiers`.
+    pub affinities: Vec<AffinityTier>,
+    /// `traffic.weights`: the first rule containing a cluster gives its weight (0: no traffic).
+    pub weights: Vec<WeightRule>,
     /// A tier with fewer ready endpoints than this merges into the next one.
     pub min_healthy_endpoints: u32,
     /// Overrides the cluster's `withdrawAfterSeconds`.
     pub withdraw_after_seconds: Option<u64>,
+    /// A cluster that recovered (came back from Unreachable, or got ready endpoints again)
+    /// takes its place again only after this long; until then it sits in a last tier.
+    pub failback_after_seconds: u64,
     pub tolerations: Vec<Toleration>,
     pub ttl: Option<u32>,
     pub max_answers: Option<u32>,
@@ -47,9 +64,13 @@ pub struct TrafficPolicy {
 impl Default for TrafficPolicy {
     fn default() -> Self {
         Self {
+            source: None,
             mode: Mode::Locality,
+            affinities: Vec::new(),
+            weights: Vec::new(),
             min_healthy_endpoints: 1,
             withdraw_after_seconds: None,
+            failback_after_seconds: 0,
             tolerations: Vec::new(),
             ttl: None,
             max_answers: None,
@@ -62,6 +83,25 @@ impl TrafficPolicy {
         self.tolerations
             .iter()
             .any(|t| t.key == key && t.effect.is_none_or(|e| e == effect))
+    }
+
+    /// The weight a rule gives this cluster, if any rule contains it.
+    fn weight_of(&self, cluster: &ClusterView) -> Option<u32> {
+        self.weights
+            .iter()
+            .find(|w| w.clusters.contains(&cluster.spec))
+            .map(|w| w.weight)
+    }
+
+    /// Whether this policy's decisions change with time alone (withdraw overrides and
+    /// failback windows), so that results computed earlier cannot be reused as they are.
+    pub fn depends_on_time(&self) -> bool {
+        self.withdraw_after_seconds.is_some() || self.failback_after_seconds > 0
+    }
+
+    /// When a cluster that recovered at `at` is used again.
+    pub fn failback_done(&self, at: Instant) -> Instant {
+        at + Duration::from_secs(self.failback_after_seconds)
     }
 }
 
@@ -76,10 +116,14 @@ pub enum FilterReason {
     NoReadyEndpoints,
     /// On another network than the client, without an east-west gateway.
     OtherNetworkNoGateway,
+    /// In none of the policy's `clusterAffinities` (mode Tiers).
+    NotInAffinities,
+    /// The policy gives it weight 0.
+    WeightZero,
 }
 
 /// Why a tier holds the clusters it holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum TierReason {
     ClientCluster,
     SameZone,
@@ -87,6 +131,12 @@ pub enum TierReason {
     Remote,
     /// The client's cluster is unknown: every cluster in one tier.
     Everyone,
+    /// One of the policy's `clusterAffinities`, by name.
+    Affinity(String),
+    /// Mode Weighted: every cluster.
+    Weighted,
+    /// Clusters that recovered less than `failbackAfterSeconds` ago.
+    FailingBack,
     /// Clusters with a `PreferNoSchedule` taint, last.
     PreferNoSchedule,
 }
@@ -154,20 +204,28 @@ pub fn select_on_network(
     let policy = &service.policy;
     let client_view = client.and_then(|c| snapshot.clusters.get(c));
     let mut selection = Selection::default();
-    let mut buckets: [(TierReason, Vec<Member>); 6] = [
-        (TierReason::ClientCluster, Vec::new()),
-        (TierReason::SameZone, Vec::new()),
-        (TierReason::SameRegion, Vec::new()),
-        (TierReason::Remote, Vec::new()),
-        (TierReason::Everyone, Vec::new()),
-        (TierReason::PreferNoSchedule, Vec::new()),
-    ];
+    let mut buckets = initial_buckets(policy, client_view.is_some());
     for (i, backend) in service.backends.iter().enumerate() {
         let Some(cluster) = snapshot.clusters.get(backend.cluster) else {
             continue;
         };
         let via_gateway = network.is_some_and(|n| n != cluster.spec.network.as_deref());
-        if let Some(reason) = filter(cluster, backend.ready, via_gateway, policy, now) {
+        let affinity = match policy.mode {
+            Mode::Tiers => policy
+                .affinities
+                .iter()
+                .position(|t| t.clusters.contains(&cluster.spec)),
+            _ => None,
+        };
+        let weight = policy.weight_of(cluster);
+        let reason = filter(cluster, backend.ready, via_gateway, policy, now).or(
+            match (policy.mode, affinity, weight) {
+                (Mode::Tiers, None, _) => Some(FilterReason::NotInAffinities),
+                (_, _, Some(0)) => Some(FilterReason::WeightZero),
+                _ => None,
+            },
+        );
+        if let Some(reason) = reason {
             selection.filtered.push(Filtered {
                 cluster: backend.cluster,
                 reason,
@@ -177,22 +235,67 @@ pub fn select_on_network(
         let member = Member {
             backend: i,
             cluster: backend.cluster,
-            weight: backend.ready.max(1),
+            weight: weight.unwrap_or(backend.ready).max(1),
             ready: backend.ready,
             via_gateway,
         };
+        let last = buckets.len() - 1;
         let bucket = if prefers_no_schedule(cluster, policy) {
-            5
+            last
+        } else if failing_back(cluster, backend, policy, now) {
+            last - 1
         } else {
-            match (client, client_view) {
-                (Some(c), Some(cv)) => locality_bucket(c, cv, backend.cluster, cluster),
-                _ => 4,
+            match (policy.mode, client, client_view) {
+                (Mode::Tiers, _, _) => affinity.expect("filtered above"),
+                (Mode::Weighted, _, _) => 0,
+                (Mode::Locality, Some(c), Some(cv)) => {
+                    locality_bucket(c, cv, backend.cluster, cluster)
+                }
+                (Mode::Locality, _, _) => 0,
             }
         };
         buckets[bucket].1.push(member);
     }
     spill_into_tiers(&mut selection, buckets, policy.min_healthy_endpoints);
     selection
+}
+
+/// The tiers a member can land in, in priority order; the last two are always FailingBack
+/// and PreferNoSchedule.
+fn initial_buckets(policy: &TrafficPolicy, client_known: bool) -> Vec<(TierReason, Vec<Member>)> {
+    let mut reasons: Vec<TierReason> = match policy.mode {
+        Mode::Locality if client_known => vec![
+            TierReason::ClientCluster,
+            TierReason::SameZone,
+            TierReason::SameRegion,
+            TierReason::Remote,
+        ],
+        Mode::Locality => vec![TierReason::Everyone],
+        Mode::Tiers => policy
+            .affinities
+            .iter()
+            .map(|t| TierReason::Affinity(t.name.clone()))
+            .collect(),
+        Mode::Weighted => vec![TierReason::Weighted],
+    };
+    reasons.push(TierReason::FailingBack);
+    reasons.push(TierReason::PreferNoSchedule);
+    reasons.into_iter().map(|r| (r, Vec::new())).collect()
+}
+
+/// DESIGN §3 failback: a cluster that came back (from Unreachable, or to having ready
+/// endpoints) waits `failbackAfterSeconds` before it takes its tier again.
+fn failing_back(
+    cluster: &ClusterView,
+    backend: &Backend,
+    policy: &TrafficPolicy,
+    now: Instant,
+) -> bool {
+    policy.failback_after_seconds > 0
+        && [cluster.recovered_at, backend.recovered_at]
+            .into_iter()
+            .flatten()
+            .any(|at| now < policy.failback_done(at))
 }
 
 fn filter(
@@ -256,7 +359,7 @@ fn locality_bucket(client: usize, cv: &ClusterView, idx: usize, cluster: &Cluste
 /// endpoints into the next one (each cluster keeps its own weight).
 fn spill_into_tiers(
     selection: &mut Selection,
-    buckets: [(TierReason, Vec<Member>); 6],
+    buckets: Vec<(TierReason, Vec<Member>)>,
     min_healthy: u32,
 ) {
     let mut pending: Option<Tier> = None;

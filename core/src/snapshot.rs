@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::index::{ClusterState, Dirty, Index, IndexSizes};
 use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
+use crate::policy::Policies;
 use crate::registry::{Health, Registry};
 use crate::select::TrafficPolicy;
 
@@ -23,6 +24,9 @@ pub struct ClusterView {
     pub withdrawn: bool,
     #[serde(skip)]
     pub unreachable_since: Option<Instant>,
+    /// When it last came back from Unreachable (failback counts from here).
+    #[serde(skip)]
+    pub recovered_at: Option<Instant>,
     pub reason: Option<String>,
     pub endpoints: usize,
 }
@@ -42,6 +46,9 @@ pub struct Backend {
     pub publish_not_ready: bool,
     /// The service ports this cluster serves (those agreeing with the service's definition).
     pub ports: Vec<Port>,
+    /// When it last went from no ready endpoint to some (failback counts from here).
+    #[serde(skip)]
+    pub recovered_at: Option<Instant>,
 }
 
 impl Backend {
@@ -173,36 +180,23 @@ impl Snapshot {
     }
 
     /// A snapshot built from scratch.
-    pub fn build(
-        version: u64,
-        index: &Index,
-        registry: &Registry,
-        default_policy: &Arc<TrafficPolicy>,
-    ) -> Self {
-        let mut snapshot = Self::clusters_only(version, index, registry);
-        let merged = merge_services(
-            &snapshot.cluster_ids,
-            index,
-            default_policy,
-            &mut snapshot.export_problems,
-            None,
-        );
-        snapshot.insert_services(merged);
-        snapshot.collect_problems();
-        snapshot
+    pub fn build(version: u64, index: &Index, registry: &Registry, policies: &Policies) -> Self {
+        Self::build_after(None, version, index, registry, policies, Instant::now())
     }
 
     /// The next snapshot after `prev`, re-merging only the services in `dirty` (what the Index
     /// saw change since `prev` was built) and sharing every other service with `prev`. Falls
-    /// back to [`Snapshot::build`] when the set of clusters changed, since services refer to
-    /// clusters by position. `default_policy` must be the one `prev` was built with.
+    /// back to a full build when the set of clusters changed, since services refer to clusters
+    /// by position, or when `dirty.all` (e.g. the policies changed). `now` dates the changes
+    /// (failback counts from it).
     pub fn rebuild(
         prev: &Snapshot,
         dirty: &Dirty,
         version: u64,
         index: &Index,
         registry: &Registry,
-        default_policy: &Arc<TrafficPolicy>,
+        policies: &Policies,
+        now: Instant,
     ) -> Self {
         let mut snapshot = Self::clusters_only(version, index, registry);
         let same_clusters = prev.clusters.len() == snapshot.clusters.len()
@@ -212,7 +206,7 @@ impl Snapshot {
                 .zip(&snapshot.clusters)
                 .all(|(a, b)| a.spec.id == b.spec.id);
         if dirty.all || !same_clusters {
-            return Self::build(version, index, registry, default_policy);
+            return Self::build_after(Some(prev), version, index, registry, policies, now);
         }
         snapshot.services = prev.services.clone();
         snapshot.export_problems = prev.export_problems.clone();
@@ -225,16 +219,81 @@ impl Snapshot {
                 }
             }
         }
+        let ctx = MergeContext {
+            policies,
+            prev: Some(prev),
+            now,
+        };
         let merged = merge_services(
             &snapshot.cluster_ids,
             index,
-            default_policy,
+            &ctx,
             &mut snapshot.export_problems,
             Some(&dirty.services),
         );
         snapshot.insert_services(merged);
         snapshot.collect_problems();
         snapshot
+    }
+
+    fn build_after(
+        prev: Option<&Snapshot>,
+        version: u64,
+        index: &Index,
+        registry: &Registry,
+        policies: &Policies,
+        now: Instant,
+    ) -> Self {
+        let mut snapshot = Self::clusters_only(version, index, registry);
+        let ctx = MergeContext {
+            policies,
+            prev,
+            now,
+        };
+        let merged = merge_services(
+            &snapshot.cluster_ids,
+            index,
+            &ctx,
+            &mut snapshot.export_problems,
+            None,
+        );
+        snapshot.insert_services(merged);
+        snapshot.collect_problems();
+        snapshot
+    }
+
+    /// The next time a decision changes with no event: a failback window or a policy's
+    /// withdraw time ending. The store republishes then, so cached answers follow.
+    pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Instant| {
+            if t > now {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        for service in self.services() {
+            let policy = &service.policy;
+            if !policy.depends_on_time() {
+                continue;
+            }
+            for backend in &service.backends {
+                let cluster = &self.clusters[backend.cluster];
+                if policy.failback_after_seconds > 0 {
+                    for at in [cluster.recovered_at, backend.recovered_at]
+                        .into_iter()
+                        .flatten()
+                    {
+                        consider(policy.failback_done(at));
+                    }
+                }
+                if let (Some(after), Some(since)) =
+                    (policy.withdraw_after_seconds, cluster.unreachable_since)
+                {
+                    consider(since + std::time::Duration::from_secs(after));
+                }
+            }
+        }
+        next
     }
 
     /// Clusters, client table and sizes; no services yet.
@@ -256,6 +315,7 @@ impl Snapshot {
                 health: health.health,
                 withdrawn: health.withdrawn,
                 unreachable_since: (health.health == Health::Unreachable).then_some(health.since),
+                recovered_at: health.recovered_at,
                 reason: health.reason.clone(),
                 endpoints: index.endpoints_of(&spec.id),
             });
@@ -320,16 +380,25 @@ impl Snapshot {
 struct Candidate<'a> {
     cluster: usize,
     id: &'a ClusterId,
+    export: &'a crate::model::Export,
     created: i64,
     service: &'a crate::model::Service,
     slices: Vec<NamedSlice<'a>>,
 }
 
 /// Merges every service's exports across clusters, or only those in `only`.
+/// What merging needs besides the Index: the policies, and the previous snapshot with the
+/// time of this one (to date recoveries).
+struct MergeContext<'a> {
+    policies: &'a Policies,
+    prev: Option<&'a Snapshot>,
+    now: Instant,
+}
+
 fn merge_services(
     cluster_ids: &HashMap<ClusterId, usize>,
     index: &Index,
-    policy: &Arc<TrafficPolicy>,
+    ctx: &MergeContext<'_>,
     problems: &mut BTreeMap<ObjectKey, Vec<Problem>>,
     only: Option<&HashSet<ObjectKey>>,
 ) -> Vec<ServiceView> {
@@ -375,6 +444,7 @@ fn merge_services(
             candidates.entry(key).or_default().push(Candidate {
                 cluster,
                 id,
+                export,
                 created: export.created,
                 service,
                 slices: slices
@@ -389,7 +459,7 @@ fn merge_services(
             cands.sort_by(|a, b| (a.created, a.id).cmp(&(b.created, b.id)));
             let mut imports = imports.remove(key).unwrap_or_default();
             imports.sort_by_key(|(c, _)| *c);
-            merge_one(key, &cands, imports, policy)
+            merge_one(key, &cands, imports, ctx, problems)
         })
         .collect()
 }
@@ -398,9 +468,24 @@ fn merge_one(
     key: &ObjectKey,
     cands: &[Candidate<'_>],
     imports: Vec<(usize, Vec<IpAddr>)>,
-    policy: &Arc<TrafficPolicy>,
+    ctx: &MergeContext<'_>,
+    problems: &mut BTreeMap<ObjectKey, Vec<Problem>>,
 ) -> ServiceView {
     let oldest = cands[0].service;
+    let governing = ctx.policies.governing(key, &cands[0].export.labels);
+    for loser in &governing.losers {
+        problems.entry(key.clone()).or_default().push(Problem {
+            cluster: ClusterId::new("hub"),
+            object: format!("ClusterSchedulingPolicy {}", loser.key),
+            reason: format!(
+                "Conflict: it selects service {key}, which the older policy {} governs",
+                governing.traffic.source.as_deref().unwrap_or("?")
+            ),
+        });
+    }
+    let prev_view = ctx
+        .prev
+        .and_then(|p| Some((p, p.service(&key.namespace, &key.name)?)));
     let mut conflicts = Vec::new();
     let mut backends = Vec::new();
     for cand in cands {
@@ -437,12 +522,25 @@ fn merge_one(
             .flat_map(|s| s.endpoints.iter())
             .filter(|e| e.is_answerable(cand.service.publish_not_ready))
             .count() as u32;
+        let before = prev_view.and_then(|(p, v)| {
+            v.backends.iter().find(|b| {
+                p.clusters
+                    .get(b.cluster)
+                    .is_some_and(|c| &c.spec.id == cand.id)
+            })
+        });
+        let recovered_at = match before {
+            Some(b) if b.ready == 0 && ready > 0 => Some(ctx.now),
+            Some(b) if ready > 0 => b.recovered_at,
+            _ => None,
+        };
         backends.push(Backend {
             cluster: cand.cluster,
             slices,
             ready,
             publish_not_ready: cand.service.publish_not_ready,
             ports,
+            recovered_at,
         });
     }
     backends.sort_by_key(|b| b.cluster);
@@ -453,7 +551,7 @@ fn merge_one(
         backends,
         imports,
         conflicts,
-        policy: policy.clone(),
+        policy: governing.traffic.clone(),
     }
 }
 

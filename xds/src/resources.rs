@@ -178,10 +178,12 @@ impl Resources {
         self.by_kind = prev.by_kind.clone();
         self.per_service = prev.per_service.clone();
         for service in snapshot.services() {
-            let unchanged = self
-                .per_service
-                .get(&service.key)
-                .is_some_and(|e| Arc::ptr_eq(&e.view, service));
+            // A policy with failback or withdraw windows decides differently as time passes.
+            let unchanged = !service.policy.depends_on_time()
+                && self
+                    .per_service
+                    .get(&service.key)
+                    .is_some_and(|e| Arc::ptr_eq(&e.view, service));
             if !unchanged {
                 let items = make(service);
                 self.set_service(service, items);

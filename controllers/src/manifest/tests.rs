@@ -24,6 +24,7 @@ fn multi_document_files_and_lists_are_read() {
             Manifest::EndpointSlice(_) => "EndpointSlice",
             Manifest::ServiceImport(_) => "ServiceImport",
             Manifest::MemberCluster(_) => "MemberCluster",
+            Manifest::ClusterSchedulingPolicy(_) => "ClusterSchedulingPolicy",
         })
         .collect();
     assert_eq!(kinds, ["Service", "ServiceExport", "EndpointSlice"]);

@@ -26,7 +26,10 @@ fn slice(service: &str, ips: &[&str]) -> Slice {
 }
 
 fn export(created: i64) -> Export {
-    Export { created }
+    Export {
+        created,
+        ..Export::default()
+    }
 }
 
 fn import(ip: &str) -> Import {

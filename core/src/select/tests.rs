@@ -12,6 +12,7 @@ use crate::index::{Index, Object};
 use crate::model::{
     ClusterId, ClusterSpec, Endpoint, Export, Gateway, Locality, ObjectKey, Service, Slice, Taint,
 };
+use crate::policy::Policies;
 use crate::registry::Registry;
 use crate::testing::{ep, secs, svc};
 
@@ -95,6 +96,7 @@ impl Fleet {
                 key,
                 Export {
                     created: i64::from(self.clusters),
+                    ..Export::default()
                 },
             ),
         );
@@ -136,7 +138,12 @@ impl Fleet {
 
     /// A snapshot whose default policy (and so the policy of `shop/web`) is `policy`.
     fn snapshot_with(&self, policy: TrafficPolicy) -> Snapshot {
-        Snapshot::build(1, &self.index, &self.registry, &Arc::new(policy))
+        Snapshot::build(
+            1,
+            &self.index,
+            &self.registry,
+            &Policies::new(Arc::new(policy), vec![]),
+        )
     }
 }
 
@@ -1022,7 +1029,16 @@ fn build_fleet(g: &GenFleet, t0: Instant) -> (Index, Registry) {
         service.publish_not_ready = c.publish_not_ready;
         index.apply(&id, Object::Service(key.clone(), service));
         if c.exported {
-            index.apply(&id, Object::Export(key, Export { created: i as i64 }));
+            index.apply(
+                &id,
+                Object::Export(
+                    key,
+                    Export {
+                        created: i as i64,
+                        ..Export::default()
+                    },
+                ),
+            );
         }
         let endpoints = c
             .endpoints
@@ -1067,7 +1083,12 @@ fn gen_policy(g: &GenFleet) -> TrafficPolicy {
 
 fn select_in(g: &GenFleet, t0: Instant) -> Option<(Snapshot, Selection)> {
     let (index, registry) = build_fleet(g, t0);
-    let snap = Snapshot::build(1, &index, &registry, &Arc::new(gen_policy(g)));
+    let snap = Snapshot::build(
+        1,
+        &index,
+        &registry,
+        &Policies::new(Arc::new(gen_policy(g)), vec![]),
+    );
     let view = snap.service("shop", "web")?.clone();
     let selection = select(&snap, &view, g.client, t0 + secs(100 + g.now));
     Some((snap, selection))

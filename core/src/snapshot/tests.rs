@@ -2,6 +2,7 @@ use super::*;
 
 use crate::index::Object;
 use crate::model::{Export, Import, Protocol, Service};
+use crate::policy::Policies;
 use crate::testing::{self, port, secs, svc};
 
 // ---- builders ----
@@ -62,7 +63,13 @@ impl Fleet {
         );
         self.apply(
             cluster,
-            Object::Export(ObjectKey::new("shop", name), Export { created }),
+            Object::Export(
+                ObjectKey::new("shop", name),
+                Export {
+                    created,
+                    ..Export::default()
+                },
+            ),
         );
     }
 
@@ -80,12 +87,7 @@ impl Fleet {
     }
 
     fn build(&self) -> Snapshot {
-        Snapshot::build(
-            7,
-            &self.index,
-            &self.registry,
-            &Arc::new(TrafficPolicy::default()),
-        )
+        Snapshot::build(7, &self.index, &self.registry, &Policies::default())
     }
 }
 
@@ -127,7 +129,13 @@ fn only_exported_services_are_served() {
     // A ServiceExport without its Service.
     fleet.apply(
         "a",
-        Object::Export(ObjectKey::new("other", "orphan"), Export { created: 1 }),
+        Object::Export(
+            ObjectKey::new("other", "orphan"),
+            Export {
+                created: 1,
+                ..Export::default()
+            },
+        ),
     );
 
     let snap = fleet.build();
@@ -159,7 +167,13 @@ fn services_are_listed_by_namespace_and_name() {
         );
         fleet.apply(
             "a",
-            Object::Export(ObjectKey::new(ns, name), Export { created: 1 }),
+            Object::Export(
+                ObjectKey::new(ns, name),
+                Export {
+                    created: 1,
+                    ..Export::default()
+                },
+            ),
         );
     }
     let snap = fleet.build();
@@ -725,7 +739,12 @@ fn every_service_carries_the_default_policy() {
         min_healthy_endpoints: 3,
         ..TrafficPolicy::default()
     });
-    let snap = Snapshot::build(1, &fleet.index, &fleet.registry, &policy);
+    let snap = Snapshot::build(
+        1,
+        &fleet.index,
+        &fleet.registry,
+        &Policies::new(policy.clone(), vec![]),
+    );
     assert!(snap.services().all(|v| Arc::ptr_eq(&v.policy, &policy)));
 }
 
@@ -913,7 +932,10 @@ mod incremental {
                 *cluster,
                 Object::Export(
                     ObjectKey::new("shop", NAMES[*name]),
-                    Export { created: *created },
+                    Export {
+                        created: *created,
+                        ..Export::default()
+                    },
                 ),
             ),
             Change::Slice {
@@ -977,7 +999,7 @@ mod incremental {
 
     fn run(changes: &[Change]) -> Result<usize, TestCaseError> {
         let mut fleet = Fleet::new(&CLUSTERS);
-        let policy = Arc::new(TrafficPolicy::default());
+        let policy = Policies::default();
         let mut prev = Snapshot::empty();
         let mut version = 0;
         let mut partial = 0;
@@ -994,8 +1016,16 @@ mod incremental {
                         &fleet.index,
                         &fleet.registry,
                         &policy,
+                        fleet.t0,
                     );
-                    let full = Snapshot::build(version, &fleet.index, &fleet.registry, &policy);
+                    let full = Snapshot::build_after(
+                        Some(&prev),
+                        version,
+                        &fleet.index,
+                        &fleet.registry,
+                        &policy,
+                        fleet.t0,
+                    );
                     prop_assert_eq!(fingerprint(&next), fingerprint(&full), "after {:?}", dirty);
                     prev = next;
                 }

@@ -12,7 +12,7 @@ use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
 use meridian_core::{
     ClusterObjects, ClusterSpec, Endpoint, Export, Gateway, Import, Index, ObjectKey, Port,
-    Protocol as P, Registry, Service, Slice, Snapshot, TrafficPolicy,
+    Protocol as P, Registry, Service, Slice, Snapshot,
 };
 
 use super::*;
@@ -83,9 +83,13 @@ fn fleet() -> Snapshot {
     for (name, octet) in [("eu-1", 1), ("eu-2", 2), ("us-1", 3)] {
         let mut objects = ClusterObjects::default();
         objects.services.push((web.clone(), service(false)));
-        objects
-            .exports
-            .push((web.clone(), Export { created: octet }));
+        objects.exports.push((
+            web.clone(),
+            Export {
+                created: octet,
+                ..Export::default()
+            },
+        ));
         objects.slices.push((
             ObjectKey::new("shop", format!("web-{octet}")),
             Slice {
@@ -101,7 +105,13 @@ fn fleet() -> Snapshot {
         if name == "eu-1" {
             let db = ObjectKey::new("shop", "db");
             objects.services.push((db.clone(), service(true)));
-            objects.exports.push((db.clone(), Export { created: 0 }));
+            objects.exports.push((
+                db.clone(),
+                Export {
+                    created: 0,
+                    ..Export::default()
+                },
+            ));
             objects.slices.push((
                 ObjectKey::new("shop", "db-x"),
                 Slice {
@@ -114,7 +124,13 @@ fn fleet() -> Snapshot {
             ));
             let empty = ObjectKey::new("shop", "empty");
             objects.services.push((empty.clone(), service(true)));
-            objects.exports.push((empty.clone(), Export { created: 0 }));
+            objects.exports.push((
+                empty.clone(),
+                Export {
+                    created: 0,
+                    ..Export::default()
+                },
+            ));
         }
         if name == "eu-2" {
             objects.imports.push((
@@ -127,7 +143,7 @@ fn fleet() -> Snapshot {
         }
         index.reset(&meridian_core::ClusterId::new(name), objects);
     }
-    Snapshot::build(7, &index, &registry, &Arc::new(TrafficPolicy::default()))
+    Snapshot::build(7, &index, &registry, &meridian_core::Policies::default())
 }
 
 fn answerer(max_answers: u32) -> Answerer {
@@ -650,7 +666,13 @@ fn withdrawn_clusters_leave_every_answer() {
         registry.heartbeat_ok(&meridian_core::ClusterId::new(name), now);
         let mut o = ClusterObjects::default();
         o.services.push((key.clone(), service(false)));
-        o.exports.push((key.clone(), Export { created: 0 }));
+        o.exports.push((
+            key.clone(),
+            Export {
+                created: 0,
+                ..Export::default()
+            },
+        ));
         o.slices.push((
             ObjectKey::new("shop", name),
             Slice {
@@ -663,7 +685,7 @@ fn withdrawn_clusters_leave_every_answer() {
     let b = meridian_core::ClusterId::new("b");
     registry.heartbeat_failed(&b, now, "gone");
     registry.tick(now + std::time::Duration::from_secs(1));
-    let snap = Snapshot::build(2, &index, &registry, &Arc::new(TrafficPolicy::default()));
+    let snap = Snapshot::build(2, &index, &registry, &meridian_core::Policies::default());
     let a = answerer(0);
     let c = case(
         "web.shop.global.",
@@ -678,7 +700,7 @@ fn withdrawn_clusters_leave_every_answer() {
         "unreachable but not yet withdrawn: still served"
     );
     registry.tick(now + std::time::Duration::from_secs(2));
-    let snap = Snapshot::build(3, &index, &registry, &Arc::new(TrafficPolicy::default()));
+    let snap = Snapshot::build(3, &index, &registry, &meridian_core::Policies::default());
     let resp = run(&a, &snap, &c);
     assert_eq!(resp.answers.len(), 1);
     assert_eq!(resp.answers[0].data.to_string(), "10.0.0.1");

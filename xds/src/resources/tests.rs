@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use meridian_core::{
     ClusterId, ClusterSpec, Endpoint, Export, Index, Locality, Object, ObjectKey, Port, Protocol,
-    Registry, Service, Slice, Snapshot, TrafficPolicy,
+    Registry, Service, Slice, Snapshot,
 };
 
 use super::*;
@@ -15,7 +15,7 @@ struct Fleet {
     t0: Instant,
     index: Index,
     registry: Registry,
-    policy: Arc<TrafficPolicy>,
+    policy: meridian_core::Policies,
     prev: Snapshot,
     version: u64,
 }
@@ -46,7 +46,7 @@ impl Fleet {
             t0,
             index: Index::new(),
             registry,
-            policy: Arc::new(TrafficPolicy::default()),
+            policy: meridian_core::Policies::default(),
             prev: Snapshot::empty(),
             version: 0,
         };
@@ -80,8 +80,16 @@ impl Fleet {
                 },
             ),
         );
-        self.index
-            .apply(&id, Object::Export(key.clone(), Export { created: 1 }));
+        self.index.apply(
+            &id,
+            Object::Export(
+                key.clone(),
+                Export {
+                    created: 1,
+                    ..Export::default()
+                },
+            ),
+        );
         let c = cluster.as_bytes()[0];
         let endpoints = (0..ready)
             .map(|i| Endpoint {
@@ -116,6 +124,7 @@ impl Fleet {
             &self.index,
             &self.registry,
             &self.policy,
+            self.t0,
         );
         let copy = Snapshot::rebuild(
             &next,
@@ -124,6 +133,7 @@ impl Fleet {
             &self.index,
             &self.registry,
             &self.policy,
+            self.t0,
         );
         self.prev = next;
         copy

@@ -1,0 +1,161 @@
+//! ClusterSchedulingPolicy as the scheduling core sees it (DESIGN §2, §3): which services a
+//! policy governs, its cluster tiers and weights, and which policy wins for a service.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::model::{ClusterSpec, ObjectKey};
+use crate::select::TrafficPolicy;
+
+/// A Kubernetes label selector: every `matchLabels` pair and every expression must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LabelSelector {
+    pub match_labels: BTreeMap<String, String>,
+    pub match_expressions: Vec<Requirement>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Requirement {
+    pub key: String,
+    pub operator: Operator,
+    pub values: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl LabelSelector {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let value = labels.get(&r.key);
+                match r.operator {
+                    Operator::In => value.is_some_and(|v| r.values.contains(v)),
+                    Operator::NotIn => value.is_none_or(|v| !r.values.contains(v)),
+                    Operator::Exists => value.is_some(),
+                    Operator::DoesNotExist => value.is_none(),
+                }
+            })
+    }
+}
+
+/// Clusters by name or by labels (either matches).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ClusterSet {
+    pub names: Vec<String>,
+    pub selector: Option<LabelSelector>,
+}
+
+impl ClusterSet {
+    pub fn contains(&self, cluster: &ClusterSpec) -> bool {
+        self.names.iter().any(|n| n == cluster.id.as_str())
+            || self
+                .selector
+                .as_ref()
+                .is_some_and(|s| s.matches(&cluster.labels))
+    }
+}
+
+/// One of `placement.clusterAffinities`: a named, ordered tier.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AffinityTier {
+    pub name: String,
+    pub clusters: ClusterSet,
+}
+
+/// One of `traffic.weights`: the first rule that contains a cluster gives its weight.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WeightRule {
+    pub clusters: ClusterSet,
+    pub weight: u32,
+}
+
+/// One of `resourceSelectors`: Services in the policy's namespace, by name or by the labels
+/// of their (oldest) ServiceExport.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ServiceSelector {
+    pub name: Option<String>,
+    pub selector: Option<LabelSelector>,
+}
+
+/// A ClusterSchedulingPolicy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Policy {
+    pub key: ObjectKey,
+    /// `creationTimestamp` in seconds; the oldest policy wins a service.
+    pub created: i64,
+    pub selectors: Vec<ServiceSelector>,
+    pub traffic: Arc<TrafficPolicy>,
+}
+
+impl Policy {
+    /// Whether this policy governs `service`, whose oldest export carries `labels`.
+    pub fn selects(&self, service: &ObjectKey, labels: &BTreeMap<String, String>) -> bool {
+        service.namespace == self.key.namespace
+            && self.selectors.iter().any(|s| {
+                s.name.as_deref().is_none_or(|n| n == &*service.name)
+                    && s.selector.as_ref().is_none_or(|sel| sel.matches(labels))
+                    && (s.name.is_some() || s.selector.is_some())
+            })
+    }
+}
+
+/// Every policy, oldest first, and the default for services none selects.
+#[derive(Clone, Debug, Default)]
+pub struct Policies {
+    pub default: Arc<TrafficPolicy>,
+    ordered: Vec<Policy>,
+}
+
+/// The policy that governs a service, and the younger ones that also select it.
+pub struct Governing<'a> {
+    pub traffic: &'a Arc<TrafficPolicy>,
+    pub losers: Vec<&'a Policy>,
+}
+
+impl Policies {
+    pub fn new(default: Arc<TrafficPolicy>, mut policies: Vec<Policy>) -> Self {
+        policies.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
+        Self {
+            default,
+            ordered: policies,
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Policy> {
+        self.ordered.iter()
+    }
+
+    /// Same default and same policies (by content).
+    pub fn same_as(&self, other: &Policies) -> bool {
+        self.default == other.default && self.ordered == other.ordered
+    }
+
+    /// DESIGN §3: the oldest selecting policy wins (creationTimestamp, then name).
+    pub fn governing(
+        &self,
+        service: &ObjectKey,
+        labels: &BTreeMap<String, String>,
+    ) -> Governing<'_> {
+        let mut selecting = self.ordered.iter().filter(|p| p.selects(service, labels));
+        match selecting.next() {
+            Some(winner) => Governing {
+                traffic: &winner.traffic,
+                losers: selecting.collect(),
+            },
+            None => Governing {
+                traffic: &self.default,
+                losers: Vec::new(),
+            },
+        }
+    }
+}
