@@ -192,3 +192,84 @@ fn label_selector(
         match_expressions: expressions,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::manifest::{Loaded, Manifest, parse_str};
+
+    fn read(yaml: &str) -> Result<core::Policy, Vec<String>> {
+        let mut out = Loaded::default();
+        parse_str(Path::new("p.yaml"), yaml, &mut out);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        match &out.manifests[..] {
+            [(_, Manifest::ClusterSchedulingPolicy(p))] => scheduling_policy(p),
+            other => panic!("one policy expected, got {}", other.len()),
+        }
+    }
+
+    const HEAD: &str = "apiVersion: meridian.io/v1alpha1\nkind: ClusterSchedulingPolicy\nmetadata: {name: p, namespace: shop, creationTimestamp: \"2026-01-01T00:00:00Z\"}\n";
+
+    #[test]
+    fn a_full_policy_converts() {
+        let p = read(&format!(
+            "{HEAD}spec:\n  resourceSelectors: [{{kind: Service, name: web}}, {{labelSelector: {{matchExpressions: [{{key: team, operator: In, values: [pay]}}]}}}}]\n  placement:\n    clusterAffinities: [{{name: eu, labelSelector: {{matchLabels: {{region: eu}}}}}}, {{name: us, clusterNames: [us-1]}}]\n    tolerations: [{{key: maintenance, effect: NoExecute}}]\n  traffic: {{mode: Tiers, minHealthyEndpoints: 2, weights: [{{clusterNames: [us-1], weight: 0}}], withdraw: {{afterSeconds: 30}}, failbackAfterSeconds: 60, dns: {{ttl: 7, maxAnswers: 2}}}}\n"
+        ))
+        .unwrap();
+        assert_eq!(p.key.to_string(), "shop/p");
+        assert_eq!(p.created, 1_767_225_600);
+        assert_eq!(p.selectors.len(), 2);
+        let t = &p.traffic;
+        assert_eq!(t.source.as_deref(), Some("shop/p"));
+        assert_eq!(t.mode, core::Mode::Tiers);
+        assert_eq!(
+            t.affinities
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect::<Vec<_>>(),
+            ["eu", "us"]
+        );
+        assert_eq!(t.weights[0].weight, 0);
+        assert_eq!(
+            (
+                t.min_healthy_endpoints,
+                t.withdraw_after_seconds,
+                t.failback_after_seconds,
+                t.ttl,
+                t.max_answers
+            ),
+            (2, Some(30), 60, Some(7), Some(2))
+        );
+        assert_eq!(t.tolerations[0].effect, Some(core::TaintEffect::NoExecute));
+    }
+
+    #[test]
+    fn every_problem_is_named() {
+        let problems = read(&format!(
+            "{HEAD}spec:\n  resourceSelectors: [{{kind: Service}}]\n  placement:\n    clusterAffinities: [{{name: a}}, {{name: a, labelSelector: {{matchExpressions: [{{key: k, operator: Near}}]}}}}]\n  traffic: {{mode: Weighted, minHealthyEndpoints: 0, weights: [{{weight: 3}}], dns: {{ttl: 0}}}}\n"
+        ))
+        .unwrap_err();
+        let all = problems.join("\n");
+        for needle in [
+            "spec.resourceSelectors[0]: name or labelSelector is required",
+            "placement.clusterAffinities[0]: clusterNames or labelSelector is required",
+            "placement.clusterAffinities[1]: the name \"a\" is used twice",
+            "unknown operator \"Near\"",
+            "traffic.weights[0]: clusterNames or labelSelector is required",
+            "traffic.minHealthyEndpoints must be at least 1",
+            "traffic.dns.ttl must be at least 1",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+        let problems = read(&format!(
+            "{HEAD}spec:\n  resourceSelectors: [{{name: web}}]\n  traffic: {{mode: Tiers}}\n"
+        ))
+        .unwrap_err();
+        assert_eq!(
+            problems,
+            ["traffic.mode Tiers needs placement.clusterAffinities"]
+        );
+    }
+}

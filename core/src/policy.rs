@@ -159,3 +159,78 @@ impl Policies {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn expr(key: &str, operator: Operator, values: &[&str]) -> LabelSelector {
+        LabelSelector {
+            match_labels: BTreeMap::new(),
+            match_expressions: vec![Requirement {
+                key: key.into(),
+                operator,
+                values: values.iter().map(|s| s.to_string()).collect(),
+            }],
+        }
+    }
+
+    #[test]
+    fn label_selectors_follow_kubernetes() {
+        let eu = labels(&[("region", "eu"), ("tier", "gold")]);
+        let bare = labels(&[]);
+        let all = LabelSelector::default();
+        assert!(
+            all.matches(&eu) && all.matches(&bare),
+            "an empty selector matches everything"
+        );
+        let ml = LabelSelector {
+            match_labels: labels(&[("region", "eu")]),
+            match_expressions: vec![],
+        };
+        assert!(ml.matches(&eu) && !ml.matches(&bare));
+        assert!(expr("region", Operator::In, &["eu", "us"]).matches(&eu));
+        assert!(!expr("region", Operator::In, &["us"]).matches(&eu));
+        assert!(!expr("region", Operator::In, &["eu"]).matches(&bare));
+        assert!(expr("region", Operator::NotIn, &["us"]).matches(&eu));
+        assert!(expr("region", Operator::NotIn, &["us"]).matches(&bare));
+        assert!(expr("tier", Operator::Exists, &[]).matches(&eu));
+        assert!(!expr("tier", Operator::Exists, &[]).matches(&bare));
+        assert!(expr("tier", Operator::DoesNotExist, &[]).matches(&bare));
+    }
+
+    #[test]
+    fn a_policy_selects_services_of_its_namespace_by_name_or_labels() {
+        let by_name = ServiceSelector {
+            name: Some("web".into()),
+            selector: None,
+        };
+        let by_label = ServiceSelector {
+            name: None,
+            selector: Some(LabelSelector {
+                match_labels: labels(&[("team", "pay")]),
+                match_expressions: vec![],
+            }),
+        };
+        let p = Policy {
+            key: ObjectKey::new("shop", "p"),
+            created: 0,
+            selectors: vec![by_name, by_label],
+            traffic: Arc::new(TrafficPolicy::default()),
+        };
+        assert!(p.selects(&ObjectKey::new("shop", "web"), &labels(&[])));
+        assert!(p.selects(&ObjectKey::new("shop", "api"), &labels(&[("team", "pay")])));
+        assert!(!p.selects(&ObjectKey::new("shop", "api"), &labels(&[])));
+        assert!(
+            !p.selects(&ObjectKey::new("other", "web"), &labels(&[])),
+            "namespaced"
+        );
+    }
+}

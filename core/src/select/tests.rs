@@ -1189,3 +1189,274 @@ proptest! {
         check_invariants(&g)?;
     }
 }
+
+// ---- policies: modes, weights, failback ----
+
+mod policies {
+    use super::*;
+    use crate::policy::{
+        AffinityTier, ClusterSet, LabelSelector, Policy, ServiceSelector, WeightRule,
+    };
+
+    fn region(r: &str) -> ClusterSet {
+        ClusterSet {
+            names: vec![],
+            selector: Some(LabelSelector {
+                match_labels: [("region".to_owned(), r.to_owned())].into(),
+                match_expressions: vec![],
+            }),
+        }
+    }
+
+    fn names(n: &[&str]) -> ClusterSet {
+        ClusterSet {
+            names: n.iter().map(|s| s.to_string()).collect(),
+            selector: None,
+        }
+    }
+
+    fn labelled(name: &str, r: &str) -> ClusterSpec {
+        let mut spec = cluster(name, r, &format!("{r}-{name}"));
+        spec.labels.insert("region".into(), r.into());
+        spec
+    }
+
+    /// eu-1 (2 ready), eu-2 (1), us-1 (4), ap-1 (3).
+    fn world() -> Fleet {
+        let mut fleet = Fleet::new();
+        fleet
+            .add(labelled("eu-1", "eu"), 2)
+            .add(labelled("eu-2", "eu"), 1)
+            .add(labelled("us-1", "us"), 4)
+            .add(labelled("ap-1", "ap"), 3);
+        fleet
+    }
+
+    fn tiers(min: u32) -> TrafficPolicy {
+        TrafficPolicy {
+            mode: Mode::Tiers,
+            affinities: vec![
+                AffinityTier {
+                    name: "eu".into(),
+                    clusters: region("eu"),
+                },
+                AffinityTier {
+                    name: "us".into(),
+                    clusters: names(&["us-1"]),
+                },
+            ],
+            min_healthy_endpoints: min,
+            ..TrafficPolicy::default()
+        }
+    }
+
+    fn affinity(name: &str) -> TierReason {
+        TierReason::Affinity(name.into())
+    }
+
+    #[test]
+    fn tiers_follow_the_affinities_in_order_whoever_asks() {
+        let fleet = world();
+        let snap = fleet.snapshot_with(tiers(1));
+        for client in [Some("ap-1"), Some("us-1"), None] {
+            let sel = run(&snap, client, fleet.t0);
+            assert_eq!(
+                layout(&snap, &sel),
+                vec![
+                    (vec![affinity("eu")], vec![("eu-1", 2), ("eu-2", 1)]),
+                    (vec![affinity("us")], vec![("us-1", 4)]),
+                ],
+                "client {client:?}"
+            );
+            assert_eq!(
+                filtered(&snap, &sel),
+                [("ap-1", FilterReason::NotInAffinities)]
+            );
+        }
+    }
+
+    #[test]
+    fn a_tier_below_min_healthy_spills_into_the_next() {
+        let fleet = world();
+        // eu has 3 ready endpoints: enough for 3, not for 4.
+        let snap = fleet.snapshot_with(tiers(3));
+        assert_eq!(run(&snap, None, fleet.t0).tiers.len(), 2);
+        let snap = fleet.snapshot_with(tiers(4));
+        let sel = run(&snap, None, fleet.t0);
+        assert_eq!(
+            layout(&snap, &sel),
+            vec![(
+                vec![affinity("eu"), affinity("us")],
+                vec![("us-1", 4), ("eu-1", 2), ("eu-2", 1)]
+            )]
+        );
+        assert_eq!(sel.spills, 1);
+    }
+
+    #[test]
+    fn weighted_mode_is_one_tier_split_by_the_rules_and_zero_means_none() {
+        let fleet = world();
+        let snap = fleet.snapshot_with(TrafficPolicy {
+            mode: Mode::Weighted,
+            weights: vec![
+                WeightRule {
+                    clusters: names(&["us-1"]),
+                    weight: 70,
+                },
+                WeightRule {
+                    clusters: region("eu"),
+                    weight: 15,
+                },
+                WeightRule {
+                    clusters: names(&["ap-1"]),
+                    weight: 0,
+                },
+            ],
+            ..TrafficPolicy::default()
+        });
+        let sel = run(&snap, Some("ap-1"), fleet.t0);
+        assert_eq!(
+            layout(&snap, &sel),
+            vec![(
+                vec![TierReason::Weighted],
+                vec![("us-1", 70), ("eu-1", 15), ("eu-2", 15)]
+            )]
+        );
+        assert_eq!(filtered(&snap, &sel), [("ap-1", FilterReason::WeightZero)]);
+    }
+
+    #[test]
+    fn weights_apply_inside_locality_tiers_too_and_unmatched_clusters_weigh_their_endpoints() {
+        let fleet = world();
+        let snap = fleet.snapshot_with(TrafficPolicy {
+            weights: vec![WeightRule {
+                clusters: names(&["eu-2"]),
+                weight: 9,
+            }],
+            ..TrafficPolicy::default()
+        });
+        let sel = run(&snap, Some("eu-1"), fleet.t0);
+        assert_eq!(
+            layout(&snap, &sel),
+            vec![
+                (vec![ClientCluster], vec![("eu-1", 2)]),
+                (vec![SameRegion], vec![("eu-2", 9)]),
+                (vec![Remote], vec![("us-1", 4), ("ap-1", 3)]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cluster_back_from_unreachable_waits_out_the_failback_window() {
+        let mut fleet = world();
+        fleet.heartbeat_failed("eu-1", 1).tick(20);
+        fleet
+            .registry
+            .heartbeat_ok(&ClusterId::new("eu-1"), fleet.at(30));
+        let policy = TrafficPolicy {
+            failback_after_seconds: 60,
+            ..tiers(1)
+        };
+        let snap = fleet.snapshot_with(policy.clone());
+        let during = run(&snap, None, fleet.at(31));
+        assert_eq!(
+            layout(&snap, &during),
+            vec![
+                (vec![affinity("eu")], vec![("eu-2", 1)]),
+                (vec![affinity("us")], vec![("us-1", 4)]),
+                (vec![TierReason::FailingBack], vec![("eu-1", 2)]),
+            ]
+        );
+        assert_eq!(snap.next_deadline(fleet.at(31)), Some(fleet.at(90)));
+        let after = run(&snap, None, fleet.at(90));
+        assert_eq!(
+            layout(&snap, &after)[0],
+            (vec![affinity("eu")], vec![("eu-1", 2), ("eu-2", 1)])
+        );
+        // Without a failback window it is used at once.
+        let snap = fleet.snapshot_with(tiers(1));
+        assert_eq!(run(&snap, None, fleet.at(31)).tiers[0].members.len(), 2);
+        assert_eq!(snap.next_deadline(fleet.at(31)), None);
+    }
+
+    #[test]
+    fn endpoints_that_come_back_wait_out_the_failback_window() {
+        let mut fleet = world();
+        let policies = Policies::new(
+            Arc::new(TrafficPolicy {
+                failback_after_seconds: 10,
+                ..tiers(1)
+            }),
+            vec![],
+        );
+        let s1 = Snapshot::build(1, &fleet.index, &fleet.registry, &policies);
+        let mut rebuild = |fleet: &mut Fleet, prev: &Snapshot, version, ready: u8, at| {
+            let eps = (0..ready)
+                .map(|i| ep(IpAddr::V4(Ipv4Addr::new(10, 0, 0, i)), true))
+                .collect();
+            fleet.index.apply(
+                &ClusterId::new("eu-1"),
+                Object::Slice(
+                    ObjectKey::new("shop", "web-1"),
+                    Slice {
+                        service: Arc::from("web"),
+                        endpoints: eps,
+                    },
+                ),
+            );
+            let dirty = fleet.index.take_dirty();
+            Snapshot::rebuild(
+                prev,
+                &dirty,
+                version,
+                &fleet.index,
+                &fleet.registry,
+                &policies,
+                at,
+            )
+        };
+        let t = fleet.at(100);
+        let s2 = rebuild(&mut fleet, &s1, 2, 0, t);
+        let s3 = rebuild(&mut fleet, &s2, 3, 2, t + secs(5));
+        let sel = run(&s3, None, t + secs(6));
+        assert_eq!(sel.tiers.last().unwrap().reasons, [TierReason::FailingBack]);
+        assert_eq!(s3.next_deadline(t + secs(6)), Some(t + secs(15)));
+        let sel = run(&s3, None, t + secs(15));
+        assert_eq!(layout(&s3, &sel)[0].1, [("eu-1", 2), ("eu-2", 1)]);
+    }
+
+    #[test]
+    fn the_oldest_policy_governs_and_the_others_are_reported() {
+        let fleet = world();
+        let policy = |name: &str, created, mode| Policy {
+            key: ObjectKey::new("shop", name),
+            created,
+            selectors: vec![ServiceSelector {
+                name: Some("web".into()),
+                selector: None,
+            }],
+            traffic: Arc::new(TrafficPolicy {
+                source: Some(format!("shop/{name}")),
+                mode,
+                ..tiers(1)
+            }),
+        };
+        let policies = Policies::new(
+            Arc::new(TrafficPolicy::default()),
+            vec![
+                policy("young", 20, Mode::Weighted),
+                policy("old", 10, Mode::Tiers),
+            ],
+        );
+        let snap = Snapshot::build(1, &fleet.index, &fleet.registry, &policies);
+        let view = snap.service("shop", "web").unwrap();
+        assert_eq!(view.policy.source.as_deref(), Some("shop/old"));
+        assert_eq!(snap.problems.len(), 1);
+        assert!(snap.problems[0].object.contains("shop/young"));
+        assert!(
+            snap.problems[0].reason.contains("Conflict"),
+            "{:?}",
+            snap.problems
+        );
+    }
+}
