@@ -44,6 +44,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/debug/services", get(debug_services))
         .route("/debug/problems", get(debug_problems))
         .route("/debug/resolve", get(debug_resolve))
+        .route("/debug/explain", get(debug_explain))
         .route("/debug/xds", get(debug_xds))
         .route("/debug/xds/dump", get(debug_xds_dump))
         .with_state(state)
@@ -84,6 +85,7 @@ async fn debug_index() -> Json<Value> {
             "/debug/services": "exported services merged across clusters, with conflicts",
             "/debug/problems": "input meridian rejected (problems) or served with a caveat (warnings), with file, object and reason",
             "/debug/resolve?name=N&type=T&cluster=C": "what a client in cluster C is answered for N, and why",
+            "/debug/explain?service=S&cluster=C": "the scheduling decision for service S (name.namespace) from cluster C: filtered clusters and why, tiers, weights, spill-over, the DNS answer and the EDS priorities, in words and JSON",
             "/debug/xds": "connected xDS clients: node, subscriptions, versions sent, ACKed and NACKed (with the last error)",
             "/debug/xds/dump?cluster=C&network=N&role=R": "what a node (envoy, proxyless, eastwest-gateway) in cluster C receives over ADS",
         }
@@ -176,6 +178,26 @@ async fn debug_resolve(State(s): State<AdminState>, Query(q): Query<ResolveQuery
             Json(json!({ "error": e.to_string() })),
         )
             .into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct ExplainQuery {
+    service: String,
+    cluster: Option<String>,
+}
+
+async fn debug_explain(State(s): State<AdminState>, Query(q): Query<ExplainQuery>) -> Response {
+    let snap = s.snapshot();
+    match crate::explain::explain(
+        s.dns.answerer(),
+        &s.xds,
+        &snap,
+        &q.service,
+        q.cluster.as_deref().filter(|c| !c.is_empty()),
+    ) {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, Json(json!({ "error": e }))).into_response(),
     }
 }
 

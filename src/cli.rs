@@ -27,6 +27,9 @@ pub enum Command {
     Status(ClientArgs),
     /// Show what meridian would answer for a name, and the decision behind it.
     Resolve(ResolveArgs),
+    /// Why a service's traffic goes where it goes: filtered clusters, tiers, weights,
+    /// spill-over, and the resulting DNS answer and EDS priorities (asks a running meridian).
+    Explain(ExplainArgs),
     /// Inspect the xDS feed of a running meridian.
     #[command(subcommand)]
     Xds(XdsCommand),
@@ -139,6 +142,17 @@ pub struct ResolveArgs {
     #[arg(long = "type", short = 't', default_value = "A")]
     pub qtype: String,
     /// Answer as a client in this cluster.
+    #[arg(long)]
+    pub from_cluster: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The service: NAME.NAMESPACE (payments.shop), NAME.NAMESPACE.global or NAMESPACE/NAME.
+    pub service: String,
+    /// Decide as for a client in this cluster (default: an unknown client).
     #[arg(long)]
     pub from_cluster: Option<String>,
     #[command(flatten)]

@@ -13,7 +13,9 @@ use meridian_core::{Index, Policies, Registry, Snapshot, TrafficPolicy};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::cli::{ClientArgs, Command, NodeRole, ResolveArgs, ServeArgs, XdsCommand, XdsDumpArgs};
+use crate::cli::{
+    ClientArgs, Command, ExplainArgs, NodeRole, ResolveArgs, ServeArgs, XdsCommand, XdsDumpArgs,
+};
 use crate::{app, config};
 
 pub async fn run(command: Command) -> Result<ExitCode> {
@@ -25,9 +27,30 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Validate(args) => validate(&args),
         Command::Status(args) => status(&args).await,
         Command::Resolve(args) => resolve(&args).await,
+        Command::Explain(args) => explain(&args).await,
         Command::Xds(XdsCommand::Dump(args)) => xds_dump(&args).await,
         Command::Xds(XdsCommand::Clients(args)) => xds_clients(&args).await,
     }
+}
+
+/// Prints the decision for a service in words (or as JSON).
+async fn explain(args: &ExplainArgs) -> Result<ExitCode> {
+    let mut path = format!("/debug/explain?service={}", encode(&args.service));
+    if let Some(c) = &args.from_cluster {
+        path.push_str(&format!("&cluster={}", encode(c)));
+    }
+    let body = get_json(args.client.admin, &path).await?;
+    if let Some(err) = body.get("error") {
+        bail!("{}", text(err));
+    }
+    if args.client.json {
+        println!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for line in body["words"].as_array().into_iter().flatten() {
+        println!("{}", text(line));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints what a node would receive: JSON, decoded from the bytes meridian would send.

@@ -13,4 +13,5 @@ pub mod app;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod explain;
 pub mod store;

@@ -67,3 +67,22 @@ def test_clients_debug_and_metrics_show_a_connected_node(meridian):
             assert needle in metrics, needle
     finally:
         stream.close()
+
+
+def test_explain_puts_the_decision_dns_and_eds_side_by_side(meridian):
+    words = cli(meridian, "explain", "payments.shop", "--from-cluster", "eu-1")
+    lines = words.splitlines()
+    assert lines[0].startswith("shop/payments for a client in eu-1: no policy selects it")
+    assert "priority 0 (the client's own cluster; 2 ready): eu-1 weight 2" in lines
+    assert any(l.startswith("priority 2 (other regions") and "us-1 weight 2 (via gateway)" in l for l in lines), words
+    assert "DNS A: 127.1.1.1, 127.1.1.2 (No Error)" in lines or "DNS A: 127.1.1.2, 127.1.1.1 (No Error)" in lines, words
+    assert "  priority 2 us-1 weight 2 (1 endpoint, through its gateway)" in lines, words
+    data = json.loads(cli(meridian, "explain", "shop/payments", "--from-cluster", "eu-1", "--json"))
+    assert [t["priority"] for t in data["decision"]["tiers"]] == [0, 1, 2]
+    assert {e["name"] for e in data["eds"]} == {"payments.shop.global:8080", "payments.shop.global:9090"}
+    # The same decision from DNS and EDS: the clusters of priority 0 agree.
+    eds0 = {l["cluster"] for l in data["eds"][0]["detail"]["localities"] if l["priority"] == 0}
+    assert eds0 == {m["cluster"] for m in data["decision"]["tiers"][0]["clusters"]} == {"eu-1"}
+    bad = subprocess.run([str(BIN), "explain", "nope.shop", "--admin", f"127.0.0.1:{meridian.admin_port}"],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode != 0 and "no exported service shop/nope" in bad.stderr

@@ -1,0 +1,218 @@
+//! `meridian explain SERVICE --from-cluster C` and `/debug/explain`: one decision of the
+//! scheduling core, and what DNS and xDS make of it, side by side — in words and as JSON.
+//! Both halves are asked of the running answer function and resource builders, so the
+//! explanation is what clients get, not a re-derivation.
+
+use meridian_core::{FilterReason, Snapshot, TierReason};
+use meridian_dns::Answerer;
+use meridian_dns::explain::{Decision, explain as explain_dns};
+use meridian_xds::{Group, Kind, Role, Xds};
+use serde_json::{Value, json};
+
+/// `svc.ns`, `svc.ns.global` or `ns/svc` → (namespace, name).
+fn parse_service(service: &str) -> Option<(String, String)> {
+    if let Some((ns, name)) = service.split_once('/') {
+        return Some((ns.to_owned(), name.to_owned()));
+    }
+    let trimmed = service.trim_end_matches('.').trim_end_matches(".global");
+    let (name, ns) = trimmed.split_once('.')?;
+    (!ns.contains('.')).then(|| (ns.to_owned(), name.to_owned()))
+}
+
+pub fn explain(
+    answerer: &Answerer,
+    xds: &Xds,
+    snap: &Snapshot,
+    service: &str,
+    from_cluster: Option<&str>,
+) -> Result<Value, String> {
+    let (ns, name) = parse_service(service).ok_or_else(|| {
+        format!("{service:?}: name a service as NAME.NAMESPACE or NAMESPACE/NAME")
+    })?;
+    let view = snap
+        .service(&ns, &name)
+        .ok_or_else(|| format!("no exported service {ns}/{name}"))?;
+    let dns = explain_dns(
+        answerer,
+        snap,
+        &format!("{name}.{ns}.global"),
+        "A",
+        from_cluster,
+    )
+    .map_err(|e| e.to_string())?;
+    let group = Group {
+        cluster: from_cluster.map(str::to_owned),
+        network: None,
+        role: Role::Envoy,
+    };
+    let feed = meridian_xds::describe::describe(&xds.resources_for(snap, &group));
+    let prefix = format!("{name}.{ns}.global:");
+    let eds: Vec<Value> = feed["resources"][Kind::Endpoint.short()]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+        .cloned()
+        .collect();
+    let policy = &view.policy;
+    let policy_json = json!({
+        "source": policy.source,
+        "mode": policy.mode,
+        "minHealthyEndpoints": policy.min_healthy_endpoints,
+        "withdrawAfterSeconds": policy.withdraw_after_seconds,
+        "failbackAfterSeconds": policy.failback_after_seconds,
+        "ttl": policy.ttl,
+        "maxAnswers": policy.max_answers,
+    });
+    let mut words = vec![format!(
+        "{ns}/{name} for a client in {}: {}",
+        from_cluster.unwrap_or("an unknown cluster"),
+        match &policy.source {
+            Some(p) => format!(
+                "policy {p} (mode {:?}, minHealthyEndpoints {}, failback {} s)",
+                policy.mode, policy.min_healthy_endpoints, policy.failback_after_seconds
+            ),
+            None => format!(
+                "no policy selects it: the default (mode {:?}, minHealthyEndpoints {})",
+                policy.mode, policy.min_healthy_endpoints
+            ),
+        }
+    )];
+    if let Some(decision) = &dns.decision {
+        words.extend(decision_words(decision));
+    }
+    words.push(format!(
+        "DNS A: {} ({})",
+        if dns.answers.is_empty() {
+            "no addresses".to_owned()
+        } else {
+            dns.answers
+                .iter()
+                .filter_map(|r| r.split_whitespace().last())
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+        dns.rcode
+    ));
+    for assignment in &eds {
+        words.push(format!(
+            "EDS {}:",
+            assignment["name"].as_str().unwrap_or("?")
+        ));
+        for l in assignment["detail"]["localities"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let endpoints = l["endpoints"].as_array().map_or(0, Vec::len);
+            words.push(format!(
+                "  priority {} {} weight {} ({} endpoint{}{})",
+                l["priority"],
+                l["cluster"].as_str().unwrap_or("?"),
+                l["weight"],
+                endpoints,
+                if endpoints == 1 { "" } else { "s" },
+                if l["endpoints"][0]["viaGateway"] == true {
+                    ", through its gateway"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    Ok(json!({
+        "service": format!("{ns}/{name}"),
+        "clientCluster": from_cluster,
+        "policy": policy_json,
+        "decision": dns.decision,
+        "dns": {"name": dns.name, "rcode": dns.rcode, "answers": dns.answers},
+        "eds": eds,
+        "words": words,
+    }))
+}
+
+fn decision_words(d: &Decision) -> Vec<String> {
+    let mut words = Vec::new();
+    for f in &d.filtered {
+        words.push(format!(
+            "filtered: {} — {}",
+            f.cluster,
+            filter_words(&f.reason)
+        ));
+    }
+    for t in &d.tiers {
+        let members: Vec<String> = t
+            .clusters
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} weight {}{}",
+                    m.cluster,
+                    m.weight,
+                    if m.via_gateway { " (via gateway)" } else { "" }
+                )
+            })
+            .collect();
+        let reasons: Vec<String> = t.reasons.iter().map(tier_words).collect();
+        words.push(format!(
+            "priority {} ({}; {} ready): {}",
+            t.priority,
+            reasons.join(" + "),
+            t.ready,
+            members.join(", ")
+        ));
+    }
+    if d.spills > 0 {
+        words.push(format!(
+            "{} tier(s) had fewer ready endpoints than minHealthyEndpoints and spilled into the next",
+            d.spills
+        ));
+    }
+    words.extend(d.conflicts.iter().map(|c| format!("export conflict: {c}")));
+    words
+}
+
+fn filter_words(reason: &FilterReason) -> String {
+    match reason {
+        FilterReason::Withdrawn => "unreachable past its withdraw time".into(),
+        FilterReason::NoExecuteTaint(key) => {
+            format!("NoExecute taint {key:?} that the policy does not tolerate")
+        }
+        FilterReason::NoReadyEndpoints => "no ready endpoints".into(),
+        FilterReason::OtherNetworkNoGateway => {
+            "on another network than the client, without a gateway".into()
+        }
+        FilterReason::NotInAffinities => "in none of the policy's clusterAffinities".into(),
+        FilterReason::WeightZero => "the policy gives it weight 0".into(),
+    }
+}
+
+fn tier_words(reason: &TierReason) -> String {
+    match reason {
+        TierReason::ClientCluster => "the client's own cluster".into(),
+        TierReason::SameZone => "same zone".into(),
+        TierReason::SameRegion => "same region".into(),
+        TierReason::Remote => "other regions".into(),
+        TierReason::Everyone => "every cluster (client unknown)".into(),
+        TierReason::Affinity(name) => format!("affinity {name:?}"),
+        TierReason::Weighted => "every cluster, by weight".into(),
+        TierReason::FailingBack => "recovered, waiting out failbackAfterSeconds".into(),
+        TierReason::PreferNoSchedule => "PreferNoSchedule taint".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_service;
+
+    #[test]
+    fn service_names_in_three_spellings() {
+        let want = Some(("shop".to_owned(), "payments".to_owned()));
+        assert_eq!(parse_service("payments.shop"), want);
+        assert_eq!(parse_service("payments.shop.global"), want);
+        assert_eq!(parse_service("payments.shop.global."), want);
+        assert_eq!(parse_service("shop/payments"), want);
+        assert_eq!(parse_service("payments"), None);
+        assert_eq!(parse_service("a.b.c"), None);
+    }
+}
