@@ -177,6 +177,42 @@ pub struct Selection {
     pub spills: u32,
 }
 
+impl TierReason {
+    /// A short, bounded label (metrics): affinity tiers are not told apart by name.
+    pub fn label(&self) -> &'static str {
+        match self {
+            TierReason::ClientCluster => "client_cluster",
+            TierReason::SameZone => "same_zone",
+            TierReason::SameRegion => "same_region",
+            TierReason::Remote => "remote",
+            TierReason::Everyone => "everyone",
+            TierReason::Affinity(_) => "affinity",
+            TierReason::Weighted => "weighted",
+            TierReason::FailingBack => "failing_back",
+            TierReason::PreferNoSchedule => "prefer_no_schedule",
+        }
+    }
+}
+
+impl Selection {
+    /// Where traffic goes first, as a metrics label ("none" when nowhere).
+    pub fn first_tier_label(&self) -> &'static str {
+        self.tiers
+            .first()
+            .and_then(|t| t.reasons.first())
+            .map_or("none", TierReason::label)
+    }
+
+    /// Clusters held back in a FailingBack tier.
+    pub fn failing_back(&self) -> usize {
+        self.tiers
+            .iter()
+            .filter(|t| t.reasons.contains(&TierReason::FailingBack))
+            .map(|t| t.members.len())
+            .sum()
+    }
+}
+
 /// Decides where traffic for `service` from a client in `client` (if known) goes; the client
 /// is on its cluster's network.
 pub fn select(

@@ -133,6 +133,8 @@ pub struct Answerer {
     cfg: Arc<DnsConfig>,
     zones: Vec<Zone>,
     serial_base: u32,
+    /// Counts the decisions behind answers, when the server wires it.
+    decisions: Option<crate::metrics::DecisionMetrics>,
 }
 
 impl Answerer {
@@ -163,7 +165,28 @@ impl Answerer {
             cfg: Arc::new(cfg),
             zones,
             serial_base,
+            decisions: None,
         }
+    }
+
+    /// Counts every decision made while answering in `metrics`.
+    pub fn with_decision_metrics(mut self, metrics: crate::metrics::DecisionMetrics) -> Self {
+        self.decisions = Some(metrics);
+        self
+    }
+
+    fn decide(
+        &self,
+        snap: &Snapshot,
+        view: &ServiceView,
+        client: Option<usize>,
+        now: Instant,
+    ) -> meridian_core::Selection {
+        let selection = select(snap, view, client, now);
+        if let Some(m) = &self.decisions {
+            m.record(&selection);
+        }
+        selection
     }
 
     pub fn config(&self) -> &DnsConfig {
@@ -425,7 +448,7 @@ impl Answerer {
                 let Some(view) = snap.service(ns, svc) else {
                     return Found::NxDomain;
                 };
-                let sel = select(snap, view, client, now);
+                let sel = self.decide(snap, view, client, now);
                 if !exists_in(zone, view, &sel) {
                     return Found::NxDomain;
                 }
@@ -633,7 +656,7 @@ impl Answerer {
                 rotations: 1,
             };
         }
-        let sel = select(snap, view, client, now);
+        let sel = self.decide(snap, view, client, now);
         for (priority, tier) in sel.tiers.iter().enumerate() {
             let priority = u16::try_from(priority).unwrap_or(u16::MAX);
             for member in &tier.members {

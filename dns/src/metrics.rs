@@ -42,6 +42,51 @@ pub struct DnsMetrics {
     dropped: Family<ReasonLabels, Counter>,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierLabels {
+    first_tier: &'static str,
+}
+
+/// Scheduling decisions made while answering (cache misses: hits repeat a decision).
+#[derive(Debug, Default)]
+pub struct DecisionMetrics {
+    by_tier: Family<TierLabels, Counter>,
+    spills: Counter,
+    failing_back: Counter,
+}
+
+impl DecisionMetrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "decisions",
+            "Scheduling decisions for answers, by the tier traffic goes to first",
+            m.by_tier.clone(),
+        );
+        registry.register(
+            "spills",
+            "Tiers merged into the next for lack of healthy endpoints, over those decisions",
+            m.spills.clone(),
+        );
+        registry.register(
+            "failing_back",
+            "Clusters held back in a FailingBack tier, over those decisions",
+            m.failing_back.clone(),
+        );
+        m
+    }
+
+    pub fn record(&self, selection: &meridian_core::Selection) {
+        self.by_tier
+            .get_or_create(&TierLabels {
+                first_tier: selection.first_tier_label(),
+            })
+            .inc();
+        self.spills.inc_by(u64::from(selection.spills));
+        self.failing_back.inc_by(selection.failing_back() as u64);
+    }
+}
+
 /// Identifies one query counter; cached answers remember theirs.
 pub type CounterSlot = usize;
 

@@ -72,7 +72,8 @@ impl Dns {
         snapshots: watch::Receiver<Arc<Snapshot>>,
         registry: &mut Registry,
     ) -> Arc<Self> {
-        let answerer = Answerer::new(cfg, serial_base);
+        let answerer = Answerer::new(cfg, serial_base)
+            .with_decision_metrics(crate::metrics::DecisionMetrics::new(registry));
         let zones = (0..answerer.config().zones.len())
             .map(|z| answerer.zone_name(z).to_string())
             .collect();

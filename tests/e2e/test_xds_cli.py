@@ -86,3 +86,9 @@ def test_explain_puts_the_decision_dns_and_eds_side_by_side(meridian):
     bad = subprocess.run([str(BIN), "explain", "nope.shop", "--admin", f"127.0.0.1:{meridian.admin_port}"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode != 0 and "no exported service shop/nope" in bad.stderr
+    # Decisions are counted by the tier traffic goes to first, for DNS and for xDS.
+    _, metrics = meridian.http("/metrics")
+    assert 'meridian_dns_decisions_total{first_tier="client_cluster"}' in metrics
+    assert 'meridian_xds_decisions_total{first_tier="client_cluster"}' in metrics
+    for name in ("meridian_dns_spills_total", "meridian_xds_failing_back_total", "meridian_cluster_withdrawn"):
+        assert name in metrics, name

@@ -26,8 +26,16 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierLabels {
+    pub first_tier: &'static str,
+}
+
 #[derive(Debug)]
 pub struct XdsMetrics {
+    pub decisions: Family<TierLabels, Counter>,
+    pub spills: Counter,
+    pub failing_back: Counter,
     pub streams: Family<StreamLabels, Gauge>,
     pub subscriptions: Family<TypeLabels, Gauge>,
     pub pushes: Family<TypeLabels, Counter>,
@@ -45,6 +53,9 @@ pub struct XdsMetrics {
 impl XdsMetrics {
     pub fn new(registry: &mut Registry) -> Self {
         let m = Self {
+            decisions: Family::default(),
+            spills: Counter::default(),
+            failing_back: Counter::default(),
             streams: Family::default(),
             subscriptions: Family::default(),
             pushes: Family::default(),
@@ -63,6 +74,21 @@ impl XdsMetrics {
             admission_waits: Counter::default(),
             admission_waiting: Gauge::default(),
         };
+        registry.register(
+            "decisions",
+            "Scheduling decisions made building assignments, by the tier traffic goes to first",
+            m.decisions.clone(),
+        );
+        registry.register(
+            "spills",
+            "Tiers merged into the next for lack of healthy endpoints, over those decisions",
+            m.spills.clone(),
+        );
+        registry.register(
+            "failing_back",
+            "Clusters held back in a FailingBack tier, over those decisions",
+            m.failing_back.clone(),
+        );
         registry.register(
             "streams",
             "Connected ADS streams by protocol (sotw, delta) and cluster",

@@ -101,6 +101,28 @@ pub struct Resources {
     per_service: HashMap<ObjectKey, ServiceItems>,
     /// A hash of everything about the clusters that the selection reads.
     clusters_fingerprint: u64,
+    /// The decisions this build made (services it reused made none), for metrics.
+    pub decisions: DecisionStats,
+}
+
+/// Counts of the scheduling decisions a build made.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DecisionStats {
+    /// By the tier traffic goes to first (`Selection::first_tier_label`).
+    pub by_first_tier: BTreeMap<&'static str, u64>,
+    pub spills: u64,
+    pub failing_back: u64,
+}
+
+impl DecisionStats {
+    fn record(&mut self, selection: &Selection) {
+        *self
+            .by_first_tier
+            .entry(selection.first_tier_label())
+            .or_default() += 1;
+        self.spills += u64::from(selection.spills);
+        self.failing_back += selection.failing_back() as u64;
+    }
 }
 
 /// The resources one service contributes to one node group.
@@ -299,12 +321,15 @@ fn build_client(
         (None, None) => None,
     };
     let proxyless = group.role == Role::Proxyless;
+    let mut decisions = DecisionStats::default();
     out.assemble(snapshot, prev, |service| {
         let selection = select_on_network(snapshot, service, client, network, now);
+        decisions.record(&selection);
         Some(client_service_items(
             snapshot, service, &selection, proxyless,
         ))
     });
+    out.decisions = decisions;
 }
 
 /// A service's resources for a client: per port, its cluster and assignment, and for

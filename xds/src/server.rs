@@ -137,6 +137,7 @@ impl Xds {
             ));
             let took = started.elapsed();
             self.metrics.view_build_seconds.observe(took.as_secs_f64());
+            self.record_decisions(&built.decisions);
             debug!(%group, version = snapshot.version, took_ms = took.as_secs_f64() * 1000.0, resources = built.len(), "xDS resources built");
             let mut latest = self.latest.lock().expect("poisoned");
             if latest
@@ -299,6 +300,17 @@ impl Xds {
             .unwrap_or("unknown")
             .to_owned();
         StreamLabels { protocol, cluster }
+    }
+
+    fn record_decisions(&self, stats: &resources::DecisionStats) {
+        for (first_tier, n) in &stats.by_first_tier {
+            self.metrics
+                .decisions
+                .get_or_create(&crate::metrics::TierLabels { first_tier })
+                .inc_by(*n);
+        }
+        self.metrics.spills.inc_by(stats.spills);
+        self.metrics.failing_back.inc_by(stats.failing_back);
     }
 
     fn count(&self, events: &[Event]) {
