@@ -466,12 +466,10 @@ impl Answerer {
                             .collect(),
                     );
                 }
-                let mut addrs = first_tier_addresses(snap, view, &sel, qtype);
-                let rotations = addrs.len().clamp(1, MAX_ROTATIONS);
-                let n = addrs.len();
-                if n > 1 {
-                    addrs.rotate_left(rotation % n);
-                }
+                let groups = first_tier_addresses(snap, view, &sel, qtype);
+                let n: usize = groups.iter().map(|(_, a)| a.len()).sum();
+                let rotations = n.clamp(1, MAX_ROTATIONS);
+                let mut addrs = weighted_rotation(&groups, rotation % rotations, rotations);
                 let cap = view.policy.max_answers.unwrap_or(self.cfg.max_answers) as usize;
                 if cap > 0 {
                     addrs.truncate(cap);
@@ -892,35 +890,71 @@ fn address_record(name: &Name, ttl: u32, ip: IpAddr, qtype: RecordType) -> Optio
 
 /// The addresses of the first tier, ordered by weight: gateways for clusters on another
 /// network, endpoint addresses otherwise.
+/// The first tier's addresses of the asked family, per cluster with its weight, heaviest
+/// first (a cluster on another network: its gateway).
 fn first_tier_addresses(
     snap: &Snapshot,
     view: &ServiceView,
     sel: &Selection,
     qtype: RecordType,
-) -> Vec<IpAddr> {
+) -> Vec<(u32, Vec<IpAddr>)> {
     let Some(tier) = sel.tiers.first() else {
         return Vec::new();
     };
     let want_v4 = qtype == RecordType::A;
     let mut out = Vec::new();
     for member in &tier.members {
-        if member.via_gateway {
-            out.extend(
-                snap.clusters[member.cluster]
-                    .spec
-                    .gateway
-                    .iter()
-                    .map(|g| g.address),
-            );
+        let addrs: Vec<IpAddr> = if member.via_gateway {
+            snap.clusters[member.cluster]
+                .spec
+                .gateway
+                .iter()
+                .map(|g| g.address)
+                .collect()
         } else {
-            out.extend(
-                view.backends[member.backend]
-                    .answerable()
-                    .flat_map(|e| e.addresses.iter().copied()),
-            );
+            view.backends[member.backend]
+                .answerable()
+                .flat_map(|e| e.addresses.iter().copied())
+                .collect()
+        };
+        let addrs: Vec<IpAddr> = addrs
+            .into_iter()
+            .filter(|ip| ip.is_ipv4() == want_v4)
+            .collect();
+        if !addrs.is_empty() {
+            out.push((member.weight, addrs));
         }
     }
-    out.retain(|ip| ip.is_ipv4() == want_v4);
+    out
+}
+
+/// Every address, starting where rotation `r` of `rotations` starts: the rotations' first
+/// addresses are spread over the clusters in proportion to their weights (smooth weighted
+/// round-robin), and over each cluster's addresses in turn. A client that takes the first
+/// address (or a `maxAnswers` cap) so splits traffic by weight, as EDS locality weights do.
+fn weighted_rotation(groups: &[(u32, Vec<IpAddr>)], r: usize, rotations: usize) -> Vec<IpAddr> {
+    let all: Vec<IpAddr> = groups.iter().flat_map(|(_, a)| a.iter().copied()).collect();
+    if all.len() < 2 {
+        return all;
+    }
+    let total: i64 = groups.iter().map(|(w, _)| i64::from(*w)).sum();
+    let mut current = vec![0i64; groups.len()];
+    let mut turns = vec![0usize; groups.len()];
+    let mut pick = 0;
+    for _ in 0..=r.min(rotations) {
+        for (c, (w, _)) in current.iter_mut().zip(groups) {
+            *c += i64::from(*w);
+        }
+        pick = (0..groups.len())
+            .max_by_key(|&i| (current[i], std::cmp::Reverse(i)))
+            .expect("groups is not empty");
+        current[pick] -= total;
+        turns[pick] += 1;
+    }
+    let offset: usize = groups[..pick].iter().map(|(_, a)| a.len()).sum();
+    let start = offset + (turns[pick] - 1) % groups[pick].1.len();
+    let mut out = all;
+    out.rotate_left(start);
     out
 }
 

@@ -1,6 +1,7 @@
 //! Table-driven tests of the answer function, one case per DESIGN §4 rule, over a small
 //! fleet built through meridian-core's public API (no sockets).
 
+use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -485,10 +486,47 @@ fn max_answers_caps_and_rotation_changes_the_order() {
     assert_eq!(resp.answers.len(), 1);
     let a = answerer(0);
     let r0 = a.respond(&snap, &req, src, Transport::Udp, 0, Instant::now());
-    let r1 = a.respond(&snap, &req, src, Transport::Udp, 1, Instant::now());
     assert_eq!(r0.rotations, 6);
-    assert_ne!(r0.answers[0].data, r1.answers[0].data);
-    assert_eq!(r0.answers[1].data, r1.answers[0].data);
+    // Weights are ready endpoints here: over a full cycle every address comes first once.
+    let firsts: HashSet<String> = (0..6)
+        .map(|r| {
+            let resp = a.respond(&snap, &req, src, Transport::Udp, r, Instant::now());
+            assert_eq!(resp.answers.len(), 6);
+            resp.answers[0].data.to_string()
+        })
+        .collect();
+    assert_eq!(firsts.len(), 6, "{firsts:?}");
+}
+
+#[test]
+fn rotations_start_at_clusters_in_proportion_to_their_weights() {
+    let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+    let groups = vec![
+        (70, vec![ip("10.1.0.1"), ip("10.1.0.2")]),
+        (15, vec![ip("10.2.0.1")]),
+        (15, vec![ip("10.3.0.1")]),
+    ];
+    let firsts: Vec<IpAddr> = (0..16)
+        .map(|r| weighted_rotation(&groups, r, 16)[0])
+        .collect();
+    let count = |prefix: &str| {
+        firsts
+            .iter()
+            .filter(|a| a.to_string().starts_with(prefix))
+            .count()
+    };
+    // 16 × 70 % = 11.2 and 16 × 15 % = 2.4: each within one of its share.
+    for (prefix, share) in [("10.1.", 11.2), ("10.2.", 2.4), ("10.3.", 2.4)] {
+        assert!(
+            (count(prefix) as f64 - share).abs() < 1.0,
+            "{prefix}: {firsts:?}"
+        );
+    }
+    // The heavy cluster's two addresses take turns.
+    let first = firsts.iter().filter(|a| **a == ip("10.1.0.1")).count();
+    assert!(first.abs_diff(count("10.1.") - first) <= 1, "{firsts:?}");
+    // Every rotation still holds every address.
+    assert!((0..16).all(|r| weighted_rotation(&groups, r, 16).len() == 4));
 }
 
 #[test]
