@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use meridian_core::{ClusterId, ClusterObjects, ClusterSpec, Policy};
@@ -122,6 +122,31 @@ fn add_policy(hub: &mut Hub, file: PathBuf, csp: &ClusterSchedulingPolicy) {
     }
 }
 
+/// A policy edited into an invalid one keeps its last valid version serving (the edit is
+/// reported, and nothing moves until it is fixed); a policy deleted from the hub goes.
+/// `served` is what the previous read served, updated to what this one serves.
+pub fn keep_last_valid_policies(mut hub: Hub, served: &mut Vec<Policy>) -> Hub {
+    for previous in served.drain(..) {
+        if hub.policies.iter().any(|p| p.key == previous.key) {
+            continue;
+        }
+        let object = format!("ClusterSchedulingPolicy {}", previous.key);
+        let mut rejected = false;
+        for e in hub.errors.iter_mut().filter(|e| e.object == object) {
+            rejected = true;
+            e.reason = format!(
+                "{}; its last valid version keeps serving",
+                e.reason.trim_end_matches("; the policy is not used")
+            );
+        }
+        if rejected {
+            hub.policies.push(previous);
+        }
+    }
+    served.clone_from(&hub.policies);
+    hub
+}
+
 /// Converts what a member directory held into the cluster's objects; problems name the object.
 pub fn member_objects(loaded: Loaded) -> (ClusterObjects, Vec<ManifestError>) {
     let mut objects = ClusterObjects::default();
@@ -199,11 +224,83 @@ fn fingerprint(dir: &Path) -> Option<Vec<(PathBuf, u64, SystemTime)>> {
     Some(out)
 }
 
-/// An inotify watch on a directory that may not exist yet; `arm` retries until it does.
+/// One inotify instance for every watched directory, shared by all sources: the kernel allows
+/// 128 instances per user by default, and a fleet can have more members than that (beyond it,
+/// members would fall back to polling every heartbeat).
+struct SharedWatcher {
+    watcher: Mutex<Option<notify::RecommendedWatcher>>,
+    /// Who wants to hear about changes under which directory.
+    subscribers: Arc<Mutex<Vec<Subscriber>>>,
+}
+
+/// A directory and the source waiting on it (gone when the source ends).
+type Subscriber = (PathBuf, Weak<Notify>);
+
+static SHARED_WATCHER: LazyLock<SharedWatcher> = LazyLock::new(SharedWatcher::new);
+
+impl SharedWatcher {
+    fn new() -> Self {
+        let subscribers: Arc<Mutex<Vec<Subscriber>>> = Arc::default();
+        let routes = subscribers.clone();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            // Our own reads open the files and directories (inotify IN_OPEN, IN_ACCESS): those
+            // must not count, or every read would schedule the next one.
+            let Ok(event) = event else { return };
+            if matches!(event.kind, notify::EventKind::Access(_)) {
+                return;
+            }
+            let mut routes = routes.lock().expect("poisoned");
+            routes.retain(|(_, n)| n.strong_count() > 0);
+            for (dir, notify) in routes.iter() {
+                if event.paths.iter().any(|p| p.starts_with(dir))
+                    && let Some(n) = notify.upgrade()
+                {
+                    n.notify_one();
+                }
+            }
+        });
+        let watcher = match watcher {
+            Ok(w) => Some(w),
+            Err(e) => {
+                warn!(error = %e, "cannot create an inotify watcher; directories are polled only");
+                None
+            }
+        };
+        Self {
+            watcher: Mutex::new(watcher),
+            subscribers,
+        }
+    }
+
+    /// Watches `dir` (recursively) for `notify`; false if it cannot.
+    fn watch(&self, dir: &Path, notify: &Arc<Notify>) -> bool {
+        let mut watcher = self.watcher.lock().expect("poisoned");
+        let Some(w) = watcher.as_mut() else {
+            return false;
+        };
+        // A directory that was removed and created again needs a new watch.
+        let _ = w.unwatch(dir);
+        if let Err(e) = w.watch(dir, RecursiveMode::Recursive) {
+            debug!(dir = %dir.display(), error = %e, "cannot watch directory");
+            return false;
+        }
+        let mut subscribers = self.subscribers.lock().expect("poisoned");
+        if !subscribers
+            .iter()
+            .any(|(d, n)| d == dir && n.upgrade().is_some_and(|n| Arc::ptr_eq(&n, notify)))
+        {
+            subscribers.push((dir.to_path_buf(), Arc::downgrade(notify)));
+        }
+        true
+    }
+}
+
+/// A watch on a directory that may not exist yet; `arm` retries until it does.
 struct DirWatch {
     dir: PathBuf,
     changed: Arc<Notify>,
-    watcher: Option<notify::RecommendedWatcher>,
+    watching: bool,
+    warned: bool,
 }
 
 impl DirWatch {
@@ -211,32 +308,25 @@ impl DirWatch {
         Self {
             dir,
             changed: Arc::new(Notify::new()),
-            watcher: None,
+            watching: false,
+            warned: false,
         }
     }
 
     fn arm(&mut self) {
-        if self.watcher.is_some() && self.dir.is_dir() {
+        if !self.dir.is_dir() {
+            self.watching = false;
             return;
         }
-        self.watcher = None;
-        let changed = self.changed.clone();
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            // Our own reads open the files and directories (inotify IN_OPEN, IN_ACCESS): those
-            // must not count, or every read would schedule the next one.
-            if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
-                changed.notify_one();
-            }
-        });
-        match watcher {
-            Ok(mut w) => {
-                if w.watch(&self.dir, RecursiveMode::Recursive).is_ok() {
-                    self.watcher = Some(w);
-                }
-            }
-            Err(e) => {
-                warn!(dir = %self.dir.display(), error = %e, "cannot watch directory; polling only")
-            }
+        if self.watching {
+            return;
+        }
+        // Events name paths under the watched path as given: watch the canonical one.
+        let dir = std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone());
+        self.watching = SHARED_WATCHER.watch(&dir, &self.changed);
+        if !self.watching && !self.warned {
+            self.warned = true;
+            warn!(dir = %self.dir.display(), "cannot watch directory; polling only");
         }
     }
 
@@ -257,6 +347,7 @@ pub async fn run_hub(dir: PathBuf, tx: mpsc::Sender<SourceEvent>) {
     let mut watch = DirWatch::new(dir.clone());
     let mut tasks: HashMap<ClusterId, (MemberEntry, JoinHandle<()>)> = HashMap::new();
     let mut last: Option<Vec<(PathBuf, u64, SystemTime)>> = None;
+    let mut served_policies: Vec<Policy> = Vec::new();
     let mut first = true;
     loop {
         watch.arm();
@@ -264,7 +355,7 @@ pub async fn run_hub(dir: PathBuf, tx: mpsc::Sender<SourceEvent>) {
         if first || print != last {
             first = false;
             last = print;
-            match read_hub(&dir) {
+            match read_hub(&dir).map(|hub| keep_last_valid_policies(hub, &mut served_policies)) {
                 Ok(Hub {
                     members,
                     policies,
@@ -436,5 +527,66 @@ pub async fn run_member(
             }
         }
         watch.wait(poll).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use meridian_core::{ObjectKey, Policy, TrafficPolicy};
+
+    use super::*;
+
+    fn policy(name: &str, ttl: u32) -> Policy {
+        Policy {
+            key: ObjectKey::new("shop", name),
+            created: 0,
+            selectors: vec![],
+            traffic: Arc::new(TrafficPolicy {
+                ttl: Some(ttl),
+                ..TrafficPolicy::default()
+            }),
+        }
+    }
+
+    fn rejected(name: &str) -> ManifestError {
+        ManifestError {
+            file: "hub/p.yaml".into(),
+            object: format!("ClusterSchedulingPolicy shop/{name}"),
+            reason: "unknown field(s): spec.traffic.minHealthyEndpoint".into(),
+        }
+    }
+
+    #[test]
+    fn an_invalid_edit_keeps_the_last_valid_policy_and_a_deletion_removes_it() {
+        let mut served = Vec::new();
+        let hub = |policies, errors| Hub {
+            policies,
+            errors,
+            ..Hub::default()
+        };
+        let read = keep_last_valid_policies(
+            hub(vec![policy("a", 5), policy("b", 5)], vec![]),
+            &mut served,
+        );
+        assert_eq!(read.policies.len(), 2);
+        // a is edited into something invalid; b is deleted.
+        let read = keep_last_valid_policies(hub(vec![], vec![rejected("a")]), &mut served);
+        assert_eq!(read.policies, [policy("a", 5)]);
+        assert!(
+            read.errors[0]
+                .reason
+                .ends_with("; its last valid version keeps serving")
+        );
+        // Still broken on the next read: still served.
+        let read = keep_last_valid_policies(hub(vec![], vec![rejected("a")]), &mut served);
+        assert_eq!(read.policies, [policy("a", 5)]);
+        // Fixed: the new version serves.
+        let read = keep_last_valid_policies(hub(vec![policy("a", 9)], vec![]), &mut served);
+        assert_eq!(read.policies, [policy("a", 9)]);
+        // Deleted: gone.
+        let read = keep_last_valid_policies(hub(vec![], vec![]), &mut served);
+        assert!(read.policies.is_empty());
     }
 }

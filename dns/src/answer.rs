@@ -657,7 +657,8 @@ impl Answerer {
         let sel = self.decide(snap, view, client, now);
         for (priority, tier) in sel.tiers.iter().enumerate() {
             let priority = u16::try_from(priority).unwrap_or(u16::MAX);
-            for member in &tier.members {
+            let shares = srv_weights(tier);
+            for (member, share) in tier.members.iter().zip(shares) {
                 let cluster = &snap.clusters[member.cluster];
                 let backend = &view.backends[member.backend];
                 let cluster_name = child_name(&[cluster.spec.id.as_str()], &service_name);
@@ -668,12 +669,7 @@ impl Answerer {
                     answers.push(Record::from_rdata(
                         name.clone(),
                         ttl,
-                        RData::SRV(SRV::new(
-                            priority,
-                            clamp_weight(member.weight * 100),
-                            gw.port,
-                            cluster_name.clone(),
-                        )),
+                        RData::SRV(SRV::new(priority, share, gw.port, cluster_name.clone())),
                     ));
                     additionals.extend(address_record(
                         &cluster_name,
@@ -683,9 +679,6 @@ impl Answerer {
                     ));
                     continue;
                 }
-                // Each endpoint gets an equal share of its cluster's weight, so the split
-                // between clusters is the one xDS gives.
-                let share = clamp_weight((member.weight * 100).div_ceil(member.ready.max(1)));
                 for ep in backend.answerable() {
                     let target = child_name(
                         &[&endpoint_label(ep), cluster.spec.id.as_str()],
@@ -971,8 +964,31 @@ pub fn endpoint_label(ep: &Endpoint) -> String {
     }
 }
 
-fn clamp_weight(w: u32) -> u16 {
-    u16::try_from(w.max(1)).unwrap_or(u16::MAX)
+/// The SRV weight of each record of each member of a tier. A gateway record carries its
+/// cluster's weight; an endpoint an equal share of it, so the split between clusters is the
+/// one xDS gives. Weights are ×100 (so small shares stay distinct) and scaled down together
+/// when the largest would not fit SRV's 16 bits, keeping the proportions; never 0.
+fn srv_weights(tier: &meridian_core::Tier) -> Vec<u16> {
+    let raw: Vec<u64> = tier
+        .members
+        .iter()
+        .map(|m| {
+            let total = u64::from(m.weight) * 100;
+            if m.via_gateway {
+                total
+            } else {
+                total.div_ceil(u64::from(m.ready.max(1)))
+            }
+        })
+        .collect();
+    let max = raw.iter().copied().max().unwrap_or(1).max(1);
+    let limit = u64::from(u16::MAX);
+    raw.into_iter()
+        .map(|w| {
+            let scaled = if max > limit { w * limit / max } else { w };
+            u16::try_from(scaled.max(1)).unwrap_or(u16::MAX)
+        })
+        .collect()
 }
 
 fn child_name(labels: &[&str], parent: &Name) -> Name {

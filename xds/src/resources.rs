@@ -467,6 +467,37 @@ fn normalize(localities: &mut Vec<LocalityLbEndpoints>) {
         }
         locality.priority = next - 1;
     }
+    fit_weights(localities);
+}
+
+/// The locality weights of one priority must sum to at most u32::MAX (the xDS API; gRPC
+/// refuses more): scale a priority's weights down together when they would not.
+fn fit_weights(localities: &mut [LocalityLbEndpoints]) {
+    let weight = |l: &LocalityLbEndpoints| {
+        u64::from(l.load_balancing_weight.as_ref().map_or(1, |w| w.value))
+    };
+    let mut start = 0;
+    while start < localities.len() {
+        let priority = localities[start].priority;
+        let end = start
+            + localities[start..]
+                .iter()
+                .take_while(|l| l.priority == priority)
+                .count();
+        let group = &mut localities[start..end];
+        let sum: u64 = group.iter().map(weight).sum();
+        // Leave room for the rounding up of tiny weights to 1.
+        let limit = u64::from(u32::MAX) - group.len() as u64;
+        if sum > limit {
+            for l in group.iter_mut() {
+                let scaled = (weight(l) * limit / sum).max(1);
+                l.load_balancing_weight = Some(UInt32Value {
+                    value: u32::try_from(scaled).unwrap_or(u32::MAX),
+                });
+            }
+        }
+        start = end;
+    }
 }
 
 fn eds_cluster(name: &str, gateway_sni: Option<&str>) -> Cluster {
@@ -558,7 +589,7 @@ fn cluster_localities(
         entry.1.push(lb_endpoint(
             *address,
             ep.target_port(port),
-            health_of(ep),
+            health_of(ep, backend.publish_not_ready),
             None,
         ));
     }
@@ -619,8 +650,9 @@ fn locality(cluster: &ClusterView, zone: &str) -> xcore::Locality {
 }
 
 /// DESIGN §5: ready → HEALTHY, serving and terminating → DRAINING, anything else UNHEALTHY.
-fn health_of(ep: &Endpoint) -> xcore::HealthStatus {
-    if ep.ready {
+/// A service that publishes not-ready addresses gets them as HEALTHY, as DNS answers them.
+fn health_of(ep: &Endpoint, publish_not_ready: bool) -> xcore::HealthStatus {
+    if ep.is_answerable(publish_not_ready) {
         xcore::HealthStatus::Healthy
     } else if ep.serving && ep.terminating {
         xcore::HealthStatus::Draining
