@@ -195,12 +195,7 @@ impl Xds {
         mut inbound: Streaming<P::Request>,
         out: mpsc::Sender<Result<P::Response, Status>>,
     ) {
-        if !self.admission.try_take() {
-            self.metrics.admission_waits.inc();
-            self.metrics.admission_waiting.inc();
-            self.admission.wait().await;
-            self.metrics.admission_waiting.dec();
-        }
+        self.admit().await;
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let machine = Arc::new(Mutex::new(P::default()));
         self.streams
@@ -208,21 +203,13 @@ impl Xds {
             .expect("poisoned")
             .insert(id, machine.clone());
         let mut views = self.views.clone();
-        let mut group: Option<Group> = None;
-        let mut labels: Option<StreamLabels> = None;
-        let mut subscribed: Vec<&'static str> = Vec::new();
+        let mut open: Option<OpenStream> = None;
         let end = loop {
             let step = tokio::select! {
                 msg = inbound.message() => match msg {
                     Ok(Some(req)) => {
-                        if group.is_none() && let Some(node) = P::node_of(&req) {
-                            let info = NodeInfo::from_node(node.clone());
-                            let view = self.resources_for(&views.borrow_and_update(), &info.group);
-                            machine.lock().expect("poisoned").on_view(view, Instant::now());
-                            labels = Some(self.stream_labels(P::NAME, &info.group));
-                            self.metrics.streams.get_or_create(labels.as_ref().expect("set")).inc();
-                            debug!(stream = id, node = %info.id, group = %info.group, protocol = P::NAME, "xDS stream opened");
-                            group = Some(info.group);
+                        if open.is_none() && let Some(node) = P::node_of(&req) {
+                            open = Some(self.open_stream::<P>(id, node, &machine, &mut views));
                         }
                         match machine.lock().expect("poisoned").on_request(&req, Instant::now()) {
                             Ok(step) => step,
@@ -235,58 +222,107 @@ impl Xds {
                         break None;
                     }
                 },
-                changed = views.changed(), if group.is_some() => {
+                changed = views.changed(), if open.is_some() => {
                     if changed.is_err() {
                         break None;
                     }
                     let snapshot = views.borrow_and_update().clone();
-                    let view = self.resources_for(&snapshot, group.as_ref().expect("checked"));
+                    let group = &open.as_ref().expect("checked").group;
+                    let view = self.resources_for(&snapshot, group);
                     machine.lock().expect("poisoned").on_view(view, Instant::now())
                 }
             };
-            self.count(&step.events);
-            for event in &step.events {
-                if let Event::Subscribed { kind } = event {
-                    subscribed.push(kind.short());
-                }
+            if let Some(open) = open.as_mut() {
+                open.subscribed.extend(self.count(&step.events));
+            } else {
+                self.count(&step.events);
             }
-            let mut closed = false;
-            for response in step.responses {
-                self.metrics
-                    .pushes
-                    .get_or_create(&type_labels(P::type_url_of(&response)))
-                    .inc();
-                if out.send(Ok(response)).await.is_err() {
-                    closed = true;
-                    break;
-                }
-            }
-            if closed {
+            if !self.send::<P>(&out, step.responses).await {
                 break None;
             }
         };
         if let Some(error) = end {
-            let reason = match error {
-                StreamError::MissingNode => "missing_node",
-                StreamError::UnknownType(_) => "unknown_type",
-            };
+            self.refuse(id, error, &out).await;
+        }
+        self.close_stream(id, open);
+    }
+
+    /// Waits for admission: a reconnect storm queues here.
+    async fn admit(&self) {
+        if !self.admission.try_take() {
+            self.metrics.admission_waits.inc();
+            self.metrics.admission_waiting.inc();
+            self.admission.wait().await;
+            self.metrics.admission_waiting.dec();
+        }
+    }
+
+    /// The stream's first node: its group, its first view, its metrics.
+    fn open_stream<P: Protocol>(
+        &self,
+        id: u64,
+        node: &Node,
+        machine: &Mutex<P>,
+        views: &mut watch::Receiver<Arc<Snapshot>>,
+    ) -> OpenStream {
+        let info = NodeInfo::from_node(node.clone());
+        let view = self.resources_for(&views.borrow_and_update(), &info.group);
+        machine
+            .lock()
+            .expect("poisoned")
+            .on_view(view, Instant::now());
+        let labels = self.stream_labels(P::NAME, &info.group);
+        self.metrics.streams.get_or_create(&labels).inc();
+        debug!(stream = id, node = %info.id, group = %info.group, protocol = P::NAME, "xDS stream opened");
+        OpenStream {
+            group: info.group,
+            labels,
+            subscribed: Vec::new(),
+        }
+    }
+
+    /// Sends responses in order; false once the client is gone.
+    async fn send<P: Protocol>(
+        &self,
+        out: &mpsc::Sender<Result<P::Response, Status>>,
+        responses: Vec<P::Response>,
+    ) -> bool {
+        for response in responses {
             self.metrics
-                .stream_errors
-                .get_or_create(&ReasonLabels { reason })
+                .pushes
+                .get_or_create(&type_labels(P::type_url_of(&response)))
                 .inc();
-            warn!(stream = id, %error, "xDS stream refused");
-            let _ = out
-                .send(Err(Status::invalid_argument(error.to_string())))
-                .await;
+            if out.send(Ok(response)).await.is_err() {
+                return false;
+            }
         }
-        if let Some(labels) = labels {
-            self.metrics.streams.get_or_create(&labels).dec();
-        }
-        for resource in subscribed {
-            self.metrics
-                .subscriptions
-                .get_or_create(&TypeLabels { resource })
-                .dec();
+        true
+    }
+
+    async fn refuse<R>(&self, id: u64, error: StreamError, out: &mpsc::Sender<Result<R, Status>>) {
+        let reason = match error {
+            StreamError::MissingNode => "missing_node",
+            StreamError::UnknownType(_) => "unknown_type",
+        };
+        self.metrics
+            .stream_errors
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+        warn!(stream = id, %error, "xDS stream refused");
+        let _ = out
+            .send(Err(Status::invalid_argument(error.to_string())))
+            .await;
+    }
+
+    fn close_stream(&self, id: u64, open: Option<OpenStream>) {
+        if let Some(open) = open {
+            self.metrics.streams.get_or_create(&open.labels).dec();
+            for resource in open.subscribed {
+                self.metrics
+                    .subscriptions
+                    .get_or_create(&TypeLabels { resource })
+                    .dec();
+            }
         }
         self.streams.lock().expect("poisoned").remove(&id);
     }
@@ -313,7 +349,9 @@ impl Xds {
         self.metrics.failing_back.inc_by(stats.failing_back);
     }
 
-    fn count(&self, events: &[Event]) {
+    /// Counts a step's events; returns the types newly subscribed to.
+    fn count(&self, events: &[Event]) -> Vec<&'static str> {
+        let mut subscribed = Vec::new();
         for event in events {
             match event {
                 Event::Subscribed { kind } => {
@@ -323,6 +361,7 @@ impl Xds {
                             resource: kind.short(),
                         })
                         .inc();
+                    subscribed.push(kind.short());
                 }
                 Event::Ack { kind, latency } => {
                     self.metrics
@@ -352,7 +391,16 @@ impl Xds {
                 }
             }
         }
+        subscribed
     }
+}
+
+/// A stream whose node is known.
+struct OpenStream {
+    group: Group,
+    labels: StreamLabels,
+    /// Types it subscribed to, to take off the gauge when it ends.
+    subscribed: Vec<&'static str>,
 }
 
 /// The group as far as it changes what a node receives: a cluster the fleet does not know is
