@@ -24,7 +24,7 @@ use ipnet::IpNet;
 use libfuzzer_sys::fuzz_target;
 use meridian_core::{
     ClusterId, ClusterObjects, ClusterSpec, Endpoint, Export, Gateway, Import, Index, Locality, ObjectKey, Port,
-    Protocol, Registry, Service, Slice, Snapshot, TrafficPolicy,
+    Policies, Protocol, Registry, Service, Slice, Snapshot,
 };
 use meridian_dns::{Dns, DnsConfig};
 use tokio::sync::watch;
@@ -126,7 +126,7 @@ fn payments(objects: &mut ClusterObjects, created: i64, third_octet: u8, zone: &
     let ports = vec![port("http", 8080, Protocol::Tcp), port("grpc", 9090, Protocol::Tcp)];
     let slice_ports: Arc<[Port]> = ports.clone().into();
     objects.services.push((key("payments"), service(false, ports)));
-    objects.exports.push((key("payments"), Export { created }));
+    objects.exports.push((key("payments"), Export { created, ..Export::default() }));
     let mut terminating = endpoint(v4(127, 1, third_octet, 3), None, Some(zone), &slice_ports);
     terminating.ready = false;
     terminating.terminating = true;
@@ -147,7 +147,7 @@ fn db(objects: &mut ClusterObjects, slice_name: &str, endpoints: &[(&str, IpAddr
     let ports = vec![port("postgres", 5432, Protocol::Tcp)];
     let slice_ports: Arc<[Port]> = ports.clone().into();
     objects.services.push((key("db"), service(true, ports)));
-    objects.exports.push((key("db"), Export { created: 0 }));
+    objects.exports.push((key("db"), Export { created: 0, ..Export::default() }));
     objects.slices.push((
         key(slice_name),
         slice("db", endpoints.iter().map(|(h, a)| endpoint(*a, Some(h), None, &slice_ports)).collect()),
@@ -177,7 +177,7 @@ fn snapshot() -> Snapshot {
     let big_ports = vec![port("http", 80, Protocol::Tcp), port("dns", 53, Protocol::Udp)];
     let big_slice_ports: Arc<[Port]> = big_ports.clone().into();
     objects.services.push((key("big"), service(false, big_ports)));
-    objects.exports.push((key("big"), Export { created: 5 }));
+    objects.exports.push((key("big"), Export { created: 5, ..Export::default() }));
     objects.slices.push((
         key("big-v4"),
         slice("big", (1..=40).map(|i| endpoint(v4(127, 1, 4, i), None, None, &big_slice_ports)).collect()),
@@ -202,7 +202,7 @@ fn snapshot() -> Snapshot {
             ..service(false, vec![port("http", 80, Protocol::Tcp)])
         },
     ));
-    objects.exports.push((key("cart"), Export { created: 0 }));
+    objects.exports.push((key("cart"), Export { created: 0, ..Export::default() }));
     objects
         .slices
         .push((key("cart-v4"), slice("cart", vec![endpoint(v4(127, 1, 2, 21), None, None, &cart_ports)])));
@@ -231,7 +231,7 @@ fn snapshot() -> Snapshot {
             ..service(false, Vec::new())
         },
     ));
-    objects.exports.push((key("legacy"), Export { created: 0 }));
+    objects.exports.push((key("legacy"), Export { created: 0, ..Export::default() }));
     index.reset(&us1.id, objects);
 
     for spec in [eu1, eu2, us1] {
@@ -239,7 +239,7 @@ fn snapshot() -> Snapshot {
         registry.upsert(spec, now);
         registry.heartbeat_ok(&id, now);
     }
-    let snap = Snapshot::build(1, &index, &registry, &Arc::new(TrafficPolicy::default()));
+    let snap = Snapshot::build(1, &index, &registry, &Policies::default());
     assert!(snap.synced);
     assert_eq!(snap.service_count(), 4, "payments, db, big, cart");
     snap
