@@ -1,7 +1,7 @@
 """Measures the time from a change on disk to (a) a new DNS answer and (b) an xDS push, on a
 running meridian serving a large directory fleet (bench/change.sh starts it).
 
-    python3 bench/change.py FLEET DNS_PORT XDS_PORT ADMIN_PORT CHANGES
+    python3 bench/change.py FLEET DNS_PORT XDS_PORT ADMIN_PORT CHANGES [FIRST]
 
 For each change, a new exported service (one endpoint) is appended to clusters/c000/services.yaml
 with an atomic rename, as editors and sync tools write files. Meanwhile a DNS client polls the new
@@ -24,6 +24,8 @@ import ads  # noqa: E402  (the raw ADS client of the e2e tests)
 
 fleet, dns_port, xds_port, admin_port, changes = (
     Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+# New names start here (a kept fleet already holds the earlier ones).
+FIRST = int(sys.argv[6]) if len(sys.argv) > 6 else 0
 SERVICES = fleet / "clusters" / "c000" / "services.yaml"
 NAMESPACE = "team00-0"
 
@@ -66,11 +68,11 @@ def main():
     stream = ads.AdsStream(xds_port)
     node = ads.node("bench-envoy", "c001", "net-r1")
     dns_ms, xds_ms = [], []
-    for i in range(changes):
+    for i in range(FIRST, FIRST + changes):
         name = f"chg{i:03d}.{NAMESPACE}.global"
         eds_name = f"{name}:80"
         # Subscribe first: answered at once without the absent resource.
-        stream.send(ads.request(ads.EDS, [eds_name], node=node if i == 0 else None))
+        stream.send(ads.request(ads.EDS, [eds_name], node=node if i == FIRST else None))
         first = stream.recv_type(ads.EDS, timeout=60)
         assert eds_name not in ads.decode(first), f"{eds_name} exists before the change"
         stream.send(ads.ack(first, [eds_name]))

@@ -38,7 +38,7 @@ python3 bench/fleet.py "$WORK" "$CLUSTERS" "$ENDPOINTS" "$PER_SERVICE"
 DNS_PORT=$(free_port)
 ADMIN_PORT=$(free_port)
 XDS_PORT=$(free_port)
-MERIDIAN_LOG=warn "$MERIDIAN" serve --config "$WORK/fleet/meridian.yaml" \
+MERIDIAN_LOG=${MERIDIAN_LOG:-warn} "$MERIDIAN" serve --config "$WORK/fleet/meridian.yaml" \
     --dns-listen "127.0.0.1:$DNS_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
     --xds-listen "127.0.0.1:$XDS_PORT" --xds-debounce-ms "$XDS_DEBOUNCE_MS" \
     >>"$WORK/meridian.log" 2>&1 &

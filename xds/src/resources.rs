@@ -199,6 +199,7 @@ impl Resources {
         };
         self.by_kind = prev.by_kind.clone();
         self.per_service = prev.per_service.clone();
+        let mut with_items = 0;
         for service in snapshot.services() {
             // A policy with failback or withdraw windows decides differently as time passes.
             let unchanged = !service.policy.depends_on_time()
@@ -210,6 +211,12 @@ impl Resources {
                 let items = make(service);
                 self.set_service(service, items);
             }
+            with_items += usize::from(unchanged || self.per_service.contains_key(&service.key));
+        }
+        // Every service of the snapshot that has items is in `per_service`: equal counts mean
+        // no other (removed) service is, which spares a lookup per service.
+        if with_items == self.per_service.len() {
+            return;
         }
         let gone: Vec<ObjectKey> = self
             .per_service

@@ -110,9 +110,12 @@ impl Xds {
             config,
             views,
             latest_snapshot,
+            // Entries are whole resource sets; older versions are invalidated as newer ones
+            // are built, so this holds about one per node group.
             cache: Cache::builder()
-                .max_capacity(4096)
+                .max_capacity(1024)
                 .time_to_idle(Duration::from_secs(600))
+                .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .build(),
             latest: Mutex::new(HashMap::new()),
             streams: Mutex::new(HashMap::new()),
@@ -143,8 +146,11 @@ impl Xds {
             if latest
                 .get(&group)
                 .is_none_or(|p| p.snapshot_version < built.snapshot_version)
+                && let Some(older) = latest.insert(group.clone(), built.clone())
             {
-                latest.insert(group, built.clone());
+                // Streams only ever ask for the newest version: an older one is dead weight
+                // (a full set of resources per group and version).
+                self.cache.invalidate(&(group, older.snapshot_version));
             }
             built
         })
