@@ -2,21 +2,31 @@
 //! gateway's listener needs `tls_inspector` and `tcp_proxy`. Field numbers are those of the
 //! upstream protos (envoy/extensions/filters/{listener/tls_inspector,network/tcp_proxy}/v3).
 
+/// The protobuf name and `type.googleapis.com/` type URL of a hand-written message.
+macro_rules! named {
+    ($message:ident, $package:literal) => {
+        impl prost::Name for $message {
+            const NAME: &'static str = stringify!($message);
+            const PACKAGE: &'static str = $package;
+            fn full_name() -> String {
+                format!("{}.{}", Self::PACKAGE, Self::NAME)
+            }
+            fn type_url() -> String {
+                format!("type.googleapis.com/{}", Self::full_name())
+            }
+        }
+    };
+}
+
 /// `envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector`: reads the SNI of a
 /// ClientHello so that filter chains can match on `server_names`. No fields are needed.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TlsInspector {}
 
-impl prost::Name for TlsInspector {
-    const NAME: &'static str = "TlsInspector";
-    const PACKAGE: &'static str = "envoy.extensions.filters.listener.tls_inspector.v3";
-    fn full_name() -> String {
-        format!("{}.{}", Self::PACKAGE, Self::NAME)
-    }
-    fn type_url() -> String {
-        format!("type.googleapis.com/{}", Self::full_name())
-    }
-}
+named!(
+    TlsInspector,
+    "envoy.extensions.filters.listener.tls_inspector.v3"
+);
 
 /// `envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy`, the fields a passthrough uses.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -35,16 +45,7 @@ pub mod tcp_proxy {
     }
 }
 
-impl prost::Name for TcpProxy {
-    const NAME: &'static str = "TcpProxy";
-    const PACKAGE: &'static str = "envoy.extensions.filters.network.tcp_proxy.v3";
-    fn full_name() -> String {
-        format!("{}.{}", Self::PACKAGE, Self::NAME)
-    }
-    fn type_url() -> String {
-        format!("type.googleapis.com/{}", Self::full_name())
-    }
-}
+named!(TcpProxy, "envoy.extensions.filters.network.tcp_proxy.v3");
 
 /// `envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext`, only its `sni`: a
 /// connection to a gateway is TLS that names the service it wants (xds-api 0.2 generates the
@@ -55,13 +56,7 @@ pub struct UpstreamTlsContext {
     pub sni: String,
 }
 
-impl prost::Name for UpstreamTlsContext {
-    const NAME: &'static str = "UpstreamTlsContext";
-    const PACKAGE: &'static str = "envoy.extensions.transport_sockets.tls.v3";
-    fn full_name() -> String {
-        format!("{}.{}", Self::PACKAGE, Self::NAME)
-    }
-    fn type_url() -> String {
-        format!("type.googleapis.com/{}", Self::full_name())
-    }
-}
+named!(
+    UpstreamTlsContext,
+    "envoy.extensions.transport_sockets.tls.v3"
+);
