@@ -408,7 +408,7 @@ fn traffic_policy(p: &GenPolicy) -> TrafficPolicy {
             .iter()
             .enumerate()
             .map(|(i, clusters)| AffinityTier {
-                name: format!("a{i}"),
+                name: format!("a{i}").into(),
                 clusters: clusters.clone(),
             })
             .collect(),

@@ -35,7 +35,7 @@ pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, 
             &mut problems,
         ) {
             affinities.push(core::AffinityTier {
-                name: a.name.clone(),
+                name: a.name.as_str().into(),
                 clusters,
             });
         }

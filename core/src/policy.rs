@@ -68,7 +68,8 @@ impl ClusterSet {
 /// One of `placement.clusterAffinities`: a named, ordered tier.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AffinityTier {
-    pub name: String,
+    /// Shared with every decision that names this tier.
+    pub name: Arc<str>,
     pub clusters: ClusterSet,
 }
 

@@ -12,6 +12,7 @@
 //!           ─► spill  (a tier below minHealthyEndpoints merges into the next)
 //! ```
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -132,7 +133,7 @@ pub enum TierReason {
     /// The client's cluster is unknown: every cluster in one tier.
     Everyone,
     /// One of the policy's `clusterAffinities`, by name.
-    Affinity(String),
+    Affinity(Arc<str>),
     /// Mode Weighted: every cluster.
     Weighted,
     /// Clusters that recovered less than `failbackAfterSeconds` ago.
@@ -240,7 +241,9 @@ pub fn select_on_network(
     let policy = &service.policy;
     let client_view = client.and_then(|c| snapshot.clusters.get(c));
     let mut selection = Selection::default();
-    let mut buckets = initial_buckets(policy, client_view.is_some());
+    let reasons = tier_reasons(policy, client_view.is_some());
+    // (tier index, member): one allocation for the whole decision, sorted into tiers below.
+    let mut placed: Vec<(usize, Member)> = Vec::with_capacity(service.backends.len());
     for (i, backend) in service.backends.iter().enumerate() {
         let Some(cluster) = snapshot.clusters.get(backend.cluster) else {
             continue;
@@ -275,7 +278,7 @@ pub fn select_on_network(
             ready: backend.ready,
             via_gateway,
         };
-        let last = buckets.len() - 1;
+        let last = reasons.len() - 1;
         let bucket = if prefers_no_schedule(cluster, policy) {
             last
         } else if failing_back(cluster, backend, policy, now) {
@@ -290,15 +293,21 @@ pub fn select_on_network(
                 (Mode::Locality, _, _) => 0,
             }
         };
-        buckets[bucket].1.push(member);
+        placed.push((bucket, member));
     }
-    spill_into_tiers(&mut selection, buckets, policy.min_healthy_endpoints);
+    placed.sort_by_key(|(bucket, _)| *bucket);
+    spill_into_tiers(
+        &mut selection,
+        &reasons,
+        &placed,
+        policy.min_healthy_endpoints,
+    );
     selection
 }
 
 /// The tiers a member can land in, in priority order; the last two are always FailingBack
 /// and PreferNoSchedule.
-fn initial_buckets(policy: &TrafficPolicy, client_known: bool) -> Vec<(TierReason, Vec<Member>)> {
+fn tier_reasons(policy: &TrafficPolicy, client_known: bool) -> Vec<TierReason> {
     let mut reasons: Vec<TierReason> = match policy.mode {
         Mode::Locality if client_known => vec![
             TierReason::ClientCluster,
@@ -310,13 +319,13 @@ fn initial_buckets(policy: &TrafficPolicy, client_known: bool) -> Vec<(TierReaso
         Mode::Tiers => policy
             .affinities
             .iter()
-            .map(|t| TierReason::Affinity(t.name.clone()))
+            .map(|t| TierReason::Affinity(Arc::clone(&t.name)))
             .collect(),
         Mode::Weighted => vec![TierReason::Weighted],
     };
     reasons.push(TierReason::FailingBack);
     reasons.push(TierReason::PreferNoSchedule);
-    reasons.into_iter().map(|r| (r, Vec::new())).collect()
+    reasons
 }
 
 /// DESIGN §3 failback: a cluster that came back (from Unreachable, or to having ready
@@ -395,22 +404,23 @@ fn locality_bucket(client: usize, cv: &ClusterView, idx: usize, cluster: &Cluste
 /// endpoints into the next one (each cluster keeps its own weight).
 fn spill_into_tiers(
     selection: &mut Selection,
-    buckets: Vec<(TierReason, Vec<Member>)>,
+    reasons: &[TierReason],
+    placed: &[(usize, Member)],
     min_healthy: u32,
 ) {
     let mut pending: Option<Tier> = None;
-    let non_empty: Vec<_> = buckets.into_iter().filter(|(_, m)| !m.is_empty()).collect();
-    let last = non_empty.len().saturating_sub(1);
-    for (i, (reason, members)) in non_empty.into_iter().enumerate() {
+    let mut runs = placed.chunk_by(|a, b| a.0 == b.0).peekable();
+    while let Some(run) = runs.next() {
+        let is_last = runs.peek().is_none();
         let tier = pending.get_or_insert_with(|| Tier {
-            reasons: Vec::new(),
-            members: Vec::new(),
+            reasons: Vec::with_capacity(1),
+            members: Vec::with_capacity(run.len()),
             ready: 0,
         });
-        tier.reasons.push(reason);
-        tier.ready += members.iter().map(|m| m.ready).sum::<u32>();
-        tier.members.extend(members);
-        if tier.ready >= min_healthy || i == last {
+        tier.reasons.push(reasons[run[0].0].clone());
+        tier.ready += run.iter().map(|(_, m)| m.ready).sum::<u32>();
+        tier.members.extend(run.iter().map(|(_, m)| m.clone()));
+        if tier.ready >= min_healthy || is_last {
             let mut tier = pending.take().expect("pending tier");
             tier.members
                 .sort_by(|a, b| b.weight.cmp(&a.weight).then(a.cluster.cmp(&b.cluster)));

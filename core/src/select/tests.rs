@@ -1390,7 +1390,7 @@ mod policies {
             vec![],
         );
         let s1 = Snapshot::build(1, &fleet.index, &fleet.registry, &policies);
-        let mut rebuild = |fleet: &mut Fleet, prev: &Snapshot, version, ready: u8, at| {
+        let rebuild = |fleet: &mut Fleet, prev: &Snapshot, version, ready: u8, at| {
             let eps = (0..ready)
                 .map(|i| ep(IpAddr::V4(Ipv4Addr::new(10, 0, 0, i)), true))
                 .collect();
