@@ -227,7 +227,7 @@ mod tests {
         assert_eq!(
             t.affinities
                 .iter()
-                .map(|a| a.name.as_str())
+                .map(|a| &*a.name)
                 .collect::<Vec<_>>(),
             ["eu", "us"]
         );
