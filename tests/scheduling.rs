@@ -995,6 +995,25 @@ fn filtered_clusters_appear_nowhere(g: &GenCase, w: &World) -> Result<(), TestCa
             );
         }
     }
+    // Nor by its own name: `<cluster>.web.shop.global` answers nothing for a filtered cluster.
+    for &c in &filtered {
+        let own = ask(
+            &w.answerer,
+            &w.snap,
+            &format!("{}.{A_NAME}", name(c)),
+            RecordType::A,
+            src,
+            0,
+            w.now,
+        );
+        prop_assert!(
+            a_records(&own).is_empty(),
+            "{}.{} answers {:?} though the decision filters it",
+            name(c),
+            A_NAME,
+            a_records(&own)
+        );
+    }
     let srv = ask(
         &w.answerer,
         &w.snap,

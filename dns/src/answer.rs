@@ -493,7 +493,9 @@ impl Answerer {
                 let Some(backend) = view.backend_of(ci) else {
                     return Found::NxDomain;
                 };
-                let withdrawn = snap.clusters[ci].withdrawn;
+                // A cluster the decision filters out (withdrawn, drained by a taint, outside
+                // the policy's tiers, weight 0, unreachable network) is not named either.
+                let filtered = is_filtered(snap, view, client, ci, now);
                 let via_gateway = client.is_some_and(|c| {
                     snap.clusters[c].spec.network != snap.clusters[ci].spec.network
                 });
@@ -501,7 +503,7 @@ impl Answerer {
                     // Per-cluster names exist only above headless hostnames (the MCS spec
                     // forbids them for ClusterSetIP services), and as the SRV target of a
                     // cluster reached through its gateway.
-                    if !view.headless || backend.ready == 0 || withdrawn {
+                    if !view.headless || backend.ready == 0 || filtered {
                         return Found::NxDomain;
                     }
                     let gateway = snap.clusters[ci]
@@ -517,7 +519,7 @@ impl Answerer {
                             .collect(),
                     );
                 }
-                if withdrawn || !is_address(qtype) {
+                if filtered || !is_address(qtype) {
                     return Found::nodata();
                 }
                 let ttl = view.policy.ttl.unwrap_or(ttl);
@@ -559,7 +561,13 @@ impl Answerer {
                 let Some(backend) = view.backend_of(ci) else {
                     return Found::NxDomain;
                 };
-                if snap.clusters[ci].withdrawn {
+                // A hostname is an explicit address (a StatefulSet member): the policy's
+                // filters apply, the client's network is its own business.
+                let held_back = select(snap, view, client, now).filtered.iter().any(|f| {
+                    f.cluster == ci
+                        && f.reason != meridian_core::FilterReason::OtherNetworkNoGateway
+                });
+                if held_back {
                     return Found::NxDomain;
                 }
                 let Some(ep) = backend.answerable().find(|e| endpoint_label(e) == host) else {
@@ -883,6 +891,20 @@ fn address_record(name: &Name, ttl: u32, ip: IpAddr, qtype: RecordType) -> Optio
 
 /// The addresses of the first tier, ordered by weight: gateways for clusters on another
 /// network, endpoint addresses otherwise.
+/// Whether the scheduling decision for this client leaves cluster `ci` out of `view`.
+fn is_filtered(
+    snap: &Snapshot,
+    view: &ServiceView,
+    client: Option<usize>,
+    ci: usize,
+    now: Instant,
+) -> bool {
+    select(snap, view, client, now)
+        .filtered
+        .iter()
+        .any(|f| f.cluster == ci)
+}
+
 /// The first tier's addresses of the asked family, per cluster with its weight, heaviest
 /// first (a cluster on another network: its gateway).
 fn first_tier_addresses(
