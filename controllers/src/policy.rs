@@ -225,10 +225,7 @@ mod tests {
         assert_eq!(t.source.as_deref(), Some("shop/p"));
         assert_eq!(t.mode, core::Mode::Tiers);
         assert_eq!(
-            t.affinities
-                .iter()
-                .map(|a| &*a.name)
-                .collect::<Vec<_>>(),
+            t.affinities.iter().map(|a| &*a.name).collect::<Vec<_>>(),
             ["eu", "us"]
         );
         assert_eq!(t.weights[0].weight, 0);
