@@ -1,6 +1,8 @@
 //! The whole app in-process (`App::start`), on loopback, against a copy of the quickstart
 //! fleet: DNS over real UDP and TCP sockets, changes on disk, the hot path's byte identity.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -8,49 +10,10 @@ use std::time::{Duration, Instant};
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use meridian::app::App;
-use meridian::cli::ServeArgs;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 async fn start(dir: &Path) -> App {
-    copy_dir(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart"),
-        dir,
-    );
-    let config = dir.join("meridian.yaml");
-    let args = ServeArgs::from_args([
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--dns-listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--xds-listen",
-        "127.0.0.1:0",
-    ])
-    .unwrap();
-    let app = App::start(meridian::config::load(&args).unwrap())
-        .await
-        .unwrap();
-    let mut rx = app.snapshots.clone();
-    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| s.synced))
-        .await
-        .unwrap()
-        .unwrap();
-    app
+    common::start_quickstart(dir, &[]).await
 }
 
 fn query(id: u16, name: &str, qtype: RecordType, edns: bool) -> Vec<u8> {

@@ -2,11 +2,12 @@
 //! client: what nodes of each kind receive from the quickstart fleet, pushes after a change on
 //! disk, and TLS (mutual and not). gRPC's own xDS clients are exercised by tests/e2e.
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
 use meridian::app::App;
-use meridian::cli::ServeArgs;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -22,49 +23,10 @@ const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 async fn start(dir: &Path, extra: &[&str]) -> App {
-    copy_dir(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart"),
-        dir,
-    );
-    let config = dir.join("meridian.yaml");
-    let mut argv = vec![
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--dns-listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--xds-listen",
-        "127.0.0.1:0",
-        "--xds-debounce-ms",
-        "20",
-    ];
-    argv.extend_from_slice(extra);
-    let args = ServeArgs::from_args(argv).unwrap();
-    let app = App::start(meridian::config::load(&args).unwrap())
-        .await
-        .unwrap();
-    let mut rx = app.snapshots.clone();
-    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| s.synced))
-        .await
-        .unwrap()
-        .unwrap();
-    app
+    let mut args = vec!["--xds-debounce-ms", "20"];
+    args.extend_from_slice(extra);
+    common::start_quickstart(dir, &args).await
 }
 
 fn node(id: &str, cluster: &str, user_agent: &str, role: Option<&str>) -> Node {
