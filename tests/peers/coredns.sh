@@ -36,24 +36,9 @@ works() {
     [ -x "$BIN" ] && "$BIN" -version 2>/dev/null | grep -q "CoreDNS-${VERSION#v}"
 }
 
-if works; then
-    echo "$BIN"
-    exit 0
-fi
-
-command -v go >/dev/null 2>&1 || die "the Go toolchain ('go') is not installed; CoreDNS $VERSION is built from source"
-
-mkdir -p "$DIR" || die "cannot create $DIR"
-
-# One build at a time (pytest workers or two shells may ask at once).
-exec 9>"$DIR/.lock"
-if command -v flock >/dev/null 2>&1; then
-    flock 9 || die "cannot lock $DIR/.lock"
-fi
-if works; then
-    echo "$BIN"
-    exit 0
-fi
+# shellcheck source=tests/peers/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+peer_reuse_or_lock "CoreDNS $VERSION" works "$BIN"
 
 SRC="$DIR/src"
 rm -rf "$SRC"

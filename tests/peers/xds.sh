@@ -51,22 +51,9 @@ built() {
     done
 }
 
-if built; then
-    echo "$DIR"
-    exit 0
-fi
-
-mkdir -p "$DIR" || die "cannot create $DIR"
-
-# One build at a time (pytest workers or two shells may ask at once).
-exec 9>"$DIR/.lock"
-if command -v flock >/dev/null 2>&1; then
-    flock 9 || die "cannot lock $DIR/.lock"
-fi
-if built; then
-    echo "$DIR"
-    exit 0
-fi
+# shellcheck source=tests/peers/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+peer_reuse_or_lock "the xDS test peers" built "$DIR"
 
 # Build from a copy, so the build never writes into the repository (go.sum
 # updates, for one) and the sources match the hash in the directory's name.
