@@ -68,6 +68,13 @@ impl Ads {
         Ok(Self { tx, rx })
     }
 
+    /// A stream on a plain-text connection whose first request (with the node) is sent.
+    async fn first(app: &App, node: Node, type_url: &str, names: &[&str]) -> Self {
+        let ads = Self::open(plain_channel(app).await).await.unwrap();
+        ads.send(request(Some(node), type_url, names)).await;
+        ads
+    }
+
     async fn send(&self, req: DiscoveryRequest) {
         self.tx.send(req).await.unwrap();
     }
@@ -154,14 +161,7 @@ async fn envoy_and_proxyless_nodes_get_tiers_and_gateways() {
 
     // An Envoy node in eu-1: own cluster first, eu-2 (same region) next, us-1 (another
     // network) last, through its gateway.
-    let mut envoy = Ads::open(plain_channel(&app).await).await.unwrap();
-    envoy
-        .send(request(
-            Some(node("e1", "eu-1", "envoy", None)),
-            EDS,
-            &[name],
-        ))
-        .await;
+    let mut envoy = Ads::first(&app, node("e1", "eu-1", "envoy", None), EDS, &[name]).await;
     let resp = envoy.recv().await;
     assert_eq!(resp.type_url, EDS);
     let got = localities(&resp);
@@ -189,9 +189,7 @@ async fn envoy_and_proxyless_nodes_get_tiers_and_gateways() {
     );
 
     // A proxyless gRPC node in eu-1 never gets us-1 (it cannot reach a gateway).
-    let mut grpc = Ads::open(plain_channel(&app).await).await.unwrap();
-    grpc.send(request(Some(node("g1", "eu-1", "gRPC Go", None)), LDS, &[]))
-        .await;
+    let mut grpc = Ads::first(&app, node("g1", "eu-1", "gRPC Go", None), LDS, &[]).await;
     let lds = grpc.recv().await;
     assert_eq!(lds.type_url, LDS);
     assert!(lds.resources.len() >= 3, "one ApiListener per service port");
@@ -203,12 +201,12 @@ async fn envoy_and_proxyless_nodes_get_tiers_and_gateways() {
     );
 
     // An east-west gateway in us-1 gets its SNI listener and local endpoints only.
-    let mut gw = Ads::open(plain_channel(&app).await).await.unwrap();
-    gw.send(request(
-        Some(node("gw", "us-1", "envoy", Some("eastwest-gateway"))),
+    let mut gw = Ads::first(
+        &app,
+        node("gw", "us-1", "envoy", Some("eastwest-gateway")),
         CDS,
         &[],
-    ))
+    )
     .await;
     let cds = gw.recv().await;
     assert!(cds.resources.iter().all(|r| r.type_url == CDS));
@@ -229,13 +227,7 @@ async fn a_change_on_disk_is_pushed_and_acks_quiet_the_stream() {
     let dir = tempfile::tempdir().unwrap();
     let app = start(dir.path(), &[]).await;
     let name = "payments.shop.global:8080";
-    let mut ads = Ads::open(plain_channel(&app).await).await.unwrap();
-    ads.send(request(
-        Some(node("e1", "eu-1", "envoy", None)),
-        EDS,
-        &[name],
-    ))
-    .await;
+    let mut ads = Ads::first(&app, node("e1", "eu-1", "envoy", None), EDS, &[name]).await;
     let first = ads.recv().await;
     ads.ack(&first, &[name]).await;
     // An ACK with no change gets no response.
@@ -273,9 +265,7 @@ async fn a_first_request_without_a_node_is_refused() {
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().contains("node"), "{status:?}");
     // Other streams are unaffected.
-    let mut ok = Ads::open(plain_channel(&app).await).await.unwrap();
-    ok.send(request(Some(node("e1", "eu-1", "envoy", None)), CDS, &[]))
-        .await;
+    let mut ok = Ads::first(&app, node("e1", "eu-1", "envoy", None), CDS, &[]).await;
     assert!(!ok.recv().await.resources.is_empty());
     app.shutdown().await;
 }
@@ -516,14 +506,10 @@ async fn csds_reports_acks_and_nacks_and_nodes_of_a_group_share_one_encoding() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let builds_before = app.xds.metrics.view_builds.get();
     // Two nodes of one group (Envoy in eu-1): one ACKs CDS, the other NACKs it.
-    let mut good = Ads::open(plain_channel(&app).await).await.unwrap();
-    good.send(request(Some(node("good", "eu-1", "envoy", None)), CDS, &[]))
-        .await;
+    let mut good = Ads::first(&app, node("good", "eu-1", "envoy", None), CDS, &[]).await;
     let r = good.recv().await;
     good.ack(&r, &[]).await;
-    let mut bad = Ads::open(plain_channel(&app).await).await.unwrap();
-    bad.send(request(Some(node("bad", "eu-1", "envoy", None)), CDS, &[]))
-        .await;
+    let mut bad = Ads::first(&app, node("bad", "eu-1", "envoy", None), CDS, &[]).await;
     let r = bad.recv().await;
     bad.send(DiscoveryRequest {
         type_url: CDS.into(),
@@ -601,14 +587,7 @@ async fn a_reconnect_storm_queues_at_admission_and_connected_clients_still_conve
     let dir = tempfile::tempdir().unwrap();
     let app = start(dir.path(), &["--xds-admission-per-second", "20"]).await;
     let name = "payments.shop.global:8080";
-    let mut settled = Ads::open(plain_channel(&app).await).await.unwrap();
-    settled
-        .send(request(
-            Some(node("settled", "eu-1", "envoy", None)),
-            EDS,
-            &[name],
-        ))
-        .await;
+    let mut settled = Ads::first(&app, node("settled", "eu-1", "envoy", None), EDS, &[name]).await;
     let first = settled.recv().await;
     settled.ack(&first, &[name]).await;
 
