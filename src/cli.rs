@@ -33,6 +33,9 @@ pub enum Command {
     /// Inspect the xDS feed of a running meridian.
     #[command(subcommand)]
     Xds(XdsCommand),
+    /// Print the CustomResourceDefinitions of meridian's kinds (MemberCluster,
+    /// ClusterSchedulingPolicy) as YAML, generated from the types meridian reads.
+    Crds,
 }
 
 #[derive(Debug, Clone, Copy, Default, ValueEnum)]

@@ -30,6 +30,10 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Explain(args) => explain(&args).await,
         Command::Xds(XdsCommand::Dump(args)) => xds_dump(&args).await,
         Command::Xds(XdsCommand::Clients(args)) => xds_clients(&args).await,
+        Command::Crds => {
+            print!("{}", meridian_controllers::crd::meridian_crds_yaml()?);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -1,5 +1,7 @@
 //! CRD types: meridian's own `meridian.io/v1alpha1` kinds, and the MCS kinds
 //! (`multicluster.x-k8s.io/v1alpha1` ServiceExport and ServiceImport) as the MCS API defines them.
+//! The CRDs of meridian's kinds are generated from these types ([`meridian_crds_yaml`]); the MCS
+//! CRDs are the upstream ones, in `deploy/crds/`.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +17,11 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "MemberCluster",
     status = "MemberClusterStatus",
-    shortname = "mc"
+    shortname = "mc",
+    printcolumn(name = "Health", type_ = "string", json_path = ".status.health"),
+    printcolumn(name = "Endpoints", type_ = "integer", json_path = ".status.endpoints"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = "[has(self.spec.source.kubernetes), has(self.spec.source.directory), has(self.spec.source.agent)].filter(x, x).size() == 1"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct MemberClusterSpec {
@@ -368,4 +374,34 @@ pub struct PolicyDnsSpec {
 pub struct ClusterSchedulingPolicyStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The CustomResourceDefinitions of meridian's own kinds, generated from the types above.
+pub fn meridian_crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+    use kube::CustomResourceExt;
+    vec![MemberCluster::crd(), ClusterSchedulingPolicy::crd()]
+}
+
+/// [`meridian_crds`] as a multi-document YAML stream (what `meridian crds` prints).
+pub fn meridian_crds_yaml() -> Result<String, serde_yaml_ng::Error> {
+    let mut out = String::new();
+    for crd in meridian_crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn deploy_crds_are_the_generated_ones() {
+        let on_disk = include_str!("../../deploy/crds/meridian.io.yaml");
+        let body = on_disk.split_once('\n').map_or("", |(_, rest)| rest);
+        assert_eq!(
+            body,
+            super::meridian_crds_yaml().unwrap(),
+            "deploy/crds/meridian.io.yaml is stale: regenerate it with `meridian crds`"
+        );
+    }
 }
