@@ -7,9 +7,11 @@ Each cluster lives in a work directory of its own and listens on free loopback p
         ca.crt ca.key                 a CA made for this cluster (openssl)
         apiserver.crt apiserver.key   the serving certificate (SAN 127.0.0.1, localhost)
         sa.key sa.pub                 the service-account signing key pair (RSA)
-        tokens.csv                    --token-auth-file: the admin and the limited user
+        tokens.csv                    --token-auth-file: the admin, the limited user and
+                                      any extra users (extra_users=[...] / --user NAME)
         admin.kubeconfig              token of "admin" (group system:masters)
         limited.kubeconfig            token of "limited": get/list/watch only (see below)
+        USER.kubeconfig               token of each extra user (no rights until bound)
         cluster.json                  all of the above as JSON, with ports and pids
         etcd-data/ etcd.log kube-apiserver.log
 
@@ -29,6 +31,7 @@ As a command (stdlib only; the binaries come from etcd.sh and kube-apiserver.sh 
 this file unless ETCD_BIN / KUBE_APISERVER_BIN or --etcd / --kube-apiserver name them):
 
     tests/peers/kube_cluster.py up --work-dir DIR [--name hub --name m1 ...] [--detach]
+                                   [--user meridian ...] [--apiserver-arg=--watch-cache=false ...]
     tests/peers/kube_cluster.py down --work-dir DIR [--name ...]
 
 `up` starts the named clusters (default: one named "kube") side by side and prints one
@@ -47,9 +50,17 @@ start a control plane "at the same address".
 As a library (from the e2e tests):
 
     from kube_cluster import KubeCluster
-    with KubeCluster(work_dir / "hub", name="hub") as hub:
+    with KubeCluster(work_dir / "hub", name="hub", extra_users=["meridian"],
+                     extra_apiserver_args=["--watch-cache=false"]) as hub:
         hub.request("GET", "/api/v1/namespaces")          # as admin; returns (status, json)
+        hub.apply(yaml.safe_load_all(text))                 # create or replace, as admin
+        hub.wait_crds_established(["memberclusters.meridian.io"])
+        hub.request("GET", "/api/v1/services", token=hub.tokens["meridian"])
+        hub.kubeconfig_for("meridian")                      # DIR/hub/meridian.kubeconfig
         hub.stop_apiserver(); hub.start_apiserver()         # same port, same etcd
+
+start_all([...]) starts several clusters side by side, each from a thread of its own that
+lives until stop_all([...]).
 
 The processes get SIGTERM when the thread that started them ends (PR_SET_PDEATHSIG), so
 start a cluster from a thread that outlives it (pytest's main thread does), or pass
@@ -72,6 +83,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -93,8 +105,101 @@ READ_ONLY_CLUSTERROLE = {
 }
 
 
+# The REST resource of each kind apply() and path() know, by (API group, kind): its plural
+# and whether it is namespaced. The version comes from the object's apiVersion.
+KINDS: dict[tuple[str, str], tuple[str, bool]] = {
+    ("", "Namespace"): ("namespaces", False),
+    ("", "Node"): ("nodes", False),
+    ("", "Service"): ("services", True),
+    ("", "Endpoints"): ("endpoints", True),
+    ("", "Secret"): ("secrets", True),
+    ("", "ConfigMap"): ("configmaps", True),
+    ("", "ServiceAccount"): ("serviceaccounts", True),
+    ("", "Pod"): ("pods", True),
+    ("", "Event"): ("events", True),
+    ("apps", "Deployment"): ("deployments", True),
+    ("apps", "StatefulSet"): ("statefulsets", True),
+    ("apps", "DaemonSet"): ("daemonsets", True),
+    ("apps", "ReplicaSet"): ("replicasets", True),
+    ("rbac.authorization.k8s.io", "ClusterRole"): ("clusterroles", False),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): ("clusterrolebindings", False),
+    ("rbac.authorization.k8s.io", "Role"): ("roles", True),
+    ("rbac.authorization.k8s.io", "RoleBinding"): ("rolebindings", True),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): ("customresourcedefinitions", False),
+    ("coordination.k8s.io", "Lease"): ("leases", True),
+    ("discovery.k8s.io", "EndpointSlice"): ("endpointslices", True),
+    ("multicluster.x-k8s.io", "ServiceExport"): ("serviceexports", True),
+    ("multicluster.x-k8s.io", "ServiceImport"): ("serviceimports", True),
+    ("meridian.io", "MemberCluster"): ("memberclusters", False),
+    ("meridian.io", "ClusterSchedulingPolicy"): ("clusterschedulingpolicies", True),
+}
+
+
 class ClusterError(RuntimeError):
     pass
+
+
+class ApiError(ClusterError):
+    """A REST call that did not answer as expected; `status` and `body` are the answer."""
+
+    def __init__(self, message: str, status: int, body):
+        super().__init__(f"{message}: {status} {body}")
+        self.status, self.body = status, body
+
+
+def resource_path(api_version: str, kind: str, namespace: str | None = None, name: str | None = None,
+                  subresource: str | None = None) -> str:
+    """The REST path of a kind's collection (no name) or of one object, e.g.
+    resource_path("discovery.k8s.io/v1", "EndpointSlice", "shop", "web-1")
+    == "/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/web-1".
+    A namespaced kind without `namespace` names the collection across all namespaces."""
+    group, _, version = api_version.rpartition("/")
+    try:
+        plural, namespaced = KINDS[(group, kind)]
+    except KeyError:
+        raise ClusterError(f"kube_cluster.KINDS does not know {kind} of {api_version!r}; add it") from None
+    path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    if namespaced and namespace:
+        path += f"/namespaces/{namespace}"
+    path += f"/{plural}"
+    if name:
+        path += f"/{name}"
+        if subresource:
+            path += f"/{subresource}"
+    return path
+
+
+def object_path(obj: dict, *, collection: bool = False) -> str:
+    """The REST path of a parsed object (its collection with collection=True). A namespaced
+    object without metadata.namespace is in "default"."""
+    kind, api_version = obj["kind"], obj["apiVersion"]
+    group = api_version.rpartition("/")[0]
+    namespaced = KINDS.get((group, kind), (None, False))[1]
+    meta = obj.get("metadata") or {}
+    ns = (meta.get("namespace") or "default") if namespaced else None
+    return resource_path(api_version, kind, ns, None if collection else meta["name"])
+
+
+def _documents(objs) -> list[dict]:
+    """A dict, an iterable of dicts (None skipped, as yaml.safe_load_all gives for empty
+    documents), YAML text or a Path of a YAML file, as a list of dicts."""
+    if isinstance(objs, os.PathLike):
+        objs = Path(objs).read_text()
+    if isinstance(objs, str):
+        import yaml  # PyYAML (tests/requirements.txt); the command itself needs only the stdlib
+
+        objs = list(yaml.safe_load_all(objs))
+    if isinstance(objs, dict):
+        objs = [objs]
+    out = []
+    for o in objs:
+        if o is None:
+            continue
+        if o.get("kind", "").endswith("List") and "items" in o:
+            out.extend(o["items"])
+        else:
+            out.append(o)
+    return out
 
 
 def _build(script: str, env_var: str) -> str:
@@ -177,7 +282,12 @@ class KubeCluster:
         ready_timeout: float = 180.0,
         die_with_parent: bool = True,
         extra_apiserver_args: list[str] | None = None,
+        extra_users: list[str] | None = None,
     ):
+        """`extra_users`: more static token users (no group, no rights until a test binds
+        some), each with a kubeconfig DIR/NAME/USER.kubeconfig; their tokens are in
+        `tokens`. `extra_apiserver_args` go to kube-apiserver after the default flags
+        (e.g. "--watch-cache=false", "--audit-log-path=...", "--audit-policy-file=...")."""
         self.dir = Path(work_dir).resolve()
         self.name = name or self.dir.name
         self.etcd_bin = etcd_bin or etcd_binary()
@@ -186,15 +296,25 @@ class KubeCluster:
         self.ready_timeout = ready_timeout
         self.die_with_parent = die_with_parent
         self.extra_apiserver_args = list(extra_apiserver_args or [])
+        self.extra_users = list(dict.fromkeys(extra_users or []))
+        for u in self.extra_users:
+            if u in (ADMIN_USER, LIMITED_USER) or not u or any(c in u for c in ',"\n'):
+                raise ValueError(f"extra user {u!r}: a reserved or unusable name")
+        self.tokens: dict[str, str] = {}
         self.etcd: subprocess.Popen | None = None
         self.apiserver: subprocess.Popen | None = None
         self.ready_seconds: float | None = None
         self._ports: list[int] = []
+        self._owner: _Owner | None = None  # set by start_all
 
     # Paths and addresses.
     ca_file = property(lambda self: self.dir / "ca.crt")
     admin_kubeconfig = property(lambda self: self.dir / "admin.kubeconfig")
     limited_kubeconfig = property(lambda self: self.dir / "limited.kubeconfig")
+
+    def kubeconfig_for(self, user: str) -> Path:
+        """The kubeconfig of a token user: admin, limited or one of extra_users."""
+        return self.dir / f"{user}.kubeconfig"
     etcd_client_port = property(lambda self: self._ports[0])
     etcd_peer_port = property(lambda self: self._ports[1])
     apiserver_port = property(lambda self: self._ports[2])
@@ -236,6 +356,13 @@ class KubeCluster:
             os.chmod(d / "tokens.csv", 0o600)
         rows = [line.split(",") for line in (d / "tokens.csv").read_text().splitlines() if line]
         tokens = {r[1]: r[0] for r in rows}
+        missing = [u for u in self.extra_users if u not in tokens]
+        if missing:  # a reused directory: keep the earlier tokens, add the new users
+            with open(d / "tokens.csv", "a") as f:
+                for u in missing:
+                    tokens[u] = secrets.token_hex(16)
+                    f.write(f"{tokens[u]},{u},{u}-uid\n")
+        self.tokens = tokens
         self.admin_token, self.limited_token = tokens[ADMIN_USER], tokens[LIMITED_USER]
         prev = self._read_state().get("ports")
         if not self._ports:
@@ -256,6 +383,9 @@ class KubeCluster:
             "admin_token": self.admin_token,
             "limited_token": self.limited_token,
             "limited_clusterrole": self.limited_clusterrole,
+            "users": {
+                u: {"token": self.tokens.get(u), "kubeconfig": str(self.kubeconfig_for(u))} for u in self.extra_users
+            },
             "ca_file": str(self.ca_file),
             "etcd_url": self.etcd_url,
             "work_dir": str(self.dir),
@@ -376,15 +506,17 @@ class KubeCluster:
         except (OSError, ssl.SSLError) as e:
             return 0, str(e)
 
-    def request(self, method: str, path: str, body: dict | None = None, *, token: str | None = None):
-        """A REST call (as admin unless `token`); returns (status, decoded JSON or text)."""
+    def request(self, method: str, path: str, body: dict | None = None, *, token: str | None = None,
+                content_type: str = "application/json"):
+        """A REST call (as admin unless `token`); returns (status, decoded JSON or text).
+        A PATCH takes content_type="application/merge-patch+json" (or strategic/json patch)."""
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(
             self.server + path,
             data=data,
             method=method,
-            headers={"Authorization": f"Bearer {token or self.admin_token}", "Content-Type": "application/json"},
+            headers={"Authorization": f"Bearer {token or self.admin_token}", "Content-Type": content_type},
         )
         try:
             with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
@@ -395,6 +527,90 @@ class KubeCluster:
             return status, json.loads(raw)
         except ValueError:
             return status, raw.decode(errors="replace")
+
+    # Objects by kind (see KINDS), as admin unless `token`.
+    def apply(self, objs, *, token: str | None = None) -> list[dict]:
+        """Creates, or replaces when it exists, each object: a parsed YAML dict, a list of
+        them (e.g. yaml.safe_load_all(...); None documents are skipped), YAML text or a Path.
+        Returns the objects as stored; raises ApiError on a refusal (e.g. 403 with a token).
+        A replace keeps nothing of the old object but what the server keeps itself
+        (a Service's ClusterIP; the status of a kind with a status subresource)."""
+        return [self._apply_one(o, token) for o in _documents(objs)]
+
+    def _apply_one(self, obj: dict, token: str | None) -> dict:
+        what = f"{obj.get('kind')} {(obj.get('metadata') or {}).get('namespace', '')}/{(obj.get('metadata') or {}).get('name')}"
+        status, body = self.request("POST", object_path(obj, collection=True), obj, token=token)
+        if status == 201:
+            return body
+        if status != 409:
+            raise ApiError(f"{self.name}: cannot create {what}", status, body)
+        path = object_path(obj)
+        for _ in range(10):  # a replace needs the current resourceVersion; retry when it moves
+            status, old = self.request("GET", path, token=token)
+            if status != 200:
+                raise ApiError(f"{self.name}: cannot read {what} to replace it", status, old)
+            new = json.loads(json.dumps(obj))
+            new.setdefault("metadata", {})["resourceVersion"] = old["metadata"]["resourceVersion"]
+            status, body = self.request("PUT", path, new, token=token)
+            if status == 200:
+                return body
+            if status != 409:
+                raise ApiError(f"{self.name}: cannot replace {what}", status, body)
+        raise ApiError(f"{self.name}: cannot replace {what} (it keeps changing)", status, body)
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
+            token: str | None = None) -> dict | None:
+        """One object, or None when it does not exist (ApiError on any other refusal)."""
+        status, body = self.request("GET", resource_path(api_version, kind, namespace, name), token=token)
+        if status == 404:
+            return None
+        if status != 200:
+            raise ApiError(f"{self.name}: cannot get {kind} {namespace or ''}/{name}", status, body)
+        return body
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None, *, label_selector: str | None = None,
+             token: str | None = None) -> list[dict]:
+        """The objects of a kind (in one namespace, or all), optionally by label selector."""
+        path = resource_path(api_version, kind, namespace)
+        if label_selector:
+            path += "?labelSelector=" + urllib.parse.quote(label_selector)
+        status, body = self.request("GET", path, token=token)
+        if status != 200:
+            raise ApiError(f"{self.name}: cannot list {kind} in {namespace or 'all namespaces'}", status, body)
+        return body.get("items") or []
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
+               token: str | None = None) -> bool:
+        """Deletes one object; False when it did not exist."""
+        status, body = self.request("DELETE", resource_path(api_version, kind, namespace, name), token=token)
+        if status == 404:
+            return False
+        if status not in (200, 202):
+            raise ApiError(f"{self.name}: cannot delete {kind} {namespace or ''}/{name}", status, body)
+        return True
+
+    def wait_crds_established(self, names, timeout: float = 30.0) -> None:
+        """Waits until each CRD (by name, e.g. "serviceimports.multicluster.x-k8s.io") is
+        Established and its resource answers a list (its REST storage is up)."""
+        deadline = time.monotonic() + timeout
+        for name in names:
+            last = None
+            while True:
+                status, crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                last = (status, crd)
+                if status == 200:
+                    conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
+                    if conds.get("Established") == "True":
+                        spec = crd["spec"]
+                        version = next(v["name"] for v in spec["versions"] if v.get("served"))
+                        path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}?limit=1"
+                        status, body = self.request("GET", path)
+                        last = (status, body)
+                        if status == 200:
+                            break
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"{self.name}: CRD {name} not established after {timeout:.0f} s; last answer {last}")
+                time.sleep(0.1)
 
     def _bind_limited_user(self) -> None:
         """Binds the limited user to limited_clusterrole (and to nothing else)."""
@@ -444,6 +660,8 @@ class KubeCluster:
             self._bind_limited_user()
             self._write_kubeconfig(self.admin_kubeconfig, ADMIN_USER, self.admin_token)
             self._write_kubeconfig(self.limited_kubeconfig, LIMITED_USER, self.limited_token)
+            for u in self.extra_users:
+                self._write_kubeconfig(self.kubeconfig_for(u), u, self.tokens[u])
             self._write_state()
         except BaseException:
             self.stop()
@@ -475,6 +693,60 @@ class KubeCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class _Owner(threading.Thread):
+    """Starts one cluster and lives until told to stop it: the children's PR_SET_PDEATHSIG
+    fires when the thread that started them ends, so that thread must outlive them."""
+
+    def __init__(self, cluster: KubeCluster):
+        super().__init__(name=f"kube-{cluster.name}", daemon=True)
+        self.cluster = cluster
+        self.started = threading.Event()
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.cluster.start()
+        except BaseException as e:  # noqa: BLE001 - handed to start_all
+            self.error = e
+            self.started.set()
+            return
+        self.started.set()
+        self.stopping.wait()
+        self.cluster.stop()
+
+
+def start_all(clusters: list[KubeCluster]) -> list[KubeCluster]:
+    """Starts the clusters side by side, each from a thread of its own that lives until
+    stop_all (so the processes outlive this call). When one fails, stops the others and
+    raises its error."""
+    owners = [_Owner(c) for c in clusters]
+    for o in owners:
+        o.start()
+    for o in owners:
+        o.started.wait()
+    failed = [o for o in owners if o.error is not None]
+    if failed:
+        stop_all(clusters)
+        raise ClusterError("; ".join(f"{o.cluster.name}: {o.error}" for o in failed)) from failed[0].error
+    for c, o in zip(clusters, owners):
+        c._owner = o
+    return clusters
+
+
+def stop_all(clusters: list[KubeCluster]) -> None:
+    """Stops clusters started by start_all (all at once), or by start() (one by one)."""
+    owners = [getattr(c, "_owner", None) for c in clusters]
+    for c, o in zip(clusters, owners):
+        if o is not None:
+            o.stopping.set()
+    for c, o in zip(clusters, owners):
+        if o is not None:
+            o.join()
+            c._owner = None
+        c.stop()  # also whatever a test (re)started from another thread
 
 
 def _alive(pid: int) -> bool:
@@ -517,6 +789,11 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--limited-clusterrole", default=DEFAULT_LIMITED_CLUSTERROLE,
                     help=f"ClusterRole bound to the limited user ('' for none; default: {DEFAULT_LIMITED_CLUSTERROLE}, "
                          "read-only on everything, made by the launcher)")
+    up.add_argument("--user", action="append", default=[],
+                    help="an extra token user (repeat for several): a token in tokens.csv and DIR/NAME/USER.kubeconfig, "
+                         "no rights until bound")
+    up.add_argument("--apiserver-arg", action="append", default=[], metavar="ARG",
+                    help="an extra kube-apiserver flag, e.g. --apiserver-arg=--watch-cache=false (repeat for several)")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each cluster (default 180)")
     up.add_argument("--detach", action="store_true", help="exit when ready, leaving the clusters running")
     up.add_argument("--exit-on-stdin-eof", action="store_true", help="also stop when standard input closes")
@@ -547,7 +824,8 @@ def main(argv: list[str] | None = None) -> int:
     clusters = [
         KubeCluster(work / n, n, etcd_bin=etcd_bin, kube_apiserver_bin=kas_bin,
                     limited_clusterrole=args.limited_clusterrole or None, ready_timeout=args.timeout,
-                    die_with_parent=not args.detach)
+                    die_with_parent=not args.detach, extra_users=args.user,
+                    extra_apiserver_args=args.apiserver_arg)
         for n in names
     ]
     stop = threading.Event()
