@@ -25,9 +25,32 @@ pub enum MemberSource {
     /// A directory of manifests, resolved to an absolute path.
     Directory(PathBuf),
     /// A Kubernetes API (connected by the Kubernetes source).
-    Kubernetes { api_endpoint: Option<String> },
+    Kubernetes(KubeAccess),
     /// The member connects in.
     Agent,
+}
+
+/// How to reach a member's Kubernetes API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeAccess {
+    /// Overrides the server of the kubeconfig.
+    pub api_endpoint: Option<String>,
+    pub credentials: Credentials,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Credentials {
+    /// A kubeconfig file (resolved to an absolute path) and optionally one of its contexts.
+    Kubeconfig {
+        path: PathBuf,
+        context: Option<String>,
+    },
+    /// A kubeconfig held in a Secret on the hub.
+    Secret {
+        namespace: String,
+        name: String,
+        key: String,
+    },
 }
 
 pub(crate) fn key_of(meta: &ObjectMeta) -> Result<ObjectKey, String> {
@@ -247,9 +270,7 @@ pub fn member_cluster(
             if let Some(dir) = &source.directory {
                 Some(MemberSource::Directory(normalize(&base.join(&dir.path))))
             } else if let Some(k) = &source.kubernetes {
-                Some(MemberSource::Kubernetes {
-                    api_endpoint: k.api_endpoint.clone(),
-                })
+                kube_access(k, base, &mut problems).map(MemberSource::Kubernetes)
             } else {
                 Some(MemberSource::Agent)
             }
@@ -330,6 +351,42 @@ pub fn member_cluster(
         )),
         _ => Err(problems),
     }
+}
+
+fn kube_access(
+    k: &crate::crd::KubernetesSource,
+    base: &Path,
+    problems: &mut Vec<String>,
+) -> Option<KubeAccess> {
+    let credentials = match (&k.kubeconfig, &k.secret_ref) {
+        (Some(kc), None) => Credentials::Kubeconfig {
+            path: normalize(&base.join(&kc.path)),
+            context: kc.context.clone(),
+        },
+        (None, Some(s)) => Credentials::Secret {
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            key: s.key.clone().unwrap_or_else(|| "kubeconfig".into()),
+        },
+        _ => {
+            problems.push(
+                "spec.source.kubernetes must set exactly one of kubeconfig, secretRef".into(),
+            );
+            return None;
+        }
+    };
+    if let Some(e) = &k.api_endpoint
+        && !(e.starts_with("https://") || e.starts_with("http://"))
+    {
+        problems.push(format!(
+            "spec.source.kubernetes.apiEndpoint {e:?} must be an http(s) URL"
+        ));
+        return None;
+    }
+    Some(KubeAccess {
+        api_endpoint: k.api_endpoint.clone(),
+        credentials,
+    })
 }
 
 /// Removes `.` and `..` components lexically, so paths in messages read as the user wrote them.

@@ -20,7 +20,11 @@ use serde::{Deserialize, Serialize};
     shortname = "mc",
     printcolumn(name = "Health", type_ = "string", json_path = ".status.health"),
     printcolumn(name = "Endpoints", type_ = "integer", json_path = ".status.endpoints"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
     validation = "[has(self.spec.source.kubernetes), has(self.spec.source.directory), has(self.spec.source.agent)].filter(x, x).size() == 1"
 )]
 #[serde(rename_all = "camelCase")]
@@ -377,7 +381,9 @@ pub struct ClusterSchedulingPolicyStatus {
 }
 
 /// The CustomResourceDefinitions of meridian's own kinds, generated from the types above.
-pub fn meridian_crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+pub fn meridian_crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
     use kube::CustomResourceExt;
     vec![MemberCluster::crd(), ClusterSchedulingPolicy::crd()]
 }

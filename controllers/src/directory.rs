@@ -9,7 +9,6 @@
 //!  member dir ──load──► ClusterObjects ──► SourceEvent::Reset + Heartbeat ──► (wiring: Index)
 //! ```
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, SystemTime};
@@ -17,13 +16,13 @@ use std::time::{Duration, SystemTime};
 use meridian_core::{ClusterId, ClusterObjects, ClusterSpec, Policy};
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::{Notify, mpsc};
-use tokio::task::JoinHandle;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{debug, info, warn};
 
 use crate::SourceEvent;
 use crate::convert::{self, MemberSource};
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
 use crate::manifest::{self, Loaded, Manifest, ManifestError};
+use crate::members::{MemberTasks, Sources};
 
 /// How long to wait after a change on disk before reading, so an editor's burst of writes is
 /// read once.
@@ -71,7 +70,7 @@ pub fn read_hub(dir: &Path) -> std::io::Result<Hub> {
     Ok(hub)
 }
 
-fn add_member(hub: &mut Hub, dir: &Path, file: PathBuf, mc: &MemberCluster) {
+pub(crate) fn add_member(hub: &mut Hub, dir: &Path, file: PathBuf, mc: &MemberCluster) {
     let base = file.parent().unwrap_or(dir).to_path_buf();
     let object = format!(
         "MemberCluster {}",
@@ -99,7 +98,7 @@ fn add_member(hub: &mut Hub, dir: &Path, file: PathBuf, mc: &MemberCluster) {
     }
 }
 
-fn add_policy(hub: &mut Hub, file: PathBuf, csp: &ClusterSchedulingPolicy) {
+pub(crate) fn add_policy(hub: &mut Hub, file: PathBuf, csp: &ClusterSchedulingPolicy) {
     let object = format!(
         "ClusterSchedulingPolicy {}/{}",
         csp.metadata.namespace.as_deref().unwrap_or("default"),
@@ -343,9 +342,10 @@ impl DirWatch {
 
 /// Watches the hub directory: sends the member list on every change and runs one source task
 /// per member. Runs until the channel closes.
-pub async fn run_hub(dir: PathBuf, tx: mpsc::Sender<SourceEvent>) {
+pub async fn run_hub(dir: PathBuf, sources: Sources) {
+    let tx = sources.tx.clone();
     let mut watch = DirWatch::new(dir.clone());
-    let mut tasks: HashMap<ClusterId, (MemberEntry, JoinHandle<()>)> = HashMap::new();
+    let mut tasks = MemberTasks::new(sources);
     let mut last: Option<Vec<(PathBuf, u64, SystemTime)>> = None;
     let mut served_policies: Vec<Policy> = Vec::new();
     let mut first = true;
@@ -377,7 +377,7 @@ pub async fn run_hub(dir: PathBuf, tx: mpsc::Sender<SourceEvent>) {
                     if tx.send(event).await.is_err() {
                         break;
                     }
-                    reconcile_members(&members, &mut tasks, &tx);
+                    tasks.reconcile(&members);
                 }
                 Err(e) => {
                     warn!(dir = %dir.display(), error = %e, "cannot read the hub directory; keeping the last known members");
@@ -388,67 +388,6 @@ pub async fn run_hub(dir: PathBuf, tx: mpsc::Sender<SourceEvent>) {
             break;
         }
         watch.wait(HUB_POLL).await;
-    }
-    for (_, (_, task)) in tasks {
-        task.abort();
-    }
-}
-
-/// Starts, restarts and stops member source tasks so they match the hub.
-fn reconcile_members(
-    members: &[MemberEntry],
-    tasks: &mut HashMap<ClusterId, (MemberEntry, JoinHandle<()>)>,
-    tx: &mpsc::Sender<SourceEvent>,
-) {
-    tasks.retain(|id, (entry, task)| {
-        let keep = members.iter().any(|m| {
-            m.spec.id == *id && m.source == entry.source && m.spec.health == entry.spec.health
-        });
-        if !keep {
-            info!(cluster = %id, "stopping member source");
-            task.abort();
-        }
-        keep
-    });
-    for member in members {
-        if tasks.contains_key(&member.spec.id) {
-            continue;
-        }
-        let id = member.spec.id.clone();
-        let task = match &member.source {
-            MemberSource::Directory(path) => {
-                info!(cluster = %id, dir = %path.display(), "starting directory member source");
-                let span = info_span!("member", cluster = %id);
-                tokio::spawn(
-                    run_member(
-                        id.clone(),
-                        path.clone(),
-                        member.spec.health.heartbeat_seconds,
-                        tx.clone(),
-                    )
-                    .instrument(span),
-                )
-            }
-            other => {
-                let reason = match other {
-                    MemberSource::Kubernetes { .. } => {
-                        "kubernetes member sources are not available in this build"
-                    }
-                    _ => "agent member sources are not available in this build",
-                };
-                let tx = tx.clone();
-                let id2 = id.clone();
-                tokio::spawn(async move {
-                    let _ = tx
-                        .send(SourceEvent::Heartbeat {
-                            cluster: id2,
-                            result: Err(reason.to_string()),
-                        })
-                        .await;
-                })
-            }
-        };
-        tasks.insert(id, (member.clone(), task));
     }
 }
 

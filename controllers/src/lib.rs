@@ -13,10 +13,12 @@
 pub mod convert;
 pub mod crd;
 pub mod directory;
+pub mod kubernetes;
 pub mod manifest;
+pub mod members;
 pub mod policy;
 
-use meridian_core::{ClusterId, ClusterObjects, ClusterSpec};
+use meridian_core::{ClusterId, ClusterObjects, ClusterSpec, Kind, Object, ObjectKey};
 
 pub use manifest::ManifestError;
 
@@ -40,9 +42,28 @@ pub enum SourceEvent {
         /// Objects served with a caveat (e.g. unknown fields ignored).
         warnings: Vec<ManifestError>,
     },
+    /// Changes to a member's objects since its last Reset or Changes (a watch event batch).
+    Changes {
+        cluster: ClusterId,
+        changes: Vec<Change>,
+        /// The member's rejected objects, all of them (replaces the previous list).
+        problems: Vec<ManifestError>,
+    },
     /// A heartbeat result: `Err(reason)` when the member could not be reached or read.
     Heartbeat {
         cluster: ClusterId,
         result: Result<(), String>,
     },
+    /// A member's watches: `Some(reason)` while one fails or stalls, `None` once all are fine.
+    WatchHealth {
+        cluster: ClusterId,
+        failure: Option<String>,
+    },
+}
+
+/// One change to one object of a member.
+#[derive(Debug, Clone)]
+pub enum Change {
+    Upsert(Object),
+    Delete(Kind, ObjectKey),
 }

@@ -1,0 +1,96 @@
+//! Kubernetes clients for the hub and the members: from a kubeconfig file (exec credential
+//! plugins included, as kube-rs runs them), a kubeconfig held in a Secret on the hub, or the
+//! in-cluster service account. Every client has bounded timeouts, so a silently stalled watch
+//! ends in an error (and a restart) instead of hanging.
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+use crate::convert::{Credentials, KubeAccess};
+
+/// Server-side bound of one watch request (`timeoutSeconds`): the watch is re-opened after it.
+pub const WATCH_TIMEOUT_SECS: u32 = 30;
+/// A read that sees no byte for this long fails: longer than a quiet watch lasts, so only a
+/// stalled connection hits it.
+const READ_TIMEOUT: Duration = Duration::from_secs(WATCH_TIMEOUT_SECS as u64 + 10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A client from a kubeconfig file (its current context unless `context`).
+pub async fn from_kubeconfig(path: &Path, context: Option<&str>) -> Result<Client, String> {
+    let kubeconfig = Kubeconfig::read_from(path)
+        .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
+    from_parsed(kubeconfig, context, None).await
+}
+
+/// The in-cluster service account's client (`KUBERNETES_SERVICE_HOST`).
+pub fn in_cluster() -> Result<Client, String> {
+    let config = Config::incluster().map_err(|e| format!("in-cluster config: {e}"))?;
+    client(config)
+}
+
+/// A member's client, as its MemberCluster says; `hub` reads Secrets.
+pub async fn member_client(access: &KubeAccess, hub: Option<&Client>) -> Result<Client, String> {
+    let endpoint = access.api_endpoint.as_deref();
+    match &access.credentials {
+        Credentials::Kubeconfig { path, context } => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
+            from_parsed(kubeconfig, context.as_deref(), endpoint).await
+        }
+        Credentials::Secret {
+            namespace,
+            name,
+            key,
+        } => {
+            let hub = hub.ok_or(
+                "spec.source.kubernetes.secretRef needs a Kubernetes hub (this hub is a directory)",
+            )?;
+            let secret = Api::<Secret>::namespaced(hub.clone(), namespace)
+                .get(name)
+                .await
+                .map_err(|e| format!("cannot read Secret {namespace}/{name} on the hub: {e}"))?;
+            let bytes = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .ok_or_else(|| format!("Secret {namespace}/{name} has no key {key:?}"))?;
+            let text = std::str::from_utf8(&bytes.0)
+                .map_err(|_| format!("Secret {namespace}/{name} key {key:?} is not UTF-8"))?;
+            let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| {
+                format!("Secret {namespace}/{name} key {key:?} is not a kubeconfig: {e}")
+            })?;
+            from_parsed(kubeconfig, None, endpoint).await
+        }
+    }
+}
+
+async fn from_parsed(
+    kubeconfig: Kubeconfig,
+    context: Option<&str>,
+    endpoint: Option<&str>,
+) -> Result<Client, String> {
+    let options = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..KubeConfigOptions::default()
+    };
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(|e| format!("kubeconfig: {e}"))?;
+    if let Some(endpoint) = endpoint {
+        config.cluster_url = endpoint
+            .parse()
+            .map_err(|e| format!("apiEndpoint {endpoint:?}: {e}"))?;
+    }
+    client(config)
+}
+
+fn client(mut config: Config) -> Result<Client, String> {
+    config.read_timeout = Some(READ_TIMEOUT);
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    config.write_timeout = Some(CONNECT_TIMEOUT);
+    Client::try_from(config).map_err(|e| format!("cannot build a client: {e}"))
+}

@@ -1,0 +1,156 @@
+//! The Kubernetes hub: MemberClusters and ClusterSchedulingPolicies watched on the hub's API.
+//! Each relist is buffered until it is complete, so the member list never shrinks for a moment;
+//! the store gets the whole hub again after every change (it is small), and the member sources
+//! are started and stopped to match.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use meridian_core::Policy;
+use tracing::{info, warn};
+
+use super::connect::WATCH_TIMEOUT_SECS;
+use crate::SourceEvent;
+use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
+use crate::directory::{Hub, add_member, add_policy, keep_last_valid_policies};
+use crate::members::{MemberTasks, Sources};
+
+/// Relative kubeconfig paths in MemberClusters resolve against the working directory.
+const HUB_FILE: &str = "hub API";
+
+/// One kind's objects by name, with the relist in progress.
+struct Listed<K> {
+    live: BTreeMap<String, K>,
+    relist: Option<BTreeMap<String, K>>,
+    synced: bool,
+}
+
+impl<K: kube::Resource> Listed<K> {
+    fn new() -> Self {
+        Self {
+            live: BTreeMap::new(),
+            relist: None,
+            synced: false,
+        }
+    }
+
+    fn name(obj: &K) -> String {
+        let meta = obj.meta();
+        format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or(""),
+            meta.name.as_deref().unwrap_or("")
+        )
+    }
+
+    /// Returns whether the served set changed.
+    fn apply(&mut self, event: Event<K>) -> bool {
+        match event {
+            Event::Init => {
+                self.relist = Some(BTreeMap::new());
+                false
+            }
+            Event::InitApply(obj) => {
+                self.relist
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(Self::name(&obj), obj);
+                false
+            }
+            Event::InitDone => {
+                self.live = self.relist.take().unwrap_or_default();
+                self.synced = true;
+                true
+            }
+            Event::Apply(obj) => {
+                self.live.insert(Self::name(&obj), obj);
+                true
+            }
+            Event::Delete(obj) => self.live.remove(&Self::name(&obj)).is_some(),
+        }
+    }
+}
+
+enum HubEvent {
+    Member(Event<MemberCluster>),
+    Policy(Event<ClusterSchedulingPolicy>),
+}
+
+/// Watches the hub until the store goes away.
+pub async fn run(client: Client, sources: Sources) {
+    let tx = sources.tx.clone();
+    let mut tasks = MemberTasks::new(sources);
+    let config = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
+    let members = watcher::watcher(Api::<MemberCluster>::all(client.clone()), config.clone())
+        .default_backoff()
+        .map(|r| r.map(HubEvent::Member));
+    let policies = watcher::watcher(Api::<ClusterSchedulingPolicy>::all(client), config)
+        .default_backoff()
+        .map(|r| r.map(HubEvent::Policy));
+    let mut events = futures::stream::select(members.boxed(), policies.boxed());
+    let mut member_list = Listed::<MemberCluster>::new();
+    let mut policy_list = Listed::<ClusterSchedulingPolicy>::new();
+    let mut served_policies: Vec<Policy> = Vec::new();
+    let mut failing = false;
+    let base = std::env::current_dir().unwrap_or_default();
+    while let Some(first) = events.next().await {
+        let mut changed = false;
+        let mut next = Some(first);
+        while let Some(item) = next {
+            match item {
+                Ok(HubEvent::Member(e)) => changed |= member_list.apply(e),
+                Ok(HubEvent::Policy(e)) => changed |= policy_list.apply(e),
+                Err(e) => {
+                    if !failing {
+                        warn!(error = %e, "hub watch failing; serving the last known hub");
+                    }
+                    failing = true;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            next = events.next().now_or_never().flatten();
+        }
+        if !changed || !member_list.synced || !policy_list.synced {
+            continue;
+        }
+        if failing {
+            info!("hub watch recovered");
+            failing = false;
+        }
+        let hub = keep_last_valid_policies(
+            read(&member_list.live, &policy_list.live, &base),
+            &mut served_policies,
+        );
+        for e in &hub.errors {
+            warn!(object = %e.object, reason = %e.reason, "hub object rejected");
+        }
+        let event = SourceEvent::Members {
+            specs: hub.members.iter().map(|m| m.spec.clone()).collect(),
+            policies: hub.policies,
+            problems: hub.errors,
+        };
+        if tx.send(event).await.is_err() {
+            return;
+        }
+        tasks.reconcile(&hub.members);
+    }
+}
+
+fn read(
+    members: &BTreeMap<String, MemberCluster>,
+    policies: &BTreeMap<String, ClusterSchedulingPolicy>,
+    base: &Path,
+) -> Hub {
+    let mut hub = Hub::default();
+    for mc in members.values() {
+        add_member(&mut hub, base, PathBuf::from(HUB_FILE), mc);
+    }
+    for csp in policies.values() {
+        add_policy(&mut hub, PathBuf::from(HUB_FILE), csp);
+    }
+    hub
+}

@@ -1,0 +1,126 @@
+//! Kubernetes sources and writers.
+//!
+//! ```text
+//!  hub API ──hub::run──► MemberClusters, ClusterSchedulingPolicies ──► SourceEvent::Members
+//!     │                      └─ one member::run per `spec.source.kubernetes` member
+//!     │                              └─ watches + /readyz ──► Reset | Changes | Heartbeat | WatchHealth
+//!     └── leader::elect (Lease) ──► Leadership ──► only the leader runs the writers:
+//!            status::run     MemberCluster status on the hub
+//!            writeback::run  ServiceExport conditions, ServiceImports, derived Services and
+//!                            EndpointSlices in the members
+//! ```
+//! Every replica watches and serves; [`Fleet`] is what the member sources learnt that the
+//! writers need (clients, versions, capacity, namespaces).
+
+pub mod connect;
+pub mod hub;
+pub mod leader;
+pub mod member;
+pub mod state;
+pub mod status;
+pub mod writeback;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use kube::Client;
+use meridian_core::{ClusterId, ObjectKey};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The label on everything meridian writes into a member; meridian never touches an object
+/// without it.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "meridian");
+/// Watches leave out what meridian wrote itself.
+pub const MANAGED_BY_SELECTOR_EXCLUDED: &str = "app.kubernetes.io/managed-by!=meridian";
+
+/// What a member source knows that the writers need.
+#[derive(Clone, Default)]
+pub struct MemberFacts {
+    pub client: Option<Client>,
+    pub kubernetes_version: Option<String>,
+    pub last_heartbeat: Option<SystemTime>,
+    pub capacity: BTreeMap<String, String>,
+    pub allocatable: BTreeMap<String, String>,
+    pub namespaces: BTreeSet<String>,
+    pub exports: BTreeSet<ObjectKey>,
+    /// Every kind has listed once.
+    pub listed: bool,
+}
+
+impl std::fmt::Debug for MemberFacts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberFacts")
+            .field("connected", &self.client.is_some())
+            .field("kubernetes_version", &self.kubernetes_version)
+            .field("listed", &self.listed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet").finish_non_exhaustive()
+    }
+}
+
+/// The facts of every Kubernetes member, shared between sources and writers; `changed` ticks
+/// on every update so writers can wait for one.
+#[derive(Clone)]
+pub struct Fleet {
+    members: Arc<Mutex<BTreeMap<ClusterId, MemberFacts>>>,
+    changed: watch::Sender<u64>,
+}
+
+impl Default for Fleet {
+    fn default() -> Self {
+        Self {
+            members: Arc::default(),
+            changed: watch::channel(0).0,
+        }
+    }
+}
+
+impl Fleet {
+    pub fn update(&self, cluster: &ClusterId, f: impl FnOnce(&mut MemberFacts)) {
+        f(self
+            .members
+            .lock()
+            .expect("poisoned")
+            .entry(cluster.clone())
+            .or_default());
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    pub fn get<T>(&self, cluster: &ClusterId, f: impl FnOnce(&MemberFacts) -> T) -> T {
+        let members = self.members.lock().expect("poisoned");
+        match members.get(cluster) {
+            Some(facts) => f(facts),
+            None => f(&MemberFacts::default()),
+        }
+    }
+
+    pub fn remove(&self, cluster: &ClusterId) {
+        self.members.lock().expect("poisoned").remove(cluster);
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A copy of every member's facts.
+    pub fn all(&self) -> BTreeMap<ClusterId, MemberFacts> {
+        self.members.lock().expect("poisoned").clone()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
+
+/// Aborts a task when dropped, so a member's helper tasks end with it.
+pub(crate) struct AbortOnDrop<T>(pub(crate) JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,412 @@
+//! What one member's watches have seen, converted: a pure state machine fed with watch events
+//! (no I/O), so relists, deletions during a disconnect and bad objects are unit-tested with
+//! synthetic event streams.
+//!
+//! Each kind's relist (`Init`, `InitApply`…, `InitDone`) is buffered and swapped in at
+//! `InitDone`; the first batch the store sees is one `Reset` once every kind has listed, and a
+//! later relist of any kind is again one `Reset`. Between relists, events become `Changes`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::watcher::Event;
+use meridian_core::{ClusterId, ClusterObjects, Kind, Object, ObjectKey};
+
+use crate::convert::{self, key_of};
+use crate::crd::{ServiceExport, ServiceImport};
+use crate::{Change, ManifestError, SourceEvent};
+
+/// One kind's objects: the live set, and the relist in progress.
+#[derive(Debug)]
+struct Table<T> {
+    live: BTreeMap<ObjectKey, T>,
+    problems: BTreeMap<ObjectKey, String>,
+    relist: Option<(BTreeMap<ObjectKey, T>, BTreeMap<ObjectKey, String>)>,
+    listed: bool,
+}
+
+impl<T> Default for Table<T> {
+    fn default() -> Self {
+        Self {
+            live: BTreeMap::new(),
+            problems: BTreeMap::new(),
+            relist: None,
+            listed: false,
+        }
+    }
+}
+
+/// What applying one event did to a table.
+enum Applied<T> {
+    Nothing,
+    Upsert(ObjectKey, T),
+    Delete(ObjectKey),
+    /// A relist finished: the whole table changed at once.
+    Relisted,
+}
+
+impl<T: Clone + PartialEq> Table<T> {
+    fn apply<K>(
+        &mut self,
+        event: Event<K>,
+        meta: impl Fn(&K) -> &ObjectMeta,
+        convert: impl Fn(&K) -> Result<T, String>,
+    ) -> Applied<T> {
+        match event {
+            Event::Init => {
+                self.relist = Some(Default::default());
+                Applied::Nothing
+            }
+            Event::InitApply(obj) => {
+                let Ok(key) = key_of(meta(&obj)) else {
+                    return Applied::Nothing;
+                };
+                let (objects, problems) = self.relist.get_or_insert_with(Default::default);
+                match convert(&obj) {
+                    Ok(v) => {
+                        objects.insert(key, v);
+                    }
+                    Err(e) => {
+                        problems.insert(key, e);
+                    }
+                }
+                Applied::Nothing
+            }
+            Event::InitDone => {
+                let (objects, problems) = self.relist.take().unwrap_or_default();
+                self.live = objects;
+                self.problems = problems;
+                self.listed = true;
+                Applied::Relisted
+            }
+            Event::Apply(obj) => {
+                let Ok(key) = key_of(meta(&obj)) else {
+                    return Applied::Nothing;
+                };
+                match convert(&obj) {
+                    Ok(v) => {
+                        self.problems.remove(&key);
+                        if self.live.get(&key) == Some(&v) {
+                            return Applied::Nothing;
+                        }
+                        self.live.insert(key.clone(), v.clone());
+                        Applied::Upsert(key, v)
+                    }
+                    Err(e) => {
+                        self.problems.insert(key.clone(), e);
+                        match self.live.remove(&key) {
+                            Some(_) => Applied::Delete(key),
+                            None => Applied::Nothing,
+                        }
+                    }
+                }
+            }
+            Event::Delete(obj) => {
+                let Ok(key) = key_of(meta(&obj)) else {
+                    return Applied::Nothing;
+                };
+                self.problems.remove(&key);
+                match self.live.remove(&key) {
+                    Some(_) => Applied::Delete(key),
+                    None => Applied::Nothing,
+                }
+            }
+        }
+    }
+}
+
+/// A Node's contribution to the member's capacity, in milli-units per resource.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub capacity: BTreeMap<String, i128>,
+    pub allocatable: BTreeMap<String, i128>,
+}
+
+/// One watch event of any kind a member source watches.
+#[derive(Debug)]
+pub enum MemberEvent {
+    Service(Event<Service>),
+    Slice(Event<EndpointSlice>),
+    Export(Event<ServiceExport>),
+    Import(Event<ServiceImport>),
+    Node(Event<Node>),
+    Namespace(Event<Namespace>),
+}
+
+/// Everything known about one member from its watches.
+#[derive(Debug)]
+pub struct MemberState {
+    cluster: ClusterId,
+    services: Table<meridian_core::Service>,
+    slices: Table<meridian_core::Slice>,
+    exports: Table<meridian_core::Export>,
+    imports: Table<meridian_core::Import>,
+    nodes: Table<NodeFacts>,
+    namespaces: Table<()>,
+    pending: Vec<Change>,
+    /// A relist finished since the last batch: send everything.
+    reset_due: bool,
+    problems_changed: bool,
+}
+
+impl MemberState {
+    pub fn new(cluster: ClusterId) -> Self {
+        Self {
+            cluster,
+            services: Table::default(),
+            slices: Table::default(),
+            exports: Table::default(),
+            imports: Table::default(),
+            nodes: Table::default(),
+            namespaces: Table::default(),
+            pending: Vec::new(),
+            reset_due: true,
+            problems_changed: false,
+        }
+    }
+
+    /// Every kind the Index needs has listed once.
+    pub fn listed(&self) -> bool {
+        self.services.listed && self.slices.listed && self.exports.listed && self.imports.listed
+    }
+
+    /// The watches are starting over (the API came back): hold every batch until all kinds
+    /// have listed again, and then replace the member's objects in one step. Until then the
+    /// last known objects keep serving.
+    pub fn relist_all(&mut self) {
+        self.services.listed = false;
+        self.slices.listed = false;
+        self.exports.listed = false;
+        self.imports.listed = false;
+        self.reset_due = true;
+    }
+
+    pub fn apply(&mut self, event: MemberEvent) {
+        fn record<T>(
+            applied: Applied<T>,
+            kind: Kind,
+            object: impl FnOnce(ObjectKey, T) -> Object,
+            state: &mut (&mut Vec<Change>, &mut bool),
+        ) {
+            match applied {
+                Applied::Nothing => {}
+                Applied::Upsert(key, v) => state.0.push(Change::Upsert(object(key, v))),
+                Applied::Delete(key) => state.0.push(Change::Delete(kind, key)),
+                Applied::Relisted => *state.1 = true,
+            }
+        }
+        let before = self.problem_count();
+        let mut out = (&mut self.pending, &mut self.reset_due);
+        match event {
+            MemberEvent::Service(e) => {
+                let a = self.services.apply(
+                    e,
+                    |s| &s.metadata,
+                    |s| convert::service(s).map(|(_, v)| v),
+                );
+                record(a, Kind::Service, Object::Service, &mut out);
+            }
+            MemberEvent::Slice(e) => {
+                let a = self.slices.apply(e, |s| &s.metadata, convert_slice);
+                record(a, Kind::Slice, Object::Slice, &mut out);
+            }
+            MemberEvent::Export(e) => {
+                let a =
+                    self.exports
+                        .apply(e, |s| &s.metadata, |s| convert::export(s).map(|(_, v)| v));
+                record(a, Kind::Export, Object::Export, &mut out);
+            }
+            MemberEvent::Import(e) => {
+                let a =
+                    self.imports
+                        .apply(e, |s| &s.metadata, |s| convert::import(s).map(|(_, v)| v));
+                record(a, Kind::Import, Object::Import, &mut out);
+            }
+            MemberEvent::Node(e) => {
+                self.nodes.apply(e, |n| &n.metadata, |n| Ok(node_facts(n)));
+            }
+            MemberEvent::Namespace(e) => {
+                self.namespaces.apply(e, |n| &n.metadata, |_| Ok(()));
+            }
+        }
+        // A problem fixed or added with no object change still has to reach the store.
+        self.problems_changed |= before != self.problem_count();
+    }
+
+    fn problem_count(&self) -> usize {
+        self.services.problems.len()
+            + self.slices.problems.len()
+            + self.exports.problems.len()
+            + self.imports.problems.len()
+    }
+
+    /// The batch for the store: a Reset after a relist, else the changes since the last batch;
+    /// nothing until every kind has listed once (so no half-listed member is ever served).
+    pub fn take_event(&mut self) -> Option<SourceEvent> {
+        if !self.listed() {
+            return None;
+        }
+        if self.reset_due {
+            self.reset_due = false;
+            self.pending.clear();
+            self.problems_changed = false;
+            return Some(SourceEvent::Reset {
+                cluster: self.cluster.clone(),
+                objects: self.objects(),
+                problems: self.problems(),
+                warnings: Vec::new(),
+            });
+        }
+        if self.pending.is_empty() && !self.problems_changed {
+            return None;
+        }
+        self.problems_changed = false;
+        Some(SourceEvent::Changes {
+            cluster: self.cluster.clone(),
+            changes: std::mem::take(&mut self.pending),
+            problems: self.problems(),
+        })
+    }
+
+    /// The member's objects as one full list.
+    pub fn objects(&self) -> ClusterObjects {
+        fn list<T: Clone>(t: &Table<T>) -> Vec<(ObjectKey, T)> {
+            t.live.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        }
+        ClusterObjects {
+            services: list(&self.services),
+            exports: list(&self.exports),
+            slices: list(&self.slices),
+            imports: list(&self.imports),
+        }
+    }
+
+    /// Rejected objects, named like a directory member's (the "file" is the member's API).
+    pub fn problems(&self) -> Vec<ManifestError> {
+        let file = PathBuf::from(format!("{} API", self.cluster));
+        let named = |kind: &'static str, t: &BTreeMap<ObjectKey, String>| {
+            t.iter()
+                .map(|(k, reason)| ManifestError {
+                    file: file.clone(),
+                    object: format!("{kind} {k}"),
+                    reason: reason.clone(),
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut out = named("Service", &self.services.problems);
+        out.extend(named("EndpointSlice", &self.slices.problems));
+        out.extend(named("ServiceExport", &self.exports.problems));
+        out.extend(named("ServiceImport", &self.imports.problems));
+        out
+    }
+
+    /// Capacity and allocatable summed over the member's Nodes, as Kubernetes quantities.
+    pub fn capacity(&self) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let mut capacity = BTreeMap::new();
+        let mut allocatable = BTreeMap::new();
+        for node in self.nodes.live.values() {
+            for (k, v) in &node.capacity {
+                *capacity.entry(k.clone()).or_insert(0) += v;
+            }
+            for (k, v) in &node.allocatable {
+                *allocatable.entry(k.clone()).or_insert(0) += v;
+            }
+        }
+        let format = |m: BTreeMap<String, i128>| {
+            m.into_iter()
+                .map(|(k, v)| (k, format_milli(v)))
+                .collect::<BTreeMap<_, _>>()
+        };
+        (format(capacity), format(allocatable))
+    }
+
+    pub fn namespaces(&self) -> BTreeSet<String> {
+        self.namespaces
+            .live
+            .keys()
+            .map(|k| k.name.to_string())
+            .collect()
+    }
+
+    /// The member's ServiceExports (for their status conditions).
+    pub fn exports(&self) -> BTreeSet<ObjectKey> {
+        self.exports
+            .live
+            .keys()
+            .chain(self.exports.problems.keys())
+            .cloned()
+            .collect()
+    }
+}
+
+fn convert_slice(es: &EndpointSlice) -> Result<meridian_core::Slice, String> {
+    let (_, slice, problems) = convert::slice(es)?;
+    match problems.is_empty() {
+        true => Ok(slice),
+        // Bad endpoints are left out; the rest of the slice serves. The problem is reported
+        // through the service's log line rather than rejecting the slice.
+        false => {
+            tracing::warn!(slice = ?es.metadata.name, problems = ?problems, "endpoints left out");
+            Ok(slice)
+        }
+    }
+}
+
+fn node_facts(n: &Node) -> NodeFacts {
+    let sum =
+        |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
+            m.into_iter()
+                .flatten()
+                .filter_map(|(k, q)| Some((k.clone(), parse_milli(&q.0)?)))
+                .collect()
+        };
+    let status = n.status.as_ref();
+    NodeFacts {
+        capacity: sum(status.and_then(|s| s.capacity.as_ref())),
+        allocatable: sum(status.and_then(|s| s.allocatable.as_ref())),
+    }
+}
+
+/// Parses a Kubernetes quantity ("4", "250m", "16Gi", "1.5G", "1e3") into milli-units.
+pub fn parse_milli(q: &str) -> Option<i128> {
+    let q = q.trim();
+    let split = q
+        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
+        .unwrap_or(q.len());
+    let (number, suffix) = q.split_at(split);
+    let factor: f64 = match suffix {
+        "" => 1.0,
+        "m" => 0.001,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        _ => return None,
+    };
+    let value: f64 = number.parse().ok()?;
+    let milli = (value * factor * 1000.0).round();
+    milli.is_finite().then_some(milli as i128)
+}
+
+/// Formats milli-units as a quantity: whole units when exact, else with the `m` suffix.
+pub fn format_milli(v: i128) -> String {
+    if v % 1000 == 0 {
+        (v / 1000).to_string()
+    } else {
+        format!("{v}m")
+    }
+}
+
+#[cfg(test)]
+mod tests;

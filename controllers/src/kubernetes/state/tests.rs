@@ -1,0 +1,275 @@
+//! MemberState fed with synthetic watch-event streams, as kube-rs' watcher produces them.
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::watcher::Event;
+use serde_json::json;
+
+use super::*;
+use crate::crd::{ServiceExport, ServiceImport};
+
+fn service(name: &str, port: u16) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"ports": [{"name": "http", "port": port, "protocol": "TCP"}]}
+    }))
+    .unwrap()
+}
+
+fn external(name: &str) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"type": "ExternalName", "externalName": "example.com", "ports": [{"port": 80}]}
+    }))
+    .unwrap()
+}
+
+fn bad_port(name: &str) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"ports": [{"name": "http", "port": 70000}]}
+    }))
+    .unwrap()
+}
+
+fn slice(name: &str, service: &str, ips: &[&str]) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "shop", "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "endpoints": ips.iter().map(|ip| json!({"addresses": [ip]})).collect::<Vec<_>>(),
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    }))
+    .unwrap()
+}
+
+fn export(name: &str) -> ServiceExport {
+    serde_json::from_value(json!({
+        "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
+        "metadata": {"name": name, "namespace": "shop"}, "spec": {}
+    }))
+    .unwrap()
+}
+
+fn node(name: &str, cpu: &str, memory: &str) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "status": {"capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+                   "allocatable": {"cpu": "1500m", "memory": memory}}
+    }))
+    .unwrap()
+}
+
+/// Lists every kind once with the given objects.
+fn listed(
+    services: Vec<Service>,
+    slices: Vec<EndpointSlice>,
+    exports: Vec<ServiceExport>,
+) -> MemberState {
+    let mut s = MemberState::new(ClusterId::new("m1"));
+    list_all(&mut s, services, slices, exports);
+    s
+}
+
+fn list_all(
+    s: &mut MemberState,
+    services: Vec<Service>,
+    slices: Vec<EndpointSlice>,
+    exports: Vec<ServiceExport>,
+) {
+    s.apply(MemberEvent::Service(Event::Init));
+    for x in services {
+        s.apply(MemberEvent::Service(Event::InitApply(x)));
+    }
+    s.apply(MemberEvent::Service(Event::InitDone));
+    s.apply(MemberEvent::Slice(Event::Init));
+    for x in slices {
+        s.apply(MemberEvent::Slice(Event::InitApply(x)));
+    }
+    s.apply(MemberEvent::Slice(Event::InitDone));
+    s.apply(MemberEvent::Export(Event::Init));
+    for x in exports {
+        s.apply(MemberEvent::Export(Event::InitApply(x)));
+    }
+    s.apply(MemberEvent::Export(Event::InitDone));
+    s.apply(MemberEvent::Import(Event::<ServiceImport>::Init));
+    s.apply(MemberEvent::Import(Event::InitDone));
+}
+
+fn reset_objects(event: Option<SourceEvent>) -> ClusterObjects {
+    match event {
+        Some(SourceEvent::Reset { objects, .. }) => objects,
+        other => panic!("expected a Reset, got {other:?}"),
+    }
+}
+
+fn changes(event: Option<SourceEvent>) -> (Vec<Change>, Vec<ManifestError>) {
+    match event {
+        Some(SourceEvent::Changes {
+            changes, problems, ..
+        }) => (changes, problems),
+        other => panic!("expected Changes, got {other:?}"),
+    }
+}
+
+#[test]
+fn nothing_is_sent_until_every_kind_has_listed_then_one_reset() {
+    let mut s = MemberState::new(ClusterId::new("m1"));
+    s.apply(MemberEvent::Service(Event::Init));
+    s.apply(MemberEvent::Service(Event::InitApply(service("pay", 80))));
+    assert!(
+        s.take_event().is_none(),
+        "a relist in progress is never sent"
+    );
+    s.apply(MemberEvent::Service(Event::InitDone));
+    assert!(s.take_event().is_none(), "other kinds have not listed yet");
+    list_all(
+        &mut s,
+        vec![service("pay", 80)],
+        vec![slice("pay-1", "pay", &["10.0.0.1"])],
+        vec![export("pay")],
+    );
+    let objects = reset_objects(s.take_event());
+    assert_eq!(objects.services.len(), 1);
+    assert_eq!(objects.slices.len(), 1);
+    assert_eq!(objects.exports.len(), 1);
+    assert!(s.take_event().is_none(), "nothing more to send");
+}
+
+#[test]
+fn events_after_the_list_are_incremental_changes() {
+    let mut s = listed(vec![service("pay", 80)], vec![], vec![export("pay")]);
+    reset_objects(s.take_event());
+    s.apply(MemberEvent::Slice(Event::Apply(slice(
+        "pay-1",
+        "pay",
+        &["10.0.0.1"],
+    ))));
+    s.apply(MemberEvent::Slice(Event::Apply(slice(
+        "pay-1",
+        "pay",
+        &["10.0.0.1"],
+    ))));
+    let (c, _) = changes(s.take_event());
+    assert_eq!(c.len(), 1, "an unchanged re-apply is no change: {c:?}");
+    assert!(
+        matches!(&c[0], Change::Upsert(Object::Slice(k, sl)) if &*k.name == "pay-1" && sl.endpoints.len() == 1)
+    );
+    s.apply(MemberEvent::Export(Event::Delete(export("pay"))));
+    let (c, _) = changes(s.take_event());
+    assert!(matches!(&c[..], [Change::Delete(Kind::Export, k)] if &*k.name == "pay"));
+}
+
+#[test]
+fn a_relist_replaces_the_member_in_one_step_and_drops_what_was_deleted_meanwhile() {
+    let mut s = listed(
+        vec![service("pay", 80), service("cart", 80)],
+        vec![
+            slice("pay-1", "pay", &["10.0.0.1"]),
+            slice("cart-1", "cart", &["10.0.0.2"]),
+        ],
+        vec![export("pay"), export("cart")],
+    );
+    reset_objects(s.take_event());
+    // The watch broke; "cart" was deleted while it was down; the relist (after a 410 Gone) comes
+    // in pieces: nothing is sent before it is complete, so there is never an empty answer.
+    s.apply(MemberEvent::Slice(Event::Init));
+    s.apply(MemberEvent::Slice(Event::InitApply(slice(
+        "pay-1",
+        "pay",
+        &["10.0.0.1", "10.0.0.3"],
+    ))));
+    assert!(s.take_event().is_none());
+    s.apply(MemberEvent::Slice(Event::InitDone));
+    let objects = reset_objects(s.take_event());
+    assert_eq!(
+        objects.slices.len(),
+        1,
+        "the slice deleted during the disconnect is gone"
+    );
+    assert_eq!(objects.slices[0].1.endpoints.len(), 2);
+    assert_eq!(objects.services.len(), 2, "other kinds keep what they had");
+}
+
+#[test]
+fn after_relist_all_the_old_objects_serve_until_every_kind_has_listed_again() {
+    let mut s = listed(
+        vec![service("pay", 80)],
+        vec![slice("pay-1", "pay", &["10.0.0.1"])],
+        vec![export("pay")],
+    );
+    reset_objects(s.take_event());
+    s.relist_all();
+    s.apply(MemberEvent::Service(Event::Init));
+    s.apply(MemberEvent::Service(Event::InitDone));
+    assert!(
+        s.take_event().is_none(),
+        "held until every kind has listed again"
+    );
+    list_all(&mut s, vec![], vec![], vec![]);
+    let objects = reset_objects(s.take_event());
+    assert!(objects.services.is_empty() && objects.slices.is_empty() && objects.exports.is_empty());
+}
+
+#[test]
+fn a_bad_object_is_a_problem_that_goes_when_it_is_fixed() {
+    let mut s = listed(vec![bad_port("pay")], vec![], vec![]);
+    match s.take_event() {
+        Some(SourceEvent::Reset {
+            objects, problems, ..
+        }) => {
+            assert!(objects.services.is_empty());
+            assert_eq!(problems.len(), 1);
+            assert_eq!(problems[0].object, "Service shop/pay");
+            assert!(
+                problems[0].reason.contains("70000"),
+                "{}",
+                problems[0].reason
+            );
+            assert_eq!(problems[0].file.display().to_string(), "m1 API");
+        }
+        other => panic!("{other:?}"),
+    }
+    s.apply(MemberEvent::Service(Event::Apply(service("pay", 80))));
+    let (c, problems) = changes(s.take_event());
+    assert_eq!(c.len(), 1);
+    assert!(problems.is_empty());
+    // Broken again: the good version leaves the index, the problem comes back.
+    s.apply(MemberEvent::Service(Event::Apply(bad_port("pay"))));
+    let (c, problems) = changes(s.take_event());
+    assert!(matches!(&c[..], [Change::Delete(Kind::Service, _)]));
+    assert_eq!(problems.len(), 1);
+    // An ExternalName service converts (the merge refuses to export it, with its reason).
+    s.apply(MemberEvent::Service(Event::Apply(external("ext"))));
+    let (c, _) = changes(s.take_event());
+    assert!(matches!(&c[..], [Change::Upsert(Object::Service(_, svc))] if svc.external_name));
+}
+
+#[test]
+fn node_capacity_is_summed_as_quantities() {
+    let mut s = MemberState::new(ClusterId::new("m1"));
+    s.apply(MemberEvent::Node(Event::Init));
+    s.apply(MemberEvent::Node(Event::InitApply(node("a", "2", "4Gi"))));
+    s.apply(MemberEvent::Node(Event::InitApply(node(
+        "b", "500m", "1Gi",
+    ))));
+    s.apply(MemberEvent::Node(Event::InitDone));
+    let (capacity, allocatable) = s.capacity();
+    assert_eq!(capacity["cpu"], "2500m");
+    assert_eq!(capacity["memory"], (5u64 << 30).to_string());
+    assert_eq!(capacity["pods"], "220");
+    assert_eq!(allocatable["cpu"], "3");
+    s.apply(MemberEvent::Node(Event::Delete(node("b", "500m", "1Gi"))));
+    assert_eq!(s.capacity().0["cpu"], "2");
+}
+
+#[test]
+fn quantities_parse() {
+    assert_eq!(parse_milli("250m"), Some(250));
+    assert_eq!(parse_milli("4"), Some(4000));
+    assert_eq!(parse_milli("1Ki"), Some(1_024_000));
+    assert_eq!(parse_milli("1.5G"), Some(1_500_000_000_000));
+    assert_eq!(parse_milli("1e3"), Some(1_000_000));
+    assert_eq!(parse_milli("12Zi"), None);
+    assert_eq!(format_milli(1500), "1500m");
+    assert_eq!(format_milli(2000), "2");
+}

@@ -1,0 +1,168 @@
+//! MemberCluster status on a Kubernetes hub, written by the leader: health, lastHeartbeat,
+//! kubernetesVersion, capacity and allocatable (summed from Nodes), exportedServices, endpoints
+//! and conditions. A status is written when it changed, and at least every
+//! [`REFRESH`] so `lastHeartbeat` stays current.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use meridian_core::{ClusterView, Health, Snapshot};
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use super::leader::Leadership;
+use super::{Fleet, MemberFacts};
+use crate::crd::{MemberCluster, MemberClusterStatus};
+
+const REFRESH: Duration = Duration::from_secs(10);
+
+/// The status of one member, as meridian sees it now. `conditions` carry no transition time;
+/// it is added when written (and kept while a condition holds).
+pub fn member_status(
+    snapshot: &Snapshot,
+    index: usize,
+    view: &ClusterView,
+    facts: &MemberFacts,
+) -> MemberClusterStatus {
+    let exported = snapshot
+        .services()
+        .filter(|s| s.backend_of(index).is_some())
+        .count();
+    let ready = view.health == Health::Healthy;
+    let reason = view.reason.clone().unwrap_or_default();
+    let condition = |type_: &str, status: bool, why: &str, message: String| Condition {
+        type_: type_.into(),
+        status: if status { "True" } else { "False" }.into(),
+        reason: why.into(),
+        message,
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    };
+    MemberClusterStatus {
+        health: Some(view.health.as_str().to_string()),
+        last_heartbeat: facts.last_heartbeat.map(rfc3339),
+        kubernetes_version: facts.kubernetes_version.clone(),
+        capacity: facts.capacity.clone(),
+        allocatable: facts.allocatable.clone(),
+        exported_services: Some(exported as u32),
+        endpoints: Some(view.endpoints as u32),
+        conditions: vec![
+            condition(
+                "Ready",
+                ready,
+                view.health.as_str(),
+                if ready { String::new() } else { reason },
+            ),
+            condition(
+                "Withdrawn",
+                view.withdrawn,
+                if view.withdrawn {
+                    "UnreachableTooLong"
+                } else {
+                    "Serving"
+                },
+                if view.withdrawn {
+                    "endpoints are withdrawn from DNS and xDS".into()
+                } else {
+                    String::new()
+                },
+            ),
+        ],
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    Timestamp::try_from(t).map_or_else(|_| String::new(), |t| t.to_string())
+}
+
+/// What was last written for one member.
+struct Written {
+    status: MemberClusterStatus,
+    at: Instant,
+}
+
+/// Writes statuses while this replica leads, until the snapshot channel closes.
+pub async fn run(
+    hub: Client,
+    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    fleet: Fleet,
+    leadership: Leadership,
+) {
+    let api = Api::<MemberCluster>::all(hub);
+    let mut written: BTreeMap<String, Written> = BTreeMap::new();
+    let mut facts_changed = fleet.subscribe();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            r = snapshots.changed() => if r.is_err() { return },
+            _ = facts_changed.changed() => {}
+            _ = tick.tick() => {}
+        }
+        if !leadership.is_leader() {
+            // A new leader writes everything once.
+            written.clear();
+            continue;
+        }
+        let snapshot = snapshots.borrow_and_update().clone();
+        let facts = fleet.all();
+        for (index, view) in snapshot.clusters.iter().enumerate() {
+            let name = view.spec.id.as_str();
+            let member_facts = facts.get(&view.spec.id).cloned().unwrap_or_default();
+            let mut status = member_status(&snapshot, index, view, &member_facts);
+            let previous = written.get(name);
+            keep_transition_times(&mut status, previous.map(|w| &w.status));
+            let due = match previous {
+                None => true,
+                Some(w) => !same_but_heartbeat(&w.status, &status) || w.at.elapsed() >= REFRESH,
+            };
+            if !due || !leadership.is_leader() {
+                continue;
+            }
+            let patch = json!({ "status": status });
+            match api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    debug!(cluster = name, health = ?status.health, "member status written");
+                    written.insert(
+                        name.to_string(),
+                        Written {
+                            status,
+                            at: Instant::now(),
+                        },
+                    );
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => warn!(cluster = name, error = %e, "cannot write member status"),
+            }
+        }
+        written.retain(|name, _| snapshot.cluster_index(name).is_some());
+    }
+}
+
+/// Conditions keep their `lastTransitionTime` while their status holds; a change gets now.
+fn keep_transition_times(status: &mut MemberClusterStatus, previous: Option<&MemberClusterStatus>) {
+    let now = Time(Timestamp::now());
+    for c in &mut status.conditions {
+        let before = previous.and_then(|p| p.conditions.iter().find(|o| o.type_ == c.type_));
+        c.last_transition_time = match before {
+            Some(b) if b.status == c.status => b.last_transition_time.clone(),
+            _ => now.clone(),
+        };
+    }
+}
+
+fn same_but_heartbeat(a: &MemberClusterStatus, b: &MemberClusterStatus) -> bool {
+    let strip = |s: &MemberClusterStatus| MemberClusterStatus {
+        last_heartbeat: None,
+        ..s.clone()
+    };
+    strip(a) == strip(b)
+}

@@ -1,0 +1,122 @@
+//! The member source tasks a hub runs: one per member, of the kind its MemberCluster names,
+//! started, restarted and stopped to match the hub's list.
+
+use std::collections::HashMap;
+
+use meridian_core::ClusterId;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::{Instrument, info, info_span};
+
+use crate::SourceEvent;
+use crate::convert::MemberSource;
+use crate::directory::{self, MemberEntry};
+use crate::kubernetes::{Fleet, member};
+
+/// What member sources need from whoever starts them.
+#[derive(Clone)]
+pub struct Sources {
+    pub tx: mpsc::Sender<SourceEvent>,
+    /// The hub's client, when the hub is a Kubernetes API (reads kubeconfig Secrets).
+    pub hub: Option<kube::Client>,
+    pub fleet: Fleet,
+}
+
+impl Sources {
+    pub fn new(tx: mpsc::Sender<SourceEvent>) -> Self {
+        Self {
+            tx,
+            hub: None,
+            fleet: Fleet::default(),
+        }
+    }
+}
+
+/// The running member sources.
+pub struct MemberTasks {
+    sources: Sources,
+    tasks: HashMap<ClusterId, (MemberEntry, JoinHandle<()>)>,
+}
+
+impl MemberTasks {
+    pub fn new(sources: Sources) -> Self {
+        Self {
+            sources,
+            tasks: HashMap::new(),
+        }
+    }
+
+    /// Starts, restarts and stops member source tasks so they match the hub.
+    pub fn reconcile(&mut self, members: &[MemberEntry]) {
+        let fleet = &self.sources.fleet;
+        self.tasks.retain(|id, (entry, task)| {
+            let keep = members.iter().any(|m| {
+                m.spec.id == *id && m.source == entry.source && m.spec.health == entry.spec.health
+            });
+            if !keep {
+                info!(cluster = %id, "stopping member source");
+                task.abort();
+                fleet.remove(id);
+            }
+            keep
+        });
+        for member in members {
+            if self.tasks.contains_key(&member.spec.id) {
+                continue;
+            }
+            let id = member.spec.id.clone();
+            let span = info_span!("member", cluster = %id);
+            let tx = self.sources.tx.clone();
+            let task = match &member.source {
+                MemberSource::Directory(path) => {
+                    info!(cluster = %id, dir = %path.display(), "starting directory member source");
+                    tokio::spawn(
+                        directory::run_member(
+                            id.clone(),
+                            path.clone(),
+                            member.spec.health.heartbeat_seconds,
+                            tx,
+                        )
+                        .instrument(span),
+                    )
+                }
+                MemberSource::Kubernetes(access) => {
+                    info!(cluster = %id, "starting Kubernetes member source");
+                    tokio::spawn(
+                        member::run(
+                            id.clone(),
+                            access.clone(),
+                            member.spec.health,
+                            self.sources.hub.clone(),
+                            fleet.clone(),
+                            tx,
+                        )
+                        .instrument(span),
+                    )
+                }
+                MemberSource::Agent => {
+                    let id = id.clone();
+                    tokio::spawn(async move {
+                        let _ = tx
+                            .send(SourceEvent::Heartbeat {
+                                cluster: id,
+                                result: Err(
+                                    "agent member sources are not available in this build".into()
+                                ),
+                            })
+                            .await;
+                    })
+                }
+            };
+            self.tasks.insert(id, (member.clone(), task));
+        }
+    }
+}
+
+impl Drop for MemberTasks {
+    fn drop(&mut self) {
+        for (_, (_, task)) in self.tasks.drain() {
+            task.abort();
+        }
+    }
+}
