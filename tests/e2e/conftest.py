@@ -78,16 +78,18 @@ class Fleet:
 
 
 class Meridian:
-    """A running `meridian serve`."""
+    """A running `meridian serve`: of a directory fleet (`fleet.config`, log in its root), or
+    of any config file (`config=`, `log=`; fleet None), e.g. kube_fleet.py's. The listen
+    ports are free ones unless `ports=(dns, admin, xds)`; they are passed as flags."""
 
-    def __init__(self, fleet: Fleet, extra_args=(), env=None):
+    def __init__(self, fleet: Fleet | None, extra_args=(), env=None, *, config=None, log=None, ports=None,
+                 ready_timeout=20):
         self.fleet = fleet
-        self.dns_port = free_port()
-        self.admin_port = free_port()
-        self.xds_port = free_port()
-        self.log = fleet.root / "meridian.log"
+        self.config = Path(config) if config is not None else fleet.config
+        self.dns_port, self.admin_port, self.xds_port = ports or (free_port(), free_port(), free_port())
+        self.log = Path(log) if log is not None else fleet.root / "meridian.log"
         args = [
-            str(BIN), "serve", "--config", str(fleet.config),
+            str(BIN), "serve", "--config", str(self.config),
             "--dns-listen", f"127.0.0.1:{self.dns_port}",
             "--admin-listen", f"127.0.0.1:{self.admin_port}",
             "--xds-listen", f"127.0.0.1:{self.xds_port}",
@@ -97,7 +99,7 @@ class Meridian:
             args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
             env={**os.environ, "MERIDIAN_LOG": "debug,hickory_server=info", **(env or {})},
         )
-        self.wait_ready()
+        self.wait_ready(ready_timeout)
 
     def url(self, path):
         return f"http://127.0.0.1:{self.admin_port}{path}"
@@ -265,3 +267,32 @@ def require_tool(name):
     if path is None:
         pytest.fail(f"{name} is not installed; tests/run installs the test peers (apt-get install ...)")
     return path
+
+
+# Kubernetes: one hub and three members on real kube-apiservers (kube_fleet.py).
+@pytest.fixture(scope="session")
+def kube_fleet_session(tmp_path_factory):
+    """The clusters of kube_fleet.KubeFleet, started once per session (about 5 s)."""
+    import kube_fleet
+
+    try:
+        fleet = kube_fleet.KubeFleet(tmp_path_factory.mktemp("kube")).start()
+    except Exception as e:  # noqa: BLE001 - a missing peer or a bad manifest fails loudly
+        pytest.fail(f"cannot start the Kubernetes fleet: {e}")
+    yield fleet
+    fleet.stop()
+
+
+@pytest.fixture
+def kube_fleet(kube_fleet_session):
+    """The session's Kubernetes fleet, reset to its starting state (KubeFleet.reset); any
+    meridian started on it (kube_fleet.start_meridian) is stopped after the test."""
+    kube_fleet_session.reset()
+    yield kube_fleet_session
+    kube_fleet_session.stop_meridians()
+
+
+@pytest.fixture
+def kube_meridian(kube_fleet):
+    """`meridian serve` with the Kubernetes fleet's hub (one replica, named "meridian")."""
+    return kube_fleet.start_meridian()
