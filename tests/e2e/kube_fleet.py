@@ -211,6 +211,17 @@ class KubeFleet:
         for name in self.member_specs:
             self.register_member(name)
 
+    def stop_apiserver(self, name) -> None:
+        """Stops a cluster's kube-apiserver (etcd keeps running): the cluster is unreachable."""
+        self.cluster(name).stop_apiserver()
+
+    def start_apiserver(self, name) -> None:
+        """Starts it again, at the same address, and waits until the CRDs serve too (a
+        custom resource answers 429 for a moment after /readyz is 200)."""
+        c = self.cluster(name)
+        c.start_apiserver()
+        c.wait_crds_established([crd["metadata"]["name"] for crd in self.crds])
+
     def ensure_running(self) -> None:
         """Restarts etcd and kube-apiserver of any cluster a test stopped."""
         for c in self.clusters:
@@ -218,7 +229,7 @@ class KubeFleet:
                 c.stop()
                 c.start_etcd()
             if c.apiserver is None or c.apiserver.poll() is not None:
-                c.start_apiserver()
+                self.start_apiserver(c)
 
     def reset(self) -> None:
         """Puts the fleet back to its starting state for the next test: meridian stopped,

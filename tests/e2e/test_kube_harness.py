@@ -187,16 +187,30 @@ def test_meridian_on_a_member_may_do_its_job(kube_fleet):
     assert as_meridian(m1, "DELETE", resource_path(kf.MCS, "ServiceImport", "shop", "web")) == 200
     assert kube_fleet.service_imports("m1") == []
 
+    # The same by server-side apply (a PATCH that creates), then its status subresource.
+    apply = "application/apply-patch+yaml"
+    params = "?fieldManager=meridian&force=true"
+    assert as_meridian(m1, "PATCH", resource_path(kf.MCS, "ServiceImport", "shop", "web") + params, si, apply) == 201
+    status_patch = {"apiVersion": kf.MCS, "kind": "ServiceImport", "status": {"clusters": [{"cluster": "m1"}]}}
+    assert as_meridian(m1, "PATCH", resource_path(kf.MCS, "ServiceImport", "shop", "web", "status") + params,
+                       status_patch, apply) == 200
+    assert kube_fleet.service_import("m1", "web")["status"]["clusters"] == [{"cluster": "m1"}]
+    export_status = {"apiVersion": kf.MCS, "kind": "ServiceExport", "status": {"conditions": [cond]}}
+    assert as_meridian(m1, "PATCH", resource_path(kf.MCS, "ServiceExport", "shop", "web", "status") + params,
+                       export_status, apply) == 200
+    assert as_meridian(m1, "DELETE", resource_path(kf.MCS, "ServiceImport", "shop", "web")) == 200
+
     # A derived Service and its imported EndpointSlice, labelled as meridian's.
     svc = {"apiVersion": "v1", "kind": "Service",
            "metadata": {"name": "derived-web", "namespace": "shop", "labels": {kf.MANAGED_BY: "meridian"}},
            "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}}
-    assert as_meridian(m1, "POST", resource_path("v1", "Service", "shop"), svc) == 201
+    assert as_meridian(m1, "PATCH", resource_path("v1", "Service", "shop", "derived-web") + params, svc, apply) == 201
     eps = {"apiVersion": kf.DISCOVERY, "kind": "EndpointSlice",
            "metadata": {"name": "derived-web-m2", "namespace": "shop",
                         "labels": {kf.MANAGED_BY: "meridian", kf.SERVICE_NAME_LABEL: "derived-web"}},
            "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.2"]}], "ports": [{"port": 80}]}
-    assert as_meridian(m1, "POST", resource_path(kf.DISCOVERY, "EndpointSlice", "shop"), eps) == 201
+    assert as_meridian(m1, "PATCH", resource_path(kf.DISCOVERY, "EndpointSlice", "shop", "derived-web-m2") + params,
+                       eps, apply) == 201
     assert [s["metadata"]["name"] for s in kube_fleet.managed_services("m1")] == ["derived-web"]
     assert [s["metadata"]["name"] for s in kube_fleet.managed_slices("m1", service="derived-web")] == ["derived-web-m2"]
     assert as_meridian(m1, "DELETE", resource_path(kf.DISCOVERY, "EndpointSlice", "shop", "derived-web-m2")) == 200
@@ -352,7 +366,7 @@ def test_reset_puts_the_fleet_back(kube_fleet):
                 {"status": {"health": "Unreachable"}}, "application/merge-patch+json")
     kube_fleet.hub.apply(kube_fleet.member_cluster_manifest("m9"))
     kube_fleet.policy("web", {"resourceSelectors": [{"kind": "Service", "name": "web"}]})
-    kube_fleet.members["m3"].stop_apiserver()
+    kube_fleet.stop_apiserver("m3")
 
     kube_fleet.reset()
 
@@ -385,3 +399,19 @@ def test_meridian_config_names_the_hub_as_meridian(kube_fleet):
     with pytest.raises(ApiError) as e:
         kube_fleet.hub.apply(kube_fleet.member_cluster_manifest("m9"), token=kube_fleet.hub.tokens[kf.USER])
     assert e.value.status == 403
+
+
+def test_the_hub_service_account_has_the_same_rights(kube_fleet):
+    """meridian inside the hub runs as ServiceAccount meridian-system/meridian: a token the
+    API server mints for it (TokenRequest; no controller needed) gets the same answers."""
+    hub = kube_fleet.hub
+    status, tr = hub.request("POST", "/api/v1/namespaces/meridian-system/serviceaccounts/meridian/token",
+                             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                              "spec": {"expirationSeconds": 600}})
+    assert status == 201, tr
+    token = tr["status"]["token"]
+    assert hub.request("GET", resource_path(kf.MERIDIAN, "MemberCluster"), token=token)[0] == 200
+    assert hub.request("GET", resource_path("v1", "Secret", "meridian-system", "m3-kubeconfig"), token=token)[0] == 200
+    assert hub.request("POST", resource_path(kf.MERIDIAN, "MemberCluster"), kube_fleet.member_cluster_manifest("m9"),
+                       token=token)[0] == 403
+    assert hub.request("GET", resource_path("v1", "Secret", "default"), token=token)[0] == 403

@@ -509,20 +509,32 @@ class KubeCluster:
     def request(self, method: str, path: str, body: dict | None = None, *, token: str | None = None,
                 content_type: str = "application/json"):
         """A REST call (as admin unless `token`); returns (status, decoded JSON or text).
-        A PATCH takes content_type="application/merge-patch+json" (or strategic/json patch)."""
+        A PATCH takes content_type="application/merge-patch+json" (or strategic/json patch).
+        A 429 with Retry-After is retried, up to 10 times, as client-go does: a restarted
+        API server answers so for a custom resource while its storage initializes, after
+        /readyz is already 200."""
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(
-            self.server + path,
-            data=data,
-            method=method,
-            headers={"Authorization": f"Bearer {token or self.admin_token}", "Content-Type": content_type},
-        )
-        try:
-            with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
-                status, raw = r.status, r.read()
-        except urllib.error.HTTPError as e:
-            status, raw = e.code, e.read()
+        for attempt in range(11):
+            req = urllib.request.Request(
+                self.server + path,
+                data=data,
+                method=method,
+                headers={"Authorization": f"Bearer {token or self.admin_token}", "Content-Type": content_type},
+            )
+            retry_after = None
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+                    status, raw = r.status, r.read()
+            except urllib.error.HTTPError as e:
+                status, raw = e.code, e.read()
+                retry_after = e.headers.get("Retry-After")
+            if status != 429 or retry_after is None or attempt == 10:
+                break
+            try:
+                time.sleep(min(max(float(retry_after), 0.1), 1.0))
+            except ValueError:
+                time.sleep(1.0)
         try:
             return status, json.loads(raw)
         except ValueError:
