@@ -392,13 +392,14 @@ class KubeFleet:
 
     def start_meridian(self, name: str = "meridian", *extra_args, env=None, ready_timeout=30, **overrides) -> Meridian:
         """Writes ROOT/NAME.yaml (config(**overrides)) and starts `meridian serve` on it,
-        logging to ROOT/NAME.log; a second replica is just another name ("meridian-2").
-        Stopped by stop_meridians() (the kube_fleet fixture does)."""
+        logging to ROOT/NAME.log, with MERIDIAN_IDENTITY=NAME (its name in the Lease, so
+        lease_holder() says which replica leads); a second replica is just another name
+        ("meridian-2"). Stopped by stop_meridians() (the kube_fleet fixture does)."""
         ports = (free_port(), free_port(), free_port())
         path = self.root / f"{name}.yaml"
         path.write_text(yaml.safe_dump(self.config(*ports, **overrides), sort_keys=False))
-        m = Meridian(None, extra_args, env, config=path, log=self.root / f"{name}.log", ports=ports,
-                     ready_timeout=ready_timeout)
+        m = Meridian(None, extra_args, {"MERIDIAN_IDENTITY": name, **(env or {})}, config=path,
+                     log=self.root / f"{name}.log", ports=ports, ready_timeout=ready_timeout)
         self.meridians.append(m)
         return m
 
