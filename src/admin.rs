@@ -7,6 +7,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use meridian_controllers::kubernetes::Fleet;
+use meridian_controllers::kubernetes::leader::Leadership;
 use meridian_core::Snapshot;
 use meridian_dns::Dns;
 use meridian_dns::explain::explain;
@@ -25,6 +27,8 @@ pub struct AdminState {
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub dns: Arc<Dns>,
     pub xds: Arc<Xds>,
+    pub fleet: Fleet,
+    pub leadership: Leadership,
     pub metrics: Arc<Registry>,
 }
 
@@ -41,6 +45,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/metrics", get(metrics))
         .route("/debug", get(debug_index))
         .route("/debug/clusters", get(debug_clusters))
+        .route("/debug/kubernetes", get(debug_kubernetes))
         .route("/debug/services", get(debug_services))
         .route("/debug/problems", get(debug_problems))
         .route("/debug/resolve", get(debug_resolve))
@@ -82,6 +87,7 @@ async fn debug_index() -> Json<Value> {
     Json(json!({
         "endpoints": {
             "/debug/clusters": "member clusters, health, withdrawal, locality, network",
+            "/debug/kubernetes": "this replica's leadership, and per Kubernetes member: connected, listed, API version, last heartbeat, capacity, namespaces, ServiceExports",
             "/debug/services": "exported services merged across clusters, with conflicts",
             "/debug/problems": "input meridian rejected (problems) or served with a caveat (warnings), with file, object and reason",
             "/debug/resolve?name=N&type=T&cluster=C": "what a client in cluster C is answered for N, and why",
@@ -110,6 +116,35 @@ pub fn clusters_json(snap: &Snapshot) -> Value {
             "endpoints": c.endpoints,
         })).collect::<Vec<_>>(),
     })
+}
+
+async fn debug_kubernetes(State(s): State<AdminState>) -> Json<Value> {
+    let members: serde_json::Map<String, Value> = s
+        .fleet
+        .all()
+        .into_iter()
+        .map(|(id, f)| {
+            let heartbeat = f.last_heartbeat.and_then(|t| t.elapsed().ok());
+            (
+                id.to_string(),
+                json!({
+                    "connected": f.client.is_some(),
+                    "listed": f.listed,
+                    "kubernetesVersion": f.kubernetes_version,
+                    "secondsSinceHeartbeat": heartbeat.map(|d| d.as_secs_f64()),
+                    "capacity": f.capacity,
+                    "allocatable": f.allocatable,
+                    "namespaces": f.namespaces,
+                    "serviceExports": f.exports.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                }),
+            )
+        })
+        .collect();
+    Json(json!({
+        "identity": s.leadership.identity(),
+        "leader": s.leadership.is_leader(),
+        "members": members,
+    }))
 }
 
 async fn debug_clusters(State(s): State<AdminState>) -> Json<Value> {
@@ -243,6 +278,7 @@ async fn debug_xds_dump(State(s): State<AdminState>, Query(q): Query<DumpQuery>)
 #[derive(Debug)]
 pub struct FleetCollector {
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    pub leadership: Leadership,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -260,7 +296,12 @@ impl prometheus_client::collector::Collector for FleetCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let snap = self.snapshots.borrow().clone();
         let sizes = snap.sizes;
-        let gauges: [(&str, &str, i64); 9] = [
+        let gauges: [(&str, &str, i64); 10] = [
+            (
+                "leader",
+                "1 while this replica holds the hub's Lease (and writes), else 0",
+                i64::from(self.leadership.is_leader()),
+            ),
             (
                 "index_clusters",
                 "Clusters with objects in the index",

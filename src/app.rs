@@ -6,6 +6,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use meridian_controllers::directory;
+use meridian_controllers::kubernetes::leader::{self, Leadership, LeaseConfig};
+use meridian_controllers::kubernetes::{connect, hub, status, writeback};
+use meridian_controllers::members::Sources;
 use meridian_core::Snapshot;
 use meridian_dns::{Dns, Listeners};
 use meridian_xds::Xds;
@@ -15,7 +18,7 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::admin::{self, AdminState, FleetCollector};
-use crate::config::Config;
+use crate::config::{Config, Hub};
 use crate::store::Store;
 
 /// A running meridian.
@@ -31,20 +34,18 @@ pub struct App {
 
 impl App {
     pub async fn start(cfg: Config) -> Result<Self> {
-        if !cfg.hub_directory.is_dir() {
-            bail!(
-                "hub directory {} does not exist",
-                cfg.hub_directory.display()
-            );
-        }
         let mut metrics = Registry::with_prefix("meridian");
         let (publish, snapshots) = watch::channel(Arc::new(Snapshot::empty()));
         let (events_tx, events_rx) = mpsc::channel(1024);
         let store = Store::new(publish, &mut metrics);
-        let mut tasks = vec![
-            tokio::spawn(store.run(events_rx)),
-            tokio::spawn(directory::run_hub(cfg.hub_directory.clone(), events_tx)),
-        ];
+        let mut tasks = vec![tokio::spawn(store.run(events_rx))];
+        let (sources, leadership) =
+            start_hub(&cfg, Sources::new(events_tx), &snapshots, &mut tasks).await?;
+        tasks.push(tokio::spawn(writeback::run(
+            snapshots.clone(),
+            sources.fleet.clone(),
+            leadership.clone(),
+        )));
         // The SOA serial keeps growing across restarts: start time plus snapshot version.
         let serial_base = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -62,6 +63,7 @@ impl App {
         tasks.push(xds_task);
         metrics.register_collector(Box::new(FleetCollector {
             snapshots: snapshots.clone(),
+            leadership: leadership.clone(),
         }));
         let admin_listener = tokio::net::TcpListener::bind(cfg.admin_listen)
             .await
@@ -71,6 +73,8 @@ impl App {
             snapshots: snapshots.clone(),
             dns: dns.clone(),
             xds: xds.clone(),
+            fleet: sources.fleet.clone(),
+            leadership: leadership.clone(),
             metrics: Arc::new(metrics),
         });
         tasks.push(tokio::spawn(async move {
@@ -78,7 +82,7 @@ impl App {
                 tracing::error!(error = %e, "admin server stopped");
             }
         }));
-        info!(admin = %admin_addr, xds = %xds_addr, hub = %cfg.hub_directory.display(), "meridian started");
+        info!(admin = %admin_addr, xds = %xds_addr, hub = %cfg.hub.describe(), "meridian started");
         Ok(Self {
             snapshots,
             dns,
@@ -95,6 +99,60 @@ impl App {
             task.abort();
         }
         self.dns_listeners.shutdown().await;
+    }
+}
+
+/// Starts the hub source (and, for a Kubernetes hub, leader election and the status writer).
+async fn start_hub(
+    cfg: &Config,
+    mut sources: Sources,
+    snapshots: &watch::Receiver<Arc<Snapshot>>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Result<(Sources, Leadership)> {
+    match &cfg.hub {
+        Hub::Directory(dir) => {
+            if !dir.is_dir() {
+                bail!("hub directory {} does not exist", dir.display());
+            }
+            tasks.push(tokio::spawn(directory::run_hub(
+                dir.clone(),
+                sources.clone(),
+            )));
+            Ok((sources, Leadership::always(&cfg.leader.identity)))
+        }
+        Hub::Kubernetes {
+            kubeconfig,
+            context,
+            namespace,
+        } => {
+            let client = match kubeconfig {
+                Some(path) => connect::from_kubeconfig(path, context.as_deref()).await,
+                None => connect::in_cluster(),
+            }
+            .map_err(anyhow::Error::msg)
+            .context("the hub")?;
+            sources.hub = Some(client.clone());
+            tasks.push(tokio::spawn(hub::run(client.clone(), sources.clone())));
+            let (leadership, election) = leader::start(
+                client.clone(),
+                LeaseConfig {
+                    namespace: namespace.clone(),
+                    name: cfg.leader.lease_name.clone(),
+                    identity: cfg.leader.identity.clone(),
+                    lease_duration: cfg.leader.lease_duration,
+                    renew_deadline: cfg.leader.renew_deadline,
+                    retry_period: cfg.leader.retry_period,
+                },
+            );
+            tasks.push(election);
+            tasks.push(tokio::spawn(status::run(
+                client,
+                snapshots.clone(),
+                sources.fleet.clone(),
+                leadership.clone(),
+            )));
+            Ok((sources, leadership))
+        }
     }
 }
 

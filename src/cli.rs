@@ -54,6 +54,10 @@ pub struct ServeArgs {
     #[arg(long, env = "MERIDIAN_HUB_DIRECTORY")]
     pub hub_directory: Option<PathBuf>,
     #[command(flatten)]
+    pub hub: HubArgs,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+    #[command(flatten)]
     pub dns: DnsArgs,
     #[command(flatten)]
     pub xds: XdsArgs,
@@ -97,6 +101,50 @@ pub struct DnsArgs {
     /// Answer-cache capacity in entries.
     #[arg(long = "dns-cache-entries", env = "MERIDIAN_DNS_CACHE_ENTRIES")]
     pub cache_entries: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct HubArgs {
+    /// A Kubernetes hub: the kubeconfig to reach it with.
+    #[arg(long = "hub-kubeconfig", env = "MERIDIAN_HUB_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context of the hub (default: the current one).
+    #[arg(long = "hub-context", env = "MERIDIAN_HUB_CONTEXT")]
+    pub context: Option<String>,
+    /// A Kubernetes hub reached with the pod's service account.
+    #[arg(long = "hub-in-cluster", env = "MERIDIAN_HUB_IN_CLUSTER")]
+    pub in_cluster: bool,
+    /// The hub namespace of the leader-election Lease (default meridian-system).
+    #[arg(long = "hub-namespace", env = "MERIDIAN_HUB_NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LeaseArgs {
+    /// The name of the leader-election Lease (default meridian).
+    #[arg(long = "lease-name", env = "MERIDIAN_LEASE_NAME")]
+    pub name: Option<String>,
+    /// How long a lease holds without renewal (default 15).
+    #[arg(
+        long = "lease-duration-seconds",
+        env = "MERIDIAN_LEASE_DURATION_SECONDS"
+    )]
+    pub duration_seconds: Option<u64>,
+    /// A leader stops writing this long after its last successful renewal (default 10).
+    #[arg(
+        long = "lease-renew-deadline-seconds",
+        env = "MERIDIAN_LEASE_RENEW_DEADLINE_SECONDS"
+    )]
+    pub renew_deadline_seconds: Option<u64>,
+    /// How often the lease is renewed or tried (default 2).
+    #[arg(
+        long = "lease-retry-period-seconds",
+        env = "MERIDIAN_LEASE_RETRY_PERIOD_SECONDS"
+    )]
+    pub retry_period_seconds: Option<u64>,
+    /// This replica's name in the Lease (default: hostname and process id).
+    #[arg(long = "identity", env = "MERIDIAN_IDENTITY")]
+    pub identity: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -112,13 +112,18 @@ async fn xds_clients(args: &ClientArgs) -> Result<ExitCode> {
 /// Checks the config and every manifest it reaches. Prints one line per problem.
 fn validate(args: &ServeArgs) -> Result<ExitCode> {
     let cfg = config::load(args)?;
+    let config::Hub::Directory(hub_directory) = &cfg.hub else {
+        bail!(
+            "validate reads a hub directory; a Kubernetes hub validates its objects itself (the CRD schemas)"
+        );
+    };
     let directory::Hub {
         members,
         policies,
         mut errors,
         mut warnings,
-    } = directory::read_hub(&cfg.hub_directory)
-        .with_context(|| format!("cannot read hub directory {}", cfg.hub_directory.display()))?;
+    } = directory::read_hub(hub_directory)
+        .with_context(|| format!("cannot read hub directory {}", hub_directory.display()))?;
     let mut index = Index::new();
     let mut registry = Registry::new();
     let now = Instant::now();
@@ -151,7 +156,7 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
         for c in &view.conflicts {
             println!(
                 "warning: {}: ServiceExport {} in {}: conflict: {}",
-                cfg.hub_directory.display(),
+                hub_directory.display(),
                 view.key,
                 c.cluster,
                 c.reason

@@ -24,6 +24,18 @@ pub struct File {
     pub xds: XdsSection,
     #[serde(default)]
     pub admin: ListenSection,
+    #[serde(default)]
+    pub leader_election: LeaderSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeaderSection {
+    pub lease_name: Option<String>,
+    pub lease_duration_seconds: Option<u64>,
+    pub renew_deadline_seconds: Option<u64>,
+    pub retry_period_seconds: Option<u64>,
+    pub identity: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -32,6 +44,45 @@ pub struct HubSection {
     pub directory: Option<PathBuf>,
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
+    #[serde(default)]
+    pub in_cluster: bool,
+    /// Where the leader-election Lease lives.
+    pub namespace: Option<String>,
+}
+
+/// Where MemberClusters and policies come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Hub {
+    Directory(PathBuf),
+    /// A Kubernetes API: a kubeconfig (and context), or the in-cluster service account.
+    Kubernetes {
+        kubeconfig: Option<PathBuf>,
+        context: Option<String>,
+        namespace: String,
+    },
+}
+
+impl Hub {
+    pub fn describe(&self) -> String {
+        match self {
+            Hub::Directory(d) => d.display().to_string(),
+            Hub::Kubernetes {
+                kubeconfig: Some(k),
+                ..
+            } => format!("Kubernetes API of {}", k.display()),
+            Hub::Kubernetes { .. } => "in-cluster Kubernetes API".into(),
+        }
+    }
+}
+
+/// Leader election on the hub's Lease (a Kubernetes hub only).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaderConfig {
+    pub lease_name: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+    pub identity: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -95,7 +146,8 @@ pub struct ListenSection {
 /// The effective settings.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub hub_directory: PathBuf,
+    pub hub: Hub,
+    pub leader: LeaderConfig,
     pub dns_listen: SocketAddr,
     pub dns: DnsConfig,
     pub xds_listen: SocketAddr,
@@ -126,14 +178,8 @@ pub fn read_file(path: &Path) -> Result<File> {
 }
 
 fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
-    if file.hub.kubeconfig.is_some() || file.hub.context.is_some() {
-        bail!("hub.kubeconfig: a Kubernetes hub is not available in this build; use hub.directory");
-    }
-    let hub_directory = match (&args.hub_directory, &file.hub.directory) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(dir)) => base.join(dir),
-        (None, None) => bail!("hub.directory is required (config file or --hub-directory)"),
-    };
+    let hub = resolve_hub(&file.hub, base, args)?;
+    let leader = resolve_leader(&file.leader_election, args)?;
     let zones = match (&args.dns.zones, &file.dns.zones) {
         (z, _) if !z.is_empty() => z
             .iter()
@@ -206,7 +252,8 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
     };
     let xds = resolve_xds(&file.xds, base, args)?;
     Ok(Config {
-        hub_directory,
+        hub,
+        leader,
         dns_listen,
         dns,
         xds_listen: args
@@ -220,6 +267,83 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
             .or(file.admin.listen)
             .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("default")),
     })
+}
+
+fn resolve_hub(file: &HubSection, base: &Path, args: &ServeArgs) -> Result<Hub> {
+    let flags = &args.hub;
+    let directory = args
+        .hub_directory
+        .clone()
+        .or_else(|| file.directory.as_ref().map(|d| base.join(d)));
+    let kubeconfig = flags
+        .kubeconfig
+        .clone()
+        .or_else(|| file.kubeconfig.as_ref().map(|k| base.join(k)));
+    let in_cluster = flags.in_cluster || file.in_cluster;
+    let namespace = flags
+        .namespace
+        .clone()
+        .or_else(|| file.namespace.clone())
+        .unwrap_or_else(|| "meridian-system".into());
+    match (directory, kubeconfig, in_cluster) {
+        (Some(dir), None, false) => Ok(Hub::Directory(dir)),
+        (None, Some(k), false) => Ok(Hub::Kubernetes {
+            kubeconfig: Some(k),
+            context: flags.context.clone().or_else(|| file.context.clone()),
+            namespace,
+        }),
+        (None, None, true) => Ok(Hub::Kubernetes {
+            kubeconfig: None,
+            context: None,
+            namespace,
+        }),
+        (None, None, false) => bail!(
+            "a hub is required: hub.directory, hub.kubeconfig or hub.inCluster (or --hub-directory, --hub-kubeconfig, --hub-in-cluster)"
+        ),
+        _ => bail!("hub: set exactly one of directory, kubeconfig, inCluster"),
+    }
+}
+
+fn resolve_leader(file: &LeaderSection, args: &ServeArgs) -> Result<LeaderConfig> {
+    let flags = &args.lease;
+    let secs = |flag: Option<u64>, file: Option<u64>, default: u64| {
+        Duration::from_secs(flag.or(file).unwrap_or(default))
+    };
+    let leader = LeaderConfig {
+        lease_name: flags
+            .name
+            .clone()
+            .or_else(|| file.lease_name.clone())
+            .unwrap_or_else(|| "meridian".into()),
+        lease_duration: secs(flags.duration_seconds, file.lease_duration_seconds, 15),
+        renew_deadline: secs(
+            flags.renew_deadline_seconds,
+            file.renew_deadline_seconds,
+            10,
+        ),
+        retry_period: secs(flags.retry_period_seconds, file.retry_period_seconds, 2),
+        identity: flags
+            .identity
+            .clone()
+            .or_else(|| file.identity.clone())
+            .unwrap_or_else(default_identity),
+    };
+    if leader.retry_period.is_zero() || leader.retry_period >= leader.renew_deadline {
+        bail!("leaderElection: retryPeriodSeconds must be positive and below renewDeadlineSeconds");
+    }
+    if leader.renew_deadline >= leader.lease_duration {
+        bail!(
+            "leaderElection: renewDeadlineSeconds must be below leaseDurationSeconds, so a leader stops writing before its lease can be taken over"
+        );
+    }
+    Ok(leader)
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "meridian".into());
+    format!("{host}-{}", std::process::id())
 }
 
 fn resolve_xds(file: &XdsSection, base: &Path, args: &ServeArgs) -> Result<XdsConfig> {
@@ -312,7 +436,7 @@ mod tests {
         )
         .unwrap();
         let cfg = resolve(file, Path::new("/etc/meridian"), &args(&[])).unwrap();
-        assert_eq!(cfg.hub_directory, PathBuf::from("/etc/meridian/hub"));
+        assert_eq!(cfg.hub, Hub::Directory(PathBuf::from("/etc/meridian/hub")));
         assert_eq!(cfg.dns.zones.len(), 2);
         assert_eq!(cfg.dns.zones[1].style, Style::Clusterset);
         assert_eq!(cfg.dns.ttl, 5);
@@ -340,7 +464,7 @@ mod tests {
         assert_eq!(cfg.dns.ttl, 30);
         assert_eq!(cfg.dns_listen, "127.0.0.2:53".parse().unwrap());
         assert_eq!(cfg.dns.zones[0].namespace.as_deref(), Some("shop"));
-        assert_eq!(cfg.hub_directory, PathBuf::from("/h"));
+        assert_eq!(cfg.hub, Hub::Directory(PathBuf::from("/h")));
     }
 
     #[test]
@@ -360,7 +484,7 @@ mod tests {
             &args(&[]),
         )
         .unwrap_err();
-        assert!(e.to_string().contains("hub.directory is required"));
+        assert!(e.to_string().contains("a hub is required"));
         let e = resolve(
             parse("hub: {directory: h}\ndns: {zones: [{name: clusterset.local, style: clusterset, namespace: x}]}\n").unwrap(),
             Path::new("/"),

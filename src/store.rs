@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use meridian_controllers::{ManifestError, SourceEvent};
+use meridian_controllers::{Change, ManifestError, SourceEvent};
 use meridian_core::{ClusterId, Index, Policies, Problem, Registry, Snapshot, Transition};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -212,6 +212,34 @@ impl Store {
                 self.member_warnings.insert(cluster.clone(), warnings);
                 // Both, always: the problem list alone changing must publish too.
                 self.index.reset(&cluster, objects) | problems_changed
+            }
+            SourceEvent::Changes {
+                cluster,
+                changes,
+                problems,
+            } => {
+                if self.registry.spec(&cluster).is_none() {
+                    return false;
+                }
+                let problems_changed = self.member_problems.get(&cluster) != Some(&problems);
+                self.member_problems.insert(cluster.clone(), problems);
+                let mut changed = problems_changed;
+                for change in changes {
+                    changed |= match change {
+                        Change::Upsert(object) => self.index.apply(&cluster, object),
+                        Change::Delete(kind, key) => self.index.delete(&cluster, kind, &key),
+                    };
+                }
+                changed
+            }
+            SourceEvent::WatchHealth { cluster, failure } => {
+                let transitions: Vec<Transition> = self
+                    .registry
+                    .watch_status(&cluster, now, failure)
+                    .into_iter()
+                    .collect();
+                self.report(&transitions);
+                !transitions.is_empty()
             }
             SourceEvent::Heartbeat { cluster, result } => {
                 let was_settled = self.registry.all_settled();

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use meridian_core as core;
 use meridian_core::{ClusterId, ClusterSpec, HealthTimings, Locality, ObjectKey};
 
-use crate::crd::{MemberCluster, ServiceExport, ServiceImport, ServiceImportType, TaintEffectSpec};
+use crate::crd::{MemberCluster, ServiceImport, ServiceImportType, TaintEffectSpec};
 
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -213,12 +213,13 @@ pub fn slice(es: &EndpointSlice) -> Result<(ObjectKey, core::Slice, Vec<String>)
     ))
 }
 
-pub fn export(se: &ServiceExport) -> Result<(ObjectKey, core::Export), String> {
+/// A ServiceExport's metadata is all it says (its spec is empty).
+pub fn export(meta: &ObjectMeta) -> Result<(ObjectKey, core::Export), String> {
     Ok((
-        key_of(&se.metadata)?,
+        key_of(meta)?,
         core::Export {
-            created: created_secs(&se.metadata),
-            labels: se.metadata.labels.clone().unwrap_or_default(),
+            created: created_secs(meta),
+            labels: meta.labels.clone().unwrap_or_default(),
         },
     ))
 }

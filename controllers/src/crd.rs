@@ -180,6 +180,18 @@ pub struct MemberClusterStatus {
 )]
 pub struct ServiceExportSpec {}
 
+/// A ServiceExport as the API serves it, usually with no `spec` at all (which the derived
+/// [`ServiceExport`] requires): what the member watches read.
+#[derive(kube::Resource, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[resource(inherit = "ServiceExport")]
+pub struct ServiceExportObject {
+    pub metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    #[serde(default)]
+    pub spec: ServiceExportSpec,
+    #[serde(default)]
+    pub status: Option<ServiceExportStatus>,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct ServiceExportStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

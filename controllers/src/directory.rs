@@ -172,7 +172,7 @@ pub fn member_objects(loaded: Loaded) -> (ClusterObjects, Vec<ManifestError>) {
                 }
                 Err(e) => errors.push(err(name_of("EndpointSlice", &es.metadata), e)),
             },
-            Manifest::ServiceExport(se) => match convert::export(&se) {
+            Manifest::ServiceExport(se) => match convert::export(&se.metadata) {
                 Ok(v) => objects.exports.push(v),
                 Err(e) => errors.push(err(name_of("ServiceExport", &se.metadata), e)),
             },

@@ -16,7 +16,7 @@ use kube::runtime::watcher::Event;
 use meridian_core::{ClusterId, ClusterObjects, Kind, Object, ObjectKey};
 
 use crate::convert::{self, key_of};
-use crate::crd::{ServiceExport, ServiceImport};
+use crate::crd::{ServiceExportObject, ServiceImport};
 use crate::{Change, ManifestError, SourceEvent};
 
 /// One kind's objects: the live set, and the relist in progress.
@@ -130,7 +130,7 @@ pub struct NodeFacts {
 pub enum MemberEvent {
     Service(Event<Service>),
     Slice(Event<EndpointSlice>),
-    Export(Event<ServiceExport>),
+    Export(Event<ServiceExportObject>),
     Import(Event<ServiceImport>),
     Node(Event<Node>),
     Namespace(Event<Namespace>),
@@ -216,7 +216,7 @@ impl MemberState {
             MemberEvent::Export(e) => {
                 let a =
                     self.exports
-                        .apply(e, |s| &s.metadata, |s| convert::export(s).map(|(_, v)| v));
+                        .apply(e, |s| &s.metadata, |s| convert::export(&s.metadata).map(|(_, v)| v));
                 record(a, Kind::Export, Object::Export, &mut out);
             }
             MemberEvent::Import(e) => {

@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 
 use super::leader::Leadership;
 use super::{Fleet, MANAGED_BY};
-use crate::crd::{ServiceExport, ServiceImport};
+use crate::crd::{ServiceExportObject, ServiceImport};
 
 pub const FIELD_MANAGER: &str = "meridian";
 pub const MCS_SERVICE_NAME: &str = "multicluster.kubernetes.io/service-name";
@@ -611,7 +611,7 @@ async fn write_export_conditions(client: &Client, c: &ExportConditions) -> Resul
         "kind": "ServiceExport",
         "status": { "conditions": [condition("Valid", &c.valid), condition("Conflict", &c.conflict)] },
     });
-    let api = Api::<ServiceExport>::namespaced(client.clone(), &c.key.namespace);
+    let api = Api::<ServiceExportObject>::namespaced(client.clone(), &c.key.namespace);
     match api
         .patch_status(
             &c.key.name,

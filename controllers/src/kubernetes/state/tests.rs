@@ -6,7 +6,7 @@ use kube::runtime::watcher::Event;
 use serde_json::json;
 
 use super::*;
-use crate::crd::{ServiceExport, ServiceImport};
+use crate::crd::{ServiceExportObject, ServiceImport};
 
 fn service(name: &str, port: u16) -> Service {
     serde_json::from_value(json!({
@@ -42,10 +42,10 @@ fn slice(name: &str, service: &str, ips: &[&str]) -> EndpointSlice {
     .unwrap()
 }
 
-fn export(name: &str) -> ServiceExport {
+fn export(name: &str) -> ServiceExportObject {
     serde_json::from_value(json!({
         "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
-        "metadata": {"name": name, "namespace": "shop"}, "spec": {}
+        "metadata": {"name": name, "namespace": "shop"}
     }))
     .unwrap()
 }
@@ -63,7 +63,7 @@ fn node(name: &str, cpu: &str, memory: &str) -> Node {
 fn listed(
     services: Vec<Service>,
     slices: Vec<EndpointSlice>,
-    exports: Vec<ServiceExport>,
+    exports: Vec<ServiceExportObject>,
 ) -> MemberState {
     let mut s = MemberState::new(ClusterId::new("m1"));
     list_all(&mut s, services, slices, exports);
@@ -74,7 +74,7 @@ fn list_all(
     s: &mut MemberState,
     services: Vec<Service>,
     slices: Vec<EndpointSlice>,
-    exports: Vec<ServiceExport>,
+    exports: Vec<ServiceExportObject>,
 ) {
     s.apply(MemberEvent::Service(Event::Init));
     for x in services {
