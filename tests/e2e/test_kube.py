@@ -1,0 +1,103 @@
+"""meridian on real Kubernetes API servers: a hub and three members (kube_fleet.py), with
+meridian reaching each through tokens bound only to the roles in deploy/rbac.
+
+Objects are created through the API as a user would (Services, EndpointSlices,
+ServiceExports); DNS answers, xDS assignments, ServiceImports and derived Services and
+EndpointSlices in the other members must follow, and everything meridian wrote must go when
+the service is unexported.
+"""
+
+import ads
+from kube_fleet import FROM, wait_for
+
+NAME = "payments.shop.global"
+
+
+def publish(fleet, member, service, addresses, port=80, target=8080):
+    fleet.service(member, service, [{"name": "http", "port": port, "protocol": "TCP"}])
+    fleet.endpoint_slice(member, service, addresses,
+                         ports=[{"name": "http", "port": target, "protocol": "TCP"}])
+    fleet.export(member, service)
+
+
+def eds_addresses(xds_port, cluster, service_name):
+    """The endpoint addresses of an EDS assignment, by priority, as an Envoy node in `cluster`."""
+    stream = ads.AdsStream(xds_port)
+    try:
+        node = ads.node(f"test-{cluster}", cluster, "net1")
+        stream.send(ads.request(ads.EDS, [service_name], node=node))
+        response = stream.recv_type(ads.EDS)
+        out = {}
+        for res in ads.decode(response).values():
+            for locality in res.endpoints:
+                for lb in locality.lb_endpoints:
+                    out.setdefault(locality.priority, []).append(lb.endpoint.address.socket_address.address)
+        return {p: sorted(a) for p, a in out.items()}
+    finally:
+        stream.close()
+
+
+def test_services_created_through_the_api_are_answered_and_imported(kube_fleet, kube_meridian):
+    m = kube_meridian
+    publish(kube_fleet, "m1", "payments", ["10.1.0.1", "10.1.0.2"])
+    publish(kube_fleet, "m3", "payments", ["10.3.0.1"])
+    # A client in m1 gets m1's endpoints first (Locality); an unknown client every cluster's.
+    m.wait_for(lambda: m.addresses(NAME, source=FROM["m1"]) == ["10.1.0.1", "10.1.0.2"],
+               what="m1's endpoints for a client in m1")
+    assert m.addresses(NAME) == ["10.1.0.1", "10.1.0.2", "10.3.0.1"]
+    # xDS: the same decision as EDS priorities.
+    eds = eds_addresses(m.xds_port, "m1", "payments.shop.global:80")
+    assert eds == {0: ["10.1.0.1", "10.1.0.2"], 1: ["10.3.0.1"]}, eds
+
+    # Every member with the namespace gets a ServiceImport, a derived Service whose ClusterIP
+    # is the import's spec.ips, and EndpointSlices of the endpoints its clients are sent to.
+    for member in ("m1", "m2", "m3"):
+        def imported(member=member):
+            si = kube_fleet.service_import(member, "payments")
+            clusters = sorted(c["cluster"] for c in (si or {}).get("status", {}).get("clusters", []))
+            return si if si and si["spec"].get("ips") and clusters == ["m1", "m3"] else None
+        si = wait_for(imported, what=f"ServiceImport with ips and both clusters in {member}", log=m)
+        assert si["spec"]["type"] == "ClusterSetIP"
+        assert [p["port"] for p in si["spec"]["ports"]] == [80]
+        derived = [s for s in kube_fleet.managed_services(member) if s["metadata"]["name"] == "derived-payments"]
+        assert len(derived) == 1
+        assert si["spec"]["ips"] == [derived[0]["spec"]["clusterIP"]]
+        assert "selector" not in derived[0]["spec"]
+    m2_slices = wait_for(lambda: kube_fleet.managed_slices("m2", service="derived-payments"),
+                         what="derived slices in m2", log=m)
+    # m2 has no endpoints of its own: its clients go to the same zone's... none, then region eu:
+    # m1 (same region), exactly as DNS answers a client in m2.
+    by_source = {s["metadata"]["labels"]["multicluster.kubernetes.io/source-cluster"]: s for s in m2_slices}
+    assert set(by_source) == {"m1"}, by_source.keys()
+    s = by_source["m1"]
+    assert s["metadata"]["labels"]["kubernetes.io/service-name"] == "derived-payments"
+    assert s["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == "meridian.io"
+    assert sorted(a for e in s["endpoints"] for a in e["addresses"]) == ["10.1.0.1", "10.1.0.2"]
+    assert [p["port"] for p in s["ports"]] == [8080]
+    assert m.addresses(NAME, source=FROM["m2"]) == ["10.1.0.1", "10.1.0.2"]
+
+    # clusterset.local answers carry the ClusterSetIP of the client's own cluster.
+    m2_ip = kube_fleet.service_import("m2", "payments")["spec"]["ips"]
+    m.wait_for(lambda: m.addresses("payments.shop.svc.clusterset.local", source=FROM["m2"]) == m2_ip,
+               what="clusterset.local answers m2's ClusterSetIP")
+
+    # ServiceExport conditions.
+    valid = wait_for(lambda: kube_fleet.export_condition("m1", "payments", "Valid"), what="Valid condition")
+    assert valid["status"] == "True"
+    assert kube_fleet.export_condition("m1", "payments", "Conflict")["status"] == "False"
+
+    # An endpoint change follows through DNS, xDS and the derived slices.
+    kube_fleet.endpoint_slice("m1", "payments", ["10.1.0.9"], ports=[{"name": "http", "port": 8080, "protocol": "TCP"}])
+    m.wait_for(lambda: m.addresses(NAME, source=FROM["m1"]) == ["10.1.0.9"], what="the new endpoint in DNS")
+    wait_for(lambda: [a for sl in kube_fleet.managed_slices("m2", service="derived-payments") for e in sl["endpoints"]
+                      for a in e["addresses"]] == ["10.1.0.9"], what="the derived slice follows", log=m)
+
+    # Unexport everywhere: DNS forgets the name and everything meridian wrote is deleted.
+    kube_fleet.unexport("m1", "payments")
+    kube_fleet.unexport("m3", "payments")
+    m.wait_for(lambda: m.query(NAME).rcode() == 3, what="NXDOMAIN after unexport")
+    for member in ("m1", "m2", "m3"):
+        wait_for(lambda: not kube_fleet.service_imports(member) and not kube_fleet.managed_services(member)
+                 and not kube_fleet.managed_slices(member), what=f"cleanup in {member}", log=m)
+    # The users' own objects are untouched.
+    assert kube_fleet.cluster("m1").get("v1", "Service", "payments", "shop") is not None
