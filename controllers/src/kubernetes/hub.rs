@@ -75,6 +75,10 @@ impl<K: kube::Resource> Listed<K> {
     }
 }
 
+#[expect(
+    clippy::large_enum_variant,
+    reason = "an event lives for one loop iteration; boxing would cost an allocation per object"
+)]
 enum HubEvent {
     Member(Event<MemberCluster>),
     Policy(Event<ClusterSchedulingPolicy>),

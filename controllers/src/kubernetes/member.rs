@@ -173,10 +173,10 @@ async fn heartbeats(
         tick.tick().await;
         let result = readyz(&client, every).await;
         if result.is_ok() {
-            if fleet.get(&cluster, |f| f.kubernetes_version.is_none()) {
-                if let Ok(info) = client.apiserver_version().await {
-                    fleet.update(&cluster, |f| f.kubernetes_version = Some(info.git_version));
-                }
+            if fleet.get(&cluster, |f| f.kubernetes_version.is_none())
+                && let Ok(info) = client.apiserver_version().await
+            {
+                fleet.update(&cluster, |f| f.kubernetes_version = Some(info.git_version));
             }
             fleet.update(&cluster, |f| f.last_heartbeat = Some(SystemTime::now()));
             if failing {

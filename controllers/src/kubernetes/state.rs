@@ -127,6 +127,10 @@ pub struct NodeFacts {
 
 /// One watch event of any kind a member source watches.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "an event lives for one loop iteration; boxing would cost an allocation per object"
+)]
 pub enum MemberEvent {
     Service(Event<Service>),
     Slice(Event<EndpointSlice>),
@@ -214,9 +218,11 @@ impl MemberState {
                 record(a, Kind::Slice, Object::Slice, &mut out);
             }
             MemberEvent::Export(e) => {
-                let a =
-                    self.exports
-                        .apply(e, |s| &s.metadata, |s| convert::export(&s.metadata).map(|(_, v)| v));
+                let a = self.exports.apply(
+                    e,
+                    |s| &s.metadata,
+                    |s| convert::export(&s.metadata).map(|(_, v)| v),
+                );
                 record(a, Kind::Export, Object::Export, &mut out);
             }
             MemberEvent::Import(e) => {

@@ -183,6 +183,9 @@ pub fn desired_objects(
     out
 }
 
+/// What one derived slice holds: (source cluster, IPv6, ports as (name, port, protocol)).
+type SliceGroup = (String, bool, Vec<(Option<String>, u16, &'static str)>);
+
 /// The EndpointSlices of a derived Service: one per (source cluster, address family, ports).
 fn derived_slices(
     snapshot: &Snapshot,
@@ -196,9 +199,7 @@ fn derived_slices(
     let Some(first) = selection.tiers.first() else {
         return Vec::new();
     };
-    // (cluster, v6, ports) → endpoints
-    let mut groups: BTreeMap<(String, bool, Vec<(Option<String>, u16, &'static str)>), Vec<Value>> =
-        BTreeMap::new();
+    let mut groups: BTreeMap<SliceGroup, Vec<Value>> = BTreeMap::new();
     for m in &first.members {
         let (Some(cluster), Some(backend)) = (
             snapshot.clusters.get(m.cluster),
