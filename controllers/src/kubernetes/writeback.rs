@@ -625,3 +625,6 @@ async fn write_export_conditions(client: &Client, c: &ExportConditions) -> Resul
         other => other.map(|_| ()),
     }
 }
+
+#[cfg(test)]
+mod tests;

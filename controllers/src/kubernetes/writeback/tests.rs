@@ -1,0 +1,283 @@
+//! What meridian writes into members, computed from snapshots built from converted objects.
+
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use meridian_core::{
+    ClusterObjects, ClusterSpec, Gateway, Index, Locality, Policies, Registry, TrafficPolicy,
+};
+use serde_json::json;
+
+use super::*;
+use crate::convert;
+
+struct Member<'a> {
+    name: &'a str,
+    region: &'a str,
+    network: &'a str,
+    gateway: Option<&'a str>,
+    /// (service, headless, port, ready addresses)
+    services: Vec<(&'a str, bool, u16, Vec<&'a str>)>,
+}
+
+fn objects(services: &[(&str, bool, u16, Vec<&str>)]) -> ClusterObjects {
+    let mut o = ClusterObjects::default();
+    for (name, headless, port, addresses) in services {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"clusterIP": if *headless { "None" } else { "10.96.0.10" },
+                     "ports": [{"name": "http", "port": port}]}
+        }))
+        .unwrap();
+        o.services.push(convert::service(&svc).unwrap());
+        let es: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-1"), "namespace": "shop",
+                         "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4",
+            "endpoints": addresses.iter().map(|a| json!({"addresses": [a]})).collect::<Vec<_>>(),
+            "ports": [{"name": "http", "port": 8080}]
+        }))
+        .unwrap();
+        let (key, slice, _) = convert::slice(&es).unwrap();
+        o.slices.push((key, slice));
+        let meta = serde_json::from_value(json!({"name": name, "namespace": "shop"})).unwrap();
+        o.exports.push(convert::export(&meta).unwrap());
+    }
+    o
+}
+
+fn snapshot(members: &[Member<'_>]) -> Snapshot {
+    let now = Instant::now();
+    let mut index = Index::new();
+    let mut registry = Registry::new();
+    for m in members {
+        let mut spec = ClusterSpec::named(m.name);
+        spec.locality = Locality {
+            region: Some(m.region.into()),
+            zone: Some(format!("{}-{}", m.region, m.name)),
+        };
+        spec.network = Some(m.network.into());
+        spec.gateway = m.gateway.map(|g| Gateway {
+            address: g.parse().unwrap(),
+            port: 15443,
+        });
+        registry.upsert(spec, now);
+        registry.heartbeat_ok(&ClusterId::new(m.name), now);
+        index.reset(&ClusterId::new(m.name), objects(&m.services));
+    }
+    let policies = Policies::new(Arc::new(TrafficPolicy::default()), Vec::new());
+    Snapshot::build(1, &index, &registry, &policies)
+}
+
+fn member<'a>(
+    name: &'a str,
+    region: &'a str,
+    network: &'a str,
+    gateway: Option<&'a str>,
+    services: Vec<(&'a str, bool, u16, Vec<&'a str>)>,
+) -> Member<'a> {
+    Member {
+        name,
+        region,
+        network,
+        gateway,
+        services,
+    }
+}
+
+fn fleet() -> Snapshot {
+    snapshot(&[
+        member(
+            "m1",
+            "eu",
+            "net1",
+            Some("192.0.2.1"),
+            vec![("payments", false, 80, vec!["10.1.0.1", "10.1.0.2"])],
+        ),
+        member("m2", "eu", "net1", None, vec![]),
+        member(
+            "m3",
+            "us",
+            "net2",
+            Some("192.0.2.3"),
+            vec![("payments", false, 80, vec!["10.3.0.1"])],
+        ),
+        member("m4", "ap", "net2", None, vec![]),
+    ])
+}
+
+fn shop() -> BTreeSet<String> {
+    ["shop".to_string()].into()
+}
+
+fn of_kind(d: &[Desired], kind: WrittenKind) -> Vec<&Desired> {
+    d.iter().filter(|d| d.kind == kind).collect()
+}
+
+fn addresses(slice: &Desired) -> Vec<String> {
+    let mut out: Vec<String> = slice.body["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| {
+            e["addresses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn source(slice: &Desired) -> String {
+    slice.body["metadata"]["labels"]["multicluster.kubernetes.io/source-cluster"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_member_gets_an_import_a_derived_service_and_the_slices_its_clients_are_sent_to() {
+    let snap = fleet();
+    let m2 = snap.cluster_index("m2").unwrap();
+    let desired = desired_objects(&snap, m2, &shop(), Instant::now());
+    let imports = of_kind(&desired, WrittenKind::ServiceImport);
+    assert_eq!(imports.len(), 1);
+    let si = &imports[0].body;
+    assert_eq!(si["spec"]["type"], "ClusterSetIP");
+    assert_eq!(
+        si["spec"]["ports"],
+        json!([{"name": "http", "port": 80, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        si["status"]["clusters"],
+        json!([{"cluster": "m1"}, {"cluster": "m3"}])
+    );
+    assert_eq!(
+        si["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "meridian"
+    );
+    let services = of_kind(&desired, WrittenKind::Service);
+    assert_eq!(services.len(), 1);
+    assert_eq!(services[0].name, "derived-payments");
+    assert!(services[0].body["spec"].get("selector").is_none());
+    // m2's clients go to m1 first (same region), as DNS answers them: one slice, from m1.
+    let slices = of_kind(&desired, WrittenKind::EndpointSlice);
+    assert_eq!(slices.len(), 1);
+    let labels = &slices[0].body["metadata"]["labels"];
+    assert_eq!(labels["kubernetes.io/service-name"], "derived-payments");
+    assert_eq!(
+        labels["multicluster.kubernetes.io/service-name"],
+        "payments"
+    );
+    assert_eq!(
+        labels["endpointslice.kubernetes.io/managed-by"],
+        "meridian.io"
+    );
+    assert_eq!(source(slices[0]), "m1");
+    assert_eq!(addresses(slices[0]), ["10.1.0.1", "10.1.0.2"]);
+    assert_eq!(
+        slices[0].body["ports"],
+        json!([{"name": "http", "port": 8080, "protocol": "TCP"}])
+    );
+}
+
+#[test]
+fn a_member_on_another_network_reaches_remote_endpoints_through_the_gateway() {
+    let snap = fleet();
+    // m4 (net2, region ap, no endpoints): one tier of everyone; m1 sits on net1, so m4's
+    // clients reach it through m1's gateway, and m3 (net2) directly.
+    let m4 = snap.cluster_index("m4").unwrap();
+    let desired = desired_objects(&snap, m4, &shop(), Instant::now());
+    let mut seen: Vec<(String, Vec<String>, u64)> = of_kind(&desired, WrittenKind::EndpointSlice)
+        .iter()
+        .map(|s| {
+            (
+                source(s),
+                addresses(s),
+                s.body["ports"][0]["port"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("m1".into(), vec!["192.0.2.1".to_string()], 15443),
+            ("m3".into(), vec!["10.3.0.1".to_string()], 8080)
+        ]
+    );
+}
+
+#[test]
+fn nothing_is_written_where_the_namespace_does_not_exist() {
+    let snap = fleet();
+    let m2 = snap.cluster_index("m2").unwrap();
+    assert!(desired_objects(&snap, m2, &BTreeSet::new(), Instant::now()).is_empty());
+}
+
+#[test]
+fn a_headless_service_gets_a_headless_import_and_nothing_derived() {
+    let snap = snapshot(&[member(
+        "m1",
+        "eu",
+        "net1",
+        None,
+        vec![("db", true, 5432, vec!["10.1.0.5"])],
+    )]);
+    let desired = desired_objects(&snap, 0, &shop(), Instant::now());
+    assert_eq!(desired.len(), 1, "{desired:?}");
+    assert_eq!(desired[0].body["spec"]["type"], "Headless");
+}
+
+#[test]
+fn export_conditions_say_valid_conflict_or_why_not() {
+    let snap = snapshot(&[
+        member(
+            "m1",
+            "eu",
+            "net1",
+            None,
+            vec![("payments", false, 80, vec!["10.1.0.1"])],
+        ),
+        member(
+            "m2",
+            "eu",
+            "net1",
+            None,
+            vec![("payments", false, 8443, vec!["10.2.0.1"])],
+        ),
+    ]);
+    let exports: BTreeSet<ObjectKey> = [
+        ObjectKey::new("shop", "payments"),
+        ObjectKey::new("shop", "ghost"),
+    ]
+    .into();
+    let m1 = export_conditions(&snap, 0, &exports);
+    let m2 = export_conditions(&snap, 1, &exports);
+    let find = |c: &[ExportConditions], name: &str| {
+        c.iter().find(|c| &*c.key.name == name).cloned().unwrap()
+    };
+    assert!(find(&m1, "payments").valid.0, "{m1:?}");
+    assert!(!find(&m1, "payments").conflict.0, "{m1:?}");
+    // Both were created at the same instant: the cluster name breaks the tie, m1 is oldest.
+    assert!(find(&m2, "payments").valid.0);
+    assert!(find(&m2, "payments").conflict.0, "{m2:?}");
+    assert!(find(&m2, "payments").conflict.2.contains("port"), "{m2:?}");
+    assert!(!find(&m1, "ghost").valid.0);
+    assert_eq!(find(&m1, "ghost").valid.1, "ServiceNotFound");
+}
+
+#[test]
+fn derived_names_are_dns_labels() {
+    assert_eq!(derived_name("payments"), "derived-payments");
+    let long = "a".repeat(63);
+    let name = derived_name(&long);
+    assert!(name.len() <= 63, "{name}");
+    assert!(convert::is_dns_label(&name), "{name}");
+    assert_eq!(name, derived_name(&long), "stable");
+    assert_ne!(name, derived_name(&"a".repeat(62)), "distinct");
+}
