@@ -101,3 +101,35 @@ def test_services_created_through_the_api_are_answered_and_imported(kube_fleet, 
                  and not kube_fleet.managed_slices(member), what=f"cleanup in {member}", log=m)
     # The users' own objects are untouched.
     assert kube_fleet.cluster("m1").get("v1", "Service", "payments", "shop") is not None
+
+
+def test_a_policy_on_the_hub_api_steers_dns_xds_and_the_derived_slices(kube_fleet, kube_meridian):
+    """A ClusterSchedulingPolicy created on the hub's API: "prefer us (m3), fall back to the
+    rest". A client in m1 is then sent to m3 — by DNS, by xDS, and by the EndpointSlices
+    behind m1's ClusterSetIP; deleting the policy brings Locality back."""
+    m = kube_meridian
+    publish(kube_fleet, "m1", "payments", ["10.1.0.1"])
+    publish(kube_fleet, "m3", "payments", ["10.3.0.1"])
+    m.wait_for(lambda: m.addresses(NAME, source=FROM["m1"]) == ["10.1.0.1"], what="Locality first")
+    kube_fleet.policy("payments-us-first", {
+        "resourceSelectors": [{"kind": "Service", "name": "payments"}],
+        "placement": {"clusterAffinities": [
+            {"name": "us", "clusterNames": ["m3"]},
+            {"name": "rest", "clusterNames": ["m1", "m2"]},
+        ]},
+        "traffic": {"mode": "Tiers"},
+    })
+    m.wait_for(lambda: m.addresses(NAME, source=FROM["m1"]) == ["10.3.0.1"], what="the policy's first tier")
+    assert eds_addresses(m.xds_port, "m1", "payments.shop.global:80") == {0: ["10.3.0.1"], 1: ["10.1.0.1"]}
+    wait_for(lambda: [a for sl in kube_fleet.managed_slices("m1", service="derived-payments")
+                      for e in sl["endpoints"] for a in e["addresses"]] == ["10.3.0.1"],
+             what="m1's derived slices follow the policy", log=m)
+    # An invalid policy is refused by the CRD schema at the API, before meridian sees it.
+    try:
+        kube_fleet.policy("broken", {"resourceSelectors": [{"name": "payments"}], "traffic": {"mode": "Sideways"}})
+        refused = None
+    except Exception as e:  # noqa: BLE001 - the harness raises ApiError with the status
+        refused = e
+    assert refused is not None and "Sideways" in str(refused), refused
+    kube_fleet.hub.delete("meridian.io/v1alpha1", "ClusterSchedulingPolicy", "payments-us-first", "shop")
+    m.wait_for(lambda: m.addresses(NAME, source=FROM["m1"]) == ["10.1.0.1"], what="Locality again")
