@@ -27,12 +27,25 @@ The fixtures (conftest.py): `kube_fleet_session` starts the clusters once per se
 `kube_fleet` hands that fleet to a test after reset() put it back to the state above;
 `kube_meridian` is meridian started on it. A test that needs other kube-apiserver flags
 builds its own fleet: `with started(tmp_path / "kube", extra_apiserver_args=[...]) as f:`.
+
+Two options of a fleet of its own, for the leader election tests:
+  audit=True           every kube-apiserver writes an audit log (ROOT/NAME/audit.log, policy
+                       AUDIT_POLICY: Metadata for every write and for the Lease's reads),
+                       read back with audit_events(cluster).
+  replica_users=[...]  more token users (e.g. "meridian-b") bound to the same roles as
+                       `meridian` (copies of deploy/rbac's bindings of User meridian), and
+                       every kubeconfig meridian gets (hub, members by path and by Secret)
+                       authenticates through an exec credential plugin that picks the token
+                       of the user named like the replica (MERIDIAN_IDENTITY), `meridian`'s
+                       otherwise: replica "meridian-b" acts as user meridian-b everywhere,
+                       so the audit logs tell the replicas' writes apart.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -77,6 +90,20 @@ API_VERSIONS = {
     "MemberCluster": MERIDIAN, "ClusterSchedulingPolicy": MERIDIAN, "Lease": COORDINATION,
     "Deployment": "apps/v1",
 }
+
+# The audit policy of KubeFleet(audit=True): every write (and the Lease's reads, to time a
+# renewal) at Metadata level, with who, what, when and the response code; no other reads.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        {"level": "None", "verbs": ["get", "list", "watch"]},
+        {"level": "Metadata"},
+    ],
+}
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
 
 @dataclass(frozen=True)
@@ -146,18 +173,28 @@ def _name(x) -> str:
 class KubeFleet:
     """The hub and the members (KubeCluster each), set up as the module docstring says."""
 
-    def __init__(self, root: Path, members=DEFAULT_MEMBERS, *, extra_apiserver_args=None):
-        """`extra_apiserver_args`: a list for every cluster, or {cluster name: list}."""
+    def __init__(self, root: Path, members=DEFAULT_MEMBERS, *, extra_apiserver_args=None, audit: bool = False,
+                 replica_users=()):
+        """`extra_apiserver_args`: a list for every cluster, or {cluster name: list}.
+        `audit`, `replica_users`: see the module docstring."""
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.member_specs: dict[str, Member] = {m.name: m for m in members}
+        self.audit = audit
+        self.replica_users = [u for u in dict.fromkeys(replica_users) if u != USER]
         etcd, kas = etcd_binary(), kube_apiserver_binary()
         args = extra_apiserver_args or {}
+        if audit:
+            (self.root / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
 
         def cluster(name):
-            extra = args.get(name, []) if isinstance(args, dict) else args
+            extra = list(args.get(name, []) if isinstance(args, dict) else args)
+            if audit:
+                extra += [f"--audit-log-path={self.audit_log(name)}",
+                          f"--audit-policy-file={self.root / 'audit-policy.yaml'}"]
             return KubeCluster(self.root / name, name, etcd_bin=etcd, kube_apiserver_bin=kas,
-                               extra_users=[USER], extra_apiserver_args=extra, limited_clusterrole=None)
+                               extra_users=[USER, *self.replica_users], extra_apiserver_args=extra,
+                               limited_clusterrole=None)
 
         self.hub = cluster("hub")
         self.members: dict[str, KubeCluster] = {n: cluster(n) for n in self.member_specs}
@@ -201,13 +238,14 @@ class KubeFleet:
             c.apply(self.crds)
             c.wait_crds_established(names)
             c.apply(HUB_RBAC if c is self.hub else MEMBER_RBAC)  # hub.yaml makes meridian-system
+            self._bind_replica_users(c)
             # The hub too: ClusterSchedulingPolicies live in the namespace of their Services.
             c.apply({"apiVersion": CORE, "kind": "Namespace", "metadata": {"name": NAMESPACE}})
 
         with ThreadPoolExecutor(len(self.clusters)) as pool:
             list(pool.map(prepare, self.clusters))
         self.kubeconfig_dir.mkdir(exist_ok=True)
-        self.hub._write_kubeconfig(self.hub_kubeconfig, USER, self.hub.tokens[USER])
+        self._write_meridian_kubeconfig(self.hub, self.hub_kubeconfig)
         for name in self.member_specs:
             self.register_member(name)
 
@@ -252,6 +290,7 @@ class KubeFleet:
         def reset_member(c: KubeCluster):
             restore_crds(c)
             c.apply(MEMBER_RBAC)
+            self._bind_replica_users(c)
             for kind in ("ServiceExport", "ServiceImport", "EndpointSlice", "Service", "Node"):
                 for obj in c.list(API_VERSIONS[kind], kind):
                     meta = obj["metadata"]
@@ -263,6 +302,7 @@ class KubeFleet:
         def reset_hub(c: KubeCluster):
             restore_crds(c)
             c.apply(HUB_RBAC)
+            self._bind_replica_users(c)
             c.apply({"apiVersion": CORE, "kind": "Namespace", "metadata": {"name": NAMESPACE}})
             for obj in c.list(MERIDIAN, "ClusterSchedulingPolicy"):
                 meta = obj["metadata"]
@@ -274,7 +314,7 @@ class KubeFleet:
 
         with ThreadPoolExecutor(len(self.clusters)) as pool:
             list(pool.map(lambda c: reset_hub(c) if c is self.hub else reset_member(c), self.clusters))
-        self.hub._write_kubeconfig(self.hub_kubeconfig, USER, self.hub.tokens[USER])
+        self._write_meridian_kubeconfig(self.hub, self.hub_kubeconfig)
         for name in self.member_specs:
             self.register_member(name)
             self.clear_member_status(name)
@@ -286,6 +326,65 @@ class KubeFleet:
             c.request("PATCH", resource_path(api, kind, namespace, name), {"metadata": {"finalizers": None}},
                       content_type="application/merge-patch+json")
         c.delete(api, kind, name, namespace)
+
+    # Replica users and audit logs (see the module docstring).
+    def _bind_replica_users(self, c: KubeCluster) -> None:
+        """Binds each replica user to the roles deploy/rbac binds User `meridian` to: a copy
+        of each such (Cluster)RoleBinding named NAME-USER, with that user as its subject."""
+        if not self.replica_users:
+            return
+        docs = [d for d in yaml.safe_load_all((HUB_RBAC if c is self.hub else MEMBER_RBAC).read_text()) if d]
+        bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+                    and any(s.get("kind") == "User" and s.get("name") == USER for s in d.get("subjects") or [])]
+        for user in self.replica_users:
+            for b in bindings:
+                meta = {k: v for k, v in b["metadata"].items() if k in ("name", "namespace")}
+                meta["name"] = f"{meta['name']}-{user}"
+                c.apply({**b, "metadata": meta,
+                         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+
+    def _write_meridian_kubeconfig(self, c: KubeCluster, path: Path) -> None:
+        """meridian's kubeconfig for a cluster: `meridian`'s token, or with replica_users an
+        exec credential plugin that picks the token by MERIDIAN_IDENTITY."""
+        if not self.replica_users:
+            c._write_kubeconfig(path, USER, c.tokens[USER])
+            return
+        script = self.kubeconfig_dir / f"{c.name}-token.sh"
+        cases = "".join(f"  {u}) token={c.tokens[u]} ;;\n" for u in self.replica_users)
+        script.write_text(
+            "#!/bin/sh\n# The token of the user named like this meridian replica (MERIDIAN_IDENTITY), "
+            f"else {USER}'s.\ncase \"$MERIDIAN_IDENTITY\" in\n{cases}  *) token={c.tokens[USER]} ;;\nesac\n"
+            "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\","
+            "\"status\":{\"token\":\"%s\"}}\\n' \"$token\"\n")
+        script.chmod(0o700)
+        ca = base64.b64encode(c.ca_file.read_bytes()).decode()
+        user = "meridian-by-identity"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": c.name, "cluster": {"server": c.server, "certificate-authority-data": ca}}],
+            "users": [{"name": user, "user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(script),
+                "interactiveMode": "Never"}}}],
+            "contexts": [{"name": f"{c.name}-{user}", "context": {"cluster": c.name, "user": user}}],
+            "current-context": f"{c.name}-{user}",
+        }, sort_keys=False))
+        path.chmod(0o600)
+
+    def audit_log(self, name) -> Path:
+        return self.root / _name(name) / "audit.log"
+
+    def audit_events(self, name) -> list[dict]:
+        """The audit events of a cluster's API server so far (audit=True), in log order."""
+        path = self.audit_log(name)
+        if not path.exists():
+            return []
+        events = []
+        for line in path.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:  # a line being written
+                pass
+        return events
 
     # Member registration on the hub.
     hub_kubeconfig = property(lambda self: self.kubeconfig_dir / "hub-meridian.kubeconfig")
@@ -303,7 +402,10 @@ class KubeFleet:
         name = _name(name)
         c = self.members[name]
         path = self.member_kubeconfig(name)
-        c._write_kubeconfig(path, USER, token or c.tokens[USER])
+        if token is None:
+            self._write_meridian_kubeconfig(c, path)
+        else:
+            c._write_kubeconfig(path, USER, token)
         self.hub.apply({
             "apiVersion": CORE, "kind": "Secret",
             "metadata": {"name": self.secret_name(name), "namespace": HUB_NAMESPACE},
