@@ -50,13 +50,17 @@ impl MemberTasks {
     pub fn reconcile(&mut self, members: &[MemberEntry]) {
         let fleet = &self.sources.fleet;
         self.tasks.retain(|id, (entry, task)| {
-            let keep = members.iter().any(|m| {
-                m.spec.id == *id && m.source == entry.source && m.spec.health == entry.spec.health
-            });
+            let current = members.iter().find(|m| m.spec.id == *id);
+            let keep = current
+                .is_some_and(|m| m.source == entry.source && m.spec.health == entry.spec.health);
             if !keep {
                 info!(cluster = %id, "stopping member source");
                 task.abort();
-                fleet.remove(id);
+                match current {
+                    // Restarted with its new settings below.
+                    Some(_) => fleet.remove(id),
+                    None => fleet.retire(id),
+                }
             }
             keep
         });

@@ -133,3 +133,25 @@ def test_a_policy_on_the_hub_api_steers_dns_xds_and_the_derived_slices(kube_flee
     assert refused is not None and "Sideways" in str(refused), refused
     kube_fleet.hub.delete("meridian.io/v1alpha1", "ClusterSchedulingPolicy", "payments-us-first", "shop")
     m.wait_for(lambda: m.addresses(NAME, source=FROM["m1"]) == ["10.1.0.1"], what="Locality again")
+
+
+def test_a_member_removed_from_the_hub_is_cleaned_up(kube_fleet, kube_meridian):
+    """Deleting a MemberCluster: meridian deletes what it wrote in that member (it does not
+    wait for a garbage collector; these API servers run none), and the other members' imports
+    and DNS answers forget the removed member's endpoints."""
+    m = kube_meridian
+    publish(kube_fleet, "m1", "payments", ["10.1.0.1"])
+    publish(kube_fleet, "m3", "payments", ["10.3.0.1"])
+    for member in ("m1", "m2", "m3"):
+        wait_for(lambda member=member: kube_fleet.managed_slices(member), what=f"derived slices in {member}", log=m)
+    assert kube_fleet.delete_member_cluster("m3")
+    wait_for(lambda: not kube_fleet.service_imports("m3") and not kube_fleet.managed_services("m3")
+             and not kube_fleet.managed_slices("m3"), what="m3 cleaned up", log=m)
+    m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1"], what="m3's endpoints gone from DNS")
+
+    def m2_imports_only_m1():
+        si = kube_fleet.service_import("m2", "payments") or {}
+        return [c["cluster"] for c in si.get("status", {}).get("clusters", [])] == ["m1"]
+    wait_for(m2_imports_only_m1, what="m2's import lists m1 only", log=m)
+    # The user's own objects in the removed member are untouched.
+    assert kube_fleet.cluster("m3").get("v1", "Service", "payments", "shop") is not None

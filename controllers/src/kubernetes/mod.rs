@@ -47,6 +47,8 @@ pub struct MemberFacts {
     pub exports: BTreeSet<ObjectKey>,
     /// Every kind has listed once.
     pub listed: bool,
+    /// The member left the hub: the leader deletes what it wrote there, then forgets it.
+    pub retired: bool,
 }
 
 impl std::fmt::Debug for MemberFacts {
@@ -99,6 +101,19 @@ impl Fleet {
             Some(facts) => f(facts),
             None => f(&MemberFacts::default()),
         }
+    }
+
+    /// The member left the hub. Its client stays until the writer has cleaned up after it.
+    pub fn retire(&self, cluster: &ClusterId) {
+        let mut members = self.members.lock().expect("poisoned");
+        match members.get_mut(cluster) {
+            Some(f) if f.client.is_some() => f.retired = true,
+            _ => {
+                members.remove(cluster);
+            }
+        }
+        drop(members);
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     pub fn remove(&self, cluster: &ClusterId) {

@@ -379,6 +379,11 @@ pub async fn run(
         let facts = fleet.all();
         writes.retain(|id, _| facts.contains_key(id));
         for (id, f) in &facts {
+            if f.retired {
+                retire(f.client.as_ref(), id, &fleet, &leadership).await;
+                writes.remove(id);
+                continue;
+            }
             let (Some(client), true) = (&f.client, f.listed) else {
                 continue;
             };
@@ -396,6 +401,40 @@ pub async fn run(
             }
         }
     }
+}
+
+/// A member left the hub: delete everything meridian wrote there, then forget it.
+async fn retire(
+    client: Option<&Client>,
+    cluster: &ClusterId,
+    fleet: &Fleet,
+    leadership: &Leadership,
+) {
+    if let Some(client) = client
+        && leadership.is_leader()
+    {
+        let cleaned = async {
+            for (kind, ns, name) in list_managed(client).await?.into_iter().rev() {
+                if !leadership.is_leader() {
+                    break;
+                }
+                delete(client, kind, &ns, &name).await?;
+            }
+            Ok::<_, kube::Error>(())
+        }
+        .await;
+        match cleaned {
+            Ok(()) => {
+                info!(cluster = %cluster, "member removed: deleted what meridian wrote there")
+            }
+            Err(e) => {
+                // Unreachable or refusing: give up rather than keep a removed member forever;
+                // owner references let a garbage collector finish the derived slices.
+                warn!(cluster = %cluster, error = %e, "member removed: could not delete what meridian wrote there")
+            }
+        }
+    }
+    fleet.remove(cluster);
 }
 
 async fn reconcile_member(
