@@ -48,81 +48,94 @@ pub async fn run(
     tx: mpsc::Sender<SourceEvent>,
 ) {
     let heartbeat = Duration::from_secs(timings.heartbeat_seconds.max(1));
-    let Some(client) = connect(&cluster, &access, hub.as_ref(), heartbeat, &tx).await else {
-        return;
-    };
-    fleet.update(&cluster, |f| f.client = Some(client.clone()));
-    let (recovered_tx, mut recovered) = watch::channel(0u64);
-    let _heartbeats = AbortOnDrop(tokio::spawn(heartbeats(
-        cluster.clone(),
-        client.clone(),
-        heartbeat,
-        fleet.clone(),
-        tx.clone(),
-        recovered_tx,
-    )));
+    // Kept across reconnects: the last known objects serve until a new list replaces them.
     let mut state = MemberState::new(cluster.clone());
-    loop {
-        let mut watches = watch_all(&client);
-        let mut failures: BTreeMap<&'static str, (Instant, String)> = BTreeMap::new();
-        let mut reported: Option<String> = None;
-        let mut expiry = tokio::time::interval(Duration::from_secs(5));
+    'connect: loop {
+        let Some(client) = connect(&cluster, &access, hub.as_ref(), heartbeat, &tx).await else {
+            return;
+        };
+        fleet.update(&cluster, |f| f.client = Some(client.clone()));
+        let (signal_tx, mut signal) = watch::channel(Signal::None);
+        let _heartbeats = AbortOnDrop(tokio::spawn(heartbeats(
+            cluster.clone(),
+            client.clone(),
+            heartbeat,
+            fleet.clone(),
+            tx.clone(),
+            signal_tx,
+        )));
         loop {
-            tokio::select! {
-                item = watches.next() => {
-                    let Some(item) = item else { break };
-                    let mut batch = vec![item];
-                    while batch.len() < BATCH {
-                        match watches.next().now_or_never() {
-                            Some(Some(item)) => batch.push(item),
-                            _ => break,
-                        }
-                    }
-                    for item in batch {
-                        match item {
-                            Ok(event) => {
-                                failures.remove(kind_of(&event));
-                                state.apply(event);
-                            }
-                            Err((kind, e)) => {
-                                debug!(kind, error = %e, "watch failed");
-                                failures.insert(kind, (Instant::now(), format!("watch {kind}: {e}")));
+            let mut watches = watch_all(&client);
+            let mut failures: BTreeMap<&'static str, (Instant, String)> = BTreeMap::new();
+            let mut reported: Option<String> = None;
+            let mut expiry = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    item = watches.next() => {
+                        let Some(item) = item else { break };
+                        let mut batch = vec![item];
+                        while batch.len() < BATCH {
+                            match watches.next().now_or_never() {
+                                Some(Some(item)) => batch.push(item),
+                                _ => break,
                             }
                         }
+                        for item in batch {
+                            match item {
+                                Ok(event) => {
+                                    failures.remove(kind_of(&event));
+                                    state.apply(event);
+                                }
+                                Err((kind, e)) => {
+                                    debug!(kind, error = %e, "watch failed");
+                                    failures.insert(kind, (Instant::now(), format!("watch {kind}: {e}")));
+                                }
+                            }
+                        }
+                        if let Some(event) = state.take_event()
+                            && tx.send(event).await.is_err()
+                        {
+                            return;
+                        }
+                        publish_facts(&fleet, &cluster, &state);
                     }
-                    if let Some(event) = state.take_event()
-                        && tx.send(event).await.is_err()
-                    {
+                    changed = signal.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        let what = *signal.borrow_and_update();
+                        state.relist_all();
+                        match what {
+                            Signal::Recovered => {
+                                info!("API reachable again: relisting");
+                                break;
+                            }
+                            Signal::Reconnect => {
+                                info!("credentials refused: reading them again and reconnecting");
+                                continue 'connect;
+                            }
+                            Signal::None => {}
+                        }
+                    }
+                    _ = expiry.tick() => {
+                        failures.retain(|_, (at, _)| at.elapsed() < WATCH_FAILURE_MEMORY);
+                    }
+                }
+                let now_failing = failures.values().next().map(|(_, reason)| reason.clone());
+                if now_failing != reported {
+                    if let Some(reason) = &now_failing {
+                        warn!(reason = %reason, "a watch is failing");
+                    } else {
+                        info!("watches are fine again");
+                    }
+                    reported.clone_from(&now_failing);
+                    let event = SourceEvent::WatchHealth {
+                        cluster: cluster.clone(),
+                        failure: now_failing,
+                    };
+                    if tx.send(event).await.is_err() {
                         return;
                     }
-                    publish_facts(&fleet, &cluster, &state);
-                }
-                changed = recovered.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    info!("API reachable again: relisting");
-                    state.relist_all();
-                    break;
-                }
-                _ = expiry.tick() => {
-                    failures.retain(|_, (at, _)| at.elapsed() < WATCH_FAILURE_MEMORY);
-                }
-            }
-            let now_failing = failures.values().next().map(|(_, reason)| reason.clone());
-            if now_failing != reported {
-                if let Some(reason) = &now_failing {
-                    warn!(reason = %reason, "a watch is failing");
-                } else {
-                    info!("watches are fine again");
-                }
-                reported.clone_from(&now_failing);
-                let event = SourceEvent::WatchHealth {
-                    cluster: cluster.clone(),
-                    failure: now_failing,
-                };
-                if tx.send(event).await.is_err() {
-                    return;
                 }
             }
         }
@@ -157,6 +170,20 @@ async fn connect(
     }
 }
 
+/// What the heartbeats tell the watch loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Signal {
+    None,
+    /// The API answers again after failing: relist.
+    Recovered,
+    /// The API keeps refusing the credentials: build the client again from the kubeconfig or
+    /// Secret (which may have been rotated).
+    Reconnect,
+}
+
+/// Refused credentials this many heartbeats in a row make the member source reconnect.
+const REFUSED_BEFORE_RECONNECT: u32 = 3;
+
 /// GET /readyz every `every`; tells the store, and the watch loop when the API came back.
 async fn heartbeats(
     cluster: ClusterId,
@@ -164,14 +191,23 @@ async fn heartbeats(
     every: Duration,
     fleet: Fleet,
     tx: mpsc::Sender<SourceEvent>,
-    recovered: watch::Sender<u64>,
+    signal: watch::Sender<Signal>,
 ) {
     let mut failing = false;
+    let mut refused = 0u32;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let result = readyz(&client, every).await;
+        let result = readyz(&client, every)
+            .await
+            .map_err(|(reason, auth): (String, bool)| {
+                refused = if auth { refused + 1 } else { 0 };
+                reason
+            });
+        if refused >= REFUSED_BEFORE_RECONNECT {
+            signal.send_replace(Signal::Reconnect);
+        }
         if result.is_ok() {
             if fleet.get(&cluster, |f| f.kubernetes_version.is_none())
                 && let Ok(info) = client.apiserver_version().await
@@ -179,8 +215,9 @@ async fn heartbeats(
                 fleet.update(&cluster, |f| f.kubernetes_version = Some(info.git_version));
             }
             fleet.update(&cluster, |f| f.last_heartbeat = Some(SystemTime::now()));
+            refused = 0;
             if failing {
-                recovered.send_modify(|n| *n += 1);
+                signal.send_replace(Signal::Recovered);
             }
         }
         failing = result.is_err();
@@ -194,20 +231,28 @@ async fn heartbeats(
     }
 }
 
-async fn readyz(client: &Client, timeout: Duration) -> Result<(), String> {
+/// `Err((reason, refused))`, where `refused` says the credentials were (401 or 403).
+async fn readyz(client: &Client, timeout: Duration) -> Result<(), (String, bool)> {
     let request = http::Request::get("/readyz")
         .body(Vec::new())
-        .map_err(|e| e.to_string())?;
-    match tokio::time::timeout(
+        .map_err(|e| (e.to_string(), false))?;
+    let answer = tokio::time::timeout(
         timeout.max(Duration::from_secs(1)),
         client.request_text(request),
     )
-    .await
-    {
+    .await;
+    match answer {
         Ok(Ok(body)) if body.trim() == "ok" => Ok(()),
-        Ok(Ok(body)) => Err(format!("/readyz: {}", body.trim())),
-        Ok(Err(e)) => Err(format!("/readyz: {e}")),
-        Err(_) => Err(format!("/readyz: no answer within {timeout:?}")),
+        Ok(Ok(body)) => Err((format!("/readyz: {}", body.trim()), false)),
+        Ok(Err(kube::Error::Api(e))) if e.code == 401 || e.code == 403 => Err((
+            format!(
+                "/readyz: credentials refused ({} {}): {}",
+                e.code, e.reason, e.message
+            ),
+            true,
+        )),
+        Ok(Err(e)) => Err((format!("/readyz: {e}"), false)),
+        Err(_) => Err((format!("/readyz: no answer within {timeout:?}"), false)),
     }
 }
 
