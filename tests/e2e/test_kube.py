@@ -46,8 +46,9 @@ def test_services_created_through_the_api_are_answered_and_imported(kube_fleet, 
                what="m1's endpoints for a client in m1")
     assert m.addresses(NAME) == ["10.1.0.1", "10.1.0.2", "10.3.0.1"]
     # xDS: the same decision as EDS priorities.
-    eds = eds_addresses(m.xds_port, "m1", "payments.shop.global:80")
-    assert eds == {0: ["10.1.0.1", "10.1.0.2"], 1: ["10.3.0.1"]}, eds
+    # (The xDS push trails the DNS answer by its debounce, 100 ms.)
+    wait_for(lambda: eds_addresses(m.xds_port, "m1", "payments.shop.global:80")
+             == {0: ["10.1.0.1", "10.1.0.2"], 1: ["10.3.0.1"]}, timeout=3, what="EDS priorities", log=m)
 
     # Every member with the namespace gets a ServiceImport, a derived Service whose ClusterIP
     # is the import's spec.ips, and EndpointSlices of the endpoints its clients are sent to.
@@ -120,7 +121,8 @@ def test_a_policy_on_the_hub_api_steers_dns_xds_and_the_derived_slices(kube_flee
         "traffic": {"mode": "Tiers"},
     })
     m.wait_for(lambda: m.addresses(NAME, source=FROM["m1"]) == ["10.3.0.1"], what="the policy's first tier")
-    assert eds_addresses(m.xds_port, "m1", "payments.shop.global:80") == {0: ["10.3.0.1"], 1: ["10.1.0.1"]}
+    wait_for(lambda: eds_addresses(m.xds_port, "m1", "payments.shop.global:80")
+             == {0: ["10.3.0.1"], 1: ["10.1.0.1"]}, timeout=3, what="EDS priorities follow the policy", log=m)
     wait_for(lambda: [a for sl in kube_fleet.managed_slices("m1", service="derived-payments")
                       for e in sl["endpoints"] for a in e["addresses"]] == ["10.3.0.1"],
              what="m1's derived slices follow the policy", log=m)
