@@ -173,10 +173,11 @@ def _name(x) -> str:
 class KubeFleet:
     """The hub and the members (KubeCluster each), set up as the module docstring says."""
 
-    def __init__(self, root: Path, members=DEFAULT_MEMBERS, *, extra_apiserver_args=None, audit: bool = False,
+    def __init__(self, root: Path, members=DEFAULT_MEMBERS, *, extra_apiserver_args=None, audit: bool | dict = False,
                  replica_users=()):
         """`extra_apiserver_args`: a list for every cluster, or {cluster name: list}.
-        `audit`, `replica_users`: see the module docstring."""
+        `audit`, `replica_users`: see the module docstring (a dict for `audit` is the audit
+        policy to use instead of AUDIT_POLICY)."""
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.member_specs: dict[str, Member] = {m.name: m for m in members}
@@ -185,7 +186,8 @@ class KubeFleet:
         etcd, kas = etcd_binary(), kube_apiserver_binary()
         args = extra_apiserver_args or {}
         if audit:
-            (self.root / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
+            policy = audit if isinstance(audit, dict) else AUDIT_POLICY
+            (self.root / "audit-policy.yaml").write_text(yaml.safe_dump(policy, sort_keys=False))
 
         def cluster(name):
             extra = list(args.get(name, []) if isinstance(args, dict) else args)

@@ -93,12 +93,17 @@ def is_lease(e) -> bool:
     return ref.get("resource") == "leases"
 
 
+def completed(fleet, cluster):
+    """The audit events of requests answered (stage ResponseComplete) in one cluster."""
+    return [e for e in fleet.audit_events(cluster) if e.get("stage") == "ResponseComplete"]
+
+
 def replica_writes(fleet):
     """Every write by either replica's user in every cluster, Lease writes excluded, as
     (cluster, event) in the order the API servers received them."""
     out = []
     for c in fleet.clusters:
-        for e in fleet.audit_events(c.name):
+        for e in completed(fleet, c.name):
             if e["user"]["username"] in (A, B) and e["verb"] in WRITE_VERBS and not is_lease(e):
                 out.append((c.name, e))
     return sorted(out, key=lambda ce: received(ce[1]))
@@ -111,7 +116,7 @@ def lease_terms(fleet):
     runs from before that GET)."""
     last_get: dict[str, datetime] = {}
     terms = []
-    events = [e for e in fleet.audit_events("hub") if is_lease(e) and (e.get("objectRef") or {}).get("name") == LEASE]
+    events = [e for e in completed(fleet, "hub") if is_lease(e) and (e.get("objectRef") or {}).get("name") == LEASE]
     for e in sorted(events, key=received):
         user = e["user"]["username"]
         if e["verb"] == "get":
@@ -283,3 +288,74 @@ def test_only_the_leader_writes_and_a_frozen_leader_stops_before_its_lease_is_ta
     assert any(s > b_start for s in a_terms), "A's new term is in the audit log"
     assert any(c == "m3" and e["user"]["username"] == A and received(e) > b_start
                and (e.get("objectRef") or {}).get("name") == "inventory" for c, e in writes), "A writes again"
+
+
+# The audit policy of the next test: AUDIT_POLICY, plus the moment a ServiceImport write is
+# received (stage RequestReceived), to freeze the leader while it waits for the answer.
+RECEIVED_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "rules": [
+        {"level": "Metadata", "verbs": ["patch"],
+         "resources": [{"group": "multicluster.x-k8s.io", "resources": ["serviceimports"]}]},
+        {"level": "Metadata", "omitStages": ["RequestReceived"],
+         "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        {"level": "None", "verbs": ["get", "list", "watch"]},
+        {"level": "Metadata", "omitStages": ["RequestReceived"]},
+    ],
+}
+
+
+def freeze_on_received(fleet, cluster, user, proc, timeout=20.0):
+    """Tails a cluster's audit log and SIGSTOPs `proc` as soon as the API server receives a
+    ServiceImport patch (not its status) from `user`: the process is then frozen waiting for
+    the answer. Returns that event."""
+    path = fleet.audit_log(cluster)
+    deadline = time.monotonic() + timeout
+    with open(path) as f:
+        f.seek(0, os.SEEK_END)
+        buf = ""
+        while time.monotonic() < deadline:
+            chunk = f.read()
+            if not chunk:
+                time.sleep(0.0005)
+                continue
+            buf += chunk
+            *lines, buf = buf.split("\n")
+            for line in lines:
+                if ('"RequestReceived"' in line and '"serviceimports"' in line and '"subresource"' not in line
+                        and f'"username":"{user}"' in line):
+                    os.kill(proc.pid, signal.SIGSTOP)
+                    import json
+
+                    return json.loads(line)
+    raise AssertionError(f"no ServiceImport patch by {user} in {cluster} within {timeout} s")
+
+
+def test_a_leader_frozen_while_a_write_is_in_flight_sends_nothing_more_after_it_resumes(tmp_path):
+    """A leader frozen between the requests of one write-back step (here: a ServiceImport's
+    spec patch is in flight, its status patch is next) must check its leadership again before
+    each request once it wakes up: its lease is long gone."""
+    with started(tmp_path / "kube", MEMBERS, audit=RECEIVED_POLICY, replica_users=[B]) as fleet:
+        a = fleet.start_meridian(A)
+        wait_for(lambda: fleet.lease_holder() == A and leader_metric(a) == 1, timeout=15, what="A leads", log=a)
+        b = fleet.start_meridian(B)
+        time.sleep(2)
+        assert fleet.lease_holder() == A and leader_metric(b) == 0
+        for k in range(40):  # a burst of work for A: a ServiceImport (and more) per service and member
+            fleet.service("m1", f"s{k}", PORT)
+            fleet.endpoint_slice("m1", f"s{k}", [f"10.1.1.{k + 1}"], ports=TARGET)
+        for k in range(40):
+            fleet.export("m1", f"s{k}")
+        caught = freeze_on_received(fleet, "m3", A, a.proc)
+        stopped_at = time.monotonic()
+        try:
+            wait_for(lambda: fleet.lease_holder() == B, timeout=15, what="B takes the lease", log=b)
+            time.sleep(max(0.0, stopped_at + 2 * LEASE_DURATION - time.monotonic()))
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        time.sleep(3)
+        assert leader_metric(a) == 0 and leader_metric(b) == 1
+        print(f"A frozen while {caught['objectRef']['name']}'s ServiceImport patch was in flight "
+              f"(received {caught['requestReceivedTimestamp']})")
+        check_audit(fleet)
