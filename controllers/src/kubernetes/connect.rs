@@ -89,6 +89,11 @@ async fn from_parsed(
 }
 
 fn client(mut config: Config) -> Result<Client, String> {
+    // So audit logs tell meridian's requests apart.
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!("meridian/", env!("CARGO_PKG_VERSION"))),
+    ));
     config.read_timeout = Some(READ_TIMEOUT);
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.write_timeout = Some(CONNECT_TIMEOUT);

@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::stream::{BoxStream, SelectAll};
@@ -50,11 +52,15 @@ pub async fn run(
     let heartbeat = Duration::from_secs(timings.heartbeat_seconds.max(1));
     // Kept across reconnects: the last known objects serve until a new list replaces them.
     let mut state = MemberState::new(cluster.clone());
-    'connect: loop {
+    // What the store last heard about the watches. Unknown at start: a previous task of this
+    // member may have left a failure behind, which the first report clears.
+    let mut reported = Some(String::from("unknown"));
+    loop {
         let Some(client) = connect(&cluster, &access, hub.as_ref(), heartbeat, &tx).await else {
             return;
         };
         fleet.update(&cluster, |f| f.client = Some(client.clone()));
+        let relisting = Arc::new(AtomicBool::new(false));
         let (signal_tx, mut signal) = watch::channel(Signal::None);
         let _heartbeats = AbortOnDrop(tokio::spawn(heartbeats(
             cluster.clone(),
@@ -62,84 +68,181 @@ pub async fn run(
             heartbeat,
             fleet.clone(),
             tx.clone(),
-            signal_tx,
+            (signal_tx, relisting.clone()),
         )));
+        let mut watching = Watching {
+            cluster: &cluster,
+            state: &mut state,
+            tx: &tx,
+            fleet: &fleet,
+            relisting: &relisting,
+            reported: &mut reported,
+        };
         loop {
-            let mut watches = watch_all(&client);
-            let mut failures: BTreeMap<&'static str, (Instant, String)> = BTreeMap::new();
-            let mut reported: Option<String> = None;
-            let mut expiry = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                tokio::select! {
-                    item = watches.next() => {
-                        let Some(item) = item else { break };
-                        let mut batch = vec![item];
-                        while batch.len() < BATCH {
-                            match watches.next().now_or_never() {
-                                Some(Some(item)) => batch.push(item),
-                                _ => break,
-                            }
-                        }
-                        for item in batch {
-                            match item {
-                                Ok(event) => {
-                                    failures.remove(kind_of(&event));
-                                    state.apply(event);
-                                }
-                                Err((kind, e)) => {
-                                    debug!(kind, error = %e, "watch failed");
-                                    failures.insert(kind, (Instant::now(), format!("watch {kind}: {e}")));
-                                }
-                            }
-                        }
-                        if let Some(event) = state.take_event()
-                            && tx.send(event).await.is_err()
-                        {
-                            return;
-                        }
-                        publish_facts(&fleet, &cluster, &state);
-                    }
-                    changed = signal.changed() => {
-                        if changed.is_err() {
-                            return;
-                        }
-                        let what = *signal.borrow_and_update();
-                        state.relist_all();
-                        match what {
-                            Signal::Recovered => {
-                                info!("API reachable again: relisting");
-                                break;
-                            }
-                            Signal::Reconnect => {
-                                info!("credentials refused: reading them again and reconnecting");
-                                continue 'connect;
-                            }
-                            Signal::None => {}
-                        }
-                    }
-                    _ = expiry.tick() => {
-                        failures.retain(|_, (at, _)| at.elapsed() < WATCH_FAILURE_MEMORY);
-                    }
-                }
-                let now_failing = failures.values().next().map(|(_, reason)| reason.clone());
-                if now_failing != reported {
-                    if let Some(reason) = &now_failing {
-                        warn!(reason = %reason, "a watch is failing");
-                    } else {
-                        info!("watches are fine again");
-                    }
-                    reported.clone_from(&now_failing);
-                    let event = SourceEvent::WatchHealth {
-                        cluster: cluster.clone(),
-                        failure: now_failing,
-                    };
-                    if tx.send(event).await.is_err() {
-                        return;
-                    }
-                }
+            match watching.run(&client, &mut signal).await {
+                Next::Relist => continue,
+                Next::Reconnect => break,
+                Next::Stop => return,
             }
         }
     }
+}
+
+/// What ends one round of watches.
+enum Next {
+    /// The API is back after failing: watch again from a full list.
+    Relist,
+    /// The credentials were refused: build the client again.
+    Reconnect,
+    /// The store is gone.
+    Stop,
+}
+
+/// One member's watch loop and what it reports.
+struct Watching<'a> {
+    cluster: &'a ClusterId,
+    state: &'a mut MemberState,
+    tx: &'a mpsc::Sender<SourceEvent>,
+    fleet: &'a Fleet,
+    /// Set by the heartbeats when the API came back: heartbeats are not reported healthy until
+    /// the relist is in, so the member's withdrawn endpoints come back only with fresh ones.
+    relisting: &'a AtomicBool,
+    reported: &'a mut Option<String>,
+}
+
+impl Watching<'_> {
+    async fn run(&mut self, client: &Client, signal: &mut watch::Receiver<Signal>) -> Next {
+        let mut watches = watch_all(client);
+        let mut failures: BTreeMap<&'static str, (Instant, String)> = BTreeMap::new();
+        let mut expiry = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                item = watches.next() => {
+                    let Some(item) = item else { return Next::Relist };
+                    if !self.apply_batch(item, &mut watches, &mut failures).await {
+                        return Next::Stop;
+                    }
+                }
+                changed = signal.changed() => {
+                    if changed.is_err() {
+                        return Next::Stop;
+                    }
+                    let what = *signal.borrow_and_update();
+                    self.state.relist_all();
+                    match what {
+                        Signal::Recovered => {
+                            info!("API reachable again: relisting");
+                            return Next::Relist;
+                        }
+                        Signal::Reconnect => {
+                            info!("credentials refused: reading them again and reconnecting");
+                            return Next::Reconnect;
+                        }
+                        Signal::None => {}
+                    }
+                }
+                _ = expiry.tick() => {
+                    failures.retain(|_, (at, _)| at.elapsed() < WATCH_FAILURE_MEMORY);
+                }
+            }
+            if !self.report_watches(&failures).await {
+                return Next::Stop;
+            }
+        }
+    }
+
+    /// Applies an event and whatever else is ready, then sends the batch; false when the store
+    /// is gone.
+    async fn apply_batch(
+        &mut self,
+        first: WatchItem,
+        watches: &mut SelectAll<BoxStream<'static, WatchItem>>,
+        failures: &mut BTreeMap<&'static str, (Instant, String)>,
+    ) -> bool {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match watches.next().now_or_never() {
+                Some(Some(item)) => batch.push(item),
+                _ => break,
+            }
+        }
+        for item in batch {
+            match item {
+                Ok(event) => {
+                    failures.remove(kind_of(&event));
+                    self.state.apply(event);
+                }
+                Err((kind, e)) => {
+                    if is_expired(&e) {
+                        info!(
+                            kind,
+                            "watch {kind}: resourceVersion expired (410 Gone); relisting"
+                        );
+                    } else {
+                        debug!(kind, error = %e, "watch failed");
+                    }
+                    failures.insert(kind, (Instant::now(), format!("watch {kind}: {e}")));
+                }
+            }
+        }
+        let Some(event) = self.state.take_event() else {
+            publish_facts(self.fleet, self.cluster, self.state);
+            return true;
+        };
+        let relisted = matches!(event, SourceEvent::Reset { .. });
+        if self.tx.send(event).await.is_err() {
+            return false;
+        }
+        publish_facts(self.fleet, self.cluster, self.state);
+        if relisted && self.relisting.swap(false, Ordering::SeqCst) {
+            // The API came back and its objects are in: now the member may be healthy again.
+            let ok = SourceEvent::Heartbeat {
+                cluster: self.cluster.clone(),
+                result: Ok(()),
+            };
+            return self.tx.send(ok).await.is_ok();
+        }
+        true
+    }
+
+    /// Tells the store when the watches start or stop failing; false when the store is gone.
+    async fn report_watches(
+        &mut self,
+        failures: &BTreeMap<&'static str, (Instant, String)>,
+    ) -> bool {
+        let now_failing = failures.values().next().map(|(_, reason)| reason.clone());
+        if now_failing == *self.reported {
+            return true;
+        }
+        match &now_failing {
+            Some(reason) => warn!(reason = %reason, "a watch is failing"),
+            None if self.reported.is_some() => info!("watches are fine"),
+            None => {}
+        }
+        self.reported.clone_from(&now_failing);
+        let event = SourceEvent::WatchHealth {
+            cluster: self.cluster.clone(),
+            failure: now_failing,
+        };
+        self.tx.send(event).await.is_ok()
+    }
+}
+
+/// An unready API server lists every check; the reason keeps the failed ones (`[-]…`).
+fn failed_checks(body: &str) -> String {
+    let failed: Vec<&str> = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("[-]"))
+        .collect();
+    match failed.is_empty() {
+        true => body.chars().take(200).collect(),
+        false => failed.join("; "),
+    }
+}
+
+fn is_expired(error: &str) -> bool {
+    error.contains("410") || error.contains("Expired") || error.contains("too old resource version")
 }
 
 /// Builds the client, retrying with backoff (and reporting why) until it works.
@@ -191,7 +294,7 @@ async fn heartbeats(
     every: Duration,
     fleet: Fleet,
     tx: mpsc::Sender<SourceEvent>,
-    signal: watch::Sender<Signal>,
+    (signal, relisting): (watch::Sender<Signal>, Arc<AtomicBool>),
 ) {
     let mut failing = false;
     let mut refused = 0u32;
@@ -217,10 +320,15 @@ async fn heartbeats(
             fleet.update(&cluster, |f| f.last_heartbeat = Some(SystemTime::now()));
             refused = 0;
             if failing {
+                relisting.store(true, Ordering::SeqCst);
                 signal.send_replace(Signal::Recovered);
             }
         }
         failing = result.is_err();
+        if result.is_ok() && relisting.load(Ordering::SeqCst) {
+            // Reported by the watch loop once the relist is in.
+            continue;
+        }
         let event = SourceEvent::Heartbeat {
             cluster: cluster.clone(),
             result,
@@ -250,6 +358,10 @@ async fn readyz(client: &Client, timeout: Duration) -> Result<(), (String, bool)
                 e.code, e.reason, e.message
             ),
             true,
+        )),
+        Ok(Err(kube::Error::Api(e))) => Err((
+            format!("/readyz: {} {}", e.code, failed_checks(&e.message)),
+            false,
         )),
         Ok(Err(e)) => Err((format!("/readyz: {e}"), false)),
         Err(_) => Err((format!("/readyz: no answer within {timeout:?}"), false)),

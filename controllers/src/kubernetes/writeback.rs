@@ -40,6 +40,8 @@ pub const SOURCE_CLUSTER: &str = "multicluster.kubernetes.io/source-cluster";
 pub const SLICE_MANAGED_BY: (&str, &str) =
     ("endpointslice.kubernetes.io/managed-by", "meridian.io");
 const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=meridian";
+/// Endpoints per derived EndpointSlice, as Kubernetes' own EndpointSlice controller fills them.
+const ENDPOINTS_PER_SLICE: usize = 100;
 /// Everything is applied again (and strays deleted) this often, to repair drift.
 const RESYNC: Duration = Duration::from_secs(60);
 /// Changes arriving within this window are written together.
@@ -258,11 +260,25 @@ fn derived_slices(
     }
     groups
         .into_iter()
-        .map(|((cluster, v6, ports), endpoints)| {
+        .flat_map(|((cluster, v6, ports), endpoints)| {
+            // Kubernetes caps a slice at 1,000 endpoints; its own controller fills 100.
+            let chunks: Vec<Vec<Value>> = endpoints
+                .chunks(ENDPOINTS_PER_SLICE)
+                .map(<[Value]>::to_vec)
+                .collect();
+            chunks
+                .into_iter()
+                .enumerate()
+                .map(move |(i, endpoints)| ((cluster.clone(), v6, ports.clone()), i, endpoints))
+        })
+        .map(|((cluster, v6, ports), chunk, endpoints)| {
             let seed = format!("{derived}/{cluster}/{v6}/{ports:?}");
             let name = bounded_name(
-                &format!("{derived}-{cluster}-{:08x}", fingerprint(&seed) as u32),
-                &seed,
+                &format!(
+                    "{derived}-{cluster}-{:08x}-{chunk}",
+                    fingerprint(&seed) as u32
+                ),
+                &format!("{seed}/{chunk}"),
             );
             let ports: Vec<Value> = ports
                 .iter()
@@ -456,6 +472,9 @@ async fn reconcile_member(
         .map(|d| (d.kind, d.namespace.clone(), d.name.clone()))
         .collect();
     let params = PatchParams::apply(FIELD_MANAGER).force();
+    // One object the API refuses must not hold up the others: the first error is returned
+    // after the pass (and the next pass tries again).
+    let mut first_error = None;
     for mut d in desired {
         if d.kind == WrittenKind::ServiceImport || d.kind == WrittenKind::EndpointSlice {
             fill_from_derived(&mut d, state);
@@ -468,9 +487,17 @@ async fn reconcile_member(
         if !leadership.is_leader() {
             return Ok(());
         }
-        apply(client, &d, &params, state).await?;
-        debug!(cluster = %cluster, kind = ?d.kind, object = %format!("{}/{}", d.namespace, d.name), "written");
-        state.objects.insert(id, print);
+        match apply(client, &d, &params, state, leadership).await {
+            Ok(true) => {
+                debug!(cluster = %cluster, kind = ?d.kind, object = %format!("{}/{}", d.namespace, d.name), "written");
+                state.objects.insert(id, print);
+            }
+            Ok(false) => return Ok(()),
+            Err(e) => {
+                warn!(cluster = %cluster, kind = ?d.kind, object = %format!("{}/{}", d.namespace, d.name), error = %e, "cannot write");
+                first_error.get_or_insert(e);
+            }
+        }
     }
     // Strays: what was written before and is no longer wanted; on a resync, whatever carries
     // our label in the member.
@@ -512,6 +539,9 @@ async fn reconcile_member(
         write_export_conditions(client, &c).await?;
         state.exports.insert(c.key.clone(), print);
     }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
     if resync {
         state.resynced = Some(Instant::now());
     }
@@ -547,12 +577,14 @@ fn fill_from_derived(d: &mut Desired, state: &MemberWrites) {
     }
 }
 
+/// Writes one object; `Ok(false)` when leadership lapsed between its requests.
 async fn apply(
     client: &Client,
     d: &Desired,
     params: &PatchParams,
     state: &mut MemberWrites,
-) -> Result<(), kube::Error> {
+    leadership: &Leadership,
+) -> Result<bool, kube::Error> {
     match d.kind {
         WrittenKind::Service => {
             let api = Api::<Service>::namespaced(client.clone(), &d.namespace);
@@ -569,6 +601,11 @@ async fn apply(
         WrittenKind::ServiceImport => {
             let api = Api::<ServiceImport>::namespaced(client.clone(), &d.namespace);
             api.patch(&d.name, params, &Patch::Apply(&d.body)).await?;
+            // Each request is a write of its own: a leader frozen during the first one must
+            // not send the second after it wakes up past its renew deadline.
+            if !leadership.is_leader() {
+                return Ok(false);
+            }
             let status = json!({
                 "apiVersion": "multicluster.x-k8s.io/v1alpha1",
                 "kind": "ServiceImport",
@@ -582,7 +619,7 @@ async fn apply(
             api.patch(&d.name, params, &Patch::Apply(&d.body)).await?;
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 async fn delete(

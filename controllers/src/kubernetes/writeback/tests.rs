@@ -281,3 +281,38 @@ fn derived_names_are_dns_labels() {
     assert_eq!(name, derived_name(&long), "stable");
     assert_ne!(name, derived_name(&"a".repeat(62)), "distinct");
 }
+
+#[test]
+fn a_large_cluster_is_split_into_slices_of_at_most_a_hundred() {
+    let addresses: Vec<String> = (0..250)
+        .map(|i| format!("10.1.{}.{}", i / 200, i % 200 + 1))
+        .collect();
+    let snap = snapshot(&[
+        member(
+            "m1",
+            "eu",
+            "net1",
+            None,
+            vec![(
+                "big",
+                false,
+                80,
+                addresses.iter().map(String::as_str).collect(),
+            )],
+        ),
+        member("m2", "eu", "net1", None, vec![]),
+    ]);
+    let desired = desired_objects(&snap, 1, &shop(), Instant::now());
+    let slices = of_kind(&desired, WrittenKind::EndpointSlice);
+    let mut sizes: Vec<usize> = slices.iter().map(|s| addresses(s).len()).collect();
+    sizes.sort();
+    assert_eq!(sizes, [50, 100, 100]);
+    let mut all: Vec<String> = slices.iter().flat_map(|s| addresses(s)).collect();
+    all.sort();
+    let mut want = addresses.clone();
+    want.sort();
+    assert_eq!(all, want);
+    let names: BTreeSet<&str> = slices.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names.len(), 3, "distinct names: {names:?}");
+    assert!(names.iter().all(|n| convert::is_dns_label(n)), "{names:?}");
+}
