@@ -284,7 +284,7 @@ fn derived_names_are_dns_labels() {
 
 #[test]
 fn a_large_cluster_is_split_into_slices_of_at_most_a_hundred() {
-    let addresses: Vec<String> = (0..250)
+    let ips: Vec<String> = (0..250)
         .map(|i| format!("10.1.{}.{}", i / 200, i % 200 + 1))
         .collect();
     let snap = snapshot(&[
@@ -297,7 +297,7 @@ fn a_large_cluster_is_split_into_slices_of_at_most_a_hundred() {
                 "big",
                 false,
                 80,
-                addresses.iter().map(String::as_str).collect(),
+                ips.iter().map(String::as_str).collect(),
             )],
         ),
         member("m2", "eu", "net1", None, vec![]),
@@ -309,7 +309,7 @@ fn a_large_cluster_is_split_into_slices_of_at_most_a_hundred() {
     assert_eq!(sizes, [50, 100, 100]);
     let mut all: Vec<String> = slices.iter().flat_map(|s| addresses(s)).collect();
     all.sort();
-    let mut want = addresses.clone();
+    let mut want = ips.clone();
     want.sort();
     assert_eq!(all, want);
     let names: BTreeSet<&str> = slices.iter().map(|s| s.name.as_str()).collect();
