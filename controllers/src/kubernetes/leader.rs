@@ -56,20 +56,6 @@ impl Leadership {
     pub fn identity(&self) -> &str {
         &self.identity
     }
-
-    /// Waits until this replica is leader.
-    pub async fn wait(&mut self) {
-        loop {
-            if self.is_leader() {
-                return;
-            }
-            let Some(until) = self.until.as_mut() else {
-                return;
-            };
-            // Wake on a change, or poll now and then in case the instant was stale.
-            let _ = tokio::time::timeout(Duration::from_secs(1), until.changed()).await;
-        }
-    }
 }
 
 /// What this replica last saw of the lease, to time a takeover on our own clock.

@@ -293,12 +293,7 @@ fn a_large_cluster_is_split_into_slices_of_at_most_a_hundred() {
             "eu",
             "net1",
             None,
-            vec![(
-                "big",
-                false,
-                80,
-                ips.iter().map(String::as_str).collect(),
-            )],
+            vec![("big", false, 80, ips.iter().map(String::as_str).collect())],
         ),
         member("m2", "eu", "net1", None, vec![]),
     ]);
