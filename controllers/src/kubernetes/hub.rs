@@ -11,10 +11,11 @@ use futures::{FutureExt, StreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
-use meridian_core::Policy;
+use meridian_core::{ObjectKey, Policy};
 use tracing::{info, warn};
 
 use super::connect::WATCH_TIMEOUT_SECS;
+use super::state::{Applied, Table};
 use crate::SourceEvent;
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
 use crate::directory::{Hub, add_member, add_policy, keep_last_valid_policies};
@@ -22,58 +23,6 @@ use crate::members::{MemberTasks, Sources};
 
 /// Relative kubeconfig paths in MemberClusters resolve against the working directory.
 const HUB_FILE: &str = "hub API";
-
-/// One kind's objects by name, with the relist in progress.
-struct Listed<K> {
-    live: BTreeMap<String, K>,
-    relist: Option<BTreeMap<String, K>>,
-    synced: bool,
-}
-
-impl<K: kube::Resource> Listed<K> {
-    fn new() -> Self {
-        Self {
-            live: BTreeMap::new(),
-            relist: None,
-            synced: false,
-        }
-    }
-
-    fn name(obj: &K) -> String {
-        let meta = obj.meta();
-        format!(
-            "{}/{}",
-            meta.namespace.as_deref().unwrap_or(""),
-            meta.name.as_deref().unwrap_or("")
-        )
-    }
-
-    /// Returns whether the served set changed.
-    fn apply(&mut self, event: Event<K>) -> bool {
-        match event {
-            Event::Init => {
-                self.relist = Some(BTreeMap::new());
-                false
-            }
-            Event::InitApply(obj) => {
-                self.relist
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(Self::name(&obj), obj);
-                false
-            }
-            Event::InitDone => {
-                self.live = self.relist.take().unwrap_or_default();
-                self.synced = true;
-                true
-            }
-            Event::Apply(obj) => {
-                self.live.insert(Self::name(&obj), obj);
-                true
-            }
-            Event::Delete(obj) => self.live.remove(&Self::name(&obj)).is_some(),
-        }
-    }
-}
 
 #[expect(
     clippy::large_enum_variant,
@@ -96,8 +45,8 @@ pub async fn run(client: Client, sources: Sources) {
         .default_backoff()
         .map(|r| r.map(HubEvent::Policy));
     let mut events = futures::stream::select(members.boxed(), policies.boxed());
-    let mut member_list = Listed::<MemberCluster>::new();
-    let mut policy_list = Listed::<ClusterSchedulingPolicy>::new();
+    let mut member_list = Table::<Stored<MemberCluster>>::default();
+    let mut policy_list = Table::<Stored<ClusterSchedulingPolicy>>::default();
     let mut served_policies: Vec<Policy> = Vec::new();
     let mut failing = false;
     let base = std::env::current_dir().unwrap_or_default();
@@ -106,8 +55,12 @@ pub async fn run(client: Client, sources: Sources) {
         let mut next = Some(first);
         while let Some(item) = next {
             match item {
-                Ok(HubEvent::Member(e)) => changed |= member_list.apply(e),
-                Ok(HubEvent::Policy(e)) => changed |= policy_list.apply(e),
+                Ok(HubEvent::Member(e)) => {
+                    changed |= changes(member_list.apply(e, |m| &m.metadata, Stored::of));
+                }
+                Ok(HubEvent::Policy(e)) => {
+                    changed |= changes(policy_list.apply(e, |p| &p.metadata, Stored::of));
+                }
                 Err(e) => {
                     if !failing {
                         warn!(error = %e, "hub watch failing; serving the last known hub");
@@ -118,7 +71,7 @@ pub async fn run(client: Client, sources: Sources) {
             }
             next = events.next().now_or_never().flatten();
         }
-        if !changed || !member_list.synced || !policy_list.synced {
+        if !changed || !member_list.listed || !policy_list.listed {
             continue;
         }
         if failing {
@@ -144,16 +97,37 @@ pub async fn run(client: Client, sources: Sources) {
     }
 }
 
+/// A hub object as the hub served it; equal when the API says it is the same version.
+#[derive(Clone, Debug)]
+struct Stored<K>(K);
+
+impl<K: Clone> Stored<K> {
+    fn of(k: &K) -> Result<Self, String> {
+        Ok(Self(k.clone()))
+    }
+}
+
+impl<K: kube::Resource> PartialEq for Stored<K> {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (self.0.meta(), other.0.meta());
+        a.uid == b.uid && a.resource_version == b.resource_version
+    }
+}
+
+fn changes<T>(applied: Applied<T>) -> bool {
+    !matches!(applied, Applied::Nothing)
+}
+
 fn read(
-    members: &BTreeMap<String, MemberCluster>,
-    policies: &BTreeMap<String, ClusterSchedulingPolicy>,
+    members: &BTreeMap<ObjectKey, Stored<MemberCluster>>,
+    policies: &BTreeMap<ObjectKey, Stored<ClusterSchedulingPolicy>>,
     base: &Path,
 ) -> Hub {
     let mut hub = Hub::default();
-    for mc in members.values() {
+    for Stored(mc) in members.values() {
         add_member(&mut hub, base, PathBuf::from(HUB_FILE), mc);
     }
-    for csp in policies.values() {
+    for Stored(csp) in policies.values() {
         add_policy(&mut hub, PathBuf::from(HUB_FILE), csp);
     }
     hub

@@ -19,13 +19,13 @@ use crate::convert::{self, key_of};
 use crate::crd::{ServiceExportObject, ServiceImport};
 use crate::{Change, ManifestError, SourceEvent};
 
-/// One kind's objects: the live set, and the relist in progress.
+/// One kind's objects (converted to `T`): the live set, and the relist in progress.
 #[derive(Debug)]
-struct Table<T> {
-    live: BTreeMap<ObjectKey, T>,
+pub(crate) struct Table<T> {
+    pub(crate) live: BTreeMap<ObjectKey, T>,
     problems: BTreeMap<ObjectKey, String>,
     relist: Option<(BTreeMap<ObjectKey, T>, BTreeMap<ObjectKey, String>)>,
-    listed: bool,
+    pub(crate) listed: bool,
 }
 
 impl<T> Default for Table<T> {
@@ -40,7 +40,7 @@ impl<T> Default for Table<T> {
 }
 
 /// What applying one event did to a table.
-enum Applied<T> {
+pub(crate) enum Applied<T> {
     Nothing,
     Upsert(ObjectKey, T),
     Delete(ObjectKey),
@@ -49,7 +49,7 @@ enum Applied<T> {
 }
 
 impl<T: Clone + PartialEq> Table<T> {
-    fn apply<K>(
+    pub(crate) fn apply<K>(
         &mut self,
         event: Event<K>,
         meta: impl Fn(&K) -> &ObjectMeta,
