@@ -6,8 +6,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use meridian_controllers::directory;
+use meridian_controllers::kubernetes::connect::{self, WatchTimeout};
 use meridian_controllers::kubernetes::leader::{self, Leadership, LeaseConfig};
-use meridian_controllers::kubernetes::{connect, hub, status, writeback};
+use meridian_controllers::kubernetes::{hub, status, writeback};
 use meridian_controllers::members::Sources;
 use meridian_core::Snapshot;
 use meridian_dns::{Dns, Listeners};
@@ -39,8 +40,11 @@ impl App {
         let (events_tx, events_rx) = mpsc::channel(1024);
         let store = Store::new(publish, &mut metrics);
         let mut tasks = vec![tokio::spawn(store.run(events_rx))];
-        let (sources, leadership) =
-            start_hub(&cfg, Sources::new(events_tx), &snapshots, &mut tasks).await?;
+        let sources = Sources {
+            watch_timeout: WatchTimeout(cfg.watch_timeout_seconds),
+            ..Sources::new(events_tx)
+        };
+        let (sources, leadership) = start_hub(&cfg, sources, &snapshots, &mut tasks).await?;
         tasks.push(tokio::spawn(writeback::run(
             snapshots.clone(),
             sources.fleet.clone(),

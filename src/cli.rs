@@ -117,6 +117,13 @@ pub struct HubArgs {
     /// The hub namespace of the leader-election Lease (default meridian-system).
     #[arg(long = "hub-namespace", env = "MERIDIAN_HUB_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Bound of one watch on a member's API, in seconds (default 30); a watch connection
+    /// silent for a third longer is taken as stalled and opened again.
+    #[arg(
+        long = "kube-watch-timeout-seconds",
+        env = "MERIDIAN_KUBE_WATCH_TIMEOUT_SECONDS"
+    )]
+    pub watch_timeout_seconds: Option<u32>,
 }
 
 #[derive(Debug, Args)]

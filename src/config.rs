@@ -26,6 +26,14 @@ pub struct File {
     pub admin: ListenSection,
     #[serde(default)]
     pub leader_election: LeaderSection,
+    #[serde(default)]
+    pub kubernetes: KubernetesSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubernetesSection {
+    pub watch_timeout_seconds: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -148,6 +156,8 @@ pub struct ListenSection {
 pub struct Config {
     pub hub: Hub,
     pub leader: LeaderConfig,
+    /// Bound of one watch on a member's API (a stalled one is noticed a third later).
+    pub watch_timeout_seconds: u32,
     pub dns_listen: SocketAddr,
     pub dns: DnsConfig,
     pub xds_listen: SocketAddr,
@@ -251,9 +261,18 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
             .unwrap_or(defaults.cache_entries),
     };
     let xds = resolve_xds(&file.xds, base, args)?;
+    let watch_timeout_seconds = args
+        .hub
+        .watch_timeout_seconds
+        .or(file.kubernetes.watch_timeout_seconds)
+        .unwrap_or(30);
+    if watch_timeout_seconds == 0 {
+        bail!("kubernetes.watchTimeoutSeconds must be positive");
+    }
     Ok(Config {
         hub,
         leader,
+        watch_timeout_seconds,
         dns_listen,
         dns,
         xds_listen: args

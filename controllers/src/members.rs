@@ -11,6 +11,7 @@ use tracing::{Instrument, info, info_span};
 use crate::SourceEvent;
 use crate::convert::MemberSource;
 use crate::directory::{self, MemberEntry};
+use crate::kubernetes::connect::WatchTimeout;
 use crate::kubernetes::{Fleet, member};
 
 /// What member sources need from whoever starts them.
@@ -20,6 +21,7 @@ pub struct Sources {
     /// The hub's client, when the hub is a Kubernetes API (reads kubeconfig Secrets).
     pub hub: Option<kube::Client>,
     pub fleet: Fleet,
+    pub watch_timeout: WatchTimeout,
 }
 
 impl Sources {
@@ -28,6 +30,7 @@ impl Sources {
             tx,
             hub: None,
             fleet: Fleet::default(),
+            watch_timeout: WatchTimeout::default(),
         }
     }
 }
@@ -94,6 +97,7 @@ impl MemberTasks {
                             self.sources.hub.clone(),
                             fleet.clone(),
                             tx,
+                            self.sources.watch_timeout,
                         )
                         .instrument(span),
                     )

@@ -218,13 +218,13 @@ class FreezableProxy:
                     conn.close()
                     return
             while True:
-                if self.frozen and not conn.closed:
+                if (self.frozen or conn.held) and not conn.closed:
                     time.sleep(0.01)
                     continue
                 with conn.lock:  # freeze() and cut() wait for a forwarding step to end
                     if conn.closed:
                         return
-                    if self.frozen:
+                    if self.frozen or conn.held:
                         continue
                     ready, _, _ = select.select([conn.client, conn.upstream], [], [], 0.05)
                     for s in ready:
@@ -252,6 +252,17 @@ class FreezableProxy:
             with c.lock:
                 pass
 
+    def blackhole(self) -> int:
+        """Every connection open now goes silent for good, in both directions, and is never
+        closed (as behind a NAT that forgot it); new connections are forwarded. Returns how
+        many went silent."""
+        with self.lock:
+            conns = [c for c in self.conns if not c.closed]
+        for c in conns:
+            with c.lock:
+                c.held = True
+        return len(conns)
+
     def cut(self) -> int:
         """Closes every connection (frozen or not), then lets new ones through; returns how many it closed."""
         with self.lock:
@@ -278,6 +289,7 @@ class _ProxiedConn:
         self.upstream: socket.socket | None = None
         self.lock = threading.Lock()
         self.closed = False
+        self.held = False
 
     def close(self):
         self.closed = True
@@ -553,6 +565,42 @@ def test_a_410_gone_relists_without_an_empty_answer(fault_fleet):
 
 
 # 3. Wrong or missing credentials on one member.
+def test_a_silently_stalled_watch_is_noticed_and_opened_again(fault_fleet):
+    """meridian reaches m1 through a proxy; every connection open to it then goes silent for
+    good without being closed (a black hole: no error, no FIN, nothing). With watches bounded
+    at 3 s (--kube-watch-timeout-seconds 3), a read silent for 5 s fails, and the watches
+    open again on new connections: a change made meanwhile arrives. Without the bound it would
+    never arrive. m1 beats every 20 s, so a heartbeat does not restart the watches first."""
+    f = fault_fleet
+    c = f.members["m1"]
+    proxy = FreezableProxy(c.apiserver_port)
+    try:
+        f.register_member("m1", source={"kubernetes": {
+            "kubeconfig": {"path": str(f.member_kubeconfig("m1"))},
+            "apiEndpoint": f"https://127.0.0.1:{proxy.port}"}},
+            health={"heartbeatSeconds": 20, "unreachableAfterSeconds": 60, "withdrawAfterSeconds": 120})
+        publish(f, "m1", "payments", ["10.1.0.1"])
+        m = f.start_meridian("meridian", "--kube-watch-timeout-seconds", "3")
+        m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1"], what="m1's endpoint, through the proxy")
+        m.wait_for(lambda: debug_kubernetes(m)["members"]["m1"]["listed"], what="m1 listed")
+        time.sleep(1)
+        silenced = proxy.blackhole()
+        assert silenced >= 1, "no connection to m1 was open"
+        accepted_before = proxy.accepted
+        silenced_at = time.monotonic()
+        f.endpoint_slice("m1", "payments", ["10.1.0.7"], ports=TARGET)
+        m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.7"], timeout=20,
+                   what="the change, after the stalled watch was noticed and opened again")
+        took = time.monotonic() - silenced_at
+        # Read timeout 3 + 3/3 + 1 = 5 s, then the watch's backoff (under a second at first).
+        assert took < 5 + 6, f"the stall took {took:.1f} s to notice"
+        assert took > 1, f"seen after {took:.1f} s: the black hole did not hold"
+        assert proxy.accepted > accepted_before, "the change did not come through a new connection"
+        assert proxy.open_connections() >= silenced, "the silent connections were closed by the proxy"
+    finally:
+        proxy.close()
+
+
 def test_bad_credentials_on_one_member_do_not_block_the_others(kube_fleet):
     f = kube_fleet
     f.write_member_kubeconfig("m2", token="wrong")  # the file meridian reads, and the hub Secret

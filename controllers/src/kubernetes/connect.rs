@@ -12,34 +12,50 @@ use kube::{Api, Client, Config};
 
 use crate::convert::{Credentials, KubeAccess};
 
-/// Server-side bound of one watch request (`timeoutSeconds`): the watch is re-opened after it.
-pub const WATCH_TIMEOUT_SECS: u32 = 30;
-/// A read that sees no byte for this long fails: longer than a quiet watch lasts, so only a
-/// stalled connection hits it.
-const READ_TIMEOUT: Duration = Duration::from_secs(WATCH_TIMEOUT_SECS as u64 + 10);
+/// The server-side bound of one watch request (`timeoutSeconds`), after which it is re-opened.
+/// A read that sees no byte for a third longer (plus a second) fails: longer than a quiet
+/// watch lasts, so only a stalled connection hits it, and the watch starts over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchTimeout(pub u32);
+
+impl Default for WatchTimeout {
+    fn default() -> Self {
+        Self(30)
+    }
+}
+
+impl WatchTimeout {
+    pub fn read_timeout(self) -> Duration {
+        Duration::from_secs(u64::from(self.0) + u64::from(self.0) / 3 + 1)
+    }
+}
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A client from a kubeconfig file (its current context unless `context`).
 pub async fn from_kubeconfig(path: &Path, context: Option<&str>) -> Result<Client, String> {
     let kubeconfig = Kubeconfig::read_from(path)
         .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
-    from_parsed(kubeconfig, context, None).await
+    from_parsed(kubeconfig, context, None, WatchTimeout::default()).await
 }
 
 /// The in-cluster service account's client (`KUBERNETES_SERVICE_HOST`).
 pub fn in_cluster() -> Result<Client, String> {
     let config = Config::incluster().map_err(|e| format!("in-cluster config: {e}"))?;
-    client(config)
+    client(config, WatchTimeout::default())
 }
 
 /// A member's client, as its MemberCluster says; `hub` reads Secrets.
-pub async fn member_client(access: &KubeAccess, hub: Option<&Client>) -> Result<Client, String> {
+pub async fn member_client(
+    access: &KubeAccess,
+    hub: Option<&Client>,
+    timeout: WatchTimeout,
+) -> Result<Client, String> {
     let endpoint = access.api_endpoint.as_deref();
     match &access.credentials {
         Credentials::Kubeconfig { path, context } => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
-            from_parsed(kubeconfig, context.as_deref(), endpoint).await
+            from_parsed(kubeconfig, context.as_deref(), endpoint, timeout).await
         }
         Credentials::Secret {
             namespace,
@@ -63,7 +79,7 @@ pub async fn member_client(access: &KubeAccess, hub: Option<&Client>) -> Result<
             let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| {
                 format!("Secret {namespace}/{name} key {key:?} is not a kubeconfig: {e}")
             })?;
-            from_parsed(kubeconfig, None, endpoint).await
+            from_parsed(kubeconfig, None, endpoint, timeout).await
         }
     }
 }
@@ -72,6 +88,7 @@ async fn from_parsed(
     kubeconfig: Kubeconfig,
     context: Option<&str>,
     endpoint: Option<&str>,
+    timeout: WatchTimeout,
 ) -> Result<Client, String> {
     let options = KubeConfigOptions {
         context: context.map(str::to_string),
@@ -85,16 +102,16 @@ async fn from_parsed(
             .parse()
             .map_err(|e| format!("apiEndpoint {endpoint:?}: {e}"))?;
     }
-    client(config)
+    client(config, timeout)
 }
 
-fn client(mut config: Config) -> Result<Client, String> {
+fn client(mut config: Config, timeout: WatchTimeout) -> Result<Client, String> {
     // So audit logs tell meridian's requests apart.
     config.headers.push((
         http::header::USER_AGENT,
         http::HeaderValue::from_static(concat!("meridian/", env!("CARGO_PKG_VERSION"))),
     ));
-    config.read_timeout = Some(READ_TIMEOUT);
+    config.read_timeout = Some(timeout.read_timeout());
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.write_timeout = Some(CONNECT_TIMEOUT);
     Client::try_from(config).map_err(|e| format!("cannot build a client: {e}"))

@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use meridian_core::{ObjectKey, Policy};
 use tracing::{info, warn};
 
-use super::connect::WATCH_TIMEOUT_SECS;
+use super::connect::WatchTimeout;
 use super::state::{Applied, Table};
 use crate::SourceEvent;
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
@@ -37,7 +37,7 @@ enum HubEvent {
 pub async fn run(client: Client, sources: Sources) {
     let tx = sources.tx.clone();
     let mut tasks = MemberTasks::new(sources);
-    let config = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
+    let config = watcher::Config::default().timeout(WatchTimeout::default().0);
     let members = watcher::watcher(Api::<MemberCluster>::all(client.clone()), config.clone())
         .default_backoff()
         .map(|r| r.map(HubEvent::Member));

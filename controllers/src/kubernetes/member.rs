@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-use super::connect::{self, WATCH_TIMEOUT_SECS};
+use super::connect::{self, WatchTimeout};
 use super::state::{MemberEvent, MemberState};
 use super::{AbortOnDrop, Fleet, MANAGED_BY_SELECTOR_EXCLUDED};
 use crate::SourceEvent;
@@ -48,6 +48,7 @@ pub async fn run(
     hub: Option<Client>,
     fleet: Fleet,
     tx: mpsc::Sender<SourceEvent>,
+    watch_timeout: WatchTimeout,
 ) {
     let heartbeat = Duration::from_secs(timings.heartbeat_seconds.max(1));
     // Kept across reconnects: the last known objects serve until a new list replaces them.
@@ -56,7 +57,16 @@ pub async fn run(
     // member may have left a failure behind, which the first report clears.
     let mut reported = Some(String::from("unknown"));
     loop {
-        let Some(client) = connect(&cluster, &access, hub.as_ref(), heartbeat, &tx).await else {
+        let Some(client) = connect(
+            &cluster,
+            &access,
+            hub.as_ref(),
+            heartbeat,
+            &tx,
+            watch_timeout,
+        )
+        .await
+        else {
             return;
         };
         fleet.update(&cluster, |f| f.client = Some(client.clone()));
@@ -79,7 +89,7 @@ pub async fn run(
             reported: &mut reported,
         };
         loop {
-            match watching.run(&client, &mut signal).await {
+            match watching.run(&client, watch_timeout, &mut signal).await {
                 Next::Relist => continue,
                 Next::Reconnect => break,
                 Next::Stop => return,
@@ -111,8 +121,13 @@ struct Watching<'a> {
 }
 
 impl Watching<'_> {
-    async fn run(&mut self, client: &Client, signal: &mut watch::Receiver<Signal>) -> Next {
-        let mut watches = watch_all(client);
+    async fn run(
+        &mut self,
+        client: &Client,
+        timeout: WatchTimeout,
+        signal: &mut watch::Receiver<Signal>,
+    ) -> Next {
+        let mut watches = watch_all(client, timeout);
         let mut failures: BTreeMap<&'static str, (Instant, String)> = BTreeMap::new();
         let mut expiry = tokio::time::interval(Duration::from_secs(5));
         loop {
@@ -252,10 +267,11 @@ async fn connect(
     hub: Option<&Client>,
     heartbeat: Duration,
     tx: &mpsc::Sender<SourceEvent>,
+    watch_timeout: WatchTimeout,
 ) -> Option<Client> {
     let mut backoff = Duration::from_millis(500);
     loop {
-        match connect::member_client(access, hub).await {
+        match connect::member_client(access, hub, watch_timeout).await {
             Ok(client) => return Some(client),
             Err(reason) => {
                 warn!(reason = %reason, "cannot connect to the member");
@@ -395,8 +411,8 @@ fn kind_of(event: &MemberEvent) -> &'static str {
 
 /// Every watch of a member, merged. What meridian writes itself is left out of Services and
 /// EndpointSlices, so its derived objects never read back as the member's own.
-fn watch_all(client: &Client) -> SelectAll<BoxStream<'static, WatchItem>> {
-    let config = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
+fn watch_all(client: &Client, timeout: WatchTimeout) -> SelectAll<BoxStream<'static, WatchItem>> {
+    let config = watcher::Config::default().timeout(timeout.0);
     let own = config.clone().labels(MANAGED_BY_SELECTOR_EXCLUDED);
     futures::stream::select_all([
         watch(
