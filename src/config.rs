@@ -548,4 +548,55 @@ mod tests {
             "{e:#}"
         );
     }
+
+    #[test]
+    fn a_kubernetes_hub_with_leader_election_and_a_watch_bound() {
+        let file = parse(
+            "hub: {kubeconfig: hub.kubeconfig, context: fleet, namespace: ops}
+leaderElection: {leaseName: m, leaseDurationSeconds: 8, renewDeadlineSeconds: 5, retryPeriodSeconds: 1, identity: a}
+kubernetes: {watchTimeoutSeconds: 12}
+",
+        )
+        .unwrap();
+        let cfg = resolve(file, Path::new("/etc/m"), &args(&[])).unwrap();
+        assert_eq!(
+            cfg.hub,
+            Hub::Kubernetes {
+                kubeconfig: Some(PathBuf::from("/etc/m/hub.kubeconfig")),
+                context: Some("fleet".into()),
+                namespace: "ops".into(),
+            }
+        );
+        assert_eq!(cfg.leader.lease_name, "m");
+        assert_eq!(cfg.leader.renew_deadline, Duration::from_secs(5));
+        assert_eq!(cfg.leader.identity, "a");
+        assert_eq!(cfg.watch_timeout_seconds, 12);
+        let defaults = resolve(
+            parse(
+                "hub: {inCluster: true}
+",
+            )
+            .unwrap(),
+            Path::new("/"),
+            &args(&[]),
+        )
+        .unwrap();
+        assert_eq!(defaults.watch_timeout_seconds, 30);
+        assert_eq!(defaults.leader.lease_duration, Duration::from_secs(15));
+
+        let bad = |yaml: &str| {
+            resolve(parse(yaml).unwrap(), Path::new("/"), &args(&[]))
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            bad("hub: {kubeconfig: k}\nleaderElection: {leaseDurationSeconds: 5, renewDeadlineSeconds: 5}\n")
+                .contains("below leaseDurationSeconds")
+        );
+        assert!(
+            bad("hub: {kubeconfig: k}\nkubernetes: {watchTimeoutSeconds: 0}\n")
+                .contains("positive")
+        );
+        assert!(bad("hub: {kubeconfig: k, directory: d}\n").contains("exactly one"));
+    }
 }
