@@ -21,11 +21,13 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
 use meridian_core::{ClusterId, ObjectKey, Port, Protocol, Snapshot, select};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -628,20 +630,10 @@ async fn delete(
     ns: &str,
     name: &str,
 ) -> Result<(), kube::Error> {
-    let dp = DeleteParams::default();
     let result = match kind {
-        WrittenKind::Service => Api::<Service>::namespaced(client.clone(), ns)
-            .delete(name, &dp)
-            .await
-            .map(|_| ()),
-        WrittenKind::ServiceImport => Api::<ServiceImport>::namespaced(client.clone(), ns)
-            .delete(name, &dp)
-            .await
-            .map(|_| ()),
-        WrittenKind::EndpointSlice => Api::<EndpointSlice>::namespaced(client.clone(), ns)
-            .delete(name, &dp)
-            .await
-            .map(|_| ()),
+        WrittenKind::Service => delete_one::<Service>(client, ns, name).await,
+        WrittenKind::ServiceImport => delete_one::<ServiceImport>(client, ns, name).await,
+        WrittenKind::EndpointSlice => delete_one::<EndpointSlice>(client, ns, name).await,
     };
     match result {
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
@@ -649,27 +641,48 @@ async fn delete(
     }
 }
 
+async fn delete_one<K>(client: &Client, ns: &str, name: &str) -> Result<(), kube::Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .map(|_| ())
+}
+
 /// Everything in the member that carries meridian's label.
 async fn list_managed(client: &Client) -> Result<Vec<(WrittenKind, String, String)>, kube::Error> {
-    let lp = ListParams::default().labels(MANAGED_SELECTOR);
-    let mut out = Vec::new();
-    let key = |kind, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        (
-            kind,
-            meta.namespace.clone().unwrap_or_default(),
-            meta.name.clone().unwrap_or_default(),
-        )
-    };
-    for s in Api::<Service>::all(client.clone()).list(&lp).await? {
-        out.push(key(WrittenKind::Service, &s.metadata));
-    }
-    for s in Api::<ServiceImport>::all(client.clone()).list(&lp).await? {
-        out.push(key(WrittenKind::ServiceImport, &s.metadata));
-    }
-    for s in Api::<EndpointSlice>::all(client.clone()).list(&lp).await? {
-        out.push(key(WrittenKind::EndpointSlice, &s.metadata));
-    }
+    let mut out = managed::<Service>(client, WrittenKind::Service).await?;
+    out.extend(managed::<ServiceImport>(client, WrittenKind::ServiceImport).await?);
+    out.extend(managed::<EndpointSlice>(client, WrittenKind::EndpointSlice).await?);
     Ok(out)
+}
+
+/// The objects of one kind that carry meridian's label (their metadata only).
+async fn managed<K>(
+    client: &Client,
+    kind: WrittenKind,
+) -> Result<Vec<(WrittenKind, String, String)>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let lp = ListParams::default().labels(MANAGED_SELECTOR);
+    let list = Api::<K>::all(client.clone()).list_metadata(&lp).await?;
+    Ok(list
+        .into_iter()
+        .map(|o| {
+            let meta = o.metadata;
+            (
+                kind,
+                meta.namespace.unwrap_or_default(),
+                meta.name.unwrap_or_default(),
+            )
+        })
+        .collect())
 }
 
 async fn write_export_conditions(client: &Client, c: &ExportConditions) -> Result<(), kube::Error> {
