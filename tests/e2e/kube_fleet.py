@@ -580,6 +580,14 @@ class KubeFleet:
                "endpoints": endpoints, "ports": ports}
         return c.apply(obj)[0]
 
+    def publish(self, member, service: str, addresses, *, port: int = 80, target: int = 8080) -> None:
+        """What a member exports, in one call: a Service with one port named http, its
+        EndpointSlice (to `target`) and a ServiceExport."""
+        self.service(member, service, [{"name": "http", "port": port, "protocol": "TCP"}])
+        self.endpoint_slice(member, service, addresses,
+                            ports=[{"name": "http", "port": target, "protocol": "TCP"}])
+        self.export(member, service)
+
     def export(self, member, service: str, *, namespace: str = NAMESPACE, labels: dict | None = None,
                spec: dict | None = None) -> dict:
         """Creates a ServiceExport of `service`, without a spec (as users write them) unless

@@ -13,13 +13,6 @@ from kube_fleet import FROM, wait_for
 NAME = "payments.shop.global"
 
 
-def publish(fleet, member, service, addresses, port=80, target=8080):
-    fleet.service(member, service, [{"name": "http", "port": port, "protocol": "TCP"}])
-    fleet.endpoint_slice(member, service, addresses,
-                         ports=[{"name": "http", "port": target, "protocol": "TCP"}])
-    fleet.export(member, service)
-
-
 def eds_addresses(xds_port, cluster, service_name):
     """The endpoint addresses of an EDS assignment, by priority, as an Envoy node in `cluster`."""
     stream = ads.AdsStream(xds_port)
@@ -39,8 +32,8 @@ def eds_addresses(xds_port, cluster, service_name):
 
 def test_services_created_through_the_api_are_answered_and_imported(kube_fleet, kube_meridian):
     m = kube_meridian
-    publish(kube_fleet, "m1", "payments", ["10.1.0.1", "10.1.0.2"])
-    publish(kube_fleet, "m3", "payments", ["10.3.0.1"])
+    kube_fleet.publish("m1", "payments", ["10.1.0.1", "10.1.0.2"])
+    kube_fleet.publish("m3", "payments", ["10.3.0.1"])
     # A client in m1 gets m1's endpoints first (Locality); an unknown client every cluster's.
     m.wait_for(lambda: m.addresses(NAME, source=FROM["m1"]) == ["10.1.0.1", "10.1.0.2"],
                what="m1's endpoints for a client in m1")
@@ -109,8 +102,8 @@ def test_a_policy_on_the_hub_api_steers_dns_xds_and_the_derived_slices(kube_flee
     rest". A client in m1 is then sent to m3 — by DNS, by xDS, and by the EndpointSlices
     behind m1's ClusterSetIP; deleting the policy brings Locality back."""
     m = kube_meridian
-    publish(kube_fleet, "m1", "payments", ["10.1.0.1"])
-    publish(kube_fleet, "m3", "payments", ["10.3.0.1"])
+    kube_fleet.publish("m1", "payments", ["10.1.0.1"])
+    kube_fleet.publish("m3", "payments", ["10.3.0.1"])
     m.wait_for(lambda: m.addresses(NAME, source=FROM["m1"]) == ["10.1.0.1"], what="Locality first")
     kube_fleet.policy("payments-us-first", {
         "resourceSelectors": [{"kind": "Service", "name": "payments"}],
@@ -142,8 +135,8 @@ def test_a_member_removed_from_the_hub_is_cleaned_up(kube_fleet, kube_meridian):
     wait for a garbage collector; these API servers run none), and the other members' imports
     and DNS answers forget the removed member's endpoints."""
     m = kube_meridian
-    publish(kube_fleet, "m1", "payments", ["10.1.0.1"])
-    publish(kube_fleet, "m3", "payments", ["10.3.0.1"])
+    kube_fleet.publish("m1", "payments", ["10.1.0.1"])
+    kube_fleet.publish("m3", "payments", ["10.3.0.1"])
     for member in ("m1", "m2", "m3"):
         wait_for(lambda member=member: kube_fleet.managed_slices(member), what=f"derived slices in {member}", log=m)
     assert kube_fleet.delete_member_cluster("m3")

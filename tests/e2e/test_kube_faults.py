@@ -32,7 +32,6 @@ from conftest import FROM_UNKNOWN
 from kube_fleet import DEFAULT_HEALTH, FROM, HUB_NAMESPACE, USER, resource_path, wait_for
 
 NAME = "payments.shop.global"
-HTTP = [{"name": "http", "port": 80, "protocol": "TCP"}]
 TARGET = [{"name": "http", "port": 8080, "protocol": "TCP"}]
 HEARTBEAT = DEFAULT_HEALTH["heartbeatSeconds"]
 UNREACHABLE_AFTER = DEFAULT_HEALTH["unreachableAfterSeconds"]
@@ -40,13 +39,6 @@ WITHDRAW_AFTER = DEFAULT_HEALTH["withdrawAfterSeconds"]
 
 
 # Helpers.
-def publish(fleet, member, service, addresses):
-    """A Service with port 80, its EndpointSlice (target port 8080) and a ServiceExport, as admin."""
-    fleet.service(member, service, HTTP)
-    fleet.endpoint_slice(member, service, addresses, ports=TARGET)
-    fleet.export(member, service)
-
-
 def clusters(m) -> dict:
     """/debug/clusters by cluster name."""
     status, body = m.http("/debug/clusters")
@@ -384,8 +376,8 @@ def audit_events(cluster, since: int = 0) -> list[dict]:
 def test_a_stopped_member_api_turns_unreachable_then_withdrawn_and_recovers_without_stale_endpoints(
         kube_fleet, kube_meridian):
     f, m = kube_fleet, kube_meridian
-    publish(f, "m1", "payments", ["10.1.0.1"])
-    publish(f, "m2", "payments", ["10.2.0.1"])
+    f.publish("m1", "payments", ["10.1.0.1"])
+    f.publish("m2", "payments", ["10.2.0.1"])
     both = ["10.1.0.1", "10.2.0.1"]
     m.wait_for(lambda: m.addresses(NAME) == both, what="both clusters' endpoints")
     m.wait_for(lambda: {c["health"] for c in clusters(m).values()} == {"Healthy"}, what="every member Healthy")
@@ -501,7 +493,7 @@ def test_a_410_gone_relists_without_an_empty_answer(fault_fleet):
             "kubeconfig": {"path": str(f.member_kubeconfig("m1"))},
             "apiEndpoint": f"https://127.0.0.1:{proxy.port}"}},
             health={"heartbeatSeconds": 20, "unreachableAfterSeconds": 60, "withdrawAfterSeconds": 120})
-        publish(f, "m1", "payments", ["10.1.0.1"])
+        f.publish("m1", "payments", ["10.1.0.1"])
         m = f.start_meridian()
         m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1"], what="m1's endpoint, through the proxy")
         m.wait_for(lambda: debug_kubernetes(m)["members"]["m1"]["listed"], what="m1 listed")
@@ -579,7 +571,7 @@ def test_a_silently_stalled_watch_is_noticed_and_opened_again(fault_fleet):
             "kubeconfig": {"path": str(f.member_kubeconfig("m1"))},
             "apiEndpoint": f"https://127.0.0.1:{proxy.port}"}},
             health={"heartbeatSeconds": 20, "unreachableAfterSeconds": 60, "withdrawAfterSeconds": 120})
-        publish(f, "m1", "payments", ["10.1.0.1"])
+        f.publish("m1", "payments", ["10.1.0.1"])
         m = f.start_meridian("meridian", "--kube-watch-timeout-seconds", "3")
         m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1"], what="m1's endpoint, through the proxy")
         m.wait_for(lambda: debug_kubernetes(m)["members"]["m1"]["listed"], what="m1 listed")
@@ -608,9 +600,9 @@ def test_bad_credentials_on_one_member_do_not_block_the_others(kube_fleet):
     f.register_member("m3", source={"kubernetes": {"secretRef": {"namespace": HUB_NAMESPACE, "name": missing,
                                                                  "key": "kubeconfig"}}})
     assert f.hub.get("v1", "Secret", missing, HUB_NAMESPACE) is None
-    publish(f, "m1", "payments", ["10.1.0.1"])
-    publish(f, "m2", "payments", ["10.2.0.1"])
-    publish(f, "m3", "payments", ["10.3.0.1"])
+    f.publish("m1", "payments", ["10.1.0.1"])
+    f.publish("m2", "payments", ["10.2.0.1"])
+    f.publish("m3", "payments", ["10.3.0.1"])
     started = time.monotonic()
     m = f.start_meridian()
     m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1"], what="m1 served while m2 and m3 cannot be reached")
@@ -688,7 +680,7 @@ def test_an_exec_credential_plugin_kubeconfig_works(kube_fleet, tmp_path):
     }))
     assert c.tokens[USER] not in kubeconfig.read_text()
     f.register_member("m1", source={"kubernetes": {"kubeconfig": {"path": str(kubeconfig)}}})
-    publish(f, "m1", "payments", ["10.1.0.1"])
+    f.publish("m1", "payments", ["10.1.0.1"])
     m = f.start_meridian()
     m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1"] and clusters(m)["m1"]["health"] == "Healthy",
                what="m1 Healthy and answered through the exec plugin's token")
@@ -729,8 +721,8 @@ def test_meridian_writes_nothing_outside_its_roles(fault_fleet):
     assert status == 403
 
     m = f.start_meridian()
-    publish(f, "m1", "payments", ["10.1.0.1", "10.1.0.2"])
-    publish(f, "m3", "payments", ["10.3.0.1"])
+    f.publish("m1", "payments", ["10.1.0.1", "10.1.0.2"])
+    f.publish("m3", "payments", ["10.3.0.1"])
     m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1", "10.1.0.2", "10.3.0.1"], what="both clusters answered")
     for member in ("m1", "m2", "m3"):
         wait_for(lambda member=member: (si := f.service_import(member, "payments")) and si["spec"].get("ips")
@@ -799,8 +791,8 @@ def test_member_cluster_status_on_the_hub(kube_fleet):
     f = kube_fleet
     f.node("m1", "node-a", cpu="4", memory="8Gi")
     f.node("m1", "node-b", cpu="2500m", memory="1536Mi")
-    publish(f, "m1", "payments", ["10.1.0.1", "10.1.0.2"])
-    publish(f, "m1", "orders", ["10.1.0.3"])
+    f.publish("m1", "payments", ["10.1.0.1", "10.1.0.2"])
+    f.publish("m1", "orders", ["10.1.0.3"])
     m = f.start_meridian()
     version = f.members["m1"].request("GET", "/version")[1]["gitVersion"]
     assert version == "v1.34.12"

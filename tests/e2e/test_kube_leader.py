@@ -20,7 +20,6 @@ import re
 import signal
 import threading
 import time
-import urllib.request
 from datetime import datetime, timedelta
 
 import dns.flags
@@ -43,12 +42,6 @@ TARGET = [{"name": "http", "port": 8080, "protocol": "TCP"}]
 def audited_fleet(tmp_path):
     with started(tmp_path / "kube", MEMBERS, audit=True, replica_users=[B]) as fleet:
         yield fleet
-
-
-def publish(fleet, member, service, addresses):
-    fleet.service(member, service, PORT)
-    fleet.endpoint_slice(member, service, addresses, ports=TARGET)
-    fleet.export(member, service)
 
 
 def imported(fleet, member, service, clusters):
@@ -196,8 +189,8 @@ def test_only_the_leader_writes_and_a_frozen_leader_stops_before_its_lease_is_ta
     fleet = audited_fleet
     a = fleet.start_meridian(A)
     wait_for(lambda: fleet.lease_holder() == A and leader_metric(a) == 1, timeout=15, what="A leads", log=a)
-    publish(fleet, "m1", "payments", ["10.1.0.1", "10.1.0.2"])
-    publish(fleet, "m3", "payments", ["10.3.0.1"])
+    fleet.publish("m1", "payments", ["10.1.0.1", "10.1.0.2"])
+    fleet.publish("m3", "payments", ["10.3.0.1"])
     for member in ("m1", "m3"):
         wait_for(lambda member=member: imported(fleet, member, "payments", ["m1", "m3"]), timeout=15,
                  what=f"A imports payments into {member}", log=a)
@@ -222,7 +215,7 @@ def test_only_the_leader_writes_and_a_frozen_leader_stops_before_its_lease_is_ta
     try:
         wait_for(lambda: fleet.lease_holder() == B, timeout=15, what="B takes the lease", log=b)
         took_over = time.monotonic() - stopped_at
-        publish(fleet, "m3", "orders", ["10.3.0.7"])
+        fleet.publish("m3", "orders", ["10.3.0.7"])
         wait_for(lambda: imported(fleet, "m1", "orders", ["m3"]), timeout=10, what="B imports orders into m1", log=b)
         wait_for(lambda: any(e["user"]["username"] == B and (e.get("objectRef") or {}).get("resource") == "memberclusters"
                              and e["verb"] == "patch" for e in fleet.audit_events("hub")),
@@ -272,7 +265,7 @@ def test_only_the_leader_writes_and_a_frozen_leader_stops_before_its_lease_is_ta
         wait_for(lambda: fleet.lease_holder() == A, timeout=15, what="A takes the lease back", log=a)
         took_back = time.monotonic() - killed_at
         wait_for(lambda: leader_metric(a) == 1, timeout=5, what="A says it leads", log=a)
-        publish(fleet, "m1", "inventory", ["10.1.0.5"])
+        fleet.publish("m1", "inventory", ["10.1.0.5"])
         wait_for(lambda: imported(fleet, "m3", "inventory", ["m1"]), timeout=10, what="A imports inventory", log=a)
         time.sleep(1)
     finally:
