@@ -182,6 +182,12 @@ fn filter_words(reason: &FilterReason) -> String {
         FilterReason::OtherNetworkNoGateway => {
             "on another network than the client, without a gateway".into()
         }
+        FilterReason::GatewayUnusable => {
+            "on another network, and the client cannot use a gateway (proxyless gRPC)".into()
+        }
+        FilterReason::DuplicateAddresses(by) => {
+            format!("every ready address it reports is answered by {by}, which comes first")
+        }
         FilterReason::NotInAffinities => "in none of the policy's clusterAffinities".into(),
         FilterReason::WeightZero => "the policy gives it weight 0".into(),
     }

@@ -760,6 +760,10 @@ struct Coverage {
     no_gateway: u32,
     not_in_affinities: u32,
     weight_zero: u32,
+    /// Only for clients that cannot use gateways (never DNS's).
+    gateway_unusable: u32,
+    /// Clusters whose every ready address another cluster answers first.
+    duplicates_filtered: u32,
     spills: u32,
     multi_tier: u32,
     failing_back: u32,
@@ -791,6 +795,8 @@ impl Coverage {
                 FilterReason::OtherNetworkNoGateway => self.no_gateway += 1,
                 FilterReason::NotInAffinities => self.not_in_affinities += 1,
                 FilterReason::WeightZero => self.weight_zero += 1,
+                FilterReason::GatewayUnusable => self.gateway_unusable += 1,
+                FilterReason::DuplicateAddresses(_) => self.duplicates_filtered += 1,
             }
         }
         self.spills += u32::from(sel.spills > 0);
@@ -801,18 +807,18 @@ impl Coverage {
         self.gateway_first_tier += u32::from(
             sel.tiers
                 .first()
-                .is_some_and(|t| t.members.iter().any(|m| m.via_gateway)),
+                .is_some_and(|t| t.members.iter().any(|m| m.via_gateway())),
         );
         self.gateway_any_tier += u32::from(
             sel.tiers
                 .iter()
                 .flat_map(|t| &t.members)
-                .any(|m| m.via_gateway),
+                .any(|m| m.via_gateway()),
         );
         let first: usize = sel.tiers.first().map_or(0, |t| {
             t.members
                 .iter()
-                .map(|m| if m.via_gateway { 1 } else { m.ready as usize })
+                .map(|m| if m.via_gateway() { 1 } else { m.ready as usize })
                 .sum()
         });
         if let Some(cap) = g.policy.max_answers {

@@ -23,12 +23,11 @@ mod testing;
 pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;
 pub use policy::{
-    AffinityTier, ClusterSet, LabelSelector, Operator, Policies, Policy, Requirement,
-    ServiceSelector, WeightRule,
+    AffinityTier, ClusterSet, LabelSelector, Mode, Operator, Policies, Policy, Requirement,
+    ServiceSelector, Toleration, TrafficPolicy, WeightRule,
 };
 pub use registry::{Health, MemberHealth, Registry, Transition};
 pub use select::{
-    FilterReason, Member, Mode, Selection, Tier, TierReason, Toleration, TrafficPolicy, select,
-    select_on_network,
+    Client, FilterReason, Member, Selection, Target, Tier, TierReason, select, select_for,
 };
 pub use snapshot::{Backend, ClusterView, Conflict, Problem, ServiceView, Snapshot};

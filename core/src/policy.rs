@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::model::{ClusterSpec, ObjectKey};
-use crate::select::TrafficPolicy;
+use crate::model::{ClusterSpec, ObjectKey, TaintEffect};
 
 /// A Kubernetes label selector: every `matchLabels` pair and every expression must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -158,6 +158,91 @@ impl Policies {
                 losers: Vec::new(),
             },
         }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum Mode {
+    /// The client's cluster, then the same zone, then the same region, then the rest.
+    #[default]
+    Locality,
+    /// The policy's `clusterAffinities`, in order; clusters in none get no traffic.
+    Tiers,
+    /// One tier of every cluster, split by the policy's weights.
+    Weighted,
+}
+
+/// A toleration of a cluster taint (`effect: None` tolerates every effect of that key).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Toleration {
+    pub key: String,
+    pub effect: Option<TaintEffect>,
+}
+
+/// The traffic part of a ClusterSchedulingPolicy; the default applies to services no policy
+/// selects.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TrafficPolicy {
+    /// The ClusterSchedulingPolicy (`namespace/name`) this comes from; None for the default.
+    pub source: Option<String>,
+    pub mode: Mode,
+    /// `placement.clusterAffinities`: the tiers of `Mode::Tiers`.
+    pub affinities: Vec<AffinityTier>,
+    /// `traffic.weights`: the first rule containing a cluster gives its weight (0: no traffic).
+    pub weights: Vec<WeightRule>,
+    /// A tier with fewer ready endpoints than this merges into the next one.
+    pub min_healthy_endpoints: u32,
+    /// Overrides the cluster's `withdrawAfterSeconds`.
+    pub withdraw_after_seconds: Option<u64>,
+    /// A cluster that recovered (came back from Unreachable, or got ready endpoints again)
+    /// takes its place again only after this long; until then it sits in a last tier.
+    pub failback_after_seconds: u64,
+    pub tolerations: Vec<Toleration>,
+    pub ttl: Option<u32>,
+    pub max_answers: Option<u32>,
+}
+
+impl Default for TrafficPolicy {
+    fn default() -> Self {
+        Self {
+            source: None,
+            mode: Mode::Locality,
+            affinities: Vec::new(),
+            weights: Vec::new(),
+            min_healthy_endpoints: 1,
+            withdraw_after_seconds: None,
+            failback_after_seconds: 0,
+            tolerations: Vec::new(),
+            ttl: None,
+            max_answers: None,
+        }
+    }
+}
+
+impl TrafficPolicy {
+    pub fn tolerates(&self, key: &str, effect: TaintEffect) -> bool {
+        self.tolerations
+            .iter()
+            .any(|t| t.key == key && t.effect.is_none_or(|e| e == effect))
+    }
+
+    /// The weight a rule gives this cluster, if any rule contains it.
+    pub fn weight_of(&self, cluster: &ClusterSpec) -> Option<u32> {
+        self.weights
+            .iter()
+            .find(|w| w.clusters.contains(cluster))
+            .map(|w| w.weight)
+    }
+
+    /// Whether this policy's decisions change with time alone (withdraw overrides and
+    /// failback windows), so that results computed earlier cannot be reused as they are.
+    pub fn depends_on_time(&self) -> bool {
+        self.withdraw_after_seconds.is_some() || self.failback_after_seconds > 0
+    }
+
+    /// When a cluster that recovered at `at` is used again.
+    pub fn failback_done(&self, at: Instant) -> Instant {
+        at + Duration::from_secs(self.failback_after_seconds)
     }
 }
 

@@ -1,110 +1,33 @@
-//! The scheduling core for traffic (DESIGN §3): for one service and one client cluster, which
-//! clusters receive traffic, in which priority tiers, with which weights. DNS and xDS both call
-//! [`select`]; neither reorders clusters on its own.
+//! The scheduling core for traffic (DESIGN §3): for one service and one client, which clusters
+//! receive traffic, in which priority tiers, with which weights, and what each of them resolves
+//! to for that client — its own endpoints or its east-west gateway ([`Target`]). DNS, xDS,
+//! write-back and explain all read this one result; none of them filters, reorders or
+//! deduplicates on its own.
 //!
 //! ```text
 //!  backends ─► filter (withdrawn, NoExecute, outside the policy's tiers, weight 0,
-//!                      no ready endpoints, other network w/o gateway)
+//!                      no ready endpoints, other network w/o gateway or with a client that
+//!                      cannot use one)
+//!           ─► target (own endpoints, or the gateway for a client on another network)
 //!           ─► tier   (Locality: own cluster, same zone, same region, rest; Tiers: the policy's
 //!                      clusterAffinities in order; Weighted: one tier; then clusters still
 //!                      failing back, then PreferNoSchedule)
 //!           ─► weigh  (the policy's weights, else ready endpoints)
+//!           ─► dedup  (an address two clusters report belongs to the one that comes first;
+//!                      a cluster left with none is filtered)
 //!           ─► spill  (a tier below minHealthyEndpoints merges into the next)
 //! ```
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::model::TaintEffect;
-use crate::policy::{AffinityTier, WeightRule};
+use crate::model::{ClusterId, Endpoint, TaintEffect};
+use crate::policy::{Mode, TrafficPolicy};
 use crate::snapshot::{Backend, ClusterView, ServiceView, Snapshot};
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub enum Mode {
-    /// The client's cluster, then the same zone, then the same region, then the rest.
-    #[default]
-    Locality,
-    /// The policy's `clusterAffinities`, in order; clusters in none get no traffic.
-    Tiers,
-    /// One tier of every cluster, split by the policy's weights.
-    Weighted,
-}
-
-/// A toleration of a cluster taint (`effect: None` tolerates every effect of that key).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Toleration {
-    pub key: String,
-    pub effect: Option<TaintEffect>,
-}
-
-/// The traffic part of a ClusterSchedulingPolicy; the default applies to services no policy
-/// selects.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct TrafficPolicy {
-    /// The ClusterSchedulingPolicy (`namespace/name`) this comes from; None for the default.
-    pub source: Option<String>,
-    pub mode: Mode,
-    /// `placement.clusterAffinities`: the tiers of `Mode::Tiers`.
-    pub affinities: Vec<AffinityTier>,
-    /// `traffic.weights`: the first rule containing a cluster gives its weight (0: no traffic).
-    pub weights: Vec<WeightRule>,
-    /// A tier with fewer ready endpoints than this merges into the next one.
-    pub min_healthy_endpoints: u32,
-    /// Overrides the cluster's `withdrawAfterSeconds`.
-    pub withdraw_after_seconds: Option<u64>,
-    /// A cluster that recovered (came back from Unreachable, or got ready endpoints again)
-    /// takes its place again only after this long; until then it sits in a last tier.
-    pub failback_after_seconds: u64,
-    pub tolerations: Vec<Toleration>,
-    pub ttl: Option<u32>,
-    pub max_answers: Option<u32>,
-}
-
-impl Default for TrafficPolicy {
-    fn default() -> Self {
-        Self {
-            source: None,
-            mode: Mode::Locality,
-            affinities: Vec::new(),
-            weights: Vec::new(),
-            min_healthy_endpoints: 1,
-            withdraw_after_seconds: None,
-            failback_after_seconds: 0,
-            tolerations: Vec::new(),
-            ttl: None,
-            max_answers: None,
-        }
-    }
-}
-
-impl TrafficPolicy {
-    fn tolerates(&self, key: &str, effect: TaintEffect) -> bool {
-        self.tolerations
-            .iter()
-            .any(|t| t.key == key && t.effect.is_none_or(|e| e == effect))
-    }
-
-    /// The weight a rule gives this cluster, if any rule contains it.
-    fn weight_of(&self, cluster: &ClusterView) -> Option<u32> {
-        self.weights
-            .iter()
-            .find(|w| w.clusters.contains(&cluster.spec))
-            .map(|w| w.weight)
-    }
-
-    /// Whether this policy's decisions change with time alone (withdraw overrides and
-    /// failback windows), so that results computed earlier cannot be reused as they are.
-    pub fn depends_on_time(&self) -> bool {
-        self.withdraw_after_seconds.is_some() || self.failback_after_seconds > 0
-    }
-
-    /// When a cluster that recovered at `at` is used again.
-    pub fn failback_done(&self, at: Instant) -> Instant {
-        at + Duration::from_secs(self.failback_after_seconds)
-    }
-}
 
 /// Why a cluster gets no traffic for a service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -117,6 +40,11 @@ pub enum FilterReason {
     NoReadyEndpoints,
     /// On another network than the client, without an east-west gateway.
     OtherNetworkNoGateway,
+    /// On another network than the client, which cannot use its gateway (a proxyless gRPC
+    /// client cannot send the SNI the gateway routes by).
+    GatewayUnusable,
+    /// Every address it has ready is also reported by this cluster, which comes first.
+    DuplicateAddresses(ClusterId),
     /// In none of the policy's `clusterAffinities` (mode Tiers).
     NotInAffinities,
     /// The policy gives it weight 0.
@@ -142,6 +70,20 @@ pub enum TierReason {
     PreferNoSchedule,
 }
 
+/// What a member of a tier resolves to for the client that asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Target {
+    /// The cluster's own endpoints, except those with an address a member earlier in the
+    /// decision already answers (almost always none).
+    Endpoints {
+        /// Every address of the endpoints left out, sorted.
+        shadowed: Vec<IpAddr>,
+    },
+    /// The client sits on another network: the cluster's east-west gateway answers for it.
+    Gateway { address: IpAddr, port: u16 },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Member {
     /// Index into `ServiceView::backends`.
@@ -150,9 +92,49 @@ pub struct Member {
     pub cluster: usize,
     /// Always positive.
     pub weight: u32,
+    /// Ready endpoints this member stands for (its gateway's, when reached through it).
     pub ready: u32,
-    /// The client sits on another network: it is answered by the cluster's gateway.
-    pub via_gateway: bool,
+    pub target: Target,
+}
+
+impl Member {
+    /// Whether the client reaches this cluster through its east-west gateway.
+    pub fn via_gateway(&self) -> bool {
+        matches!(self.target, Target::Gateway { .. })
+    }
+
+    /// The gateway's address and port, when the client goes through it.
+    pub fn gateway(&self) -> Option<(IpAddr, u16)> {
+        match self.target {
+            Target::Gateway { address, port } => Some((address, port)),
+            Target::Endpoints { .. } => None,
+        }
+    }
+
+    /// Every endpoint (ready or not) this member stands for: none through a gateway, else
+    /// the backend's, minus the shadowed ones.
+    pub fn endpoints<'v>(&'v self, view: &'v ServiceView) -> impl Iterator<Item = &'v Endpoint> {
+        let shadowed: &[IpAddr] = match &self.target {
+            Target::Endpoints { shadowed } => shadowed,
+            Target::Gateway { .. } => &[],
+        };
+        view.backends
+            .get(self.backend)
+            .filter(|_| !self.via_gateway())
+            .into_iter()
+            .flat_map(Backend::endpoints)
+            .filter(move |e| !e.addresses.iter().any(|a| shadowed.contains(a)))
+    }
+
+    /// The endpoints DNS may answer and traffic may use (`Endpoint::is_answerable`).
+    pub fn answerable<'v>(&'v self, view: &'v ServiceView) -> impl Iterator<Item = &'v Endpoint> {
+        let publish_not_ready = view
+            .backends
+            .get(self.backend)
+            .is_some_and(|b| b.publish_not_ready);
+        self.endpoints(view)
+            .filter(move |e| e.is_answerable(publish_not_ready))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -212,34 +194,84 @@ impl Selection {
             .map(|t| t.members.len())
             .sum()
     }
+
+    /// The member standing for `cluster`, in whichever tier it is.
+    pub fn member_of(&self, cluster: usize) -> Option<&Member> {
+        self.tiers
+            .iter()
+            .flat_map(|t| &t.members)
+            .find(|m| m.cluster == cluster)
+    }
+
+    /// Why `cluster` gets no traffic, if it does not.
+    pub fn filter_reason(&self, cluster: usize) -> Option<&FilterReason> {
+        self.filtered
+            .iter()
+            .find(|f| f.cluster == cluster)
+            .map(|f| &f.reason)
+    }
+}
+
+/// Who asks, as far as the decision depends on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Client<'a> {
+    /// Index into `Snapshot::clusters`, when the client's cluster is known.
+    pub cluster: Option<usize>,
+    /// None when unknown (no cluster is then behind a gateway), else the client's network
+    /// (itself None for the unnamed network).
+    pub network: Option<Option<&'a str>>,
+    /// Whether the client can reach another network through its east-west gateway: a
+    /// proxyless gRPC client cannot send the SNI a gateway routes by.
+    pub uses_gateways: bool,
+}
+
+impl<'a> Client<'a> {
+    /// A client in `cluster` (if known), on that cluster's network, that can use gateways.
+    pub fn in_cluster(snapshot: &'a Snapshot, cluster: Option<usize>) -> Self {
+        Self {
+            cluster,
+            network: cluster
+                .and_then(|c| snapshot.clusters.get(c))
+                .map(|c| c.spec.network.as_deref()),
+            uses_gateways: true,
+        }
+    }
+
+    /// The same client, unable to use gateways (proxyless gRPC).
+    pub fn without_gateways(self) -> Self {
+        Self {
+            uses_gateways: false,
+            ..self
+        }
+    }
 }
 
 /// Decides where traffic for `service` from a client in `client` (if known) goes; the client
-/// is on its cluster's network.
+/// is on its cluster's network and can use gateways.
 pub fn select(
     snapshot: &Snapshot,
     service: &ServiceView,
     client: Option<usize>,
     now: Instant,
 ) -> Selection {
-    let network = client
-        .and_then(|c| snapshot.clusters.get(c))
-        .map(|c| c.spec.network.as_deref());
-    select_on_network(snapshot, service, client, network, now)
+    select_for(
+        snapshot,
+        service,
+        &Client::in_cluster(snapshot, client),
+        now,
+    )
 }
 
-/// [`select`] for a client that names its network itself (an xDS node's `NETWORK`).
-/// `network`: None when unknown (no cluster is then behind a gateway), else the client's
-/// network (itself None for the unnamed network).
-pub fn select_on_network(
+/// The decision for any kind of client: [`select`] for a client that names its network itself
+/// (an xDS node's `NETWORK`) or cannot use gateways.
+pub fn select_for(
     snapshot: &Snapshot,
     service: &ServiceView,
-    client: Option<usize>,
-    network: Option<Option<&str>>,
+    client: &Client<'_>,
     now: Instant,
 ) -> Selection {
     let policy = &service.policy;
-    let client_view = client.and_then(|c| snapshot.clusters.get(c));
+    let client_view = client.cluster.and_then(|c| snapshot.clusters.get(c));
     let mut selection = Selection::default();
     let reasons = tier_reasons(policy, client_view.is_some());
     // (tier index, member): one allocation for the whole decision, sorted into tiers below.
@@ -248,7 +280,9 @@ pub fn select_on_network(
         let Some(cluster) = snapshot.clusters.get(backend.cluster) else {
             continue;
         };
-        let via_gateway = network.is_some_and(|n| n != cluster.spec.network.as_deref());
+        let other_network = client
+            .network
+            .is_some_and(|n| n != cluster.spec.network.as_deref());
         let affinity = match policy.mode {
             Mode::Tiers => policy
                 .affinities
@@ -256,14 +290,15 @@ pub fn select_on_network(
                 .position(|t| t.clusters.contains(&cluster.spec)),
             _ => None,
         };
-        let weight = policy.weight_of(cluster);
-        let reason = filter(cluster, backend.ready, via_gateway, policy, now).or(
-            match (policy.mode, affinity, weight) {
-                (Mode::Tiers, None, _) => Some(FilterReason::NotInAffinities),
-                (_, _, Some(0)) => Some(FilterReason::WeightZero),
-                _ => None,
-            },
-        );
+        let weight = policy.weight_of(&cluster.spec);
+        let reason =
+            filter(cluster, backend.ready, other_network, client, policy, now).or(
+                match (policy.mode, affinity, weight) {
+                    (Mode::Tiers, None, _) => Some(FilterReason::NotInAffinities),
+                    (_, _, Some(0)) => Some(FilterReason::WeightZero),
+                    _ => None,
+                },
+            );
         if let Some(reason) = reason {
             selection.filtered.push(Filtered {
                 cluster: backend.cluster,
@@ -271,12 +306,21 @@ pub fn select_on_network(
             });
             continue;
         }
+        let target = match (&cluster.spec.gateway, other_network) {
+            (Some(gw), true) => Target::Gateway {
+                address: gw.address,
+                port: gw.port,
+            },
+            _ => Target::Endpoints {
+                shadowed: Vec::new(),
+            },
+        };
         let member = Member {
             backend: i,
             cluster: backend.cluster,
             weight: weight.unwrap_or(backend.ready).max(1),
             ready: backend.ready,
-            via_gateway,
+            target,
         };
         let last = reasons.len() - 1;
         let bucket = if prefers_no_schedule(cluster, policy) {
@@ -284,7 +328,7 @@ pub fn select_on_network(
         } else if failing_back(cluster, backend, policy, now) {
             last - 1
         } else {
-            match (policy.mode, client, client_view) {
+            match (policy.mode, client.cluster, client_view) {
                 (Mode::Tiers, _, _) => affinity.expect("filtered above"),
                 (Mode::Weighted, _, _) => 0,
                 (Mode::Locality, Some(c), Some(cv)) => {
@@ -295,7 +339,14 @@ pub fn select_on_network(
         };
         placed.push((bucket, member));
     }
-    placed.sort_by_key(|(bucket, _)| *bucket);
+    placed.sort_by(|(a, ma), (b, mb)| {
+        a.cmp(b)
+            .then(mb.weight.cmp(&ma.weight))
+            .then(ma.cluster.cmp(&mb.cluster))
+    });
+    if service.has_shared_addresses() {
+        resolve_duplicates(snapshot, service, &mut placed, &mut selection);
+    }
     spill_into_tiers(
         &mut selection,
         &reasons,
@@ -303,6 +354,83 @@ pub fn select_on_network(
         policy.min_healthy_endpoints,
     );
     selection
+}
+
+/// An address two clusters report is answered once, by the member that comes first (tier,
+/// then weight, then cluster order): later members lose those endpoints (ready first, then
+/// the rest), and a member left without ready endpoints is filtered. Gateways shared by two
+/// clusters are answered once the same way. Runs only for services where the snapshot saw
+/// such an overlap.
+fn resolve_duplicates(
+    snapshot: &Snapshot,
+    service: &ServiceView,
+    placed: &mut Vec<(usize, Member)>,
+    selection: &mut Selection,
+) {
+    let mut owner: HashMap<IpAddr, usize> = HashMap::new();
+    let mut gateways: HashMap<(IpAddr, u16), usize> = HashMap::new();
+    let mut lost_to: Vec<Option<usize>> = vec![None; placed.len()];
+    for ready_pass in [true, false] {
+        for (slot, (_, member)) in placed.iter_mut().enumerate() {
+            let backend = &service.backends[member.backend];
+            let cluster = member.cluster;
+            let shadowed = match &mut member.target {
+                Target::Gateway { address, port } => {
+                    if ready_pass
+                        && *gateways.entry((*address, *port)).or_insert(cluster) != cluster
+                    {
+                        lost_to[slot] = gateways.get(&(*address, *port)).copied();
+                        member.ready = 0;
+                    }
+                    continue;
+                }
+                Target::Endpoints { shadowed } => shadowed,
+            };
+            for ep in backend.endpoints() {
+                if ep.is_answerable(backend.publish_not_ready) != ready_pass
+                    || !ep.addresses.iter().any(|a| service.is_shared_address(a))
+                {
+                    continue;
+                }
+                let taken = ep
+                    .addresses
+                    .iter()
+                    .find_map(|a| owner.get(a).copied().filter(|&c| c != cluster));
+                if let Some(other) = taken {
+                    shadowed.extend(ep.addresses.iter().copied());
+                    if ready_pass {
+                        member.ready -= 1;
+                        lost_to[slot].get_or_insert(other);
+                    }
+                } else {
+                    owner.extend(ep.addresses.iter().map(|a| (*a, cluster)));
+                }
+            }
+            shadowed.sort_unstable();
+        }
+    }
+    let mut slot = 0;
+    placed.retain_mut(|(_, member)| {
+        let lost = lost_to[slot];
+        slot += 1;
+        match (member.ready, lost.and_then(|c| snapshot.clusters.get(c))) {
+            (0, Some(by)) => {
+                selection.filtered.push(Filtered {
+                    cluster: member.cluster,
+                    reason: FilterReason::DuplicateAddresses(by.spec.id.clone()),
+                });
+                false
+            }
+            (ready, Some(_)) => {
+                let spec = &snapshot.clusters[member.cluster].spec;
+                if service.policy.weight_of(spec).is_none() {
+                    member.weight = ready.max(1);
+                }
+                true
+            }
+            _ => true,
+        }
+    });
 }
 
 /// The tiers a member can land in, in priority order; the last two are always FailingBack
@@ -346,7 +474,8 @@ fn failing_back(
 fn filter(
     cluster: &ClusterView,
     ready: u32,
-    via_gateway: bool,
+    other_network: bool,
+    client: &Client<'_>,
     policy: &TrafficPolicy,
     now: Instant,
 ) -> Option<FilterReason> {
@@ -364,8 +493,11 @@ fn filter(
     if ready == 0 {
         return Some(FilterReason::NoReadyEndpoints);
     }
-    if via_gateway && cluster.spec.gateway.is_none() {
+    if other_network && cluster.spec.gateway.is_none() {
         return Some(FilterReason::OtherNetworkNoGateway);
+    }
+    if other_network && !client.uses_gateways {
+        return Some(FilterReason::GatewayUnusable);
     }
     None
 }

@@ -12,9 +12,8 @@ use serde::Serialize;
 
 use crate::index::{ClusterState, Dirty, Index, IndexSizes};
 use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
-use crate::policy::Policies;
+use crate::policy::{Policies, TrafficPolicy};
 use crate::registry::{Health, Registry};
-use crate::select::TrafficPolicy;
 
 /// A member as DNS and xDS see it.
 #[derive(Clone, Debug, Serialize)]
@@ -85,9 +84,20 @@ pub struct ServiceView {
     pub imports: Vec<(usize, Vec<IpAddr>)>,
     pub conflicts: Vec<Conflict>,
     pub policy: Arc<TrafficPolicy>,
+    /// Addresses that more than one backend reports, sorted: the decision answers each of
+    /// them once (`select`), and skips that work for the many services where this is empty.
+    pub shared_addresses: Vec<IpAddr>,
 }
 
 impl ServiceView {
+    pub fn has_shared_addresses(&self) -> bool {
+        !self.shared_addresses.is_empty()
+    }
+
+    pub fn is_shared_address(&self, address: &IpAddr) -> bool {
+        self.shared_addresses.binary_search(address).is_ok()
+    }
+
     pub fn backend_of(&self, cluster: usize) -> Option<&Backend> {
         self.backends.iter().find(|b| b.cluster == cluster)
     }
@@ -548,11 +558,33 @@ fn merge_one(
         key: key.clone(),
         headless: oldest.headless,
         ports: oldest.ports.clone(),
+        shared_addresses: shared_addresses(&backends),
         backends,
         imports,
         conflicts,
         policy: governing.traffic.clone(),
     }
+}
+
+/// The addresses reported by more than one of `backends`, sorted (each backend's own slices
+/// hold every address once already: `union_of`).
+fn shared_addresses(backends: &[Backend]) -> Vec<IpAddr> {
+    if backends.len() < 2 {
+        return Vec::new();
+    }
+    let mut first_seen: HashMap<IpAddr, usize> = HashMap::new();
+    let mut shared = Vec::new();
+    for backend in backends {
+        for address in backend.endpoints().flat_map(|e| e.addresses.iter()) {
+            let first = *first_seen.entry(*address).or_insert(backend.cluster);
+            if first != backend.cluster {
+                shared.push(*address);
+            }
+        }
+    }
+    shared.sort_unstable();
+    shared.dedup();
+    shared
 }
 
 /// A slice with its own name (the name orders slices, so answers are stable).

@@ -1,6 +1,9 @@
 //! The answer function: one request and one Snapshot in, one response out. Pure and
-//! synchronous; both the UDP hot path and the hickory-server path call it, so they can only
-//! differ in how bytes travel, never in what is answered.
+//! synchronous; UDP misses and hickory-server's TCP handler both call it (a UDP cache hit
+//! replays bytes it produced), so the paths can only differ in how bytes travel, never in what
+//! is answered. What a name resolves to is the scheduling core's decision
+//! (`meridian_core::select`: tiers, and per member its endpoints or its gateway); this module
+//! only turns it into records.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -11,7 +14,7 @@ use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
 use hickory_proto::rr::rdata::{A, AAAA, HINFO, NS, SOA, SRV, TXT};
 use hickory_proto::rr::{DNSClass, LowerName, Name, RData, Record, RecordType};
 use hickory_server::zone_handler::MessageRequest;
-use meridian_core::{Endpoint, Selection, ServiceView, Snapshot, select};
+use meridian_core::{Endpoint, FilterReason, Member, Selection, ServiceView, Snapshot, select};
 
 use crate::config::{DnsConfig, Style, ZoneConfig};
 use crate::names::{self, Target};
@@ -466,7 +469,7 @@ impl Answerer {
                             .collect(),
                     );
                 }
-                let groups = first_tier_addresses(snap, view, &sel, qtype);
+                let groups = first_tier_addresses(view, &sel, qtype);
                 let n: usize = groups.iter().map(|(_, a)| a.len()).sum();
                 let rotations = n.clamp(1, MAX_ROTATIONS);
                 let mut addrs = weighted_rotation(&groups, rotation % rotations, rotations);
@@ -490,55 +493,35 @@ impl Answerer {
                 let Some(ci) = snap.cluster_index(cluster) else {
                     return Found::NxDomain;
                 };
-                let Some(backend) = view.backend_of(ci) else {
+                if view.backend_of(ci).is_none() {
                     return Found::NxDomain;
-                };
-                // A cluster the decision filters out (withdrawn, drained by a taint, outside
-                // the policy's tiers, weight 0, unreachable network) is not named either.
-                let filtered = is_filtered(snap, view, client, ci, now);
-                let via_gateway = client.is_some_and(|c| {
-                    snap.clusters[c].spec.network != snap.clusters[ci].spec.network
-                });
+                }
+                // What the decision resolved this cluster to for this client: a cluster it
+                // filters out (withdrawn, drained by a taint, outside the policy's tiers,
+                // weight 0, unreachable network) is not named either.
+                let sel = select(snap, view, client, now);
+                let member = sel.member_of(ci);
+                let ttl = view.policy.ttl.unwrap_or(ttl);
                 if zone.cfg.style == Style::Clusterset {
                     // Per-cluster names exist only above headless hostnames (the MCS spec
                     // forbids them for ClusterSetIP services), and as the SRV target of a
                     // cluster reached through its gateway.
-                    if !view.headless || backend.ready == 0 || filtered {
+                    let Some(member) = member.filter(|_| view.headless) else {
                         return Found::NxDomain;
-                    }
-                    let gateway = snap.clusters[ci]
-                        .spec
-                        .gateway
-                        .as_ref()
-                        .filter(|_| via_gateway);
-                    let ttl = view.policy.ttl.unwrap_or(ttl);
+                    };
                     return Found::answers(
-                        gateway
-                            .and_then(|g| address_record(name, ttl, g.address, qtype))
+                        member
+                            .gateway()
+                            .and_then(|(address, _)| address_record(name, ttl, address, qtype))
                             .into_iter()
                             .collect(),
                     );
                 }
-                if filtered || !is_address(qtype) {
+                let Some(member) = member.filter(|_| is_address(qtype)) else {
                     return Found::nodata();
-                }
-                let ttl = view.policy.ttl.unwrap_or(ttl);
-                let addrs: Vec<IpAddr> = if via_gateway {
-                    snap.clusters[ci]
-                        .spec
-                        .gateway
-                        .iter()
-                        .map(|g| g.address)
-                        .collect()
-                } else {
-                    backend
-                        .answerable()
-                        .flat_map(|e| e.addresses.iter().copied())
-                        .collect()
                 };
                 Found::answers(
-                    addrs
-                        .into_iter()
+                    member_addresses(view, member)
                         .filter_map(|ip| address_record(name, ttl, ip, qtype))
                         .collect(),
                 )
@@ -562,11 +545,18 @@ impl Answerer {
                     return Found::NxDomain;
                 };
                 // A hostname is an explicit address (a StatefulSet member): the policy's
-                // filters apply, the client's network is its own business.
-                let held_back = select(snap, view, client, now).filtered.iter().any(|f| {
-                    f.cluster == ci
-                        && f.reason != meridian_core::FilterReason::OtherNetworkNoGateway
-                });
+                // filters apply; the client's network, and another cluster answering the same
+                // address for the service name, are its own business.
+                let held_back = select(snap, view, client, now)
+                    .filter_reason(ci)
+                    .is_some_and(|r| {
+                        !matches!(
+                            r,
+                            FilterReason::OtherNetworkNoGateway
+                                | FilterReason::GatewayUnusable
+                                | FilterReason::DuplicateAddresses(_)
+                        )
+                    });
                 if held_back {
                     return Found::NxDomain;
                 }
@@ -599,12 +589,17 @@ impl Answerer {
                 port,
                 proto,
             } => {
-                let Some(view) = snap
-                    .service(ns, svc)
-                    .filter(|v| Self::service_exists(ask, v))
-                else {
+                let Some(view) = snap.service(ns, svc) else {
                     return Found::NxDomain;
                 };
+                let selection = (zone.cfg.style == Style::Global || view.headless)
+                    .then(|| self.decide(snap, view, client, now));
+                if selection
+                    .as_ref()
+                    .is_some_and(|sel| !exists_in(zone, view, sel))
+                {
+                    return Found::NxDomain;
+                }
                 let Some(sport) = view
                     .ports
                     .iter()
@@ -615,79 +610,81 @@ impl Answerer {
                 if qtype != RecordType::SRV {
                     return Found::nodata();
                 }
-                self.srv_records(ask, name, view, sport)
+                match selection {
+                    Some(sel) => self.srv_records(ask, name, view, sport, &sel),
+                    None => self.cluster_set_ip_srv(ask, name, view, sport),
+                }
             }
         }
     }
 
-    fn srv_records(
+    /// MCS: a ClusterSetIP service's SRV points at the service name itself.
+    fn cluster_set_ip_srv(
         &self,
         ask: Ask<'_>,
         name: &Name,
         view: &ServiceView,
         sport: &meridian_core::Port,
     ) -> Found {
-        let Ask {
-            snap,
-            zone,
-            client,
-            now,
-            ..
-        } = ask;
         let ttl = view.policy.ttl.unwrap_or(self.cfg.ttl);
-        let service_name = service_name(zone, view);
+        let service_name = service_name(ask.zone, view);
+        let answers = vec![Record::from_rdata(
+            name.clone(),
+            ttl,
+            RData::SRV(SRV::new(0, 100, sport.port, service_name.clone())),
+        )];
+        let mut additionals = Vec::new();
+        for qtype in [RecordType::A, RecordType::AAAA] {
+            let target = names::Target::Service {
+                ns: &view.key.namespace,
+                svc: &view.key.name,
+            };
+            if let Found::Records { answers, .. } = self.lookup(ask, &service_name, target, qtype) {
+                additionals.extend(answers);
+            }
+        }
+        Found::Records {
+            answers,
+            additionals,
+            rotations: 1,
+        }
+    }
+
+    /// One SRV record per endpoint (or gateway) over every tier of the decision.
+    fn srv_records(
+        &self,
+        ask: Ask<'_>,
+        name: &Name,
+        view: &ServiceView,
+        sport: &meridian_core::Port,
+        sel: &Selection,
+    ) -> Found {
+        let snap = ask.snap;
+        let ttl = view.policy.ttl.unwrap_or(self.cfg.ttl);
+        let service_name = service_name(ask.zone, view);
         let mut answers = Vec::new();
         let mut additionals = Vec::new();
-        if zone.cfg.style == Style::Clusterset && !view.headless {
-            // MCS: a ClusterSetIP service's SRV points at the service name itself.
-            answers.push(Record::from_rdata(
-                name.clone(),
-                ttl,
-                RData::SRV(SRV::new(0, 100, sport.port, service_name.clone())),
-            ));
-            for qtype in [RecordType::A, RecordType::AAAA] {
-                let target = names::Target::Service {
-                    ns: &view.key.namespace,
-                    svc: &view.key.name,
-                };
-                if let Found::Records { answers, .. } =
-                    self.lookup(ask, &service_name, target, qtype)
-                {
-                    additionals.extend(answers);
-                }
-            }
-            return Found::Records {
-                answers,
-                additionals,
-                rotations: 1,
-            };
-        }
-        let sel = self.decide(snap, view, client, now);
         for (priority, tier) in sel.tiers.iter().enumerate() {
             let priority = u16::try_from(priority).unwrap_or(u16::MAX);
             let shares = srv_weights(tier);
             for (member, share) in tier.members.iter().zip(shares) {
                 let cluster = &snap.clusters[member.cluster];
-                let backend = &view.backends[member.backend];
                 let cluster_name = child_name(&[cluster.spec.id.as_str()], &service_name);
-                if member.via_gateway {
-                    let Some(gw) = &cluster.spec.gateway else {
-                        continue;
-                    };
+                if let Some((address, port)) = member.gateway() {
                     answers.push(Record::from_rdata(
                         name.clone(),
                         ttl,
-                        RData::SRV(SRV::new(priority, share, gw.port, cluster_name.clone())),
+                        RData::SRV(SRV::new(priority, share, port, cluster_name.clone())),
                     ));
                     additionals.extend(address_record(
                         &cluster_name,
                         ttl,
-                        gw.address,
-                        any_family(gw.address),
+                        address,
+                        any_family(address),
                     ));
                     continue;
                 }
-                for ep in backend.answerable() {
+                for ep in member.answerable(view) {
                     let target = child_name(
                         &[&endpoint_label(ep), cluster.spec.id.as_str()],
                         &service_name,
@@ -889,26 +886,9 @@ fn address_record(name: &Name, ttl: u32, ip: IpAddr, qtype: RecordType) -> Optio
     }
 }
 
-/// The addresses of the first tier, ordered by weight: gateways for clusters on another
-/// network, endpoint addresses otherwise.
-/// Whether the scheduling decision for this client leaves cluster `ci` out of `view`.
-fn is_filtered(
-    snap: &Snapshot,
-    view: &ServiceView,
-    client: Option<usize>,
-    ci: usize,
-    now: Instant,
-) -> bool {
-    select(snap, view, client, now)
-        .filtered
-        .iter()
-        .any(|f| f.cluster == ci)
-}
-
 /// The first tier's addresses of the asked family, per cluster with its weight, heaviest
 /// first (a cluster on another network: its gateway).
 fn first_tier_addresses(
-    snap: &Snapshot,
     view: &ServiceView,
     sel: &Selection,
     qtype: RecordType,
@@ -917,30 +897,29 @@ fn first_tier_addresses(
         return Vec::new();
     };
     let want_v4 = qtype == RecordType::A;
-    let mut out = Vec::new();
-    for member in &tier.members {
-        let addrs: Vec<IpAddr> = if member.via_gateway {
-            snap.clusters[member.cluster]
-                .spec
-                .gateway
-                .iter()
-                .map(|g| g.address)
-                .collect()
-        } else {
-            view.backends[member.backend]
-                .answerable()
-                .flat_map(|e| e.addresses.iter().copied())
-                .collect()
-        };
-        let addrs: Vec<IpAddr> = addrs
-            .into_iter()
-            .filter(|ip| ip.is_ipv4() == want_v4)
-            .collect();
-        if !addrs.is_empty() {
-            out.push((member.weight, addrs));
-        }
-    }
-    out
+    tier.members
+        .iter()
+        .map(|member| {
+            let addrs: Vec<IpAddr> = member_addresses(view, member)
+                .filter(|ip| ip.is_ipv4() == want_v4)
+                .collect();
+            (member.weight, addrs)
+        })
+        .filter(|(_, addrs)| !addrs.is_empty())
+        .collect()
+}
+
+/// What a member of the decision answers with: its gateway's address, or the addresses of
+/// its answerable endpoints.
+fn member_addresses<'v>(
+    view: &'v ServiceView,
+    member: &'v Member,
+) -> impl Iterator<Item = IpAddr> + 'v {
+    let gateway = member.gateway().map(|(address, _)| address);
+    let endpoints = member
+        .answerable(view)
+        .flat_map(|e| e.addresses.iter().copied());
+    gateway.into_iter().chain(endpoints)
 }
 
 /// Every address, starting where rotation `r` of `rotations` starts: the rotations' first
@@ -996,7 +975,7 @@ fn srv_weights(tier: &meridian_core::Tier) -> Vec<u16> {
         .iter()
         .map(|m| {
             let total = u64::from(m.weight) * 100;
-            if m.via_gateway {
+            if m.via_gateway() {
                 total
             } else {
                 total.div_ceil(u64::from(m.ready.max(1)))

@@ -129,7 +129,7 @@ pub fn explain(
                             cluster: cluster_name(m.cluster),
                             weight: m.weight,
                             ready: m.ready,
-                            via_gateway: m.via_gateway,
+                            via_gateway: m.via_gateway(),
                         })
                         .collect(),
                 })

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! `xds` never sees a Kubernetes type: it reads `meridian_core::Snapshot` and asks
-//! `meridian_core::select_on_network` where traffic goes, the same function DNS calls.
+//! `meridian_core::select_for` where traffic goes and what each cluster resolves to for the
+//! node (endpoints or gateway), the same decision DNS reads; it only encodes that result.
 
 pub mod csds;
 pub mod describe;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use meridian_core::{
-    Backend, ClusterView, Endpoint, ObjectKey, Port, Selection, ServiceView, Snapshot,
-    select_on_network,
+    Client, ClusterView, Endpoint, Member, ObjectKey, Port, Selection, ServiceView, Snapshot,
+    select_for,
 };
 use prost::{Message, Name};
 use serde::Serialize;
@@ -321,22 +321,30 @@ fn build_client(
     now: Instant,
     prev: Option<&Resources>,
 ) {
-    // The client's network: what the node says, else its cluster's; unknown when neither.
-    let network: Option<Option<&str>> = match (&group.network, client) {
-        (Some(n), _) => Some(Some(n.as_str())),
-        (None, Some(c)) => Some(snapshot.clusters[c].spec.network.as_deref()),
-        (None, None) => None,
-    };
+    let decider = client_of(snapshot, group, client);
     let proxyless = group.role == Role::Proxyless;
     let mut decisions = DecisionStats::default();
     out.assemble(snapshot, prev, |service| {
-        let selection = select_on_network(snapshot, service, client, network, now);
+        let selection = select_for(snapshot, service, &decider, now);
         decisions.record(&selection);
         Some(client_service_items(
             snapshot, service, &selection, proxyless,
         ))
     });
     out.decisions = decisions;
+}
+
+/// The node as the decision sees it: its network is what the node says, else its cluster's
+/// (unknown when neither); a proxyless gRPC client cannot use gateways.
+fn client_of<'a>(snapshot: &'a Snapshot, group: &'a Group, client: Option<usize>) -> Client<'a> {
+    let mut decider = Client::in_cluster(snapshot, client);
+    if let Some(network) = &group.network {
+        decider.network = Some(Some(network.as_str()));
+    }
+    if group.role == Role::Proxyless {
+        decider = decider.without_gateways();
+    }
+    decider
 }
 
 /// A service's resources for a client: per port, its cluster and assignment, and for
@@ -347,13 +355,17 @@ fn client_service_items(
     selection: &Selection,
     proxyless: bool,
 ) -> Items {
+    let any_gateway = selection
+        .tiers
+        .iter()
+        .flat_map(|t| &t.members)
+        .any(Member::via_gateway);
     let mut items = Vec::new();
     for port in &service.ports {
         let name = service_port_name(service, port);
         let sni = gateway_sni(service, port);
-        let (localities, any_gateway) =
-            client_localities(snapshot, service, selection, port, proxyless);
-        let gateway_sni = (any_gateway && !proxyless).then_some(sni.as_str());
+        let localities = client_localities(snapshot, service, selection, port);
+        let gateway_sni = any_gateway.then_some(sni.as_str());
         items.push((
             Kind::Cluster,
             encode(name.clone(), &eds_cluster(&name, gateway_sni)),
@@ -373,37 +385,30 @@ fn client_service_items(
     items.into()
 }
 
-/// The localities of one service port for a client: tier i of the selection is priority i
-/// (renumbered when a tier ends up empty); true if any goes through a gateway.
+/// The localities of one service port for a client: tier i of the selection is priority i,
+/// each member as the decision resolved it (its gateway, or its endpoints).
 fn client_localities(
     snapshot: &Snapshot,
     service: &ServiceView,
     selection: &Selection,
     port: &Port,
-    proxyless: bool,
-) -> (Vec<LocalityLbEndpoints>, bool) {
+) -> Vec<LocalityLbEndpoints> {
     let mut localities = Vec::new();
-    let mut any_gateway = false;
     for (priority, tier) in (0u32..).zip(&selection.tiers) {
         for member in &tier.members {
             let cluster = &snapshot.clusters[member.cluster];
-            match (member.via_gateway, &cluster.spec.gateway) {
-                // Proxyless clients cannot send the SNI a gateway routes by.
-                (true, _) if proxyless => {}
-                (true, Some(gw)) => {
-                    any_gateway = true;
-                    localities.push(gateway_locality(
-                        cluster,
-                        gw.address,
-                        gw.port,
-                        member.weight,
-                        priority,
-                    ));
-                }
-                (true, None) => {}
-                (false, _) => localities.extend(cluster_localities(
+            match member.gateway() {
+                Some((address, gateway_port)) => localities.push(gateway_locality(
                     cluster,
-                    &service.backends[member.backend],
+                    address,
+                    gateway_port,
+                    member.weight,
+                    priority,
+                )),
+                None => localities.extend(cluster_localities(
+                    cluster,
+                    member.endpoints(service),
+                    service.backends[member.backend].publish_not_ready,
                     port,
                     member.weight,
                     priority,
@@ -411,8 +416,8 @@ fn client_localities(
             }
         }
     }
-    normalize(&mut localities);
-    (localities, any_gateway)
+    fit_weights(&mut localities);
+    localities
 }
 
 fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize, prev: Option<&Resources>) {
@@ -425,7 +430,14 @@ fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize, prev: Opt
         let mut items = Vec::new();
         for port in &service.ports {
             let sni = gateway_sni(service, port);
-            let localities = cluster_localities(cluster, backend, port, backend.ready.max(1), 0);
+            let localities = cluster_localities(
+                cluster,
+                backend.endpoints(),
+                backend.publish_not_ready,
+                port,
+                backend.ready.max(1),
+                0,
+            );
             items.push((Kind::Cluster, encode(sni.clone(), &eds_cluster(&sni, None))));
             items.push((
                 Kind::Endpoint,
@@ -450,31 +462,6 @@ fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize, prev: Opt
             &gateway_listener(&name, gateway.port, chains),
         );
     }
-}
-
-/// gRPC refuses an assignment that lists one address twice or skips a priority: keep the
-/// first occurrence of every address, drop localities left empty, renumber priorities 0..n.
-fn normalize(localities: &mut Vec<LocalityLbEndpoints>) {
-    let mut seen = std::collections::HashSet::new();
-    for locality in localities.iter_mut() {
-        locality.lb_endpoints.retain(|e| match &e.host_identifier {
-            Some(xendpoint::lb_endpoint::HostIdentifier::Endpoint(ep)) => {
-                seen.insert(ep.address.clone().map(|a| a.encode_to_vec()))
-            }
-            _ => true,
-        });
-    }
-    localities.retain(|l| !l.lb_endpoints.is_empty());
-    let mut next = 0;
-    let mut last = None;
-    for locality in localities.iter_mut() {
-        if last != Some(locality.priority) {
-            last = Some(locality.priority);
-            next += 1;
-        }
-        locality.priority = next - 1;
-    }
-    fit_weights(localities);
 }
 
 /// The locality weights of one priority must sum to at most u32::MAX (the xDS API; gRPC
@@ -575,18 +562,19 @@ fn assignment(name: &str, localities: Vec<LocalityLbEndpoints>) -> ClusterLoadAs
     }
 }
 
-/// One locality per zone of `cluster` that holds endpoints of `backend`; the cluster's weight
-/// is shared between its zones by ready endpoints.
-fn cluster_localities(
+/// One locality per zone of `cluster` that holds one of `endpoints`; the cluster's weight is
+/// shared between its zones by ready endpoints.
+fn cluster_localities<'e>(
     cluster: &ClusterView,
-    backend: &Backend,
+    endpoints: impl Iterator<Item = &'e Endpoint>,
+    publish_not_ready: bool,
     port: &Port,
     weight: u32,
     priority: u32,
 ) -> Vec<LocalityLbEndpoints> {
     let mut zones: BTreeMap<&str, (u32, Vec<LbEndpoint>)> = BTreeMap::new();
     let cluster_zone = cluster.spec.locality.zone.as_deref().unwrap_or_default();
-    for ep in backend.endpoints() {
+    for ep in endpoints {
         let Some(address) = ep.addresses.first() else {
             continue;
         };
@@ -596,7 +584,7 @@ fn cluster_localities(
         entry.1.push(lb_endpoint(
             *address,
             ep.target_port(port),
-            health_of(ep, backend.publish_not_ready),
+            health_of(ep, publish_not_ready),
             None,
         ));
     }

@@ -212,22 +212,21 @@ fn derived_slices(
             continue;
         };
         let id = cluster.spec.id.as_str().to_string();
-        if m.via_gateway {
-            let Some(gw) = &cluster.spec.gateway else {
-                continue;
-            };
+        if let Some((address, port)) = m.gateway() {
             let ports = view
                 .ports
                 .iter()
-                .map(|p| (p.name.clone(), gw.port, protocol(p.protocol)))
+                .map(|p| (p.name.clone(), port, protocol(p.protocol)))
                 .collect();
             groups
-                .entry((id, gw.address.is_ipv6(), ports))
+                .entry((id, address.is_ipv6(), ports))
                 .or_default()
-                .push(json!({ "addresses": [gw.address.to_string()], "conditions": { "ready": true } }));
+                .push(
+                    json!({ "addresses": [address.to_string()], "conditions": { "ready": true } }),
+                );
             continue;
         }
-        for ep in backend.answerable() {
+        for ep in m.answerable(view) {
             let ports: Vec<_> = view
                 .ports
                 .iter()

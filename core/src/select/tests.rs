@@ -12,7 +12,7 @@ use crate::index::{Index, Object};
 use crate::model::{
     ClusterId, ClusterSpec, Endpoint, Export, Gateway, Locality, ObjectKey, Service, Slice, Taint,
 };
-use crate::policy::Policies;
+use crate::policy::{Policies, Toleration};
 use crate::registry::Registry;
 use crate::testing::{ep, secs, svc};
 
@@ -561,9 +561,9 @@ fn other_networks_need_a_gateway() {
             ("plain", FilterReason::OtherNetworkNoGateway),
         ]
     );
-    assert!(!member(&snap, &sel, "client").via_gateway);
-    assert!(!member(&snap, &sel, "same").via_gateway);
-    assert!(member(&snap, &sel, "gw").via_gateway);
+    assert!(!member(&snap, &sel, "client").via_gateway());
+    assert!(!member(&snap, &sel, "same").via_gateway());
+    assert!(member(&snap, &sel, "gw").via_gateway());
     assert_eq!(
         layout(&snap, &sel),
         vec![
@@ -577,7 +577,198 @@ fn other_networks_need_a_gateway() {
     assert!(sel.filtered.is_empty());
     assert_eq!(sel.tiers.len(), 1);
     assert_eq!(sel.tiers[0].members.len(), 5);
-    assert!(sel.tiers[0].members.iter().all(|m| !m.via_gateway));
+    assert!(sel.tiers[0].members.iter().all(|m| !m.via_gateway()));
+}
+
+/// A client that cannot use gateways (proxyless gRPC) in cluster `name`.
+fn proxyless<'a>(snap: &'a Snapshot, name: &str) -> Client<'a> {
+    Client::in_cluster(snap, snap.cluster_index(name)).without_gateways()
+}
+
+#[test]
+fn a_proxyless_client_spills_past_a_tier_that_only_a_gateway_filled() {
+    // The client's zone holds one same-network endpoint and a gateway cluster: with
+    // minHealthyEndpoints 2 a gateway-capable client stays in the zone; a proxyless one cannot
+    // use the gateway, so its zone tier is short and spills into the region, as DNS does for a
+    // client that sees only what it can reach.
+    let mut fleet = Fleet::new();
+    fleet
+        .add(
+            on_network(cluster("client", "eu", "eu-1"), "net-1", false),
+            1,
+        )
+        .add(on_network(cluster("gw", "eu", "eu-1"), "net-2", true), 3)
+        .add(
+            on_network(cluster("region", "eu", "eu-2"), "net-1", false),
+            2,
+        );
+    let snap = fleet.snapshot_with(with_min(2));
+    let view = snap.service("shop", "web").unwrap();
+
+    let envoy = select_for(
+        &snap,
+        view,
+        &Client::in_cluster(&snap, snap.cluster_index("client")),
+        fleet.t0,
+    );
+    assert_eq!(
+        layout(&snap, &envoy),
+        vec![
+            (
+                vec![ClientCluster, SameZone],
+                vec![("gw", 3), ("client", 1)]
+            ),
+            (vec![SameRegion], vec![("region", 2)]),
+        ]
+    );
+
+    let grpc = select_for(&snap, view, &proxyless(&snap, "client"), fleet.t0);
+    assert_eq!(
+        filtered(&snap, &grpc),
+        [("gw", FilterReason::GatewayUnusable)]
+    );
+    assert_eq!(
+        layout(&snap, &grpc),
+        vec![(
+            vec![ClientCluster, SameRegion],
+            vec![("region", 2), ("client", 1)]
+        )],
+        "the gateway member is gone before tiers are counted, so the short tier spills"
+    );
+    assert!(
+        grpc.tiers
+            .iter()
+            .flat_map(|t| &t.members)
+            .all(|m| !m.via_gateway())
+    );
+}
+
+#[test]
+fn a_proxyless_client_without_a_reachable_cluster_gets_no_tier() {
+    let mut fleet = Fleet::new();
+    fleet
+        .add(
+            on_network(cluster("client", "eu", "eu-1"), "net-1", false),
+            0,
+        )
+        .add(on_network(cluster("gw", "eu", "eu-1"), "net-2", true), 2);
+    let snap = fleet.snapshot();
+    let view = snap.service("shop", "web").unwrap();
+    let grpc = select_for(&snap, view, &proxyless(&snap, "client"), fleet.t0);
+    assert!(grpc.tiers.is_empty(), "no empty priority is left behind");
+}
+
+/// `shop/web` in clusters `a` (10.0.0.1, 10.0.0.2), `b` (10.0.0.2, 10.0.0.3) and
+/// `c` (10.0.0.2): 10.0.0.2 is reported three times.
+fn overlapping_fleet() -> Fleet {
+    let addr = |last: u8| IpAddr::V4(Ipv4Addr::new(10, 0, 0, last));
+    let web = || svc(false, &[("http", 80)]);
+    let mut fleet = Fleet::new();
+    fleet
+        .add_service(
+            cluster("a", "eu", "eu-1"),
+            web(),
+            vec![ep(addr(1), true), ep(addr(2), true)],
+        )
+        .add_service(
+            cluster("b", "eu", "eu-1"),
+            web(),
+            vec![ep(addr(2), true), ep(addr(3), true)],
+        )
+        .add_service(cluster("c", "us", "us-1"), web(), vec![ep(addr(2), true)]);
+    fleet
+}
+
+fn answerable_addresses(view: &ServiceView, selection: &Selection) -> Vec<Vec<IpAddr>> {
+    selection
+        .tiers
+        .iter()
+        .map(|t| {
+            let mut addrs: Vec<IpAddr> = t
+                .members
+                .iter()
+                .flat_map(|m| m.answerable(view))
+                .flat_map(|e| e.addresses.iter().copied())
+                .collect();
+            addrs.sort();
+            addrs
+        })
+        .collect()
+}
+
+#[test]
+fn an_address_two_clusters_report_is_answered_once_by_the_first() {
+    let fleet = overlapping_fleet();
+    let snap = fleet.snapshot();
+    let view = snap.service("shop", "web").unwrap();
+    assert_eq!(
+        view.shared_addresses,
+        ["10.0.0.2".parse::<IpAddr>().unwrap()]
+    );
+
+    // From a: a's own cluster owns 10.0.0.2; b keeps 10.0.0.3 (weight 1 now); c is left
+    // with nothing and is filtered, naming the cluster that answers for it.
+    let sel = run(&snap, Some("a"), fleet.t0);
+    assert_eq!(
+        layout(&snap, &sel),
+        vec![
+            (vec![ClientCluster], vec![("a", 2)]),
+            (vec![SameZone], vec![("b", 1)]),
+        ]
+    );
+    assert_eq!(
+        filtered(&snap, &sel),
+        [("c", FilterReason::DuplicateAddresses(ClusterId::new("a")))]
+    );
+    assert_eq!(
+        sel.tiers[1].ready, 1,
+        "spill counts what is left, not the duplicates"
+    );
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert_eq!(
+        answerable_addresses(view, &sel),
+        [vec![ip("10.0.0.1"), ip("10.0.0.2")], vec![ip("10.0.0.3")]]
+    );
+
+    // From b, b comes first and owns it instead.
+    let sel = run(&snap, Some("b"), fleet.t0);
+    assert_eq!(
+        answerable_addresses(view, &sel),
+        [vec![ip("10.0.0.2"), ip("10.0.0.3")], vec![ip("10.0.0.1")]]
+    );
+
+    // Every address appears once over all tiers, for every client.
+    for client in [None, Some("a"), Some("b"), Some("c")] {
+        let sel = run(&snap, client, fleet.t0);
+        let all: Vec<IpAddr> = answerable_addresses(view, &sel).concat();
+        let unique: HashSet<IpAddr> = all.iter().copied().collect();
+        assert_eq!(all.len(), unique.len(), "client {client:?}: {all:?}");
+        assert_eq!(unique.len(), 3, "client {client:?}: nothing is lost");
+    }
+}
+
+#[test]
+fn a_ready_endpoint_is_not_shadowed_by_a_not_ready_one() {
+    let addr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9));
+    let web = || svc(false, &[("http", 80)]);
+    let mut fleet = Fleet::new();
+    fleet
+        .add_service(
+            cluster("a", "eu", "eu-1"),
+            web(),
+            vec![ep(addr, false), ep("10.0.0.1".parse().unwrap(), true)],
+        )
+        .add_service(cluster("b", "eu", "eu-1"), web(), vec![ep(addr, true)]);
+    let snap = fleet.snapshot();
+    let view = snap.service("shop", "web").unwrap();
+    let sel = run(&snap, Some("a"), fleet.t0);
+    let b = member(&snap, &sel, "b");
+    assert_eq!(b.answerable(view).count(), 1, "b's ready copy is kept");
+    let a = member(&snap, &sel, "a");
+    assert!(
+        a.endpoints(view).all(|e| !e.addresses.contains(&addr)),
+        "a's not-ready copy of the same address is left out"
+    );
 }
 
 #[test]
@@ -1154,13 +1345,16 @@ fn check_invariants(g: &GenFleet) -> Result<(), TestCaseError> {
             }
             if client_known {
                 prop_assert_eq!(
-                    m.via_gateway,
+                    m.via_gateway(),
                     cv.spec.network != snap.clusters[g.client.unwrap()].spec.network
                 );
             } else {
-                prop_assert!(!m.via_gateway, "an unknown client never goes via a gateway");
+                prop_assert!(
+                    !m.via_gateway(),
+                    "an unknown client never goes via a gateway"
+                );
             }
-            if m.via_gateway {
+            if m.via_gateway() {
                 prop_assert!(c.gateway);
             }
         }
