@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use meridian_core::{ObjectRef, Origin, Problem, Subject};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
@@ -25,15 +26,15 @@ pub enum Manifest {
 }
 
 impl Manifest {
-    /// "Kind namespace/name", for messages.
-    pub fn describe(&self) -> String {
+    /// The object, for messages: its kind, namespace and name.
+    pub fn describe(&self) -> ObjectRef {
         use kube::Resource;
-        fn of<K: Resource<DynamicType = ()>>(k: &K) -> String {
+        fn of<K: Resource<DynamicType = ()>>(k: &K) -> ObjectRef {
             let meta = k.meta();
-            let name = meta.name.as_deref().unwrap_or("?");
-            match &meta.namespace {
-                Some(ns) => format!("{} {ns}/{name}", K::kind(&())),
-                None => format!("{} {name}", K::kind(&())),
+            ObjectRef {
+                kind: K::kind(&()).into_owned(),
+                namespace: meta.namespace.clone(),
+                name: meta.name.clone().unwrap_or_else(|| "?".into()),
             }
         }
         match self {
@@ -47,12 +48,19 @@ impl Manifest {
     }
 }
 
-/// A problem with one object (or one document) of one file.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+/// A problem with one object (or one document) of one file. The reader does not know whose
+/// directory it reads; [`ManifestError::into_problem`] adds that.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ManifestError {
     pub file: PathBuf,
-    pub object: String,
+    pub object: Subject,
     pub reason: String,
+}
+
+impl ManifestError {
+    pub fn into_problem(self, origin: Origin) -> Problem {
+        Problem::in_file(origin, self.file, self.object, self.reason)
+    }
 }
 
 impl fmt::Display for ManifestError {
@@ -88,7 +96,7 @@ pub fn load_dir(dir: &Path) -> std::io::Result<Loaded> {
             Ok(text) => parse_str(&file, &text, &mut loaded),
             Err(e) => loaded.errors.push(ManifestError {
                 file: file.clone(),
-                object: "file".into(),
+                object: Subject::Input("file".into()),
                 reason: format!("cannot read: {e}"),
             }),
         }
@@ -124,7 +132,7 @@ pub fn parse_str(file: &Path, text: &str, out: &mut Loaded) {
             Err(e) => {
                 out.errors.push(ManifestError {
                     file: file.to_path_buf(),
-                    object: format!("document {}", n + 1),
+                    object: Subject::Input(format!("document {}", n + 1)),
                     reason: format!("malformed YAML: {e}"),
                 });
                 // The parser cannot resynchronise after a syntax error.
@@ -232,7 +240,7 @@ fn typed<T: DeserializeOwned>(value: Value) -> Result<(T, Vec<String>), serde_ya
     Ok((parsed, unknown))
 }
 
-fn describe(value: &Value, kind: &str, doc: usize) -> String {
+fn describe(value: &Value, kind: &str, doc: usize) -> Subject {
     let meta = value.get("metadata");
     let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str);
     let ns = meta
@@ -240,9 +248,12 @@ fn describe(value: &Value, kind: &str, doc: usize) -> String {
         .and_then(Value::as_str);
     let kind = if kind.is_empty() { "object" } else { kind };
     match (ns, name) {
-        (Some(ns), Some(name)) => format!("{kind} {ns}/{name}"),
-        (None, Some(name)) => format!("{kind} {name}"),
-        _ => format!("{kind} in document {doc}"),
+        (ns, Some(name)) => Subject::Object(ObjectRef {
+            kind: kind.to_string(),
+            namespace: ns.map(str::to_string),
+            name: name.to_string(),
+        }),
+        _ => Subject::Input(format!("{kind} in document {doc}")),
     }
 }
 

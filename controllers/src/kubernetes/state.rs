@@ -7,17 +7,18 @@
 //! later relist of any kind is again one `Reset`. Between relists, events become `Changes`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
-use meridian_core::{ClusterId, ClusterObjects, Kind, Object, ObjectKey};
+use meridian_core::{
+    ClusterId, ClusterObjects, Kind, Object, ObjectKey, ObjectRef, Origin, Problem,
+};
 
 use crate::convert::{self, key_of};
 use crate::crd::{ServiceExportObject, ServiceImport};
-use crate::{Change, ManifestError, SourceEvent};
+use crate::{Change, SourceEvent};
 
 /// One kind's objects (converted to `T`): the live set, and the relist in progress.
 #[derive(Debug)]
@@ -290,15 +291,17 @@ impl MemberState {
         }
     }
 
-    /// Rejected objects, named like a directory member's (the "file" is the member's API).
-    pub fn problems(&self) -> Vec<ManifestError> {
-        let file = PathBuf::from(format!("{} API", self.cluster));
+    /// Rejected objects, as the member's API served them.
+    pub fn problems(&self) -> Vec<Problem> {
+        let origin = Origin::Member(self.cluster.clone());
         let named = |kind: &'static str, t: &BTreeMap<ObjectKey, String>| {
             t.iter()
-                .map(|(k, reason)| ManifestError {
-                    file: file.clone(),
-                    object: format!("{kind} {k}"),
-                    reason: reason.clone(),
+                .map(|(k, reason)| {
+                    Problem::in_api(
+                        origin.clone(),
+                        ObjectRef::namespaced(kind, k),
+                        reason.clone(),
+                    )
                 })
                 .collect::<Vec<_>>()
         };
