@@ -10,13 +10,14 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use meridian_core::{
     ClusterId, ClusterObjects, ClusterSpec, ObjectRef, Origin, Policy, Problem, Source,
 };
 use notify::{RecursiveMode, Watcher};
+use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 use tracing::{debug, info, warn};
 
@@ -248,6 +249,7 @@ fn fingerprint(dir: &Path) -> Option<Vec<(PathBuf, u64, SystemTime)>> {
 /// 128 instances per user by default, and a fleet can have more members than that (beyond it,
 /// members would fall back to polling every heartbeat).
 struct SharedWatcher {
+    /// The one inotify instance (none if the kernel refused one: then directories are polled).
     watcher: Mutex<Option<notify::RecommendedWatcher>>,
     /// Who wants to hear about changes under which directory.
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
@@ -269,7 +271,7 @@ impl SharedWatcher {
             if matches!(event.kind, notify::EventKind::Access(_)) {
                 return;
             }
-            let mut routes = routes.lock().expect("poisoned");
+            let mut routes = routes.lock();
             routes.retain(|(_, n)| n.strong_count() > 0);
             for (dir, notify) in routes.iter() {
                 if event.paths.iter().any(|p| p.starts_with(dir))
@@ -294,7 +296,7 @@ impl SharedWatcher {
 
     /// Watches `dir` (recursively) for `notify`; false if it cannot.
     fn watch(&self, dir: &Path, notify: &Arc<Notify>) -> bool {
-        let mut watcher = self.watcher.lock().expect("poisoned");
+        let mut watcher = self.watcher.lock();
         let Some(w) = watcher.as_mut() else {
             return false;
         };
@@ -304,7 +306,7 @@ impl SharedWatcher {
             debug!(dir = %dir.display(), error = %e, "cannot watch directory");
             return false;
         }
-        let mut subscribers = self.subscribers.lock().expect("poisoned");
+        let mut subscribers = self.subscribers.lock();
         if !subscribers
             .iter()
             .any(|(d, n)| d == dir && n.upgrade().is_some_and(|n| Arc::ptr_eq(&n, notify)))
