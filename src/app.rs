@@ -135,7 +135,6 @@ async fn start_hub(
                 Some(path) => connect::from_kubeconfig(path, context.as_deref()).await,
                 None => connect::in_cluster(),
             }
-            .map_err(anyhow::Error::msg)
             .context("the hub")?;
             sources.hub = Some(client.clone());
             tasks.push(tokio::spawn(hub::run(client.clone(), sources.clone())));

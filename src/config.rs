@@ -227,7 +227,7 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
                 StyleName::Global => Style::Global,
                 StyleName::Clusterset => Style::Clusterset,
             };
-            ZoneConfig::new(&z.name, style, z.namespace).map_err(anyhow::Error::msg)
+            Ok(ZoneConfig::new(&z.name, style, z.namespace)?)
         })
         .collect::<Result<Vec<_>>>()?;
     let dns_listen = args

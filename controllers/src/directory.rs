@@ -180,7 +180,7 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> (ClusterObjects, V
         match m {
             Manifest::Service(s) => match convert::service(&s) {
                 Ok(v) => objects.services.push(v),
-                Err(e) => errors.push(err(named("Service", &s.metadata), e)),
+                Err(e) => errors.push(err(named("Service", &s.metadata), e.to_string())),
             },
             Manifest::EndpointSlice(es) => match convert::slice(&es) {
                 Ok((key, slice, problems)) => {
@@ -191,15 +191,15 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> (ClusterObjects, V
                     );
                     objects.slices.push((key, slice));
                 }
-                Err(e) => errors.push(err(named("EndpointSlice", &es.metadata), e)),
+                Err(e) => errors.push(err(named("EndpointSlice", &es.metadata), e.to_string())),
             },
             Manifest::ServiceExport(se) => match convert::export(&se.metadata) {
                 Ok(v) => objects.exports.push(v),
-                Err(e) => errors.push(err(named("ServiceExport", &se.metadata), e)),
+                Err(e) => errors.push(err(named("ServiceExport", &se.metadata), e.to_string())),
             },
             Manifest::ServiceImport(si) => match convert::import(&si) {
                 Ok(v) => objects.imports.push(v),
-                Err(e) => errors.push(err(named("ServiceImport", &si.metadata), e)),
+                Err(e) => errors.push(err(named("ServiceImport", &si.metadata), e.to_string())),
             },
             hub_kind @ (Manifest::MemberCluster(_) | Manifest::ClusterSchedulingPolicy(_)) => {
                 errors.push(err(

@@ -21,3 +21,16 @@ pub mod policy;
 pub use manifest::ManifestError;
 /// What sources tell the wiring: the fleet's events, under the name the sources know them by.
 pub use meridian_core::fleet::{Change, Event as SourceEvent};
+
+/// An error with its sources as one line (`what: why: root cause`), for errors that become
+/// data: a heartbeat's reason, a status condition's message.
+pub fn reason_of(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut reason = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        reason.push_str(": ");
+        reason.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    reason
+}

@@ -4,6 +4,7 @@
 //! are started and stopped to match.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::path::Path;
 use std::time::Duration;
 
@@ -101,7 +102,7 @@ pub async fn run(client: Client, sources: Sources) {
 struct Stored<K>(K);
 
 impl<K: Clone> Stored<K> {
-    fn of(k: &K) -> Result<Self, String> {
+    fn of(k: &K) -> Result<Self, Infallible> {
         Ok(Self(k.clone()))
     }
 }

@@ -7,6 +7,7 @@
 //! later relist of any kind is again one `Reset`. Between relists, events become `Changes`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -50,11 +51,12 @@ pub(crate) enum Applied<T> {
 }
 
 impl<T: Clone + PartialEq> Table<T> {
-    pub(crate) fn apply<K>(
+    /// Applies one watch event; an object `convert` rejects is kept as a problem (its reason).
+    pub(crate) fn apply<K, E: std::fmt::Display>(
         &mut self,
         event: Event<K>,
         meta: impl Fn(&K) -> &ObjectMeta,
-        convert: impl Fn(&K) -> Result<T, String>,
+        convert: impl Fn(&K) -> Result<T, E>,
     ) -> Applied<T> {
         match event {
             Event::Init => {
@@ -71,7 +73,7 @@ impl<T: Clone + PartialEq> Table<T> {
                         objects.insert(key, v);
                     }
                     Err(e) => {
-                        problems.insert(key, e);
+                        problems.insert(key, e.to_string());
                     }
                 }
                 Applied::Nothing
@@ -97,7 +99,7 @@ impl<T: Clone + PartialEq> Table<T> {
                         Applied::Upsert(key, v)
                     }
                     Err(e) => {
-                        self.problems.insert(key.clone(), e);
+                        self.problems.insert(key.clone(), e.to_string());
                         match self.live.remove(&key) {
                             Some(_) => Applied::Delete(key),
                             None => Applied::Nothing,
@@ -233,10 +235,12 @@ impl MemberState {
                 record(a, Kind::Import, Object::Import, &mut out);
             }
             MemberEvent::Node(e) => {
-                self.nodes.apply(e, |n| &n.metadata, |n| Ok(node_facts(n)));
+                self.nodes
+                    .apply(e, |n| &n.metadata, |n| Ok::<_, Infallible>(node_facts(n)));
             }
             MemberEvent::Namespace(e) => {
-                self.namespaces.apply(e, |n| &n.metadata, |_| Ok(()));
+                self.namespaces
+                    .apply(e, |n| &n.metadata, |_| Ok::<_, Infallible>(()));
             }
         }
         // A problem fixed or added with no object change still has to reach the store.
@@ -351,7 +355,7 @@ impl MemberState {
     }
 }
 
-fn convert_slice(es: &EndpointSlice) -> Result<meridian_core::Slice, String> {
+fn convert_slice(es: &EndpointSlice) -> convert::Result<meridian_core::Slice> {
     let (_, slice, problems) = convert::slice(es)?;
     match problems.is_empty() {
         true => Ok(slice),
