@@ -119,8 +119,7 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
             "validate reads a hub directory; a Kubernetes hub validates its objects itself (the CRD schemas)"
         );
     };
-    let hub = directory::read_hub(hub_directory)
-        .with_context(|| format!("cannot read hub directory {}", hub_directory.display()))?;
+    let hub = directory::read_hub(hub_directory).context("the hub")?;
     let now = Instant::now();
     let mut fleet = Fleet::new(now, cfg.sync_deadline);
     fleet.apply(

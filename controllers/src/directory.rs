@@ -66,7 +66,7 @@ impl ReadFrom {
 }
 
 /// Reads the MemberClusters and ClusterSchedulingPolicies of a hub directory.
-pub fn read_hub(dir: &Path) -> std::io::Result<Hub> {
+pub fn read_hub(dir: &Path) -> manifest::Result<Hub> {
     let loaded = manifest::load_dir(dir)?;
     let on_hub = |e: manifest::ManifestError| e.into_problem(Origin::Hub);
     let mut hub = Hub {
@@ -404,7 +404,7 @@ pub async fn run_hub(dir: PathBuf, sources: Sources) {
                     tasks.reconcile(&members);
                 }
                 Err(e) => {
-                    warn!(dir = %dir.display(), error = %e, "cannot read the hub directory; keeping the last known members");
+                    warn!(dir = %dir.display(), error = %crate::reason_of(&e), "cannot read the hub directory; keeping the last known members");
                 }
             }
         }
@@ -468,7 +468,7 @@ fn read_member_files(cluster: &ClusterId, dir: &Path) -> Vec<SourceEvent> {
         }
         Err(e) => vec![SourceEvent::Heartbeat {
             cluster: cluster.clone(),
-            result: Err(format!("cannot read {}: {e}", dir.display())),
+            result: Err(crate::reason_of(&e)),
         }],
     }
 }

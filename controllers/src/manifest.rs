@@ -84,9 +84,23 @@ pub struct Loaded {
     pub warnings: Vec<ManifestError>,
 }
 
+/// Why a directory of manifests could not be read at all (a file that cannot be read is a
+/// problem of that file, in [`Loaded::errors`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read directory {}", path.display())]
+    ReadDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 /// Reads every `*.yaml`, `*.yml` and `*.json` file under `dir` (recursively, in name order).
-/// Fails only when the directory itself cannot be read.
-pub fn load_dir(dir: &Path) -> std::io::Result<Loaded> {
+/// Fails only when a directory itself cannot be listed.
+pub fn load_dir(dir: &Path) -> Result<Loaded> {
     let mut files = Vec::new();
     collect_files(dir, &mut files)?;
     files.sort();
@@ -104,15 +118,19 @@ pub fn load_dir(dir: &Path) -> std::io::Result<Loaded> {
     Ok(loaded)
 }
 
-fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let unreadable = |source| Error::ReadDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+        let entry = entry.map_err(unreadable)?;
         let path = entry.path();
         let name = entry.file_name();
         if name.to_string_lossy().starts_with('.') {
             continue;
         }
-        if entry.file_type()?.is_dir() {
+        if entry.file_type().map_err(unreadable)?.is_dir() {
             collect_files(&path, out)?;
         } else if matches!(
             path.extension().and_then(|e| e.to_str()),
