@@ -232,7 +232,10 @@ async fn debug_explain(State(s): State<AdminState>, Query(q): Query<ExplainQuery
         q.cluster.as_deref().filter(|c| !c.is_empty()),
     ) {
         Ok(v) => Json(v).into_response(),
-        Err(e) => (StatusCode::BAD_REQUEST, Json(json!({ "error": e }))).into_response(),
+        Err(e) => {
+            let error = format!("{e:#}");
+            (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response()
+        }
     }
 }
 

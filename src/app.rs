@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use meridian_controllers::directory;
@@ -11,6 +11,7 @@ use meridian_controllers::kubernetes::leader::{self, Leadership, LeaseConfig};
 use meridian_controllers::kubernetes::{hub, status, writeback};
 use meridian_controllers::members::Sources;
 use meridian_core::Snapshot;
+use meridian_core::fleet::Fleet;
 use meridian_dns::{Dns, Listeners};
 use meridian_xds::Xds;
 use prometheus_client::registry::Registry;
@@ -38,7 +39,8 @@ impl App {
         let mut metrics = Registry::with_prefix("meridian");
         let (publish, snapshots) = watch::channel(Arc::new(Snapshot::empty()));
         let (events_tx, events_rx) = mpsc::channel(1024);
-        let store = Store::new(publish, &mut metrics);
+        let fleet = Fleet::new(Instant::now(), cfg.sync_deadline);
+        let store = Store::new(fleet, publish, &mut metrics);
         let mut tasks = vec![tokio::spawn(store.run(events_rx))];
         let sources = Sources {
             watch_timeout: WatchTimeout(cfg.watch_timeout_seconds),
@@ -133,7 +135,6 @@ async fn start_hub(
                 Some(path) => connect::from_kubeconfig(path, context.as_deref()).await,
                 None => connect::in_cluster(),
             }
-            .map_err(anyhow::Error::msg)
             .context("the hub")?;
             sources.hub = Some(client.clone());
             tasks.push(tokio::spawn(hub::run(client.clone(), sources.clone())));

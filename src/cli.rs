@@ -61,6 +61,10 @@ pub struct ServeArgs {
     pub dns: DnsArgs,
     #[command(flatten)]
     pub xds: XdsArgs,
+    /// Seconds DNS waits (answering SERVFAIL) for members that have neither synced nor failed
+    /// before it answers without them (default 30, at most 3600).
+    #[arg(long = "sync-deadline-seconds", env = "MERIDIAN_SYNC_DEADLINE_SECONDS")]
+    pub sync_deadline_seconds: Option<u64>,
     /// Admin HTTP listen address: /healthz, /readyz, /metrics, /debug/*.
     #[arg(long, env = "MERIDIAN_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,

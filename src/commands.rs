@@ -3,13 +3,13 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use meridian_controllers::convert::MemberSource;
-use meridian_controllers::{ManifestError, directory, manifest};
-use meridian_core::{Index, Policies, Registry, Snapshot, TrafficPolicy};
+use meridian_controllers::{SourceEvent, directory};
+use meridian_core::Snapshot;
+use meridian_core::fleet::Fleet;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -109,7 +109,9 @@ async fn xds_clients(args: &ClientArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Checks the config and every manifest it reaches. Prints one line per problem.
+/// Checks the config and every manifest it reaches. Prints one line per problem. The hub and
+/// member directories are read into the same [`Fleet`] `serve` runs, with the events their
+/// sources send, so what `validate` reports is what `serve` would serve.
 fn validate(args: &ServeArgs) -> Result<ExitCode> {
     let cfg = config::load(args)?;
     let config::Hub::Directory(hub_directory) = &cfg.hub else {
@@ -117,39 +119,41 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
             "validate reads a hub directory; a Kubernetes hub validates its objects itself (the CRD schemas)"
         );
     };
-    let directory::Hub {
-        members,
-        policies,
-        mut errors,
-        mut warnings,
-    } = directory::read_hub(hub_directory)
-        .with_context(|| format!("cannot read hub directory {}", hub_directory.display()))?;
-    let mut index = Index::new();
-    let mut registry = Registry::new();
+    let hub = directory::read_hub(hub_directory).context("the hub")?;
     let now = Instant::now();
-    for member in &members {
-        registry.upsert(member.spec.clone(), now);
-        registry.heartbeat_ok(&member.spec.id, now);
+    let mut fleet = Fleet::new(now, cfg.sync_deadline);
+    fleet.apply(
+        SourceEvent::Members {
+            specs: hub.members.iter().map(|m| m.spec.clone()).collect(),
+            policies: hub.policies,
+            problems: hub.errors,
+            warnings: hub.warnings,
+        },
+        now,
+    );
+    let mut unreadable = Vec::new();
+    for member in &hub.members {
+        // Only directory members can be read here; the others are checked as MemberClusters.
         let MemberSource::Directory(dir) = &member.source else {
             continue;
         };
-        match manifest::load_dir(dir) {
-            Ok(loaded) => {
-                warnings.extend(loaded.warnings.iter().cloned());
-                let (objects, problems) = directory::member_objects(loaded);
-                errors.extend(problems);
-                index.reset(&member.spec.id, objects);
+        for event in directory::read_member(&member.spec.id, dir) {
+            if let SourceEvent::Heartbeat {
+                result: Err(reason),
+                ..
+            } = &event
+            {
+                unreadable.push(format!(
+                    "{}: MemberCluster {}: member directory cannot be read: {reason}",
+                    dir.display(),
+                    member.spec.id
+                ));
             }
-            Err(e) => errors.push(ManifestError {
-                file: dir.clone(),
-                object: format!("MemberCluster {}", member.spec.id),
-                reason: format!("member directory cannot be read: {e}"),
-            }),
+            fleet.apply(event, now);
         }
     }
-    let policies = Policies::new(Arc::new(TrafficPolicy::default()), policies);
-    let snapshot = Snapshot::build(1, &index, &registry, &policies);
-    for w in &warnings {
+    let snapshot = fleet.build_snapshot(&Snapshot::empty(), now).snapshot;
+    for w in &snapshot.warnings {
         println!("warning: {w}");
     }
     for view in snapshot.services() {
@@ -164,19 +168,19 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
         }
     }
     for p in &snapshot.problems {
-        println!("error: cluster {}: {}: {}", p.cluster, p.object, p.reason);
+        println!("error: {p}");
     }
-    for e in &errors {
+    for e in &unreadable {
         println!("error: {e}");
     }
-    let failed = errors.len() + snapshot.problems.len();
+    let failed = snapshot.problems.len() + unreadable.len();
     println!(
         "{} member(s), {} exported service(s), {} endpoint(s); {} error(s), {} warning(s)",
-        members.len(),
+        hub.members.len(),
         snapshot.service_count(),
         snapshot.sizes.endpoints,
         failed,
-        warnings.len()
+        snapshot.warnings.len()
     );
     Ok(if failed == 0 {
         ExitCode::SUCCESS

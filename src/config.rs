@@ -28,6 +28,8 @@ pub struct File {
     pub leader_election: LeaderSection,
     #[serde(default)]
     pub kubernetes: KubernetesSection,
+    /// How long readiness waits for members that have neither synced nor failed.
+    pub sync_deadline_seconds: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -158,6 +160,9 @@ pub struct Config {
     pub leader: LeaderConfig,
     /// Bound of one watch on a member's API (a stalled one is noticed a third later).
     pub watch_timeout_seconds: u32,
+    /// DNS answers (instead of SERVFAIL) after this long even if some member has neither
+    /// synced nor failed yet, so one silent member cannot hold the fleet back.
+    pub sync_deadline: Duration,
     pub dns_listen: SocketAddr,
     pub dns: DnsConfig,
     pub xds_listen: SocketAddr,
@@ -168,6 +173,9 @@ pub struct Config {
 pub const DEFAULT_DNS: &str = "127.0.0.1:1053";
 pub const DEFAULT_XDS: &str = "127.0.0.1:18000";
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:9180";
+pub const DEFAULT_SYNC_DEADLINE_SECONDS: u64 = 30;
+/// Longer than any member takes to list: beyond it a typo would leave DNS at SERVFAIL for hours.
+const MAX_SYNC_DEADLINE_SECONDS: u64 = 3600;
 
 /// Reads the file (if any) and applies the flags over it.
 pub fn load(args: &ServeArgs) -> Result<Config> {
@@ -219,7 +227,7 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
                 StyleName::Global => Style::Global,
                 StyleName::Clusterset => Style::Clusterset,
             };
-            ZoneConfig::new(&z.name, style, z.namespace).map_err(anyhow::Error::msg)
+            Ok(ZoneConfig::new(&z.name, style, z.namespace)?)
         })
         .collect::<Result<Vec<_>>>()?;
     let dns_listen = args
@@ -269,10 +277,12 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
     if watch_timeout_seconds == 0 {
         bail!("kubernetes.watchTimeoutSeconds must be positive");
     }
+    let sync_deadline = resolve_sync_deadline(file.sync_deadline_seconds, args)?;
     Ok(Config {
         hub,
         leader,
         watch_timeout_seconds,
+        sync_deadline,
         dns_listen,
         dns,
         xds_listen: args
@@ -286,6 +296,19 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
             .or(file.admin.listen)
             .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("default")),
     })
+}
+
+fn resolve_sync_deadline(file: Option<u64>, args: &ServeArgs) -> Result<Duration> {
+    let seconds = args
+        .sync_deadline_seconds
+        .or(file)
+        .unwrap_or(DEFAULT_SYNC_DEADLINE_SECONDS);
+    if !(1..=MAX_SYNC_DEADLINE_SECONDS).contains(&seconds) {
+        bail!(
+            "syncDeadlineSeconds must be between 1 and {MAX_SYNC_DEADLINE_SECONDS} (got {seconds})"
+        );
+    }
+    Ok(Duration::from_secs(seconds))
 }
 
 fn resolve_hub(file: &HubSection, base: &Path, args: &ServeArgs) -> Result<Hub> {
@@ -598,5 +621,30 @@ kubernetes: {watchTimeoutSeconds: 12}
                 .contains("positive")
         );
         assert!(bad("hub: {kubeconfig: k, directory: d}\n").contains("exactly one"));
+    }
+
+    #[test]
+    fn the_sync_deadline_defaults_to_30_seconds_and_is_bounded() {
+        let resolved = |yaml: &str, flags: &[&str]| {
+            resolve(parse(yaml).unwrap(), Path::new("/"), &args(flags))
+        };
+        let cfg = resolved("hub: {directory: h}\n", &[]).unwrap();
+        assert_eq!(cfg.sync_deadline, Duration::from_secs(30));
+        let cfg = resolved("hub: {directory: h}\nsyncDeadlineSeconds: 5\n", &[]).unwrap();
+        assert_eq!(cfg.sync_deadline, Duration::from_secs(5));
+        let cfg = resolved(
+            "hub: {directory: h}\nsyncDeadlineSeconds: 5\n",
+            &["--sync-deadline-seconds", "9"],
+        )
+        .unwrap();
+        assert_eq!(cfg.sync_deadline, Duration::from_secs(9), "the flag wins");
+        for bad in ["0", "3601"] {
+            let e = resolved(
+                &format!("hub: {{directory: h}}\nsyncDeadlineSeconds: {bad}\n"),
+                &[],
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("between 1 and 3600"), "{e}");
+        }
     }
 }

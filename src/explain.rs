@@ -3,6 +3,7 @@
 //! Both halves are asked of the running answer function and resource builders, so the
 //! explanation is what clients get, not a re-derivation.
 
+use anyhow::{Context, Result, anyhow};
 use meridian_core::{FilterReason, Snapshot, TierReason};
 use meridian_dns::Answerer;
 use meridian_dns::explain::{Decision, explain as explain_dns};
@@ -25,21 +26,20 @@ pub fn explain(
     snap: &Snapshot,
     service: &str,
     from_cluster: Option<&str>,
-) -> Result<Value, String> {
-    let (ns, name) = parse_service(service).ok_or_else(|| {
+) -> Result<Value> {
+    let (ns, name) = parse_service(service).with_context(|| {
         format!("{service:?}: name a service as NAME.NAMESPACE or NAMESPACE/NAME")
     })?;
     let view = snap
         .service(&ns, &name)
-        .ok_or_else(|| format!("no exported service {ns}/{name}"))?;
+        .ok_or_else(|| anyhow!("no exported service {ns}/{name}"))?;
     let dns = explain_dns(
         answerer,
         snap,
         &format!("{name}.{ns}.global"),
         "A",
         from_cluster,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let group = Group {
         cluster: from_cluster.map(str::to_owned),
         network: None,

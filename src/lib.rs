@@ -3,7 +3,7 @@
 //! integration tests can start the whole app in-process (`App::start`).
 //!
 //! ```text
-//!  config + flags ─► App::start ─► directory sources ─► Store (Index, Registry) ─► Snapshot watch
+//!  config + flags ─► App::start ─► sources ─► Store (feeds core's Fleet) ─► Snapshot watch
 //!                                                                       ├─► DNS listeners
 //!                                                                       └─► admin HTTP
 //! ```

@@ -53,12 +53,37 @@ pub enum Credentials {
     },
 }
 
-pub(crate) fn key_of(meta: &ObjectMeta) -> Result<ObjectKey, String> {
+/// Why an object cannot be converted (it is rejected whole).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("metadata.name is required")]
+    NameRequired,
+    #[error("unknown protocol {0:?}")]
+    UnknownProtocol(String),
+    #[error("port {0} is out of range")]
+    PortOutOfRange(i32),
+    #[error("label {SERVICE_NAME_LABEL} is required")]
+    ServiceNameLabelRequired,
+    #[error("unknown addressType {0:?}")]
+    UnknownAddressType(String),
+    #[error("FQDN EndpointSlices are not supported (deprecated in Kubernetes)")]
+    FqdnSlice,
+    #[error("spec.ips: {ip:?} is not an IP address")]
+    ImportIp {
+        ip: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn key_of(meta: &ObjectMeta) -> Result<ObjectKey> {
     let name = meta
         .name
         .as_deref()
         .filter(|n| !n.is_empty())
-        .ok_or("metadata.name is required")?;
+        .ok_or(Error::NameRequired)?;
     let ns = meta.namespace.as_deref().unwrap_or("default");
     Ok(ObjectKey::new(ns, name))
 }
@@ -77,23 +102,23 @@ pub(crate) fn created_secs(meta: &ObjectMeta) -> i64 {
         .map_or(0, |t| t.0.as_second())
 }
 
-fn protocol(p: Option<&str>) -> Result<core::Protocol, String> {
+fn protocol(p: Option<&str>) -> Result<core::Protocol> {
     match p.unwrap_or("TCP") {
         "TCP" => Ok(core::Protocol::Tcp),
         "UDP" => Ok(core::Protocol::Udp),
         "SCTP" => Ok(core::Protocol::Sctp),
-        other => Err(format!("unknown protocol {other:?}")),
+        other => Err(Error::UnknownProtocol(other.to_owned())),
     }
 }
 
-fn port_number(n: i32) -> Result<u16, String> {
+fn port_number(n: i32) -> Result<u16> {
     u16::try_from(n)
         .ok()
         .filter(|p| *p > 0)
-        .ok_or_else(|| format!("port {n} is out of range"))
+        .ok_or(Error::PortOutOfRange(n))
 }
 
-pub fn service(svc: &Service) -> Result<(ObjectKey, core::Service), String> {
+pub fn service(svc: &Service) -> Result<(ObjectKey, core::Service)> {
     let key = key_of(&svc.metadata)?;
     let spec = svc.spec.clone().unwrap_or_default();
     let ports = spec
@@ -108,7 +133,7 @@ pub fn service(svc: &Service) -> Result<(ObjectKey, core::Service), String> {
                 app_protocol: p.app_protocol.clone(),
             })
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>>>()?;
     let cluster_ips = spec
         .cluster_ips
         .clone()
@@ -129,23 +154,24 @@ pub fn service(svc: &Service) -> Result<(ObjectKey, core::Service), String> {
     ))
 }
 
-/// Converts a slice; endpoints with invalid addresses are left out and reported.
-pub fn slice(es: &EndpointSlice) -> Result<(ObjectKey, core::Slice, Vec<String>), String> {
+/// Converts a slice; endpoints with invalid addresses are left out and reported (the reasons
+/// are returned beside the slice: it still serves).
+pub fn slice(es: &EndpointSlice) -> Result<(ObjectKey, core::Slice, Vec<String>)> {
     let key = key_of(&es.metadata)?;
     let service = es
         .metadata
         .labels
         .as_ref()
         .and_then(|l| l.get(SERVICE_NAME_LABEL))
-        .ok_or_else(|| format!("label {SERVICE_NAME_LABEL} is required"))?;
+        .ok_or(Error::ServiceNameLabelRequired)?;
     let family = match es.address_type.as_str() {
         "IPv4" => Some(false),
         "IPv6" => Some(true),
         "FQDN" => None,
-        other => return Err(format!("unknown addressType {other:?}")),
+        other => return Err(Error::UnknownAddressType(other.to_owned())),
     };
     let Some(v6) = family else {
-        return Err("FQDN EndpointSlices are not supported (deprecated in Kubernetes)".into());
+        return Err(Error::FqdnSlice);
     };
     let ports: Arc<[core::Port]> = es
         .ports
@@ -214,7 +240,7 @@ pub fn slice(es: &EndpointSlice) -> Result<(ObjectKey, core::Slice, Vec<String>)
 }
 
 /// A ServiceExport's metadata is all it says (its spec is empty).
-pub fn export(meta: &ObjectMeta) -> Result<(ObjectKey, core::Export), String> {
+pub fn export(meta: &ObjectMeta) -> Result<(ObjectKey, core::Export)> {
     Ok((
         key_of(meta)?,
         core::Export {
@@ -224,16 +250,18 @@ pub fn export(meta: &ObjectMeta) -> Result<(ObjectKey, core::Export), String> {
     ))
 }
 
-pub fn import(si: &ServiceImport) -> Result<(ObjectKey, core::Import), String> {
+pub fn import(si: &ServiceImport) -> Result<(ObjectKey, core::Import)> {
     let ips = si
         .spec
         .ips
         .iter()
         .map(|ip| {
-            ip.parse()
-                .map_err(|_| format!("spec.ips: {ip:?} is not an IP address"))
+            ip.parse().map_err(|source| Error::ImportIp {
+                ip: ip.clone(),
+                source,
+            })
         })
-        .collect::<Result<Vec<IpAddr>, String>>()?;
+        .collect::<Result<Vec<IpAddr>>>()?;
     Ok((
         key_of(&si.metadata)?,
         core::Import {

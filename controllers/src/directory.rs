@@ -10,18 +10,21 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, SystemTime};
 
-use meridian_core::{ClusterId, ClusterObjects, ClusterSpec, Policy};
+use meridian_core::{
+    ClusterId, ClusterObjects, ClusterSpec, ObjectRef, Origin, Policy, Problem, Source,
+};
 use notify::{RecursiveMode, Watcher};
+use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 use tracing::{debug, info, warn};
 
 use crate::SourceEvent;
 use crate::convert::{self, MemberSource};
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
-use crate::manifest::{self, Loaded, Manifest, ManifestError};
+use crate::manifest::{self, Loaded, Manifest};
 use crate::members::{MemberTasks, Sources};
 
 /// How long to wait after a change on disk before reading, so an editor's burst of writes is
@@ -42,82 +45,93 @@ pub struct MemberEntry {
 pub struct Hub {
     pub members: Vec<MemberEntry>,
     pub policies: Vec<Policy>,
-    pub errors: Vec<ManifestError>,
-    pub warnings: Vec<ManifestError>,
+    pub errors: Vec<Problem>,
+    pub warnings: Vec<Problem>,
+}
+
+/// Where a hub object was read, so its problems say so.
+#[derive(Clone, Debug)]
+pub(crate) enum ReadFrom {
+    File(PathBuf),
+    Api,
+}
+
+impl ReadFrom {
+    fn problem(&self, object: ObjectRef, reason: String) -> Problem {
+        match self {
+            ReadFrom::File(path) => Problem::in_file(Origin::Hub, path.clone(), object, reason),
+            ReadFrom::Api => Problem::in_api(Origin::Hub, object, reason),
+        }
+    }
 }
 
 /// Reads the MemberClusters and ClusterSchedulingPolicies of a hub directory.
-pub fn read_hub(dir: &Path) -> std::io::Result<Hub> {
+pub fn read_hub(dir: &Path) -> manifest::Result<Hub> {
     let loaded = manifest::load_dir(dir)?;
+    let on_hub = |e: manifest::ManifestError| e.into_problem(Origin::Hub);
     let mut hub = Hub {
-        errors: loaded.errors,
-        warnings: loaded.warnings,
+        errors: loaded.errors.into_iter().map(on_hub).collect(),
+        warnings: loaded.warnings.into_iter().map(on_hub).collect(),
         ..Hub::default()
     };
     for (file, m) in loaded.manifests {
+        let base = file.parent().unwrap_or(dir).to_path_buf();
+        let from = ReadFrom::File(file);
         match m {
-            Manifest::MemberCluster(mc) => add_member(&mut hub, dir, file, &mc),
-            Manifest::ClusterSchedulingPolicy(csp) => add_policy(&mut hub, file, &csp),
-            other => hub.warnings.push(ManifestError {
-                file,
-                object: other.describe(),
-                reason:
+            Manifest::MemberCluster(mc) => add_member(&mut hub, &base, &from, &mc),
+            Manifest::ClusterSchedulingPolicy(csp) => add_policy(&mut hub, &from, &csp),
+            other => hub.warnings.push(
+                from.problem(
+                    other.describe(),
                     "the hub directory holds MemberClusters and ClusterSchedulingPolicies; ignored"
                         .into(),
-            }),
+                ),
+            ),
         }
     }
     Ok(hub)
 }
 
-pub(crate) fn add_member(hub: &mut Hub, dir: &Path, file: PathBuf, mc: &MemberCluster) {
-    let base = file.parent().unwrap_or(dir).to_path_buf();
-    let object = format!(
-        "MemberCluster {}",
-        mc.metadata.name.as_deref().unwrap_or("?")
-    );
-    match convert::member_cluster(mc, &base) {
+/// Adds a MemberCluster to `hub`; relative paths in it resolve against `base`.
+pub(crate) fn add_member(hub: &mut Hub, base: &Path, from: &ReadFrom, mc: &MemberCluster) {
+    let object =
+        ObjectRef::cluster_scoped("MemberCluster", mc.metadata.name.as_deref().unwrap_or("?"));
+    match convert::member_cluster(mc, base) {
         Ok((spec, _)) if hub.members.iter().any(|m| m.spec.id == spec.id) => {
-            hub.errors.push(ManifestError {
-                file,
-                object,
-                reason: format!(
-                    "a MemberCluster named {} is defined twice; the first wins",
-                    spec.id
-                ),
-            });
+            let reason = format!(
+                "a MemberCluster named {} is defined twice; the first wins",
+                spec.id
+            );
+            hub.errors.push(from.problem(object, reason));
         }
         Ok((spec, source)) => hub.members.push(MemberEntry { spec, source }),
-        Err(problems) => hub
-            .errors
-            .extend(problems.into_iter().map(|reason| ManifestError {
-                file: file.clone(),
-                object: object.clone(),
-                reason,
-            })),
+        Err(problems) => hub.errors.extend(
+            problems
+                .into_iter()
+                .map(|reason| from.problem(object.clone(), reason)),
+        ),
     }
 }
 
-pub(crate) fn add_policy(hub: &mut Hub, file: PathBuf, csp: &ClusterSchedulingPolicy) {
-    let object = format!(
-        "ClusterSchedulingPolicy {}/{}",
-        csp.metadata.namespace.as_deref().unwrap_or("default"),
-        csp.metadata.name.as_deref().unwrap_or("?")
-    );
+pub(crate) fn add_policy(hub: &mut Hub, from: &ReadFrom, csp: &ClusterSchedulingPolicy) {
+    let object = ObjectRef {
+        kind: "ClusterSchedulingPolicy".into(),
+        namespace: Some(
+            csp.metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+        ),
+        name: csp.metadata.name.clone().unwrap_or_else(|| "?".into()),
+    };
     match crate::policy::scheduling_policy(csp) {
-        Ok(p) if hub.policies.iter().any(|q| q.key == p.key) => hub.errors.push(ManifestError {
-            file,
-            object,
-            reason: "defined twice; the first wins".into(),
-        }),
-        Ok(p) => hub.policies.push(p),
-        Err(problems) => hub
+        Ok(p) if hub.policies.iter().any(|q| q.key == p.key) => hub
             .errors
-            .extend(problems.into_iter().map(|reason| ManifestError {
-                file: file.clone(),
-                object: object.clone(),
-                reason: format!("{reason}; the policy is not used"),
-            })),
+            .push(from.problem(object, "defined twice; the first wins".into())),
+        Ok(p) => hub.policies.push(p),
+        Err(problems) => hub.errors.extend(problems.into_iter().map(|reason| {
+            from.problem(object.clone(), format!("{reason}; the policy is not used"))
+        })),
     }
 }
 
@@ -129,9 +143,12 @@ pub fn keep_last_valid_policies(mut hub: Hub, served: &mut Vec<Policy>) -> Hub {
         if hub.policies.iter().any(|p| p.key == previous.key) {
             continue;
         }
-        let object = format!("ClusterSchedulingPolicy {}", previous.key);
         let mut rejected = false;
-        for e in hub.errors.iter_mut().filter(|e| e.object == object) {
+        for e in hub
+            .errors
+            .iter_mut()
+            .filter(|e| e.subject.is("ClusterSchedulingPolicy", &previous.key))
+        {
             rejected = true;
             e.reason = format!(
                 "{}; its last valid version keeps serving",
@@ -146,39 +163,43 @@ pub fn keep_last_valid_policies(mut hub: Hub, served: &mut Vec<Policy>) -> Hub {
     hub
 }
 
-/// Converts what a member directory held into the cluster's objects; problems name the object.
-pub fn member_objects(loaded: Loaded) -> (ClusterObjects, Vec<ManifestError>) {
+/// Converts what a member directory held into the cluster's objects; problems name the file
+/// and the object.
+pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> (ClusterObjects, Vec<Problem>) {
+    let origin = Origin::Member(cluster.clone());
     let mut objects = ClusterObjects::default();
-    let mut errors = loaded.errors;
+    let mut errors: Vec<Problem> = loaded
+        .errors
+        .into_iter()
+        .map(|e| e.into_problem(origin.clone()))
+        .collect();
     for (file, m) in loaded.manifests {
-        let err = |object: String, reason: String| ManifestError {
-            file: file.clone(),
-            object,
-            reason,
+        let err = |object: ObjectRef, reason: String| {
+            Problem::in_file(origin.clone(), file.clone(), object, reason)
         };
         match m {
             Manifest::Service(s) => match convert::service(&s) {
                 Ok(v) => objects.services.push(v),
-                Err(e) => errors.push(err(name_of("Service", &s.metadata), e)),
+                Err(e) => errors.push(err(named("Service", &s.metadata), e.to_string())),
             },
             Manifest::EndpointSlice(es) => match convert::slice(&es) {
                 Ok((key, slice, problems)) => {
                     errors.extend(
                         problems
                             .into_iter()
-                            .map(|p| err(name_of("EndpointSlice", &es.metadata), p)),
+                            .map(|p| err(named("EndpointSlice", &es.metadata), p)),
                     );
                     objects.slices.push((key, slice));
                 }
-                Err(e) => errors.push(err(name_of("EndpointSlice", &es.metadata), e)),
+                Err(e) => errors.push(err(named("EndpointSlice", &es.metadata), e.to_string())),
             },
             Manifest::ServiceExport(se) => match convert::export(&se.metadata) {
                 Ok(v) => objects.exports.push(v),
-                Err(e) => errors.push(err(name_of("ServiceExport", &se.metadata), e)),
+                Err(e) => errors.push(err(named("ServiceExport", &se.metadata), e.to_string())),
             },
             Manifest::ServiceImport(si) => match convert::import(&si) {
                 Ok(v) => objects.imports.push(v),
-                Err(e) => errors.push(err(name_of("ServiceImport", &si.metadata), e)),
+                Err(e) => errors.push(err(named("ServiceImport", &si.metadata), e.to_string())),
             },
             hub_kind @ (Manifest::MemberCluster(_) | Manifest::ClusterSchedulingPolicy(_)) => {
                 errors.push(err(
@@ -191,15 +212,16 @@ pub fn member_objects(loaded: Loaded) -> (ClusterObjects, Vec<ManifestError>) {
     (objects, errors)
 }
 
-fn name_of(
+/// A namespaced object as problems name it (`default` and `?` stand in for what is missing).
+fn named(
     kind: &str,
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> String {
-    format!(
-        "{kind} {}/{}",
-        meta.namespace.as_deref().unwrap_or("default"),
-        meta.name.as_deref().unwrap_or("?")
-    )
+) -> ObjectRef {
+    ObjectRef {
+        kind: kind.to_string(),
+        namespace: Some(meta.namespace.clone().unwrap_or_else(|| "default".into())),
+        name: meta.name.clone().unwrap_or_else(|| "?".into()),
+    }
 }
 
 /// A cheap fingerprint of a directory tree (paths, sizes, mtimes), to notice changes that
@@ -227,6 +249,7 @@ fn fingerprint(dir: &Path) -> Option<Vec<(PathBuf, u64, SystemTime)>> {
 /// 128 instances per user by default, and a fleet can have more members than that (beyond it,
 /// members would fall back to polling every heartbeat).
 struct SharedWatcher {
+    /// The one inotify instance (none if the kernel refused one: then directories are polled).
     watcher: Mutex<Option<notify::RecommendedWatcher>>,
     /// Who wants to hear about changes under which directory.
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
@@ -248,7 +271,7 @@ impl SharedWatcher {
             if matches!(event.kind, notify::EventKind::Access(_)) {
                 return;
             }
-            let mut routes = routes.lock().expect("poisoned");
+            let mut routes = routes.lock();
             routes.retain(|(_, n)| n.strong_count() > 0);
             for (dir, notify) in routes.iter() {
                 if event.paths.iter().any(|p| p.starts_with(dir))
@@ -273,7 +296,7 @@ impl SharedWatcher {
 
     /// Watches `dir` (recursively) for `notify`; false if it cannot.
     fn watch(&self, dir: &Path, notify: &Arc<Notify>) -> bool {
-        let mut watcher = self.watcher.lock().expect("poisoned");
+        let mut watcher = self.watcher.lock();
         let Some(w) = watcher.as_mut() else {
             return false;
         };
@@ -283,7 +306,7 @@ impl SharedWatcher {
             debug!(dir = %dir.display(), error = %e, "cannot watch directory");
             return false;
         }
-        let mut subscribers = self.subscribers.lock().expect("poisoned");
+        let mut subscribers = self.subscribers.lock();
         if !subscribers
             .iter()
             .any(|(d, n)| d == dir && n.upgrade().is_some_and(|n| Arc::ptr_eq(&n, notify)))
@@ -363,15 +386,16 @@ pub async fn run_hub(dir: PathBuf, sources: Sources) {
                     warnings,
                 }) => {
                     for e in &errors {
-                        warn!(file = %e.file.display(), object = %e.object, reason = %e.reason, "hub manifest rejected");
+                        warn!(file = %file_of(e), object = %e.subject, reason = %e.reason, "hub manifest rejected");
                     }
                     for w in &warnings {
-                        info!(file = %w.file.display(), object = %w.object, reason = %w.reason, "hub manifest warning");
+                        info!(file = %file_of(w), object = %w.subject, reason = %w.reason, "hub manifest warning");
                     }
                     let event = SourceEvent::Members {
                         specs: members.iter().map(|m| m.spec.clone()).collect(),
                         policies,
                         problems: errors,
+                        warnings,
                     };
                     // The member list goes first, so the store knows a member before its objects arrive.
                     if tx.send(event).await.is_err() {
@@ -380,7 +404,7 @@ pub async fn run_hub(dir: PathBuf, sources: Sources) {
                     tasks.reconcile(&members);
                 }
                 Err(e) => {
-                    warn!(dir = %dir.display(), error = %e, "cannot read the hub directory; keeping the last known members");
+                    warn!(dir = %dir.display(), error = %crate::reason_of(&e), "cannot read the hub directory; keeping the last known members");
                 }
             }
         }
@@ -391,19 +415,86 @@ pub async fn run_hub(dir: PathBuf, sources: Sources) {
     }
 }
 
-/// A member directory's objects, its problems and its warnings, each logged once.
-fn objects_and_problems(
-    mut loaded: Loaded,
-) -> (ClusterObjects, Vec<ManifestError>, Vec<ManifestError>) {
-    let warnings = std::mem::take(&mut loaded.warnings);
-    let (objects, problems) = member_objects(loaded);
-    for p in &problems {
-        warn!(file = %p.file.display(), object = %p.object, reason = %p.reason, "member manifest rejected");
+/// The file a problem names, for log lines.
+fn file_of(p: &Problem) -> std::path::Display<'_> {
+    match &p.source {
+        Source::File { path } => path.display(),
+        _ => Path::new("").display(),
     }
-    for w in &warnings {
-        warn!(file = %w.file.display(), object = %w.object, reason = %w.reason, "member manifest warning");
+}
+
+/// The events one read of a member directory produces: its objects with their problems and
+/// warnings, and a heartbeat saying whether the directory could be read. `meridian validate`
+/// feeds these to the fleet as the running source does.
+pub fn read_member(cluster: &ClusterId, dir: &Path) -> Vec<SourceEvent> {
+    if fingerprint(dir).is_none() {
+        return vec![missing(cluster, dir)];
     }
-    (objects, problems, warnings)
+    read_member_files(cluster, dir)
+}
+
+/// A heartbeat for a directory that is not there (or cannot be listed).
+fn missing(cluster: &ClusterId, dir: &Path) -> SourceEvent {
+    SourceEvent::Heartbeat {
+        cluster: cluster.clone(),
+        result: Err(format!(
+            "directory {} is missing or unreadable",
+            dir.display()
+        )),
+    }
+}
+
+fn read_member_files(cluster: &ClusterId, dir: &Path) -> Vec<SourceEvent> {
+    match manifest::load_dir(dir) {
+        Ok(mut loaded) => {
+            let origin = Origin::Member(cluster.clone());
+            let warnings = std::mem::take(&mut loaded.warnings)
+                .into_iter()
+                .map(|w| w.into_problem(origin.clone()))
+                .collect();
+            let (objects, problems) = member_objects(cluster, loaded);
+            vec![
+                SourceEvent::Reset {
+                    cluster: cluster.clone(),
+                    objects,
+                    problems,
+                    warnings,
+                },
+                SourceEvent::Heartbeat {
+                    cluster: cluster.clone(),
+                    result: Ok(()),
+                },
+            ]
+        }
+        Err(e) => vec![SourceEvent::Heartbeat {
+            cluster: cluster.clone(),
+            result: Err(crate::reason_of(&e)),
+        }],
+    }
+}
+
+/// Logs what a read rejected or served with a caveat, once per read.
+fn log_read(event: &SourceEvent) {
+    let SourceEvent::Reset {
+        objects,
+        problems,
+        warnings,
+        ..
+    } = event
+    else {
+        return;
+    };
+    for p in problems {
+        warn!(file = %file_of(p), object = %p.subject, reason = %p.reason, "member manifest rejected");
+    }
+    for w in warnings {
+        warn!(file = %file_of(w), object = %w.subject, reason = %w.reason, "member manifest warning");
+    }
+    debug!(
+        services = objects.services.len(),
+        slices = objects.slices.len(),
+        "member directory read"
+    );
 }
 
 /// One directory member: reads it on every change, heartbeats every `heartbeat_seconds`.
@@ -420,47 +511,17 @@ pub async fn run_member(
         watch.arm();
         let print = fingerprint(&dir);
         let events = match &print {
-            None => vec![SourceEvent::Heartbeat {
-                cluster: cluster.clone(),
-                result: Err(format!(
-                    "directory {} is missing or unreadable",
-                    dir.display()
-                )),
-            }],
+            None => vec![missing(&cluster, &dir)],
             Some(_) if print == last => vec![SourceEvent::Heartbeat {
                 cluster: cluster.clone(),
                 result: Ok(()),
             }],
-            Some(_) => match manifest::load_dir(&dir) {
-                Ok(loaded) => {
-                    let (objects, problems, warnings) = objects_and_problems(loaded);
-                    debug!(
-                        services = objects.services.len(),
-                        slices = objects.slices.len(),
-                        "member directory read"
-                    );
-                    vec![
-                        SourceEvent::Reset {
-                            cluster: cluster.clone(),
-                            objects,
-                            problems,
-                            warnings,
-                        },
-                        SourceEvent::Heartbeat {
-                            cluster: cluster.clone(),
-                            result: Ok(()),
-                        },
-                    ]
-                }
-                Err(e) => vec![SourceEvent::Heartbeat {
-                    cluster: cluster.clone(),
-                    result: Err(format!("cannot read {}: {e}", dir.display())),
-                }],
-            },
+            Some(_) => read_member_files(&cluster, &dir),
         };
         // A missing directory must be read again in full once it is back.
         last = print;
         for event in events {
+            log_read(&event);
             if tx.send(event).await.is_err() {
                 return;
             }
@@ -489,12 +550,13 @@ mod tests {
         }
     }
 
-    fn rejected(name: &str) -> ManifestError {
-        ManifestError {
-            file: "hub/p.yaml".into(),
-            object: format!("ClusterSchedulingPolicy shop/{name}"),
-            reason: "unknown field(s): spec.traffic.minHealthyEndpoint".into(),
-        }
+    fn rejected(name: &str) -> Problem {
+        Problem::in_file(
+            Origin::Hub,
+            "hub/p.yaml",
+            ObjectRef::namespaced("ClusterSchedulingPolicy", &ObjectKey::new("shop", name)),
+            "unknown field(s): spec.traffic.minHealthyEndpoint",
+        )
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!  YAML on disk / kube API ──► crd + k8s-openapi types ──► convert (TryFrom-style, per object)
 //!                                                            │ model types only
 //!                                                            ▼
-//!                                       SourceEvent (mpsc) ──► wiring applies to Index/Registry
+//!                                 SourceEvent (mpsc) ──► wiring feeds meridian_core::fleet::Fleet
 //! ```
 //!
 //! Kubernetes types never cross this crate's boundary; bad input rejects only itself and is
@@ -18,52 +18,19 @@ pub mod manifest;
 pub mod members;
 pub mod policy;
 
-use meridian_core::{ClusterId, ClusterObjects, ClusterSpec, Kind, Object, ObjectKey};
-
 pub use manifest::ManifestError;
+/// What sources tell the wiring: the fleet's events, under the name the sources know them by.
+pub use meridian_core::fleet::{Change, Event as SourceEvent};
 
-/// What sources tell the wiring. One writer (the store task) applies these to the Index and
-/// the Registry, so sources never take a lock.
-#[derive(Debug)]
-pub enum SourceEvent {
-    /// The full list of members on the hub.
-    Members {
-        specs: Vec<ClusterSpec>,
-        /// The ClusterSchedulingPolicies on the hub (those that passed validation).
-        policies: Vec<meridian_core::Policy>,
-        problems: Vec<ManifestError>,
-    },
-    /// A member's full object list (a relist): replaces its slice of the Index in one step.
-    Reset {
-        cluster: ClusterId,
-        objects: ClusterObjects,
-        /// Objects (or parts of them) that were rejected.
-        problems: Vec<ManifestError>,
-        /// Objects served with a caveat (e.g. unknown fields ignored).
-        warnings: Vec<ManifestError>,
-    },
-    /// Changes to a member's objects since its last Reset or Changes (a watch event batch).
-    Changes {
-        cluster: ClusterId,
-        changes: Vec<Change>,
-        /// The member's rejected objects, all of them (replaces the previous list).
-        problems: Vec<ManifestError>,
-    },
-    /// A heartbeat result: `Err(reason)` when the member could not be reached or read.
-    Heartbeat {
-        cluster: ClusterId,
-        result: Result<(), String>,
-    },
-    /// A member's watches: `Some(reason)` while one fails or stalls, `None` once all are fine.
-    WatchHealth {
-        cluster: ClusterId,
-        failure: Option<String>,
-    },
-}
-
-/// One change to one object of a member.
-#[derive(Debug, Clone)]
-pub enum Change {
-    Upsert(Object),
-    Delete(Kind, ObjectKey),
+/// An error with its sources as one line (`what: why: root cause`), for errors that become
+/// data: a heartbeat's reason, a status condition's message.
+pub fn reason_of(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut reason = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        reason.push_str(": ");
+        reason.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    reason
 }

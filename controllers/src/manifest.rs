@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use meridian_core::{ObjectRef, Origin, Problem, Subject};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
@@ -25,15 +26,15 @@ pub enum Manifest {
 }
 
 impl Manifest {
-    /// "Kind namespace/name", for messages.
-    pub fn describe(&self) -> String {
+    /// The object, for messages: its kind, namespace and name.
+    pub fn describe(&self) -> ObjectRef {
         use kube::Resource;
-        fn of<K: Resource<DynamicType = ()>>(k: &K) -> String {
+        fn of<K: Resource<DynamicType = ()>>(k: &K) -> ObjectRef {
             let meta = k.meta();
-            let name = meta.name.as_deref().unwrap_or("?");
-            match &meta.namespace {
-                Some(ns) => format!("{} {ns}/{name}", K::kind(&())),
-                None => format!("{} {name}", K::kind(&())),
+            ObjectRef {
+                kind: K::kind(&()).into_owned(),
+                namespace: meta.namespace.clone(),
+                name: meta.name.clone().unwrap_or_else(|| "?".into()),
             }
         }
         match self {
@@ -47,12 +48,19 @@ impl Manifest {
     }
 }
 
-/// A problem with one object (or one document) of one file.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+/// A problem with one object (or one document) of one file. The reader does not know whose
+/// directory it reads; [`ManifestError::into_problem`] adds that.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ManifestError {
     pub file: PathBuf,
-    pub object: String,
+    pub object: Subject,
     pub reason: String,
+}
+
+impl ManifestError {
+    pub fn into_problem(self, origin: Origin) -> Problem {
+        Problem::in_file(origin, self.file, self.object, self.reason)
+    }
 }
 
 impl fmt::Display for ManifestError {
@@ -76,9 +84,23 @@ pub struct Loaded {
     pub warnings: Vec<ManifestError>,
 }
 
+/// Why a directory of manifests could not be read at all (a file that cannot be read is a
+/// problem of that file, in [`Loaded::errors`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read directory {}", path.display())]
+    ReadDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 /// Reads every `*.yaml`, `*.yml` and `*.json` file under `dir` (recursively, in name order).
-/// Fails only when the directory itself cannot be read.
-pub fn load_dir(dir: &Path) -> std::io::Result<Loaded> {
+/// Fails only when a directory itself cannot be listed.
+pub fn load_dir(dir: &Path) -> Result<Loaded> {
     let mut files = Vec::new();
     collect_files(dir, &mut files)?;
     files.sort();
@@ -88,7 +110,7 @@ pub fn load_dir(dir: &Path) -> std::io::Result<Loaded> {
             Ok(text) => parse_str(&file, &text, &mut loaded),
             Err(e) => loaded.errors.push(ManifestError {
                 file: file.clone(),
-                object: "file".into(),
+                object: Subject::Input("file".into()),
                 reason: format!("cannot read: {e}"),
             }),
         }
@@ -96,15 +118,19 @@ pub fn load_dir(dir: &Path) -> std::io::Result<Loaded> {
     Ok(loaded)
 }
 
-fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let unreadable = |source| Error::ReadDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+        let entry = entry.map_err(unreadable)?;
         let path = entry.path();
         let name = entry.file_name();
         if name.to_string_lossy().starts_with('.') {
             continue;
         }
-        if entry.file_type()?.is_dir() {
+        if entry.file_type().map_err(unreadable)?.is_dir() {
             collect_files(&path, out)?;
         } else if matches!(
             path.extension().and_then(|e| e.to_str()),
@@ -124,7 +150,7 @@ pub fn parse_str(file: &Path, text: &str, out: &mut Loaded) {
             Err(e) => {
                 out.errors.push(ManifestError {
                     file: file.to_path_buf(),
-                    object: format!("document {}", n + 1),
+                    object: Subject::Input(format!("document {}", n + 1)),
                     reason: format!("malformed YAML: {e}"),
                 });
                 // The parser cannot resynchronise after a syntax error.
@@ -232,7 +258,7 @@ fn typed<T: DeserializeOwned>(value: Value) -> Result<(T, Vec<String>), serde_ya
     Ok((parsed, unknown))
 }
 
-fn describe(value: &Value, kind: &str, doc: usize) -> String {
+fn describe(value: &Value, kind: &str, doc: usize) -> Subject {
     let meta = value.get("metadata");
     let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str);
     let ns = meta
@@ -240,9 +266,12 @@ fn describe(value: &Value, kind: &str, doc: usize) -> String {
         .and_then(Value::as_str);
     let kind = if kind.is_empty() { "object" } else { kind };
     match (ns, name) {
-        (Some(ns), Some(name)) => format!("{kind} {ns}/{name}"),
-        (None, Some(name)) => format!("{kind} {name}"),
-        _ => format!("{kind} in document {doc}"),
+        (ns, Some(name)) => Subject::Object(ObjectRef {
+            kind: kind.to_string(),
+            namespace: ns.map(str::to_string),
+            name: name.to_string(),
+        }),
+        _ => Subject::Input(format!("{kind} in document {doc}")),
     }
 }
 

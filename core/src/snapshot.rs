@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::index::{ClusterState, Dirty, Index, IndexSizes};
 use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
 use crate::policy::{Policies, TrafficPolicy};
+use crate::problem::{ObjectRef, Origin, Problem};
 use crate::registry::{Health, Registry};
 
 /// A member as DNS and xDS see it.
@@ -150,14 +151,6 @@ impl ClientTable {
         }
         None
     }
-}
-
-/// Something in the input that meridian could not use, reported on `/debug` and by `validate`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Problem {
-    pub cluster: ClusterId,
-    pub object: String,
-    pub reason: String,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -444,11 +437,14 @@ fn merge_services(
                 continue;
             };
             if service.external_name {
-                problems.entry(key.clone()).or_default().push(Problem {
-                    cluster: id.clone(),
-                    object: format!("ServiceExport {key}"),
-                    reason: "an ExternalName service cannot be exported".into(),
-                });
+                problems
+                    .entry(key.clone())
+                    .or_default()
+                    .push(Problem::in_merge(
+                        Origin::Member(id.clone()),
+                        ObjectRef::namespaced("ServiceExport", key),
+                        "an ExternalName service cannot be exported",
+                    ));
                 continue;
             }
             candidates.entry(key).or_default().push(Candidate {
@@ -484,14 +480,17 @@ fn merge_one(
     let oldest = cands[0].service;
     let governing = ctx.policies.governing(key, &cands[0].export.labels);
     for loser in &governing.losers {
-        problems.entry(key.clone()).or_default().push(Problem {
-            cluster: ClusterId::new("hub"),
-            object: format!("ClusterSchedulingPolicy {}", loser.key),
-            reason: format!(
-                "Conflict: it selects service {key}, which the older policy {} governs",
-                governing.traffic.source.as_deref().unwrap_or("?")
-            ),
-        });
+        problems
+            .entry(key.clone())
+            .or_default()
+            .push(Problem::in_merge(
+                Origin::Hub,
+                ObjectRef::namespaced("ClusterSchedulingPolicy", &loser.key),
+                format!(
+                    "Conflict: it selects service {key}, which the older policy {} governs",
+                    governing.traffic.source.as_deref().unwrap_or("?")
+                ),
+            ));
     }
     let prev_view = ctx
         .prev

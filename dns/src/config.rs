@@ -24,14 +24,30 @@ pub struct ZoneConfig {
     pub namespace: Option<String>,
 }
 
+/// Why a zone cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ZoneError {
+    #[error("zone {name:?}")]
+    Name {
+        name: String,
+        #[source]
+        source: hickory_proto::ProtoError,
+    },
+    #[error("zone {name:?}: namespace applies to the global style only")]
+    NamespaceOutsideGlobal { name: String },
+}
+
 impl ZoneConfig {
-    pub fn new(name: &str, style: Style, namespace: Option<String>) -> Result<Self, String> {
-        let mut parsed = Name::from_ascii(name).map_err(|e| format!("zone {name:?}: {e}"))?;
+    pub fn new(name: &str, style: Style, namespace: Option<String>) -> Result<Self, ZoneError> {
+        let mut parsed = Name::from_ascii(name).map_err(|source| ZoneError::Name {
+            name: name.to_owned(),
+            source,
+        })?;
         parsed.set_fqdn(true);
         if style == Style::Clusterset && namespace.is_some() {
-            return Err(format!(
-                "zone {name:?}: namespace applies to the global style only"
-            ));
+            return Err(ZoneError::NamespaceOutsideGlobal {
+                name: name.to_owned(),
+            });
         }
         Ok(Self {
             name: LowerName::new(&parsed),

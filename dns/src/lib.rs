@@ -19,5 +19,5 @@ pub mod server;
 pub mod wire;
 
 pub use answer::{Answerer, Client, Response, Transport};
-pub use config::{DnsConfig, Style, ZoneConfig};
+pub use config::{DnsConfig, Style, ZoneConfig, ZoneError};
 pub use server::{Dns, Listeners, serve};

@@ -6,13 +6,14 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::Stream;
 use meridian_core::Snapshot;
 use moka::sync::Cache;
+use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -130,7 +131,7 @@ impl Xds {
         let group = canonical(snapshot, group);
         self.cache.get_with((group.clone(), snapshot.version), || {
             self.metrics.view_builds.inc();
-            let prev = self.latest.lock().expect("poisoned").get(&group).cloned();
+            let prev = self.latest.lock().get(&group).cloned();
             let started = Instant::now();
             let built = Arc::new(resources::build_from(
                 snapshot,
@@ -142,7 +143,7 @@ impl Xds {
             self.metrics.view_build_seconds.observe(took.as_secs_f64());
             self.record_decisions(&built.decisions);
             debug!(%group, version = snapshot.version, took_ms = took.as_secs_f64() * 1000.0, resources = built.len(), "xDS resources built");
-            let mut latest = self.latest.lock().expect("poisoned");
+            let mut latest = self.latest.lock();
             if latest
                 .get(&group)
                 .is_none_or(|p| p.snapshot_version < built.snapshot_version)
@@ -158,17 +159,8 @@ impl Xds {
 
     /// What every connected stream holds, for CSDS and `/debug/xds`.
     pub fn stream_statuses(&self) -> Vec<StreamStatus> {
-        let streams: Vec<_> = self
-            .streams
-            .lock()
-            .expect("poisoned")
-            .values()
-            .cloned()
-            .collect();
-        streams
-            .iter()
-            .map(|m| m.lock().expect("poisoned").status())
-            .collect()
+        let streams: Vec<_> = self.streams.lock().values().cloned().collect();
+        streams.iter().map(|m| m.lock().status()).collect()
     }
 
     /// Serves ADS and CSDS on `listener` until `shutdown` resolves.
@@ -204,10 +196,7 @@ impl Xds {
         self.admit().await;
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let machine = Arc::new(Mutex::new(P::default()));
-        self.streams
-            .lock()
-            .expect("poisoned")
-            .insert(id, machine.clone());
+        self.streams.lock().insert(id, machine.clone());
         let mut views = self.views.clone();
         let mut open: Option<OpenStream> = None;
         let end = loop {
@@ -217,7 +206,7 @@ impl Xds {
                         if open.is_none() && let Some(node) = P::node_of(&req) {
                             open = Some(self.open_stream::<P>(id, node, &machine, &mut views));
                         }
-                        match machine.lock().expect("poisoned").on_request(&req, Instant::now()) {
+                        match machine.lock().on_request(&req, Instant::now()) {
                             Ok(step) => step,
                             Err(e) => break Some(e),
                         }
@@ -235,7 +224,7 @@ impl Xds {
                     let snapshot = views.borrow_and_update().clone();
                     let group = &open.as_ref().expect("checked").group;
                     let view = self.resources_for(&snapshot, group);
-                    machine.lock().expect("poisoned").on_view(view, Instant::now())
+                    machine.lock().on_view(view, Instant::now())
                 }
             };
             if let Some(open) = open.as_mut() {
@@ -273,10 +262,7 @@ impl Xds {
     ) -> OpenStream {
         let info = NodeInfo::from_node(node.clone());
         let view = self.resources_for(&views.borrow_and_update(), &info.group);
-        machine
-            .lock()
-            .expect("poisoned")
-            .on_view(view, Instant::now());
+        machine.lock().on_view(view, Instant::now());
         let labels = self.stream_labels(P::NAME, &info.group);
         self.metrics.streams.get_or_create(&labels).inc();
         debug!(stream = id, node = %info.id, group = %info.group, protocol = P::NAME, "xDS stream opened");
@@ -330,7 +316,7 @@ impl Xds {
                     .dec();
             }
         }
-        self.streams.lock().expect("poisoned").remove(&id);
+        self.streams.lock().remove(&id);
     }
 
     fn stream_labels(&self, protocol: &'static str, group: &Group) -> StreamLabels {
@@ -543,7 +529,7 @@ impl Admission {
 
     /// Takes a token (None), or says how long until one is there.
     fn take(&self) -> Option<Duration> {
-        let mut state = self.state.lock().expect("poisoned");
+        let mut state = self.state.lock();
         let now = Instant::now();
         let (tokens, last) = &mut *state;
         *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.per_second)

@@ -79,15 +79,22 @@ fn invalid_addresses_leave_out_only_their_endpoint() {
 fn slices_need_the_service_label_and_a_known_address_type() {
     let mut s = slice_with("IPv4", vec![]);
     s.metadata.labels = None;
-    assert!(slice(&s).unwrap_err().contains(SERVICE_NAME_LABEL));
+    assert!(
+        slice(&s)
+            .unwrap_err()
+            .to_string()
+            .contains(SERVICE_NAME_LABEL)
+    );
     assert!(
         slice(&slice_with("FQDN", vec![]))
             .unwrap_err()
+            .to_string()
             .contains("FQDN")
     );
     assert!(
         slice(&slice_with("IPv5", vec![]))
             .unwrap_err()
+            .to_string()
             .contains("unknown addressType")
     );
 }
@@ -114,7 +121,12 @@ fn services_headless_external_name_and_ports() {
         serde_json::json!({"metadata": {"name": "x"}, "spec": {"ports": [{"port": 70000}]}}),
     )
     .unwrap();
-    assert!(service(&bad).unwrap_err().contains("out of range"));
+    assert!(
+        service(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("out of range")
+    );
 }
 
 #[test]

@@ -3,11 +3,11 @@
 //! in-cluster service account. Every client has bounded timeouts, so a silently stalled watch
 //! ends in an error (and a restart) instead of hanging.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{InClusterError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Api, Client, Config};
 
 use crate::convert::{Credentials, KubeAccess};
@@ -31,16 +31,76 @@ impl WatchTimeout {
 }
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Why a client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read kubeconfig {}", path.display())]
+    ReadKubeconfig {
+        path: PathBuf,
+        #[source]
+        source: KubeconfigError,
+    },
+    #[error("in-cluster config")]
+    InCluster(#[source] InClusterError),
+    #[error("spec.source.kubernetes.secretRef needs a Kubernetes hub (this hub is a directory)")]
+    SecretNeedsKubernetesHub,
+    #[error("cannot read Secret {namespace}/{name} on the hub")]
+    ReadSecret {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Secret {namespace}/{name} has no key {key:?}")]
+    SecretKeyMissing {
+        namespace: String,
+        name: String,
+        key: String,
+    },
+    #[error("Secret {namespace}/{name} key {key:?} is not UTF-8")]
+    SecretNotUtf8 {
+        namespace: String,
+        name: String,
+        key: String,
+        #[source]
+        source: std::str::Utf8Error,
+    },
+    #[error("Secret {namespace}/{name} key {key:?} is not a kubeconfig")]
+    SecretNotKubeconfig {
+        namespace: String,
+        name: String,
+        key: String,
+        #[source]
+        source: KubeconfigError,
+    },
+    #[error("kubeconfig")]
+    Kubeconfig(#[source] KubeconfigError),
+    #[error("apiEndpoint {endpoint:?}")]
+    ApiEndpoint {
+        endpoint: String,
+        #[source]
+        source: http::uri::InvalidUri,
+    },
+    #[error("cannot build a client")]
+    Client(#[source] kube::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 /// A client from a kubeconfig file (its current context unless `context`).
-pub async fn from_kubeconfig(path: &Path, context: Option<&str>) -> Result<Client, String> {
-    let kubeconfig = Kubeconfig::read_from(path)
-        .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
-    from_parsed(kubeconfig, context, None, WatchTimeout::default()).await
+pub async fn from_kubeconfig(path: &Path, context: Option<&str>) -> Result<Client> {
+    from_parsed(
+        read_kubeconfig(path)?,
+        context,
+        None,
+        WatchTimeout::default(),
+    )
+    .await
 }
 
 /// The in-cluster service account's client (`KUBERNETES_SERVICE_HOST`).
-pub fn in_cluster() -> Result<Client, String> {
-    let config = Config::incluster().map_err(|e| format!("in-cluster config: {e}"))?;
+pub fn in_cluster() -> Result<Client> {
+    let config = Config::incluster().map_err(Error::InCluster)?;
     client(config, WatchTimeout::default())
 }
 
@@ -49,39 +109,73 @@ pub async fn member_client(
     access: &KubeAccess,
     hub: Option<&Client>,
     timeout: WatchTimeout,
-) -> Result<Client, String> {
+) -> Result<Client> {
     let endpoint = access.api_endpoint.as_deref();
     match &access.credentials {
         Credentials::Kubeconfig { path, context } => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
-            from_parsed(kubeconfig, context.as_deref(), endpoint, timeout).await
+            from_parsed(
+                read_kubeconfig(path)?,
+                context.as_deref(),
+                endpoint,
+                timeout,
+            )
+            .await
         }
         Credentials::Secret {
             namespace,
             name,
             key,
         } => {
-            let hub = hub.ok_or(
-                "spec.source.kubernetes.secretRef needs a Kubernetes hub (this hub is a directory)",
-            )?;
-            let secret = Api::<Secret>::namespaced(hub.clone(), namespace)
-                .get(name)
-                .await
-                .map_err(|e| format!("cannot read Secret {namespace}/{name} on the hub: {e}"))?;
-            let bytes = secret
-                .data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .ok_or_else(|| format!("Secret {namespace}/{name} has no key {key:?}"))?;
-            let text = std::str::from_utf8(&bytes.0)
-                .map_err(|_| format!("Secret {namespace}/{name} key {key:?} is not UTF-8"))?;
-            let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| {
-                format!("Secret {namespace}/{name} key {key:?} is not a kubeconfig: {e}")
-            })?;
+            let hub = hub.ok_or(Error::SecretNeedsKubernetesHub)?;
+            let kubeconfig = kubeconfig_in_secret(hub, namespace, name, key).await?;
             from_parsed(kubeconfig, None, endpoint, timeout).await
         }
     }
+}
+
+fn read_kubeconfig(path: &Path) -> Result<Kubeconfig> {
+    Kubeconfig::read_from(path).map_err(|source| Error::ReadKubeconfig {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The kubeconfig held under `key` of the hub's Secret `namespace/name`.
+async fn kubeconfig_in_secret(
+    hub: &Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<Kubeconfig> {
+    let secret = Api::<Secret>::namespaced(hub.clone(), namespace)
+        .get(name)
+        .await
+        .map_err(|source| Error::ReadSecret {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source,
+        })?;
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .ok_or_else(|| Error::SecretKeyMissing {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            key: key.to_owned(),
+        })?;
+    let text = std::str::from_utf8(&bytes.0).map_err(|source| Error::SecretNotUtf8 {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        key: key.to_owned(),
+        source,
+    })?;
+    Kubeconfig::from_yaml(text).map_err(|source| Error::SecretNotKubeconfig {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        key: key.to_owned(),
+        source,
+    })
 }
 
 async fn from_parsed(
@@ -89,23 +183,24 @@ async fn from_parsed(
     context: Option<&str>,
     endpoint: Option<&str>,
     timeout: WatchTimeout,
-) -> Result<Client, String> {
+) -> Result<Client> {
     let options = KubeConfigOptions {
         context: context.map(str::to_string),
         ..KubeConfigOptions::default()
     };
     let mut config = Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
-        .map_err(|e| format!("kubeconfig: {e}"))?;
+        .map_err(Error::Kubeconfig)?;
     if let Some(endpoint) = endpoint {
-        config.cluster_url = endpoint
-            .parse()
-            .map_err(|e| format!("apiEndpoint {endpoint:?}: {e}"))?;
+        config.cluster_url = endpoint.parse().map_err(|source| Error::ApiEndpoint {
+            endpoint: endpoint.to_owned(),
+            source,
+        })?;
     }
     client(config, timeout)
 }
 
-fn client(mut config: Config, timeout: WatchTimeout) -> Result<Client, String> {
+fn client(mut config: Config, timeout: WatchTimeout) -> Result<Client> {
     // So audit logs tell meridian's requests apart.
     config.headers.push((
         http::header::USER_AGENT,
@@ -114,5 +209,5 @@ fn client(mut config: Config, timeout: WatchTimeout) -> Result<Client, String> {
     config.read_timeout = Some(timeout.read_timeout());
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.write_timeout = Some(CONNECT_TIMEOUT);
-    Client::try_from(config).map_err(|e| format!("cannot build a client: {e}"))
+    Client::try_from(config).map_err(Error::Client)
 }

@@ -4,7 +4,8 @@
 //! are started and stopped to match.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::convert::Infallible;
+use std::path::Path;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
@@ -18,11 +19,8 @@ use super::connect::WatchTimeout;
 use super::state::{Applied, Table};
 use crate::SourceEvent;
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
-use crate::directory::{Hub, add_member, add_policy, keep_last_valid_policies};
+use crate::directory::{Hub, ReadFrom, add_member, add_policy, keep_last_valid_policies};
 use crate::members::{MemberTasks, Sources};
-
-/// Relative kubeconfig paths in MemberClusters resolve against the working directory.
-const HUB_FILE: &str = "hub API";
 
 #[expect(
     clippy::large_enum_variant,
@@ -49,6 +47,7 @@ pub async fn run(client: Client, sources: Sources) {
     let mut policy_list = Table::<Stored<ClusterSchedulingPolicy>>::default();
     let mut served_policies: Vec<Policy> = Vec::new();
     let mut failing = false;
+    // Relative kubeconfig paths in MemberClusters resolve against the working directory.
     let base = std::env::current_dir().unwrap_or_default();
     while let Some(first) = events.next().await {
         let mut changed = false;
@@ -83,12 +82,13 @@ pub async fn run(client: Client, sources: Sources) {
             &mut served_policies,
         );
         for e in &hub.errors {
-            warn!(object = %e.object, reason = %e.reason, "hub object rejected");
+            warn!(object = %e.subject, reason = %e.reason, "hub object rejected");
         }
         let event = SourceEvent::Members {
             specs: hub.members.iter().map(|m| m.spec.clone()).collect(),
             policies: hub.policies,
             problems: hub.errors,
+            warnings: hub.warnings,
         };
         if tx.send(event).await.is_err() {
             return;
@@ -102,7 +102,7 @@ pub async fn run(client: Client, sources: Sources) {
 struct Stored<K>(K);
 
 impl<K: Clone> Stored<K> {
-    fn of(k: &K) -> Result<Self, String> {
+    fn of(k: &K) -> Result<Self, Infallible> {
         Ok(Self(k.clone()))
     }
 }
@@ -125,10 +125,10 @@ fn read(
 ) -> Hub {
     let mut hub = Hub::default();
     for Stored(mc) in members.values() {
-        add_member(&mut hub, base, PathBuf::from(HUB_FILE), mc);
+        add_member(&mut hub, base, &ReadFrom::Api, mc);
     }
     for Stored(csp) in policies.values() {
-        add_policy(&mut hub, PathBuf::from(HUB_FILE), csp);
+        add_policy(&mut hub, &ReadFrom::Api, csp);
     }
     hub
 }

@@ -273,7 +273,8 @@ async fn connect(
     loop {
         match connect::member_client(access, hub, watch_timeout).await {
             Ok(client) => return Some(client),
-            Err(reason) => {
+            Err(e) => {
+                let reason = crate::reason_of(&e);
                 warn!(reason = %reason, "cannot connect to the member");
                 let event = SourceEvent::Heartbeat {
                     cluster: cluster.clone(),

@@ -21,11 +21,12 @@ pub mod status;
 pub mod writeback;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use kube::Client;
 use meridian_core::{ClusterId, ObjectKey};
+use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -86,17 +87,12 @@ impl Default for Fleet {
 
 impl Fleet {
     pub fn update(&self, cluster: &ClusterId, f: impl FnOnce(&mut MemberFacts)) {
-        f(self
-            .members
-            .lock()
-            .expect("poisoned")
-            .entry(cluster.clone())
-            .or_default());
+        f(self.members.lock().entry(cluster.clone()).or_default());
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     pub fn get<T>(&self, cluster: &ClusterId, f: impl FnOnce(&MemberFacts) -> T) -> T {
-        let members = self.members.lock().expect("poisoned");
+        let members = self.members.lock();
         match members.get(cluster) {
             Some(facts) => f(facts),
             None => f(&MemberFacts::default()),
@@ -105,7 +101,7 @@ impl Fleet {
 
     /// The member left the hub. Its client stays until the writer has cleaned up after it.
     pub fn retire(&self, cluster: &ClusterId) {
-        let mut members = self.members.lock().expect("poisoned");
+        let mut members = self.members.lock();
         match members.get_mut(cluster) {
             Some(f) if f.client.is_some() => f.retired = true,
             _ => {
@@ -117,13 +113,13 @@ impl Fleet {
     }
 
     pub fn remove(&self, cluster: &ClusterId) {
-        self.members.lock().expect("poisoned").remove(cluster);
+        self.members.lock().remove(cluster);
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// A copy of every member's facts.
     pub fn all(&self) -> BTreeMap<ClusterId, MemberFacts> {
-        self.members.lock().expect("poisoned").clone()
+        self.members.lock().clone()
     }
 
     pub fn subscribe(&self) -> watch::Receiver<u64> {

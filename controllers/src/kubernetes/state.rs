@@ -7,17 +7,19 @@
 //! later relist of any kind is again one `Reset`. Between relists, events become `Changes`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::convert::Infallible;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
-use meridian_core::{ClusterId, ClusterObjects, Kind, Object, ObjectKey};
+use meridian_core::{
+    ClusterId, ClusterObjects, Kind, Object, ObjectKey, ObjectRef, Origin, Problem,
+};
 
 use crate::convert::{self, key_of};
 use crate::crd::{ServiceExportObject, ServiceImport};
-use crate::{Change, ManifestError, SourceEvent};
+use crate::{Change, SourceEvent};
 
 /// One kind's objects (converted to `T`): the live set, and the relist in progress.
 #[derive(Debug)]
@@ -49,11 +51,12 @@ pub(crate) enum Applied<T> {
 }
 
 impl<T: Clone + PartialEq> Table<T> {
-    pub(crate) fn apply<K>(
+    /// Applies one watch event; an object `convert` rejects is kept as a problem (its reason).
+    pub(crate) fn apply<K, E: std::fmt::Display>(
         &mut self,
         event: Event<K>,
         meta: impl Fn(&K) -> &ObjectMeta,
-        convert: impl Fn(&K) -> Result<T, String>,
+        convert: impl Fn(&K) -> Result<T, E>,
     ) -> Applied<T> {
         match event {
             Event::Init => {
@@ -70,7 +73,7 @@ impl<T: Clone + PartialEq> Table<T> {
                         objects.insert(key, v);
                     }
                     Err(e) => {
-                        problems.insert(key, e);
+                        problems.insert(key, e.to_string());
                     }
                 }
                 Applied::Nothing
@@ -96,7 +99,7 @@ impl<T: Clone + PartialEq> Table<T> {
                         Applied::Upsert(key, v)
                     }
                     Err(e) => {
-                        self.problems.insert(key.clone(), e);
+                        self.problems.insert(key.clone(), e.to_string());
                         match self.live.remove(&key) {
                             Some(_) => Applied::Delete(key),
                             None => Applied::Nothing,
@@ -232,10 +235,12 @@ impl MemberState {
                 record(a, Kind::Import, Object::Import, &mut out);
             }
             MemberEvent::Node(e) => {
-                self.nodes.apply(e, |n| &n.metadata, |n| Ok(node_facts(n)));
+                self.nodes
+                    .apply(e, |n| &n.metadata, |n| Ok::<_, Infallible>(node_facts(n)));
             }
             MemberEvent::Namespace(e) => {
-                self.namespaces.apply(e, |n| &n.metadata, |_| Ok(()));
+                self.namespaces
+                    .apply(e, |n| &n.metadata, |_| Ok::<_, Infallible>(()));
             }
         }
         // A problem fixed or added with no object change still has to reach the store.
@@ -290,15 +295,17 @@ impl MemberState {
         }
     }
 
-    /// Rejected objects, named like a directory member's (the "file" is the member's API).
-    pub fn problems(&self) -> Vec<ManifestError> {
-        let file = PathBuf::from(format!("{} API", self.cluster));
+    /// Rejected objects, as the member's API served them.
+    pub fn problems(&self) -> Vec<Problem> {
+        let origin = Origin::Member(self.cluster.clone());
         let named = |kind: &'static str, t: &BTreeMap<ObjectKey, String>| {
             t.iter()
-                .map(|(k, reason)| ManifestError {
-                    file: file.clone(),
-                    object: format!("{kind} {k}"),
-                    reason: reason.clone(),
+                .map(|(k, reason)| {
+                    Problem::in_api(
+                        origin.clone(),
+                        ObjectRef::namespaced(kind, k),
+                        reason.clone(),
+                    )
                 })
                 .collect::<Vec<_>>()
         };
@@ -348,7 +355,7 @@ impl MemberState {
     }
 }
 
-fn convert_slice(es: &EndpointSlice) -> Result<meridian_core::Slice, String> {
+fn convert_slice(es: &EndpointSlice) -> convert::Result<meridian_core::Slice> {
     let (_, slice, problems) = convert::slice(es)?;
     match problems.is_empty() {
         true => Ok(slice),

@@ -330,11 +330,10 @@ pub fn export_conditions(
     exports
         .iter()
         .map(|key| {
-            let object = format!("ServiceExport {key}");
             let problem = snapshot
                 .problems
                 .iter()
-                .find(|p| &p.cluster == cluster && p.object == object);
+                .find(|p| p.origin.is_member(cluster) && p.subject.is("ServiceExport", key));
             let view = snapshot.service(&key.namespace, &key.name);
             let conflict = view.and_then(|v| v.conflicts.iter().find(|c| &c.cluster == cluster));
             let exported =

@@ -41,7 +41,7 @@ fn malformed_yaml_names_the_file_and_document() {
     assert_eq!(out.errors.len(), 1);
     let e = &out.errors[0];
     assert_eq!(e.file, Path::new("m.yaml"));
-    assert_eq!(e.object, "document 2");
+    assert_eq!(e.object.to_string(), "document 2");
     assert!(e.reason.starts_with("malformed YAML"), "{}", e.reason);
 }
 
@@ -61,7 +61,7 @@ fn unknown_fields_warn_in_kubernetes_kinds_and_fail_in_meridian_kinds() {
         "apiVersion: meridian.io/v1alpha1\nkind: MemberCluster\nmetadata: {name: eu-1}\nspec: {source: {directory: {path: x}}, colour: blue}\n",
     );
     assert!(out.manifests.is_empty());
-    assert_eq!(out.errors[0].object, "MemberCluster eu-1");
+    assert_eq!(out.errors[0].object.to_string(), "MemberCluster eu-1");
     assert!(
         out.errors[0].reason.contains("spec.colour"),
         "{}",
@@ -75,7 +75,7 @@ fn type_errors_and_missing_identity_are_errors() {
         "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {ports: [{port: eighty}]}\n",
     );
     assert_eq!(out.errors.len(), 1);
-    assert_eq!(out.errors[0].object, "Service web");
+    assert_eq!(out.errors[0].object.to_string(), "Service web");
     assert!(
         out.errors[0].reason.starts_with("invalid Service"),
         "{}",

@@ -1646,7 +1646,7 @@ mod policies {
         let view = snap.service("shop", "web").unwrap();
         assert_eq!(view.policy.source.as_deref(), Some("shop/old"));
         assert_eq!(snap.problems.len(), 1);
-        assert!(snap.problems[0].object.contains("shop/young"));
+        assert!(snap.problems[0].subject.to_string().contains("shop/young"));
         assert!(
             snap.problems[0].reason.contains("Conflict"),
             "{:?}",

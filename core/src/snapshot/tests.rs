@@ -215,12 +215,12 @@ fn an_external_name_export_is_a_problem_and_not_served_from_that_cluster() {
     assert!(snap.service("shop", "ext").is_none());
 
     let mut problems = snap.problems.clone();
-    problems.sort_by(|x, y| x.cluster.cmp(&y.cluster));
+    problems.sort_by(|x, y| x.origin.cmp(&y.origin));
     assert_eq!(problems.len(), 2, "{problems:?}");
-    assert_eq!(problems[0].cluster, ClusterId::new("a"));
-    assert_eq!(problems[0].object, "ServiceExport shop/web");
-    assert_eq!(problems[1].cluster, ClusterId::new("b"));
-    assert_eq!(problems[1].object, "ServiceExport shop/ext");
+    assert_eq!(problems[0].origin, Origin::Member(ClusterId::new("a")));
+    assert_eq!(problems[0].subject.to_string(), "ServiceExport shop/web");
+    assert_eq!(problems[1].origin, Origin::Member(ClusterId::new("b")));
+    assert_eq!(problems[1].subject.to_string(), "ServiceExport shop/ext");
     assert!(problems.iter().all(|p| p.reason.contains("ExternalName")));
 }
 

@@ -102,7 +102,7 @@ fn reset_objects(event: Option<SourceEvent>) -> ClusterObjects {
     }
 }
 
-fn changes(event: Option<SourceEvent>) -> (Vec<Change>, Vec<ManifestError>) {
+fn changes(event: Option<SourceEvent>) -> (Vec<Change>, Vec<Problem>) {
     match event {
         Some(SourceEvent::Changes {
             changes, problems, ..
@@ -219,13 +219,13 @@ fn a_bad_object_is_a_problem_that_goes_when_it_is_fixed() {
         }) => {
             assert!(objects.services.is_empty());
             assert_eq!(problems.len(), 1);
-            assert_eq!(problems[0].object, "Service shop/pay");
+            assert_eq!(problems[0].subject.to_string(), "Service shop/pay");
             assert!(
                 problems[0].reason.contains("70000"),
                 "{}",
                 problems[0].reason
             );
-            assert_eq!(problems[0].file.display().to_string(), "m1 API");
+            assert_eq!(problems[0].location(), "m1 API: Service shop/pay");
         }
         other => panic!("{other:?}"),
     }

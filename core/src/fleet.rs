@@ -1,0 +1,387 @@
+//! The fleet: the one state machine that turns what sources report into snapshots. It owns
+//! the Index, the Registry, the policies and the problems; it decides what an event changes,
+//! when readiness is reached, and what the next snapshot holds. The serving process feeds it
+//! from a channel and `meridian validate` feeds it the same events from disk, so both run the
+//! same decisions.
+//!
+//! ```text
+//!  Event::Members ─► registry upsert/remove, policies, hub problems ─┐
+//!  Event::Reset | Changes ─► Index, member problems ─────────────────┤ Outcome { changed,
+//!  Event::Heartbeat | WatchHealth ─► Registry transitions ───────────┤  transitions, … }
+//!  tick(now) ─► Registry transitions, sync deadline, decision windows ┘
+//!                  build_snapshot(prev, now) ─► Snapshot (synced, problems, warnings)
+//! ```
+//!
+//! Time is passed in (`now`), so every rule is tested with a fake clock.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::index::{Index, Kind, Object};
+use crate::model::{ClusterId, ClusterObjects, ClusterSpec, ObjectKey};
+use crate::policy::{Policies, Policy};
+use crate::problem::Problem;
+use crate::registry::{Registry, Transition};
+use crate::snapshot::Snapshot;
+
+/// What sources report. One writer applies these, so sources never take a lock.
+#[derive(Debug)]
+pub enum Event {
+    /// The full list of members on the hub.
+    Members {
+        specs: Vec<ClusterSpec>,
+        /// The ClusterSchedulingPolicies on the hub (those that passed validation).
+        policies: Vec<Policy>,
+        /// Hub objects that were rejected.
+        problems: Vec<Problem>,
+        /// Hub objects served with a caveat (or ignored: kinds the hub does not hold).
+        warnings: Vec<Problem>,
+    },
+    /// A member's full object list (a relist): replaces its slice of the Index in one step.
+    Reset {
+        cluster: ClusterId,
+        objects: ClusterObjects,
+        /// Objects (or parts of them) that were rejected.
+        problems: Vec<Problem>,
+        /// Objects served with a caveat (e.g. unknown fields ignored).
+        warnings: Vec<Problem>,
+    },
+    /// Changes to a member's objects since its last Reset or Changes (a watch event batch).
+    Changes {
+        cluster: ClusterId,
+        changes: Vec<Change>,
+        /// The member's rejected objects, all of them (replaces the previous list).
+        problems: Vec<Problem>,
+    },
+    /// A heartbeat result: `Err(reason)` when the member could not be reached or read.
+    Heartbeat {
+        cluster: ClusterId,
+        result: Result<(), String>,
+    },
+    /// A member's watches: `Some(reason)` while one fails or stalls, `None` once all are fine.
+    WatchHealth {
+        cluster: ClusterId,
+        failure: Option<String>,
+    },
+}
+
+/// One change to one object of a member.
+#[derive(Debug, Clone)]
+pub enum Change {
+    Upsert(Object),
+    Delete(Kind, ObjectKey),
+}
+
+/// What applying an event (or a tick) did, for the caller to log and count.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The snapshot must be rebuilt.
+    pub changed: bool,
+    /// Health changes and withdrawals, in the order they happened.
+    pub transitions: Vec<Transition>,
+    /// The scheduling policies changed; how many there are now.
+    pub policies_changed: Option<usize>,
+    /// Members that left the hub (their objects and problems went with them).
+    pub removed: Vec<ClusterId>,
+}
+
+/// A snapshot and what its build re-merged (for the build's log line).
+#[derive(Debug)]
+pub struct Built {
+    pub snapshot: Snapshot,
+    /// Services re-merged because their objects changed.
+    pub services_changed: usize,
+    /// Every service was merged again (a member left, or the policies changed).
+    pub full: bool,
+}
+
+#[derive(Debug)]
+pub struct Fleet {
+    index: Index,
+    registry: Registry,
+    policies: Policies,
+    /// The version of the last snapshot built: every build takes the next one.
+    version: u64,
+    /// The hub has been read once: until then the member list is unknown, so nothing is synced.
+    hub_read: bool,
+    /// After this instant readiness no longer waits for members that have neither synced nor
+    /// failed: one silent member must not keep DNS at SERVFAIL for ever.
+    sync_deadline: Instant,
+    /// The sync deadline has been acted on once (so a tick after it republishes once, not on
+    /// every tick while some member stays unsettled).
+    sync_deadline_seen: bool,
+    /// The policies changed since the last snapshot: every service is merged again, once.
+    policies_changed: bool,
+    /// When a decision changes with no event (a failback or withdraw window ends).
+    decision_deadline: Option<Instant>,
+    /// Rejected hub objects; replaced with every hub read.
+    hub_problems: Vec<Problem>,
+    /// Hub objects served with a caveat; replaced with every hub read.
+    hub_warnings: Vec<Problem>,
+    /// Per member, so a member that leaves takes its problems with it.
+    member_problems: BTreeMap<ClusterId, Vec<Problem>>,
+    /// Per member, for the same reason.
+    member_warnings: BTreeMap<ClusterId, Vec<Problem>>,
+}
+
+impl Fleet {
+    /// An empty fleet started at `now`; readiness waits at most `sync_deadline` for members.
+    pub fn new(now: Instant, sync_deadline: Duration) -> Self {
+        Self {
+            index: Index::new(),
+            registry: Registry::new(),
+            policies: Policies::default(),
+            version: 0,
+            hub_read: false,
+            sync_deadline: now + sync_deadline,
+            sync_deadline_seen: false,
+            policies_changed: false,
+            decision_deadline: None,
+            hub_problems: Vec::new(),
+            hub_warnings: Vec::new(),
+            member_problems: BTreeMap::new(),
+            member_warnings: BTreeMap::new(),
+        }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    pub fn policies(&self) -> &Policies {
+        &self.policies
+    }
+
+    /// DNS may answer (instead of SERVFAIL): the hub was read, and every member has synced or
+    /// failed once, or the sync deadline passed.
+    pub fn synced(&self, now: Instant) -> bool {
+        self.hub_read && (self.registry.all_settled() || now >= self.sync_deadline)
+    }
+
+    /// Applies one event.
+    pub fn apply(&mut self, event: Event, now: Instant) -> Outcome {
+        match event {
+            Event::Members {
+                specs,
+                policies,
+                problems,
+                warnings,
+            } => self.apply_members(specs, policies, problems, warnings, now),
+            Event::Reset {
+                cluster,
+                objects,
+                problems,
+                warnings,
+            } => self.apply_reset(&cluster, objects, problems, warnings),
+            Event::Changes {
+                cluster,
+                changes,
+                problems,
+            } => self.apply_changes(&cluster, changes, problems),
+            Event::WatchHealth { cluster, failure } => {
+                let transitions: Vec<Transition> = self
+                    .registry
+                    .watch_status(&cluster, now, failure)
+                    .into_iter()
+                    .collect();
+                Outcome {
+                    changed: !transitions.is_empty(),
+                    transitions,
+                    ..Outcome::default()
+                }
+            }
+            Event::Heartbeat { cluster, result } => {
+                let was_settled = self.registry.all_settled();
+                let transition = match result {
+                    Ok(()) => self.registry.heartbeat_ok(&cluster, now),
+                    Err(reason) => self.registry.heartbeat_failed(&cluster, now, reason),
+                };
+                let transitions: Vec<Transition> = transition.into_iter().collect();
+                Outcome {
+                    // The last member settling makes the fleet synced, a change in itself.
+                    changed: !transitions.is_empty() || was_settled != self.registry.all_settled(),
+                    transitions,
+                    ..Outcome::default()
+                }
+            }
+        }
+    }
+
+    fn apply_members(
+        &mut self,
+        specs: Vec<ClusterSpec>,
+        policies: Vec<Policy>,
+        problems: Vec<Problem>,
+        warnings: Vec<Problem>,
+        now: Instant,
+    ) -> Outcome {
+        let mut outcome = Outcome {
+            changed: !self.hub_read,
+            ..Outcome::default()
+        };
+        self.hub_read = true;
+        let policies = Policies::new(self.policies.default.clone(), policies);
+        if !self.policies.same_as(&policies) {
+            outcome.policies_changed = Some(policies.iter().count());
+            self.policies = policies;
+            self.policies_changed = true;
+            outcome.changed = true;
+        }
+        outcome.changed |= self.hub_problems != problems || self.hub_warnings != warnings;
+        self.hub_problems = problems;
+        self.hub_warnings = warnings;
+        let gone: Vec<ClusterId> = self
+            .registry
+            .ids()
+            .filter(|id| !specs.iter().any(|s| &s.id == *id))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.remove_member(&id);
+            outcome.removed.push(id);
+            outcome.changed = true;
+        }
+        for spec in specs {
+            outcome.changed |= self.registry.upsert(spec, now);
+        }
+        outcome
+    }
+
+    /// A member left the hub: its health, objects and problems go.
+    fn remove_member(&mut self, id: &ClusterId) {
+        self.registry.remove(id);
+        self.index.remove_cluster(id);
+        self.member_problems.remove(id);
+        self.member_warnings.remove(id);
+    }
+
+    fn apply_reset(
+        &mut self,
+        cluster: &ClusterId,
+        objects: ClusterObjects,
+        problems: Vec<Problem>,
+        warnings: Vec<Problem>,
+    ) -> Outcome {
+        // A member the hub does not (or no longer) list: a source that lags behind its stop.
+        if self.registry.spec(cluster).is_none() {
+            return Outcome::default();
+        }
+        let problems_changed = self.replace_problems(cluster, problems)
+            | replace(&mut self.member_warnings, cluster, warnings);
+        // Both, always: the problem list alone changing must publish too.
+        let objects_changed = self.index.reset(cluster, objects);
+        Outcome {
+            changed: objects_changed | problems_changed,
+            ..Outcome::default()
+        }
+    }
+
+    fn apply_changes(
+        &mut self,
+        cluster: &ClusterId,
+        changes: Vec<Change>,
+        problems: Vec<Problem>,
+    ) -> Outcome {
+        if self.registry.spec(cluster).is_none() {
+            return Outcome::default();
+        }
+        let mut changed = self.replace_problems(cluster, problems);
+        for change in changes {
+            changed |= match change {
+                Change::Upsert(object) => self.index.apply(cluster, object),
+                Change::Delete(kind, key) => self.index.delete(cluster, kind, &key),
+            };
+        }
+        Outcome {
+            changed,
+            ..Outcome::default()
+        }
+    }
+
+    fn replace_problems(&mut self, cluster: &ClusterId, problems: Vec<Problem>) -> bool {
+        replace(&mut self.member_problems, cluster, problems)
+    }
+
+    /// Re-evaluates health against the clock, and notices the sync deadline and decision
+    /// windows passing.
+    pub fn tick(&mut self, now: Instant) -> Outcome {
+        let transitions = self.registry.tick(now);
+        let sync_deadline_passed = !self.sync_deadline_seen && now >= self.sync_deadline;
+        if sync_deadline_passed {
+            self.sync_deadline_seen = true;
+        }
+        let decisions_due = self.decision_deadline.is_some_and(|d| d <= now);
+        Outcome {
+            changed: !transitions.is_empty()
+                || (sync_deadline_passed && !self.registry.all_settled())
+                || decisions_due,
+            transitions,
+            ..Outcome::default()
+        }
+    }
+
+    /// The earliest instant at which `tick` could change something; `None` when nothing is
+    /// pending (the caller waits for the next event).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let sync = (!self.sync_deadline_seen && !self.registry.all_settled())
+            .then_some(self.sync_deadline);
+        [self.registry.next_deadline(), sync, self.decision_deadline]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Builds the next snapshot after `prev` (the one last published), re-merging only what
+    /// changed since, with the fleet's readiness, problems and warnings.
+    pub fn build_snapshot(&mut self, prev: &Snapshot, now: Instant) -> Built {
+        self.version += 1;
+        let mut dirty = self.index.take_dirty();
+        dirty.all |= std::mem::take(&mut self.policies_changed);
+        let mut snapshot = Snapshot::rebuild(
+            prev,
+            &dirty,
+            self.version,
+            &self.index,
+            &self.registry,
+            &self.policies,
+            now,
+        );
+        self.decision_deadline = snapshot.next_deadline(now);
+        snapshot.synced = self.synced(now);
+        snapshot.problems.extend(
+            self.hub_problems
+                .iter()
+                .chain(self.member_problems.values().flatten())
+                .cloned(),
+        );
+        snapshot.warnings.extend(
+            self.hub_warnings
+                .iter()
+                .chain(self.member_warnings.values().flatten())
+                .cloned(),
+        );
+        Built {
+            snapshot,
+            services_changed: dirty.services.len(),
+            full: dirty.all,
+        }
+    }
+}
+
+/// Replaces a member's list; returns whether it differs from the one it replaces.
+fn replace(
+    by_cluster: &mut BTreeMap<ClusterId, Vec<Problem>>,
+    cluster: &ClusterId,
+    list: Vec<Problem>,
+) -> bool {
+    let changed = by_cluster.get(cluster) != Some(&list);
+    by_cluster.insert(cluster.clone(), list);
+    changed
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,437 @@
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::*;
+use crate::model::{Export, HealthTimings, Slice};
+use crate::policy::ServiceSelector;
+use crate::problem::{ObjectRef, Origin, Subject};
+use crate::registry::Health;
+use crate::policy::TrafficPolicy;
+use crate::testing::{ep, secs, svc};
+
+// ---- builders ----
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A fleet started at `t0` with the default 30 s sync deadline.
+fn fleet() -> (Fleet, Instant) {
+    let t0 = Instant::now();
+    (Fleet::new(t0, DEADLINE), t0)
+}
+
+fn id(name: &str) -> ClusterId {
+    ClusterId::new(name)
+}
+
+/// A member unreachable after 15 s of silence and withdrawn 120 s later.
+fn spec(name: &str) -> ClusterSpec {
+    ClusterSpec {
+        health: HealthTimings {
+            heartbeat_seconds: 5,
+            unreachable_after_seconds: 15,
+            withdraw_after_seconds: 120,
+        },
+        ..ClusterSpec::named(name)
+    }
+}
+
+fn members(names: &[&str]) -> Event {
+    hub(names, vec![], vec![], vec![])
+}
+
+fn hub(
+    names: &[&str],
+    policies: Vec<Policy>,
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+) -> Event {
+    Event::Members {
+        specs: names.iter().map(|n| spec(n)).collect(),
+        policies,
+        problems,
+        warnings,
+    }
+}
+
+fn heartbeat(cluster: &str) -> Event {
+    Event::Heartbeat {
+        cluster: id(cluster),
+        result: Ok(()),
+    }
+}
+
+fn heartbeat_failed(cluster: &str, reason: &str) -> Event {
+    Event::Heartbeat {
+        cluster: id(cluster),
+        result: Err(reason.into()),
+    }
+}
+
+/// `shop/<name>` exported with one ready endpoint at `address`.
+fn exported(name: &str, address: &str) -> ClusterObjects {
+    let key = ObjectKey::new("shop", name);
+    let address: IpAddr = address.parse().expect("ip");
+    ClusterObjects {
+        services: vec![(key.clone(), svc(false, &[("http", 80)]))],
+        exports: vec![(
+            key.clone(),
+            Export {
+                created: 0,
+                labels: Default::default(),
+            },
+        )],
+        slices: vec![(
+            ObjectKey::new("shop", format!("{name}-1")),
+            Slice {
+                service: Arc::from(name),
+                endpoints: vec![ep(address, true)],
+            },
+        )],
+        imports: vec![],
+    }
+}
+
+fn reset(cluster: &str, objects: ClusterObjects, problems: Vec<Problem>) -> Event {
+    Event::Reset {
+        cluster: id(cluster),
+        objects,
+        problems,
+        warnings: vec![],
+    }
+}
+
+fn file_problem(origin: Origin, file: &str, reason: &str) -> Problem {
+    Problem::in_file(origin, file, Subject::Input("document 1".into()), reason)
+}
+
+/// A policy governing `shop/web`.
+fn policy(name: &str) -> Policy {
+    Policy {
+        key: ObjectKey::new("shop", name),
+        created: 0,
+        selectors: vec![ServiceSelector {
+            name: Some("web".into()),
+            selector: None,
+        }],
+        traffic: Arc::new(TrafficPolicy {
+            source: Some(format!("shop/{name}")),
+            ..TrafficPolicy::default()
+        }),
+    }
+}
+
+/// Builds a snapshot after `prev` at `now`.
+fn build(fleet: &mut Fleet, prev: &Snapshot, now: Instant) -> Built {
+    fleet.build_snapshot(prev, now)
+}
+
+// ---- sync gating ----
+
+#[test]
+fn nothing_is_synced_before_the_hub_is_read_even_past_the_deadline() {
+    let (mut fleet, t0) = fleet();
+    assert!(!fleet.synced(t0));
+    assert!(!fleet.synced(t0 + secs(3600)), "the member list is unknown");
+    let outcome = fleet.apply(members(&[]), t0 + secs(40));
+    assert!(outcome.changed, "the first hub read publishes");
+    assert!(fleet.synced(t0 + secs(40)));
+}
+
+#[test]
+fn synced_waits_until_every_member_has_synced_or_failed_once() {
+    let (mut fleet, t0) = fleet();
+    fleet.apply(members(&["eu-1", "us-1"]), t0);
+    assert!(!fleet.synced(t0));
+    assert!(fleet.apply(heartbeat("eu-1"), t0 + secs(1)).changed);
+    assert!(!fleet.synced(t0 + secs(1)), "us-1 has not been heard from");
+    let snapshot = build(&mut fleet, &Snapshot::empty(), t0 + secs(1)).snapshot;
+    assert!(!snapshot.synced, "DNS answers SERVFAIL");
+    let outcome = fleet.apply(heartbeat_failed("us-1", "connection refused"), t0 + secs(2));
+    assert!(outcome.changed, "the last member settling publishes");
+    assert!(
+        fleet.synced(t0 + secs(2)),
+        "a failure settles as well as a success"
+    );
+    assert!(build(&mut fleet, &snapshot, t0 + secs(2)).snapshot.synced);
+}
+
+#[test]
+fn the_sync_deadline_ends_the_wait_for_a_silent_member_once() {
+    let (mut fleet, t0) = fleet();
+    fleet.apply(members(&["eu-1", "silent"]), t0);
+    fleet.apply(heartbeat("eu-1"), t0);
+    assert_eq!(fleet.next_deadline(), Some(t0 + secs(15)), "silent's grace");
+    // silent goes Unreachable at 15 s; that transition is a change of its own.
+    let outcome = fleet.tick(t0 + secs(15));
+    assert_eq!(outcome.transitions[0].to, Health::Unreachable);
+    assert!(!fleet.synced(t0 + secs(15)), "Unreachable is not settled");
+    assert_eq!(fleet.next_deadline(), Some(t0 + DEADLINE));
+    assert!(!fleet.tick(t0 + secs(29)).changed);
+    let outcome = fleet.tick(t0 + DEADLINE);
+    assert!(outcome.changed, "the deadline publishes a synced snapshot");
+    assert!(fleet.synced(t0 + DEADLINE));
+    assert!(
+        build(&mut fleet, &Snapshot::empty(), t0 + DEADLINE)
+            .snapshot
+            .synced
+    );
+    assert!(
+        !fleet.tick(t0 + DEADLINE + secs(1)).changed,
+        "passing the deadline publishes once, not on every tick"
+    );
+    assert_ne!(
+        fleet.next_deadline(),
+        Some(t0 + DEADLINE),
+        "nothing waits on a deadline that has passed"
+    );
+}
+
+#[test]
+fn the_sync_deadline_is_configurable() {
+    let t0 = Instant::now();
+    let mut fleet = Fleet::new(t0, secs(5));
+    fleet.apply(members(&["silent"]), t0);
+    assert!(!fleet.synced(t0 + secs(4)));
+    assert!(fleet.tick(t0 + secs(5)).changed);
+    assert!(fleet.synced(t0 + secs(5)));
+}
+
+// ---- members ----
+
+#[test]
+fn a_removed_member_takes_its_objects_and_problems_with_it() {
+    let (mut fleet, t0) = fleet();
+    fleet.apply(members(&["eu-1", "us-1"]), t0);
+    let bad = file_problem(
+        Origin::Member(id("eu-1")),
+        "/c/eu-1/x.yaml",
+        "malformed YAML",
+    );
+    fleet.apply(reset("eu-1", exported("web", "10.0.0.1"), vec![bad]), t0);
+    fleet.apply(reset("us-1", exported("db", "10.0.1.1"), vec![]), t0);
+    let before = build(&mut fleet, &Snapshot::empty(), t0).snapshot;
+    assert!(before.service("shop", "web").is_some());
+    assert_eq!(before.problems.len(), 1);
+
+    let outcome = fleet.apply(members(&["us-1"]), t0 + secs(1));
+    assert!(outcome.changed);
+    assert_eq!(outcome.removed, [id("eu-1")]);
+    let after = build(&mut fleet, &before, t0 + secs(1));
+    assert!(after.full, "services refer to clusters by position");
+    let after = after.snapshot;
+    assert!(after.service("shop", "web").is_none());
+    assert!(after.service("shop", "db").is_some());
+    assert!(after.cluster_index("eu-1").is_none());
+    assert!(after.problems.is_empty(), "{:?}", after.problems);
+    assert!(!fleet.index().has_cluster(&id("eu-1")));
+}
+
+#[test]
+fn an_event_for_a_member_the_hub_does_not_list_is_ignored() {
+    let (mut fleet, t0) = fleet();
+    fleet.apply(members(&["eu-1"]), t0);
+    let ghost_problem = file_problem(Origin::Member(id("ghost")), "/x.yaml", "bad");
+    let outcome = fleet.apply(
+        reset("ghost", exported("web", "10.0.0.1"), vec![ghost_problem]),
+        t0,
+    );
+    assert_eq!(outcome, Outcome::default());
+    let outcome = fleet.apply(
+        Event::Changes {
+            cluster: id("ghost"),
+            changes: vec![],
+            problems: vec![],
+        },
+        t0,
+    );
+    assert_eq!(outcome, Outcome::default());
+    assert_eq!(fleet.apply(heartbeat("ghost"), t0), Outcome::default());
+    let snapshot = build(&mut fleet, &Snapshot::empty(), t0).snapshot;
+    assert!(!snapshot.has_services());
+    assert!(snapshot.problems.is_empty());
+    assert!(!fleet.index().has_cluster(&id("ghost")));
+}
+
+#[test]
+fn heartbeats_drive_health_transitions() {
+    let (mut fleet, t0) = fleet();
+    fleet.apply(members(&["eu-1"]), t0);
+    let outcome = fleet.apply(heartbeat("eu-1"), t0);
+    let t = &outcome.transitions[0];
+    assert_eq!((t.from, t.to), (Health::Degraded, Health::Healthy));
+    assert!(
+        fleet
+            .apply(heartbeat("eu-1"), t0 + secs(5))
+            .transitions
+            .is_empty()
+    );
+
+    let outcome = fleet.apply(heartbeat_failed("eu-1", "directory missing"), t0 + secs(6));
+    assert_eq!(outcome.transitions[0].to, Health::Degraded);
+    assert_eq!(
+        outcome.transitions[0].reason.as_deref(),
+        Some("directory missing"),
+        "the log line says why"
+    );
+    assert_eq!(fleet.next_deadline(), Some(t0 + secs(20)));
+    let outcome = fleet.tick(t0 + secs(20));
+    assert_eq!(outcome.transitions[0].to, Health::Unreachable);
+    assert!(outcome.changed);
+    let outcome = fleet.tick(t0 + secs(140));
+    assert!(outcome.transitions[0].withdrawn && !outcome.transitions[0].was_withdrawn);
+    let outcome = fleet.apply(heartbeat("eu-1"), t0 + secs(141));
+    let t = &outcome.transitions[0];
+    assert_eq!(
+        (t.to, t.withdrawn, t.was_withdrawn),
+        (Health::Healthy, false, true)
+    );
+}
+
+#[test]
+fn a_failing_watch_is_a_transition() {
+    let (mut fleet, t0) = fleet();
+    fleet.apply(members(&["eu-1"]), t0);
+    fleet.apply(heartbeat("eu-1"), t0);
+    let failing = Event::WatchHealth {
+        cluster: id("eu-1"),
+        failure: Some("watch stalled".into()),
+    };
+    let outcome = fleet.apply(failing, t0);
+    assert!(outcome.changed);
+    assert_eq!(outcome.transitions[0].to, Health::Degraded);
+    let recovered = Event::WatchHealth {
+        cluster: id("eu-1"),
+        failure: None,
+    };
+    assert_eq!(
+        fleet.apply(recovered, t0).transitions[0].to,
+        Health::Healthy
+    );
+}
+
+// ---- policies ----
+
+#[test]
+fn a_policy_change_merges_every_service_once() {
+    let (mut fleet, t0) = fleet();
+    fleet.apply(members(&["eu-1"]), t0);
+    fleet.apply(heartbeat("eu-1"), t0);
+    fleet.apply(reset("eu-1", exported("web", "10.0.0.1"), vec![]), t0);
+    let first = build(&mut fleet, &Snapshot::empty(), t0).snapshot;
+
+    let outcome = fleet.apply(hub(&["eu-1"], vec![policy("p")], vec![], vec![]), t0);
+    assert_eq!(outcome.policies_changed, Some(1));
+    assert!(outcome.changed);
+    let built = build(&mut fleet, &first, t0);
+    assert!(built.full, "every service may be governed differently now");
+    assert_eq!(
+        built
+            .snapshot
+            .service("shop", "web")
+            .unwrap()
+            .policy
+            .source
+            .as_deref(),
+        Some("shop/p")
+    );
+
+    let again = fleet.apply(hub(&["eu-1"], vec![policy("p")], vec![], vec![]), t0);
+    assert_eq!(
+        again.policies_changed, None,
+        "the same policies are no change"
+    );
+    assert!(!again.changed);
+    fleet.apply(reset("eu-1", exported("web", "10.0.0.2"), vec![]), t0);
+    let next = build(&mut fleet, &built.snapshot, t0);
+    assert!(!next.full, "the full merge happened once");
+    assert_eq!(next.services_changed, 1);
+    assert!(next.snapshot.version > built.snapshot.version);
+}
+
+// ---- problems ----
+
+#[test]
+fn hub_and_member_problems_and_warnings_appear_and_clear() {
+    let (mut fleet, t0) = fleet();
+    let hub_problem = file_problem(Origin::Hub, "/hub/extra.yaml", "unknown field(s)");
+    let hub_warning = file_problem(Origin::Hub, "/hub/cm.yaml", "not a kind meridian reads");
+    let outcome = fleet.apply(
+        hub(
+            &["eu-1"],
+            vec![],
+            vec![hub_problem.clone()],
+            vec![hub_warning.clone()],
+        ),
+        t0,
+    );
+    assert!(outcome.changed);
+    let member_problem = Problem::in_api(
+        Origin::Member(id("eu-1")),
+        ObjectRef::namespaced("Service", &ObjectKey::new("shop", "web")),
+        "port 70000 is out of range",
+    );
+    let member_warning = file_problem(
+        Origin::Member(id("eu-1")),
+        "/c/eu-1/a.yaml",
+        "unknown field(s) ignored",
+    );
+    let outcome = fleet.apply(
+        Event::Reset {
+            cluster: id("eu-1"),
+            objects: ClusterObjects::default(),
+            problems: vec![member_problem.clone()],
+            warnings: vec![member_warning.clone()],
+        },
+        t0,
+    );
+    assert!(outcome.changed, "the first list of a member");
+    let snapshot = build(&mut fleet, &Snapshot::empty(), t0).snapshot;
+    assert_eq!(snapshot.problems, [hub_problem, member_problem.clone()]);
+    assert_eq!(snapshot.warnings, [hub_warning, member_warning]);
+
+    let same = Event::Changes {
+        cluster: id("eu-1"),
+        changes: vec![],
+        problems: vec![member_problem],
+    };
+    assert!(
+        !fleet.apply(same, t0).changed,
+        "the same problems are no change"
+    );
+    let fixed = Event::Changes {
+        cluster: id("eu-1"),
+        changes: vec![],
+        problems: vec![],
+    };
+    assert!(
+        fleet.apply(fixed, t0).changed,
+        "a problem fixed alone publishes"
+    );
+    assert!(fleet.apply(members(&["eu-1"]), t0).changed);
+    let snapshot = build(&mut fleet, &snapshot, t0).snapshot;
+    assert!(snapshot.problems.is_empty(), "{:?}", snapshot.problems);
+    assert_eq!(snapshot.warnings.len(), 1, "the member's warning stays");
+}
+
+#[test]
+fn merge_problems_come_first_and_are_rebuilt_with_their_service() {
+    let (mut fleet, t0) = fleet();
+    fleet.apply(members(&["eu-1"]), t0);
+    let mut objects = exported("ext", "10.0.0.1");
+    objects.services[0].1.external_name = true;
+    let hub_problem = file_problem(Origin::Hub, "/hub/x.yaml", "bad");
+    fleet.apply(hub(&["eu-1"], vec![], vec![hub_problem], vec![]), t0);
+    fleet.apply(reset("eu-1", objects, vec![]), t0);
+    let snapshot = build(&mut fleet, &Snapshot::empty(), t0).snapshot;
+    assert_eq!(snapshot.problems.len(), 2);
+    assert_eq!(snapshot.problems[0].source, crate::problem::Source::Merge);
+    assert!(
+        snapshot.problems[0]
+            .subject
+            .is("ServiceExport", &ObjectKey::new("shop", "ext"))
+    );
+    assert!(snapshot.problems[0].origin.is_member(&id("eu-1")));
+    fleet.apply(reset("eu-1", exported("ext", "10.0.0.1"), vec![]), t0);
+    let snapshot = build(&mut fleet, &snapshot, t0).snapshot;
+    assert_eq!(snapshot.problems.len(), 1, "{:?}", snapshot.problems);
+}
