@@ -68,7 +68,8 @@ impl Backend {
 pub struct Conflict {
     pub cluster: ClusterId,
     pub reason: String,
-    /// Left out entirely (headless-ness disagrees, or the export is invalid).
+    /// Left out entirely (its headless-ness disagrees with the oldest export's); otherwise
+    /// it serves the ports that agree.
     pub excluded: bool,
 }
 
@@ -386,7 +387,6 @@ struct Candidate<'a> {
     slices: Vec<NamedSlice<'a>>,
 }
 
-/// Merges every service's exports across clusters, or only those in `only`.
 /// What merging needs besides the Index: the policies, and the previous snapshot with the
 /// time of this one (to date recoveries).
 struct MergeContext<'a> {
@@ -395,6 +395,7 @@ struct MergeContext<'a> {
     now: Instant,
 }
 
+/// Merges every service's exports across clusters, or only those in `only`.
 fn merge_services(
     cluster_ids: &HashMap<ClusterId, usize>,
     index: &Index,
