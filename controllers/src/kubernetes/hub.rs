@@ -21,7 +21,8 @@ use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
 use crate::directory::{Hub, add_member, add_policy, keep_last_valid_policies};
 use crate::members::{MemberTasks, Sources};
 
-/// Relative kubeconfig paths in MemberClusters resolve against the working directory.
+/// The "file" that problems with hub objects name. It has no directory part, so relative
+/// paths in MemberClusters (kubeconfig, directory) resolve against the working directory.
 const HUB_FILE: &str = "hub API";
 
 #[expect(
