@@ -2,15 +2,17 @@
 //! CDS, EDS, LDS and RDS, and CSDS.
 //!
 //! ```text
-//!  Snapshot (watch) ─► debounce ─► resources::build(snapshot, node group)   (moka, per group+version)
+//!  Snapshot (watch) ─► debounce ─► resources::build_from(snapshot, node group, previous build)
 //!                                          │ Resources: encoded Any + content-hash versions
+//!                                          │ (moka: one per canonical group and snapshot version)
 //!                         request ─► stream::{SotwStream, DeltaStream} ─► responses
 //!                                          ▲ pure state machines, no I/O
 //!                              server: tonic ADS + CSDS services move messages only
 //! ```
 //!
 //! `xds` never sees a Kubernetes type: it reads `meridian_core::Snapshot` and asks
-//! `meridian_core::select_on_network` where traffic goes, the same function DNS calls.
+//! `meridian_core::select_on_network` where traffic goes: the function behind the `select`
+//! DNS calls, given the network the node names.
 
 pub mod csds;
 pub mod describe;
