@@ -3,9 +3,19 @@
 //! integration tests can start the whole app in-process (`App::start`).
 //!
 //! ```text
-//!  config + flags ─► App::start ─► directory sources ─► Store (Index, Registry) ─► Snapshot watch
-//!                                                                       ├─► DNS listeners
-//!                                                                       └─► admin HTTP
+//!  config file + flags (config, cli) ─► App::start (app)
+//!
+//!  hub: directory or Kubernetes API ────────┐ (a Kubernetes hub also runs leader election)
+//!  members: directories, Kubernetes APIs ───┴─► SourceEvent (mpsc) ─► Store (store): Index,
+//!                                                 Registry, policies; Snapshot::rebuild
+//!                                                          │ publish
+//!                                                          ▼
+//!                                           tokio::sync::watch<Arc<Snapshot>>
+//!        ┌──────────────┬────────────────────┬─────────────┴────────┬────────────────────┐
+//!        ▼              ▼                    ▼                      ▼                    ▼
+//!   DNS listeners   xDS: debounce,     write-back into the   MemberCluster status   admin HTTP
+//!   (meridian-dns)  ADS, CSDS          Kubernetes members    (Kubernetes hub)       (admin, explain)
+//!                   (meridian-xds)     (leader only)         (leader only)
 //! ```
 
 pub mod admin;
