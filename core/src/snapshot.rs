@@ -1,6 +1,7 @@
-//! Immutable, versioned views of the fleet. `Snapshot::build` merges the Index and the Registry
-//! once per change; DNS and xDS only ever read a Snapshot (the wiring publishes it on a
-//! `tokio::sync::watch`, so this crate stays free of tokio).
+//! Immutable, versioned views of the fleet. `Snapshot::rebuild` merges the Index and the
+//! Registry once per change, again only for the services that changed (`Snapshot::build` merges
+//! everything from scratch); DNS and xDS only ever read a Snapshot (the wiring publishes it on
+//! a `tokio::sync::watch`, so this crate stays free of tokio).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
