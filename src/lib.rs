@@ -11,11 +11,11 @@
 //!                                                          │ publish
 //!                                                          ▼
 //!                                           tokio::sync::watch<Arc<Snapshot>>
-//!        ┌──────────────┬────────────────────┬─────────────┴────────┬────────────────────┐
-//!        ▼              ▼                    ▼                      ▼                    ▼
+//!        ┌──────────────┬────────────────────┬─────────────┴────────┬──────────────────┐
+//!        ▼              ▼                    ▼                      ▼                  ▼
 //!   DNS listeners   xDS: debounce,     write-back into the   MemberCluster status   admin HTTP
-//!   (meridian-dns)  ADS, CSDS          Kubernetes members    (Kubernetes hub)       (admin, explain)
-//!                   (meridian-xds)     (leader only)         (leader only)
+//!   (meridian-dns)  ADS, CSDS          Kubernetes members    (Kubernetes hub)       (admin,
+//!                   (meridian-xds)     (leader only)         (leader only)          explain)
 //! ```
 
 pub mod admin;
