@@ -1,4 +1,5 @@
-//! Wiring: sources → store → snapshot watch → DNS listeners and the admin server.
+//! Wiring: sources → store → snapshot watch → DNS listeners, the xDS server, the Kubernetes
+//! writers (write-back, and status on a Kubernetes hub) and the admin server.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

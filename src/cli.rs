@@ -19,7 +19,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run meridian: sources, DNS, admin.
+    /// Run meridian: sources, DNS, xDS, admin.
     Serve(ServeArgs),
     /// Check a config and every manifest it reaches; exit non-zero on any problem.
     Validate(ServeArgs),
@@ -50,7 +50,7 @@ pub struct ServeArgs {
     /// The config file (meridian.yaml).
     #[arg(long, env = "MERIDIAN_CONFIG")]
     pub config: Option<PathBuf>,
-    /// The hub directory holding MemberCluster manifests.
+    /// The hub directory holding MemberCluster and ClusterSchedulingPolicy manifests.
     #[arg(long, env = "MERIDIAN_HUB_DIRECTORY")]
     pub hub_directory: Option<PathBuf>,
     #[command(flatten)]

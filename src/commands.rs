@@ -1,5 +1,5 @@
-//! The subcommands: `serve`, `validate`, and the clients of a running meridian (`status`,
-//! `resolve`).
+//! The subcommands: `serve`, `validate`, `crds`, and the clients of a running meridian
+//! (`status`, `resolve`, `explain`, `xds dump`, `xds clients`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

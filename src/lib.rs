@@ -3,9 +3,19 @@
 //! integration tests can start the whole app in-process (`App::start`).
 //!
 //! ```text
-//!  config + flags ─► App::start ─► sources ─► Store (feeds core's Fleet) ─► Snapshot watch
-//!                                                                       ├─► DNS listeners
-//!                                                                       └─► admin HTTP
+//!  config file + flags (config, cli) ─► App::start (app)
+//!
+//!  hub: directory or Kubernetes API ────────┐ (a Kubernetes hub also runs leader election)
+//!  members: directories, Kubernetes APIs ───┴─► SourceEvent (mpsc) ─► Store (store): feeds
+//!                                                 core's Fleet, publishes its snapshots
+//!                                                          │ publish
+//!                                                          ▼
+//!                                           tokio::sync::watch<Arc<Snapshot>>
+//!        ┌──────────────┬────────────────────┬─────────────┴────────┬──────────────────┐
+//!        ▼              ▼                    ▼                      ▼                  ▼
+//!   DNS listeners   xDS: debounce,     write-back into the   MemberCluster status   admin HTTP
+//!   (meridian-dns)  ADS, CSDS          Kubernetes members    (Kubernetes hub)       (admin,
+//!                   (meridian-xds)     (leader only)         (leader only)          explain)
 //! ```
 
 pub mod admin;

@@ -22,7 +22,7 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// Where a member's objects come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemberSource {
-    /// A directory of manifests, resolved to an absolute path.
+    /// A directory of manifests (a relative path resolved as [`member_cluster`] says).
     Directory(PathBuf),
     /// A Kubernetes API (connected by the Kubernetes source).
     Kubernetes(KubeAccess),
@@ -40,7 +40,8 @@ pub struct KubeAccess {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Credentials {
-    /// A kubeconfig file (resolved to an absolute path) and optionally one of its contexts.
+    /// A kubeconfig file (a relative path resolved as [`member_cluster`] says) and optionally
+    /// one of its contexts.
     Kubeconfig {
         path: PathBuf,
         context: Option<String>,
@@ -271,8 +272,9 @@ pub fn import(si: &ServiceImport) -> Result<(ObjectKey, core::Import)> {
     ))
 }
 
-/// Converts a MemberCluster; relative directory paths resolve against `base` (the directory
-/// of the manifest that names it). Returns every problem found, not just the first.
+/// Converts a MemberCluster; relative paths (directory, kubeconfig) resolve against `base`
+/// (the directory of the manifest that names it). Returns every problem found, not just the
+/// first.
 pub fn member_cluster(
     mc: &MemberCluster,
     base: &Path,

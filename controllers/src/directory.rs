@@ -1,12 +1,13 @@
-//! Directory sources: a hub directory of MemberCluster manifests, and one directory per member
-//! holding its Services, EndpointSlices, ServiceExports and ServiceImports. Changes on disk are
-//! picked up by inotify (with a short debounce) and, as a backstop, by a poll every heartbeat.
+//! Directory sources: a hub directory of MemberCluster and ClusterSchedulingPolicy manifests,
+//! and one directory per member holding its Services, EndpointSlices, ServiceExports and
+//! ServiceImports. Changes on disk are picked up by inotify (with a short debounce) and, as a
+//! backstop, by a poll (the hub every 2 s, a member every `heartbeatSeconds`).
 //!
 //! ```text
-//!  hub dir ──load──► MemberClusters ──► SourceEvent::Members ──► (wiring: Registry)
-//!                        │ one task per directory member
+//!  hub dir ──load──► MemberClusters, policies ──► SourceEvent::Members ──► (store: Registry)
+//!                        │ one task per member (MemberTasks)
 //!                        ▼
-//!  member dir ──load──► ClusterObjects ──► SourceEvent::Reset + Heartbeat ──► (wiring: Index)
+//!  member dir ──load──► ClusterObjects ──► SourceEvent::Reset + Heartbeat ──► (store: Index)
 //! ```
 
 use std::path::{Path, PathBuf};

@@ -1,14 +1,21 @@
-//! meridian-controllers: the edge between Kubernetes-shaped input and meridian's model.
+//! meridian-controllers: the edge between Kubernetes and meridian's model, in both directions.
 //!
 //! ```text
-//!  YAML on disk / kube API ──► crd + k8s-openapi types ──► convert (TryFrom-style, per object)
-//!                                                            │ model types only
-//!                                                            ▼
-//!                                 SourceEvent (mpsc) ──► wiring feeds meridian_core::fleet::Fleet
+//!  in:  hub dir / hub API ──► directory::run_hub | kubernetes::hub::run ──► SourceEvent::Members
+//!                                 └─ members::MemberTasks: one source task per member
+//!       member dir ──► directory::run_member ──┐  crd + k8s-openapi types ──► convert::*
+//!       member API ──► kubernetes::member::run ┘  (per object; model types only from here on)
+//!                                                   ──► SourceEvent (mpsc) ──► the one writer
+//!                                                       (meridian_core::fleet::Fleet)
+//!  out: Snapshot (watch) ──► kubernetes::status::run     MemberCluster status on the hub
+//!                        ──► kubernetes::writeback::run  ServiceExport conditions, ServiceImports,
+//!                                                        derived Services and EndpointSlices
+//!       both only while kubernetes::leader says this replica leads
 //! ```
 //!
-//! Kubernetes types never cross this crate's boundary; bad input rejects only itself and is
-//! reported with file, object and reason.
+//! Kubernetes object types never leave this crate: sources hand model types to the writer,
+//! and the writers read Snapshots. Bad input rejects only itself and is reported with file,
+//! object and reason.
 
 pub mod convert;
 pub mod crd;

@@ -1,16 +1,26 @@
 //! meridian-core: the pure, synchronous heart of meridian.
 //!
 //! ```text
-//!  sources (controllers/) ──fleet::Event──► Fleet: the one writer, deciding what each event changes
-//!    objects ──apply/delete/reset──► Index ────┐
-//!    heartbeats, watch health ─────► Registry ─┼─► Snapshot::rebuild ─► (src/ publishes on a
-//!    hub policies ─────────────────► Policies ─┘     versioned, immutable   tokio watch)
-//!    problems (problem::Problem) ─────────────────► Snapshot::problems, ::warnings
-//!  DNS and xDS: select(snapshot, service, client cluster, now) ─► Selection (tiers, weights)
+//!  source events (fleet::Event), converted by controllers/, applied by the one writer, Fleet:
+//!    member objects ────── apply / delete / reset(cluster) ─► Index ─────┐ (Dirty: services
+//!    hub members ───────── upsert / remove ─────────────────► Registry ──┤  that changed)
+//!    heartbeats, watches ─ heartbeat_*, watch_status, tick ──┘           │
+//!    hub policies ──────── Policies::new ───────────────────► Policies ──┤
+//!    problems (problem::Problem) ────────────────────────────────────────┤
+//!                                                                        ▼
+//!                        Snapshot::build / Snapshot::rebuild(prev, dirty) ─► Snapshot
+//!                        (immutable, versioned; src/ publishes it on a tokio watch)
+//!
+//!  select(snapshot, service, client cluster, now)        ─► Selection: tiers in priority
+//!  select_for(…, &Client{cluster, network, gateways}, now)   order, weighted members — each
+//!    asked by DNS answers, xDS builders, write-back, explain  resolved to its endpoints or its
+//!                                                             gateway — and the filtered
+//!                                                             clusters and why
 //! ```
 //!
 //! No tokio, no kube, no sockets: everything here is tested with plain `#[test]`s and a fake
-//! clock (`Instant`s passed in).
+//! clock (`Instant`s passed in). The one writer is [`fleet::Fleet`]; the binary's
+//! `src/store.rs` only feeds it events from a channel and publishes the snapshots it builds.
 
 pub mod fleet;
 pub mod index;

@@ -118,8 +118,6 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Whether DNS answers and traffic may use this endpoint. Terminating endpoints never are;
-    /// `publishNotReadyAddresses` lets not-ready ones through.
     /// The port this endpoint listens on for `service_port`: the slice port of the same name
     /// and protocol (the target port), else the service port itself.
     pub fn target_port(&self, service_port: &Port) -> u16 {
@@ -129,6 +127,8 @@ impl Endpoint {
             .map_or(service_port.port, |p| p.port)
     }
 
+    /// Whether DNS answers and traffic may use this endpoint. Terminating endpoints never are;
+    /// `publishNotReadyAddresses` lets not-ready ones through.
     pub fn is_answerable(&self, publish_not_ready: bool) -> bool {
         !self.terminating && (self.ready || publish_not_ready)
     }

@@ -132,8 +132,8 @@ impl Registry {
         self.health.values().all(|h| h.settled)
     }
 
-    /// A heartbeat (API `/readyz`, or a directory read) succeeded; `synced` says the member's
-    /// objects were fully listed.
+    /// A heartbeat (API `/readyz`, or a directory read) succeeded. It settles the member and
+    /// marks it synced once (`synced_once`), whatever its watches have listed by then.
     pub fn heartbeat_ok(&mut self, id: &ClusterId, now: Instant) -> Option<Transition> {
         let h = self.health.get_mut(id)?;
         h.last_ok = now;

@@ -1,6 +1,7 @@
-//! Immutable, versioned views of the fleet. `Snapshot::build` merges the Index and the Registry
-//! once per change; DNS and xDS only ever read a Snapshot (the wiring publishes it on a
-//! `tokio::sync::watch`, so this crate stays free of tokio).
+//! Immutable, versioned views of the fleet. `Snapshot::rebuild` merges the Index and the
+//! Registry once per change, again only for the services that changed (`Snapshot::build` merges
+//! everything from scratch); DNS and xDS only ever read a Snapshot (the wiring publishes it on
+//! a `tokio::sync::watch`, so this crate stays free of tokio).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
@@ -68,7 +69,8 @@ impl Backend {
 pub struct Conflict {
     pub cluster: ClusterId,
     pub reason: String,
-    /// Left out entirely (headless-ness disagrees, or the export is invalid).
+    /// Left out entirely (its headless-ness disagrees with the oldest export's); otherwise
+    /// it serves the ports that agree.
     pub excluded: bool,
 }
 
@@ -389,7 +391,6 @@ struct Candidate<'a> {
     slices: Vec<NamedSlice<'a>>,
 }
 
-/// Merges every service's exports across clusters, or only those in `only`.
 /// What merging needs besides the Index: the policies, and the previous snapshot with the
 /// time of this one (to date recoveries).
 struct MergeContext<'a> {
@@ -398,6 +399,7 @@ struct MergeContext<'a> {
     now: Instant,
 }
 
+/// Merges every service's exports across clusters, or only those in `only`.
 fn merge_services(
     cluster_ids: &HashMap<ClusterId, usize>,
     index: &Index,

@@ -1,10 +1,15 @@
 //! meridian-dns: the authoritative DNS server for the fleet (DESIGN §4).
 //!
 //! ```text
-//!   Snapshot (watch) ──► Answerer::respond(request, client) ──► Response
-//!                               ▲                                  │
-//!          names::parse(qname) ─┘                   wire::encode ──┤──► UDP hot path (+ moka cache)
-//!                                                    hickory-server ┘──► TCP
+//!  UDP (dns.udpWorkers threads, recvmmsg/sendmmsg) ─► wire::hot_query: the cache key
+//!      ├─ moka hit of this snapshot version ─► cached bytes, ID and name case patched
+//!      └─ miss, or not a plain query (ECS, …) ─► Request::from_bytes ─► Answerer::respond
+//!                                               ─► wire::encode (TC past the size limit) ─► cache
+//!  TCP ─► hickory-server (RequestHandler; pipelining, idle timeout) ─► Answerer::respond
+//!
+//!  Answerer::respond(Snapshot from the watch, request, source address):
+//!      client cluster (ECS, else the source) ─► names::parse(qname) ─► meridian_core::select
+//!      ─► Response (records, rcode; whether it may be cached, how many rotations it has)
 //! ```
 //!
 //! `dns` never sees a Kubernetes type: it reads `meridian_core::Snapshot` and asks

@@ -1,6 +1,8 @@
 //! The few Envoy messages xds-api 0.2 does not generate, written by hand with prost: the
-//! gateway's listener needs `tls_inspector` and `tcp_proxy`. Field numbers are those of the
-//! upstream protos (envoy/extensions/filters/{listener/tls_inspector,network/tcp_proxy}/v3).
+//! gateway's listener needs `tls_inspector` and `tcp_proxy`, and a client's connection to a
+//! gateway needs `UpstreamTlsContext` (its SNI). Field numbers are those of the upstream protos
+//! (envoy/extensions/{filters/listener/tls_inspector, filters/network/tcp_proxy,
+//! transport_sockets/tls}/v3).
 
 /// The protobuf name and `type.googleapis.com/` type URL of a hand-written message.
 macro_rules! named {

@@ -2,8 +2,9 @@
 //! CDS, EDS, LDS and RDS, and CSDS.
 //!
 //! ```text
-//!  Snapshot (watch) ─► debounce ─► resources::build(snapshot, node group)   (moka, per group+version)
+//!  Snapshot (watch) ─► debounce ─► resources::build_from(snapshot, node group, previous build)
 //!                                          │ Resources: encoded Any + content-hash versions
+//!                                          │ (moka: one per canonical group and snapshot version)
 //!                         request ─► stream::{SotwStream, DeltaStream} ─► responses
 //!                                          ▲ pure state machines, no I/O
 //!                              server: tonic ADS + CSDS services move messages only

@@ -697,7 +697,7 @@ impl ClientStatusDiscoveryService for Csds {
     }
 }
 
-/// Binds the xDS listener (so that start-up fails on a taken port) and returns its address.
+/// Binds the xDS listener, so that start-up fails on a taken port.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await
 }

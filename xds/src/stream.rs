@@ -109,7 +109,8 @@ impl TypeStatus {
     }
 }
 
-/// State shared by both protocols: the node, the latest synced view and the nonce counter.
+/// State shared by both protocols: the node, the latest view (served once it is synced), the
+/// nonce counter and what each type was sent.
 #[derive(Debug, Default)]
 struct Common {
     node: Option<NodeInfo>,
@@ -369,7 +370,8 @@ const DELTA_IN_FLIGHT: usize = 32;
 #[derive(Debug, Default)]
 pub struct DeltaStream {
     common: Common,
-    /// nonce → (kind, name@version of every resource in that response).
+    /// Responses sent and not yet answered, oldest first (at most [`DELTA_IN_FLIGHT`] per
+    /// type).
     in_flight: VecDeque<InFlight>,
     /// Names newly subscribed per type that must be answered even if absent.
     pending_absent: [BTreeSet<String>; 4],

@@ -4,7 +4,7 @@
 //!  hub API ──hub::run──► MemberClusters, ClusterSchedulingPolicies ──► SourceEvent::Members
 //!     │                      └─ one member::run per `spec.source.kubernetes` member
 //!     │                              └─ watches + /readyz ──► Reset | Changes | Heartbeat | WatchHealth
-//!     └── leader::elect (Lease) ──► Leadership ──► only the leader runs the writers:
+//!     └── leader::start (Lease) ──► Leadership ──► only the leader writes:
 //!            status::run     MemberCluster status on the hub
 //!            writeback::run  ServiceExport conditions, ServiceImports, derived Services and
 //!                            EndpointSlices in the members
