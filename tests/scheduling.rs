@@ -12,7 +12,8 @@
 //!
 //! Each property runs 512 cases and counts what the generator produced, so it cannot pass
 //! vacuously (filtered clusters of every reason, spills, several tiers, failback, gateways,
-//! maxAnswers caps, every mode).
+//! maxAnswers caps, every mode, proxyless nodes that cannot use a gateway, an address that
+//! several clusters report).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,10 +27,11 @@ use hickory_proto::rr::{Name, RData, RecordType};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
 use meridian_core::{
-    AffinityTier, ClusterId, ClusterSet, ClusterSpec, Endpoint, Export, FilterReason, Gateway,
-    Index, LabelSelector, Locality, Mode, Object, ObjectKey, Operator, Policies, Policy, Port,
-    Protocol as L4, Registry, Requirement, Selection, Service, ServiceSelector, Slice, Snapshot,
-    Taint, TaintEffect, TierReason, Toleration, TrafficPolicy, WeightRule, select,
+    AffinityTier, Client, ClusterId, ClusterSet, ClusterSpec, Endpoint, Export, FilterReason,
+    Gateway, Index, LabelSelector, Locality, Mode, Object, ObjectKey, Operator, Policies, Policy,
+    Port, Protocol as L4, Registry, Requirement, Selection, Service, ServiceSelector, Slice,
+    Snapshot, Taint, TaintEffect, Target, TierReason, Toleration, TrafficPolicy, WeightRule,
+    select, select_for,
 };
 use meridian_dns::{Answerer, DnsConfig, Response, Transport, wire};
 use meridian_xds::{Group, Kind, Role, resources};
@@ -82,6 +84,8 @@ struct GenCluster {
     endpoints: Vec<bool>,
     /// The slice had no ready endpoint until `t0 + .0` (failback from no ready endpoints).
     ready_since: Option<u64>,
+    /// Its first endpoint has the address `SHARED`, which other clusters may report too.
+    shares: bool,
 }
 
 const TIERS: [&str; 3] = ["gold", "silver", "bronze"];
@@ -92,7 +96,7 @@ impl fmt::Debug for GenCluster {
         let ready = self.endpoints.iter().filter(|r| **r).count();
         write!(
             f,
-            "region={:?} zone={:?} net={} gw={} tier={}{} taints={:?} {:?} endpoints={}ready/{}not{}",
+            "region={:?} zone={:?} net={} gw={} tier={}{} taints={:?} {:?} endpoints={}ready/{}not{}{}",
             self.region,
             self.zone,
             self.network,
@@ -106,6 +110,7 @@ impl fmt::Debug for GenCluster {
             self.ready_since
                 .map(|t| format!(" ready_since=t0+{t}"))
                 .unwrap_or_default(),
+            if self.shares { " shares" } else { "" },
         )
     }
 }
@@ -176,6 +181,7 @@ fn gen_cluster() -> impl Strategy<Value = GenCluster> {
         health,
         proptest::collection::vec(prop::bool::weighted(0.75), 0..=5),
         proptest::option::weighted(0.25, 1u64..=NOW),
+        prop::bool::weighted(0.5),
     )
         .prop_map(
             |(
@@ -185,6 +191,7 @@ fn gen_cluster() -> impl Strategy<Value = GenCluster> {
                 health,
                 endpoints,
                 ready_since,
+                shares,
             )| GenCluster {
                 region,
                 zone: region.and(zone),
@@ -196,6 +203,7 @@ fn gen_cluster() -> impl Strategy<Value = GenCluster> {
                 health,
                 endpoints,
                 ready_since,
+                shares,
             },
         )
 }
@@ -339,9 +347,20 @@ fn name(i: usize) -> String {
     format!("c{i}")
 }
 
+/// The address every cluster that `shares` gives its first endpoint.
+const SHARED: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 99));
+
 /// Endpoint `j` of cluster `i`.
-fn endpoint_ip(i: usize, j: usize) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, i as u8 + 1, 0, j as u8 + 1))
+fn endpoint_ip(g: &GenCase, i: usize, j: usize) -> IpAddr {
+    endpoint_address(i, &g.clusters[i], j)
+}
+
+fn endpoint_address(i: usize, c: &GenCluster, j: usize) -> IpAddr {
+    if c.shares && j == 0 {
+        SHARED
+    } else {
+        IpAddr::V4(Ipv4Addr::new(10, i as u8 + 1, 0, j as u8 + 1))
+    }
 }
 
 fn gateway_ip(i: usize) -> IpAddr {
@@ -353,11 +372,13 @@ fn client_ip(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(172, 16, i as u8, 53))
 }
 
-/// Every address of cluster `i` that could ever be emitted: its endpoints and its gateway.
+/// Every address of cluster `i` that could ever be emitted: its endpoints and its gateway
+/// (not `SHARED`, which another cluster may emit for itself).
 fn addresses_of(g: &GenCase, i: usize) -> BTreeSet<IpAddr> {
     (0..g.clusters[i].endpoints.len())
-        .map(|j| endpoint_ip(i, j))
+        .map(|j| endpoint_ip(g, i, j))
         .chain([gateway_ip(i)])
+        .filter(|ip| *ip != SHARED)
         .collect()
 }
 
@@ -465,7 +486,7 @@ fn slice(i: usize, c: &GenCluster, all_not_ready: bool) -> Slice {
             .map(|(j, &ready)| {
                 let ready = ready && !all_not_ready;
                 Endpoint {
-                    addresses: vec![endpoint_ip(i, j)],
+                    addresses: vec![endpoint_address(i, c, j)],
                     hostname: None,
                     ready,
                     serving: ready,
@@ -717,7 +738,10 @@ struct World {
     snap: Snapshot,
     answerer: Answerer,
     client: usize,
+    /// The decision for a client of `client` that can use gateways (DNS, Envoy).
     selection: Selection,
+    /// The decision for a proxyless gRPC node of `client`, which cannot.
+    proxyless: Selection,
 }
 
 fn world(g: &GenCase) -> Result<World, TestCaseError> {
@@ -736,6 +760,12 @@ fn world(g: &GenCase) -> Result<World, TestCaseError> {
         "every cluster exports"
     );
     let selection = select(&snap, view, Some(client), now);
+    let proxyless = select_for(
+        &snap,
+        view,
+        &Client::in_cluster(&snap, Some(client)).without_gateways(),
+        now,
+    );
     Ok(World {
         t0,
         now,
@@ -743,6 +773,7 @@ fn world(g: &GenCase) -> Result<World, TestCaseError> {
         answerer: Answerer::new(DnsConfig::default(), 0),
         client,
         selection,
+        proxyless,
     })
 }
 
@@ -764,6 +795,10 @@ struct Coverage {
     gateway_unusable: u32,
     /// Clusters whose every ready address another cluster answers first.
     duplicates_filtered: u32,
+    /// Cases where a member loses `SHARED` to a member before it.
+    shadowed: u32,
+    /// Cases where the proxyless node's tiers differ from the Envoy node's.
+    proxyless_layout_differs: u32,
     spills: u32,
     multi_tier: u32,
     failing_back: u32,
@@ -799,6 +834,18 @@ impl Coverage {
                 FilterReason::DuplicateAddresses(_) => self.duplicates_filtered += 1,
             }
         }
+        self.gateway_unusable += w
+            .proxyless
+            .filtered
+            .iter()
+            .filter(|f| f.reason == FilterReason::GatewayUnusable)
+            .count() as u32;
+        self.proxyless_layout_differs +=
+            u32::from(tier_clusters(&w.proxyless) != tier_clusters(sel));
+        self.shadowed +=
+            u32::from(sel.tiers.iter().flat_map(|t| &t.members).any(
+                |m| matches!(&m.target, Target::Endpoints { shadowed } if !shadowed.is_empty()),
+            ));
         self.spills += u32::from(sel.spills > 0);
         self.multi_tier += u32::from(sel.tiers.len() > 1);
         let has_reason = |r: TierReason| sel.tiers.iter().any(|t| t.reasons.contains(&r));
@@ -855,6 +902,22 @@ impl Coverage {
             ("other network, no gateway", self.no_gateway, 40),
             ("not in affinities", self.not_in_affinities, 40),
             ("weight 0", self.weight_zero, 40),
+            ("gateway unusable (proxyless)", self.gateway_unusable, 40),
+            (
+                "all addresses answered by another cluster",
+                self.duplicates_filtered,
+                5,
+            ),
+            (
+                "some address answered by another cluster",
+                self.shadowed,
+                25,
+            ),
+            (
+                "proxyless tiers differ from Envoy's",
+                self.proxyless_layout_differs,
+                30,
+            ),
             ("spills", self.spills, 40),
             ("several tiers", self.multi_tier, 50),
             ("failing back", self.failing_back, 30),
@@ -1165,6 +1228,170 @@ fn answers_are_deterministic(g: &GenCase, w: &World) -> Result<(), TestCaseError
     let view = again.service("shop", "web").unwrap();
     prop_assert_eq!(&select(&again, view, Some(w.client), w.now), &w.selection);
     Ok(())
+}
+
+/// The clusters of each tier, in order.
+fn tier_clusters(sel: &Selection) -> Vec<Vec<usize>> {
+    sel.tiers
+        .iter()
+        .map(|t| t.members.iter().map(|m| m.cluster).collect())
+        .collect()
+}
+
+/// The ready addresses of a decision's first tier, as its members resolve them.
+fn first_tier_answerable(w: &World, sel: &Selection) -> BTreeSet<IpAddr> {
+    let view = w.snap.service("shop", "web").unwrap();
+    sel.tiers
+        .first()
+        .into_iter()
+        .flat_map(|t| &t.members)
+        .flat_map(|m| {
+            let gateway = m.gateway().map(|(ip, _)| ip);
+            let endpoints = m
+                .answerable(view)
+                .filter_map(|e| e.addresses.first().copied());
+            gateway.into_iter().chain(endpoints)
+        })
+        .collect()
+}
+
+/// A proxyless gRPC node of C gets exactly the core's decision for a client that cannot use
+/// gateways: no gateway address anywhere, one EDS priority per tier (none empty, none
+/// skipped), priority 0 = that decision's first tier. Where the DNS/Envoy decision has no
+/// gateway member, the proxyless node's assignment is the Envoy node's and DNS answers its
+/// priority 0 (within maxAnswers) — one answer for every kind of client.
+fn proxyless_nodes_follow_the_same_decision(g: &GenCase, w: &World) -> Result<(), TestCaseError> {
+    let gateways: BTreeSet<IpAddr> = (0..g.clusters.len()).map(gateway_ip).collect();
+    let grpc = eds(&w.snap, &group(Some(w.client), Role::Proxyless), w.now)?;
+    let endpoints = eds_endpoints(&grpc.cla);
+    for (priority, ip, _) in &endpoints {
+        prop_assert!(
+            !gateways.contains(ip),
+            "proxyless EDS priority {} holds gateway {}",
+            priority,
+            ip
+        );
+    }
+    let priorities: BTreeSet<u32> = endpoints.iter().map(|(p, _, _)| *p).collect();
+    let expected: BTreeSet<u32> = (0..w.proxyless.tiers.len() as u32).collect();
+    prop_assert_eq!(
+        &priorities,
+        &expected,
+        "proxyless EDS priorities vs the decision's tiers {:?}",
+        w.proxyless.tiers
+    );
+    prop_assert_eq!(
+        healthy_at_priority_0(&grpc.cla),
+        first_tier_answerable(w, &w.proxyless),
+        "proxyless priority 0 vs the decision's first tier {:?}",
+        w.proxyless.tiers
+    );
+    let uses_gateway = w
+        .selection
+        .tiers
+        .iter()
+        .flat_map(|t| &t.members)
+        .any(|m| m.via_gateway());
+    if !uses_gateway {
+        let envoy = eds(&w.snap, &group(Some(w.client), Role::Envoy), w.now)?;
+        prop_assert_eq!(&grpc.cla, &envoy.cla, "no gateway in play: one assignment");
+        let dns = ask(
+            &w.answerer,
+            &w.snap,
+            A_NAME,
+            RecordType::A,
+            client_ip(w.client),
+            g.rotation,
+            w.now,
+        );
+        let answered: BTreeSet<IpAddr> = a_records(&dns).into_iter().collect();
+        let healthy = healthy_at_priority_0(&grpc.cla);
+        match g.policy.max_answers {
+            Some(cap) if healthy.len() > cap as usize => {
+                prop_assert!(
+                    answered.is_subset(&healthy),
+                    "DNS {:?} ⊄ {:?}",
+                    answered,
+                    healthy
+                )
+            }
+            _ => prop_assert_eq!(&answered, &healthy, "DNS vs proxyless priority 0"),
+        }
+    }
+    Ok(())
+}
+
+/// `SHARED`, reported by several clusters, is emitted at most once per answer — DNS A, SRV
+/// records and their additional addresses, every EDS assignment — and is not lost: whenever
+/// a member that resolves to its endpoints has it ready, exactly once.
+fn a_shared_address_is_emitted_once(g: &GenCase, w: &World) -> Result<(), TestCaseError> {
+    let view = w.snap.service("shop", "web").unwrap();
+    let held = |sel: &Selection| {
+        sel.tiers
+            .iter()
+            .flat_map(|t| &t.members)
+            .any(|m| m.answerable(view).any(|e| e.addresses.contains(&SHARED)))
+    };
+    let once = |count: usize, held: bool, what: &str| -> Result<(), TestCaseError> {
+        prop_assert!(count <= 1, "{}: SHARED {} times", what, count);
+        prop_assert!(!held || count == 1, "{}: SHARED lost", what);
+        Ok(())
+    };
+    let count = |ips: &[IpAddr]| ips.iter().filter(|ip| **ip == SHARED).count();
+    for (src, cluster) in [(client_ip(w.client), Some(w.client)), (OUTSIDER, None)] {
+        let sel = select(&w.snap, view, cluster, w.now);
+        let srv = ask(
+            &w.answerer,
+            &w.snap,
+            SRV_NAME,
+            RecordType::SRV,
+            src,
+            0,
+            w.now,
+        );
+        let uncapped = g.policy.max_answers.is_none();
+        once(
+            count(&additional_addresses(&srv)),
+            held(&sel) && uncapped,
+            "SRV additionals",
+        )?;
+        let a = ask(
+            &w.answerer,
+            &w.snap,
+            A_NAME,
+            RecordType::A,
+            src,
+            g.rotation,
+            w.now,
+        );
+        prop_assert!(count(&a_records(&a)) <= 1, "DNS A: SHARED twice");
+        for role in [Role::Envoy, Role::Proxyless] {
+            if cluster.is_none() && role == Role::Proxyless {
+                continue;
+            }
+            let built = eds(&w.snap, &group(cluster, role), w.now)?;
+            let ips: Vec<IpAddr> = eds_endpoints(&built.cla)
+                .into_iter()
+                .map(|(_, ip, _)| ip)
+                .collect();
+            let sel = match role {
+                Role::Proxyless => &w.proxyless,
+                _ => &sel,
+            };
+            once(count(&ips), held(sel), &format!("EDS {cluster:?} {role:?}"))?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn proxyless_nodes_get_the_decision_for_clients_without_gateways() {
+    check(false, proxyless_nodes_follow_the_same_decision);
+}
+
+#[test]
+fn an_address_several_clusters_report_is_emitted_once() {
+    check(false, a_shared_address_is_emitted_once);
 }
 
 #[test]
