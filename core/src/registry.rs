@@ -168,6 +168,9 @@ impl Registry {
     ) -> Option<Transition> {
         let h = self.health.get_mut(id)?;
         h.watch_failing = failure.is_some();
+        // A failing watch is a member that failed once: it settles readiness as a failed
+        // heartbeat does, so one broken watch cannot hold DNS in SERVFAIL until the deadline.
+        h.settled |= failure.is_some();
         if failure.is_some() || !h.heartbeat_failing {
             h.reason = failure;
         }
@@ -250,6 +253,19 @@ mod tests {
         spec.health.withdraw_after_seconds = 120;
         reg.upsert(spec, t0);
         (reg, ClusterId::new("eu-1"), t0)
+    }
+
+    #[test]
+    fn a_failing_watch_settles_readiness_and_a_healthy_one_does_not() {
+        let (mut reg, id, t0) = fixture();
+        reg.watch_status(&id, t0, None);
+        assert!(!reg.all_settled(), "watches being fine is not a sync");
+        reg.watch_status(&id, t0, Some("watch Service: 403 Forbidden".into()));
+        assert!(
+            reg.all_settled(),
+            "a failed watch is a member that failed once"
+        );
+        assert_eq!(reg.health(&id).unwrap().health, Health::Degraded);
     }
 
     #[test]

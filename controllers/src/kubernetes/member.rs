@@ -70,7 +70,10 @@ pub async fn run(
             return;
         };
         fleet.update(&cluster, |f| f.client = Some(client.clone()));
-        let relisting = Arc::new(AtomicBool::new(false));
+        // Starts set: the first successful heartbeat, like one after an outage, is reported
+        // only once the first full list is in, so a member counts as synced (DESIGN §4: SERVFAIL
+        // until then, never NXDOMAIN) only with its objects.
+        let relisting = Arc::new(AtomicBool::new(true));
         let (signal_tx, mut signal) = watch::channel(Signal::None);
         let _heartbeats = AbortOnDrop(tokio::spawn(heartbeats(
             cluster.clone(),
