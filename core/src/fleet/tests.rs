@@ -4,9 +4,9 @@ use std::sync::Arc;
 use super::*;
 use crate::model::{Export, HealthTimings, Slice};
 use crate::policy::ServiceSelector;
+use crate::policy::TrafficPolicy;
 use crate::problem::{ObjectRef, Origin, Subject};
 use crate::registry::Health;
-use crate::policy::TrafficPolicy;
 use crate::testing::{ep, secs, svc};
 
 // ---- builders ----
