@@ -2,13 +2,13 @@
 //! feature; always compiled for this crate's own unit tests).
 //!
 //! ```text
-//!   cluster ─ on_network / with_gateway / tainted ─► ClusterSpec ─┐
-//!   svc(port…), ep / http_ep ──────────────────────► Service, Endpoint
-//!                                                                 ▼
+//!   cluster ─ on_network / with_gateway / tainted ─► ClusterSpec ───────┐
+//!   svc(port…), ep / http_ep(ip) ─────────────────► Service, Endpoint ─┤
+//!                                                                      ▼
 //!   FleetBuilder: members in a Registry on a fake clock (t0), their objects in an Index
-//!     member / join / export / slice / apply / reset, or add* (a member exporting shop/web)
+//!     member / join / export / slice / apply / reset, or add… (a member exporting shop/web)
 //!     heartbeat_failed(name, after) / tick(after) / at(after)
-//!     snapshot() / snapshot_with(default TrafficPolicy) ──────────────► Snapshot
+//!     snapshot() / snapshot_with(default TrafficPolicy) ─► Snapshot
 //! ```
 //!
 //! Every object a builder makes lives in namespace `shop`.

@@ -318,7 +318,7 @@ fn every_name_form() {
         },
         // SRV over all tiers: priority = tier, gateway for another network.
         Case {
-            name: "success: SRV covers every tier, priority by tier, another network once through its gateway",
+            name: "success: SRV over every tier, priority = tier, another network via its gateway",
             host: "_http._tcp.web.shop.global.",
             qtype: SRV,
             from: EU1,
@@ -428,7 +428,7 @@ fn every_name_form() {
         },
         // clusterset: the ClusterSetIP of the client's cluster, else endpoints.
         Case {
-            name: "success: clusterset A from a member that imports the service is its ClusterSetIP",
+            name: "success: clusterset A from an importing member is its ClusterSetIP",
             host: "web.shop.svc.clusterset.local.",
             qtype: A,
             from: EU2,
@@ -460,7 +460,7 @@ fn every_name_form() {
             ..Case::default()
         },
         Case {
-            name: "nodata: clusterset <cluster>.<svc> of a headless service is an empty non-terminal",
+            name: "nodata: clusterset <cluster>.<svc> of a headless service (empty non-terminal)",
             host: "eu-1.db.shop.svc.clusterset.local.",
             qtype: A,
             from: ANYONE,
