@@ -24,10 +24,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use meridian_core::testing::{FleetBuilder, ep, port, svc};
 use meridian_core::{
-    AffinityTier, ClusterId, ClusterSet, ClusterSpec, Endpoint, Export, Gateway, Index,
-    LabelSelector, Locality, Mode, Object, ObjectKey, Policies, Port, Protocol, Registry, Service,
-    ServiceView, Slice, Snapshot, Taint, TaintEffect, TrafficPolicy, WeightRule, select,
+    AffinityTier, ClusterSet, ClusterSpec, Endpoint, Gateway, LabelSelector, Locality, Mode,
+    ServiceView, Snapshot, Taint, TaintEffect, TrafficPolicy, WeightRule, select,
 };
 
 /// The budget from the issue: one decision for a service in 10 clusters.
@@ -123,69 +123,22 @@ fn policy(name: &str, clusters: usize) -> TrafficPolicy {
 /// A snapshot of `clusters` members exporting `shop/web` with `ready` ready endpoints and one
 /// not ready each (a few exports have none ready).
 fn snapshot(clusters: usize, ready: u8, policy: &TrafficPolicy, version: u64) -> Snapshot {
-    let t0 = Instant::now();
-    let mut registry = Registry::new();
-    let mut index = Index::new();
-    let key = ObjectKey::new("shop", "web");
-    let port = Port {
-        name: Some("http".into()),
-        port: 80,
-        protocol: Protocol::Tcp,
-        app_protocol: None,
-    };
+    let mut fleet = FleetBuilder::new();
     for i in 0..clusters {
-        let spec = spec(i);
-        let id: ClusterId = spec.id.clone();
-        registry.upsert(spec, t0);
-        registry.heartbeat_ok(&id, t0);
-        index.apply(
-            &id,
-            Object::Service(
-                key.clone(),
-                Service {
-                    headless: false,
-                    external_name: false,
-                    publish_not_ready: false,
-                    ports: vec![port.clone()],
-                    cluster_ips: Vec::new(),
-                },
-            ),
-        );
-        index.apply(
-            &id,
-            Object::Export(
-                key.clone(),
-                Export {
-                    created: i as i64,
-                    ..Export::default()
-                },
-            ),
-        );
         let ready = if i % 13 == 12 { 0 } else { ready };
         let endpoints = (0..=ready)
             .map(|j| Endpoint {
-                addresses: vec![IpAddr::V4(Ipv4Addr::new(10, (i >> 8) as u8, i as u8, j))],
-                hostname: None,
-                ready: j < ready,
-                serving: j < ready,
-                terminating: false,
-                zone: None,
-                ports: Arc::from(vec![port.clone()]),
+                ports: Arc::from(vec![port("http", 80)]),
+                ..ep(
+                    IpAddr::V4(Ipv4Addr::new(10, (i >> 8) as u8, i as u8, j)),
+                    j < ready,
+                )
             })
             .collect();
-        index.apply(
-            &id,
-            Object::Slice(
-                ObjectKey::new("shop", "web-1"),
-                Slice {
-                    service: Arc::from("web"),
-                    endpoints,
-                },
-            ),
-        );
+        fleet.add_service(spec(i), svc(false, &[("http", 80)]), endpoints);
     }
-    let policies = Policies::new(Arc::new(policy.clone()), Vec::new());
-    Snapshot::build(version, &index, &registry, &policies)
+    fleet.version = version;
+    fleet.snapshot_with(policy.clone())
 }
 
 /// Two snapshots of the same fleet (different endpoint counts, separate allocations) and the

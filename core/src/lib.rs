@@ -30,8 +30,8 @@ pub mod problem;
 pub mod registry;
 pub mod select;
 pub mod snapshot;
-#[cfg(test)]
-mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;

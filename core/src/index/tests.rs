@@ -1,10 +1,8 @@
 use super::*;
 
-use crate::testing::{self, svc};
+use crate::testing::{ep, ip, svc};
 
 use std::sync::Arc;
-
-use crate::model::Endpoint;
 
 fn key(ns: &str, name: &str) -> ObjectKey {
     ObjectKey::new(ns, name)
@@ -14,14 +12,10 @@ fn id(name: &str) -> ClusterId {
     ClusterId::new(name)
 }
 
-fn ep(ip: &str, ready: bool) -> Endpoint {
-    testing::ep(ip.parse().expect("ip"), ready)
-}
-
 fn slice(service: &str, ips: &[&str]) -> Slice {
     Slice {
         service: Arc::from(service),
-        endpoints: ips.iter().map(|ip| ep(ip, true)).collect(),
+        endpoints: ips.iter().map(|a| ep(ip(a), true)).collect(),
     }
 }
 
@@ -342,7 +336,7 @@ fn endpoints_of_counts_one_clusters_endpoints() {
 
     // Not-ready endpoints are held too (xDS needs them); replacing a slice replaces its count.
     let mut not_ready = slice("web", &["10.0.0.1"]);
-    not_ready.endpoints.push(ep("10.0.0.7", false));
+    not_ready.endpoints.push(ep(ip("10.0.0.7"), false));
     index.apply(&a, Object::Slice(key("shop", "web-1"), not_ready));
     assert_eq!(index.endpoints_of(&a), 3);
 

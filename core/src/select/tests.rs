@@ -10,142 +10,13 @@ use TierReason::{ClientCluster, Everyone, Remote, SameRegion, SameZone};
 
 use crate::index::{Index, Object};
 use crate::model::{
-    ClusterId, ClusterSpec, Endpoint, Export, Gateway, Locality, ObjectKey, Service, Slice, Taint,
+    ClusterId, ClusterSpec, Endpoint, Export, Gateway, Locality, ObjectKey, Slice, Taint,
 };
 use crate::policy::{Policies, Toleration};
 use crate::registry::Registry;
-use crate::testing::{ep, secs, svc};
+use crate::testing::{FleetBuilder, cluster, ep, on_network, secs, svc, tainted};
 
 // ---- builders ----
-
-fn cluster(name: &str, region: &str, zone: &str) -> ClusterSpec {
-    ClusterSpec {
-        locality: Locality {
-            region: Some(region.to_owned()),
-            zone: Some(zone.to_owned()),
-        },
-        ..ClusterSpec::named(name)
-    }
-}
-
-fn on_network(mut spec: ClusterSpec, network: &str, gateway: bool) -> ClusterSpec {
-    spec.network = Some(network.to_owned());
-    spec.gateway = gateway.then(|| Gateway {
-        address: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
-        port: 15443,
-    });
-    spec
-}
-
-fn tainted(mut spec: ClusterSpec, key: &str, effect: TaintEffect) -> ClusterSpec {
-    spec.taints.push(Taint {
-        key: key.to_owned(),
-        value: None,
-        effect,
-    });
-    spec
-}
-
-/// A fleet built through the public API: members in a Registry driven by a fake clock, each
-/// exporting `shop/web` into an Index.
-struct Fleet {
-    t0: Instant,
-    index: Index,
-    registry: Registry,
-    clusters: u8,
-}
-
-impl Fleet {
-    fn new() -> Self {
-        Self {
-            t0: Instant::now(),
-            index: Index::new(),
-            registry: Registry::new(),
-            clusters: 0,
-        }
-    }
-
-    /// A healthy member exporting `shop/web` with `ready` ready endpoints.
-    fn add(&mut self, spec: ClusterSpec, ready: u8) -> &mut Self {
-        self.add_endpoints(spec, ready, 0)
-    }
-
-    fn add_endpoints(&mut self, spec: ClusterSpec, ready: u8, not_ready: u8) -> &mut Self {
-        let n = self.clusters;
-        let endpoints = (0..ready)
-            .map(|i| ep(IpAddr::V4(Ipv4Addr::new(10, n, 0, i)), true))
-            .chain((0..not_ready).map(|i| ep(IpAddr::V4(Ipv4Addr::new(10, n, 1, i)), false)))
-            .collect();
-        self.add_service(spec, svc(false, &[("http", 80)]), endpoints)
-    }
-
-    fn add_service(
-        &mut self,
-        spec: ClusterSpec,
-        service: Service,
-        endpoints: Vec<Endpoint>,
-    ) -> &mut Self {
-        let id = spec.id.clone();
-        self.registry.upsert(spec, self.t0);
-        self.registry.heartbeat_ok(&id, self.t0);
-        let key = ObjectKey::new("shop", "web");
-        self.index.apply(&id, Object::Service(key.clone(), service));
-        self.index.apply(
-            &id,
-            Object::Export(
-                key,
-                Export {
-                    created: i64::from(self.clusters),
-                    ..Export::default()
-                },
-            ),
-        );
-        self.index.apply(
-            &id,
-            Object::Slice(
-                ObjectKey::new("shop", "web-1"),
-                Slice {
-                    service: Arc::from("web"),
-                    endpoints,
-                },
-            ),
-        );
-        self.clusters += 1;
-        self
-    }
-
-    fn heartbeat_failed(&mut self, name: &str, after: u64) -> &mut Self {
-        self.registry.heartbeat_failed(
-            &ClusterId::new(name),
-            self.t0 + secs(after),
-            "connection refused",
-        );
-        self
-    }
-
-    fn tick(&mut self, after: u64) -> &mut Self {
-        self.registry.tick(self.t0 + secs(after));
-        self
-    }
-
-    fn at(&self, after: u64) -> Instant {
-        self.t0 + secs(after)
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        self.snapshot_with(TrafficPolicy::default())
-    }
-
-    /// A snapshot whose default policy (and so the policy of `shop/web`) is `policy`.
-    fn snapshot_with(&self, policy: TrafficPolicy) -> Snapshot {
-        Snapshot::build(
-            1,
-            &self.index,
-            &self.registry,
-            &Policies::new(Arc::new(policy), vec![]),
-        )
-    }
-}
 
 fn run(snap: &Snapshot, client: Option<&str>, now: Instant) -> Selection {
     let view = snap.service("shop", "web").expect("shop/web is served");
@@ -191,8 +62,8 @@ fn member<'a>(snap: &Snapshot, selection: &'a Selection, name: &str) -> &'a Memb
 
 // ---- tiers ----
 
-fn locality_fleet() -> Fleet {
-    let mut fleet = Fleet::new();
+fn locality_fleet() -> FleetBuilder {
+    let mut fleet = FleetBuilder::new();
     fleet
         .add(cluster("eu-1a", "eu", "eu-1"), 2)
         .add(cluster("eu-1b", "eu", "eu-1"), 3)
@@ -269,7 +140,7 @@ fn an_unknown_client_gets_one_tier_of_everyone() {
 #[test]
 fn members_point_at_their_backend_and_cluster() {
     // b is left out of the service (headless-ness conflict), so backend and cluster indices differ.
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     fleet.add(cluster("a", "eu", "eu-1"), 1);
     fleet.add_service(
         cluster("b", "eu", "eu-1"),
@@ -293,7 +164,7 @@ fn members_point_at_their_backend_and_cluster() {
 
 #[test]
 fn withdrawn_clusters_are_filtered_and_unreachable_ones_still_served() {
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     fleet
         .add(cluster("a", "eu", "eu-1"), 1)
         .add(
@@ -394,7 +265,7 @@ fn taints_and_tolerations() {
     ];
     for (effect, tolerations, expect) in cases {
         let case = format!("{effect:?} with {tolerations:?}");
-        let mut fleet = Fleet::new();
+        let mut fleet = FleetBuilder::new();
         fleet
             .add(cluster("client", "eu", "eu-1"), 1)
             .add(
@@ -434,7 +305,7 @@ fn taints_and_tolerations() {
 
 #[test]
 fn prefer_no_schedule_goes_last_even_for_the_clients_own_cluster() {
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     fleet
         .add(
             tainted(
@@ -471,7 +342,7 @@ fn prefer_no_schedule_goes_last_even_for_the_clients_own_cluster() {
 
 #[test]
 fn clusters_without_ready_endpoints_are_filtered() {
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     let mut published = svc(false, &[("http", 80)]);
     published.publish_not_ready = true;
     let terminating = Endpoint {
@@ -519,7 +390,7 @@ fn clusters_without_ready_endpoints_are_filtered() {
 
 #[test]
 fn weights_are_ready_endpoints() {
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     fleet
         .add_endpoints(cluster("a", "eu", "eu-1"), 1, 4)
         .add_endpoints(cluster("b", "eu", "eu-1"), 7, 0)
@@ -539,7 +410,7 @@ fn weights_are_ready_endpoints() {
 
 #[test]
 fn other_networks_need_a_gateway() {
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     fleet
         .add(
             on_network(cluster("client", "eu", "eu-1"), "net-1", false),
@@ -591,7 +462,7 @@ fn a_proxyless_client_spills_past_a_tier_that_only_a_gateway_filled() {
     // minHealthyEndpoints 2 a gateway-capable client stays in the zone; a proxyless one cannot
     // use the gateway, so its zone tier is short and spills into the region, as DNS does for a
     // client that sees only what it can reach.
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     fleet
         .add(
             on_network(cluster("client", "eu", "eu-1"), "net-1", false),
@@ -645,7 +516,7 @@ fn a_proxyless_client_spills_past_a_tier_that_only_a_gateway_filled() {
 
 #[test]
 fn a_proxyless_client_without_a_reachable_cluster_gets_no_tier() {
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     fleet
         .add(
             on_network(cluster("client", "eu", "eu-1"), "net-1", false),
@@ -660,10 +531,10 @@ fn a_proxyless_client_without_a_reachable_cluster_gets_no_tier() {
 
 /// `shop/web` in clusters `a` (10.0.0.1, 10.0.0.2), `b` (10.0.0.2, 10.0.0.3) and
 /// `c` (10.0.0.2): 10.0.0.2 is reported three times.
-fn overlapping_fleet() -> Fleet {
+fn overlapping_fleet() -> FleetBuilder {
     let addr = |last: u8| IpAddr::V4(Ipv4Addr::new(10, 0, 0, last));
     let web = || svc(false, &[("http", 80)]);
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     fleet
         .add_service(
             cluster("a", "eu", "eu-1"),
@@ -751,7 +622,7 @@ fn an_address_two_clusters_report_is_answered_once_by_the_first() {
 fn a_ready_endpoint_is_not_shadowed_by_a_not_ready_one() {
     let addr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9));
     let web = || svc(false, &[("http", 80)]);
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     fleet
         .add_service(
             cluster("a", "eu", "eu-1"),
@@ -773,7 +644,7 @@ fn a_ready_endpoint_is_not_shadowed_by_a_not_ready_one() {
 
 #[test]
 fn the_first_filter_that_applies_is_reported() {
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     fleet
         .add(
             on_network(cluster("client", "eu", "eu-1"), "net-1", false),
@@ -830,8 +701,8 @@ fn the_first_filter_that_applies_is_reported() {
 
 // ---- spill ----
 
-fn spill_fleet() -> Fleet {
-    let mut fleet = Fleet::new();
+fn spill_fleet() -> FleetBuilder {
+    let mut fleet = FleetBuilder::new();
     fleet
         .add(cluster("a", "eu", "eu-1"), 1)
         .add(cluster("b", "eu", "eu-1"), 1)
@@ -977,8 +848,8 @@ fn an_unknown_client_spills_everyone_into_prefer_no_schedule() {
 // ---- policy withdraw override ----
 
 /// `b` becomes Unreachable at t0+15 (its own withdrawAfterSeconds: 120).
-fn unreachable_fleet() -> Fleet {
-    let mut fleet = Fleet::new();
+fn unreachable_fleet() -> FleetBuilder {
+    let mut fleet = FleetBuilder::new();
     fleet
         .add(cluster("a", "eu", "eu-1"), 1)
         .add(cluster("b", "eu", "eu-1"), 1)
@@ -1039,7 +910,7 @@ fn a_longer_policy_withdraw_time_keeps_serving_stale_endpoints() {
 
 #[test]
 fn a_policy_withdraw_time_does_not_touch_reachable_clusters() {
-    let mut fleet = Fleet::new();
+    let mut fleet = FleetBuilder::new();
     fleet
         .add(cluster("a", "eu", "eu-1"), 1)
         .add(cluster("b", "eu", "eu-1"), 1)
@@ -1416,8 +1287,8 @@ mod policies {
     }
 
     /// eu-1 (2 ready), eu-2 (1), us-1 (4), ap-1 (3).
-    fn world() -> Fleet {
-        let mut fleet = Fleet::new();
+    fn world() -> FleetBuilder {
+        let mut fleet = FleetBuilder::new();
         fleet
             .add(labelled("eu-1", "eu"), 2)
             .add(labelled("eu-2", "eu"), 1)
@@ -1584,7 +1455,7 @@ mod policies {
             vec![],
         );
         let s1 = Snapshot::build(1, &fleet.index, &fleet.registry, &policies);
-        let rebuild = |fleet: &mut Fleet, prev: &Snapshot, version, ready: u8, at| {
+        let rebuild = |fleet: &mut FleetBuilder, prev: &Snapshot, version, ready: u8, at| {
             let eps = (0..ready)
                 .map(|i| ep(IpAddr::V4(Ipv4Addr::new(10, 0, 0, i)), true))
                 .collect();

@@ -1,93 +1,16 @@
 use super::*;
 
 use crate::index::Object;
-use crate::model::{Export, Import, Protocol, Service};
+use crate::model::{Export, Import, Protocol};
 use crate::policy::Policies;
-use crate::testing::{self, port, secs, svc};
+use crate::testing::{FleetBuilder, http_ep, ip, port, secs, svc};
 
 // ---- builders ----
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().expect("ip")
-}
-
-fn ep(addr: &str, ready: bool) -> Endpoint {
-    Endpoint {
-        ports: Arc::from(vec![port("http", 8080)]),
-        ..testing::ep(ip(addr), ready)
-    }
-}
 
 fn ep_multi(addrs: &[&str]) -> Endpoint {
     Endpoint {
         addresses: addrs.iter().map(|a| ip(a)).collect(),
-        ..ep(addrs[0], true)
-    }
-}
-
-/// An Index and a Registry built through their public API, with a fake clock.
-struct Fleet {
-    t0: Instant,
-    index: Index,
-    registry: Registry,
-}
-
-impl Fleet {
-    /// Members that have all sent a good heartbeat.
-    fn new(clusters: &[&str]) -> Self {
-        let mut fleet = Self {
-            t0: Instant::now(),
-            index: Index::new(),
-            registry: Registry::new(),
-        };
-        for name in clusters {
-            fleet.join(ClusterSpec::named(name));
-            fleet.registry.heartbeat_ok(&ClusterId::new(name), fleet.t0);
-        }
-        fleet
-    }
-
-    fn join(&mut self, spec: ClusterSpec) {
-        self.registry.upsert(spec, self.t0);
-    }
-
-    fn apply(&mut self, cluster: &str, object: Object) {
-        self.index.apply(&ClusterId::new(cluster), object);
-    }
-
-    /// A Service and its ServiceExport in `shop`.
-    fn export(&mut self, cluster: &str, name: &str, service: Service, created: i64) {
-        self.apply(
-            cluster,
-            Object::Service(ObjectKey::new("shop", name), service),
-        );
-        self.apply(
-            cluster,
-            Object::Export(
-                ObjectKey::new("shop", name),
-                Export {
-                    created,
-                    ..Export::default()
-                },
-            ),
-        );
-    }
-
-    fn slice(&mut self, cluster: &str, slice: &str, service: &str, endpoints: Vec<Endpoint>) {
-        self.apply(
-            cluster,
-            Object::Slice(
-                ObjectKey::new("shop", slice),
-                Slice {
-                    service: Arc::from(service),
-                    endpoints,
-                },
-            ),
-        );
-    }
-
-    fn build(&self) -> Snapshot {
-        Snapshot::build(7, &self.index, &self.registry, &Policies::default())
+        ..http_ep(addrs[0], true)
     }
 }
 
@@ -114,9 +37,10 @@ fn addresses(backend: &Backend) -> Vec<IpAddr> {
 
 #[test]
 fn only_exported_services_are_served() {
-    let mut fleet = Fleet::new(&["a"]);
+    let mut fleet = FleetBuilder::with_members(&["a"]);
+    fleet.version = 7;
     fleet.export("a", "web", svc(false, &[("http", 80)]), 1);
-    fleet.slice("a", "web-1", "web", vec![ep("10.0.0.1", true)]);
+    fleet.slice("a", "web-1", "web", vec![http_ep("10.0.0.1", true)]);
     // A Service without a ServiceExport.
     fleet.apply(
         "a",
@@ -125,7 +49,7 @@ fn only_exported_services_are_served() {
             svc(false, &[("http", 80)]),
         ),
     );
-    fleet.slice("a", "private-1", "private", vec![ep("10.0.0.2", true)]);
+    fleet.slice("a", "private-1", "private", vec![http_ep("10.0.0.2", true)]);
     // A ServiceExport without its Service.
     fleet.apply(
         "a",
@@ -138,7 +62,7 @@ fn only_exported_services_are_served() {
         ),
     );
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     assert_eq!(snap.version, 7);
     assert!(snap.service("shop", "web").is_some());
     assert!(snap.service("shop", "private").is_none(), "not exported");
@@ -159,7 +83,7 @@ fn only_exported_services_are_served() {
 
 #[test]
 fn services_are_listed_by_namespace_and_name() {
-    let mut fleet = Fleet::new(&["a"]);
+    let mut fleet = FleetBuilder::with_members(&["a"]);
     for (ns, name) in [("zeta", "a"), ("alpha", "z"), ("alpha", "b"), ("mid", "x")] {
         fleet.apply(
             "a",
@@ -176,7 +100,7 @@ fn services_are_listed_by_namespace_and_name() {
             ),
         );
     }
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let listed: Vec<String> = snap.services().map(|v| v.key.to_string()).collect();
     assert_eq!(listed, ["alpha/b", "alpha/z", "mid/x", "zeta/a"]);
     assert_eq!(snap.service_count(), 4);
@@ -193,17 +117,17 @@ fn an_empty_snapshot_serves_nothing_and_is_not_synced() {
 
 #[test]
 fn an_external_name_export_is_a_problem_and_not_served_from_that_cluster() {
-    let mut fleet = Fleet::new(&["a", "b"]);
+    let mut fleet = FleetBuilder::with_members(&["a", "b"]);
     let mut external = svc(false, &[]);
     external.external_name = true;
     fleet.export("a", "web", external, 1);
     fleet.export("b", "web", svc(false, &[("http", 80)]), 2);
-    fleet.slice("b", "web-1", "web", vec![ep("10.1.0.1", true)]);
+    fleet.slice("b", "web-1", "web", vec![http_ep("10.1.0.1", true)]);
     let mut only_external = svc(false, &[]);
     only_external.external_name = true;
     fleet.export("b", "ext", only_external, 1);
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let view = web(&snap);
     assert_eq!(backend_names(&snap, view), ["b"]);
     assert_eq!(
@@ -247,7 +171,7 @@ fn backend_ready_follows_endpoint_conditions_and_publish_not_ready() {
         Case { name: "ready and published", ready: true, serving: true, terminating: false, publish_not_ready: true, answerable: true },
     ];
     for case in cases {
-        let mut fleet = Fleet::new(&["a"]);
+        let mut fleet = FleetBuilder::with_members(&["a"]);
         let mut service = svc(false, &[("http", 80)]);
         service.publish_not_ready = case.publish_not_ready;
         fleet.export("a", "web", service, 1);
@@ -255,12 +179,17 @@ fn backend_ready_follows_endpoint_conditions_and_publish_not_ready() {
             ready: case.ready,
             serving: case.serving,
             terminating: case.terminating,
-            ..ep("10.0.0.1", true)
+            ..http_ep("10.0.0.1", true)
         };
         // One always-ready endpoint next to it, so the backend is never empty.
-        fleet.slice("a", "web-1", "web", vec![endpoint, ep("10.0.0.2", true)]);
+        fleet.slice(
+            "a",
+            "web-1",
+            "web",
+            vec![endpoint, http_ep("10.0.0.2", true)],
+        );
 
-        let snap = fleet.build();
+        let snap = fleet.snapshot();
         let backend = &web(&snap).backends[0];
         assert_eq!(
             backend.endpoints().count(),
@@ -294,15 +223,15 @@ fn backend_ready_follows_endpoint_conditions_and_publish_not_ready() {
 
 #[test]
 fn publish_not_ready_is_per_cluster() {
-    let mut fleet = Fleet::new(&["a", "b"]);
+    let mut fleet = FleetBuilder::with_members(&["a", "b"]);
     let mut published = svc(false, &[("http", 80)]);
     published.publish_not_ready = true;
     fleet.export("a", "web", published, 1);
     fleet.export("b", "web", svc(false, &[("http", 80)]), 2);
-    fleet.slice("a", "web-1", "web", vec![ep("10.0.0.1", false)]);
-    fleet.slice("b", "web-1", "web", vec![ep("10.1.0.1", false)]);
+    fleet.slice("a", "web-1", "web", vec![http_ep("10.0.0.1", false)]);
+    fleet.slice("b", "web-1", "web", vec![http_ep("10.1.0.1", false)]);
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let view = web(&snap);
     assert!(
         view.conflicts.is_empty(),
@@ -314,20 +243,20 @@ fn publish_not_ready_is_per_cluster() {
 
 #[test]
 fn dual_stack_endpoints_are_kept_with_both_families() {
-    let mut fleet = Fleet::new(&["a"]);
+    let mut fleet = FleetBuilder::with_members(&["a"]);
     fleet.export("a", "web", svc(false, &[("http", 80)]), 1);
     // One slice per address family, as Kubernetes writes them, and one endpoint carrying both.
     fleet.slice(
         "a",
         "web-v4",
         "web",
-        vec![ep("10.0.0.1", true), ep("10.0.0.2", false)],
+        vec![http_ep("10.0.0.1", true), http_ep("10.0.0.2", false)],
     );
     fleet.slice(
         "a",
         "web-v6",
         "web",
-        vec![ep("fd00::1", true), ep("fd00::2", false)],
+        vec![http_ep("fd00::1", true), http_ep("fd00::2", false)],
     );
     fleet.slice(
         "a",
@@ -336,7 +265,7 @@ fn dual_stack_endpoints_are_kept_with_both_families() {
         vec![ep_multi(&["10.0.0.3", "fd00::3"])],
     );
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let backend = &web(&snap).backends[0];
     assert_eq!(
         addresses(backend),
@@ -365,15 +294,15 @@ fn dual_stack_endpoints_are_kept_with_both_families() {
 
 #[test]
 fn the_oldest_export_decides_headlessness_and_a_disagreeing_cluster_is_excluded() {
-    let mut fleet = Fleet::new(&["a", "b", "c"]);
+    let mut fleet = FleetBuilder::with_members(&["a", "b", "c"]);
     fleet.export("a", "web", svc(false, &[("http", 80)]), 100);
     fleet.export("b", "web", svc(true, &[("http", 80)]), 50);
     fleet.export("c", "web", svc(true, &[("http", 80)]), 200);
     for c in ["a", "b", "c"] {
-        fleet.slice(c, "web-1", "web", vec![ep("10.0.0.1", true)]);
+        fleet.slice(c, "web-1", "web", vec![http_ep("10.0.0.1", true)]);
     }
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let view = web(&snap);
     assert!(view.headless, "b exported first");
     assert_eq!(backend_names(&snap, view), ["b", "c"]);
@@ -386,11 +315,11 @@ fn the_oldest_export_decides_headlessness_and_a_disagreeing_cluster_is_excluded(
 
 #[test]
 fn an_export_time_tie_is_broken_by_cluster_name() {
-    let mut fleet = Fleet::new(&["a", "b"]);
+    let mut fleet = FleetBuilder::with_members(&["a", "b"]);
     fleet.export("b", "web", svc(false, &[("http", 80)]), 100);
     fleet.export("a", "web", svc(true, &[("grpc", 9090)]), 100);
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let view = web(&snap);
     assert!(view.headless, "a sorts before b");
     assert_eq!(view.ports, [port("grpc", 9090)]);
@@ -402,7 +331,7 @@ fn an_export_time_tie_is_broken_by_cluster_name() {
 
 #[test]
 fn a_cluster_disagreeing_on_ports_keeps_the_agreeing_ones() {
-    let mut fleet = Fleet::new(&["a", "b", "c", "d", "e"]);
+    let mut fleet = FleetBuilder::with_members(&["a", "b", "c", "d", "e"]);
     let oldest = [("http", 80), ("grpc", 9090)];
     fleet.export("a", "web", svc(false, &oldest), 1);
     // Same ports in another order: agrees.
@@ -419,7 +348,7 @@ fn a_cluster_disagreeing_on_ports_keeps_the_agreeing_ones() {
     // Nothing agrees.
     fleet.export("e", "web", svc(false, &[("http", 8080)]), 5);
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let view = web(&snap);
     assert!(!view.headless);
     assert_eq!(view.ports, [port("http", 80), port("grpc", 9090)]);
@@ -447,13 +376,13 @@ fn a_cluster_disagreeing_on_ports_keeps_the_agreeing_ones() {
 
 #[test]
 fn a_port_differing_only_in_protocol_disagrees() {
-    let mut fleet = Fleet::new(&["a", "b"]);
+    let mut fleet = FleetBuilder::with_members(&["a", "b"]);
     fleet.export("a", "web", svc(false, &[("dns", 53)]), 1);
     let mut udp = svc(false, &[("dns", 53)]);
     udp.ports[0].protocol = Protocol::Udp;
     fleet.export("b", "web", udp, 2);
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let view = web(&snap);
     assert!(view.backends[1].ports.is_empty());
     assert_eq!(view.conflicts.len(), 1);
@@ -464,23 +393,23 @@ fn a_port_differing_only_in_protocol_disagrees() {
 
 #[test]
 fn duplicate_addresses_across_slices_are_served_once() {
-    let mut fleet = Fleet::new(&["a"]);
+    let mut fleet = FleetBuilder::with_members(&["a"]);
     fleet.export("a", "web", svc(false, &[("http", 80)]), 1);
     fleet.slice(
         "a",
         "web-1",
         "web",
-        vec![ep("10.0.0.1", true), ep("10.0.0.2", true)],
+        vec![http_ep("10.0.0.1", true), http_ep("10.0.0.2", true)],
     );
     // The slice controller moved 10.0.0.2 and has not yet removed it from web-1.
     fleet.slice(
         "a",
         "web-2",
         "web",
-        vec![ep("10.0.0.2", true), ep("10.0.0.3", true)],
+        vec![http_ep("10.0.0.2", true), http_ep("10.0.0.3", true)],
     );
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let backend = &web(&snap).backends[0];
     assert_eq!(
         addresses(backend),
@@ -491,9 +420,9 @@ fn duplicate_addresses_across_slices_are_served_once() {
 
 #[test]
 fn a_dropped_duplicate_does_not_hide_its_other_addresses() {
-    let mut fleet = Fleet::new(&["a"]);
+    let mut fleet = FleetBuilder::with_members(&["a"]);
     fleet.export("a", "web", svc(false, &[("http", 80)]), 1);
-    fleet.slice("a", "web-1", "web", vec![ep("10.0.0.1", true)]);
+    fleet.slice("a", "web-1", "web", vec![http_ep("10.0.0.1", true)]);
     // Overlaps web-1 on 10.0.0.1, so it is left out ...
     fleet.slice(
         "a",
@@ -502,7 +431,7 @@ fn a_dropped_duplicate_does_not_hide_its_other_addresses() {
         vec![ep_multi(&["10.0.0.2", "10.0.0.1"])],
     );
     // ... which must not make 10.0.0.2 a duplicate here.
-    fleet.slice("a", "web-3", "web", vec![ep("10.0.0.2", true)]);
+    fleet.slice("a", "web-3", "web", vec![http_ep("10.0.0.2", true)]);
     // An endpoint naming one address twice is still one endpoint.
     fleet.slice(
         "a",
@@ -511,7 +440,7 @@ fn a_dropped_duplicate_does_not_hide_its_other_addresses() {
         vec![ep_multi(&["10.0.0.4", "10.0.0.4"])],
     );
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let backend = &web(&snap).backends[0];
     assert_eq!(
         addresses(backend),
@@ -523,13 +452,13 @@ fn a_dropped_duplicate_does_not_hide_its_other_addresses() {
 
 #[test]
 fn slices_of_other_services_are_not_mixed_in() {
-    let mut fleet = Fleet::new(&["a"]);
+    let mut fleet = FleetBuilder::with_members(&["a"]);
     fleet.export("a", "web", svc(false, &[("http", 80)]), 1);
     fleet.export("a", "api", svc(false, &[("http", 80)]), 1);
-    fleet.slice("a", "web-1", "web", vec![ep("10.0.0.1", true)]);
-    fleet.slice("a", "api-1", "api", vec![ep("10.0.0.2", true)]);
+    fleet.slice("a", "web-1", "web", vec![http_ep("10.0.0.1", true)]);
+    fleet.slice("a", "api-1", "api", vec![http_ep("10.0.0.2", true)]);
     // A slice named like web's but belonging to api.
-    fleet.slice("a", "web-api", "api", vec![ep("10.0.0.3", true)]);
+    fleet.slice("a", "web-api", "api", vec![http_ep("10.0.0.3", true)]);
     // A slice of a service called web in another namespace.
     fleet.apply(
         "a",
@@ -537,12 +466,12 @@ fn slices_of_other_services_are_not_mixed_in() {
             ObjectKey::new("other", "web-1"),
             Slice {
                 service: Arc::from("web"),
-                endpoints: vec![ep("10.0.0.4", true)],
+                endpoints: vec![http_ep("10.0.0.4", true)],
             },
         ),
     );
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     assert_eq!(addresses(&web(&snap).backends[0]), [ip("10.0.0.1")]);
     let api = snap.service("shop", "api").unwrap();
     assert_eq!(
@@ -553,9 +482,9 @@ fn slices_of_other_services_are_not_mixed_in() {
 
 #[test]
 fn an_exporting_cluster_without_slices_has_an_empty_backend() {
-    let mut fleet = Fleet::new(&["a"]);
+    let mut fleet = FleetBuilder::with_members(&["a"]);
     fleet.export("a", "web", svc(false, &[("http", 80)]), 1);
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let backend = &web(&snap).backends[0];
     assert!(backend.endpoints().next().is_none());
     assert_eq!(backend.ready, 0);
@@ -563,7 +492,7 @@ fn an_exporting_cluster_without_slices_has_an_empty_backend() {
 
 #[test]
 fn imports_are_recorded_per_cluster() {
-    let mut fleet = Fleet::new(&["a", "b", "c", "d"]);
+    let mut fleet = FleetBuilder::with_members(&["a", "b", "c", "d"]);
     fleet.export("a", "web", svc(false, &[("http", 80)]), 1);
     fleet.export("b", "web", svc(false, &[("http", 80)]), 2);
     let import = |ips: &[&str], headless: bool| Import {
@@ -594,7 +523,7 @@ fn imports_are_recorded_per_cluster() {
         ),
     );
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let view = web(&snap);
     let [a, b, c, d] = ["a", "b", "c", "d"].map(|n| snap.cluster_index(n).unwrap());
     assert_eq!(
@@ -615,10 +544,10 @@ fn imports_are_recorded_per_cluster() {
 
 #[test]
 fn objects_of_a_cluster_not_in_the_registry_are_ignored() {
-    let mut fleet = Fleet::new(&["a"]);
+    let mut fleet = FleetBuilder::with_members(&["a"]);
     for c in ["a", "ghost"] {
         fleet.export(c, "web", svc(false, &[("http", 80)]), 1);
-        fleet.slice(c, "web-1", "web", vec![ep("10.0.0.1", true)]);
+        fleet.slice(c, "web-1", "web", vec![http_ep("10.0.0.1", true)]);
         fleet.apply(
             c,
             Object::Import(
@@ -634,7 +563,7 @@ fn objects_of_a_cluster_not_in_the_registry_are_ignored() {
     fleet.export("ghost", "web", svc(true, &[("http", 80)]), 0);
     fleet.export("ghost", "solo", svc(false, &[("http", 80)]), 1);
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     assert_eq!(snap.clusters.len(), 1);
     assert_eq!(snap.cluster_index("ghost"), None);
     assert_eq!(snap.cluster_by_id(&ClusterId::new("ghost")), None);
@@ -648,7 +577,7 @@ fn objects_of_a_cluster_not_in_the_registry_are_ignored() {
 
 #[test]
 fn cluster_views_carry_health_and_endpoint_counts() {
-    let mut fleet = Fleet::new(&[]);
+    let mut fleet = FleetBuilder::new();
     let t0 = fleet.t0;
     let mut b = ClusterSpec::named("b");
     b.health.withdraw_after_seconds = 600;
@@ -677,11 +606,11 @@ fn cluster_views_carry_health_and_endpoint_counts() {
         "a",
         "web-1",
         "web",
-        vec![ep("10.0.0.1", true), ep("10.0.0.2", false)],
+        vec![http_ep("10.0.0.1", true), http_ep("10.0.0.2", false)],
     );
-    fleet.slice("a", "api-1", "api", vec![ep("10.0.0.3", true)]);
+    fleet.slice("a", "api-1", "api", vec![http_ep("10.0.0.3", true)]);
 
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let ids: Vec<&str> = snap.clusters.iter().map(|c| c.spec.id.as_str()).collect();
     assert_eq!(ids, ["a", "b", "c", "d"]);
     for (i, id) in [&a, &b, &c, &d].into_iter().enumerate() {
@@ -715,24 +644,24 @@ fn cluster_views_carry_health_and_endpoint_counts() {
 
 #[test]
 fn synced_follows_registry_all_settled() {
-    let mut fleet = Fleet::new(&[]);
+    let mut fleet = FleetBuilder::new();
     let t0 = fleet.t0;
-    assert!(fleet.build().synced, "no members: nothing to wait for");
+    assert!(fleet.snapshot().synced, "no members: nothing to wait for");
     fleet.join(ClusterSpec::named("a"));
     fleet.join(ClusterSpec::named("b"));
-    assert!(!fleet.build().synced);
+    assert!(!fleet.snapshot().synced);
     fleet.registry.heartbeat_ok(&ClusterId::new("a"), t0);
-    assert!(!fleet.build().synced, "b has neither synced nor failed");
+    assert!(!fleet.snapshot().synced, "b has neither synced nor failed");
     fleet
         .registry
         .heartbeat_failed(&ClusterId::new("b"), t0, "unreachable");
-    assert!(fleet.build().synced, "a failure settles too");
-    assert_eq!(fleet.build().synced, fleet.registry.all_settled());
+    assert!(fleet.snapshot().synced, "a failure settles too");
+    assert_eq!(fleet.snapshot().synced, fleet.registry.all_settled());
 }
 
 #[test]
 fn every_service_carries_the_default_policy() {
-    let mut fleet = Fleet::new(&["a"]);
+    let mut fleet = FleetBuilder::with_members(&["a"]);
     fleet.export("a", "web", svc(false, &[("http", 80)]), 1);
     fleet.export("a", "api", svc(false, &[("http", 80)]), 1);
     let policy = Arc::new(TrafficPolicy {
@@ -756,7 +685,7 @@ fn net(s: &str) -> IpNet {
 
 #[test]
 fn client_cluster_is_the_longest_prefix_match() {
-    let mut fleet = Fleet::new(&[]);
+    let mut fleet = FleetBuilder::new();
     let specs: [(&str, &[&str], &[&str]); 6] = [
         // (name, dnsClientCIDRs, podCIDRs)
         ("a", &["10.0.0.0/8"], &["10.1.0.0/16", "fd00:a::/48"]),
@@ -774,7 +703,7 @@ fn client_cluster_is_the_longest_prefix_match() {
         spec.pod_cidrs = pods.iter().map(|n| net(n)).collect();
         fleet.join(spec);
     }
-    let snap = fleet.build();
+    let snap = fleet.snapshot();
     let cases: [(&str, Option<&str>); 13] = [
         ("10.1.2.3", Some("a")),    // a's /16 beats the a/b tie at /8
         ("10.2.0.1", Some("b")),    // b's /16 beats the tie at /8
@@ -947,7 +876,7 @@ mod incremental {
                 let endpoints = ready
                     .iter()
                     .enumerate()
-                    .map(|(i, r)| ep(&format!("10.{cluster}.{slice}.{i}"), *r))
+                    .map(|(i, r)| http_ep(&format!("10.{cluster}.{slice}.{i}"), *r))
                     .collect();
                 (
                     *cluster,
@@ -998,7 +927,7 @@ mod incremental {
     }
 
     fn run(changes: &[Change]) -> Result<usize, TestCaseError> {
-        let mut fleet = Fleet::new(&CLUSTERS);
+        let mut fleet = FleetBuilder::with_members(&CLUSTERS);
         let policy = Policies::default();
         let mut prev = Snapshot::empty();
         let mut version = 0;

@@ -3,7 +3,6 @@
 
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
 use std::time::Instant;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
@@ -11,140 +10,80 @@ use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
 use hickory_proto::rr::{Name, RecordType};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
-use meridian_core::{
-    ClusterObjects, ClusterSpec, Endpoint, Export, Gateway, Import, Index, ObjectKey, Port,
-    Protocol as P, Registry, Service, Slice, Snapshot,
-};
+use meridian_core::testing::{FleetBuilder, cluster, http_ep, ip, on_network, svc, with_gateway};
+use meridian_core::{ClusterId, ClusterSpec, Endpoint, Import, Object, ObjectKey, Snapshot};
 
 use super::*;
 use crate::config::{DnsConfig, Style, ZoneConfig};
 
-fn ep(ip: &str, host: Option<&str>, ready: bool, terminating: bool) -> Endpoint {
+/// A member in `region` (zone `<name>a`) on `network`, whose DNS clients come from `cidr`.
+fn member(name: &str, region: &str, cidr: &str, network: &str) -> ClusterSpec {
+    ClusterSpec {
+        dns_client_cidrs: vec![cidr.parse().unwrap()],
+        ..on_network(cluster(name, region, &format!("{name}a")), network, false)
+    }
+}
+
+/// `http_ep` with a hostname.
+fn named(host: &str, address: &str) -> Endpoint {
     Endpoint {
-        addresses: vec![ip.parse().unwrap()],
-        hostname: host.map(str::to_string),
-        ready,
-        serving: ready,
-        terminating,
-        zone: None,
-        ports: Arc::from(vec![port("http", 8080)]),
+        hostname: Some(host.into()),
+        ..http_ep(address, true)
     }
-}
-
-fn port(name: &str, n: u16) -> Port {
-    Port {
-        name: Some(name.into()),
-        port: n,
-        protocol: P::Tcp,
-        app_protocol: None,
-    }
-}
-
-fn service(headless: bool) -> Service {
-    Service {
-        headless,
-        external_name: false,
-        publish_not_ready: false,
-        ports: vec![port("http", 80)],
-        cluster_ips: vec![],
-    }
-}
-
-fn cluster(name: &str, region: &str, cidr: &str, network: &str) -> ClusterSpec {
-    let mut spec = ClusterSpec::named(name);
-    spec.locality.region = Some(region.into());
-    spec.locality.zone = Some(format!("{name}a"));
-    spec.dns_client_cidrs = vec![cidr.parse().unwrap()];
-    spec.network = Some(network.into());
-    spec
 }
 
 /// eu-1, eu-2 (region eu, network n1), us-1 (region us, network n2, gateway).
 /// shop/web: all three. shop/db: headless in eu-1. shop/empty: exported, nothing ready.
 /// eu-2 imports shop/web with ClusterSetIP 10.96.0.10.
 fn fleet() -> Snapshot {
-    let now = Instant::now();
-    let mut registry = Registry::new();
-    let mut us = cluster("us-1", "us", "10.3.0.0/16", "n2");
-    us.gateway = Some(Gateway {
-        address: "192.0.2.100".parse().unwrap(),
-        port: 15443,
-    });
-    for spec in [
-        cluster("eu-1", "eu", "10.1.0.0/16", "n1"),
-        cluster("eu-2", "eu", "10.2.0.0/16", "n1"),
-        us,
-    ] {
-        let id = spec.id.clone();
-        registry.upsert(spec, now);
-        registry.heartbeat_ok(&id, now);
-    }
-    let web = ObjectKey::new("shop", "web");
-    let mut index = Index::new();
+    let mut fleet = FleetBuilder::new();
+    fleet
+        .member(member("eu-1", "eu", "10.1.0.0/16", "n1"))
+        .member(member("eu-2", "eu", "10.2.0.0/16", "n1"))
+        .member(with_gateway(
+            member("us-1", "us", "10.3.0.0/16", "n2"),
+            "192.0.2.100",
+        ));
     for (name, octet) in [("eu-1", 1), ("eu-2", 2), ("us-1", 3)] {
-        let mut objects = ClusterObjects::default();
-        objects.services.push((web.clone(), service(false)));
-        objects.exports.push((
-            web.clone(),
-            Export {
-                created: octet,
-                ..Export::default()
-            },
-        ));
-        objects.slices.push((
-            ObjectKey::new("shop", format!("web-{octet}")),
-            Slice {
-                service: Arc::from("web"),
-                endpoints: vec![
-                    ep(&format!("10.{octet}.0.1"), None, true, false),
-                    ep(&format!("10.{octet}.0.2"), None, true, false),
-                    ep(&format!("10.{octet}.0.3"), None, false, false),
-                    ep(&format!("10.{octet}.0.4"), None, true, true),
+        let at = |host: u8| format!("10.{octet}.0.{host}");
+        fleet
+            .export(name, "web", svc(false, &[("http", 80)]), octet)
+            .slice(
+                name,
+                &format!("web-{octet}"),
+                "web",
+                vec![
+                    http_ep(&at(1), true),
+                    http_ep(&at(2), true),
+                    http_ep(&at(3), false),
+                    Endpoint {
+                        terminating: true,
+                        ..http_ep(&at(4), true)
+                    },
                 ],
-            },
-        ));
-        if name == "eu-1" {
-            let db = ObjectKey::new("shop", "db");
-            objects.services.push((db.clone(), service(true)));
-            objects.exports.push((
-                db.clone(),
-                Export {
-                    created: 0,
-                    ..Export::default()
-                },
-            ));
-            objects.slices.push((
-                ObjectKey::new("shop", "db-x"),
-                Slice {
-                    service: Arc::from("db"),
-                    endpoints: vec![
-                        ep("10.1.1.1", Some("db-0"), true, false),
-                        ep("fd00::1", Some("db-6"), true, false),
-                    ],
-                },
-            ));
-            let empty = ObjectKey::new("shop", "empty");
-            objects.services.push((empty.clone(), service(true)));
-            objects.exports.push((
-                empty.clone(),
-                Export {
-                    created: 0,
-                    ..Export::default()
-                },
-            ));
-        }
-        if name == "eu-2" {
-            objects.imports.push((
-                web.clone(),
+            );
+    }
+    fleet
+        .export("eu-1", "db", svc(true, &[("http", 80)]), 0)
+        .slice(
+            "eu-1",
+            "db-x",
+            "db",
+            vec![named("db-0", "10.1.1.1"), named("db-6", "fd00::1")],
+        )
+        .export("eu-1", "empty", svc(true, &[("http", 80)]), 0)
+        .apply(
+            "eu-2",
+            Object::Import(
+                ObjectKey::new("shop", "web"),
                 Import {
-                    ips: vec!["10.96.0.10".parse().unwrap()],
+                    ips: vec![ip("10.96.0.10")],
                     headless: false,
                 },
-            ));
-        }
-        index.reset(&meridian_core::ClusterId::new(name), objects);
-    }
-    Snapshot::build(7, &index, &registry, &meridian_core::Policies::default())
+            ),
+        );
+    fleet.version = 7;
+    fleet.snapshot()
 }
 
 fn answerer(max_answers: u32) -> Answerer {
@@ -176,15 +115,40 @@ fn request(name: &str, qtype: RecordType, edns: Option<Edns>, op: OpCode) -> Req
     .unwrap()
 }
 
+/// One question of the table and the answer it must get.
 struct Case {
+    /// What the case shows; it opens every assertion message.
     name: &'static str,
+    /// The name asked for.
+    host: &'static str,
     qtype: RecordType,
+    /// The client's source address.
     from: &'static str,
     rcode: ResponseCode,
-    /// rdata of the answer section, sorted.
+    /// rdata of the answer section, in any order.
     answers: &'static [&'static str],
+}
+
+impl Default for Case {
+    /// An A question from outside every member that must be answered NOERROR without records.
+    fn default() -> Self {
+        Self {
+            name: "",
+            host: "",
+            qtype: RecordType::A,
+            from: ANYONE,
+            rcode: ResponseCode::NoError,
+            answers: &[],
+        }
+    }
+}
+
+impl Case {
     /// A negative answer carries the SOA.
-    soa: bool,
+    fn soa(&self) -> bool {
+        self.answers.is_empty()
+            && matches!(self.rcode, ResponseCode::NoError | ResponseCode::NXDomain)
+    }
 }
 
 const EU1: &str = "10.1.9.9";
@@ -192,25 +156,19 @@ const EU2: &str = "10.2.9.9";
 const US1: &str = "10.3.9.9";
 const ANYONE: &str = "192.0.2.1";
 
-fn case(
-    name: &'static str,
-    qtype: RecordType,
-    from: &'static str,
-    rcode: ResponseCode,
-    answers: &'static [&'static str],
-) -> Case {
+/// A question outside the table, for tests that look at the response themselves.
+fn question(host: &'static str, qtype: RecordType, from: &'static str) -> Case {
     Case {
-        name,
+        name: host,
+        host,
         qtype,
         from,
-        rcode,
-        answers,
-        soa: answers.is_empty() && matches!(rcode, ResponseCode::NoError | ResponseCode::NXDomain),
+        ..Case::default()
     }
 }
 
 fn run(answerer: &Answerer, snap: &Snapshot, c: &Case) -> Response {
-    let req = request(c.name, c.qtype, None, OpCode::Query);
+    let req = request(c.host, c.qtype, None, OpCode::Query);
     answerer.respond(
         snap,
         &req,
@@ -229,173 +187,349 @@ fn every_name_form() {
     let a = answerer(0);
     let cases = [
         // <svc>.<ns>.global: first tier for the client's cluster; ready, non-terminating only.
-        case(
-            "web.shop.global.",
-            A,
-            EU1,
-            NoError,
-            &["10.1.0.1", "10.1.0.2"],
-        ),
-        case(
-            "web.shop.global.",
-            A,
-            US1,
-            NoError,
-            &["10.3.0.1", "10.3.0.2"],
-        ),
-        case(
-            "web.shop.global.",
-            A,
-            ANYONE,
-            NoError,
-            &[
+        Case {
+            name: "success: A from a member is its own cluster's ready, non-terminating endpoints",
+            host: "web.shop.global.",
+            qtype: A,
+            from: EU1,
+            answers: &["10.1.0.1", "10.1.0.2"],
+            ..Case::default()
+        },
+        Case {
+            name: "success: A from another member is that member's own endpoints",
+            host: "web.shop.global.",
+            qtype: A,
+            from: US1,
+            answers: &["10.3.0.1", "10.3.0.2"],
+            ..Case::default()
+        },
+        Case {
+            name: "success: A from outside every member is every cluster's ready endpoints",
+            host: "web.shop.global.",
+            qtype: A,
+            from: ANYONE,
+            answers: &[
                 "10.1.0.1", "10.1.0.2", "10.2.0.1", "10.2.0.2", "10.3.0.1", "10.3.0.2",
             ],
-        ),
-        case(
-            "WEB.Shop.GLOBAL.",
-            A,
-            EU2,
-            NoError,
-            &["10.2.0.1", "10.2.0.2"],
-        ),
-        case("web.shop.global.", AAAA, EU1, NoError, &[]),
-        case("web.shop.global.", TXT, EU1, NoError, &[]),
+            ..Case::default()
+        },
+        Case {
+            name: "success: names match whatever their case",
+            host: "WEB.Shop.GLOBAL.",
+            qtype: A,
+            from: EU2,
+            answers: &["10.2.0.1", "10.2.0.2"],
+            ..Case::default()
+        },
+        Case {
+            name: "nodata: AAAA of a service with IPv4 endpoints only",
+            host: "web.shop.global.",
+            qtype: AAAA,
+            from: EU1,
+            ..Case::default()
+        },
+        Case {
+            name: "nodata: TXT of a service",
+            host: "web.shop.global.",
+            qtype: TXT,
+            from: EU1,
+            ..Case::default()
+        },
         // <cluster>.<svc>.<ns>.global: that cluster only; another network gets the gateway.
-        case(
-            "eu-2.web.shop.global.",
-            A,
-            EU1,
-            NoError,
-            &["10.2.0.1", "10.2.0.2"],
-        ),
-        case("us-1.web.shop.global.", A, EU1, NoError, &["192.0.2.100"]),
-        case(
-            "us-1.web.shop.global.",
-            A,
-            ANYONE,
-            NoError,
-            &["10.3.0.1", "10.3.0.2"],
-        ),
-        case("mars.web.shop.global.", A, EU1, NXDomain, &[]),
+        Case {
+            name: "success: <cluster>.<svc> on the client's network is that cluster's endpoints",
+            host: "eu-2.web.shop.global.",
+            qtype: A,
+            from: EU1,
+            answers: &["10.2.0.1", "10.2.0.2"],
+            ..Case::default()
+        },
+        Case {
+            name: "success: <cluster>.<svc> on another network is that cluster's gateway",
+            host: "us-1.web.shop.global.",
+            qtype: A,
+            from: EU1,
+            answers: &["192.0.2.100"],
+            ..Case::default()
+        },
+        Case {
+            name: "success: <cluster>.<svc> from outside every member is that cluster's endpoints",
+            host: "us-1.web.shop.global.",
+            qtype: A,
+            from: ANYONE,
+            answers: &["10.3.0.1", "10.3.0.2"],
+            ..Case::default()
+        },
+        Case {
+            name: "nxdomain: <cluster>.<svc> of no member",
+            host: "mars.web.shop.global.",
+            qtype: A,
+            from: EU1,
+            rcode: NXDomain,
+            ..Case::default()
+        },
         // <hostname>.<cluster>.<svc>.<ns>.global and a-b-c-d names.
-        case(
-            "db-0.eu-1.db.shop.global.",
-            A,
-            ANYONE,
-            NoError,
-            &["10.1.1.1"],
-        ),
-        case(
-            "db-6.eu-1.db.shop.global.",
-            AAAA,
-            ANYONE,
-            NoError,
-            &["fd00::1"],
-        ),
-        case("db-6.eu-1.db.shop.global.", A, ANYONE, NoError, &[]),
-        case("db-9.eu-1.db.shop.global.", A, ANYONE, NXDomain, &[]),
-        case(
-            "10-1-0-1.eu-1.web.shop.global.",
-            A,
-            ANYONE,
-            NoError,
-            &["10.1.0.1"],
-        ),
-        case("10-1-0-3.eu-1.web.shop.global.", A, ANYONE, NXDomain, &[]),
+        Case {
+            name: "success: <hostname>.<cluster>.<svc> is that endpoint",
+            host: "db-0.eu-1.db.shop.global.",
+            qtype: A,
+            from: ANYONE,
+            answers: &["10.1.1.1"],
+            ..Case::default()
+        },
+        Case {
+            name: "success: AAAA of a hostname with an IPv6 address",
+            host: "db-6.eu-1.db.shop.global.",
+            qtype: AAAA,
+            from: ANYONE,
+            answers: &["fd00::1"],
+            ..Case::default()
+        },
+        Case {
+            name: "nodata: A of a hostname with an IPv6 address only",
+            host: "db-6.eu-1.db.shop.global.",
+            qtype: A,
+            from: ANYONE,
+            ..Case::default()
+        },
+        Case {
+            name: "nxdomain: a hostname no endpoint has",
+            host: "db-9.eu-1.db.shop.global.",
+            qtype: A,
+            from: ANYONE,
+            rcode: NXDomain,
+            ..Case::default()
+        },
+        Case {
+            name: "success: an a-b-c-d name is that ready endpoint",
+            host: "10-1-0-1.eu-1.web.shop.global.",
+            qtype: A,
+            from: ANYONE,
+            answers: &["10.1.0.1"],
+            ..Case::default()
+        },
+        Case {
+            name: "nxdomain: an a-b-c-d name of a not ready endpoint",
+            host: "10-1-0-3.eu-1.web.shop.global.",
+            qtype: A,
+            from: ANYONE,
+            rcode: NXDomain,
+            ..Case::default()
+        },
         // SRV over all tiers: priority = tier, gateway for another network.
-        case(
-            "_http._tcp.web.shop.global.",
-            SRV,
-            EU1,
-            NoError,
-            &[
+        Case {
+            name: "success: SRV over every tier, priority = tier, another network via its gateway",
+            host: "_http._tcp.web.shop.global.",
+            qtype: SRV,
+            from: EU1,
+            answers: &[
                 "0 100 8080 10-1-0-1.eu-1.web.shop.global.",
                 "0 100 8080 10-1-0-2.eu-1.web.shop.global.",
                 "1 100 8080 10-2-0-1.eu-2.web.shop.global.",
                 "1 100 8080 10-2-0-2.eu-2.web.shop.global.",
                 "2 200 15443 us-1.web.shop.global.",
             ],
-        ),
-        case("_http._udp.web.shop.global.", SRV, EU1, NXDomain, &[]),
-        case("_grpc._tcp.web.shop.global.", SRV, EU1, NXDomain, &[]),
-        case("_http._tcp.web.shop.global.", A, EU1, NoError, &[]),
+            ..Case::default()
+        },
+        Case {
+            name: "nxdomain: SRV for a protocol the port does not speak",
+            host: "_http._udp.web.shop.global.",
+            qtype: SRV,
+            from: EU1,
+            rcode: NXDomain,
+            ..Case::default()
+        },
+        Case {
+            name: "nxdomain: SRV for a port the service does not have",
+            host: "_grpc._tcp.web.shop.global.",
+            qtype: SRV,
+            from: EU1,
+            rcode: NXDomain,
+            ..Case::default()
+        },
+        Case {
+            name: "nodata: A of an SRV name",
+            host: "_http._tcp.web.shop.global.",
+            qtype: A,
+            from: EU1,
+            ..Case::default()
+        },
         // Empty non-terminals are NODATA; absent names NXDOMAIN.
-        case("shop.global.", A, EU1, NoError, &[]),
-        case("_tcp.web.shop.global.", A, EU1, NoError, &[]),
-        case("nope.shop.global.", A, EU1, NXDomain, &[]),
-        case("web.nope.global.", A, EU1, NXDomain, &[]),
-        case("a.b.c.d.e.global.", A, EU1, NXDomain, &[]),
+        Case {
+            name: "nodata: a namespace is an empty non-terminal",
+            host: "shop.global.",
+            qtype: A,
+            from: EU1,
+            ..Case::default()
+        },
+        Case {
+            name: "nodata: _<proto>.<svc> is an empty non-terminal",
+            host: "_tcp.web.shop.global.",
+            qtype: A,
+            from: EU1,
+            ..Case::default()
+        },
+        Case {
+            name: "nxdomain: a service nobody exports",
+            host: "nope.shop.global.",
+            qtype: A,
+            from: EU1,
+            rcode: NXDomain,
+            ..Case::default()
+        },
+        Case {
+            name: "nxdomain: a namespace nobody exports from",
+            host: "web.nope.global.",
+            qtype: A,
+            from: EU1,
+            rcode: NXDomain,
+            ..Case::default()
+        },
+        Case {
+            name: "nxdomain: more labels than any name form has",
+            host: "a.b.c.d.e.global.",
+            qtype: A,
+            from: EU1,
+            rcode: NXDomain,
+            ..Case::default()
+        },
         // Exported with nothing ready: NODATA (global), NXDOMAIN for headless (clusterset).
-        case("empty.shop.global.", A, EU1, NoError, &[]),
-        case("empty.shop.svc.clusterset.local.", A, EU1, NXDomain, &[]),
+        Case {
+            name: "nodata: an export with nothing ready (global)",
+            host: "empty.shop.global.",
+            qtype: A,
+            from: EU1,
+            ..Case::default()
+        },
+        Case {
+            name: "nxdomain: a headless export with nothing ready (clusterset)",
+            host: "empty.shop.svc.clusterset.local.",
+            qtype: A,
+            from: EU1,
+            rcode: NXDomain,
+            ..Case::default()
+        },
         // Apex.
-        case("global.", NS, EU1, NoError, &["ns.global."]),
-        case("ns.global.", A, EU1, NoError, &["127.0.0.1"]),
+        Case {
+            name: "success: NS at the apex",
+            host: "global.",
+            qtype: NS,
+            from: EU1,
+            answers: &["ns.global."],
+            ..Case::default()
+        },
+        Case {
+            name: "success: A of the name server",
+            host: "ns.global.",
+            qtype: A,
+            from: EU1,
+            answers: &["127.0.0.1"],
+            ..Case::default()
+        },
         // clusterset: the ClusterSetIP of the client's cluster, else endpoints.
-        case(
-            "web.shop.svc.clusterset.local.",
-            A,
-            EU2,
-            NoError,
-            &["10.96.0.10"],
-        ),
-        case(
-            "web.shop.svc.clusterset.local.",
-            A,
-            EU1,
-            NoError,
-            &["10.1.0.1", "10.1.0.2"],
-        ),
-        case("eu-1.web.shop.svc.clusterset.local.", A, EU1, NXDomain, &[]),
-        case(
-            "db.shop.svc.clusterset.local.",
-            A,
-            ANYONE,
-            NoError,
-            &["10.1.1.1"],
-        ),
-        case(
-            "eu-1.db.shop.svc.clusterset.local.",
-            A,
-            ANYONE,
-            NoError,
-            &[],
-        ),
-        case(
-            "db-0.eu-1.db.shop.svc.clusterset.local.",
-            A,
-            ANYONE,
-            NoError,
-            &["10.1.1.1"],
-        ),
-        case(
-            "_http._tcp.web.shop.svc.clusterset.local.",
-            SRV,
-            EU2,
-            NoError,
-            &["0 100 80 web.shop.svc.clusterset.local."],
-        ),
-        case(
-            "dns-version.clusterset.local.",
-            TXT,
-            ANYONE,
-            NoError,
-            &["1.0.0"],
-        ),
-        case("svc.clusterset.local.", A, ANYONE, NoError, &[]),
-        case("shop.svc.clusterset.local.", A, ANYONE, NoError, &[]),
-        case("web.shop.pod.clusterset.local.", A, ANYONE, NXDomain, &[]),
+        Case {
+            name: "success: clusterset A from an importing member is its ClusterSetIP",
+            host: "web.shop.svc.clusterset.local.",
+            qtype: A,
+            from: EU2,
+            answers: &["10.96.0.10"],
+            ..Case::default()
+        },
+        Case {
+            name: "success: clusterset A from a member without the import is the endpoints",
+            host: "web.shop.svc.clusterset.local.",
+            qtype: A,
+            from: EU1,
+            answers: &["10.1.0.1", "10.1.0.2"],
+            ..Case::default()
+        },
+        Case {
+            name: "nxdomain: clusterset <cluster>.<svc> of a service with a ClusterSetIP",
+            host: "eu-1.web.shop.svc.clusterset.local.",
+            qtype: A,
+            from: EU1,
+            rcode: NXDomain,
+            ..Case::default()
+        },
+        Case {
+            name: "success: clusterset A of a headless service is its endpoints",
+            host: "db.shop.svc.clusterset.local.",
+            qtype: A,
+            from: ANYONE,
+            answers: &["10.1.1.1"],
+            ..Case::default()
+        },
+        Case {
+            name: "nodata: clusterset <cluster>.<svc> of a headless service (empty non-terminal)",
+            host: "eu-1.db.shop.svc.clusterset.local.",
+            qtype: A,
+            from: ANYONE,
+            ..Case::default()
+        },
+        Case {
+            name: "success: clusterset <hostname>.<cluster>.<svc> is that endpoint",
+            host: "db-0.eu-1.db.shop.svc.clusterset.local.",
+            qtype: A,
+            from: ANYONE,
+            answers: &["10.1.1.1"],
+            ..Case::default()
+        },
+        Case {
+            name: "success: clusterset SRV is the service name on the service port",
+            host: "_http._tcp.web.shop.svc.clusterset.local.",
+            qtype: SRV,
+            from: EU2,
+            answers: &["0 100 80 web.shop.svc.clusterset.local."],
+            ..Case::default()
+        },
+        Case {
+            name: "success: dns-version TXT",
+            host: "dns-version.clusterset.local.",
+            qtype: TXT,
+            from: ANYONE,
+            answers: &["1.0.0"],
+            ..Case::default()
+        },
+        Case {
+            name: "nodata: svc.clusterset.local is an empty non-terminal",
+            host: "svc.clusterset.local.",
+            qtype: A,
+            from: ANYONE,
+            ..Case::default()
+        },
+        Case {
+            name: "nodata: a clusterset namespace is an empty non-terminal",
+            host: "shop.svc.clusterset.local.",
+            qtype: A,
+            from: ANYONE,
+            ..Case::default()
+        },
+        Case {
+            name: "nxdomain: pod names are not served",
+            host: "web.shop.pod.clusterset.local.",
+            qtype: A,
+            from: ANYONE,
+            rcode: NXDomain,
+            ..Case::default()
+        },
         // A zone with a fixed namespace.
-        case(
-            "web.g.svc.cluster.local.",
-            A,
-            EU1,
-            NoError,
-            &["10.1.0.1", "10.1.0.2"],
-        ),
+        Case {
+            name: "success: a zone with a fixed namespace takes <svc> alone",
+            host: "web.g.svc.cluster.local.",
+            qtype: A,
+            from: EU1,
+            answers: &["10.1.0.1", "10.1.0.2"],
+            ..Case::default()
+        },
         // Outside our zones.
-        case("example.com.", A, EU1, Refused, &[]),
+        Case {
+            name: "refused: a name outside our zones",
+            host: "example.com.",
+            qtype: A,
+            from: EU1,
+            rcode: Refused,
+            ..Case::default()
+        },
     ];
     for c in &cases {
         let resp = run(&a, &snap, c);
@@ -407,18 +541,15 @@ fn every_name_form() {
         got.sort();
         let mut want: Vec<String> = c.answers.iter().map(|s| s.to_string()).collect();
         want.sort();
-        assert_eq!(
-            resp.metadata.response_code, c.rcode,
-            "{} {} from {}",
-            c.name, c.qtype, c.from
-        );
-        assert_eq!(got, want, "{} {} from {}", c.name, c.qtype, c.from);
+        let what = format!("{}: {} {} from {}", c.name, c.host, c.qtype, c.from);
+        assert_eq!(resp.metadata.response_code, c.rcode, "{what}");
+        assert_eq!(got, want, "{what}");
         let has_soa = resp.authorities.iter().any(|r| r.record_type() == SOA);
-        assert_eq!(has_soa, c.soa, "{} {}: SOA in authority", c.name, c.qtype);
+        assert_eq!(has_soa, c.soa(), "{what}: SOA in authority");
         if c.rcode != Refused {
-            assert!(resp.metadata.authoritative, "{}: AA", c.name);
+            assert!(resp.metadata.authoritative, "{what}: AA");
         }
-        assert!(!resp.metadata.recursion_available, "{}: RA", c.name);
+        assert!(!resp.metadata.recursion_available, "{what}: RA");
     }
 }
 
@@ -430,13 +561,7 @@ fn srv_targets_resolve() {
         let resp = run(
             &a,
             &snap,
-            &case(
-                "_http._tcp.web.shop.global.",
-                RecordType::SRV,
-                from,
-                ResponseCode::NoError,
-                &[],
-            ),
+            &question("_http._tcp.web.shop.global.", RecordType::SRV, from),
         );
         assert!(!resp.answers.is_empty());
         for srv in &resp.answers {
@@ -445,11 +570,7 @@ fn srv_targets_resolve() {
             };
             let target = srv.target.to_string();
             let name: &'static str = Box::leak(target.into_boxed_str());
-            let r = run(
-                &a,
-                &snap,
-                &case(name, RecordType::A, from, ResponseCode::NoError, &[]),
-            );
+            let r = run(&a, &snap, &question(name, RecordType::A, from));
             assert_eq!(r.answers.len(), 1, "{name} from {from}");
             let in_additional = resp
                 .additionals
@@ -464,11 +585,7 @@ fn srv_targets_resolve() {
 fn soa_minimum_is_the_ttl_and_serial_follows_the_snapshot() {
     let snap = fleet();
     let a = answerer(0);
-    let resp = run(
-        &a,
-        &snap,
-        &case("global.", RecordType::SOA, EU1, ResponseCode::NoError, &[]),
-    );
+    let resp = run(&a, &snap, &question("global.", RecordType::SOA, EU1));
     let hickory_proto::rr::RData::SOA(soa) = &resp.answers[0].data else {
         panic!("not SOA")
     };
@@ -500,7 +617,6 @@ fn max_answers_caps_and_rotation_changes_the_order() {
 
 #[test]
 fn rotations_start_at_clusters_in_proportion_to_their_weights() {
-    let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
     let groups = vec![
         (70, vec![ip("10.1.0.1"), ip("10.1.0.2")]),
         (15, vec![ip("10.2.0.1")]),
@@ -536,26 +652,14 @@ fn any_is_answered_with_one_hinfo() {
     let resp = run(
         &a,
         &snap,
-        &case(
-            "web.shop.global.",
-            RecordType::ANY,
-            EU1,
-            ResponseCode::NoError,
-            &[],
-        ),
+        &question("web.shop.global.", RecordType::ANY, EU1),
     );
     assert_eq!(resp.answers.len(), 1);
     assert_eq!(resp.answers[0].record_type(), RecordType::HINFO);
     let resp = run(
         &a,
         &snap,
-        &case(
-            "nope.shop.global.",
-            RecordType::ANY,
-            EU1,
-            ResponseCode::NoError,
-            &[],
-        ),
+        &question("nope.shop.global.", RecordType::ANY, EU1),
     );
     assert_eq!(resp.metadata.response_code, ResponseCode::NXDomain);
 }
@@ -566,25 +670,13 @@ fn servfail_until_synced() {
     let resp = run(
         &a,
         &Snapshot::empty(),
-        &case(
-            "web.shop.global.",
-            RecordType::A,
-            EU1,
-            ResponseCode::NoError,
-            &[],
-        ),
+        &question("web.shop.global.", RecordType::A, EU1),
     );
     assert_eq!(resp.metadata.response_code, ResponseCode::ServFail);
     let resp = run(
         &a,
         &Snapshot::empty(),
-        &case(
-            "example.com.",
-            RecordType::A,
-            EU1,
-            ResponseCode::NoError,
-            &[],
-        ),
+        &question("example.com.", RecordType::A, EU1),
     );
     assert_eq!(resp.metadata.response_code, ResponseCode::Refused);
 }
@@ -692,66 +784,44 @@ fn axfr_only_over_tcp_to_allowed_clients() {
 
 #[test]
 fn withdrawn_clusters_leave_every_answer() {
-    let now = Instant::now();
-    let mut registry = Registry::new();
-    let mut index = Index::new();
-    let key = ObjectKey::new("shop", "web");
+    let mut fleet = FleetBuilder::new();
     for (name, octet) in [("a", 1u8), ("b", 2)] {
         let mut spec = ClusterSpec::named(name);
         spec.health.unreachable_after_seconds = 1;
         spec.health.withdraw_after_seconds = 1;
-        registry.upsert(spec, now);
-        registry.heartbeat_ok(&meridian_core::ClusterId::new(name), now);
-        let mut o = ClusterObjects::default();
-        o.services.push((key.clone(), service(false)));
-        o.exports.push((
-            key.clone(),
-            Export {
-                created: 0,
-                ..Export::default()
-            },
-        ));
-        o.slices.push((
-            ObjectKey::new("shop", name),
-            Slice {
-                service: Arc::from("web"),
-                endpoints: vec![ep(&format!("10.0.0.{octet}"), None, true, false)],
-            },
-        ));
-        index.reset(&meridian_core::ClusterId::new(name), o);
+        fleet
+            .member(spec)
+            .export(name, "web", svc(false, &[("http", 80)]), 0)
+            .slice(
+                name,
+                name,
+                "web",
+                vec![http_ep(&format!("10.0.0.{octet}"), true)],
+            );
     }
-    let b = meridian_core::ClusterId::new("b");
-    registry.heartbeat_failed(&b, now, "gone");
-    registry.tick(now + std::time::Duration::from_secs(1));
-    let snap = Snapshot::build(2, &index, &registry, &meridian_core::Policies::default());
+    fleet
+        .registry
+        .heartbeat_failed(&ClusterId::new("b"), fleet.t0, "gone");
+    fleet.tick(1);
+    fleet.version = 2;
+    let snap = fleet.snapshot();
     let a = answerer(0);
-    let c = case(
-        "web.shop.global.",
-        RecordType::A,
-        ANYONE,
-        ResponseCode::NoError,
-        &[],
-    );
+    let c = question("web.shop.global.", RecordType::A, ANYONE);
     assert_eq!(
         run(&a, &snap, &c).answers.len(),
         2,
         "unreachable but not yet withdrawn: still served"
     );
-    registry.tick(now + std::time::Duration::from_secs(2));
-    let snap = Snapshot::build(3, &index, &registry, &meridian_core::Policies::default());
+    fleet.tick(2);
+    fleet.version = 3;
+    let snap = fleet.snapshot();
     let resp = run(&a, &snap, &c);
     assert_eq!(resp.answers.len(), 1);
     assert_eq!(resp.answers[0].data.to_string(), "10.0.0.1");
     let resp = run(
         &a,
         &snap,
-        &case(
-            "b.web.shop.global.",
-            RecordType::A,
-            ANYONE,
-            ResponseCode::NoError,
-            &[],
-        ),
+        &question("b.web.shop.global.", RecordType::A, ANYONE),
     );
     assert!(resp.answers.is_empty());
 }

@@ -1,54 +1,40 @@
 //! Builds that reuse the previous one give exactly what a build from scratch gives.
 
-use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use meridian_core::{
-    ClusterId, ClusterSpec, Endpoint, Export, Index, Locality, Object, ObjectKey, Port, Protocol,
-    Registry, Service, Slice, Snapshot,
-};
+use meridian_core::testing::{FleetBuilder, cluster, http_ep, on_network, svc};
+use meridian_core::{ClusterId, ClusterSpec, ObjectKey, Policies, Snapshot};
 
 use super::*;
 
+/// Members a, b (region eu, network n1) and c (us, n2), each with a gateway, each exporting
+/// `shop/web`, `shop/db` and `shop/api` with three ready endpoints; and the last snapshot
+/// published.
 struct Fleet {
-    t0: Instant,
-    index: Index,
-    registry: Registry,
-    policy: meridian_core::Policies,
+    members: FleetBuilder,
     prev: Snapshot,
-    version: u64,
 }
 
+/// A member in `region` (zone `<region>-<name>`) on `network`, with a gateway.
 fn spec(name: &str, region: &str, network: &str) -> ClusterSpec {
-    let mut spec = ClusterSpec::named(name);
-    spec.locality = Locality {
-        region: Some(region.into()),
-        zone: Some(format!("{region}-{name}")),
-    };
-    spec.network = Some(network.into());
-    spec.gateway = Some(meridian_core::Gateway {
-        address: format!("192.0.2.{}", name.len()).parse().unwrap(),
-        port: 15443,
-    });
-    spec
+    on_network(
+        cluster(name, region, &format!("{region}-{name}")),
+        network,
+        true,
+    )
 }
 
 impl Fleet {
     fn new() -> Self {
-        let t0 = Instant::now();
-        let mut registry = Registry::new();
+        let mut members = FleetBuilder::new();
         for (name, region, net) in [("a", "eu", "n1"), ("b", "eu", "n1"), ("c", "us", "n2")] {
-            registry.upsert(spec(name, region, net), t0);
-            registry.heartbeat_ok(&ClusterId::new(name), t0);
+            members.member(spec(name, region, net));
         }
+        members.version = 0;
         let mut fleet = Self {
-            t0,
-            index: Index::new(),
-            registry,
-            policy: meridian_core::Policies::default(),
+            members,
             prev: Snapshot::empty(),
-            version: 0,
         };
         for (i, svc) in ["web", "db", "api"].iter().enumerate() {
             for cluster in ["a", "b", "c"] {
@@ -58,82 +44,42 @@ impl Fleet {
         fleet
     }
 
-    fn export(&mut self, cluster: &str, svc: &str, ready: usize, seed: u8) {
-        let id = ClusterId::new(cluster);
-        let key = ObjectKey::new("shop", svc);
-        let port = Port {
-            name: Some("http".into()),
-            port: 8080,
-            protocol: Protocol::Tcp,
-            app_protocol: None,
-        };
-        self.index.apply(
-            &id,
-            Object::Service(
-                key.clone(),
-                Service {
-                    headless: false,
-                    external_name: false,
-                    publish_not_ready: false,
-                    ports: vec![port.clone()],
-                    cluster_ips: vec![],
-                },
-            ),
-        );
-        self.index.apply(
-            &id,
-            Object::Export(
-                key.clone(),
-                Export {
-                    created: 1,
-                    ..Export::default()
-                },
-            ),
-        );
+    /// `shop/<name>` (port `http` 8080) exported by `cluster` with `ready` ready endpoints at
+    /// `10.<cluster's first byte>.<seed>.<i>`.
+    fn export(&mut self, cluster: &str, name: &str, ready: u8, seed: u8) {
         let c = cluster.as_bytes()[0];
         let endpoints = (0..ready)
-            .map(|i| Endpoint {
-                addresses: vec![IpAddr::from([10, c, seed, i as u8])],
-                hostname: None,
-                ready: true,
-                serving: true,
-                terminating: false,
-                zone: None,
-                ports: Arc::from(vec![port.clone()]),
-            })
+            .map(|i| http_ep(&format!("10.{c}.{seed}.{i}"), true))
             .collect();
-        self.index.apply(
-            &id,
-            Object::Slice(
-                ObjectKey::new("shop", format!("{svc}-x")),
-                Slice {
-                    service: Arc::from(svc),
-                    endpoints,
-                },
-            ),
-        );
+        self.members
+            .export(cluster, name, svc(false, &[("http", 8080)]), 1)
+            .slice(cluster, &format!("{name}-x"), name, endpoints);
     }
 
+    /// The next version, rebuilt from the previous one; returned as a copy rebuilt from it
+    /// with nothing dirty.
     fn publish(&mut self) -> Snapshot {
-        self.version += 1;
-        let dirty = self.index.take_dirty();
+        let m = &mut self.members;
+        m.version += 1;
+        let policies = Policies::default();
+        let dirty = m.index.take_dirty();
         let next = Snapshot::rebuild(
             &self.prev,
             &dirty,
-            self.version,
-            &self.index,
-            &self.registry,
-            &self.policy,
-            self.t0,
+            m.version,
+            &m.index,
+            &m.registry,
+            &policies,
+            m.t0,
         );
         let copy = Snapshot::rebuild(
             &next,
             &Default::default(),
-            self.version,
-            &self.index,
-            &self.registry,
-            &self.policy,
-            self.t0,
+            m.version,
+            &m.index,
+            &m.registry,
+            &policies,
+            m.t0,
         );
         self.prev = next;
         copy
@@ -168,7 +114,7 @@ fn groups() -> Vec<Group> {
 #[test]
 fn reusing_the_previous_build_equals_building_from_scratch() {
     let mut fleet = Fleet::new();
-    let now = fleet.t0;
+    let now = fleet.members.t0;
     let s1 = fleet.publish();
     for group in groups() {
         let first = build_from(&s1, &group, now, None);
@@ -179,7 +125,7 @@ fn reusing_the_previous_build_equals_building_from_scratch() {
         f.export("a", "web", 1, 9);
         // … and one service is unexported everywhere: its resources go.
         for c in ["a", "b", "c"] {
-            f.index.delete(
+            f.members.index.delete(
                 &ClusterId::new(c),
                 meridian_core::Kind::Export,
                 &ObjectKey::new("shop", "api"),
@@ -211,16 +157,18 @@ fn reusing_the_previous_build_equals_building_from_scratch() {
 #[test]
 fn a_cluster_change_rebuilds_everything() {
     let mut fleet = Fleet::new();
-    let now = fleet.t0;
+    let now = fleet.members.t0;
     let s1 = fleet.publish();
     let group = groups()[0].clone();
     let base = build_from(&s1, &group, now, None);
     // b stops answering heartbeats: its health changes, no service view does.
-    fleet
-        .registry
-        .heartbeat_failed(&ClusterId::new("b"), now + Duration::from_secs(1), "down");
-    fleet.registry.tick(now + Duration::from_secs(30));
-    fleet.registry.tick(now + Duration::from_secs(3600));
+    fleet.members.registry.heartbeat_failed(
+        &ClusterId::new("b"),
+        now + Duration::from_secs(1),
+        "down",
+    );
+    fleet.members.registry.tick(now + Duration::from_secs(30));
+    fleet.members.registry.tick(now + Duration::from_secs(3600));
     let s2 = fleet.publish();
     let reused = build_from(&s2, &group, now + Duration::from_secs(3600), Some(&base));
     let fresh = build(&s2, &group, now + Duration::from_secs(3600));

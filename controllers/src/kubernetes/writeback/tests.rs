@@ -1,12 +1,9 @@
 //! What meridian writes into members, computed from snapshots built from converted objects.
 
-use std::time::Instant;
-
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use meridian_core::{
-    ClusterObjects, ClusterSpec, Gateway, Index, Locality, Policies, Registry, TrafficPolicy,
-};
+use meridian_core::ClusterObjects;
+use meridian_core::testing::{FleetBuilder, cluster, on_network, with_gateway};
 use serde_json::json;
 
 use super::*;
@@ -48,26 +45,18 @@ fn objects(services: &[(&str, bool, u16, Vec<&str>)]) -> ClusterObjects {
 }
 
 fn snapshot(members: &[Member<'_>]) -> Snapshot {
-    let now = Instant::now();
-    let mut index = Index::new();
-    let mut registry = Registry::new();
+    let mut fleet = FleetBuilder::new();
     for m in members {
-        let mut spec = ClusterSpec::named(m.name);
-        spec.locality = Locality {
-            region: Some(m.region.into()),
-            zone: Some(format!("{}-{}", m.region, m.name)),
-        };
-        spec.network = Some(m.network.into());
-        spec.gateway = m.gateway.map(|g| Gateway {
-            address: g.parse().unwrap(),
-            port: 15443,
-        });
-        registry.upsert(spec, now);
-        registry.heartbeat_ok(&ClusterId::new(m.name), now);
-        index.reset(&ClusterId::new(m.name), objects(&m.services));
+        let zone = format!("{}-{}", m.region, m.name);
+        let spec = on_network(cluster(m.name, m.region, &zone), m.network, false);
+        fleet
+            .member(match m.gateway {
+                Some(address) => with_gateway(spec, address),
+                None => spec,
+            })
+            .reset(m.name, objects(&m.services));
     }
-    let policies = Policies::new(Arc::new(TrafficPolicy::default()), Vec::new());
-    Snapshot::build(1, &index, &registry, &policies)
+    fleet.snapshot()
 }
 
 fn member<'a>(
