@@ -20,18 +20,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
+use meridian_core::testing::{ep, secs, svc};
 use meridian_core::{
-    AffinityTier, Client, ClusterId, ClusterSet, ClusterSpec, Endpoint, Export, FilterReason,
-    Gateway, Index, LabelSelector, Locality, Mode, Object, ObjectKey, Operator, Policies, Policy,
-    Port, Protocol as L4, Registry, Requirement, Selection, Service, ServiceSelector, Slice,
-    Snapshot, Taint, TaintEffect, Target, TierReason, Toleration, TrafficPolicy, WeightRule,
-    select, select_for,
+    AffinityTier, Client, ClusterId, ClusterSet, ClusterSpec, Export, FilterReason, Gateway, Index,
+    LabelSelector, Locality, Mode, Object, ObjectKey, Operator, Policies, Policy, Registry,
+    Requirement, Selection, ServiceSelector, Slice, Snapshot, Taint, TaintEffect, Target,
+    TierReason, Toleration, TrafficPolicy, WeightRule, select, select_for,
 };
 use meridian_dns::{Answerer, DnsConfig, Response, Transport, wire};
 use meridian_xds::{Group, Kind, Role, resources};
@@ -49,10 +49,6 @@ const SRV_NAME: &str = "_http._tcp.web.shop.global.";
 const EDS_NAME: &str = "web.shop.global:80";
 /// A DNS client inside no cluster's dnsClientCIDRs.
 const OUTSIDER: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 9));
-
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
 
 // ---- the generated input ----
 
@@ -483,18 +479,7 @@ fn slice(i: usize, c: &GenCluster, all_not_ready: bool) -> Slice {
             .endpoints
             .iter()
             .enumerate()
-            .map(|(j, &ready)| {
-                let ready = ready && !all_not_ready;
-                Endpoint {
-                    addresses: vec![endpoint_address(i, c, j)],
-                    hostname: None,
-                    ready,
-                    serving: ready,
-                    terminating: false,
-                    zone: None,
-                    ports: Arc::from(Vec::<Port>::new()),
-                }
-            })
+            .map(|(j, &ready)| ep(endpoint_address(i, c, j), ready && !all_not_ready))
             .collect(),
     }
 }
@@ -515,21 +500,7 @@ fn snapshot(g: &GenCase, t0: Instant) -> Snapshot {
         }
         index.apply(
             &id,
-            Object::Service(
-                key.clone(),
-                Service {
-                    headless: false,
-                    external_name: false,
-                    publish_not_ready: false,
-                    ports: vec![Port {
-                        name: Some("http".into()),
-                        port: 80,
-                        protocol: L4::Tcp,
-                        app_protocol: None,
-                    }],
-                    cluster_ips: Vec::new(),
-                },
-            ),
+            Object::Service(key.clone(), svc(false, &[("http", 80)])),
         );
         index.apply(
             &id,
