@@ -339,11 +339,7 @@ pub fn select_for(
         };
         placed.push((bucket, member));
     }
-    placed.sort_by(|(a, ma), (b, mb)| {
-        a.cmp(b)
-            .then(mb.weight.cmp(&ma.weight))
-            .then(ma.cluster.cmp(&mb.cluster))
-    });
+    placed.sort_by_key(|(bucket, _)| *bucket);
     if service.has_shared_addresses() {
         resolve_duplicates(snapshot, service, &mut placed, &mut selection);
     }
@@ -370,8 +366,18 @@ fn resolve_duplicates(
     let mut owner: HashMap<IpAddr, usize> = HashMap::new();
     let mut gateways: HashMap<(IpAddr, u16), usize> = HashMap::new();
     let mut lost_to: Vec<Option<usize>> = vec![None; placed.len()];
+    // The order members claim addresses in: the order of the decision (placed is sorted by
+    // tier only; inside a tier, heavier first, then cluster order, as the tiers list them).
+    let mut order: Vec<usize> = (0..placed.len()).collect();
+    order.sort_by(|&a, &b| {
+        let ((ta, ma), (tb, mb)) = (&placed[a], &placed[b]);
+        ta.cmp(tb)
+            .then(mb.weight.cmp(&ma.weight))
+            .then(ma.cluster.cmp(&mb.cluster))
+    });
     for ready_pass in [true, false] {
-        for (slot, (_, member)) in placed.iter_mut().enumerate() {
+        for &slot in &order {
+            let member = &mut placed[slot].1;
             let backend = &service.backends[member.backend];
             let cluster = member.cluster;
             let shadowed = match &mut member.target {
