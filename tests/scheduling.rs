@@ -30,8 +30,8 @@ use meridian_core::testing::{ep, secs, svc};
 use meridian_core::{
     AffinityTier, Client, ClusterId, ClusterSet, ClusterSpec, Export, FilterReason, Gateway, Index,
     LabelSelector, Locality, Mode, Object, ObjectKey, Operator, Policies, Policy, Registry,
-    Requirement, Selection, ServiceSelector, Slice, Snapshot, Taint, TaintEffect, Target,
-    TierReason, Toleration, TrafficPolicy, WeightRule, select, select_for,
+    Requirement, Selection, ServiceSelector, Slice, Snapshot, Taint, TaintEffect, TierReason,
+    Toleration, TrafficPolicy, WeightRule, select, select_for,
 };
 use meridian_dns::{Answerer, DnsConfig, Response, Transport, wire};
 use meridian_xds::{Group, Kind, Role, resources};
@@ -813,10 +813,12 @@ impl Coverage {
             .count() as u32;
         self.proxyless_layout_differs +=
             u32::from(tier_clusters(&w.proxyless) != tier_clusters(sel));
-        self.shadowed +=
-            u32::from(sel.tiers.iter().flat_map(|t| &t.members).any(
-                |m| matches!(&m.target, Target::Endpoints { shadowed } if !shadowed.is_empty()),
-            ));
+        self.shadowed += u32::from(
+            sel.tiers
+                .iter()
+                .flat_map(|t| &t.members)
+                .any(|m| sel.shadowed.iter().any(|(c, _)| *c == m.cluster)),
+        );
         self.spills += u32::from(sel.spills > 0);
         self.multi_tier += u32::from(sel.tiers.len() > 1);
         let has_reason = |r: TierReason| sel.tiers.iter().any(|t| t.reasons.contains(&r));
@@ -1218,8 +1220,8 @@ fn first_tier_answerable(w: &World, sel: &Selection) -> BTreeSet<IpAddr> {
         .flat_map(|t| &t.members)
         .flat_map(|m| {
             let gateway = m.gateway().map(|(ip, _)| ip);
-            let endpoints = m
-                .answerable(view)
+            let endpoints = sel
+                .answerable_of(view, m)
                 .filter_map(|e| e.addresses.first().copied());
             gateway.into_iter().chain(endpoints)
         })
@@ -1298,10 +1300,10 @@ fn proxyless_nodes_follow_the_same_decision(g: &GenCase, w: &World) -> Result<()
 fn a_shared_address_is_emitted_once(g: &GenCase, w: &World) -> Result<(), TestCaseError> {
     let view = w.snap.service("shop", "web").unwrap();
     let held = |sel: &Selection| {
-        sel.tiers
-            .iter()
-            .flat_map(|t| &t.members)
-            .any(|m| m.answerable(view).any(|e| e.addresses.contains(&SHARED)))
+        sel.tiers.iter().flat_map(|t| &t.members).any(|m| {
+            sel.answerable_of(view, m)
+                .any(|e| e.addresses.contains(&SHARED))
+        })
     };
     let once = |count: usize, held: bool, what: &str| -> Result<(), TestCaseError> {
         prop_assert!(count <= 1, "{}: SHARED {} times", what, count);

@@ -70,21 +70,20 @@ pub enum TierReason {
     PreferNoSchedule,
 }
 
-/// What a member of a tier resolves to for the client that asked.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// What a member of a tier resolves to for the client that asked. `Copy`, so a decision's
+/// members stay small and cheap to sort (the rare endpoints left out for duplicate addresses
+/// are listed once, in `Selection::shadowed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Target {
     /// The cluster's own endpoints, except those with an address a member earlier in the
-    /// decision already answers (almost always none).
-    Endpoints {
-        /// Every address of the endpoints left out, sorted.
-        shadowed: Vec<IpAddr>,
-    },
+    /// decision already answers (`Selection::shadowed`; almost always none).
+    Endpoints,
     /// The client sits on another network: the cluster's east-west gateway answers for it.
     Gateway { address: IpAddr, port: u16 },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Member {
     /// Index into `ServiceView::backends`.
     pub backend: usize,
@@ -110,31 +109,6 @@ impl Member {
             Target::Endpoints { .. } => None,
         }
     }
-
-    /// Every endpoint (ready or not) this member stands for: none through a gateway, else
-    /// the backend's, minus the shadowed ones.
-    pub fn endpoints<'v>(&'v self, view: &'v ServiceView) -> impl Iterator<Item = &'v Endpoint> {
-        let shadowed: &[IpAddr] = match &self.target {
-            Target::Endpoints { shadowed } => shadowed,
-            Target::Gateway { .. } => &[],
-        };
-        view.backends
-            .get(self.backend)
-            .filter(|_| !self.via_gateway())
-            .into_iter()
-            .flat_map(Backend::endpoints)
-            .filter(move |e| !e.addresses.iter().any(|a| shadowed.contains(a)))
-    }
-
-    /// The endpoints DNS may answer and traffic may use (`Endpoint::is_answerable`).
-    pub fn answerable<'v>(&'v self, view: &'v ServiceView) -> impl Iterator<Item = &'v Endpoint> {
-        let publish_not_ready = view
-            .backends
-            .get(self.backend)
-            .is_some_and(|b| b.publish_not_ready);
-        self.endpoints(view)
-            .filter(move |e| e.is_answerable(publish_not_ready))
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -158,6 +132,10 @@ pub struct Selection {
     pub filtered: Vec<Filtered>,
     /// How many tiers were merged into the next one for lack of healthy endpoints.
     pub spills: u32,
+    /// `(cluster, address)`, sorted: the addresses of endpoints left out of that cluster's
+    /// member because a member earlier in the decision answers them. Empty unless the
+    /// service has addresses that several clusters report.
+    pub shadowed: Vec<(usize, IpAddr)>,
 }
 
 impl TierReason {
@@ -201,6 +179,44 @@ impl Selection {
             .iter()
             .flat_map(|t| &t.members)
             .find(|m| m.cluster == cluster)
+    }
+
+    /// Every endpoint (ready or not) `member` stands for: none through a gateway, else its
+    /// backend's, minus the shadowed ones.
+    pub fn endpoints_of<'v>(
+        &'v self,
+        view: &'v ServiceView,
+        member: &Member,
+    ) -> impl Iterator<Item = &'v Endpoint> + 'v {
+        let cluster = member.cluster;
+        let start = self.shadowed.partition_point(|(c, _)| *c < cluster);
+        let end = self.shadowed.partition_point(|(c, _)| *c <= cluster);
+        let shadowed = &self.shadowed[start..end];
+        view.backends
+            .get(member.backend)
+            .filter(|_| !member.via_gateway())
+            .into_iter()
+            .flat_map(Backend::endpoints)
+            .filter(move |e| {
+                !e.addresses
+                    .iter()
+                    .any(|a| shadowed.iter().any(|(_, s)| s == a))
+            })
+    }
+
+    /// The endpoints of `member` DNS may answer and traffic may use
+    /// (`Endpoint::is_answerable`).
+    pub fn answerable_of<'v>(
+        &'v self,
+        view: &'v ServiceView,
+        member: &Member,
+    ) -> impl Iterator<Item = &'v Endpoint> + 'v {
+        let publish_not_ready = view
+            .backends
+            .get(member.backend)
+            .is_some_and(|b| b.publish_not_ready);
+        self.endpoints_of(view, member)
+            .filter(move |e| e.is_answerable(publish_not_ready))
     }
 
     /// Why `cluster` gets no traffic, if it does not.
@@ -311,9 +327,7 @@ pub fn select_for(
                 address: gw.address,
                 port: gw.port,
             },
-            _ => Target::Endpoints {
-                shadowed: Vec::new(),
-            },
+            _ => Target::Endpoints,
         };
         let member = Member {
             backend: i,
@@ -380,18 +394,14 @@ fn resolve_duplicates(
             let member = &mut placed[slot].1;
             let backend = &service.backends[member.backend];
             let cluster = member.cluster;
-            let shadowed = match &mut member.target {
-                Target::Gateway { address, port } => {
-                    if ready_pass
-                        && *gateways.entry((*address, *port)).or_insert(cluster) != cluster
-                    {
-                        lost_to[slot] = gateways.get(&(*address, *port)).copied();
-                        member.ready = 0;
-                    }
-                    continue;
+            if let Target::Gateway { address, port } = member.target {
+                let first = *gateways.entry((address, port)).or_insert(cluster);
+                if ready_pass && first != cluster {
+                    lost_to[slot] = Some(first);
+                    member.ready = 0;
                 }
-                Target::Endpoints { shadowed } => shadowed,
-            };
+                continue;
+            }
             for ep in backend.endpoints() {
                 if ep.is_answerable(backend.publish_not_ready) != ready_pass
                     || !ep.addresses.iter().any(|a| service.is_shared_address(a))
@@ -403,7 +413,8 @@ fn resolve_duplicates(
                     .iter()
                     .find_map(|a| owner.get(a).copied().filter(|&c| c != cluster));
                 if let Some(other) = taken {
-                    shadowed.extend(ep.addresses.iter().copied());
+                    let shadowed = ep.addresses.iter().map(|a| (cluster, *a));
+                    selection.shadowed.extend(shadowed);
                     if ready_pass {
                         member.ready -= 1;
                         lost_to[slot].get_or_insert(other);
@@ -412,9 +423,9 @@ fn resolve_duplicates(
                     owner.extend(ep.addresses.iter().map(|a| (*a, cluster)));
                 }
             }
-            shadowed.sort_unstable();
         }
     }
+    selection.shadowed.sort_unstable();
     let mut slot = 0;
     placed.retain_mut(|(_, member)| {
         let lost = lost_to[slot];
@@ -557,7 +568,7 @@ fn spill_into_tiers(
         });
         tier.reasons.push(reasons[run[0].0].clone());
         tier.ready += run.iter().map(|(_, m)| m.ready).sum::<u32>();
-        tier.members.extend(run.iter().map(|(_, m)| m.clone()));
+        tier.members.extend(run.iter().map(|(_, m)| *m));
         if tier.ready >= min_healthy || is_last {
             let mut tier = pending.take().expect("pending tier");
             tier.members

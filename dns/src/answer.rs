@@ -521,7 +521,7 @@ impl Answerer {
                     return Found::nodata();
                 };
                 Found::answers(
-                    member_addresses(view, member)
+                    member_addresses(view, &sel, member)
                         .filter_map(|ip| address_record(name, ttl, ip, qtype))
                         .collect(),
                 )
@@ -684,7 +684,7 @@ impl Answerer {
                     ));
                     continue;
                 }
-                for ep in member.answerable(view) {
+                for ep in sel.answerable_of(view, member) {
                     let target = child_name(
                         &[&endpoint_label(ep), cluster.spec.id.as_str()],
                         &service_name,
@@ -900,7 +900,7 @@ fn first_tier_addresses(
     tier.members
         .iter()
         .map(|member| {
-            let addrs: Vec<IpAddr> = member_addresses(view, member)
+            let addrs: Vec<IpAddr> = member_addresses(view, sel, member)
                 .filter(|ip| ip.is_ipv4() == want_v4)
                 .collect();
             (member.weight, addrs)
@@ -913,11 +913,12 @@ fn first_tier_addresses(
 /// its answerable endpoints.
 fn member_addresses<'v>(
     view: &'v ServiceView,
+    sel: &'v Selection,
     member: &'v Member,
 ) -> impl Iterator<Item = IpAddr> + 'v {
     let gateway = member.gateway().map(|(address, _)| address);
-    let endpoints = member
-        .answerable(view)
+    let endpoints = sel
+        .answerable_of(view, member)
         .flat_map(|e| e.addresses.iter().copied());
     gateway.into_iter().chain(endpoints)
 }

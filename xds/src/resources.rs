@@ -407,7 +407,7 @@ fn client_localities(
                 )),
                 None => localities.extend(cluster_localities(
                     cluster,
-                    member.endpoints(service),
+                    selection.endpoints_of(service, member),
                     service.backends[member.backend].publish_not_ready,
                     port,
                     member.weight,

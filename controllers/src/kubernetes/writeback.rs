@@ -226,7 +226,7 @@ fn derived_slices(
                 );
             continue;
         }
-        for ep in m.answerable(view) {
+        for ep in selection.answerable_of(view, m) {
             let ports: Vec<_> = view
                 .ports
                 .iter()

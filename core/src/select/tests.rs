@@ -558,7 +558,7 @@ fn answerable_addresses(view: &ServiceView, selection: &Selection) -> Vec<Vec<Ip
             let mut addrs: Vec<IpAddr> = t
                 .members
                 .iter()
-                .flat_map(|m| m.answerable(view))
+                .flat_map(|m| selection.answerable_of(view, m))
                 .flat_map(|e| e.addresses.iter().copied())
                 .collect();
             addrs.sort();
@@ -634,10 +634,15 @@ fn a_ready_endpoint_is_not_shadowed_by_a_not_ready_one() {
     let view = snap.service("shop", "web").unwrap();
     let sel = run(&snap, Some("a"), fleet.t0);
     let b = member(&snap, &sel, "b");
-    assert_eq!(b.answerable(view).count(), 1, "b's ready copy is kept");
+    assert_eq!(
+        sel.answerable_of(view, b).count(),
+        1,
+        "b's ready copy is kept"
+    );
     let a = member(&snap, &sel, "a");
     assert!(
-        a.endpoints(view).all(|e| !e.addresses.contains(&addr)),
+        sel.endpoints_of(view, a)
+            .all(|e| !e.addresses.contains(&addr)),
         "a's not-ready copy of the same address is left out"
     );
 }
