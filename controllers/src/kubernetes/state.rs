@@ -356,7 +356,7 @@ impl MemberState {
 }
 
 fn convert_slice(es: &EndpointSlice) -> convert::Result<meridian_core::Slice> {
-    let (_, slice, problems) = convert::slice(es)?;
+    let (_, slice, problems) = convert::slice(es, convert::Validation::Kubernetes)?;
     match problems.is_empty() {
         true => Ok(slice),
         // Bad endpoints are left out; the rest of the slice serves. The problem is reported
