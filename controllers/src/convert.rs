@@ -1,5 +1,8 @@
 //! kube → model conversion. Nothing past this module sees a Kubernetes type. Each function
-//! rejects only the object (or endpoint) that is wrong, with a reason.
+//! rejects only the object (or endpoint) that is wrong, with a reason that names the field.
+//!
+//! Names and addresses are checked as the API server checks them ([`crate::validate`]): a
+//! directory member's manifests never met one, and what they name ends up in DNS and xDS.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -14,6 +17,7 @@ use meridian_core as core;
 use meridian_core::{ClusterId, ClusterSpec, HealthTimings, Locality, ObjectKey};
 
 use crate::crd::{MemberCluster, ServiceImport, ServiceImportType, TaintEffectSpec};
+use crate::validate::{self, Invalid, Loopback, NameRule};
 
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -28,6 +32,27 @@ pub enum MemberSource {
     Kubernetes(KubeAccess),
     /// The member connects in.
     Agent,
+}
+
+/// Which of the API server's rules a conversion applies: where the object was read decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Validation {
+    /// An object a Kubernetes API served (its API server checked it already): every rule,
+    /// loopback endpoint addresses refused as that server refuses them.
+    Kubernetes,
+    /// A manifest of a directory member, which no API server has seen: every rule, except
+    /// that loopback endpoint addresses are served, because a fleet on one machine (the
+    /// quickstart, the tests) runs its backends on loopback.
+    Directory,
+}
+
+impl Validation {
+    fn loopback(self) -> Loopback {
+        match self {
+            Validation::Kubernetes => Loopback::Refused,
+            Validation::Directory => Loopback::Allowed,
+        }
+    }
 }
 
 /// How to reach a member's Kubernetes API.
@@ -75,6 +100,9 @@ pub enum Error {
         #[source]
         source: std::net::AddrParseError,
     },
+    /// A name (of the object, its namespace or a port) the API server would refuse.
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -87,6 +115,15 @@ pub(crate) fn key_of(meta: &ObjectMeta) -> Result<ObjectKey> {
         .ok_or(Error::NameRequired)?;
     let ns = meta.namespace.as_deref().unwrap_or("default");
     Ok(ObjectKey::new(ns, name))
+}
+
+/// The key of an object whose name must follow `rule` and whose namespace, as every
+/// namespace, must be a DNS-1123 label (`ValidateNamespaceName`).
+fn checked_key(meta: &ObjectMeta, rule: NameRule) -> Result<ObjectKey> {
+    let key = key_of(meta)?;
+    validate::name(rule, "metadata.name", &key.name)?;
+    validate::name(NameRule::Dns1123Label, "metadata.namespace", &key.namespace)?;
+    Ok(key)
 }
 
 pub(crate) fn taint_effect(e: TaintEffectSpec) -> core::TaintEffect {
@@ -119,22 +156,13 @@ fn port_number(n: i32) -> Result<u16> {
         .ok_or(Error::PortOutOfRange(n))
 }
 
+/// Converts a Service: its name must be a DNS-1035 label (`ValidateServiceName`), its port
+/// names DNS-1123 labels, unique, and given whenever there is more than one port
+/// (`validateServicePort`).
 pub fn service(svc: &Service) -> Result<(ObjectKey, core::Service)> {
-    let key = key_of(&svc.metadata)?;
+    let key = checked_key(&svc.metadata, NameRule::Dns1035Label)?;
     let spec = svc.spec.clone().unwrap_or_default();
-    let ports = spec
-        .ports
-        .unwrap_or_default()
-        .iter()
-        .map(|p| {
-            Ok(core::Port {
-                name: p.name.clone().filter(|n| !n.is_empty()),
-                port: port_number(p.port)?,
-                protocol: protocol(p.protocol.as_deref())?,
-                app_protocol: p.app_protocol.clone(),
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let ports = service_ports(spec.ports.as_deref().unwrap_or_default())?;
     let cluster_ips = spec
         .cluster_ips
         .clone()
@@ -155,16 +183,63 @@ pub fn service(svc: &Service) -> Result<(ObjectKey, core::Service)> {
     ))
 }
 
-/// Converts a slice; endpoints with invalid addresses are left out and reported (the reasons
-/// are returned beside the slice: it still serves).
-pub fn slice(es: &EndpointSlice) -> Result<(ObjectKey, core::Slice, Vec<String>)> {
-    let key = key_of(&es.metadata)?;
+fn service_ports(ports: &[k8s_openapi::api::core::v1::ServicePort]) -> Result<Vec<core::Port>> {
+    let mut names = std::collections::BTreeSet::new();
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let name = p.name.clone().filter(|n| !n.is_empty());
+            let field = format!("spec.ports[{i}].name");
+            match &name {
+                None if ports.len() > 1 => Err(Invalid::required(
+                    field,
+                    "is required when a Service has more than one port",
+                ))?,
+                None => {}
+                Some(n) => {
+                    validate::name(NameRule::Dns1123Label, &field, n)?;
+                    if !names.insert(n.clone()) {
+                        Err(Invalid::new(
+                            field,
+                            n,
+                            "is a duplicate (port names must be unique)",
+                        ))?;
+                    }
+                }
+            }
+            Ok(core::Port {
+                name,
+                port: port_number(p.port)?,
+                protocol: protocol(p.protocol.as_deref())?,
+                app_protocol: p.app_protocol.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Converts a slice: its name must be a DNS-1123 subdomain (`ValidateEndpointSliceName`), its
+/// `kubernetes.io/service-name` label a Service name, its port names DNS-1123 labels and
+/// unique. An endpoint the API server would refuse (no address, an address that is not one
+/// of the slice's family or that [`validate::endpoint_ip`] refuses, a hostname that is not a
+/// DNS-1123 label) is left out and reported: the reasons are returned beside the slice, which
+/// still serves.
+pub fn slice(
+    es: &EndpointSlice,
+    validation: Validation,
+) -> Result<(ObjectKey, core::Slice, Vec<String>)> {
+    let key = checked_key(&es.metadata, NameRule::Dns1123Subdomain)?;
     let service = es
         .metadata
         .labels
         .as_ref()
         .and_then(|l| l.get(SERVICE_NAME_LABEL))
         .ok_or(Error::ServiceNameLabelRequired)?;
+    validate::name(
+        NameRule::Dns1035Label,
+        &format!("metadata.labels[{SERVICE_NAME_LABEL}]"),
+        service,
+    )?;
     let family = match es.address_type.as_str() {
         "IPv4" => Some(false),
         "IPv6" => Some(true),
@@ -174,47 +249,15 @@ pub fn slice(es: &EndpointSlice) -> Result<(ObjectKey, core::Slice, Vec<String>)
     let Some(v6) = family else {
         return Err(Error::FqdnSlice);
     };
-    let ports: Arc<[core::Port]> = es
-        .ports
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|p| {
-            Some(core::Port {
-                name: p.name.clone().filter(|n| !n.is_empty()),
-                port: u16::try_from(p.port?).ok()?,
-                protocol: protocol(p.protocol.as_deref()).ok()?,
-                app_protocol: p.app_protocol.clone(),
-            })
-        })
-        .collect();
+    let ports = slice_ports(es.ports.as_deref().unwrap_or_default())?;
     let mut problems = Vec::new();
     let mut endpoints = Vec::new();
     for (i, ep) in es.endpoints.iter().enumerate() {
-        let parsed: Result<Vec<IpAddr>, String> = ep
-            .addresses
-            .iter()
-            .map(|a| {
-                let ip: IpAddr = a
-                    .parse()
-                    .map_err(|_| format!("{a:?} is not an IP address"))?;
-                if ip.is_ipv6() != v6 {
-                    return Err(format!(
-                        "{a} does not match addressType {}",
-                        es.address_type
-                    ));
-                }
-                Ok(ip)
-            })
-            .collect();
-        let addresses = match parsed {
-            Ok(a) if a.is_empty() => {
-                problems.push(format!("endpoint {i}: no addresses"));
-                continue;
-            }
+        let addresses = match endpoint_checked(i, ep, v6, &es.address_type, validation) {
             Ok(a) => a,
-            Err(e) => {
-                problems.push(format!("endpoint {i}: {e}; endpoint left out"));
+            Err(why) => {
+                let why: Vec<String> = why.iter().map(Invalid::to_string).collect();
+                problems.push(format!("{}; endpoint left out", why.join("; ")));
                 continue;
             }
         };
@@ -240,10 +283,110 @@ pub fn slice(es: &EndpointSlice) -> Result<(ObjectKey, core::Slice, Vec<String>)
     ))
 }
 
-/// A ServiceExport's metadata is all it says (its spec is empty).
+/// A slice's ports: names are DNS-1123 labels and unique (the empty name counts once, as
+/// upstream's `validatePorts` counts it); a port without a number, out of range or with an
+/// unknown protocol is left out, as before.
+fn slice_ports(
+    ports: &[k8s_openapi::api::discovery::v1::EndpointPort],
+) -> Result<Arc<[core::Port]>> {
+    let mut names = std::collections::BTreeSet::new();
+    for (i, p) in ports.iter().enumerate() {
+        let name = p.name.as_deref().unwrap_or_default();
+        let field = format!("ports[{i}].name");
+        if !name.is_empty() {
+            validate::name(NameRule::Dns1123Label, &field, name)?;
+        }
+        if !names.insert(name) {
+            Err(Invalid::new(
+                field,
+                name,
+                "is a duplicate (port names must be unique)",
+            ))?;
+        }
+    }
+    Ok(ports
+        .iter()
+        .filter_map(|p| {
+            Some(core::Port {
+                name: p.name.clone().filter(|n| !n.is_empty()),
+                port: u16::try_from(p.port?).ok()?,
+                protocol: protocol(p.protocol.as_deref()).ok()?,
+                app_protocol: p.app_protocol.clone(),
+            })
+        })
+        .collect())
+}
+
+/// One endpoint's addresses, or every reason the endpoint is refused.
+fn endpoint_checked(
+    i: usize,
+    ep: &k8s_openapi::api::discovery::v1::Endpoint,
+    v6: bool,
+    address_type: &str,
+    validation: Validation,
+) -> Result<Vec<IpAddr>, Vec<Invalid>> {
+    let mut why = Vec::new();
+    if ep.addresses.is_empty() {
+        why.push(Invalid::required(
+            format!("endpoints[{i}].addresses"),
+            "must contain at least 1 address",
+        ));
+    }
+    let mut addresses = Vec::with_capacity(ep.addresses.len());
+    for (j, a) in ep.addresses.iter().enumerate() {
+        let field = format!("endpoints[{i}].addresses[{j}]");
+        match endpoint_address(a, v6, address_type, validation) {
+            Ok(ip) => addresses.push(ip),
+            Err((value, reason)) => why.push(Invalid {
+                field,
+                value,
+                why: reason,
+            }),
+        }
+    }
+    if let Some(h) = &ep.hostname
+        && let Err(e) = validate::name(
+            NameRule::Dns1123Label,
+            &format!("endpoints[{i}].hostname"),
+            h,
+        )
+    {
+        why.push(e);
+    }
+    match why.is_empty() {
+        true => Ok(addresses),
+        false => Err(why),
+    }
+}
+
+/// One address of a slice: an IP of the slice's family that may be an endpoint; else the
+/// value as shown and why.
+fn endpoint_address(
+    a: &str,
+    v6: bool,
+    address_type: &str,
+    validation: Validation,
+) -> Result<IpAddr, (String, String)> {
+    let ip: IpAddr = a
+        .parse()
+        .map_err(|_| (validate::show(a), "is not an IP address".to_owned()))?;
+    if ip.is_ipv6() != v6 {
+        return Err((
+            ip.to_string(),
+            format!("does not match addressType {address_type}"),
+        ));
+    }
+    match validate::endpoint_ip(ip, validation.loopback()) {
+        why if why.is_empty() => Ok(ip),
+        why => Err((ip.to_string(), why.join("; "))),
+    }
+}
+
+/// A ServiceExport's metadata is all it says (its spec is empty). Its name must be that of a
+/// Service (a DNS-1035 label): anything else could never export one.
 pub fn export(meta: &ObjectMeta) -> Result<(ObjectKey, core::Export)> {
     Ok((
-        key_of(meta)?,
+        checked_key(meta, NameRule::Dns1035Label)?,
         core::Export {
             created: created_secs(meta),
             labels: meta.labels.clone().unwrap_or_default(),
@@ -251,7 +394,9 @@ pub fn export(meta: &ObjectMeta) -> Result<(ObjectKey, core::Export)> {
     ))
 }
 
+/// A ServiceImport, named after the Service it imports (a DNS-1035 label, as an export).
 pub fn import(si: &ServiceImport) -> Result<(ObjectKey, core::Import)> {
+    let key = checked_key(&si.metadata, NameRule::Dns1035Label)?;
     let ips = si
         .spec
         .ips
@@ -264,7 +409,7 @@ pub fn import(si: &ServiceImport) -> Result<(ObjectKey, core::Import)> {
         })
         .collect::<Result<Vec<IpAddr>>>()?;
     Ok((
-        key_of(&si.metadata)?,
+        key,
         core::Import {
             ips,
             headless: si.spec.type_ == ServiceImportType::Headless,
@@ -440,12 +585,7 @@ fn normalize(path: &Path) -> PathBuf {
 
 /// RFC 1123 label: what Kubernetes requires of names that appear in DNS.
 pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+    NameRule::Dns1123Label.check(s).is_empty()
 }
 
 #[cfg(test)]

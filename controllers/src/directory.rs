@@ -23,7 +23,7 @@ use tokio::sync::{Notify, mpsc};
 use tracing::{debug, info, warn};
 
 use crate::SourceEvent;
-use crate::convert::{self, MemberSource};
+use crate::convert::{self, MemberSource, Validation};
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
 use crate::manifest::{self, Loaded, Manifest};
 use crate::members::{MemberTasks, Sources};
@@ -183,7 +183,7 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> (ClusterObjects, V
                 Ok(v) => objects.services.push(v),
                 Err(e) => errors.push(err(named("Service", &s.metadata), e.to_string())),
             },
-            Manifest::EndpointSlice(es) => match convert::slice(&es) {
+            Manifest::EndpointSlice(es) => match convert::slice(&es, Validation::Directory) {
                 Ok((key, slice, problems)) => {
                     errors.extend(
                         problems

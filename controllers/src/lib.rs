@@ -4,7 +4,8 @@
 //!  in:  hub dir / hub API ──► directory::run_hub | kubernetes::hub::run ──► SourceEvent::Members
 //!                                 └─ members::MemberTasks: one source task per member
 //!       member dir ──► directory::run_member ──┐  crd + k8s-openapi types ──► convert::*
-//!       member API ──► kubernetes::member::run ┘  (per object; model types only from here on)
+//!       member API ──► kubernetes::member::run ┘  (per object; model types only from here on;
+//!                                                   names and addresses checked by validate::*)
 //!                                                   ──► SourceEvent (mpsc) ──► the one writer
 //!                                                       (meridian_core::fleet::Fleet)
 //!  out: Snapshot (watch) ──► kubernetes::status::run     MemberCluster status on the hub
@@ -24,6 +25,7 @@ pub mod kubernetes;
 pub mod manifest;
 pub mod members;
 pub mod policy;
+pub mod validate;
 
 pub use manifest::ManifestError;
 /// What sources tell the wiring: the fleet's events, under the name the sources know them by.

@@ -148,7 +148,8 @@ pub enum MemberEvent {
 pub struct MemberState {
     cluster: ClusterId,
     services: Table<meridian_core::Service>,
-    slices: Table<meridian_core::Slice>,
+    /// Each slice with the endpoints it left out (their reasons), reported as problems.
+    slices: Table<(meridian_core::Slice, Vec<String>)>,
     exports: Table<meridian_core::Export>,
     imports: Table<meridian_core::Import>,
     nodes: Table<NodeFacts>,
@@ -218,7 +219,7 @@ impl MemberState {
             }
             MemberEvent::Slice(e) => {
                 let a = self.slices.apply(e, |s| &s.metadata, convert_slice);
-                record(a, Kind::Slice, Object::Slice, &mut out);
+                record(a, Kind::Slice, |k, (s, _)| Object::Slice(k, s), &mut out);
             }
             MemberEvent::Export(e) => {
                 let a = self.exports.apply(
@@ -250,6 +251,12 @@ impl MemberState {
     fn problem_count(&self) -> usize {
         self.services.problems.len()
             + self.slices.problems.len()
+            + self
+                .slices
+                .live
+                .values()
+                .map(|(_, p)| p.len())
+                .sum::<usize>()
             + self.exports.problems.len()
             + self.imports.problems.len()
     }
@@ -290,7 +297,12 @@ impl MemberState {
         ClusterObjects {
             services: list(&self.services),
             exports: list(&self.exports),
-            slices: list(&self.slices),
+            slices: self
+                .slices
+                .live
+                .iter()
+                .map(|(k, (s, _))| (k.clone(), s.clone()))
+                .collect(),
             imports: list(&self.imports),
         }
     }
@@ -311,6 +323,15 @@ impl MemberState {
         };
         let mut out = named("Service", &self.services.problems);
         out.extend(named("EndpointSlice", &self.slices.problems));
+        for (key, (_, left_out)) in &self.slices.live {
+            out.extend(left_out.iter().map(|reason| {
+                Problem::in_api(
+                    origin.clone(),
+                    ObjectRef::namespaced("EndpointSlice", key),
+                    reason.clone(),
+                )
+            }));
+        }
         out.extend(named("ServiceExport", &self.exports.problems));
         out.extend(named("ServiceImport", &self.imports.problems));
         out
@@ -355,17 +376,14 @@ impl MemberState {
     }
 }
 
-fn convert_slice(es: &EndpointSlice) -> convert::Result<meridian_core::Slice> {
-    let (_, slice, problems) = convert::slice(es)?;
-    match problems.is_empty() {
-        true => Ok(slice),
-        // Bad endpoints are left out; the rest of the slice serves. The problem is reported
-        // through the service's log line rather than rejecting the slice.
-        false => {
-            tracing::warn!(slice = ?es.metadata.name, problems = ?problems, "endpoints left out");
-            Ok(slice)
-        }
+/// A slice and the endpoints it left out: the rest of the slice serves, and each endpoint
+/// left out is a problem of the slice's (as in a directory member).
+fn convert_slice(es: &EndpointSlice) -> convert::Result<(meridian_core::Slice, Vec<String>)> {
+    let (_, slice, problems) = convert::slice(es, convert::Validation::Kubernetes)?;
+    if !problems.is_empty() {
+        tracing::warn!(slice = ?es.metadata.name, problems = ?problems, "endpoints left out");
     }
+    Ok((slice, problems))
 }
 
 fn node_facts(n: &Node) -> NodeFacts {

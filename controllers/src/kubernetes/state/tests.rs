@@ -245,6 +245,55 @@ fn a_bad_object_is_a_problem_that_goes_when_it_is_fixed() {
 }
 
 #[test]
+fn an_endpoint_the_api_server_would_refuse_is_a_problem_and_the_rest_serves() {
+    // Loopback is refused from a Kubernetes API (only directory members may use it), and so
+    // is what meridian refuses beyond the API server (broadcast).
+    let mut s = listed(
+        vec![service("pay", 80)],
+        vec![slice(
+            "pay-1",
+            "pay",
+            &["10.0.0.1", "127.0.0.1", "255.255.255.255"],
+        )],
+        vec![export("pay")],
+    );
+    match s.take_event() {
+        Some(SourceEvent::Reset {
+            objects, problems, ..
+        }) => {
+            let (_, served) = &objects.slices[0];
+            let addresses: Vec<String> = served
+                .endpoints
+                .iter()
+                .map(|e| e.addresses[0].to_string())
+                .collect();
+            assert_eq!(addresses, ["10.0.0.1"]);
+            let reasons: Vec<&str> = problems.iter().map(|p| p.reason.as_str()).collect();
+            assert_eq!(problems.len(), 2, "{reasons:?}");
+            assert_eq!(problems[0].location(), "m1 API: EndpointSlice shop/pay-1");
+            assert!(
+                reasons[0].starts_with(
+                    "endpoints[1].addresses[0]: 127.0.0.1 may not be in the loopback range"
+                ),
+                "{}",
+                reasons[0]
+            );
+            assert!(reasons[1].contains("broadcast"), "{}", reasons[1]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Fixed: the problems go with the next batch.
+    s.apply(MemberEvent::Slice(Event::Apply(slice(
+        "pay-1",
+        "pay",
+        &["10.0.0.1"],
+    ))));
+    let (c, problems) = changes(s.take_event());
+    assert_eq!(c.len(), 1);
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+#[test]
 fn node_capacity_is_summed_as_quantities() {
     let mut s = MemberState::new(ClusterId::new("m1"));
     s.apply(MemberEvent::Node(Event::Init));

@@ -36,7 +36,7 @@ fn objects(services: &[(&str, bool, u16, Vec<&str>)]) -> ClusterObjects {
             "ports": [{"name": "http", "port": 8080}]
         }))
         .unwrap();
-        let (key, slice, _) = convert::slice(&es).unwrap();
+        let (key, slice, _) = convert::slice(&es, convert::Validation::Kubernetes).unwrap();
         o.slices.push((key, slice));
         let meta = serde_json::from_value(json!({"name": name, "namespace": "shop"})).unwrap();
         o.exports.push(convert::export(&meta).unwrap());
