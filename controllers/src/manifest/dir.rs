@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use meridian_core::Subject;
+use tracing::debug;
 
 use super::file::{self, ReadError};
 use super::settle::{Look, Stamp, Summary, Track};
@@ -48,7 +49,14 @@ impl DirReader {
     /// Looks at every file under `dir`, reads those that changed, and returns what the
     /// directory serves. Fails only when a directory itself cannot be listed.
     pub fn read(&mut self, dir: &Path, now: Instant) -> Result<DirRead> {
-        let paths = list(dir)?;
+        let paths = match list(dir) {
+            Ok(paths) => paths,
+            Err(e) => {
+                // Back again, the directory is served in full (the fleet relists it in one step).
+                self.last = None;
+                return Err(e);
+            }
+        };
         self.files.retain(|p, _| paths.binary_search(p).is_ok());
         let mut again_in: Option<Duration> = None;
         let mut wake = |d: Duration| again_in = Some(again_in.map_or(d, |a| a.min(d)));
@@ -120,6 +128,9 @@ fn look_and_read(
         problems: loaded.errors.len() + loaded.warnings.len(),
     };
     track.offer(stamp, loaded, summary, now, limits.grace);
+    if track.holding() {
+        debug!(file = %path.display(), "the file reads half-written; its last good content keeps serving for the grace");
+    }
     track.expire(now, limits.grace)
 }
 
