@@ -76,7 +76,7 @@ impl ReadFrom {
 /// Reads the MemberClusters and ClusterSchedulingPolicies of a hub directory (once, as
 /// `meridian validate` does).
 pub fn read_hub(dir: &Path) -> manifest::Result<Hub> {
-    Ok(hub_from(dir, manifest::load_dir(dir)?))
+    Ok(hub_objects(dir, manifest::load_dir(dir)?))
 }
 
 /// Why `dir` cannot be a hub directory, if it cannot: `does not exist`, `is not a directory`.
@@ -90,7 +90,7 @@ pub fn not_a_directory(dir: &Path) -> Option<String> {
 }
 
 /// The hub objects of what a hub directory held.
-fn hub_from(dir: &Path, loaded: Loaded) -> Hub {
+pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
     let on_hub = |e: manifest::ManifestError| e.into_problem(Origin::Hub);
     let mut hub = Hub {
         errors: loaded.errors.into_iter().map(on_hub).collect(),
@@ -455,7 +455,10 @@ pub async fn run_hub(dir: PathBuf, sources: Sources) {
             Outcome::Read(Ok(read)) => {
                 again_in = read.again_in;
                 if read.changed {
-                    let hub = keep_last_valid_policies(hub_from(&dir, read.loaded), &mut served_policies);
+                    let hub = keep_last_valid_policies(
+                        hub_objects(&dir, read.loaded),
+                        &mut served_policies,
+                    );
                     if !send_hub(&tx, &mut tasks, hub).await {
                         break;
                     }

@@ -17,9 +17,18 @@ use super::{Error, Limits, Loaded, ManifestError, Result, parse_str_within};
 #[derive(Debug)]
 pub struct DirReader {
     limits: Limits,
-    files: BTreeMap<PathBuf, Track<Loaded>>,
+    files: BTreeMap<PathBuf, Track<FileRead>>,
     /// The versions the previous read served, to tell the source whether anything changed.
     last: Option<Vec<(PathBuf, u64)>>,
+}
+
+/// What one file served.
+#[derive(Debug, Default)]
+struct FileRead {
+    loaded: Loaded,
+    /// The bytes actually read (0 for a file skipped or refused): what counts against the
+    /// directory's byte limit.
+    bytes: u64,
 }
 
 /// One read of a directory.
@@ -66,7 +75,7 @@ impl DirReader {
             if let Some(d) = look_and_read(&self.limits, &path, track, used, now) {
                 wake(d);
             }
-            used += track.served_len();
+            used += track.served().map_or(0, |f| f.bytes);
         }
         let versions: Vec<(PathBuf, u64)> = self
             .files
@@ -77,7 +86,12 @@ impl DirReader {
         self.last = Some(versions);
         let mut loaded = Loaded::default();
         if changed {
-            for served in self.files.values().filter_map(Track::served) {
+            for served in self
+                .files
+                .values()
+                .filter_map(Track::served)
+                .map(|f| &f.loaded)
+            {
                 loaded.manifests.extend(served.manifests.iter().cloned());
                 loaded.errors.extend(served.errors.iter().cloned());
                 loaded.warnings.extend(served.warnings.iter().cloned());
@@ -96,7 +110,7 @@ impl DirReader {
 fn look_and_read(
     limits: &Limits,
     path: &Path,
-    track: &mut Track<Loaded>,
+    track: &mut Track<FileRead>,
     used: u64,
     now: Instant,
 ) -> Option<Duration> {
@@ -115,19 +129,23 @@ fn look_and_read(
         Look::Wait(d) => return Some(expires.map_or(d, |e| e.min(d))),
         Look::Read => {}
     }
-    let loaded = match read_file(limits, path, meta.as_ref(), stamp, used) {
-        Ok(loaded) => loaded,
+    let read = match read_file(limits, path, meta.as_ref(), stamp, used) {
+        Ok(read) => read,
         Err(ReadError::Moved(now_stamp)) => {
             track.moved(now_stamp, now);
             return Some(limits.settle);
         }
-        Err(e) => failed(path, &e),
+        Err(e) => FileRead {
+            loaded: one_error(path, crate::reason_of(&e)),
+            bytes: 0,
+        },
     };
+    let loaded = &read.loaded;
     let summary = Summary {
         objects: loaded.manifests.len(),
         problems: loaded.errors.len() + loaded.warnings.len(),
     };
-    track.offer(stamp, loaded, summary, now, limits.grace);
+    track.offer(stamp, read, summary, now, limits.grace);
     if track.holding() {
         debug!(file = %path.display(), "the file reads half-written; its last good content keeps serving for the grace");
     }
@@ -142,7 +160,7 @@ fn read_file(
     meta: Option<&std::fs::Metadata>,
     stamp: Stamp,
     used: u64,
-) -> std::result::Result<Loaded, ReadError> {
+) -> std::result::Result<FileRead, ReadError> {
     let meta = meta.ok_or_else(|| {
         ReadError::Io(
             std::fs::metadata(path)
@@ -159,25 +177,28 @@ fn read_file(
         });
     }
     if used + stamp.len > limits.max_member_bytes {
-        return Ok(one_error(
-            path,
-            format!(
-                "the directory's files exceed {} bytes together (directory.maxMemberBytes); skipped",
-                limits.max_member_bytes
+        return Ok(FileRead {
+            bytes: 0,
+            loaded: one_error(
+                path,
+                format!(
+                    "the directory's files exceed {} bytes together (directory.maxMemberBytes); skipped",
+                    limits.max_member_bytes
+                ),
             ),
-        ));
+        });
     }
     let bytes = file::read(path, stamp, limits.max_file_bytes, limits.read_timeout)?;
+    let read = bytes.len() as u64;
     let mut loaded = Loaded::default();
     match String::from_utf8(bytes) {
         Ok(text) => parse_str_within(path, &text, limits.max_depth, &mut loaded),
         Err(e) => loaded = one_error(path, format!("is not UTF-8 text: {}", e.utf8_error())),
     }
-    Ok(loaded)
-}
-
-fn failed(path: &Path, e: &ReadError) -> Loaded {
-    one_error(path, crate::reason_of(e))
+    Ok(FileRead {
+        loaded,
+        bytes: read,
+    })
 }
 
 fn one_error(path: &Path, reason: String) -> Loaded {

@@ -175,11 +175,6 @@ impl<T> Track<T> {
         self.served.as_ref().map(|v| &v.value)
     }
 
-    /// The size of what is served (what counts against a directory's byte limit).
-    pub(crate) fn served_len(&self) -> u64 {
-        self.served.as_ref().map_or(0, |v| v.stamp.len)
-    }
-
     /// Whether a read is held back (the file is being written, or broken within its grace).
     pub(crate) fn holding(&self) -> bool {
         self.held.is_some()

@@ -204,6 +204,9 @@ fn the_directory_limit_skips_the_files_past_it() {
     for name in ["a.yaml", "b.yaml", "c.yaml"] {
         std::fs::write(dir.path().join(name), SERVICE).unwrap();
     }
+    // A file refused for its size reads nothing, so it takes nothing from the others.
+    let big = std::fs::File::create(dir.path().join("0-big.yaml")).unwrap();
+    big.set_len(Limits::DEFAULT_MAX_FILE_BYTES + 1).unwrap();
     let limits = Limits {
         max_member_bytes: 2 * SERVICE.len() as u64,
         ..Limits::default().once()
@@ -212,10 +215,11 @@ fn the_directory_limit_skips_the_files_past_it() {
         .read(dir.path(), std::time::Instant::now())
         .unwrap();
     assert_eq!(read.loaded.manifests.len(), 2);
-    assert_eq!(read.loaded.errors.len(), 1);
-    assert!(read.loaded.errors[0].file.ends_with("c.yaml"));
+    assert_eq!(read.loaded.errors.len(), 2);
+    assert!(read.loaded.errors[0].file.ends_with("0-big.yaml"));
+    assert!(read.loaded.errors[1].file.ends_with("c.yaml"));
     assert!(
-        read.loaded.errors[0]
+        read.loaded.errors[1]
             .reason
             .contains("directory.maxMemberBytes")
     );
