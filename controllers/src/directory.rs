@@ -533,6 +533,7 @@ fn member_events(
     read: manifest::Result<DirRead>,
 ) -> Vec<SourceEvent> {
     let read = match read {
+        Ok(read) if read.first_read_pending => return vec![],
         Ok(read) => read,
         Err(e) => return vec![missing(cluster, dir, &e)],
     };

@@ -40,6 +40,10 @@ pub struct DirRead {
     pub changed: bool,
     /// Some file is being written (or broken within its grace): read again after this long.
     pub again_in: Option<Duration>,
+    /// Nothing was served yet and some file is still settling (a fleet copied just before
+    /// start-up): the first read is not complete, so the source sends nothing yet rather than
+    /// a directory without those files.
+    pub first_read_pending: bool,
 }
 
 impl DirReader {
@@ -77,6 +81,13 @@ impl DirReader {
             }
             used += track.served().map_or(0, |f| f.bytes);
         }
+        if self.last.is_none() && self.files.values().any(|t| t.served().is_none()) {
+            return Ok(DirRead {
+                first_read_pending: true,
+                again_in,
+                ..DirRead::default()
+            });
+        }
         let versions: Vec<(PathBuf, u64)> = self
             .files
             .iter()
@@ -101,6 +112,7 @@ impl DirReader {
             loaded,
             changed,
             again_in,
+            first_read_pending: false,
         })
     }
 }

@@ -250,7 +250,7 @@ mod tests {
         );
         // Grew since: the wait starts again.
         assert_eq!(
-            t.look(stamp(9, 40), 0 * MS, c.t(40), SETTLE),
+            t.look(stamp(9, 40), Duration::ZERO, c.t(40), SETTLE),
             Look::Wait(100 * MS)
         );
         // Unchanged 60 ms later: not yet.

@@ -253,3 +253,21 @@ fn a_rewrite_in_progress_keeps_serving_the_last_good_content() {
     );
     assert!(later.loaded.manifests.is_empty() && !later.loaded.errors.is_empty());
 }
+
+#[test]
+fn a_directory_written_just_now_is_served_whole_once_it_settled() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.yaml"), SERVICE).unwrap();
+    let mut reader = DirReader::new(Limits::default());
+    let t0 = std::time::Instant::now();
+    let first = reader.read(dir.path(), t0).unwrap();
+    assert!(
+        first.first_read_pending && !first.changed,
+        "not a directory without a.yaml"
+    );
+    let settled = reader
+        .read(dir.path(), t0 + Limits::DEFAULT_SETTLE)
+        .unwrap();
+    assert!(settled.changed && !settled.first_read_pending);
+    assert_eq!(settled.loaded.manifests.len(), 1);
+}
