@@ -321,7 +321,10 @@ fn resolve_directory(file: &DirectorySection, args: &ServeArgs) -> Result<Limits
     let flags = &args.directory;
     let d = Limits::default();
     let limits = Limits {
-        max_file_bytes: flags.max_file_bytes.or(file.max_file_bytes).unwrap_or(d.max_file_bytes),
+        max_file_bytes: flags
+            .max_file_bytes
+            .or(file.max_file_bytes)
+            .unwrap_or(d.max_file_bytes),
         max_member_bytes: flags
             .max_member_bytes
             .or(file.max_member_bytes)
