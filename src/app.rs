@@ -45,6 +45,7 @@ impl App {
         let mut tasks = vec![tokio::spawn(store.run(events_rx))];
         let sources = Sources {
             watch_timeout: WatchTimeout(cfg.watch_timeout_seconds),
+            limits: cfg.directory.clone(),
             ..Sources::new(events_tx)
         };
         let (sources, leadership) = start_hub(&cfg, sources, &snapshots, &mut tasks).await?;
@@ -118,8 +119,8 @@ async fn start_hub(
 ) -> Result<(Sources, Leadership)> {
     match &cfg.hub {
         Hub::Directory(dir) => {
-            if !dir.is_dir() {
-                bail!("hub directory {} does not exist", dir.display());
+            if let Some(why) = directory::not_a_directory(dir) {
+                bail!("hub directory {} {why}", dir.display());
             }
             tasks.push(tokio::spawn(directory::run_hub(
                 dir.clone(),

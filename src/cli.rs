@@ -61,6 +61,8 @@ pub struct ServeArgs {
     pub dns: DnsArgs,
     #[command(flatten)]
     pub xds: XdsArgs,
+    #[command(flatten)]
+    pub directory: DirectoryArgs,
     /// Seconds DNS waits (answering SERVFAIL) for members that have neither synced nor failed
     /// before it answers without them (default 30, at most 3600).
     #[arg(long = "sync-deadline-seconds", env = "MERIDIAN_SYNC_DEADLINE_SECONDS")]
@@ -261,4 +263,42 @@ impl ServeArgs {
         let command = <Self as Args>::augment_args(clap::Command::new("serve"));
         <Self as clap::FromArgMatches>::from_arg_matches(&command.try_get_matches_from(args)?)
     }
+}
+
+/// Bounds of the directory sources (the hub directory and directory members).
+#[derive(Debug, Default, Args)]
+pub struct DirectoryArgs {
+    /// Largest manifest file read, in bytes (default 16 MiB); larger files are skipped.
+    #[arg(
+        long = "directory-max-file-bytes",
+        env = "MERIDIAN_DIRECTORY_MAX_FILE_BYTES"
+    )]
+    pub max_file_bytes: Option<u64>,
+    /// Most bytes read from one directory, all files together (default 64 MiB).
+    #[arg(
+        long = "directory-max-member-bytes",
+        env = "MERIDIAN_DIRECTORY_MAX_MEMBER_BYTES"
+    )]
+    pub max_member_bytes: Option<u64>,
+    /// Deepest nesting a YAML document may have (default 64).
+    #[arg(long = "directory-max-depth", env = "MERIDIAN_DIRECTORY_MAX_DEPTH")]
+    pub max_depth: Option<usize>,
+    /// Seconds reading one file may take before it is abandoned (default 5).
+    #[arg(
+        long = "directory-read-timeout-seconds",
+        env = "MERIDIAN_DIRECTORY_READ_TIMEOUT_SECONDS"
+    )]
+    pub read_timeout_seconds: Option<u64>,
+    /// Milliseconds a file must stay unchanged before it is read (default 100).
+    #[arg(
+        long = "directory-settle-milliseconds",
+        env = "MERIDIAN_DIRECTORY_SETTLE_MILLISECONDS"
+    )]
+    pub settle_milliseconds: Option<u64>,
+    /// Seconds a file that was good and now reads broken keeps its last good content (default 5).
+    #[arg(
+        long = "directory-grace-seconds",
+        env = "MERIDIAN_DIRECTORY_GRACE_SECONDS"
+    )]
+    pub grace_seconds: Option<u64>,
 }

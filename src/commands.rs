@@ -137,7 +137,7 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
         let MemberSource::Directory(dir) = &member.source else {
             continue;
         };
-        for event in directory::read_member(&member.spec.id, dir) {
+        for event in directory::read_member(&member.spec.id, dir, &cfg.directory) {
             if let SourceEvent::Heartbeat {
                 result: Err(reason),
                 ..

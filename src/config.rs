@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use ipnet::IpNet;
+use meridian_controllers::manifest::Limits;
 use meridian_dns::{DnsConfig, Style, ZoneConfig};
 use meridian_xds::{TlsFiles, XdsConfig};
 use serde::Deserialize;
@@ -28,6 +29,8 @@ pub struct File {
     pub leader_election: LeaderSection,
     #[serde(default)]
     pub kubernetes: KubernetesSection,
+    #[serde(default)]
+    pub directory: DirectorySection,
     /// How long readiness waits for members that have neither synced nor failed.
     pub sync_deadline_seconds: Option<u64>,
 }
@@ -36,6 +39,18 @@ pub struct File {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubernetesSection {
     pub watch_timeout_seconds: Option<u32>,
+}
+
+/// Bounds of the directory sources (`meridian_controllers::manifest::Limits`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DirectorySection {
+    pub max_file_bytes: Option<u64>,
+    pub max_member_bytes: Option<u64>,
+    pub max_depth: Option<usize>,
+    pub read_timeout_seconds: Option<u64>,
+    pub settle_milliseconds: Option<u64>,
+    pub grace_seconds: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -163,6 +178,8 @@ pub struct Config {
     /// DNS answers (instead of SERVFAIL) after this long even if some member has neither
     /// synced nor failed yet, so one silent member cannot hold the fleet back.
     pub sync_deadline: Duration,
+    /// Bounds of the hub directory and directory members.
+    pub directory: Limits,
     pub dns_listen: SocketAddr,
     pub dns: DnsConfig,
     pub xds_listen: SocketAddr,
@@ -278,11 +295,13 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
         bail!("kubernetes.watchTimeoutSeconds must be positive");
     }
     let sync_deadline = resolve_sync_deadline(file.sync_deadline_seconds, args)?;
+    let directory = resolve_directory(&file.directory, args)?;
     Ok(Config {
         hub,
         leader,
         watch_timeout_seconds,
         sync_deadline,
+        directory,
         dns_listen,
         dns,
         xds_listen: args
@@ -296,6 +315,38 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
             .or(file.admin.listen)
             .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("default")),
     })
+}
+
+fn resolve_directory(file: &DirectorySection, args: &ServeArgs) -> Result<Limits> {
+    let flags = &args.directory;
+    let d = Limits::default();
+    let limits = Limits {
+        max_file_bytes: flags
+            .max_file_bytes
+            .or(file.max_file_bytes)
+            .unwrap_or(d.max_file_bytes),
+        max_member_bytes: flags
+            .max_member_bytes
+            .or(file.max_member_bytes)
+            .unwrap_or(d.max_member_bytes),
+        max_depth: flags.max_depth.or(file.max_depth).unwrap_or(d.max_depth),
+        read_timeout: flags
+            .read_timeout_seconds
+            .or(file.read_timeout_seconds)
+            .map_or(d.read_timeout, Duration::from_secs),
+        settle: flags
+            .settle_milliseconds
+            .or(file.settle_milliseconds)
+            .map_or(d.settle, Duration::from_millis),
+        grace: flags
+            .grace_seconds
+            .or(file.grace_seconds)
+            .map_or(d.grace, Duration::from_secs),
+    };
+    if limits.max_file_bytes == 0 || limits.max_depth == 0 || limits.read_timeout.is_zero() {
+        bail!("directory.maxFileBytes, maxDepth and readTimeoutSeconds must be positive");
+    }
+    Ok(limits)
 }
 
 fn resolve_sync_deadline(file: Option<u64>, args: &ServeArgs) -> Result<Duration> {

@@ -3,6 +3,12 @@
 //! ServiceImports. Changes on disk are picked up by inotify (with a short debounce) and, as a
 //! backstop, by a poll (the hub every 2 s, a member every `heartbeatSeconds`).
 //!
+//! Reads never run on the async runtime: each goes to the blocking pool (at most
+//! [`READS`] at once, one per directory), within the [`Limits`]; a file is read once it is
+//! stable, and a half-written one keeps its last good content for a grace
+//! (`manifest::DirReader`). A read that overruns its budget is reported, and the directory's
+//! last content keeps serving while it finishes.
+//!
 //! ```text
 //!  hub dir ──load──► MemberClusters, policies ──► SourceEvent::Members ──► (store: Registry)
 //!                        │ one task per member (MemberTasks)
@@ -12,20 +18,21 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant};
 
 use meridian_core::{
     ClusterId, ClusterObjects, ClusterSpec, ObjectRef, Origin, Policy, Problem, Source,
 };
 use notify::{RecursiveMode, Watcher};
 use parking_lot::Mutex;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::SourceEvent;
 use crate::convert::{self, MemberSource, Validation};
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
-use crate::manifest::{self, Loaded, Manifest};
+use crate::manifest::{self, DirRead, DirReader, Limits, Loaded, Manifest};
 use crate::members::{MemberTasks, Sources};
 
 /// How long to wait after a change on disk before reading, so an editor's burst of writes is
@@ -66,9 +73,24 @@ impl ReadFrom {
     }
 }
 
-/// Reads the MemberClusters and ClusterSchedulingPolicies of a hub directory.
+/// Reads the MemberClusters and ClusterSchedulingPolicies of a hub directory (once, as
+/// `meridian validate` does).
 pub fn read_hub(dir: &Path) -> manifest::Result<Hub> {
-    let loaded = manifest::load_dir(dir)?;
+    Ok(hub_objects(dir, manifest::load_dir(dir)?))
+}
+
+/// Why `dir` cannot be a hub directory, if it cannot: `does not exist`, `is not a directory`.
+pub fn not_a_directory(dir: &Path) -> Option<String> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => None,
+        Ok(_) => Some("is not a directory".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist".into()),
+        Err(e) => Some(format!("cannot be read: {e}")),
+    }
+}
+
+/// The hub objects of what a hub directory held.
+pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
     let on_hub = |e: manifest::ManifestError| e.into_problem(Origin::Hub);
     let mut hub = Hub {
         errors: loaded.errors.into_iter().map(on_hub).collect(),
@@ -90,7 +112,7 @@ pub fn read_hub(dir: &Path) -> manifest::Result<Hub> {
             ),
         }
     }
-    Ok(hub)
+    hub
 }
 
 /// Adds a MemberCluster to `hub`; relative paths in it resolve against `base`.
@@ -225,27 +247,81 @@ fn named(
     }
 }
 
-/// A cheap fingerprint of a directory tree (paths, sizes, mtimes), to notice changes that
-/// inotify missed (e.g. a directory replaced by a rename).
-fn fingerprint(dir: &Path) -> Option<Vec<(PathBuf, u64, SystemTime)>> {
-    fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64, SystemTime)>) -> std::io::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let meta = entry.metadata()?;
-            if meta.is_dir() {
-                walk(&entry.path(), out)?;
-            } else {
-                out.push((entry.path(), meta.len(), meta.modified()?));
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    walk(dir, &mut out).ok()?;
-    out.sort();
-    Some(out)
+/// At most this many directory reads run at once, so parsing never takes every core from the
+/// runtime that answers DNS, xDS and the admin API.
+static READS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Arc::new(Semaphore::new((cores / 2).max(1)))
+});
+
+/// How one read of a directory on the blocking pool ended.
+enum Outcome {
+    Read(manifest::Result<DirRead>),
+    /// Still running after the budget: the directory's last content keeps serving, and the
+    /// next round waits for this read instead of starting another.
+    Overran(Duration),
+    /// The reader panicked (a bug): reported like an unreadable directory.
+    Failed(String),
 }
 
+/// One directory's reader and the read in flight, if one overran.
+struct Reading {
+    reader: Arc<Mutex<DirReader>>,
+    budget: Duration,
+    in_flight: Option<JoinHandle<manifest::Result<DirRead>>>,
+}
+
+impl Reading {
+    fn new(limits: Limits) -> Self {
+        // A file has `read_timeout`; the whole directory gets twice that before it is reported.
+        let budget = limits.read_timeout * 2;
+        Self {
+            reader: Arc::new(Mutex::new(DirReader::new(limits))),
+            budget,
+            in_flight: None,
+        }
+    }
+
+    async fn read(&mut self, dir: &Path) -> Outcome {
+        // The permit is ours, not the blocking thread's: a read stuck in the kernel (a hung
+        // FUSE file) must not hold back every other directory once it overran.
+        let _permit = READS.clone().acquire_owned().await;
+        let mut job = match self.in_flight.take() {
+            Some(job) => job,
+            None => {
+                let reader = self.reader.clone();
+                let dir = dir.to_path_buf();
+                tokio::task::spawn_blocking(move || reader.lock().read(&dir, Instant::now()))
+            }
+        };
+        match tokio::time::timeout(self.budget, &mut job).await {
+            Ok(Ok(read)) => Outcome::Read(read),
+            Ok(Err(e)) => Outcome::Failed(format!("reading the directory failed: {e}")),
+            Err(_) => {
+                self.in_flight = Some(job);
+                Outcome::Overran(self.budget)
+            }
+        }
+    }
+}
+
+/// The heartbeat of a directory whose read overran its budget.
+fn overran(cluster: &ClusterId, dir: &Path, budget: Duration) -> SourceEvent {
+    let reason = format!(
+        "reading directory {} takes longer than {budget:?} (directory.readTimeoutSeconds); its last content keeps serving",
+        dir.display()
+    );
+    warn!(dir = %dir.display(), "{reason}");
+    SourceEvent::Heartbeat {
+        cluster: cluster.clone(),
+        result: Err(reason),
+    }
+}
+
+/// How long to wait before the next round: the poll, or sooner if a file is settling.
+fn next_round(poll: Duration, again_in: Option<Duration>) -> Duration {
+    again_in.map_or(poll, |d| d.min(poll))
+}
 /// One inotify instance for every watched directory, shared by all sources: the kernel allows
 /// 128 instances per user by default, and a fleet can have more members than that (beyond it,
 /// members would fall back to polling every heartbeat).
@@ -369,51 +445,69 @@ impl DirWatch {
 pub async fn run_hub(dir: PathBuf, sources: Sources) {
     let tx = sources.tx.clone();
     let mut watch = DirWatch::new(dir.clone());
+    let mut reading = Reading::new(sources.limits.clone());
     let mut tasks = MemberTasks::new(sources);
-    let mut last: Option<Vec<(PathBuf, u64, SystemTime)>> = None;
     let mut served_policies: Vec<Policy> = Vec::new();
-    let mut first = true;
     loop {
         watch.arm();
-        let print = fingerprint(&dir);
-        if first || print != last {
-            first = false;
-            last = print;
-            match read_hub(&dir).map(|hub| keep_last_valid_policies(hub, &mut served_policies)) {
-                Ok(Hub {
-                    members,
-                    policies,
-                    errors,
-                    warnings,
-                }) => {
-                    for e in &errors {
-                        warn!(file = %file_of(e), object = %e.subject, reason = %e.reason, "hub manifest rejected");
-                    }
-                    for w in &warnings {
-                        info!(file = %file_of(w), object = %w.subject, reason = %w.reason, "hub manifest warning");
-                    }
-                    let event = SourceEvent::Members {
-                        specs: members.iter().map(|m| m.spec.clone()).collect(),
-                        policies,
-                        problems: errors,
-                        warnings,
-                    };
-                    // The member list goes first, so the store knows a member before its objects arrive.
-                    if tx.send(event).await.is_err() {
+        let mut again_in = None;
+        match reading.read(&dir).await {
+            Outcome::Read(Ok(read)) => {
+                again_in = read.again_in;
+                if read.changed {
+                    let hub = keep_last_valid_policies(
+                        hub_objects(&dir, read.loaded),
+                        &mut served_policies,
+                    );
+                    if !send_hub(&tx, &mut tasks, hub).await {
                         break;
                     }
-                    tasks.reconcile(&members);
                 }
-                Err(e) => {
-                    warn!(dir = %dir.display(), error = %crate::reason_of(&e), "cannot read the hub directory; keeping the last known members");
-                }
+            }
+            Outcome::Read(Err(e)) => {
+                warn!(dir = %dir.display(), error = %crate::reason_of(&e), "cannot read the hub directory; keeping the last known members");
+            }
+            Outcome::Overran(budget) => {
+                warn!(dir = %dir.display(), ?budget, "reading the hub directory takes longer than its budget; keeping the last known members");
+            }
+            Outcome::Failed(reason) => {
+                warn!(dir = %dir.display(), %reason, "keeping the last known members");
             }
         }
         if tx.is_closed() {
             break;
         }
-        watch.wait(HUB_POLL).await;
+        watch.wait(next_round(HUB_POLL, again_in)).await;
     }
+}
+
+/// Logs what the hub read rejected, sends the member list and reconciles the member tasks;
+/// false once the channel closed.
+async fn send_hub(tx: &mpsc::Sender<SourceEvent>, tasks: &mut MemberTasks, hub: Hub) -> bool {
+    let Hub {
+        members,
+        policies,
+        errors,
+        warnings,
+    } = hub;
+    for e in &errors {
+        warn!(file = %file_of(e), object = %e.subject, reason = %e.reason, "hub manifest rejected");
+    }
+    for w in &warnings {
+        info!(file = %file_of(w), object = %w.subject, reason = %w.reason, "hub manifest warning");
+    }
+    let event = SourceEvent::Members {
+        specs: members.iter().map(|m| m.spec.clone()).collect(),
+        policies,
+        problems: errors,
+        warnings,
+    };
+    // The member list goes first, so the store knows a member before its objects arrive.
+    if tx.send(event).await.is_err() {
+        return false;
+    }
+    tasks.reconcile(&members);
+    true
 }
 
 /// The file a problem names, for log lines.
@@ -427,50 +521,56 @@ fn file_of(p: &Problem) -> std::path::Display<'_> {
 /// The events one read of a member directory produces: its objects with their problems and
 /// warnings, and a heartbeat saying whether the directory could be read. `meridian validate`
 /// feeds these to the fleet as the running source does.
-pub fn read_member(cluster: &ClusterId, dir: &Path) -> Vec<SourceEvent> {
-    if fingerprint(dir).is_none() {
-        return vec![missing(cluster, dir)];
+pub fn read_member(cluster: &ClusterId, dir: &Path, limits: &Limits) -> Vec<SourceEvent> {
+    let read = DirReader::new(limits.once()).read(dir, Instant::now());
+    member_events(cluster, dir, read)
+}
+
+/// The events of one read: a reset when what the directory serves changed, and a heartbeat.
+fn member_events(
+    cluster: &ClusterId,
+    dir: &Path,
+    read: manifest::Result<DirRead>,
+) -> Vec<SourceEvent> {
+    let read = match read {
+        Ok(read) if read.first_read_pending => return vec![],
+        Ok(read) => read,
+        Err(e) => return vec![missing(cluster, dir, &e)],
+    };
+    let heartbeat = SourceEvent::Heartbeat {
+        cluster: cluster.clone(),
+        result: Ok(()),
+    };
+    if !read.changed {
+        return vec![heartbeat];
     }
-    read_member_files(cluster, dir)
+    let mut loaded = read.loaded;
+    let origin = Origin::Member(cluster.clone());
+    let warnings = std::mem::take(&mut loaded.warnings)
+        .into_iter()
+        .map(|w| w.into_problem(origin.clone()))
+        .collect();
+    let (objects, problems) = member_objects(cluster, loaded);
+    vec![
+        SourceEvent::Reset {
+            cluster: cluster.clone(),
+            objects,
+            problems,
+            warnings,
+        },
+        heartbeat,
+    ]
 }
 
 /// A heartbeat for a directory that is not there (or cannot be listed).
-fn missing(cluster: &ClusterId, dir: &Path) -> SourceEvent {
+fn missing(cluster: &ClusterId, dir: &Path, e: &manifest::Error) -> SourceEvent {
     SourceEvent::Heartbeat {
         cluster: cluster.clone(),
         result: Err(format!(
-            "directory {} is missing or unreadable",
-            dir.display()
+            "directory {} is missing or unreadable: {}",
+            dir.display(),
+            crate::reason_of(e)
         )),
-    }
-}
-
-fn read_member_files(cluster: &ClusterId, dir: &Path) -> Vec<SourceEvent> {
-    match manifest::load_dir(dir) {
-        Ok(mut loaded) => {
-            let origin = Origin::Member(cluster.clone());
-            let warnings = std::mem::take(&mut loaded.warnings)
-                .into_iter()
-                .map(|w| w.into_problem(origin.clone()))
-                .collect();
-            let (objects, problems) = member_objects(cluster, loaded);
-            vec![
-                SourceEvent::Reset {
-                    cluster: cluster.clone(),
-                    objects,
-                    problems,
-                    warnings,
-                },
-                SourceEvent::Heartbeat {
-                    cluster: cluster.clone(),
-                    result: Ok(()),
-                },
-            ]
-        }
-        Err(e) => vec![SourceEvent::Heartbeat {
-            cluster: cluster.clone(),
-            result: Err(crate::reason_of(&e)),
-        }],
     }
 }
 
@@ -503,31 +603,33 @@ pub async fn run_member(
     cluster: ClusterId,
     dir: PathBuf,
     heartbeat_seconds: u64,
+    limits: Limits,
     tx: mpsc::Sender<SourceEvent>,
 ) {
     let mut watch = DirWatch::new(dir.clone());
-    let mut last: Option<Vec<(PathBuf, u64, SystemTime)>> = None;
+    let mut reading = Reading::new(limits);
     let poll = Duration::from_secs(heartbeat_seconds.max(1));
     loop {
         watch.arm();
-        let print = fingerprint(&dir);
-        let events = match &print {
-            None => vec![missing(&cluster, &dir)],
-            Some(_) if print == last => vec![SourceEvent::Heartbeat {
+        let mut again_in = None;
+        let events = match reading.read(&dir).await {
+            Outcome::Read(read) => {
+                again_in = read.as_ref().ok().and_then(|r| r.again_in);
+                member_events(&cluster, &dir, read)
+            }
+            Outcome::Overran(budget) => vec![overran(&cluster, &dir, budget)],
+            Outcome::Failed(reason) => vec![SourceEvent::Heartbeat {
                 cluster: cluster.clone(),
-                result: Ok(()),
+                result: Err(reason),
             }],
-            Some(_) => read_member_files(&cluster, &dir),
         };
-        // A missing directory must be read again in full once it is back.
-        last = print;
         for event in events {
             log_read(&event);
             if tx.send(event).await.is_err() {
                 return;
             }
         }
-        watch.wait(poll).await;
+        watch.wait(next_round(poll, again_in)).await;
     }
 }
 

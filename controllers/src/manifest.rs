@@ -1,6 +1,13 @@
 //! Reading Kubernetes manifests from disk: multi-document YAML files and `kind: List`, as kubectl
 //! prints them. Every problem names the file, the object and the reason; a bad document rejects
 //! only itself. Unknown fields are warnings in Kubernetes kinds and errors in meridian.io kinds.
+//!
+//! ```text
+//!  dir ──DirReader (blocking thread)──► per file: settle::Track (stable? half-written?)
+//!            │ file::read: regular files only, ≤ maxFileBytes, within readTimeout
+//!            ▼
+//!  bytes ──split (on `---`)──► document ──depth::check──► serde_yaml_ng ──► Manifest
+//! ```
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -8,11 +15,20 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use meridian_core::{ObjectRef, Origin, Problem, Subject};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster, ServiceExport, ServiceImport};
+
+mod depth;
+mod dir;
+mod file;
+mod limits;
+mod settle;
+mod split;
+
+pub use dir::{DirRead, DirReader};
+pub use limits::Limits;
 
 /// One object read from disk.
 #[derive(Clone, Debug)]
@@ -94,74 +110,80 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("{} is not a directory", path.display())]
+    NotADirectory { path: PathBuf },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Reads every `*.yaml`, `*.yml` and `*.json` file under `dir` (recursively, in name order).
-/// Fails only when a directory itself cannot be listed.
+/// Reads every `*.yaml`, `*.yml` and `*.json` file under `dir` once (recursively, in name
+/// order), within the default [`Limits`]. Fails only when a directory itself cannot be listed.
 pub fn load_dir(dir: &Path) -> Result<Loaded> {
-    let mut files = Vec::new();
-    collect_files(dir, &mut files)?;
-    files.sort();
-    let mut loaded = Loaded::default();
-    for file in files {
-        match std::fs::read_to_string(&file) {
-            Ok(text) => parse_str(&file, &text, &mut loaded),
-            Err(e) => loaded.errors.push(ManifestError {
-                file: file.clone(),
-                object: Subject::Input("file".into()),
-                reason: format!("cannot read: {e}"),
-            }),
-        }
-    }
-    Ok(loaded)
+    DirReader::new(Limits::default().once())
+        .read(dir, std::time::Instant::now())
+        .map(|read| read.loaded)
 }
 
-fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let unreadable = |source| Error::ReadDir {
-        path: dir.to_path_buf(),
-        source,
-    };
-    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
-        let entry = entry.map_err(unreadable)?;
-        let path = entry.path();
-        let name = entry.file_name();
-        if name.to_string_lossy().starts_with('.') {
+/// Parses one file's text, adding what it holds to `out`, within the default depth limit.
+pub fn parse_str(file: &Path, text: &str, out: &mut Loaded) {
+    parse_str_within(file, text, Limits::DEFAULT_MAX_DEPTH, out);
+}
+
+/// Parses one file's text document by document: a document that does not parse, or nests
+/// deeper than `max_depth`, rejects only itself.
+pub fn parse_str_within(file: &Path, text: &str, max_depth: usize, out: &mut Loaded) {
+    for doc in split::split(text) {
+        let malformed = |reason: String| ManifestError {
+            file: file.to_path_buf(),
+            object: Subject::Input(format!("document {}", doc.number)),
+            reason,
+        };
+        if let Err(e) = depth::check(doc.text, max_depth) {
+            let line = e.line + doc.first_line - 1;
+            out.errors.push(malformed(format!(
+                "nesting deeper than {} levels at line {line}; the document is not parsed",
+                e.limit
+            )));
             continue;
         }
-        if entry.file_type().map_err(unreadable)?.is_dir() {
-            collect_files(&path, out)?;
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        ) {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
-/// Parses one file's text, adding what it holds to `out`.
-pub fn parse_str(file: &Path, text: &str, out: &mut Loaded) {
-    for (n, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let value = match Value::deserialize(doc) {
+        let value = match serde_yaml_ng::from_str::<Value>(doc.text) {
             Ok(v) => v,
             Err(e) => {
-                out.errors.push(ManifestError {
-                    file: file.to_path_buf(),
-                    object: Subject::Input(format!("document {}", n + 1)),
-                    reason: format!("malformed YAML: {e}"),
-                });
-                // The parser cannot resynchronise after a syntax error.
-                return;
+                out.errors.push(malformed(format!(
+                    "malformed YAML: {}",
+                    in_file_lines(&e, doc.first_line)
+                )));
+                continue;
             }
         };
         if value.is_null() {
             continue;
         }
-        parse_value(file, value, n + 1, out);
+        parse_value(file, value, doc.number, out);
     }
+}
+
+/// A parser error with the line numbers of the file, not of the document (libyaml names
+/// more than one line: `... at line 13 column 1, while parsing a flow sequence at line 2`).
+fn in_file_lines(e: &serde_yaml_ng::Error, first_line: usize) -> String {
+    let text = e.to_string();
+    if first_line <= 1 {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("line ") {
+        let (before, after) = rest.split_at(i + "line ".len());
+        out.push_str(before);
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        match after[..digits].parse::<usize>() {
+            Ok(n) => out.push_str(&(n + first_line - 1).to_string()),
+            Err(_) => out.push_str(&after[..digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {

@@ -13,6 +13,7 @@ use crate::convert::MemberSource;
 use crate::directory::{self, MemberEntry};
 use crate::kubernetes::connect::WatchTimeout;
 use crate::kubernetes::{Fleet, member};
+use crate::manifest::Limits;
 
 /// What member sources need from whoever starts them.
 #[derive(Clone)]
@@ -22,6 +23,8 @@ pub struct Sources {
     pub hub: Option<kube::Client>,
     pub fleet: Fleet,
     pub watch_timeout: WatchTimeout,
+    /// The bounds of directory sources (the hub's and every directory member's).
+    pub limits: Limits,
 }
 
 impl Sources {
@@ -31,6 +34,7 @@ impl Sources {
             hub: None,
             fleet: Fleet::default(),
             watch_timeout: WatchTimeout::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -82,6 +86,7 @@ impl MemberTasks {
                             id.clone(),
                             path.clone(),
                             member.spec.health.heartbeat_seconds,
+                            self.sources.limits.clone(),
                             tx,
                         )
                         .instrument(span),

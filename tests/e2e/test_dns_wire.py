@@ -17,6 +17,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import threading
 import time
 
 import dns.edns
@@ -1386,11 +1387,29 @@ def readyz(m):
 
 
 def test_servfail_until_every_member_has_synced(fleet):
-    # eu-2 holds a FIFO: reading it blocks until the test writes, so eu-2 has neither synced
-    # nor failed, and meridian must not answer from a partial view.
-    fifo = fleet.cluster_dir("eu-2") / "zz-late.yaml"
-    os.mkfifo(fifo)
-    m = Unready(fleet)
+    # eu-2 holds a file that is still being written (rewritten every 20 ms): its first read
+    # waits for the file to settle, so eu-2 has neither synced nor failed, and meridian must
+    # not answer from a partial view. (A FIFO used to do this by blocking the reader; FIFOs
+    # are now skipped, issue 19.)
+    late = exported_service_yaml("late") + slice_yaml("late", ["127.1.2.51"])
+    writing = fleet.cluster_dir("eu-2") / "zz-late.yaml"
+    writing.write_text(late)
+    stop = threading.Event()
+
+    def keep_writing():
+        while not stop.is_set():
+            with open(writing, "w") as f:
+                f.write(late)
+            time.sleep(0.02)
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        m = Unready(fleet)
+    except BaseException:
+        stop.set()
+        writer.join()
+        raise
     try:
         wait_listening(m)
         deadline = time.time() + 1.5
@@ -1412,19 +1431,9 @@ def test_servfail_until_every_member_has_synced(fleet):
             assert ask(m, "example.com").rcode() == REFUSED
             assert readyz(m) == 503
         assert seen > 10
-        # Let eu-2 finish: the FIFO delivers one more service, then becomes a plain file.
-        late = exported_service_yaml("late") + slice_yaml("late", ["127.1.2.51"])
-        fd = None
-        until = time.time() + 5
-        while fd is None:
-            try:
-                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:
-                assert time.time() < until, "meridian never opened the member file"
-                time.sleep(0.01)
-        os.write(fd, late.encode())
-        os.close(fd)
-        fleet.write("clusters/eu-2/zz-late.yaml", late)
+        # Let eu-2 finish: the writer stops, the file settles and is read.
+        stop.set()
+        writer.join()
         observations = []
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -1445,6 +1454,8 @@ def test_servfail_until_every_member_has_synced(fleet):
         else:
             raise AssertionError(f"never became ready: {observations}")
     finally:
+        stop.set()
+        writer.join()
         m.stop()
 
 

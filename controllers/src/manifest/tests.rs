@@ -109,3 +109,165 @@ fn load_dir_reads_nested_yaml_and_skips_hidden_and_other_files() {
     assert!(out.errors.is_empty());
     assert!(load_dir(&dir.path().join("missing")).is_err());
 }
+
+#[test]
+fn a_malformed_document_rejects_only_itself() {
+    let dup = "apiVersion: v1\nkind: Service\nmetadata: {name: dup, namespace: shop}\nmetadata: {name: again}\n";
+    let out = parse(&format!(
+        "{dup}---\n{SERVICE}---\nkind: [unclosed\n---\n{SERVICE}"
+    ));
+    assert_eq!(
+        out.manifests.len(),
+        2,
+        "the documents after the bad ones are kept"
+    );
+    let objects: Vec<String> = out.errors.iter().map(|e| e.object.to_string()).collect();
+    assert_eq!(objects, ["document 1", "document 3"]);
+    assert!(
+        out.errors[0].reason.contains("duplicate"),
+        "{}",
+        out.errors[0].reason
+    );
+    // Line numbers are the file's, not the document's.
+    assert!(
+        out.errors[1].reason.contains("line 12"),
+        "{}",
+        out.errors[1].reason
+    );
+}
+
+#[test]
+fn a_deeply_nested_document_is_rejected_before_parsing() {
+    let deep = format!("a: {}\n", "[".repeat(100_000));
+    let started = std::time::Instant::now();
+    let out = parse(&format!("{SERVICE}---\n{deep}"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    assert_eq!(out.manifests.len(), 1);
+    assert_eq!(out.errors[0].object.to_string(), "document 2");
+    assert!(
+        out.errors[0]
+            .reason
+            .contains("nesting deeper than 64 levels at line 7"),
+        "{}",
+        out.errors[0].reason
+    );
+}
+
+#[test]
+fn only_regular_files_within_the_limits_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.yaml"), SERVICE).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.yaml")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("a.yaml"), dir.path().join("link.yaml")).unwrap();
+    let fifo = dir.path().join("fifo.yaml");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let big = std::fs::File::create(dir.path().join("big.yaml")).unwrap();
+    big.set_len(Limits::DEFAULT_MAX_FILE_BYTES + 1).unwrap();
+    let out = load_dir(dir.path()).unwrap();
+    assert_eq!(out.manifests.len(), 2, "a.yaml and the link to it");
+    let mut reasons: Vec<String> = out
+        .errors
+        .iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.file.file_name().unwrap().to_string_lossy(),
+                e.reason
+            )
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        [
+            "big.yaml: is larger than 16777216 bytes (directory.maxFileBytes); skipped",
+            "fifo.yaml: is a FIFO, not a regular file; skipped",
+            "zero.yaml: is a character device, not a regular file; skipped",
+        ]
+    );
+    let file = dir.path().join("a.yaml");
+    assert!(matches!(
+        load_dir(&file),
+        Err(Error::NotADirectory { path }) if path == file
+    ));
+}
+
+#[test]
+fn the_directory_limit_skips_the_files_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a.yaml", "b.yaml", "c.yaml"] {
+        std::fs::write(dir.path().join(name), SERVICE).unwrap();
+    }
+    // A file refused for its size reads nothing, so it takes nothing from the others.
+    let big = std::fs::File::create(dir.path().join("0-big.yaml")).unwrap();
+    big.set_len(Limits::DEFAULT_MAX_FILE_BYTES + 1).unwrap();
+    let limits = Limits {
+        max_member_bytes: 2 * SERVICE.len() as u64,
+        ..Limits::default().once()
+    };
+    let read = DirReader::new(limits)
+        .read(dir.path(), std::time::Instant::now())
+        .unwrap();
+    assert_eq!(read.loaded.manifests.len(), 2);
+    assert_eq!(read.loaded.errors.len(), 2);
+    assert!(read.loaded.errors[0].file.ends_with("0-big.yaml"));
+    assert!(read.loaded.errors[1].file.ends_with("c.yaml"));
+    assert!(
+        read.loaded.errors[1]
+            .reason
+            .contains("directory.maxMemberBytes")
+    );
+}
+
+#[test]
+fn a_rewrite_in_progress_keeps_serving_the_last_good_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.yaml");
+    std::fs::write(&path, SERVICE).unwrap();
+    let limits = Limits {
+        settle: std::time::Duration::ZERO,
+        ..Limits::default()
+    };
+    let mut reader = DirReader::new(limits);
+    let t0 = std::time::Instant::now();
+    let first = reader.read(dir.path(), t0).unwrap();
+    assert!(first.changed && first.loaded.manifests.len() == 1);
+    // Caught half-way through `open(path, 'w')` and a first write.
+    std::fs::write(&path, &SERVICE[..40]).unwrap();
+    let half = reader.read(dir.path(), t0).unwrap();
+    assert!(!half.changed, "the good content keeps serving");
+    assert!(
+        half.again_in.is_some(),
+        "a read again once the grace is over"
+    );
+    let later = reader.read(dir.path(), t0 + Limits::DEFAULT_GRACE).unwrap();
+    assert!(
+        later.changed,
+        "still broken after the grace: served and reported"
+    );
+    assert!(later.loaded.manifests.is_empty() && !later.loaded.errors.is_empty());
+}
+
+#[test]
+fn a_directory_written_just_now_is_served_whole_once_it_settled() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.yaml"), SERVICE).unwrap();
+    let mut reader = DirReader::new(Limits::default());
+    let t0 = std::time::Instant::now();
+    let first = reader.read(dir.path(), t0).unwrap();
+    assert!(
+        first.first_read_pending && !first.changed,
+        "not a directory without a.yaml"
+    );
+    let settled = reader
+        .read(dir.path(), t0 + Limits::DEFAULT_SETTLE)
+        .unwrap();
+    assert!(settled.changed && !settled.first_read_pending);
+    assert_eq!(settled.loaded.manifests.len(), 1);
+}

@@ -1,0 +1,273 @@
+//! Reading a directory of manifests again and again as it changes: each file is looked at
+//! (a stat), read only once stable and changed, and served through its [`Track`]. Blocking:
+//! run it on a blocking thread.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use meridian_core::Subject;
+use tracing::debug;
+
+use super::file::{self, ReadError};
+use super::settle::{Look, Stamp, Summary, Track};
+use super::{Error, Limits, Loaded, ManifestError, Result, parse_str_within};
+
+/// One directory's files and what each serves; kept from one read to the next.
+#[derive(Debug)]
+pub struct DirReader {
+    limits: Limits,
+    files: BTreeMap<PathBuf, Track<FileRead>>,
+    /// The versions the previous read served, to tell the source whether anything changed.
+    last: Option<Vec<(PathBuf, u64)>>,
+}
+
+/// What one file served.
+#[derive(Debug, Default)]
+struct FileRead {
+    loaded: Loaded,
+    /// The bytes actually read (0 for a file skipped or refused): what counts against the
+    /// directory's byte limit.
+    bytes: u64,
+}
+
+/// One read of a directory.
+#[derive(Debug, Default)]
+pub struct DirRead {
+    /// Everything the directory serves now.
+    pub loaded: Loaded,
+    /// Whether it differs from the previous read's.
+    pub changed: bool,
+    /// Some file is being written (or broken within its grace): read again after this long.
+    pub again_in: Option<Duration>,
+    /// Nothing was served yet and some file is still settling (a fleet copied just before
+    /// start-up): the first read is not complete, so the source sends nothing yet rather than
+    /// a directory without those files.
+    pub first_read_pending: bool,
+}
+
+impl DirReader {
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            files: BTreeMap::new(),
+            last: None,
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Looks at every file under `dir`, reads those that changed, and returns what the
+    /// directory serves. Fails only when a directory itself cannot be listed.
+    pub fn read(&mut self, dir: &Path, now: Instant) -> Result<DirRead> {
+        let paths = match list(dir) {
+            Ok(paths) => paths,
+            Err(e) => {
+                // Back again, the directory is served in full (the fleet relists it in one step).
+                self.last = None;
+                return Err(e);
+            }
+        };
+        self.files.retain(|p, _| paths.binary_search(p).is_ok());
+        let mut again_in: Option<Duration> = None;
+        let mut wake = |d: Duration| again_in = Some(again_in.map_or(d, |a| a.min(d)));
+        let mut used = 0u64;
+        for path in paths {
+            let track = self.files.entry(path.clone()).or_default();
+            if let Some(d) = look_and_read(&self.limits, &path, track, used, now) {
+                wake(d);
+            }
+            used += track.served().map_or(0, |f| f.bytes);
+        }
+        if self.last.is_none() && self.files.values().any(|t| t.served().is_none()) {
+            return Ok(DirRead {
+                first_read_pending: true,
+                again_in,
+                ..DirRead::default()
+            });
+        }
+        let versions: Vec<(PathBuf, u64)> = self
+            .files
+            .iter()
+            .map(|(p, t)| (p.clone(), t.version()))
+            .collect();
+        let changed = self.last.as_ref() != Some(&versions);
+        self.last = Some(versions);
+        let mut loaded = Loaded::default();
+        if changed {
+            for served in self
+                .files
+                .values()
+                .filter_map(Track::served)
+                .map(|f| &f.loaded)
+            {
+                loaded.manifests.extend(served.manifests.iter().cloned());
+                loaded.errors.extend(served.errors.iter().cloned());
+                loaded.warnings.extend(served.warnings.iter().cloned());
+            }
+        }
+        Ok(DirRead {
+            loaded,
+            changed,
+            again_in,
+            first_read_pending: false,
+        })
+    }
+}
+
+/// One file: a look, and a read if it is due. Returns when to look again, if sooner than
+/// the next change or poll.
+fn look_and_read(
+    limits: &Limits,
+    path: &Path,
+    track: &mut Track<FileRead>,
+    used: u64,
+    now: Instant,
+) -> Option<Duration> {
+    let expires = track.expire(now, limits.grace);
+    // metadata() follows a symlink: a link is read only if it leads to a regular file.
+    let (stamp, meta) = match std::fs::metadata(path) {
+        Ok(meta) => (Stamp::of(&meta), Some(meta)),
+        // Nothing to stamp: a fixed stamp, so the problem is reported once, not every read.
+        Err(_) => (unstamped(), None),
+    };
+    let age = SystemTime::now()
+        .duration_since(stamp.modified)
+        .unwrap_or(Duration::ZERO);
+    match track.look(stamp, age, now, limits.settle) {
+        Look::Unchanged => return expires,
+        Look::Wait(d) => return Some(expires.map_or(d, |e| e.min(d))),
+        Look::Read => {}
+    }
+    let read = match read_file(limits, path, meta.as_ref(), stamp, used) {
+        Ok(read) => read,
+        Err(ReadError::Moved(now_stamp)) => {
+            track.moved(now_stamp, now);
+            return Some(limits.settle);
+        }
+        Err(e) => FileRead {
+            loaded: one_error(path, crate::reason_of(&e)),
+            bytes: 0,
+        },
+    };
+    let loaded = &read.loaded;
+    let summary = Summary {
+        objects: loaded.manifests.len(),
+        problems: loaded.errors.len() + loaded.warnings.len(),
+    };
+    track.offer(stamp, read, summary, now, limits.grace);
+    if track.holding() {
+        debug!(file = %path.display(), "the file reads half-written; its last good content keeps serving for the grace");
+    }
+    track.expire(now, limits.grace)
+}
+
+/// Reads and parses one file within the limits; `used` is what the directory's files before
+/// it already take.
+fn read_file(
+    limits: &Limits,
+    path: &Path,
+    meta: Option<&std::fs::Metadata>,
+    stamp: Stamp,
+    used: u64,
+) -> std::result::Result<FileRead, ReadError> {
+    let meta = meta.ok_or_else(|| {
+        ReadError::Io(
+            std::fs::metadata(path)
+                .err()
+                .unwrap_or_else(|| std::io::Error::other("vanished")),
+        )
+    })?;
+    if let Some(kind) = file::kind_of(meta) {
+        return Err(ReadError::NotRegular(kind));
+    }
+    if stamp.len > limits.max_file_bytes {
+        return Err(ReadError::TooLarge {
+            limit: limits.max_file_bytes,
+        });
+    }
+    if used + stamp.len > limits.max_member_bytes {
+        return Ok(FileRead {
+            bytes: 0,
+            loaded: one_error(
+                path,
+                format!(
+                    "the directory's files exceed {} bytes together (directory.maxMemberBytes); skipped",
+                    limits.max_member_bytes
+                ),
+            ),
+        });
+    }
+    let bytes = file::read(path, stamp, limits.max_file_bytes, limits.read_timeout)?;
+    let read = bytes.len() as u64;
+    let mut loaded = Loaded::default();
+    match String::from_utf8(bytes) {
+        Ok(text) => parse_str_within(path, &text, limits.max_depth, &mut loaded),
+        Err(e) => loaded = one_error(path, format!("is not UTF-8 text: {}", e.utf8_error())),
+    }
+    Ok(FileRead {
+        loaded,
+        bytes: read,
+    })
+}
+
+fn one_error(path: &Path, reason: String) -> Loaded {
+    Loaded {
+        errors: vec![ManifestError {
+            file: path.to_path_buf(),
+            object: Subject::Input("file".into()),
+            reason,
+        }],
+        ..Loaded::default()
+    }
+}
+
+fn unstamped() -> Stamp {
+    Stamp {
+        len: 0,
+        modified: SystemTime::UNIX_EPOCH,
+        inode: 0,
+    }
+}
+
+/// The manifest files under `dir`, sorted. Hidden files and directories are skipped; so are
+/// symlinked directories (no loops).
+fn list(dir: &Path) -> Result<Vec<PathBuf>> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if !meta.is_dir() => {
+            return Err(Error::NotADirectory {
+                path: dir.to_path_buf(),
+            });
+        }
+        _ => {}
+    }
+    let mut files = Vec::new();
+    collect(dir, &mut files)?;
+    files.sort();
+    Ok(files)
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let unreadable = |source| Error::ReadDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+        let entry = entry.map_err(unreadable)?;
+        let path = entry.path();
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if entry.file_type().map_err(unreadable)?.is_dir() {
+            collect(&path, out)?;
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
