@@ -6,8 +6,10 @@
 //! are counted, warned about at most every [`WARN_EVERY`], and waited out ([`BACKOFF`]); the
 //! listener is kept.
 
+use std::collections::VecDeque;
 use std::io;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -15,13 +17,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-use crate::conn::{Conn, Deadlines};
+use crate::conn::{Conn, Deadlines, Pending};
 use crate::metrics::{KindLabels, ListenerMetrics};
 
 /// Wait after an accept error that will repeat until descriptors free up.
 pub const BACKOFF: Duration = Duration::from_millis(100);
 /// At most one warning per listener this often (with the count of errors in between).
 pub const WARN_EVERY: Duration = Duration::from_secs(5);
+/// How long a new connection waits for the place of one it evicted.
+const EVICTION_WAIT: Duration = Duration::from_millis(250);
 /// A failing listener whose accept has waited this long without an error is accepting again
 /// (nothing was in the backlog to fail on).
 const RECOVERED_AFTER: Duration = Duration::from_millis(500);
@@ -33,8 +37,8 @@ pub struct ListenerSettings {
     pub max_connections: usize,
     /// A connection must send `handshake_bytes` within this long.
     pub handshake_timeout: Duration,
-    /// Bytes that make a connection more than a probe: the HTTP/2 preface (24) for gRPC, one
-    /// for HTTP/1 and DNS (whose own header and message timeouts take it from there).
+    /// Bytes that make a connection more than a probe: the HTTP/2 preface (24) for gRPC,
+    /// less than any request line (16) for HTTP/1. Until then a connection may be evicted.
     pub handshake_bytes: u64,
     /// A connection that sends nothing for this long is closed.
     pub idle_timeout: Duration,
@@ -164,6 +168,9 @@ pub struct Listener {
     state: Arc<Mutex<AcceptState>>,
     metrics: ListenerMetrics,
     rejected_warn: Mutex<RateLimit>,
+    /// Connections that have not sent their handshake yet, oldest first (entries of closed
+    /// or handshaken ones are dropped as they are met).
+    pending: Mutex<VecDeque<Weak<Pending>>>,
 }
 
 impl Listener {
@@ -189,6 +196,7 @@ impl Listener {
             state: health.add(name),
             metrics: metrics.clone(),
             rejected_warn: Mutex::new(RateLimit::default()),
+            pending: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -216,7 +224,7 @@ impl Listener {
                 None => self.recovered(),
                 Some(Ok((stream, peer))) => {
                     self.recovered();
-                    if let Some(conn) = self.admit(stream, peer) {
+                    if let Some(conn) = self.admit(stream, peer).await {
                         return conn;
                     }
                 }
@@ -225,9 +233,37 @@ impl Listener {
         }
     }
 
-    /// Wraps a new connection, or closes it at once when the listener is full.
-    fn admit(&self, stream: TcpStream, peer: std::net::SocketAddr) -> Option<Conn<TcpStream>> {
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+    /// Evicts the oldest connection that has not sent its handshake; false if there is none.
+    fn evict_oldest_pending(&self) -> bool {
+        let mut pending = self.pending.lock();
+        while let Some(weak) = pending.pop_front() {
+            if let Some(p) = weak.upgrade()
+                && p.evict()
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A place under the bound: a free one, or that of an evicted connection in handshake.
+    async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if let Ok(permit) = self.permits.clone().try_acquire_owned() {
+            return Some(permit);
+        }
+        if !self.evict_oldest_pending() {
+            return None;
+        }
+        tokio::time::timeout(EVICTION_WAIT, self.permits.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()
+    }
+
+    /// Wraps a new connection, or closes it at once when the listener is full of
+    /// connections past their handshake.
+    async fn admit(&self, stream: TcpStream, peer: std::net::SocketAddr) -> Option<Conn<TcpStream>> {
+        let Some(permit) = self.permit().await else {
             let labels = ListenerMetrics::labels(self.name);
             self.metrics.rejected.get_or_create(&labels).inc();
             if let Some(left_out) = self.rejected_warn.lock().allow(Instant::now()) {
@@ -243,7 +279,20 @@ impl Listener {
             return None;
         };
         let _ = stream.set_nodelay(true);
-        Some(Conn::new(
+        let pending = Arc::new(Pending::default());
+        {
+            let mut queue = self.pending.lock();
+            // Forget entries of connections gone or past their handshake, so the queue stays
+            // as long as the connections actually pending.
+            if queue.len() >= self.settings.max_connections {
+                queue.retain(|w| {
+                    w.upgrade()
+                        .is_some_and(|p| !p.handshook.load(Ordering::Acquire))
+                });
+            }
+            queue.push_back(Arc::downgrade(&pending));
+        }
+        Some(Conn::with_pending(
             stream,
             peer,
             permit,
@@ -254,6 +303,7 @@ impl Listener {
             ),
             self.name,
             self.metrics.clone(),
+            pending,
         ))
     }
 
@@ -381,6 +431,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_full_listener_evicts_the_oldest_silent_connection_for_a_new_one() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let metrics = ListenerMetrics::default();
+        let listener = Arc::new(Listener::new(
+            "test",
+            TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            settings(2),
+            &Health::default(),
+            &metrics,
+        ));
+        let addr = listener.local_addr().unwrap();
+        // Two silent probes fill the listener; their server side reads as a server would.
+        let mut probes = Vec::new();
+        let mut readers = Vec::new();
+        for _ in 0..2 {
+            probes.push(TcpStream::connect(addr).await.unwrap());
+            let mut conn = listener.accept().await;
+            readers.push(tokio::spawn(async move {
+                let mut buf = [0u8; 8];
+                conn.read(&mut buf).await
+            }));
+        }
+        // A real client gets in, and the oldest probe is the one closed.
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(b"hello").await.unwrap();
+        let mut conn = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+            .await
+            .expect("admitted");
+        let mut buf = [0u8; 8];
+        assert_eq!(conn.read(&mut buf).await.unwrap(), 5);
+        let first = readers.remove(0).await.unwrap();
+        assert_eq!(first.unwrap_err().kind(), io::ErrorKind::ConnectionAborted);
+        assert!(!readers[0].is_finished(), "the newer probe is still open");
+        let labels = KindLabels { listener: "test", kind: "evicted" };
+        assert_eq!(metrics.timeouts.get_or_create(&labels).get(), 1);
+    }
+
+    #[tokio::test]
     async fn connections_over_the_bound_are_closed_at_once() {
         use tokio::io::AsyncReadExt;
         let metrics = ListenerMetrics::default();
@@ -392,8 +480,11 @@ mod tests {
             &metrics,
         );
         let addr = listener.local_addr().unwrap();
-        let _first = TcpStream::connect(addr).await.unwrap();
-        let held = listener.accept().await;
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        let mut held = listener.accept().await;
+        // Past its handshake: not evictable.
+        tokio::io::AsyncWriteExt::write_all(&mut first, b"x").await.unwrap();
+        held.read_exact(&mut [0u8; 1]).await.unwrap();
         let mut second = TcpStream::connect(addr).await.unwrap();
         let accept = tokio::spawn(async move {
             let c = listener.accept().await;

@@ -10,8 +10,12 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
@@ -53,6 +57,31 @@ impl Deadlines {
     }
 }
 
+/// What the listener shares with a connection still in its handshake: a full listener evicts
+/// the oldest such connection for a new one, so idle probes cannot lock real clients out.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    /// Set once the handshake bytes have come: no longer evictable.
+    pub(crate) handshook: AtomicBool,
+    evicted: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Pending {
+    /// Ends the connection at its next read (or now, if it waits for one). False if it had
+    /// already sent its handshake.
+    pub(crate) fn evict(&self) -> bool {
+        if self.handshook.load(Ordering::Acquire) {
+            return false;
+        }
+        self.evicted.store(true, Ordering::Release);
+        if let Some(waker) = self.waker.lock().take() {
+            waker.wake();
+        }
+        true
+    }
+}
+
 /// A connection under a listener's bound.
 pub struct Conn<S> {
     inner: S,
@@ -66,6 +95,7 @@ pub struct Conn<S> {
     timer: Pin<Box<Sleep>>,
     /// The connection's place under the bound, given back when it is dropped.
     _permit: Option<OwnedSemaphorePermit>,
+    pending: Arc<Pending>,
     listener: &'static str,
     metrics: ListenerMetrics,
 }
@@ -78,6 +108,18 @@ impl<S> Conn<S> {
         deadlines: Deadlines,
         listener: &'static str,
         metrics: ListenerMetrics,
+    ) -> Self {
+        Self::with_pending(inner, peer, permit, deadlines, listener, metrics, Arc::default())
+    }
+
+    pub(crate) fn with_pending(
+        inner: S,
+        peer: SocketAddr,
+        permit: OwnedSemaphorePermit,
+        deadlines: Deadlines,
+        listener: &'static str,
+        metrics: ListenerMetrics,
+        pending: Arc<Pending>,
     ) -> Self {
         let now = Instant::now();
         metrics
@@ -93,6 +135,7 @@ impl<S> Conn<S> {
             last_read: now,
             bytes_read: 0,
             _permit: Some(permit),
+            pending,
             listener,
             metrics,
         }
@@ -148,6 +191,19 @@ impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if this.pending.evicted.load(Ordering::Acquire) {
+            this.metrics
+                .timeouts
+                .get_or_create(&KindLabels {
+                    listener: this.listener,
+                    kind: "evicted",
+                })
+                .inc();
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "evicted: the listener is full and this connection sent nothing yet",
+            )));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(result) => {
@@ -155,12 +211,20 @@ impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
                 if n > 0 {
                     this.bytes_read += n as u64;
                     this.last_read = Instant::now();
+                    if this.bytes_read >= this.deadlines.handshake_bytes {
+                        this.pending.handshook.store(true, Ordering::Release);
+                    }
                 }
                 Poll::Ready(result)
             }
             Poll::Pending => match this.poll_deadline(cx) {
                 Poll::Ready(e) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
+                Poll::Pending => {
+                    if !this.pending.handshook.load(Ordering::Acquire) {
+                        *this.pending.waker.lock() = Some(cx.waker().clone());
+                    }
+                    Poll::Pending
+                }
             },
         }
     }
