@@ -42,10 +42,16 @@ const STUCK_AFTER: Duration = Duration::from_secs(3);
 /// Serves the admin router on `listener`, one connection at a time per task: HTTP/1 with a
 /// header-read timeout (a byte-a-second client is closed), the listener's bound and idle
 /// timeout around it. (axum::serve has neither.)
-pub async fn serve(listener: meridian_listen::Listener, router: Router, header_read_timeout: Duration) {
+pub async fn serve(
+    listener: meridian_listen::Listener,
+    router: Router,
+    header_read_timeout: Duration,
+    metrics: meridian_listen::ListenerMetrics,
+) {
     loop {
         let conn = listener.accept().await;
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let metrics = metrics.clone();
         tokio::spawn(async move {
             let peer = conn.peer();
             let mut http = hyper::server::conn::http1::Builder::new();
@@ -55,6 +61,16 @@ pub async fn serve(listener: meridian_listen::Listener, router: Router, header_r
                 .serve_connection(hyper_util::rt::TokioIo::new(conn), service)
                 .await
             {
+                if e.is_timeout() {
+                    // A request head that did not come in time: a slow or hostile client.
+                    metrics
+                        .timeouts
+                        .get_or_create(&meridian_listen::metrics::KindLabels {
+                            listener: "admin",
+                            kind: "header_read",
+                        })
+                        .inc();
+                }
                 tracing::debug!(%peer, error = %e, "admin connection ended");
             }
         });

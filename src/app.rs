@@ -14,7 +14,9 @@ use meridian_controllers::members::Sources;
 use meridian_core::Snapshot;
 use meridian_core::fleet::Fleet;
 use meridian_dns::{Dns, Listeners};
-use meridian_listen::{Bounds, DescriptorLimit, Health, Listener, ListenerMetrics, ListenerSettings};
+use meridian_listen::{
+    Bounds, DescriptorLimit, Health, Listener, ListenerMetrics, ListenerSettings,
+};
 use meridian_xds::Xds;
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
@@ -100,7 +102,13 @@ impl App {
         let admin_addr = admin_listener.local_addr()?;
         // 16 bytes: less than any request line; a slowloris stays evictable until the
         // header-read timeout ends it.
-        let admin_listener = guarded("admin", admin_listener, bounds.admin, cfg.listeners.admin, 16);
+        let admin_listener = guarded(
+            "admin",
+            admin_listener,
+            bounds.admin,
+            cfg.listeners.admin,
+            16,
+        );
         let router = admin::router(AdminState {
             snapshots: snapshots.clone(),
             dns: dns.clone(),
@@ -114,6 +122,7 @@ impl App {
             admin_listener,
             router,
             cfg.listeners.admin.handshake_timeout,
+            listener_metrics.clone(),
         )));
         info!(admin = %admin_addr, xds = %xds_addr, hub = %cfg.hub.describe(), "meridian started");
         Ok(Self {

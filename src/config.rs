@@ -108,7 +108,6 @@ pub struct DnsSection {
     pub tcp_idle_timeout_seconds: Option<u64>,
     pub udp_workers: Option<usize>,
     pub cache_entries: Option<u64>,
-    pub tcp_max_connections: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -231,14 +230,22 @@ fn bounded<T: PartialOrd + std::fmt::Display + Copy>(
 }
 
 /// An optional bound, checked when set.
-fn bounded_opt(key: &str, value: Option<u64>, range: std::ops::RangeInclusive<u64>) -> Result<Option<u64>> {
+fn bounded_opt(
+    key: &str,
+    value: Option<u64>,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<Option<u64>> {
     value.map(|v| bounded(key, v, range)).transpose()
 }
 
 /// Seconds, bounded to 1..=[`MAX_TIMEOUT_SECONDS`].
 fn seconds(key: &str, flag: Option<u64>, file: Option<u64>, default: u64) -> Result<Duration> {
     let value = flag.or(file).unwrap_or(default);
-    Ok(Duration::from_secs(bounded(key, value, 1..=MAX_TIMEOUT_SECONDS)?))
+    Ok(Duration::from_secs(bounded(
+        key,
+        value,
+        1..=MAX_TIMEOUT_SECONDS,
+    )?))
 }
 
 fn resolve_listeners(file: &File, args: &ServeArgs) -> Result<ListenerLimits> {
@@ -253,11 +260,9 @@ fn resolve_listeners(file: &File, args: &ServeArgs) -> Result<ListenerLimits> {
             args.xds.max_connections.or(file.xds.max_connections),
             1..=MAX_CONNECTIONS,
         )?,
-        dns_tcp: bounded_opt(
-            "dns.tcpMaxConnections",
-            args.dns.tcp_max_connections.or(file.dns.tcp_max_connections),
-            1..=MAX_CONNECTIONS,
-        )?,
+        // TCP DNS is still hickory-server's own listener (not bounded by meridian): its
+        // share of the limit stays free as headroom for it.
+        dns_tcp: None,
         reserve: bounded_opt(
             "reservedDescriptors",
             args.reserved_descriptors.or(file.reserved_descriptors),
@@ -773,31 +778,64 @@ kubernetes: {watchTimeoutSeconds: 12}
             resolve(parse(yaml).unwrap(), Path::new("/"), &args(flags))
         };
         let cfg = resolved("hub: {directory: h}\n", &[]).unwrap();
-        assert_eq!(cfg.listeners.requested, meridian_listen::Requested::default());
-        assert_eq!(cfg.listeners.admin.handshake_timeout, Duration::from_secs(10));
+        assert_eq!(
+            cfg.listeners.requested,
+            meridian_listen::Requested::default()
+        );
+        assert_eq!(
+            cfg.listeners.admin.handshake_timeout,
+            Duration::from_secs(10)
+        );
         assert_eq!(cfg.listeners.admin.idle_timeout, Duration::from_secs(60));
         assert_eq!(cfg.listeners.xds.idle_timeout, Duration::from_secs(300));
         assert_eq!(cfg.xds.max_concurrent_streams, 100);
         assert_eq!(cfg.dns.udp_workers, 1);
         let cfg = resolved(
-            "hub: {directory: h}\nadmin: {maxConnections: 7, headerReadTimeoutSeconds: 2}\nxds: {maxConnections: 9, maxConcurrentStreams: 5, idleTimeoutSeconds: 30}\ndns: {tcpMaxConnections: 11, udpWorkers: 4}\nreservedDescriptors: 64\n",
-            &["--xds-max-connections", "10"],
+            "hub: {directory: h}\nadmin: {maxConnections: 7, headerReadTimeoutSeconds: 2}\nxds: {maxConnections: 9, maxConcurrentStreams: 5, idleTimeoutSeconds: 30}\ndns: {udpWorkers: 4}\nreservedDescriptors: 64\n",
+            &["--xds-max-connections", "10", "--admin-max-connections", "8"],
         )
         .unwrap();
         let r = cfg.listeners.requested;
-        assert_eq!((r.admin, r.xds, r.dns_tcp, r.reserve), (Some(7), Some(10), Some(11), Some(64)));
-        assert_eq!(cfg.listeners.admin.handshake_timeout, Duration::from_secs(2));
+        assert_eq!(
+            (r.admin, r.xds, r.dns_tcp, r.reserve),
+            (Some(8), Some(10), None, Some(64))
+        );
+        assert_eq!(
+            cfg.listeners.admin.handshake_timeout,
+            Duration::from_secs(2)
+        );
         assert_eq!(cfg.listeners.xds.idle_timeout, Duration::from_secs(30));
         assert_eq!(cfg.xds.max_concurrent_streams, 5);
         assert_eq!(cfg.dns.udp_workers, 4);
         for (yaml, says) in [
-            ("dns: {udpWorkers: 100000}", "dns.udpWorkers must be between 1 and 1024 (got 100000)"),
-            ("dns: {udpWorkers: 0}", "dns.udpWorkers must be between 1 and 1024 (got 0)"),
-            ("dns: {tcpIdleTimeoutSeconds: 0}", "dns.tcpIdleTimeoutSeconds must be between 1 and 3600"),
-            ("xds: {maxConcurrentStreams: 0}", "xds.maxConcurrentStreams must be between 1 and 10000"),
-            ("xds: {maxConnections: 0}", "xds.maxConnections must be between 1 and 1000000"),
-            ("admin: {headerReadTimeoutSeconds: 7200}", "admin.headerReadTimeoutSeconds must be between 1 and 3600"),
-            ("reservedDescriptors: 1", "reservedDescriptors must be between 16"),
+            (
+                "dns: {udpWorkers: 100000}",
+                "dns.udpWorkers must be between 1 and 1024 (got 100000)",
+            ),
+            (
+                "dns: {udpWorkers: 0}",
+                "dns.udpWorkers must be between 1 and 1024 (got 0)",
+            ),
+            (
+                "dns: {tcpIdleTimeoutSeconds: 0}",
+                "dns.tcpIdleTimeoutSeconds must be between 1 and 3600",
+            ),
+            (
+                "xds: {maxConcurrentStreams: 0}",
+                "xds.maxConcurrentStreams must be between 1 and 10000",
+            ),
+            (
+                "xds: {maxConnections: 0}",
+                "xds.maxConnections must be between 1 and 1000000",
+            ),
+            (
+                "admin: {headerReadTimeoutSeconds: 7200}",
+                "admin.headerReadTimeoutSeconds must be between 1 and 3600",
+            ),
+            (
+                "reservedDescriptors: 1",
+                "reservedDescriptors must be between 16",
+            ),
         ] {
             let e = resolved(&format!("hub: {{directory: h}}\n{yaml}\n"), &[]).unwrap_err();
             assert!(e.to_string().contains(says), "{yaml}: {e}");

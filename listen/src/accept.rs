@@ -254,6 +254,14 @@ impl Listener {
         if !self.evict_oldest_pending() {
             return None;
         }
+        if let Some(left_out) = self.rejected_warn.lock().allow(Instant::now()) {
+            warn!(
+                listener = self.name,
+                max_connections = self.settings.max_connections,
+                left_out,
+                "listener at its connection bound: closed the oldest connection that sent nothing yet for a new one (see meridian_listener_timeouts_total, kind evicted)"
+            );
+        }
         tokio::time::timeout(EVICTION_WAIT, self.permits.clone().acquire_owned())
             .await
             .ok()?
@@ -262,7 +270,11 @@ impl Listener {
 
     /// Wraps a new connection, or closes it at once when the listener is full of
     /// connections past their handshake.
-    async fn admit(&self, stream: TcpStream, peer: std::net::SocketAddr) -> Option<Conn<TcpStream>> {
+    async fn admit(
+        &self,
+        stream: TcpStream,
+        peer: std::net::SocketAddr,
+    ) -> Option<Conn<TcpStream>> {
         let Some(permit) = self.permit().await else {
             let labels = ListenerMetrics::labels(self.name);
             self.metrics.rejected.get_or_create(&labels).inc();
@@ -314,7 +326,12 @@ impl Listener {
                 .accepting
                 .get_or_create(&ListenerMetrics::labels(self.name))
                 .set(1);
-            warn!(listener = self.name, kind, failed_for_ms = since.elapsed().as_millis() as u64, "listener accepting connections again");
+            warn!(
+                listener = self.name,
+                kind,
+                failed_for_ms = since.elapsed().as_millis() as u64,
+                "listener accepting connections again"
+            );
         }
     }
 
@@ -464,7 +481,10 @@ mod tests {
         let first = readers.remove(0).await.unwrap();
         assert_eq!(first.unwrap_err().kind(), io::ErrorKind::ConnectionAborted);
         assert!(!readers[0].is_finished(), "the newer probe is still open");
-        let labels = KindLabels { listener: "test", kind: "evicted" };
+        let labels = KindLabels {
+            listener: "test",
+            kind: "evicted",
+        };
         assert_eq!(metrics.timeouts.get_or_create(&labels).get(), 1);
     }
 
@@ -483,7 +503,9 @@ mod tests {
         let mut first = TcpStream::connect(addr).await.unwrap();
         let mut held = listener.accept().await;
         // Past its handshake: not evictable.
-        tokio::io::AsyncWriteExt::write_all(&mut first, b"x").await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut first, b"x")
+            .await
+            .unwrap();
         held.read_exact(&mut [0u8; 1]).await.unwrap();
         let mut second = TcpStream::connect(addr).await.unwrap();
         let accept = tokio::spawn(async move {

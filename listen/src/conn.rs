@@ -109,7 +109,15 @@ impl<S> Conn<S> {
         listener: &'static str,
         metrics: ListenerMetrics,
     ) -> Self {
-        Self::with_pending(inner, peer, permit, deadlines, listener, metrics, Arc::default())
+        Self::with_pending(
+            inner,
+            peer,
+            permit,
+            deadlines,
+            listener,
+            metrics,
+            Arc::default(),
+        )
     }
 
     pub(crate) fn with_pending(
@@ -270,8 +278,14 @@ mod tests {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(8);
         // A byte a second: still the handshake deadline from the start, not from the last byte.
-        assert_eq!(d.next(t0, 8, later), (t0 + Duration::from_secs(10), "handshake"));
-        assert_eq!(d.next(t0, 24, later), (later + Duration::from_secs(300), "idle"));
+        assert_eq!(
+            d.next(t0, 8, later),
+            (t0 + Duration::from_secs(10), "handshake")
+        );
+        assert_eq!(
+            d.next(t0, 24, later),
+            (later + Duration::from_secs(300), "idle")
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -333,6 +347,9 @@ mod tests {
         let quiet_from = Instant::now();
         let e = conn.read(&mut buf).await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
-        assert!(quiet_from.elapsed() <= Duration::from_secs(1), "4 s were already idle");
+        assert!(
+            quiet_from.elapsed() <= Duration::from_secs(1),
+            "4 s were already idle"
+        );
     }
 }

@@ -39,8 +39,7 @@ impl DescriptorLimit {
     /// raise it keeps the old limit (the bounds are computed from whatever holds).
     pub fn raise() -> Result<Self, LimitError> {
         let (soft_before, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(LimitError::Read)?;
-        let soft = if soft_before < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok()
-        {
+        let soft = if soft_before < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
             hard
         } else {
             soft_before

@@ -822,8 +822,16 @@ mod tests {
         );
         let told = inbound_failure(&decoder).expect("told");
         assert_eq!(told.code(), tonic::Code::ResourceExhausted);
-        assert!(told.message().contains("8388608 bytes (8 MiB)"), "{}", told.message());
-        assert!(told.message().contains("found 9437190"), "{}", told.message());
+        assert!(
+            told.message().contains("8388608 bytes (8 MiB)"),
+            "{}",
+            told.message()
+        );
+        assert!(
+            told.message().contains("found 9437190"),
+            "{}",
+            told.message()
+        );
     }
 
     #[test]

@@ -201,13 +201,13 @@ impl Common {
         if first && self.unsupported.len() >= UNSUPPORTED_MEMORY {
             self.unsupported_other += 1;
         } else {
-            let entry = self
-                .unsupported
-                .entry(type_url.clone())
-                .or_insert_with(|| UnsupportedType {
-                    reason: UNSUPPORTED_REASON,
-                    ..UnsupportedType::default()
-                });
+            let entry =
+                self.unsupported
+                    .entry(type_url.clone())
+                    .or_insert_with(|| UnsupportedType {
+                        reason: UNSUPPORTED_REASON,
+                        ..UnsupportedType::default()
+                    });
             entry.requests += 1;
             for name in names {
                 if entry.names.len() >= UNSUPPORTED_NAMES {

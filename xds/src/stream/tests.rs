@@ -296,7 +296,10 @@ fn an_unsupported_type_is_ignored_and_the_others_keep_flowing() {
     // Asked again (Envoy repeats it): counted, no response, not "first".
     let step = s.on_request(&sds, t0()).unwrap();
     assert!(step.responses.is_empty());
-    assert!(matches!(&step.events[..], [Event::Unsupported { first: false, .. }]));
+    assert!(matches!(
+        &step.events[..],
+        [Event::Unsupported { first: false, .. }]
+    ));
     let status = s.status();
     let seen = &status.unsupported[SDS];
     assert_eq!(seen.requests, 2);
@@ -313,8 +316,14 @@ fn an_unsupported_type_is_ignored_and_the_others_keep_flowing() {
     r.type_url = "not a type url".into();
     let step = d.on_request(&r, t0()).unwrap();
     assert!(step.responses.is_empty());
-    assert!(matches!(&step.events[..], [Event::Unsupported { label: "other", .. }]));
-    assert_eq!(d.on_request(&dreq(C, &[]), t0()).unwrap().responses.len(), 1);
+    assert!(matches!(
+        &step.events[..],
+        [Event::Unsupported { label: "other", .. }]
+    ));
+    assert_eq!(
+        d.on_request(&dreq(C, &[]), t0()).unwrap().responses.len(),
+        1
+    );
 }
 
 #[test]
@@ -324,7 +333,10 @@ fn unsupported_types_are_bounded_in_memory_and_in_labels() {
         let mut r = req(C, &[]);
         r.type_url = format!("type.googleapis.com/junk.{i}.{}", "x".repeat(10_000));
         let step = s.on_request(&r, t0()).unwrap();
-        assert!(matches!(&step.events[..], [Event::Unsupported { label: "other", .. }]));
+        assert!(matches!(
+            &step.events[..],
+            [Event::Unsupported { label: "other", .. }]
+        ));
     }
     let status = s.status();
     assert_eq!(status.unsupported.len(), UNSUPPORTED_MEMORY);
