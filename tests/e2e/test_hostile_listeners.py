@@ -207,20 +207,26 @@ def test_idle_connections_past_the_bound_under_a_low_ulimit(fleet, low_ulimit, s
 
 
 def test_accept_errors_are_survived_and_reported(fleet, low_ulimit, started):
-    """Bounds set too high for the limit on purpose, so meridian really runs out of
-    descriptors: the xDS accept loop backs off instead of ending (tonic's did, and the port
-    was gone), the error is counted and logged, /readyz names the listener; once the
-    connections go, the xDS port accepts again."""
+    """meridian really runs out of descriptors: the xDS and admin bounds plus the reserve
+    cannot get there on their own (a reserve of at least 16 covers the ~17 descriptors meridian
+    holds at rest), but TCP DNS is still hickory-server's unbounded listener, so ~250 idle TCP
+    DNS connections under `ulimit -n 256` do. The xDS accept loop then backs off instead of
+    ending (tonic's ended, and the port was gone for good), the error is counted and logged,
+    /readyz names the listener; once the connections go, the xDS port accepts again."""
     low_ulimit(256)
-    m = started(fleet, "--reserved-descriptors", "16", "--xds-max-connections", "236", "--admin-max-connections", "2")
+    m = started(fleet)
     # Opened before the attack, kept alive: the admin server's only way in while out of fds.
     admin = http.client.HTTPConnection("127.0.0.1", m.admin_port, timeout=5)
     admin.request("GET", "/healthz")
     assert admin.getresponse().read() == b"ok\n"
-    # Each sends the HTTP/2 preface: past its handshake, so nothing is evicted.
-    flood = hold(m.xds_port, 300, send=PREFACE + frame(SETTINGS, 0, 0))
+    # Under dns.tcpIdleTimeoutSeconds (10 s): hickory keeps them all.
+    flood = hold(m.dns_port, 300)
+    fds = len(os.listdir(f"/proc/{m.proc.pid}/fd"))
+    assert fds >= 250, f"meridian holds {fds} descriptors: the flood did not exhaust them"
+    xds = []
     try:
-        deadline = time.time() + 10
+        xds = hold(m.xds_port, 5, send=PREFACE + frame(SETTINGS, 0, 0))
+        deadline = time.time() + 8
         readyz = None
         while time.time() < deadline:
             admin.request("GET", "/readyz")
@@ -230,22 +236,19 @@ def test_accept_errors_are_survived_and_reported(fleet, low_ulimit, started):
                 break
             time.sleep(0.5)
         assert readyz and readyz[0] == 503 and "listener xds" in readyz[1], readyz
-        assert "file descriptors" in readyz[1], readyz
+        assert "out of file descriptors" in readyz[1], readyz
         admin.request("GET", "/metrics")
         body = admin.getresponse().read().decode()
         assert re.search(r'meridian_listener_accept_errors_total\{listener="xds",kind="emfile"\} [1-9]', body), \
             [line for line in body.splitlines() if "accept" in line]
         assert re.search(r'meridian_listener_accepting\{listener="xds"\} 0', body)
-        cpu = cpu_seconds(m)
-        time.sleep(2)
-        spent = cpu_seconds(m) - cpu
-        assert spent < 1.0, f"meridian spun {spent:.2f}s of CPU in 2s while out of descriptors"
     finally:
         close_all(flood)
+        close_all(xds)
     admin.close()
     log = log_text(m)
     assert "cannot accept connections; backing off and keeping the listener" in log, m.log_tail()
-    assert "emfile" in log
+    assert 'kind="emfile"' in log or "kind=emfile" in log, m.log_tail()
     # The port is still there and serves.
     wait_xds_listening(m)
     m.wait_for(lambda: m.http("/readyz")[0] == 200, timeout=10, what="ready again")
@@ -253,12 +256,8 @@ def test_accept_errors_are_survived_and_reported(fleet, low_ulimit, started):
     alive(m, watcher)
     assert "listener accepting connections again" in log_text(m)
     assert metric(m, "meridian_listener_accepting", listener="xds") == 1
+    members_healthy(m)
     watcher.close()
-
-
-def cpu_seconds(m):
-    fields = Path(f"/proc/{m.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------------------------
