@@ -1,6 +1,7 @@
 //! Admin HTTP: `/healthz`, `/readyz`, `/metrics`, and `/debug/*` — what meridian serves and why.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
@@ -30,6 +31,50 @@ pub struct AdminState {
     pub fleet: Fleet,
     pub leadership: Leadership,
     pub metrics: Arc<Registry>,
+    /// Whether each listener is accepting, for `/readyz`.
+    pub listeners: meridian_listen::Health,
+}
+
+/// A listener failing to accept for this long makes meridian unready: long enough to ride
+/// out a burst, short enough that a load balancer stops sending it clients.
+const STUCK_AFTER: Duration = Duration::from_secs(3);
+
+/// Serves the admin router on `listener`, one connection at a time per task: HTTP/1 with a
+/// header-read timeout (a byte-a-second client is closed), the listener's bound and idle
+/// timeout around it. (axum::serve has neither.)
+pub async fn serve(
+    listener: meridian_listen::Listener,
+    router: Router,
+    header_read_timeout: Duration,
+    metrics: meridian_listen::ListenerMetrics,
+) {
+    loop {
+        let conn = listener.accept().await;
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let peer = conn.peer();
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_read_timeout);
+            if let Err(e) = http
+                .serve_connection(hyper_util::rt::TokioIo::new(conn), service)
+                .await
+            {
+                if e.is_timeout() {
+                    // A request head that did not come in time: a slow or hostile client.
+                    metrics
+                        .timeouts
+                        .get_or_create(&meridian_listen::metrics::KindLabels {
+                            listener: "admin",
+                            kind: "header_read",
+                        })
+                        .inc();
+                }
+                tracing::debug!(%peer, error = %e, "admin connection ended");
+            }
+        });
+    }
 }
 
 impl AdminState {
@@ -56,6 +101,11 @@ pub fn router(state: AdminState) -> Router {
 }
 
 async fn readyz(State(s): State<AdminState>) -> Response {
+    let stuck = s.listeners.stuck(Instant::now(), STUCK_AFTER);
+    if !stuck.is_empty() {
+        let lines: String = stuck.iter().map(|l| format!("{l}\n")).collect();
+        return (StatusCode::SERVICE_UNAVAILABLE, lines).into_response();
+    }
     let snap = s.snapshot();
     if snap.synced {
         (StatusCode::OK, "ready\n").into_response()

@@ -14,6 +14,9 @@ use meridian_controllers::members::Sources;
 use meridian_core::Snapshot;
 use meridian_core::fleet::Fleet;
 use meridian_dns::{Dns, Listeners};
+use meridian_listen::{
+    Bounds, DescriptorLimit, Health, Listener, ListenerMetrics, ListenerSettings,
+};
 use meridian_xds::Xds;
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
@@ -21,7 +24,7 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::admin::{self, AdminState, FleetCollector};
-use crate::config::{Config, Hub};
+use crate::config::{Config, Guard, Hub};
 use crate::store::Store;
 
 /// A running meridian.
@@ -37,7 +40,24 @@ pub struct App {
 
 impl App {
     pub async fn start(cfg: Config) -> Result<Self> {
+        let bounds = descriptor_bounds(&cfg)?;
         let mut metrics = Registry::with_prefix("meridian");
+        let listener_metrics = ListenerMetrics::new(metrics.sub_registry_with_prefix("listener"));
+        let health = Health::default();
+        let guarded = |name, tcp, max_connections, guard: Guard, handshake_bytes| {
+            Listener::new(
+                name,
+                tcp,
+                ListenerSettings {
+                    max_connections,
+                    handshake_timeout: guard.handshake_timeout,
+                    handshake_bytes,
+                    idle_timeout: guard.idle_timeout,
+                },
+                &health,
+                &listener_metrics,
+            )
+        };
         let (publish, snapshots) = watch::channel(Arc::new(Snapshot::empty()));
         let (events_tx, events_rx) = mpsc::channel(1024);
         let fleet = Fleet::new(Instant::now(), cfg.sync_deadline);
@@ -67,7 +87,11 @@ impl App {
         let dns_listeners = meridian_dns::serve(dns.clone(), cfg.dns_listen)
             .await
             .with_context(|| format!("cannot listen for DNS on {}", cfg.dns_listen))?;
-        let (xds, xds_addr, xds_task) = start_xds(&cfg, snapshots.clone(), &mut metrics).await?;
+        let xds_tcp = bind_xds(&cfg).await?;
+        // 24 bytes: the HTTP/2 preface (or a TLS hello) is what a real client sends first.
+        let xds_listener = guarded("xds", xds_tcp, bounds.xds, cfg.listeners.xds, 24);
+        let (xds, xds_addr, xds_task) =
+            start_xds(&cfg, xds_listener, snapshots.clone(), &mut metrics)?;
         tasks.push(xds_task);
         metrics.register_collector(Box::new(FleetCollector {
             snapshots: snapshots.clone(),
@@ -77,6 +101,15 @@ impl App {
             .await
             .with_context(|| format!("cannot listen for admin HTTP on {}", cfg.admin_listen))?;
         let admin_addr = admin_listener.local_addr()?;
+        // 16 bytes: less than any request line; a slowloris stays evictable until the
+        // header-read timeout ends it.
+        let admin_listener = guarded(
+            "admin",
+            admin_listener,
+            bounds.admin,
+            cfg.listeners.admin,
+            16,
+        );
         let router = admin::router(AdminState {
             snapshots: snapshots.clone(),
             dns: dns.clone(),
@@ -84,12 +117,14 @@ impl App {
             fleet: sources.fleet.clone(),
             leadership: leadership.clone(),
             metrics: Arc::new(metrics),
+            listeners: health.clone(),
         });
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(admin_listener, router).await {
-                tracing::error!(error = %e, "admin server stopped");
-            }
-        }));
+        tasks.push(tokio::spawn(admin::serve(
+            admin_listener,
+            router,
+            cfg.listeners.admin.handshake_timeout,
+            listener_metrics.clone(),
+        )));
         info!(admin = %admin_addr, xds = %xds_addr, hub = %cfg.hub.describe(), "meridian started");
         Ok(Self {
             snapshots,
@@ -163,18 +198,41 @@ async fn start_hub(
     }
 }
 
-/// Binds the xDS listener (a taken port fails start-up) and serves ADS and CSDS on it.
-async fn start_xds(
-    cfg: &Config,
-    snapshots: watch::Receiver<Arc<Snapshot>>,
-    metrics: &mut Registry,
-) -> Result<(Arc<Xds>, SocketAddr, JoinHandle<()>)> {
+/// Raises the soft descriptor limit to the hard one and splits it between the listeners,
+/// leaving the reserve for meridian's own connections and files.
+fn descriptor_bounds(cfg: &Config) -> Result<Bounds> {
+    let limit = DescriptorLimit::raise().context("the file descriptor limit")?;
+    let bounds = meridian_listen::limits::bounds(limit.soft, cfg.listeners.requested)
+        .context("listener connection bounds")?;
+    info!(
+        soft_before = limit.soft_before,
+        soft = limit.soft,
+        hard = limit.hard,
+        reserved = bounds.reserve,
+        admin_max_connections = bounds.admin,
+        xds_max_connections = bounds.xds,
+        "file descriptor limit"
+    );
+    Ok(bounds)
+}
+
+/// Binds the xDS listener: a taken port fails start-up.
+async fn bind_xds(cfg: &Config) -> Result<tokio::net::TcpListener> {
     if let Some(tls) = &cfg.xds.tls {
         meridian_xds::server::check_tls(tls).context("xds.tls")?;
     }
-    let listener = tokio::net::TcpListener::bind(cfg.xds_listen)
+    tokio::net::TcpListener::bind(cfg.xds_listen)
         .await
-        .with_context(|| format!("cannot listen for xDS on {}", cfg.xds_listen))?;
+        .with_context(|| format!("cannot listen for xDS on {}", cfg.xds_listen))
+}
+
+/// Serves ADS and CSDS on the xDS listener.
+fn start_xds(
+    cfg: &Config,
+    listener: Listener,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    metrics: &mut Registry,
+) -> Result<(Arc<Xds>, SocketAddr, JoinHandle<()>)> {
     let addr = listener.local_addr()?;
     let xds = Xds::new(
         cfg.xds.clone(),

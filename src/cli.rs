@@ -70,6 +70,12 @@ pub struct ServeArgs {
     /// Admin HTTP listen address: /healthz, /readyz, /metrics, /debug/*.
     #[arg(long, env = "MERIDIAN_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    /// File descriptors kept out of the listeners' connection bounds for meridian's own
+    /// member connections and files (default: half the limit, at most 1024).
+    #[arg(long = "reserved-descriptors", env = "MERIDIAN_RESERVED_DESCRIPTORS")]
+    pub reserved_descriptors: Option<u64>,
     #[arg(long, env = "MERIDIAN_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
 }
@@ -107,6 +113,32 @@ pub struct DnsArgs {
     /// Answer-cache capacity in entries.
     #[arg(long = "dns-cache-entries", env = "MERIDIAN_DNS_CACHE_ENTRIES")]
     pub cache_entries: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// Open admin connections at most; more are closed at once (default: 1/8 of the
+    /// descriptors the reserve leaves).
+    #[arg(
+        id = "admin_max_connections",
+        long = "admin-max-connections",
+        env = "MERIDIAN_ADMIN_MAX_CONNECTIONS"
+    )]
+    pub max_connections: Option<u64>,
+    /// A request head must arrive within this many seconds (default 10).
+    #[arg(
+        id = "admin_header_read_timeout_seconds",
+        long = "admin-header-read-timeout-seconds",
+        env = "MERIDIAN_ADMIN_HEADER_READ_TIMEOUT_SECONDS"
+    )]
+    pub header_read_timeout_seconds: Option<u64>,
+    /// An admin connection silent this many seconds is closed (default 60).
+    #[arg(
+        id = "admin_idle_timeout_seconds",
+        long = "admin-idle-timeout-seconds",
+        env = "MERIDIAN_ADMIN_IDLE_TIMEOUT_SECONDS"
+    )]
+    pub idle_timeout_seconds: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -186,6 +218,51 @@ pub struct XdsArgs {
         env = "MERIDIAN_XDS_ADMISSION_PER_SECOND"
     )]
     pub admission_per_second: Option<u32>,
+    /// Open xDS connections at most; more are closed at once (default: half the descriptors
+    /// the reserve leaves).
+    #[arg(
+        id = "xds_max_connections",
+        long = "xds-max-connections",
+        env = "MERIDIAN_XDS_MAX_CONNECTIONS"
+    )]
+    pub max_connections: Option<u64>,
+    /// HTTP/2 streams per xDS connection (default 100).
+    #[arg(
+        id = "xds_max_concurrent_streams",
+        long = "xds-max-concurrent-streams",
+        env = "MERIDIAN_XDS_MAX_CONCURRENT_STREAMS"
+    )]
+    pub max_concurrent_streams: Option<u32>,
+    /// HTTP/2 keepalive PING interval in seconds (default 30).
+    #[arg(
+        id = "xds_keepalive_interval_seconds",
+        long = "xds-keepalive-interval-seconds",
+        env = "MERIDIAN_XDS_KEEPALIVE_INTERVAL_SECONDS"
+    )]
+    pub keepalive_interval_seconds: Option<u64>,
+    /// Seconds a PING may go unanswered before the connection is dropped (default 10).
+    #[arg(
+        id = "xds_keepalive_timeout_seconds",
+        long = "xds-keepalive-timeout-seconds",
+        env = "MERIDIAN_XDS_KEEPALIVE_TIMEOUT_SECONDS"
+    )]
+    pub keepalive_timeout_seconds: Option<u64>,
+    /// A new xDS connection must send the HTTP/2 preface (or TLS hello) within this many
+    /// seconds (default 10).
+    #[arg(
+        id = "xds_handshake_timeout_seconds",
+        long = "xds-handshake-timeout-seconds",
+        env = "MERIDIAN_XDS_HANDSHAKE_TIMEOUT_SECONDS"
+    )]
+    pub handshake_timeout_seconds: Option<u64>,
+    /// An xDS connection that sends nothing (not even PING answers) this many seconds is
+    /// closed (default 300).
+    #[arg(
+        id = "xds_idle_timeout_seconds",
+        long = "xds-idle-timeout-seconds",
+        env = "MERIDIAN_XDS_IDLE_TIMEOUT_SECONDS"
+    )]
+    pub idle_timeout_seconds: Option<u64>,
 }
 
 #[derive(Debug, Args)]

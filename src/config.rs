@@ -24,7 +24,7 @@ pub struct File {
     #[serde(default)]
     pub xds: XdsSection,
     #[serde(default)]
-    pub admin: ListenSection,
+    pub admin: AdminSection,
     #[serde(default)]
     pub leader_election: LeaderSection,
     #[serde(default)]
@@ -33,6 +33,8 @@ pub struct File {
     pub directory: DirectorySection,
     /// How long readiness waits for members that have neither synced nor failed.
     pub sync_deadline_seconds: Option<u64>,
+    /// File descriptors kept out of the listeners' connection bounds for meridian itself.
+    pub reserved_descriptors: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -151,6 +153,12 @@ pub struct XdsSection {
     pub debounce_millis: Option<u64>,
     pub debounce_max_millis: Option<u64>,
     pub admission_per_second: Option<u32>,
+    pub max_connections: Option<u64>,
+    pub max_concurrent_streams: Option<u32>,
+    pub keepalive_interval_seconds: Option<u64>,
+    pub keepalive_timeout_seconds: Option<u64>,
+    pub handshake_timeout_seconds: Option<u64>,
+    pub idle_timeout_seconds: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,9 +171,30 @@ pub struct TlsSection {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListenSection {
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AdminSection {
     pub listen: Option<SocketAddr>,
+    pub max_connections: Option<u64>,
+    pub header_read_timeout_seconds: Option<u64>,
+    pub idle_timeout_seconds: Option<u64>,
+}
+
+/// How one listener guards itself: the timeouts here, its connection bound computed at
+/// start-up from the descriptor limit (`meridian_listen::limits::bounds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guard {
+    /// Until a connection has sent its first bytes (admin: the whole request head).
+    pub handshake_timeout: Duration,
+    /// A connection that sends nothing for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+/// The listeners' bounds as configured; `None` takes a share of the descriptor limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenerLimits {
+    pub requested: meridian_listen::Requested,
+    pub admin: Guard,
+    pub xds: Guard,
 }
 
 /// The effective settings.
@@ -185,6 +214,7 @@ pub struct Config {
     pub xds_listen: SocketAddr,
     pub xds: XdsConfig,
     pub admin_listen: SocketAddr,
+    pub listeners: ListenerLimits,
 }
 
 pub const DEFAULT_DNS: &str = "127.0.0.1:1053";
@@ -193,6 +223,101 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:9180";
 pub const DEFAULT_SYNC_DEADLINE_SECONDS: u64 = 30;
 /// Longer than any member takes to list: beyond it a typo would leave DNS at SERVFAIL for hours.
 const MAX_SYNC_DEADLINE_SECONDS: u64 = 3600;
+/// Each UDP worker is a thread: beyond this the thread spawns fail (100,000 aborted).
+const MAX_UDP_WORKERS: usize = 1024;
+/// One process holds no more connections than this on one listener.
+const MAX_CONNECTIONS: u64 = 1_000_000;
+/// Timeouts longer than an hour leave a stalled connection holding its place for nothing.
+const MAX_TIMEOUT_SECONDS: u64 = 3600;
+
+/// `value` if it lies in `range`, else an error naming the setting and the bounds.
+fn bounded<T: PartialOrd + std::fmt::Display + Copy>(
+    key: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T> {
+    if !range.contains(&value) {
+        bail!(
+            "{key} must be between {} and {} (got {value})",
+            range.start(),
+            range.end()
+        );
+    }
+    Ok(value)
+}
+
+/// An optional bound, checked when set.
+fn bounded_opt(
+    key: &str,
+    value: Option<u64>,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<Option<u64>> {
+    value.map(|v| bounded(key, v, range)).transpose()
+}
+
+/// Seconds, bounded to 1..=[`MAX_TIMEOUT_SECONDS`].
+fn seconds(key: &str, flag: Option<u64>, file: Option<u64>, default: u64) -> Result<Duration> {
+    let value = flag.or(file).unwrap_or(default);
+    Ok(Duration::from_secs(bounded(
+        key,
+        value,
+        1..=MAX_TIMEOUT_SECONDS,
+    )?))
+}
+
+fn resolve_listeners(file: &File, args: &ServeArgs) -> Result<ListenerLimits> {
+    let requested = meridian_listen::Requested {
+        admin: bounded_opt(
+            "admin.maxConnections",
+            args.admin.max_connections.or(file.admin.max_connections),
+            1..=MAX_CONNECTIONS,
+        )?,
+        xds: bounded_opt(
+            "xds.maxConnections",
+            args.xds.max_connections.or(file.xds.max_connections),
+            1..=MAX_CONNECTIONS,
+        )?,
+        // TCP DNS is still hickory-server's own listener (not bounded by meridian): its
+        // share of the limit stays free as headroom for it.
+        dns_tcp: None,
+        reserve: bounded_opt(
+            "reservedDescriptors",
+            args.reserved_descriptors.or(file.reserved_descriptors),
+            16..=MAX_CONNECTIONS,
+        )?,
+    };
+    Ok(ListenerLimits {
+        requested,
+        admin: Guard {
+            handshake_timeout: seconds(
+                "admin.headerReadTimeoutSeconds",
+                args.admin.header_read_timeout_seconds,
+                file.admin.header_read_timeout_seconds,
+                10,
+            )?,
+            idle_timeout: seconds(
+                "admin.idleTimeoutSeconds",
+                args.admin.idle_timeout_seconds,
+                file.admin.idle_timeout_seconds,
+                60,
+            )?,
+        },
+        xds: Guard {
+            handshake_timeout: seconds(
+                "xds.handshakeTimeoutSeconds",
+                args.xds.handshake_timeout_seconds,
+                file.xds.handshake_timeout_seconds,
+                10,
+            )?,
+            idle_timeout: seconds(
+                "xds.idleTimeoutSeconds",
+                args.xds.idle_timeout_seconds,
+                file.xds.idle_timeout_seconds,
+                300,
+            )?,
+        },
+    })
+}
 
 /// Reads the file (if any) and applies the flags over it.
 pub fn load(args: &ServeArgs) -> Result<Config> {
@@ -214,6 +339,7 @@ pub fn read_file(path: &Path) -> Result<File> {
 
 fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
     let hub = resolve_hub(&file.hub, base, args)?;
+    let listeners = resolve_listeners(&file, args)?;
     let leader = resolve_leader(&file.leader_election, args)?;
     let zones = match (&args.dns.zones, &file.dns.zones) {
         (z, _) if !z.is_empty() => z
@@ -266,19 +392,21 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
         } else {
             args.dns.allow_transfer.clone()
         },
-        tcp_idle_timeout: Duration::from_secs(
-            args.dns
-                .tcp_idle_timeout_seconds
-                .or(file.dns.tcp_idle_timeout_seconds)
-                .unwrap_or(defaults.tcp_idle_timeout.as_secs()),
-        ),
+        tcp_idle_timeout: seconds(
+            "dns.tcpIdleTimeoutSeconds",
+            args.dns.tcp_idle_timeout_seconds,
+            file.dns.tcp_idle_timeout_seconds,
+            defaults.tcp_idle_timeout.as_secs(),
+        )?,
         ns_address: (!dns_listen.ip().is_unspecified()).then_some(dns_listen.ip()),
-        udp_workers: args
-            .dns
-            .udp_workers
-            .or(file.dns.udp_workers)
-            .unwrap_or(defaults.udp_workers)
-            .max(1),
+        udp_workers: bounded(
+            "dns.udpWorkers",
+            args.dns
+                .udp_workers
+                .or(file.dns.udp_workers)
+                .unwrap_or(defaults.udp_workers),
+            1..=MAX_UDP_WORKERS,
+        )?,
         cache_entries: args
             .dns
             .cache_entries
@@ -314,6 +442,7 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
             .admin_listen
             .or(file.admin.listen)
             .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("default")),
+        listeners,
     })
 }
 
@@ -489,6 +618,26 @@ fn resolve_xds(file: &XdsSection, base: &Path, args: &ServeArgs) -> Result<XdsCo
             .or(file.admission_per_second)
             .unwrap_or(defaults.admission_per_second),
         tls,
+        max_concurrent_streams: bounded(
+            "xds.maxConcurrentStreams",
+            args.xds
+                .max_concurrent_streams
+                .or(file.max_concurrent_streams)
+                .unwrap_or(defaults.max_concurrent_streams),
+            1..=10_000,
+        )?,
+        keepalive_interval: seconds(
+            "xds.keepaliveIntervalSeconds",
+            args.xds.keepalive_interval_seconds,
+            file.keepalive_interval_seconds,
+            defaults.keepalive_interval.as_secs(),
+        )?,
+        keepalive_timeout: seconds(
+            "xds.keepaliveTimeoutSeconds",
+            args.xds.keepalive_timeout_seconds,
+            file.keepalive_timeout_seconds,
+            defaults.keepalive_timeout.as_secs(),
+        )?,
     })
 }
 
@@ -672,6 +821,76 @@ kubernetes: {watchTimeoutSeconds: 12}
                 .contains("positive")
         );
         assert!(bad("hub: {kubeconfig: k, directory: d}\n").contains("exactly one"));
+    }
+
+    #[test]
+    fn listener_settings_have_defaults_flags_and_bounds() {
+        let resolved = |yaml: &str, flags: &[&str]| {
+            resolve(parse(yaml).unwrap(), Path::new("/"), &args(flags))
+        };
+        let cfg = resolved("hub: {directory: h}\n", &[]).unwrap();
+        assert_eq!(
+            cfg.listeners.requested,
+            meridian_listen::Requested::default()
+        );
+        assert_eq!(
+            cfg.listeners.admin.handshake_timeout,
+            Duration::from_secs(10)
+        );
+        assert_eq!(cfg.listeners.admin.idle_timeout, Duration::from_secs(60));
+        assert_eq!(cfg.listeners.xds.idle_timeout, Duration::from_secs(300));
+        assert_eq!(cfg.xds.max_concurrent_streams, 100);
+        assert_eq!(cfg.dns.udp_workers, 1);
+        let cfg = resolved(
+            "hub: {directory: h}\nadmin: {maxConnections: 7, headerReadTimeoutSeconds: 2}\nxds: {maxConnections: 9, maxConcurrentStreams: 5, idleTimeoutSeconds: 30}\ndns: {udpWorkers: 4}\nreservedDescriptors: 64\n",
+            &["--xds-max-connections", "10", "--admin-max-connections", "8"],
+        )
+        .unwrap();
+        let r = cfg.listeners.requested;
+        assert_eq!(
+            (r.admin, r.xds, r.dns_tcp, r.reserve),
+            (Some(8), Some(10), None, Some(64))
+        );
+        assert_eq!(
+            cfg.listeners.admin.handshake_timeout,
+            Duration::from_secs(2)
+        );
+        assert_eq!(cfg.listeners.xds.idle_timeout, Duration::from_secs(30));
+        assert_eq!(cfg.xds.max_concurrent_streams, 5);
+        assert_eq!(cfg.dns.udp_workers, 4);
+        for (yaml, says) in [
+            (
+                "dns: {udpWorkers: 100000}",
+                "dns.udpWorkers must be between 1 and 1024 (got 100000)",
+            ),
+            (
+                "dns: {udpWorkers: 0}",
+                "dns.udpWorkers must be between 1 and 1024 (got 0)",
+            ),
+            (
+                "dns: {tcpIdleTimeoutSeconds: 0}",
+                "dns.tcpIdleTimeoutSeconds must be between 1 and 3600",
+            ),
+            (
+                "xds: {maxConcurrentStreams: 0}",
+                "xds.maxConcurrentStreams must be between 1 and 10000",
+            ),
+            (
+                "xds: {maxConnections: 0}",
+                "xds.maxConnections must be between 1 and 1000000",
+            ),
+            (
+                "admin: {headerReadTimeoutSeconds: 7200}",
+                "admin.headerReadTimeoutSeconds must be between 1 and 3600",
+            ),
+            (
+                "reservedDescriptors: 1",
+                "reservedDescriptors must be between 16",
+            ),
+        ] {
+            let e = resolved(&format!("hub: {{directory: h}}\n{yaml}\n"), &[]).unwrap_err();
+            assert!(e.to_string().contains(says), "{yaml}: {e}");
+        }
     }
 
     #[test]

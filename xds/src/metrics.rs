@@ -27,6 +27,13 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnsupportedLabels {
+    /// A well-known type URL meridian does not serve, or "other" (see
+    /// `stream::unsupported_label`): clients cannot grow the label set.
+    pub type_url: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TierLabels {
     pub first_tier: &'static str,
 }
@@ -44,6 +51,7 @@ pub struct XdsMetrics {
     pub stale_nonces: Family<TypeLabels, Counter>,
     pub push_to_ack: Histogram,
     pub stream_errors: Family<ReasonLabels, Counter>,
+    pub unsupported_types: Family<UnsupportedLabels, Counter>,
     pub view_builds: Counter,
     pub view_build_seconds: Histogram,
     pub admission_waits: Counter,
@@ -67,6 +75,7 @@ impl XdsMetrics {
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 16.0,
             ]),
             stream_errors: Family::default(),
+            unsupported_types: Family::default(),
             view_builds: Counter::default(),
             view_build_seconds: Histogram::new([
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -124,6 +133,11 @@ impl XdsMetrics {
             "stream_errors",
             "Streams ended by the server, by reason",
             m.stream_errors.clone(),
+        );
+        registry.register(
+            "unsupported_type_requests",
+            "Requests for a type meridian does not serve (ignored; the stream stays open), by type URL",
+            m.unsupported_types.clone(),
         );
         registry.register(
             "view_builds",

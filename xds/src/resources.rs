@@ -823,10 +823,11 @@ pub(crate) fn content_version(bytes: &[u8]) -> String {
     format!("{hash:016x}")
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 impl Resources {
-    /// A view with the given (kind, name, content) resources, for state machine tests.
-    pub(crate) fn for_tests(snapshot_version: u64, items: &[(Kind, &str, &str)]) -> Self {
+    /// A view with the given (kind, name, content) resources, for state machine tests and
+    /// the fuzz target (feature `testing`).
+    pub fn for_tests(snapshot_version: u64, items: &[(Kind, &str, &str)]) -> Self {
         let mut out = Resources {
             snapshot_version,
             synced: true,
@@ -846,7 +847,7 @@ impl Resources {
         out
     }
 
-    pub(crate) fn unsynced() -> Self {
+    pub fn unsynced() -> Self {
         Resources::default()
     }
 }

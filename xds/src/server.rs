@@ -33,7 +33,7 @@ use xds_api::pb::envoy::service::status::v3::client_status_discovery_service_ser
 use xds_api::pb::envoy::service::status::v3::{ClientStatusRequest, ClientStatusResponse};
 
 use crate::csds;
-use crate::metrics::{ReasonLabels, StreamLabels, TypeLabels, XdsMetrics};
+use crate::metrics::{ReasonLabels, StreamLabels, TypeLabels, UnsupportedLabels, XdsMetrics};
 use crate::node::{Group, NodeInfo};
 use crate::resources::{self, Resources};
 use crate::stream::{DeltaStream, Event, SotwStream, Step, StreamError, StreamStatus};
@@ -48,6 +48,13 @@ pub struct XdsConfig {
     /// New streams admitted per second (and the burst).
     pub admission_per_second: u32,
     pub tls: Option<TlsFiles>,
+    /// HTTP/2 streams one connection may have open (SETTINGS_MAX_CONCURRENT_STREAMS): an
+    /// Envoy or gRPC client needs one ADS stream, a flood of them is refused.
+    pub max_concurrent_streams: u32,
+    /// HTTP/2 PING this often on every connection; a peer that does not answer within
+    /// `keepalive_timeout` is dropped (and a live one is never idle).
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
 }
 
 impl Default for XdsConfig {
@@ -57,6 +64,9 @@ impl Default for XdsConfig {
             debounce_max: Duration::from_secs(1),
             admission_per_second: 1000,
             tls: None,
+            max_concurrent_streams: 100,
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -73,7 +83,7 @@ pub struct TlsFiles {
 /// Responses buffered per stream: a client that stops reading holds back only itself.
 const STREAM_BUFFER: usize = 16;
 /// gRPC's default is 4 MiB; a 100,000-name subscription fits, anything far larger is refused.
-const MAX_REQUEST_BYTES: usize = 8 << 20;
+pub const MAX_REQUEST_BYTES: usize = 8 << 20;
 
 /// The xDS server's shared state.
 pub struct Xds {
@@ -163,22 +173,29 @@ impl Xds {
         streams.iter().map(|m| m.lock().status()).collect()
     }
 
-    /// Serves ADS and CSDS on `listener` until `shutdown` resolves.
+    /// Serves ADS and CSDS on `listener` until `shutdown` resolves. The listener bounds the
+    /// connections and survives accept errors (tonic's own incoming stream ends on the first
+    /// one, and the port with it).
     pub async fn serve(
         self: Arc<Self>,
-        listener: tokio::net::TcpListener,
+        listener: meridian_listen::Listener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), XdsError> {
         let mut builder = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)));
+            .max_concurrent_streams(Some(self.config.max_concurrent_streams))
+            .http2_keepalive_interval(Some(self.config.keepalive_interval))
+            .http2_keepalive_timeout(Some(self.config.keepalive_timeout));
         if let Some(tls) = &self.config.tls {
             builder = builder.tls_config(tls_config(tls)?)?;
         }
         let ads = AggregatedDiscoveryServiceServer::new(Ads(self.clone()))
             .max_decoding_message_size(MAX_REQUEST_BYTES);
-        let csds = ClientStatusDiscoveryServiceServer::new(Csds(self.clone()));
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let csds = ClientStatusDiscoveryServiceServer::new(Csds(self.clone()))
+            .max_decoding_message_size(MAX_REQUEST_BYTES);
+        let incoming = futures::stream::unfold(listener, |listener| async move {
+            let conn = XdsConn(listener.accept().await);
+            Some((Ok::<_, std::io::Error>(conn), listener))
+        });
         builder
             .add_service(ads)
             .add_service(csds)
@@ -212,10 +229,21 @@ impl Xds {
                         }
                     }
                     Ok(None) => break None,
-                    Err(status) => {
-                        debug!(stream = id, %status, "xDS stream ended by the client");
-                        break None;
-                    }
+                    Err(status) => match inbound_failure(&status) {
+                        Some(told) => {
+                            self.metrics
+                                .stream_errors
+                                .get_or_create(&ReasonLabels { reason: "request_too_large" })
+                                .inc();
+                            warn!(stream = id, limit_bytes = MAX_REQUEST_BYTES, error = %status.message(), "xDS request over the size limit: stream ended with RESOURCE_EXHAUSTED");
+                            let _ = out.send(Err(told)).await;
+                            break None;
+                        }
+                        None => {
+                            debug!(stream = id, %status, "xDS stream ended by the client");
+                            break None;
+                        }
+                    },
                 },
                 changed = views.changed(), if open.is_some() => {
                     if changed.is_err() {
@@ -294,7 +322,6 @@ impl Xds {
     async fn refuse<R>(&self, id: u64, error: StreamError, out: &mpsc::Sender<Result<R, Status>>) {
         let reason = match error {
             StreamError::MissingNode => "missing_node",
-            StreamError::UnknownType(_) => "unknown_type",
         };
         self.metrics
             .stream_errors
@@ -381,9 +408,90 @@ impl Xds {
                         })
                         .inc();
                 }
+                Event::Unsupported {
+                    label,
+                    type_url,
+                    first,
+                } => {
+                    self.metrics
+                        .unsupported_types
+                        .get_or_create(&UnsupportedLabels { type_url: label })
+                        .inc();
+                    if *first {
+                        info!(%type_url, "xDS request for a type meridian does not serve: ignored, the stream stays open (see /debug/xds)");
+                    }
+                }
             }
         }
         subscribed
+    }
+}
+
+/// What the client is told when its request stream fails on the server's side: a request
+/// over the size limit ends the stream with RESOURCE_EXHAUSTED naming the limit (tonic's
+/// decoder reports it as OUT_OF_RANGE, and dropping the stream would end it with OK). `None`
+/// for the client's own doing (a reset, a cancel): nobody is left to tell.
+pub fn inbound_failure(status: &Status) -> Option<Status> {
+    let too_large = status.code() == tonic::Code::OutOfRange
+        && status.message().contains("message length too large");
+    too_large.then(|| {
+        Status::resource_exhausted(format!(
+            "request larger than meridian's limit of {MAX_REQUEST_BYTES} bytes ({} MiB): {}",
+            MAX_REQUEST_BYTES >> 20,
+            status.message()
+        ))
+    })
+}
+
+/// An accepted xDS connection, with what tonic asks of one.
+struct XdsConn(meridian_listen::Conn<tokio::net::TcpStream>);
+
+impl tonic::transport::server::Connected for XdsConn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.0.get_ref().connect_info()
+    }
+}
+
+impl tokio::io::AsyncRead for XdsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for XdsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
     }
 }
 
@@ -700,4 +808,35 @@ impl ClientStatusDiscoveryService for Csds {
 /// Binds the xDS listener, so that start-up fails on a taken port.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_over_the_limit_is_told_resource_exhausted_with_the_limit() {
+        // What tonic's decoder says (tonic 0.12, codec/decode.rs).
+        let decoder = Status::out_of_range(
+            "Error, decoded message length too large: found 9437190 bytes, the limit is: 8388608 bytes",
+        );
+        let told = inbound_failure(&decoder).expect("told");
+        assert_eq!(told.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            told.message().contains("8388608 bytes (8 MiB)"),
+            "{}",
+            told.message()
+        );
+        assert!(
+            told.message().contains("found 9437190"),
+            "{}",
+            told.message()
+        );
+    }
+
+    #[test]
+    fn a_client_that_goes_away_is_not_told_anything() {
+        assert!(inbound_failure(&Status::cancelled("h2 protocol error: stream reset")).is_none());
+        assert!(inbound_failure(&Status::unknown("connection closed")).is_none());
+    }
 }

@@ -12,6 +12,12 @@
 //! - a SotW request that changes the subscription is answered at once, absent names left out;
 //!   otherwise a response goes out only when the content for that client changed;
 //! - empty `resource_names` on LDS/CDS is a wildcard subscription;
+//! - a request for a type meridian does not serve (SDS, ECDS, a typo) is ignored, as
+//!   go-control-plane does: no response, the stream stays open and the other types keep
+//!   flowing. An empty SotW response would be worse: Envoy NACKs an SDS response without the
+//!   secret it asked for, and for a wildcard type it means "delete everything". Ignored, the
+//!   client's own `initial_fetch_timeout` lets it go on. The request shows in the stream's
+//!   status (`unsupported`) and in an event for the metric;
 //! - responses to one view are ordered CDS → EDS → LDS → RDS.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
@@ -32,8 +38,6 @@ use crate::resources::{Kind, Resource, Resources};
 pub enum StreamError {
     #[error("the first request of a stream must carry a node")]
     MissingNode,
-    #[error("unsupported type URL {0:?}; meridian serves CDS, EDS, LDS and RDS")]
-    UnknownType(String),
 }
 
 /// What happened, for metrics and logs; the server turns these into counters.
@@ -54,6 +58,58 @@ pub enum Event {
     StaleNonce {
         kind: Kind,
     },
+    /// A request for a type meridian does not serve, ignored.
+    Unsupported {
+        /// The type URL if it is a well-known one, else "other" (a bounded label).
+        label: &'static str,
+        /// The type URL as sent, cut short.
+        type_url: String,
+        /// The first request of this type on the stream (worth a log line).
+        first: bool,
+    },
+}
+
+/// Type URLs meridian does not serve that a real client may ask for; anything else is
+/// "other" in the metric, so clients cannot grow its label set.
+const WELL_KNOWN_UNSUPPORTED: &[&str] = &[
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+    "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration",
+    "type.googleapis.com/envoy.config.route.v3.VirtualHost",
+    "type.googleapis.com/envoy.service.runtime.v3.Runtime",
+    "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+    "type.googleapis.com/envoy.api.v2.Cluster",
+    "type.googleapis.com/envoy.api.v2.ClusterLoadAssignment",
+    "type.googleapis.com/envoy.api.v2.Listener",
+    "type.googleapis.com/envoy.api.v2.RouteConfiguration",
+    "type.googleapis.com/envoy.api.v2.auth.Secret",
+];
+
+/// The metric label of an unsupported type URL (pure; bounded).
+pub fn unsupported_label(type_url: &str) -> &'static str {
+    WELL_KNOWN_UNSUPPORTED
+        .iter()
+        .find(|known| **known == type_url)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// Distinct unsupported types a stream remembers (each type URL cut to
+/// [`TYPE_URL_LIMIT`] bytes); later ones are only counted.
+const UNSUPPORTED_MEMORY: usize = 16;
+const TYPE_URL_LIMIT: usize = 256;
+/// Names remembered per unsupported type, for `/debug/xds`.
+const UNSUPPORTED_NAMES: usize = 16;
+
+/// Why a type gets no response, for `/debug/xds`.
+pub const UNSUPPORTED_REASON: &str = "meridian serves CDS, EDS, LDS and RDS only; requests for this type are ignored (no response, as go-control-plane does) and the stream stays open";
+
+/// Requests for one unsupported type on a stream.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct UnsupportedType {
+    pub requests: u64,
+    /// The first names asked for (at most [`UNSUPPORTED_NAMES`]).
+    pub names: BTreeSet<String>,
+    pub reason: &'static str,
 }
 
 /// How many refused versions (SotW) or resource versions (delta) a stream remembers per type.
@@ -117,20 +173,55 @@ struct Common {
     view: Option<Arc<Resources>>,
     nonce: u64,
     types: [TypeStatus; 4],
+    /// Requests for types meridian does not serve, by type URL (bounded).
+    unsupported: BTreeMap<String, UnsupportedType>,
+    /// Unsupported requests beyond [`UNSUPPORTED_MEMORY`] distinct types.
+    unsupported_other: u64,
 }
 
 impl Common {
-    /// Checks the node (first request only) and the type URL.
-    fn admit(
+    /// Checks the node (first request only) and the type URL: `None` for a type meridian
+    /// does not serve, recorded and reported in `events`.
+    fn admit<'n>(
         &mut self,
         node: Option<&xds_api::pb::envoy::config::core::v3::Node>,
         type_url: &str,
-    ) -> Result<Kind, StreamError> {
+        names: impl Iterator<Item = &'n String>,
+        events: &mut Vec<Event>,
+    ) -> Result<Option<Kind>, StreamError> {
         if self.node.is_none() {
             let node = node.ok_or(StreamError::MissingNode)?;
             self.node = Some(NodeInfo::from_node(node.clone()));
         }
-        Kind::from_type_url(type_url).ok_or_else(|| StreamError::UnknownType(type_url.to_owned()))
+        if let Some(kind) = Kind::from_type_url(type_url) {
+            return Ok(Some(kind));
+        }
+        let type_url = truncate(type_url, TYPE_URL_LIMIT);
+        let first = !self.unsupported.contains_key(&type_url);
+        if first && self.unsupported.len() >= UNSUPPORTED_MEMORY {
+            self.unsupported_other += 1;
+        } else {
+            let entry =
+                self.unsupported
+                    .entry(type_url.clone())
+                    .or_insert_with(|| UnsupportedType {
+                        reason: UNSUPPORTED_REASON,
+                        ..UnsupportedType::default()
+                    });
+            entry.requests += 1;
+            for name in names {
+                if entry.names.len() >= UNSUPPORTED_NAMES {
+                    break;
+                }
+                entry.names.insert(truncate(name, TYPE_URL_LIMIT));
+            }
+        }
+        events.push(Event::Unsupported {
+            label: unsupported_label(&type_url),
+            type_url,
+            first,
+        });
+        Ok(None)
     }
 
     fn next_nonce(&mut self) -> String {
@@ -197,6 +288,16 @@ pub struct StreamStatus {
     pub protocol: &'static str,
     pub snapshot_version: Option<u64>,
     pub types: BTreeMap<&'static str, TypeStatus>,
+    /// Types asked for that meridian does not serve, and why they get no response.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unsupported: BTreeMap<String, UnsupportedType>,
+    /// Requests for further unsupported types, beyond the ones listed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unsupported_other: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn status_of(common: &Common, protocol: &'static str) -> StreamStatus {
@@ -209,6 +310,8 @@ fn status_of(common: &Common, protocol: &'static str) -> StreamStatus {
             .filter(|k| common.types[k.index()].requested)
             .map(|k| (k.short(), common.types[k.index()].clone()))
             .collect(),
+        unsupported: common.unsupported.clone(),
+        unsupported_other: common.unsupported_other,
     }
 }
 
@@ -247,8 +350,16 @@ impl SotwStream {
         req: &DiscoveryRequest,
         now: Instant,
     ) -> Result<Step<DiscoveryResponse>, StreamError> {
-        let kind = self.common.admit(req.node.as_ref(), &req.type_url)?;
         let mut step = Step::default();
+        let Some(kind) = self.common.admit(
+            req.node.as_ref(),
+            &req.type_url,
+            req.resource_names.iter(),
+            &mut step.events,
+        )?
+        else {
+            return Ok(step);
+        };
         let status = &self.common.types[kind.index()];
         if !req.response_nonce.is_empty() {
             if status.sent_nonce.as_deref() != Some(req.response_nonce.as_str()) {
@@ -408,8 +519,16 @@ impl DeltaStream {
         req: &DeltaDiscoveryRequest,
         now: Instant,
     ) -> Result<Step<DeltaDiscoveryResponse>, StreamError> {
-        let kind = self.common.admit(req.node.as_ref(), &req.type_url)?;
         let mut step = Step::default();
+        let Some(kind) = self.common.admit(
+            req.node.as_ref(),
+            &req.type_url,
+            req.resource_names_subscribe.iter(),
+            &mut step.events,
+        )?
+        else {
+            return Ok(step);
+        };
         if !req.response_nonce.is_empty() {
             self.acknowledge(kind, req, now, &mut step.events);
         }

@@ -259,7 +259,7 @@ fn pushes_for_one_view_are_ordered_cds_eds_lds_rds() {
 }
 
 #[test]
-fn a_first_request_needs_a_node_and_a_known_type() {
+fn a_first_request_needs_a_node() {
     let mut s = SotwStream::new();
     let mut r = req(C, &[]);
     r.node = None;
@@ -267,13 +267,83 @@ fn a_first_request_needs_a_node_and_a_known_type() {
         s.on_request(&r, t0()).unwrap_err(),
         StreamError::MissingNode
     );
+}
+
+const SDS: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+
+#[test]
+fn an_unsupported_type_is_ignored_and_the_others_keep_flowing() {
     let mut s = SotwStream::new();
-    let mut r = req(C, &[]);
-    r.type_url = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret".into();
+    s.on_view(fleet(), t0());
+    // As the first request: the node is taken, nothing is answered.
+    let mut sds = req(C, &["server-cert"]);
+    sds.type_url = SDS.into();
+    let step = s.on_request(&sds, t0()).unwrap();
+    assert!(step.responses.is_empty());
+    assert_eq!(
+        step.events,
+        vec![Event::Unsupported {
+            label: SDS,
+            type_url: SDS.into(),
+            first: true
+        }]
+    );
+    assert!(s.node().is_some());
+    // CDS still works, and a push follows a new view.
+    let cds = s.on_request(&req(C, &[]), t0()).unwrap().responses;
+    assert_eq!(cds.len(), 1);
+    s.on_request(&ack(&cds[0], &[]), t0()).unwrap();
+    // Asked again (Envoy repeats it): counted, no response, not "first".
+    let step = s.on_request(&sds, t0()).unwrap();
+    assert!(step.responses.is_empty());
     assert!(matches!(
-        s.on_request(&r, t0()),
-        Err(StreamError::UnknownType(_))
+        &step.events[..],
+        [Event::Unsupported { first: false, .. }]
     ));
+    let status = s.status();
+    let seen = &status.unsupported[SDS];
+    assert_eq!(seen.requests, 2);
+    assert_eq!(seen.names, BTreeSet::from(["server-cert".to_string()]));
+    assert!(seen.reason.contains("ignored"), "{}", seen.reason);
+    let pushed = s
+        .on_view(view(2, &[(C, "a", "2"), (C, "b", "1")]), t0())
+        .responses;
+    assert_eq!(pushed.len(), 1, "CDS keeps flowing");
+    // Delta too.
+    let mut d = DeltaStream::new();
+    d.on_view(fleet(), t0());
+    let mut r = dreq(C, &["x"]);
+    r.type_url = "not a type url".into();
+    let step = d.on_request(&r, t0()).unwrap();
+    assert!(step.responses.is_empty());
+    assert!(matches!(
+        &step.events[..],
+        [Event::Unsupported { label: "other", .. }]
+    ));
+    assert_eq!(
+        d.on_request(&dreq(C, &[]), t0()).unwrap().responses.len(),
+        1
+    );
+}
+
+#[test]
+fn unsupported_types_are_bounded_in_memory_and_in_labels() {
+    let mut s = SotwStream::new();
+    for i in 0..100 {
+        let mut r = req(C, &[]);
+        r.type_url = format!("type.googleapis.com/junk.{i}.{}", "x".repeat(10_000));
+        let step = s.on_request(&r, t0()).unwrap();
+        assert!(matches!(
+            &step.events[..],
+            [Event::Unsupported { label: "other", .. }]
+        ));
+    }
+    let status = s.status();
+    assert_eq!(status.unsupported.len(), UNSUPPORTED_MEMORY);
+    assert_eq!(status.unsupported_other, 100 - UNSUPPORTED_MEMORY as u64);
+    assert!(status.unsupported.keys().all(|k| k.len() < 300));
+    assert_eq!(unsupported_label(SDS), SDS);
+    assert_eq!(unsupported_label(&format!("{SDS}x")), "other");
 }
 
 #[test]

@@ -1,0 +1,532 @@
+//! The accept loop: bounded, and alive through descriptor exhaustion.
+//!
+//! tokio's `TcpListener::accept` returns EMFILE at once, again and again, while the process is
+//! out of descriptors and a connection waits in the backlog: a loop that just retries spins a
+//! core, one that gives up (tonic's incoming stream) loses the port for good. Here such errors
+//! are counted, warned about at most every [`WARN_EVERY`], and waited out ([`BACKOFF`]); the
+//! listener is kept.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
+
+use crate::conn::{Conn, Deadlines, Pending};
+use crate::metrics::{KindLabels, ListenerMetrics};
+
+/// Wait after an accept error that will repeat until descriptors free up.
+pub const BACKOFF: Duration = Duration::from_millis(100);
+/// At most one warning per listener this often (with the count of errors in between).
+pub const WARN_EVERY: Duration = Duration::from_secs(5);
+/// How long a new connection waits for the place of one it evicted.
+const EVICTION_WAIT: Duration = Duration::from_millis(250);
+/// A failing listener whose accept has waited this long without an error is accepting again
+/// (nothing was in the backlog to fail on).
+const RECOVERED_AFTER: Duration = Duration::from_millis(500);
+
+/// One listener's bound and timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenerSettings {
+    /// Open connections at most; more are accepted and closed at once.
+    pub max_connections: usize,
+    /// A connection must send `handshake_bytes` within this long.
+    pub handshake_timeout: Duration,
+    /// Bytes that make a connection more than a probe: the HTTP/2 preface (24) for gRPC,
+    /// less than any request line (16) for HTTP/1. Until then a connection may be evicted.
+    pub handshake_bytes: u64,
+    /// A connection that sends nothing for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+/// What an accept error means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcceptError {
+    /// The process or the system is out of something; retrying at once fails again.
+    Exhausted(&'static str),
+    /// One connection went wrong before it was accepted (reset, aborted): the next is fine.
+    Transient,
+    /// Anything else: backed off like exhaustion, as it may repeat.
+    Other,
+}
+
+/// Classifies an accept error (pure).
+pub fn classify(error: &io::Error) -> AcceptError {
+    use nix::errno::Errno;
+    let Some(code) = error.raw_os_error() else {
+        return AcceptError::Other;
+    };
+    match Errno::from_raw(code) {
+        Errno::EMFILE => AcceptError::Exhausted("emfile"),
+        Errno::ENFILE => AcceptError::Exhausted("enfile"),
+        Errno::ENOBUFS => AcceptError::Exhausted("enobufs"),
+        Errno::ENOMEM => AcceptError::Exhausted("enomem"),
+        Errno::ECONNABORTED | Errno::ECONNRESET | Errno::EINTR | Errno::EPROTO | Errno::EPERM => {
+            AcceptError::Transient
+        }
+        _ => AcceptError::Other,
+    }
+}
+
+/// One warning per [`WARN_EVERY`], counting what it left out (pure).
+#[derive(Debug, Default)]
+pub struct RateLimit {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RateLimit {
+    /// `Some(errors left out since the last warning)` when a warning is due.
+    pub fn allow(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) < WARN_EVERY)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Whether a listener is accepting, for `/readyz` and the `accepting` gauge.
+#[derive(Debug, Default)]
+struct AcceptState {
+    /// Since when accept has been failing, and with what (None while accepting).
+    failing: Option<(Instant, &'static str)>,
+    warn: RateLimit,
+}
+
+/// A listener stuck in accept errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stuck {
+    pub listener: &'static str,
+    pub kind: &'static str,
+    pub since: Duration,
+}
+
+impl std::fmt::Display for Stuck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let why = match self.kind {
+            "emfile" => "meridian is out of file descriptors (EMFILE)",
+            "enfile" => "the system is out of file descriptors (ENFILE)",
+            "enobufs" | "enomem" => "the system is out of memory for sockets",
+            _ => "accept keeps failing",
+        };
+        write!(
+            f,
+            "listener {} is not accepting connections for {:.0}s: {why}",
+            self.listener,
+            self.since.as_secs_f64()
+        )
+    }
+}
+
+/// Every listener's accept state, for readiness.
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    listeners: Arc<Mutex<Vec<(&'static str, Arc<Mutex<AcceptState>>)>>>,
+}
+
+impl Health {
+    /// Listeners failing to accept for longer than `threshold`.
+    pub fn stuck(&self, now: Instant, threshold: Duration) -> Vec<Stuck> {
+        self.listeners
+            .lock()
+            .iter()
+            .filter_map(|(listener, state)| {
+                let (since, kind) = state.lock().failing?;
+                let since = now.saturating_duration_since(since);
+                (since >= threshold).then_some(Stuck {
+                    listener,
+                    kind,
+                    since,
+                })
+            })
+            .collect()
+    }
+
+    fn add(&self, name: &'static str) -> Arc<Mutex<AcceptState>> {
+        let state = Arc::new(Mutex::new(AcceptState::default()));
+        self.listeners.lock().push((name, state.clone()));
+        state
+    }
+}
+
+/// A bound TCP listener with a connection bound and timeouts.
+pub struct Listener {
+    name: &'static str,
+    inner: TcpListener,
+    settings: ListenerSettings,
+    permits: Arc<Semaphore>,
+    state: Arc<Mutex<AcceptState>>,
+    metrics: ListenerMetrics,
+    rejected_warn: Mutex<RateLimit>,
+    /// Connections that have not sent their handshake yet, oldest first (entries of closed
+    /// or handshaken ones are dropped as they are met).
+    pending: Mutex<VecDeque<Weak<Pending>>>,
+}
+
+impl Listener {
+    pub fn new(
+        name: &'static str,
+        inner: TcpListener,
+        settings: ListenerSettings,
+        health: &Health,
+        metrics: &ListenerMetrics,
+    ) -> Self {
+        let labels = ListenerMetrics::labels(name);
+        metrics
+            .max_connections
+            .get_or_create(&labels)
+            .set(settings.max_connections as i64);
+        metrics.accepting.get_or_create(&labels).set(1);
+        metrics.connections.get_or_create(&labels).set(0);
+        Self {
+            name,
+            inner,
+            permits: Arc::new(Semaphore::new(settings.max_connections)),
+            settings,
+            state: health.add(name),
+            metrics: metrics.clone(),
+            rejected_warn: Mutex::new(RateLimit::default()),
+            pending: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The next connection within the bound. Never fails: errors are waited out.
+    pub async fn accept(&self) -> Conn<TcpStream> {
+        loop {
+            let failing = self.state.lock().failing.is_some();
+            let result = if failing {
+                tokio::select! {
+                    r = self.inner.accept() => Some(r),
+                    _ = tokio::time::sleep(RECOVERED_AFTER) => None,
+                }
+            } else {
+                Some(self.inner.accept().await)
+            };
+            match result {
+                None => self.recovered(),
+                Some(Ok((stream, peer))) => {
+                    self.recovered();
+                    if let Some(conn) = self.admit(stream, peer).await {
+                        return conn;
+                    }
+                }
+                Some(Err(e)) => self.failed(&e).await,
+            }
+        }
+    }
+
+    /// Evicts the oldest connection that has not sent its handshake; false if there is none.
+    fn evict_oldest_pending(&self) -> bool {
+        let mut pending = self.pending.lock();
+        while let Some(weak) = pending.pop_front() {
+            if let Some(p) = weak.upgrade()
+                && p.evict()
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A place under the bound: a free one, or that of an evicted connection in handshake.
+    async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if let Ok(permit) = self.permits.clone().try_acquire_owned() {
+            return Some(permit);
+        }
+        if !self.evict_oldest_pending() {
+            return None;
+        }
+        if let Some(left_out) = self.rejected_warn.lock().allow(Instant::now()) {
+            warn!(
+                listener = self.name,
+                max_connections = self.settings.max_connections,
+                left_out,
+                "listener at its connection bound: closed the oldest connection that sent nothing yet for a new one (see meridian_listener_timeouts_total, kind evicted)"
+            );
+        }
+        tokio::time::timeout(EVICTION_WAIT, self.permits.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()
+    }
+
+    /// Wraps a new connection, or closes it at once when the listener is full of
+    /// connections past their handshake.
+    async fn admit(
+        &self,
+        stream: TcpStream,
+        peer: std::net::SocketAddr,
+    ) -> Option<Conn<TcpStream>> {
+        let Some(permit) = self.permit().await else {
+            let labels = ListenerMetrics::labels(self.name);
+            self.metrics.rejected.get_or_create(&labels).inc();
+            if let Some(left_out) = self.rejected_warn.lock().allow(Instant::now()) {
+                warn!(
+                    listener = self.name,
+                    %peer,
+                    max_connections = self.settings.max_connections,
+                    left_out,
+                    "listener at its connection bound: new connections are closed at once (see meridian_listener_rejected_connections_total)"
+                );
+            }
+            // Dropped here: closed, without ever being read.
+            return None;
+        };
+        let _ = stream.set_nodelay(true);
+        let pending = Arc::new(Pending::default());
+        {
+            let mut queue = self.pending.lock();
+            // Forget entries of connections gone or past their handshake, so the queue stays
+            // as long as the connections actually pending.
+            if queue.len() >= self.settings.max_connections {
+                queue.retain(|w| {
+                    w.upgrade()
+                        .is_some_and(|p| !p.handshook.load(Ordering::Acquire))
+                });
+            }
+            queue.push_back(Arc::downgrade(&pending));
+        }
+        Some(Conn::with_pending(
+            stream,
+            peer,
+            permit,
+            Deadlines::new(
+                self.settings.handshake_timeout,
+                self.settings.handshake_bytes,
+                self.settings.idle_timeout,
+            ),
+            self.name,
+            self.metrics.clone(),
+            pending,
+        ))
+    }
+
+    fn recovered(&self) {
+        let mut state = self.state.lock();
+        if let Some((since, kind)) = state.failing.take() {
+            self.metrics
+                .accepting
+                .get_or_create(&ListenerMetrics::labels(self.name))
+                .set(1);
+            warn!(
+                listener = self.name,
+                kind,
+                failed_for_ms = since.elapsed().as_millis() as u64,
+                "listener accepting connections again"
+            );
+        }
+    }
+
+    async fn failed(&self, error: &io::Error) {
+        let class = classify(error);
+        let kind = match class {
+            AcceptError::Transient => {
+                debug!(listener = self.name, %error, "a connection failed before it was accepted");
+                return;
+            }
+            AcceptError::Exhausted(kind) => kind,
+            AcceptError::Other => "other",
+        };
+        self.metrics
+            .accept_errors
+            .get_or_create(&KindLabels {
+                listener: self.name,
+                kind,
+            })
+            .inc();
+        let now = Instant::now();
+        let warn_now = {
+            let mut state = self.state.lock();
+            if state.failing.is_none() {
+                state.failing = Some((now, kind));
+                self.metrics
+                    .accepting
+                    .get_or_create(&ListenerMetrics::labels(self.name))
+                    .set(0);
+            }
+            state.warn.allow(now)
+        };
+        if let Some(left_out) = warn_now {
+            warn!(
+                listener = self.name,
+                kind,
+                %error,
+                left_out,
+                backoff_ms = BACKOFF.as_millis() as u64,
+                "cannot accept connections; backing off and keeping the listener"
+            );
+        }
+        tokio::time::sleep(BACKOFF).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(errno: nix::errno::Errno) -> io::Error {
+        io::Error::from_raw_os_error(errno as i32)
+    }
+
+    #[test]
+    fn descriptor_exhaustion_is_told_apart_from_a_bad_connection() {
+        use nix::errno::Errno;
+        assert_eq!(
+            classify(&os(Errno::EMFILE)),
+            AcceptError::Exhausted("emfile")
+        );
+        assert_eq!(
+            classify(&os(Errno::ENFILE)),
+            AcceptError::Exhausted("enfile")
+        );
+        assert_eq!(classify(&os(Errno::ECONNABORTED)), AcceptError::Transient);
+        assert_eq!(classify(&os(Errno::EINVAL)), AcceptError::Other);
+        assert_eq!(
+            classify(&io::Error::other("not from the kernel")),
+            AcceptError::Other
+        );
+    }
+
+    #[test]
+    fn warnings_are_rate_limited_and_count_what_they_left_out() {
+        let t0 = Instant::now();
+        let mut limit = RateLimit::default();
+        assert_eq!(limit.allow(t0), Some(0));
+        for i in 1..=9 {
+            assert_eq!(limit.allow(t0 + Duration::from_millis(i * 100)), None);
+        }
+        assert_eq!(limit.allow(t0 + WARN_EVERY), Some(9));
+        assert_eq!(limit.allow(t0 + WARN_EVERY), None);
+    }
+
+    #[test]
+    fn a_listener_is_stuck_only_after_the_threshold() {
+        let health = Health::default();
+        let state = health.add("xds");
+        health.add("admin");
+        let t0 = Instant::now();
+        assert!(health.stuck(t0, Duration::from_secs(3)).is_empty());
+        state.lock().failing = Some((t0, "emfile"));
+        assert!(
+            health
+                .stuck(t0 + Duration::from_secs(2), Duration::from_secs(3))
+                .is_empty()
+        );
+        let stuck = health.stuck(t0 + Duration::from_secs(4), Duration::from_secs(3));
+        assert_eq!(stuck.len(), 1);
+        assert_eq!(stuck[0].listener, "xds");
+        let said = stuck[0].to_string();
+        assert!(said.contains("listener xds"), "{said}");
+        assert!(said.contains("out of file descriptors"), "{said}");
+    }
+
+    fn settings(max_connections: usize) -> ListenerSettings {
+        ListenerSettings {
+            max_connections,
+            handshake_timeout: Duration::from_secs(5),
+            handshake_bytes: 1,
+            idle_timeout: Duration::from_secs(5),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_listener_evicts_the_oldest_silent_connection_for_a_new_one() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let metrics = ListenerMetrics::default();
+        let listener = Arc::new(Listener::new(
+            "test",
+            TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            settings(2),
+            &Health::default(),
+            &metrics,
+        ));
+        let addr = listener.local_addr().unwrap();
+        // Two silent probes fill the listener; their server side reads as a server would.
+        let mut probes = Vec::new();
+        let mut readers = Vec::new();
+        for _ in 0..2 {
+            probes.push(TcpStream::connect(addr).await.unwrap());
+            let mut conn = listener.accept().await;
+            readers.push(tokio::spawn(async move {
+                let mut buf = [0u8; 8];
+                conn.read(&mut buf).await
+            }));
+        }
+        // A real client gets in, and the oldest probe is the one closed.
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(b"hello").await.unwrap();
+        let mut conn = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+            .await
+            .expect("admitted");
+        let mut buf = [0u8; 8];
+        assert_eq!(conn.read(&mut buf).await.unwrap(), 5);
+        let first = readers.remove(0).await.unwrap();
+        assert_eq!(first.unwrap_err().kind(), io::ErrorKind::ConnectionAborted);
+        assert!(!readers[0].is_finished(), "the newer probe is still open");
+        let labels = KindLabels {
+            listener: "test",
+            kind: "evicted",
+        };
+        assert_eq!(metrics.timeouts.get_or_create(&labels).get(), 1);
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_bound_are_closed_at_once() {
+        use tokio::io::AsyncReadExt;
+        let metrics = ListenerMetrics::default();
+        let listener = Listener::new(
+            "test",
+            TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            settings(1),
+            &Health::default(),
+            &metrics,
+        );
+        let addr = listener.local_addr().unwrap();
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        let mut held = listener.accept().await;
+        // Past its handshake: not evictable.
+        tokio::io::AsyncWriteExt::write_all(&mut first, b"x")
+            .await
+            .unwrap();
+        held.read_exact(&mut [0u8; 1]).await.unwrap();
+        let mut second = TcpStream::connect(addr).await.unwrap();
+        let accept = tokio::spawn(async move {
+            let c = listener.accept().await;
+            (listener, c)
+        });
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf))
+            .await
+            .expect("closed at once");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        let labels = ListenerMetrics::labels("test");
+        assert_eq!(metrics.rejected.get_or_create(&labels).get(), 1);
+        assert_eq!(metrics.connections.get_or_create(&labels).get(), 1);
+        // Closing the held one frees its place.
+        drop(held);
+        let _third = TcpStream::connect(addr).await.unwrap();
+        let (_listener, _c) = tokio::time::timeout(Duration::from_secs(5), accept)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(metrics.connections.get_or_create(&labels).get(), 1);
+    }
+}

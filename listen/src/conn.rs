@@ -1,0 +1,355 @@
+//! An accepted connection: holds its place under the listener's bound, and ends itself when
+//! the client sends too little at first or nothing for too long.
+//!
+//! Only reads count as activity: a server that keeps writing to a client that never reads is
+//! bounded by flow control and its own buffers, while a client that never writes holds a
+//! descriptor for nothing. HTTP/2 keepalive pings (xDS) are answered by live clients, so a
+//! quiet ADS stream is not idle here.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker, ready};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{Instant, Sleep};
+use tracing::debug;
+
+use crate::metrics::{KindLabels, ListenerMetrics};
+
+/// When a connection is closed for silence (pure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    pub handshake: Duration,
+    pub handshake_bytes: u64,
+    pub idle: Duration,
+}
+
+impl Deadlines {
+    pub fn new(handshake: Duration, handshake_bytes: u64, idle: Duration) -> Self {
+        Self {
+            handshake,
+            handshake_bytes,
+            idle,
+        }
+    }
+
+    /// The deadline that applies, and its name: until `handshake_bytes` have come, the
+    /// handshake deadline from the start; then the idle one from the last read.
+    pub fn next(
+        &self,
+        started: Instant,
+        bytes_read: u64,
+        last_read: Instant,
+    ) -> (Instant, &'static str) {
+        if bytes_read < self.handshake_bytes {
+            (started + self.handshake, "handshake")
+        } else {
+            (last_read + self.idle, "idle")
+        }
+    }
+}
+
+/// What the listener shares with a connection still in its handshake: a full listener evicts
+/// the oldest such connection for a new one, so idle probes cannot lock real clients out.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    /// Set once the handshake bytes have come: no longer evictable.
+    pub(crate) handshook: AtomicBool,
+    evicted: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Pending {
+    /// Ends the connection at its next read (or now, if it waits for one). False if it had
+    /// already sent its handshake.
+    pub(crate) fn evict(&self) -> bool {
+        if self.handshook.load(Ordering::Acquire) {
+            return false;
+        }
+        self.evicted.store(true, Ordering::Release);
+        if let Some(waker) = self.waker.lock().take() {
+            waker.wake();
+        }
+        true
+    }
+}
+
+/// A connection under a listener's bound.
+pub struct Conn<S> {
+    inner: S,
+    peer: SocketAddr,
+    deadlines: Deadlines,
+    started: Instant,
+    last_read: Instant,
+    bytes_read: u64,
+    /// Fires at the deadline in force when it was last set; checked (and moved on) when it
+    /// fires, so a busy connection does not reset a timer on every read.
+    timer: Pin<Box<Sleep>>,
+    /// The connection's place under the bound, given back when it is dropped.
+    _permit: Option<OwnedSemaphorePermit>,
+    pending: Arc<Pending>,
+    listener: &'static str,
+    metrics: ListenerMetrics,
+}
+
+impl<S> Conn<S> {
+    pub fn new(
+        inner: S,
+        peer: SocketAddr,
+        permit: OwnedSemaphorePermit,
+        deadlines: Deadlines,
+        listener: &'static str,
+        metrics: ListenerMetrics,
+    ) -> Self {
+        Self::with_pending(
+            inner,
+            peer,
+            permit,
+            deadlines,
+            listener,
+            metrics,
+            Arc::default(),
+        )
+    }
+
+    pub(crate) fn with_pending(
+        inner: S,
+        peer: SocketAddr,
+        permit: OwnedSemaphorePermit,
+        deadlines: Deadlines,
+        listener: &'static str,
+        metrics: ListenerMetrics,
+        pending: Arc<Pending>,
+    ) -> Self {
+        let now = Instant::now();
+        metrics
+            .connections
+            .get_or_create(&ListenerMetrics::labels(listener))
+            .inc();
+        Self {
+            inner,
+            peer,
+            timer: Box::pin(tokio::time::sleep_until(deadlines.next(now, 0, now).0)),
+            deadlines,
+            started: now,
+            last_read: now,
+            bytes_read: 0,
+            _permit: Some(permit),
+            pending,
+            listener,
+            metrics,
+        }
+    }
+
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Ready(error) once the deadline in force has passed; else registers the timer.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        loop {
+            ready!(self.timer.as_mut().poll(cx));
+            let (deadline, kind) =
+                self.deadlines
+                    .next(self.started, self.bytes_read, self.last_read);
+            if Instant::now() >= deadline {
+                self.metrics
+                    .timeouts
+                    .get_or_create(&KindLabels {
+                        listener: self.listener,
+                        kind,
+                    })
+                    .inc();
+                debug!(listener = self.listener, peer = %self.peer, kind, "connection closed: too quiet");
+                return Poll::Ready(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("{kind} timeout"),
+                ));
+            }
+            self.timer.as_mut().reset(deadline);
+        }
+    }
+}
+
+impl<S> Drop for Conn<S> {
+    fn drop(&mut self) {
+        self.metrics
+            .connections
+            .get_or_create(&ListenerMetrics::labels(self.listener))
+            .dec();
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.pending.evicted.load(Ordering::Acquire) {
+            this.metrics
+                .timeouts
+                .get_or_create(&KindLabels {
+                    listener: this.listener,
+                    kind: "evicted",
+                })
+                .inc();
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "evicted: the listener is full and this connection sent nothing yet",
+            )));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                let n = buf.filled().len() - before;
+                if n > 0 {
+                    this.bytes_read += n as u64;
+                    this.last_read = Instant::now();
+                    if this.bytes_read >= this.deadlines.handshake_bytes {
+                        this.pending.handshook.store(true, Ordering::Release);
+                    }
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => match this.poll_deadline(cx) {
+                Poll::Ready(e) => Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    if !this.pending.handshook.load(Ordering::Acquire) {
+                        *this.pending.waker.lock() = Some(cx.waker().clone());
+                    }
+                    Poll::Pending
+                }
+            },
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_handshake_deadline_holds_until_enough_bytes_came() {
+        let d = Deadlines::new(Duration::from_secs(10), 24, Duration::from_secs(300));
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(8);
+        // A byte a second: still the handshake deadline from the start, not from the last byte.
+        assert_eq!(
+            d.next(t0, 8, later),
+            (t0 + Duration::from_secs(10), "handshake")
+        );
+        assert_eq!(
+            d.next(t0, 24, later),
+            (later + Duration::from_secs(300), "idle")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_connection_is_closed_at_the_handshake_deadline() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (client, server) = tokio::io::duplex(64);
+        let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+        let metrics = ListenerMetrics::default();
+        let mut conn = Conn::new(
+            server,
+            "127.0.0.1:1".parse().unwrap(),
+            semaphore.clone().try_acquire_owned().unwrap(),
+            Deadlines::new(Duration::from_secs(2), 4, Duration::from_secs(60)),
+            "test",
+            metrics.clone(),
+        );
+        let mut client = client;
+        client.write_all(b"ab").await.unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(conn.read(&mut buf).await.unwrap(), 2);
+        let started = Instant::now();
+        let e = conn.read(&mut buf).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() <= Duration::from_secs(2));
+        assert_eq!(
+            metrics
+                .timeouts
+                .get_or_create(&KindLabels {
+                    listener: "test",
+                    kind: "handshake"
+                })
+                .get(),
+            1
+        );
+        assert_eq!(semaphore.available_permits(), 0);
+        drop(conn);
+        assert_eq!(semaphore.available_permits(), 1, "the place is given back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_active_connection_is_closed_only_when_idle() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(64);
+        let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+        let mut conn = Conn::new(
+            server,
+            "127.0.0.1:1".parse().unwrap(),
+            semaphore.try_acquire_owned().unwrap(),
+            Deadlines::new(Duration::from_secs(2), 1, Duration::from_secs(5)),
+            "test",
+            ListenerMetrics::default(),
+        );
+        let mut buf = [0u8; 8];
+        for _ in 0..5 {
+            client.write_all(b"x").await.unwrap();
+            assert_eq!(conn.read(&mut buf).await.unwrap(), 1);
+            tokio::time::sleep(Duration::from_secs(4)).await;
+        }
+        let quiet_from = Instant::now();
+        let e = conn.read(&mut buf).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(
+            quiet_from.elapsed() <= Duration::from_secs(1),
+            "4 s were already idle"
+        );
+    }
+}

@@ -1,0 +1,72 @@
+//! Listener metrics, registered under `meridian_listener_`. The `listener` label is one of
+//! meridian's own listener names (admin, xds, dns_tcp), never anything a client chooses.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    pub listener: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub listener: &'static str,
+    /// emfile, enfile, enobufs, enomem, other (accept errors); handshake, idle (timeouts).
+    pub kind: &'static str,
+}
+
+/// Shared by every listener; each one's series carry its name.
+#[derive(Debug, Clone, Default)]
+pub struct ListenerMetrics {
+    pub accept_errors: Family<KindLabels, Counter>,
+    pub rejected: Family<ListenerLabels, Counter>,
+    pub timeouts: Family<KindLabels, Counter>,
+    pub connections: Family<ListenerLabels, Gauge>,
+    pub max_connections: Family<ListenerLabels, Gauge>,
+    pub accepting: Family<ListenerLabels, Gauge>,
+}
+
+impl ListenerMetrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "accept_errors",
+            "accept(2) failures by listener and kind (emfile: meridian is out of file descriptors); the listener backs off and keeps accepting",
+            m.accept_errors.clone(),
+        );
+        registry.register(
+            "rejected_connections",
+            "Connections closed at once because the listener was at its maxConnections",
+            m.rejected.clone(),
+        );
+        registry.register(
+            "timeouts",
+            "Connections closed for sending too little at first (handshake) or nothing for too long (idle)",
+            m.timeouts.clone(),
+        );
+        registry.register(
+            "connections",
+            "Open connections by listener",
+            m.connections.clone(),
+        );
+        registry.register(
+            "max_connections",
+            "The connection bound of each listener (computed from the descriptor limit unless set)",
+            m.max_connections.clone(),
+        );
+        registry.register(
+            "accepting",
+            "1 while the listener accepts connections, 0 while accept(2) keeps failing (see accept_errors)",
+            m.accepting.clone(),
+        );
+        m
+    }
+
+    pub(crate) fn labels(listener: &'static str) -> ListenerLabels {
+        ListenerLabels { listener }
+    }
+}

@@ -1,0 +1,422 @@
+"""Hostile input on meridian's listeners (issue 19): descriptor exhaustion, idle and
+byte-a-second connections, HTTP/2 stream floods, xDS requests for types meridian does not
+serve and oversized ones, and a config that asked for 100,000 UDP threads.
+
+Each attack is checked during and after: UDP and TCP DNS answer another name, /healthz
+answers within 1 s, an xDS stream (ads.py) still receives a change, and the attack shows
+where users look (log, metrics, /debug/xds, /readyz).
+"""
+
+import http.client
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import conftest
+import xds_fleet
+from ads import CDS, EDS, PREFACE, SETTINGS, AdsStream, RawH2, StreamEnded, ack, decode, frame, node, request
+from conftest import BIN, FROM_EU1, Meridian, wait_xds_listening
+
+NAME = "payments.shop.global"
+RST_STREAM = 3
+REFUSED_STREAM = 7
+SDS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+
+
+def log_text(m):
+    """meridian's log without the terminal colours."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", m.log.read_text())
+
+
+def envoy_node(name="hostile-test"):
+    return node(name, "eu-1", "n1")
+
+
+@pytest.fixture
+def low_ulimit(monkeypatch, tmp_path):
+    """Starts meridian through a wrapper that lowers `ulimit -n` (soft and hard) first."""
+
+    def wrap(limit):
+        wrapper = tmp_path / f"meridian-ulimit-{limit}"
+        wrapper.write_text(f'#!/bin/bash\nulimit -n {limit} || exit 99\nexec "{BIN}" "$@"\n')
+        wrapper.chmod(0o755)
+        monkeypatch.setattr(conftest, "BIN", wrapper)
+
+    return wrap
+
+
+@pytest.fixture
+def started():
+    running = []
+
+    def start(fleet, *args):
+        m = Meridian(fleet, args)
+        running.append(m)
+        return m
+
+    yield start
+    for m in running:
+        m.stop()
+
+
+def metric(m, name, **labels):
+    """The sum of a metric's samples matching `labels` (0 when absent)."""
+    _, body = m.http("/metrics")
+    total = 0.0
+    for line in body.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def healthz_fast(m):
+    start = time.time()
+    with socket.create_connection(("127.0.0.1", m.admin_port), timeout=1) as s:
+        s.settimeout(1)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = b""
+        while b"ok" not in reply:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    took = time.time() - start
+    assert reply.startswith(b"HTTP/1.1 200") and b"ok" in reply, reply
+    assert took < 1, f"/healthz took {took:.2f}s"
+
+
+def dns_answers(m):
+    for tcp in (False, True):
+        r = m.query(NAME, source=FROM_EU1, tcp=tcp)
+        got = [rr.address for rrset in r.answer for rr in rrset]
+        assert got, f"no answer for {NAME} over {'TCP' if tcp else 'UDP'}: {r}"
+
+
+def add_service(fleet, service):
+    """Exports `service` in eu-1 with one ready endpoint: a new CDS cluster for everyone."""
+    fleet.write(f"clusters/eu-1/{service}.yaml", xds_fleet.service_yaml(service))
+    fleet.write(f"clusters/eu-1/{service}-slice.yaml", xds_fleet.slice_yaml("eu-1", service, ["127.1.1.99"]))
+
+
+class Watcher:
+    """An ADS stream subscribed to wildcard CDS; `sees_change` adds a service and waits for
+    the push that carries it."""
+
+    def __init__(self, m, name):
+        self.m = m
+        self.stream = AdsStream(m.xds_port)
+        self.stream.send(request(CDS, node=envoy_node(name)))
+        r = self.stream.recv_type(CDS, timeout=10)
+        self.stream.send(ack(r))
+
+    def sees_change(self, timeout=10):
+        service = f"probe{time.time_ns()}"
+        add_service(self.m.fleet, service)
+        deadline = time.time() + timeout
+        while True:
+            r = self.stream.recv_type(CDS, timeout=max(0.1, deadline - time.time()))
+            self.stream.send(ack(r))
+            if xds_fleet.resource_name(service) in decode(r):
+                return
+
+    def close(self):
+        self.stream.close()
+
+
+def alive(m, watcher):
+    """Everything a user relies on still works."""
+    assert m.proc.poll() is None, f"meridian exited with {m.proc.returncode}\n{m.log_tail()}"
+    dns_answers(m)
+    healthz_fast(m)
+    watcher.sees_change()
+
+
+def members_healthy(m):
+    _, body = m.http("/debug/clusters")
+    import json
+
+    health = {c["name"]: c["health"] for c in json.loads(body)["clusters"]}
+    assert set(health.values()) == {"Healthy"}, health
+
+
+def hold(port, count, send=b""):
+    """`count` connections to `port`, each having sent `send`; the ones refused are skipped."""
+    held = []
+    for _ in range(count):
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            if send:
+                s.sendall(send)
+            held.append(s)
+        except OSError:
+            pass
+    return held
+
+
+def close_all(socks):
+    for s in socks:
+        try:
+            s.close()
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------------------------------
+# Finding 1: descriptors.
+
+
+def test_idle_connections_past_the_bound_under_a_low_ulimit(fleet, low_ulimit, started):
+    """~1,000 idle connections to admin and xDS under `ulimit -n 256`: the listeners hold at
+    most their bound (computed from the limit, with a reserve), evict idle probes for real
+    clients, and nothing else notices."""
+    low_ulimit(256)
+    m = started(fleet)
+    log = log_text(m)
+    assert re.search(r"file descriptor limit.*soft=256", log), "the descriptor limit is not logged"
+    watcher = Watcher(m, "idle-flood")
+    bound_admin = metric(m, "meridian_listener_max_connections", listener="admin")
+    bound_xds = metric(m, "meridian_listener_max_connections", listener="xds")
+    assert 0 < bound_admin + bound_xds < 256 - 64, (bound_admin, bound_xds)
+    flood = hold(m.admin_port, 500) + hold(m.xds_port, 500)
+    try:
+        alive(m, watcher)
+        members_healthy(m)
+        fresh = Watcher(m, "fresh-during")
+        fresh.close()
+        assert metric(m, "meridian_listener_connections", listener="xds") <= bound_xds
+        assert metric(m, "meridian_listener_connections", listener="admin") <= bound_admin
+        evicted = metric(m, "meridian_listener_timeouts_total", kind="evicted")
+        assert evicted > 0, "the flood is not visible in meridian_listener_timeouts_total"
+        assert m.http("/readyz")[0] == 200
+        assert "listener at its connection bound" in log_text(m)
+    finally:
+        close_all(flood)
+    wait_xds_listening(m)
+    alive(m, watcher)
+    members_healthy(m)
+    assert "Too many open files" not in log_text(m)
+    watcher.close()
+
+
+def test_accept_errors_are_survived_and_reported(fleet, low_ulimit, started):
+    """meridian really runs out of descriptors: the xDS and admin bounds plus the reserve
+    cannot get there on their own (a reserve of at least 16 covers the ~17 descriptors meridian
+    holds at rest), but TCP DNS is still hickory-server's unbounded listener, so ~250 idle TCP
+    DNS connections under `ulimit -n 256` do. The xDS accept loop then backs off instead of
+    ending (tonic's ended, and the port was gone for good), the error is counted and logged,
+    /readyz names the listener; once the connections go, the xDS port accepts again."""
+    low_ulimit(256)
+    m = started(fleet)
+    # Opened before the attack, kept alive: the admin server's only way in while out of fds.
+    admin = http.client.HTTPConnection("127.0.0.1", m.admin_port, timeout=5)
+    admin.request("GET", "/healthz")
+    assert admin.getresponse().read() == b"ok\n"
+    # Under dns.tcpIdleTimeoutSeconds (10 s): hickory keeps them all.
+    flood = hold(m.dns_port, 300)
+    fds = len(os.listdir(f"/proc/{m.proc.pid}/fd"))
+    assert fds >= 250, f"meridian holds {fds} descriptors: the flood did not exhaust them"
+    xds = []
+    try:
+        xds = hold(m.xds_port, 5, send=PREFACE + frame(SETTINGS, 0, 0))
+        deadline = time.time() + 8
+        readyz = None
+        while time.time() < deadline:
+            admin.request("GET", "/readyz")
+            r = admin.getresponse()
+            readyz = (r.status, r.read().decode())
+            if readyz[0] == 503:
+                break
+            time.sleep(0.5)
+        assert readyz and readyz[0] == 503 and "listener xds" in readyz[1], readyz
+        assert "out of file descriptors" in readyz[1], readyz
+        admin.request("GET", "/metrics")
+        body = admin.getresponse().read().decode()
+        assert re.search(r'meridian_listener_accept_errors_total\{listener="xds",kind="emfile"\} [1-9]', body), \
+            [line for line in body.splitlines() if "accept" in line]
+        assert re.search(r'meridian_listener_accepting\{listener="xds"\} 0', body)
+    finally:
+        close_all(flood)
+        close_all(xds)
+    admin.close()
+    log = log_text(m)
+    assert "cannot accept connections; backing off and keeping the listener" in log, m.log_tail()
+    assert 'kind="emfile"' in log or "kind=emfile" in log, m.log_tail()
+    # The port is still there and serves.
+    wait_xds_listening(m)
+    m.wait_for(lambda: m.http("/readyz")[0] == 200, timeout=10, what="ready again")
+    watcher = Watcher(m, "after-emfile")
+    alive(m, watcher)
+    assert "listener accepting connections again" in log_text(m)
+    assert metric(m, "meridian_listener_accepting", listener="xds") == 1
+    members_healthy(m)
+    watcher.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Finding 1: byte-a-second clients.
+
+
+def trickle(port, data, stop_after):
+    """Sends `data` a byte a second; returns the seconds until the server closed the
+    connection (None if it was still open after `stop_after`)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=2)
+    start = time.time()
+    try:
+        for b in data:
+            if time.time() - start > stop_after:
+                return None
+            try:
+                s.sendall(bytes([b]))
+            except OSError:
+                return time.time() - start
+            s.settimeout(1)
+            try:
+                if s.recv(4096) == b"":
+                    return time.time() - start
+            except socket.timeout:
+                pass
+            except OSError:
+                return time.time() - start
+        return None
+    finally:
+        s.close()
+
+
+def test_slowloris_is_closed_by_the_header_read_and_handshake_timeouts(fleet, started):
+    m = started(fleet, "--admin-header-read-timeout-seconds", "2", "--xds-handshake-timeout-seconds", "2")
+    watcher = Watcher(m, "slowloris")
+    results = {}
+    threads = [
+        threading.Thread(target=lambda: results.__setitem__("admin", trickle(
+            m.admin_port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 60, 15))),
+        threading.Thread(target=lambda: results.__setitem__("xds", trickle(m.xds_port, PREFACE + b"x" * 40, 15))),
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+    alive(m, watcher)
+    for t in threads:
+        t.join()
+    assert results["admin"] is not None and results["admin"] < 6, f"admin slowloris open for {results['admin']}"
+    assert results["xds"] is not None and results["xds"] < 6, f"xDS slowloris open for {results['xds']}"
+    # hyper's header-read timeout or meridian's own handshake deadline, whichever fires first.
+    assert metric(m, "meridian_listener_timeouts_total", listener="admin") >= 1
+    assert metric(m, "meridian_listener_timeouts_total", listener="xds", kind="handshake") >= 1
+    alive(m, watcher)
+    watcher.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Finding 8: xDS.
+
+
+def test_http2_stream_flood_is_refused_beyond_max_concurrent_streams(fleet, started):
+    m = started(fleet, "--xds-max-concurrent-streams", "10")
+    watcher = Watcher(m, "stream-flood")
+    c = RawH2(m.xds_port)
+    settings = None
+    for _ in range(10):
+        kind, flags, stream, payload = c.read_frame()
+        if kind == SETTINGS and not flags & 1:
+            settings = {int.from_bytes(payload[i:i + 2], "big"): int.from_bytes(payload[i + 2:i + 6], "big")
+                        for i in range(0, len(payload), 6)}
+            break
+    assert settings is not None and settings.get(3) == 10, f"SETTINGS_MAX_CONCURRENT_STREAMS: {settings}"
+    c.sock.sendall(frame(SETTINGS, 1, 0))  # ACK
+    opened = 300
+    for i in range(opened):
+        c.open_ads(stream=1 + 2 * i)
+    refused = 0
+    deadline = time.time() + 5
+    c.sock.settimeout(0.5)
+    while time.time() < deadline and refused < opened - 10:
+        try:
+            kind, _, _, payload = c.read_frame()
+        except (socket.timeout, TimeoutError):
+            continue
+        except ConnectionError:
+            break
+        if kind == RST_STREAM and int.from_bytes(payload, "big") == REFUSED_STREAM:
+            refused += 1
+    assert refused >= opened - 10, f"only {refused} of {opened - 10} streams over the limit were refused"
+    alive(m, watcher)
+    c.close()
+    alive(m, watcher)
+    watcher.close()
+
+
+def test_an_unsupported_type_url_keeps_the_ads_stream(fleet, started):
+    """An Envoy asking for SDS over the same ADS stream keeps its clusters and endpoints."""
+    m = started(fleet)
+    s = AdsStream(m.xds_port)
+    s.send(request(CDS, node=envoy_node("asks-for-sds")))
+    r = s.recv_type(CDS)
+    s.send(ack(r))
+    s.send(request(SDS, ["server-cert"]))
+    s.send(request("type.googleapis.com/meridian.test.NoSuchThing", ["x"]))
+    names = list(decode(r))
+    s.send(request(EDS, names))
+    eds = s.recv_type(EDS, timeout=5)
+    assert decode(eds) and set(decode(eds)) <= set(names), (sorted(decode(eds)), names)
+    s.send(ack(eds, names))
+    watcher = Watcher(m, "bystander")
+    alive(m, watcher)
+    # The same stream follows a change too.
+    add_service(m.fleet, "late")
+    deadline = time.time() + 10
+    while True:
+        pushed = s.recv_type(CDS, timeout=max(0.1, deadline - time.time()))
+        s.send(ack(pushed))
+        if xds_fleet.resource_name("late") in decode(pushed):
+            break
+    import json
+
+    clients = json.loads(m.http("/debug/xds")[1])["clients"]
+    mine = [c for c in clients if (c.get("node") or {}).get("id") == "asks-for-sds"]
+    assert mine and SDS in mine[0]["unsupported"], mine
+    assert "ignored" in mine[0]["unsupported"][SDS]["reason"]
+    assert metric(m, "meridian_xds_unsupported_type_requests_total", type_url=SDS) >= 1
+    assert metric(m, "meridian_xds_unsupported_type_requests_total", type_url="other") >= 1
+    assert SDS in log_text(m)
+    s.close()
+    watcher.close()
+
+
+def test_an_oversized_node_ends_the_stream_with_resource_exhausted(fleet, started):
+    m = started(fleet)
+    watcher = Watcher(m, "bystander")
+    n = envoy_node("huge")
+    n.metadata.update({"junk": "x" * (9 << 20)})
+    s = AdsStream(m.xds_port)
+    s.send(request(CDS, node=n))
+    ended = s.end(timeout=15)
+    assert ended.code is not None and ended.code.name == "RESOURCE_EXHAUSTED", ended
+    assert "8388608" in (ended.details or ""), ended.details
+    s.close()
+    m.wait_for(lambda: "over the size limit" in log_text(m), what="a log line naming the limit")
+    assert "limit_bytes=8388608" in log_text(m)
+    alive(m, watcher)
+    watcher.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Finding 9: config bounds.
+
+
+def test_a_hundred_thousand_udp_workers_is_a_config_error(fleet):
+    text = fleet.config.read_text()
+    assert re.search(r"^dns:\n", text, re.M), text
+    fleet.write("meridian.yaml", re.sub(r"^dns:\n", "dns:\n  udpWorkers: 100000\n", text, count=1, flags=re.M))
+    for command in ("validate", "serve"):
+        r = subprocess.run([str(BIN), command, "--config", str(fleet.config)],
+                           capture_output=True, text=True, timeout=20)
+        assert r.returncode not in (0, 134, -6), f"{command}: rc {r.returncode}\n{r.stderr}"
+        assert "dns.udpWorkers must be between 1 and 1024 (got 100000)" in r.stderr, f"{command}: {r.stderr}"
