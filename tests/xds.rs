@@ -585,7 +585,17 @@ async fn csds_reports_acks_and_nacks_and_nodes_of_a_group_share_one_encoding() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnect_storm_queues_at_admission_and_connected_clients_still_converge() {
     let dir = tempfile::tempdir().unwrap();
-    let app = start(dir.path(), &["--xds-admission-per-second", "20"]).await;
+    // 200 streams share one connection here: above the default of 100 streams per connection.
+    let app = start(
+        dir.path(),
+        &[
+            "--xds-admission-per-second",
+            "20",
+            "--xds-max-concurrent-streams",
+            "1000",
+        ],
+    )
+    .await;
     let name = "payments.shop.global:8080";
     let mut settled = Ads::first(&app, node("settled", "eu-1", "envoy", None), EDS, &[name]).await;
     let first = settled.recv().await;

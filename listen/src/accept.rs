@@ -128,10 +128,13 @@ impl std::fmt::Display for Stuck {
     }
 }
 
+/// One listener's name and accept state, shared with its accept loop.
+type Named = (&'static str, Arc<Mutex<AcceptState>>);
+
 /// Every listener's accept state, for readiness.
 #[derive(Debug, Clone, Default)]
 pub struct Health {
-    listeners: Arc<Mutex<Vec<(&'static str, Arc<Mutex<AcceptState>>)>>>,
+    listeners: Arc<Mutex<Vec<Named>>>,
 }
 
 impl Health {
