@@ -106,7 +106,7 @@ impl Member {
     pub fn gateway(&self) -> Option<(IpAddr, u16)> {
         match self.target {
             Target::Gateway { address, port } => Some((address, port)),
-            Target::Endpoints { .. } => None,
+            Target::Endpoints => None,
         }
     }
 }
