@@ -83,70 +83,49 @@ fn ops(data: &[u8], mut each: impl FnMut(Option<&[u8]>, usize) -> bool) {
     }
 }
 
-fn sotw(data: &[u8]) {
-    let mut stream = SotwStream::new();
-    let mut check = Checker { last_nonce: 0, synced: false, node_seen: false };
-    let now = Instant::now();
-    ops(data, |req, view| {
-        match req {
-            None => {
-                let v = VIEWS[view].clone();
-                check.synced |= v.synced;
-                let step = stream.on_view(v, now);
-                check.responses(step.responses.iter().map(|r| (r.type_url.as_str(), r.nonce.as_str())));
-            }
-            Some(bytes) => {
-                let Ok(req) = DiscoveryRequest::decode(bytes) else { return true };
-                match stream.on_request(&req, now) {
-                    Ok(step) => {
-                        check.node_seen = true;
-                        check.responses(step.responses.iter().map(|r| (r.type_url.as_str(), r.nonce.as_str())))
-                    }
-                    Err(e) => {
-                        check.error(&e, req.node.is_some());
-                        return false;
+/// Drives one stream state machine (SotW or delta: the same calls, other request types)
+/// through the ops `data` spells, checking every step.
+macro_rules! drive {
+    ($stream:expr, $request:ty, $data:expr) => {{
+        let mut stream = $stream;
+        let mut check = Checker { last_nonce: 0, synced: false, node_seen: false };
+        let now = Instant::now();
+        ops($data, |req, view| {
+            match req {
+                None => {
+                    let v = VIEWS[view].clone();
+                    check.synced |= v.synced;
+                    let step = stream.on_view(v, now);
+                    check.responses(step.responses.iter().map(|r| (r.type_url.as_str(), r.nonce.as_str())));
+                }
+                Some(bytes) => {
+                    let Ok(req) = <$request>::decode(bytes) else { return true };
+                    match stream.on_request(&req, now) {
+                        Ok(step) => {
+                            check.node_seen = true;
+                            check.responses(step.responses.iter().map(|r| (r.type_url.as_str(), r.nonce.as_str())))
+                        }
+                        Err(e) => {
+                            check.error(&e, req.node.is_some());
+                            return false;
+                        }
                     }
                 }
             }
-        }
-        let status = stream.status();
-        assert!(status.unsupported.len() <= 16);
-        serde_json::to_string(&status).expect("status serialises");
-        true
-    });
+            let status = stream.status();
+            assert!(status.unsupported.len() <= 16);
+            serde_json::to_string(&status).expect("status serialises");
+            true
+        });
+    }};
+}
+
+fn sotw(data: &[u8]) {
+    drive!(SotwStream::new(), DiscoveryRequest, data)
 }
 
 fn delta(data: &[u8]) {
-    let mut stream = DeltaStream::new();
-    let mut check = Checker { last_nonce: 0, synced: false, node_seen: false };
-    let now = Instant::now();
-    ops(data, |req, view| {
-        match req {
-            None => {
-                let v = VIEWS[view].clone();
-                check.synced |= v.synced;
-                let step = stream.on_view(v, now);
-                check.responses(step.responses.iter().map(|r| (r.type_url.as_str(), r.nonce.as_str())));
-            }
-            Some(bytes) => {
-                let Ok(req) = DeltaDiscoveryRequest::decode(bytes) else { return true };
-                match stream.on_request(&req, now) {
-                    Ok(step) => {
-                        check.node_seen = true;
-                        check.responses(step.responses.iter().map(|r| (r.type_url.as_str(), r.nonce.as_str())))
-                    }
-                    Err(e) => {
-                        check.error(&e, req.node.is_some());
-                        return false;
-                    }
-                }
-            }
-        }
-        let status = stream.status();
-        assert!(status.unsupported.len() <= 16);
-        serde_json::to_string(&status).expect("status serialises");
-        true
-    });
+    drive!(DeltaStream::new(), DeltaDiscoveryRequest, data)
 }
 
 fuzz_target!(|data: &[u8]| {

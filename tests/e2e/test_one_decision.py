@@ -364,8 +364,6 @@ def test_proxyless_client_spills_past_a_gateway_it_cannot_use(spill_fleet, spill
     assert not stray, (
         f"{len(stray)} of {len(calls)} calls failed or left priority 0 (home + near): {stray[:3]}\n{client.describe()}"
     )
-    counts = {label: sum(1 for c in calls if c["server"].startswith(label + " ")) for label in ("home", "near")}
-    print(f"\nMEASURED: {len(calls)} calls of the proxyless client in home: {counts}")
 
     expected_proxyless = {
         0: sorted([("home", HOME[0], PORT, "HEALTHY")] + [("near", ip, PORT, "HEALTHY") for ip in NEAR]),
