@@ -443,10 +443,7 @@ fn traffic_policy(p: &GenPolicy) -> TrafficPolicy {
         tolerations: p
             .tolerations
             .iter()
-            .map(|&(key, effect)| Toleration {
-                key: format!("k{key}"),
-                effect,
-            })
+            .map(|&(key, effect)| Toleration::exists(format!("k{key}"), effect))
             .collect(),
         ttl: p.ttl,
         max_answers: p.max_answers,
@@ -467,7 +464,9 @@ fn policies(p: &GenPolicy) -> Policies {
                 name: Some("web".into()),
                 selector: None,
             }],
+            templates: Vec::new(),
             traffic,
+            placement: None,
         }],
     )
 }

@@ -646,10 +646,12 @@ mod tests {
             key: ObjectKey::new("shop", name),
             created: 0,
             selectors: vec![],
+            templates: Vec::new(),
             traffic: Arc::new(TrafficPolicy {
                 ttl: Some(ttl),
                 ..TrafficPolicy::default()
             }),
+            placement: None,
         }
     }
 

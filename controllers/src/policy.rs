@@ -78,6 +78,8 @@ pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, 
     Ok(core::Policy {
         created: created_secs(&csp.metadata),
         selectors,
+        templates: Vec::new(),
+        placement: None,
         traffic: Arc::new(core::TrafficPolicy {
             source: Some(key.to_string()),
             mode,
@@ -89,10 +91,7 @@ pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, 
             tolerations: placement
                 .tolerations
                 .iter()
-                .map(|t| core::Toleration {
-                    key: t.key.clone(),
-                    effect: t.effect.map(taint_effect),
-                })
+                .map(|t| core::Toleration::exists(t.key.clone(), t.effect.map(taint_effect)))
                 .collect(),
             ttl: dns.ttl,
             max_answers: dns.max_answers,

@@ -25,6 +25,7 @@
 pub mod fleet;
 pub mod index;
 pub mod model;
+pub mod placement;
 pub mod policy;
 pub mod problem;
 pub mod registry;
@@ -37,7 +38,7 @@ pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;
 pub use policy::{
     AffinityTier, ClusterSet, LabelSelector, Mode, Operator, Policies, Policy, Requirement,
-    ServiceSelector, Toleration, TrafficPolicy, WeightRule,
+    ServiceSelector, Toleration, TolerationOperator, TrafficPolicy, WeightRule, toleration_for,
 };
 pub use problem::{ObjectRef, Origin, Problem, Source, Subject};
 pub use registry::{Health, MemberHealth, Registry, Transition};

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::model::{ClusterSpec, ObjectKey, TaintEffect};
+use crate::model::{ClusterSpec, ObjectKey, Taint, TaintEffect};
+use crate::placement::{PlacementPolicy, Template, TemplateSelector};
 
 /// A Kubernetes label selector: every `matchLabels` pair and every expression must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -94,11 +95,23 @@ pub struct Policy {
     pub key: ObjectKey,
     /// `creationTimestamp` in seconds; the oldest policy wins a service.
     pub created: i64,
+    /// The Services it governs for traffic.
     pub selectors: Vec<ServiceSelector>,
+    /// The resource templates it places (selectors naming a `kind`).
+    pub templates: Vec<TemplateSelector>,
     pub traffic: Arc<TrafficPolicy>,
+    /// How it places templates; None: Duplicated into every feasible cluster of the first
+    /// feasible tier.
+    pub placement: Option<Arc<PlacementPolicy>>,
 }
 
 impl Policy {
+    /// Whether this policy places template `t` (a template of its own namespace that one of
+    /// its template selectors matches).
+    pub fn places(&self, t: &Template) -> bool {
+        *t.key.namespace == *self.key.namespace && self.templates.iter().any(|s| s.matches(t))
+    }
+
     /// Whether this policy governs `service`, whose oldest export carries `labels`.
     pub fn selects(&self, service: &ObjectKey, labels: &BTreeMap<String, String>) -> bool {
         service.namespace == self.key.namespace
@@ -172,11 +185,53 @@ pub enum Mode {
     Weighted,
 }
 
-/// A toleration of a cluster taint (`effect: None` tolerates every effect of that key).
+/// A toleration of cluster taints, with Kubernetes' matching rules: `Exists` matches any value
+/// of the key (and, with an empty key, every taint), `Equal` only the same value; `effect:
+/// None` matches every effect.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Toleration {
     pub key: String,
+    pub operator: TolerationOperator,
+    pub value: Option<String>,
     pub effect: Option<TaintEffect>,
+    /// How long a `NoExecute` taint is tolerated (placement only): after that the cluster is
+    /// dropped and its replicas move. None: for ever.
+    pub seconds: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum TolerationOperator {
+    Equal,
+    Exists,
+}
+
+impl Toleration {
+    /// Tolerates every taint with `key` (any value) of `effect`, or of every effect.
+    pub fn exists(key: impl Into<String>, effect: Option<TaintEffect>) -> Self {
+        Self {
+            key: key.into(),
+            operator: TolerationOperator::Exists,
+            value: None,
+            effect,
+            seconds: None,
+        }
+    }
+
+    pub fn matches(&self, taint: &Taint) -> bool {
+        let key_and_value = match self.operator {
+            TolerationOperator::Exists => self.key.is_empty() || self.key == taint.key,
+            TolerationOperator::Equal => {
+                self.key == taint.key
+                    && self.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+            }
+        };
+        key_and_value && self.effect.is_none_or(|e| e == taint.effect)
+    }
+}
+
+/// The first toleration in `tolerations` that matches `taint`.
+pub fn toleration_for<'t>(tolerations: &'t [Toleration], taint: &Taint) -> Option<&'t Toleration> {
+    tolerations.iter().find(|t| t.matches(taint))
 }
 
 /// The traffic part of a ClusterSchedulingPolicy; the default applies to services no policy
@@ -220,10 +275,10 @@ impl Default for TrafficPolicy {
 }
 
 impl TrafficPolicy {
-    pub fn tolerates(&self, key: &str, effect: TaintEffect) -> bool {
-        self.tolerations
-            .iter()
-            .any(|t| t.key == key && t.effect.is_none_or(|e| e == effect))
+    /// Traffic tolerates a taint any toleration matches; `tolerationSeconds` bounds placement
+    /// only (the replicas that move take their endpoints with them).
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        toleration_for(&self.tolerations, taint).is_some()
     }
 
     /// The weight a rule gives this cluster, if any rule contains it.
@@ -309,7 +364,9 @@ mod tests {
             key: ObjectKey::new("shop", "p"),
             created: 0,
             selectors: vec![by_name, by_label],
+            templates: Vec::new(),
             traffic: Arc::new(TrafficPolicy::default()),
+            placement: None,
         };
         assert!(p.selects(&ObjectKey::new("shop", "web"), &labels(&[])));
         assert!(p.selects(&ObjectKey::new("shop", "api"), &labels(&[("team", "pay")])));

@@ -503,7 +503,7 @@ fn filter(
         .spec
         .taints
         .iter()
-        .find(|t| t.effect == TaintEffect::NoExecute && !policy.tolerates(&t.key, t.effect))
+        .find(|t| t.effect == TaintEffect::NoExecute && !policy.tolerates(t))
     {
         return Some(FilterReason::NoExecuteTaint(taint.key.clone()));
     }
@@ -533,7 +533,7 @@ fn prefers_no_schedule(cluster: &ClusterView, policy: &TrafficPolicy) -> bool {
         .spec
         .taints
         .iter()
-        .any(|t| t.effect == TaintEffect::PreferNoSchedule && !policy.tolerates(&t.key, t.effect))
+        .any(|t| t.effect == TaintEffect::PreferNoSchedule && !policy.tolerates(t))
 }
 
 fn locality_bucket(client: usize, cv: &ClusterView, idx: usize, cluster: &ClusterView) -> usize {

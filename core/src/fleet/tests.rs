@@ -113,10 +113,12 @@ fn policy(name: &str) -> Policy {
             name: Some("web".into()),
             selector: None,
         }],
+        templates: Vec::new(),
         traffic: Arc::new(TrafficPolicy {
             source: Some(format!("shop/{name}")),
             ..TrafficPolicy::default()
         }),
+        placement: None,
     }
 }
 

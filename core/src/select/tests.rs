@@ -216,10 +216,7 @@ fn taints_and_tolerations() {
         Last,
         Filtered,
     }
-    let tol = |key: &str, effect: Option<TaintEffect>| Toleration {
-        key: key.to_owned(),
-        effect,
-    };
+    let tol = |key: &str, effect: Option<TaintEffect>| Toleration::exists(key, effect);
     let cases = [
         (NoExecute, vec![], Expect::Filtered),
         (NoExecute, vec![tol("dedicated", None)], Expect::Normal),
@@ -1139,10 +1136,7 @@ fn gen_policy(g: &GenFleet) -> TrafficPolicy {
         tolerations: g
             .toleration
             .iter()
-            .map(|&(key, effect)| Toleration {
-                key: format!("k{key}"),
-                effect,
-            })
+            .map(|&(key, effect)| Toleration::exists(format!("k{key}"), effect))
             .collect(),
         ..TrafficPolicy::default()
     }
@@ -1505,11 +1499,13 @@ mod policies {
                 name: Some("web".into()),
                 selector: None,
             }],
+            templates: Vec::new(),
             traffic: Arc::new(TrafficPolicy {
                 source: Some(format!("shop/{name}")),
                 mode,
                 ..tiers(1)
             }),
+            placement: None,
         };
         let policies = Policies::new(
             Arc::new(TrafficPolicy::default()),
