@@ -522,6 +522,12 @@ pub fn member_cluster(
                 gateway,
                 taints,
                 health,
+                render_path: spec
+                    .source
+                    .directory
+                    .as_ref()
+                    .and_then(|d| d.render_path.as_ref())
+                    .map(|p| normalize(&base.join(p))),
             },
             source,
         )),

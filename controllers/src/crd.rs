@@ -87,6 +87,10 @@ pub struct KubeconfigRef {
 pub struct DirectorySource {
     /// Relative paths resolve against the manifest that names them.
     pub path: String,
+    /// Where meridian keeps the objects placed in this member rendered (one file each, as
+    /// `meridian render` writes them); relative to the manifest that names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub render_path: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -314,6 +318,16 @@ pub struct PlacementSpec {
     pub cluster_affinities: Vec<ClusterAffinitySpec>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<TolerationSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spread_constraints: Vec<SpreadConstraintSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_scheduling: Option<ReplicaSchedulingSpec>,
+    /// An Unreachable cluster is dropped from placement after this long; its replicas move.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverSpec>,
+    /// A cluster failed over is placed again once Healthy for this long (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failback_after_seconds: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -329,10 +343,92 @@ pub struct ClusterAffinitySpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TolerationSpec {
+    /// Empty with `operator: Exists` tolerates every taint.
+    #[serde(default)]
     pub key: String,
+    /// Equal or Exists; defaults to Equal when a value is given, else Exists (so a
+    /// toleration naming only a key tolerates every value of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<TolerationOperatorSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
     /// Empty tolerates every effect of the key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect: Option<TaintEffectSpec>,
+    /// How long a NoExecute taint is tolerated by placement; then the cluster's replicas move.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<u64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum TolerationOperatorSpec {
+    Equal,
+    Exists,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadConstraintSpec {
+    pub spread_by_field: SpreadByFieldSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_groups: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_groups: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SpreadByFieldSpec {
+    Cluster,
+    Region,
+    Zone,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaSchedulingSpec {
+    #[serde(rename = "type", default)]
+    pub type_: ReplicaSchedulingTypeSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub division_preference: Option<DivisionPreferenceSpec>,
+    /// Static weights (Divided, Weighted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub weights: Vec<WeightSpec>,
+    /// `AvailableCapacity`: divide in proportion to each cluster's free replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic: Option<DynamicWeightSpec>,
+    /// Warm replicas kept in the next tier while the first one runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<StandbySpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ReplicaSchedulingTypeSpec {
+    #[default]
+    Duplicated,
+    Divided,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DivisionPreferenceSpec {
+    Weighted,
+    Aggregated,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DynamicWeightSpec {
+    AvailableCapacity,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct StandbySpec {
+    pub replicas: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverSpec {
+    pub after_seconds: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -346,8 +442,9 @@ pub enum TrafficModeSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TrafficSpec {
-    #[serde(default)]
-    pub mode: TrafficModeSpec,
+    /// Locality unless set; a policy keeping standby replicas sends traffic by its tiers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<TrafficModeSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_healthy_endpoints: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -392,12 +489,136 @@ pub struct ClusterSchedulingPolicyStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// Per-cluster changes to the templates it selects, applied when they are placed (DESIGN §9).
+/// Namespaced: it selects templates of its own namespace.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "meridian.io",
+    version = "v1alpha1",
+    kind = "OverridePolicy",
+    namespaced,
+    status = "ClusterSchedulingPolicyStatus",
+    shortname = "op"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct OverridePolicySpec {
+    pub resource_selectors: Vec<ResourceSelector>,
+    pub override_rules: Vec<OverrideRuleSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OverrideRuleSpec {
+    /// Every cluster when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_clusters: Option<TargetClustersSpec>,
+    pub overriders: OverridersSpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetClustersSpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelectorSpec>,
+}
+
+/// Applied in this order: image, command, args, env, labels, annotations, jsonPatch.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OverridersSpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image: Vec<ImageOverriderSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<ArgsOverriderSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<ArgsOverriderSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvOverriderSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<MapOverriderSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<MapOverriderSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub json_patch: Vec<JsonPatchSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ImageComponentSpec {
+    Registry,
+    Repository,
+    Tag,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OverrideOperatorSpec {
+    Add,
+    Remove,
+    Replace,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageOverriderSpec {
+    /// Every container when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_names: Vec<String>,
+    pub component: ImageComponentSpec,
+    pub operator: OverrideOperatorSpec,
+    #[serde(default)]
+    pub value: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArgsOverriderSpec {
+    pub container_name: String,
+    pub operator: OverrideOperatorSpec,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub value: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvOverriderSpec {
+    pub container_name: String,
+    pub operator: OverrideOperatorSpec,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MapOverriderSpec {
+    pub operator: OverrideOperatorSpec,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub value: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct JsonPatchSpec {
+    pub op: String,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    pub value: Option<serde_json::Value>,
+}
+
 /// The CustomResourceDefinitions of meridian's own kinds, generated from the types above.
 pub fn meridian_crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
     use kube::CustomResourceExt;
-    vec![MemberCluster::crd(), ClusterSchedulingPolicy::crd()]
+    vec![
+        MemberCluster::crd(),
+        ClusterSchedulingPolicy::crd(),
+        OverridePolicy::crd(),
+    ]
 }
 
 /// [`meridian_crds`] as a multi-document YAML stream (what `meridian crds` prints).

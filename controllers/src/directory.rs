@@ -21,7 +21,8 @@ use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
 use meridian_core::{
-    ClusterId, ClusterObjects, ClusterSpec, ObjectRef, Origin, Policy, Problem, Source,
+    Capacity, ClusterId, ClusterObjects, ClusterSpec, ObjectRef, Origin, OverridePolicy, Policy,
+    Problem, Source, Template,
 };
 use notify::{RecursiveMode, Watcher};
 use parking_lot::Mutex;
@@ -53,6 +54,9 @@ pub struct MemberEntry {
 pub struct Hub {
     pub members: Vec<MemberEntry>,
     pub policies: Vec<Policy>,
+    /// Resource templates: every namespaced object that is not a meridian.io kind.
+    pub templates: Vec<Template>,
+    pub overrides: Vec<OverridePolicy>,
     pub errors: Vec<Problem>,
     pub warnings: Vec<Problem>,
 }
@@ -103,16 +107,86 @@ pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
         match m {
             Manifest::MemberCluster(mc) => add_member(&mut hub, &base, &from, &mc),
             Manifest::ClusterSchedulingPolicy(csp) => add_policy(&mut hub, &from, &csp),
-            other => hub.warnings.push(
-                from.problem(
-                    other.describe(),
-                    "the hub directory holds MemberClusters and ClusterSchedulingPolicies; ignored"
-                        .into(),
-                ),
-            ),
+            Manifest::OverridePolicy(op) => add_override(&mut hub, &from, &op),
+            Manifest::Other(o) => add_template(&mut hub, &from, o.object, o.value),
+            Manifest::Service(s) => add_typed_template(&mut hub, &from, s.as_ref()),
+            Manifest::ServiceExport(s) => add_typed_template(&mut hub, &from, s.as_ref()),
+            other => {
+                let object = other.describe();
+                let why =
+                    crate::policy::unplaceable(None, &object.kind).unwrap_or("not a template kind");
+                hub.warnings.push(from.problem(
+                    object,
+                    format!("the hub directory holds MemberClusters, policies and resource templates; this is not a template ({why}); ignored"),
+                ))
+            }
         }
     }
     hub
+}
+
+/// A typed Kubernetes object of the hub (a Service, a ServiceExport) is a template too.
+fn add_typed_template<K: kube::Resource<DynamicType = ()> + serde::Serialize>(
+    hub: &mut Hub,
+    from: &ReadFrom,
+    k: &K,
+) {
+    let object = ObjectRef {
+        kind: K::kind(&()).into_owned(),
+        namespace: k.meta().namespace.clone(),
+        name: k.meta().name.clone().unwrap_or_else(|| "?".into()),
+    };
+    match serde_json::to_value(k) {
+        Ok(mut value) => {
+            // The typed object serializes without its type; the template keeps it.
+            value["apiVersion"] = K::api_version(&()).into_owned().into();
+            value["kind"] = object.kind.clone().into();
+            add_template(hub, from, object, value)
+        }
+        Err(e) => hub.errors.push(from.problem(object, e.to_string())),
+    }
+}
+
+/// Adds a resource template; a kind that cannot be placed is a warning, a template that
+/// cannot be read an error of its own.
+fn add_template(hub: &mut Hub, from: &ReadFrom, object: ObjectRef, value: serde_json::Value) {
+    let api_version = value.get("apiVersion").and_then(|v| v.as_str());
+    if let Some(why) = crate::policy::unplaceable(api_version, &object.kind) {
+        hub.warnings
+            .push(from.problem(object, format!("not a resource template ({why}); ignored")));
+        return;
+    }
+    match meridian_federation::template::summarize(value) {
+        Ok(t) if hub.templates.iter().any(|u| u.key == t.key) => hub
+            .errors
+            .push(from.problem(object, "defined twice; the first wins".into())),
+        Ok(t) => hub.templates.push(t),
+        Err(e) => hub
+            .errors
+            .push(from.problem(object, format!("not a valid template: {e}"))),
+    }
+}
+
+fn add_override(hub: &mut Hub, from: &ReadFrom, op: &crate::crd::OverridePolicy) {
+    let object = ObjectRef {
+        kind: "OverridePolicy".into(),
+        namespace: Some(
+            op.metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+        ),
+        name: op.metadata.name.clone().unwrap_or_else(|| "?".into()),
+    };
+    match crate::overrides::override_policy(op) {
+        Ok(p) if hub.overrides.iter().any(|q| q.key == p.key) => hub
+            .errors
+            .push(from.problem(object, "defined twice; the first wins".into())),
+        Ok(p) => hub.overrides.push(p),
+        Err(problems) => hub.errors.extend(problems.into_iter().map(|reason| {
+            from.problem(object.clone(), format!("{reason}; the policy is not used"))
+        })),
+    }
 }
 
 /// Adds a MemberCluster to `hub`; relative paths in it resolve against `base`.
@@ -158,19 +232,50 @@ pub(crate) fn add_policy(hub: &mut Hub, from: &ReadFrom, csp: &ClusterScheduling
     }
 }
 
-/// A policy edited into an invalid one keeps its last valid version serving (the edit is
-/// reported, and nothing moves until it is fixed); a policy deleted from the hub goes.
-/// `served` is what the previous read served, updated to what this one serves.
-pub fn keep_last_valid_policies(mut hub: Hub, served: &mut Vec<Policy>) -> Hub {
+/// What the previous hub read served, so an invalid edit keeps the last valid version.
+#[derive(Debug, Default)]
+pub struct Served {
+    pub policies: Vec<Policy>,
+    pub overrides: Vec<OverridePolicy>,
+}
+
+/// A policy (ClusterSchedulingPolicy or OverridePolicy) edited into an invalid one keeps its
+/// last valid version serving (the edit is reported, and nothing moves until it is fixed); a
+/// policy deleted from the hub goes. `served` is what the previous read served, updated to
+/// what this one serves.
+pub fn keep_last_valid_policies(mut hub: Hub, served: &mut Served) -> Hub {
+    keep_last_valid(
+        &mut hub.policies,
+        &mut hub.errors,
+        &mut served.policies,
+        "ClusterSchedulingPolicy",
+        |p| &p.key,
+    );
+    keep_last_valid(
+        &mut hub.overrides,
+        &mut hub.errors,
+        &mut served.overrides,
+        "OverridePolicy",
+        |p| &p.key,
+    );
+    hub
+}
+
+fn keep_last_valid<T: Clone>(
+    current: &mut Vec<T>,
+    errors: &mut [Problem],
+    served: &mut Vec<T>,
+    kind: &str,
+    key: fn(&T) -> &meridian_core::ObjectKey,
+) {
     for previous in served.drain(..) {
-        if hub.policies.iter().any(|p| p.key == previous.key) {
+        if current.iter().any(|p| key(p) == key(&previous)) {
             continue;
         }
         let mut rejected = false;
-        for e in hub
-            .errors
+        for e in errors
             .iter_mut()
-            .filter(|e| e.subject.is("ClusterSchedulingPolicy", &previous.key))
+            .filter(|e| e.subject.is(kind, key(&previous)))
         {
             rejected = true;
             e.reason = format!(
@@ -179,16 +284,25 @@ pub fn keep_last_valid_policies(mut hub: Hub, served: &mut Vec<Policy>) -> Hub {
             );
         }
         if rejected {
-            hub.policies.push(previous);
+            current.push(previous);
         }
     }
-    served.clone_from(&hub.policies);
-    hub
+    served.clone_from(current);
+}
+
+/// What a member directory holds, converted: its objects, its capacity (from Node and Pod
+/// manifests; None without Nodes) and the problems, each naming file and object.
+#[derive(Debug, Default)]
+pub struct MemberRead {
+    pub objects: ClusterObjects,
+    pub capacity: Option<Capacity>,
+    pub problems: Vec<Problem>,
+    pub warnings: Vec<Problem>,
 }
 
 /// Converts what a member directory held into the cluster's objects; problems name the file
 /// and the object.
-pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> (ClusterObjects, Vec<Problem>) {
+pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> MemberRead {
     let origin = Origin::Member(cluster.clone());
     let mut objects = ClusterObjects::default();
     let mut errors: Vec<Problem> = loaded
@@ -196,6 +310,12 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> (ClusterObjects, V
         .into_iter()
         .map(|e| e.into_problem(origin.clone()))
         .collect();
+    let mut warnings: Vec<Problem> = loaded
+        .warnings
+        .into_iter()
+        .map(|e| e.into_problem(origin.clone()))
+        .collect();
+    let (mut nodes, mut pods) = (Vec::new(), Vec::new());
     for (file, m) in loaded.manifests {
         let err = |object: ObjectRef, reason: String| {
             Problem::in_file(origin.clone(), file.clone(), object, reason)
@@ -224,15 +344,33 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> (ClusterObjects, V
                 Ok(v) => objects.imports.push(v),
                 Err(e) => errors.push(err(named("ServiceImport", &si.metadata), e.to_string())),
             },
-            hub_kind @ (Manifest::MemberCluster(_) | Manifest::ClusterSchedulingPolicy(_)) => {
-                errors.push(err(
-                    hub_kind.describe(),
-                    "this kind belongs in the hub directory, not in a member's".into(),
-                ))
-            }
+            Manifest::Node(n) => nodes.push(n),
+            Manifest::Pod(p) => pods.push(p),
+            Manifest::Other(o) => warnings.push(err(
+                o.object.clone(),
+                format!(
+                    "{} {} is not a kind meridian reads; ignored",
+                    o.api_version, o.object.kind
+                ),
+            )),
+            hub_kind @ (Manifest::MemberCluster(_)
+            | Manifest::ClusterSchedulingPolicy(_)
+            | Manifest::OverridePolicy(_)) => errors.push(err(
+                hub_kind.describe(),
+                "this kind belongs in the hub directory, not in a member's".into(),
+            )),
         }
     }
-    (objects, errors)
+    let capacity = crate::capacity::of(
+        &nodes.iter().map(AsRef::as_ref).collect::<Vec<_>>(),
+        &pods.iter().map(AsRef::as_ref).collect::<Vec<_>>(),
+    );
+    MemberRead {
+        objects,
+        capacity,
+        problems: errors,
+        warnings,
+    }
 }
 
 /// A namespaced object as problems name it (`default` and `?` stand in for what is missing).
@@ -447,7 +585,7 @@ pub async fn run_hub(dir: PathBuf, sources: Sources) {
     let mut watch = DirWatch::new(dir.clone());
     let mut reading = Reading::new(sources.limits.clone());
     let mut tasks = MemberTasks::new(sources);
-    let mut served_policies: Vec<Policy> = Vec::new();
+    let mut served = Served::default();
     loop {
         watch.arm();
         let mut again_in = None;
@@ -455,10 +593,7 @@ pub async fn run_hub(dir: PathBuf, sources: Sources) {
             Outcome::Read(Ok(read)) => {
                 again_in = read.again_in;
                 if read.changed {
-                    let hub = keep_last_valid_policies(
-                        hub_objects(&dir, read.loaded),
-                        &mut served_policies,
-                    );
+                    let hub = keep_last_valid_policies(hub_objects(&dir, read.loaded), &mut served);
                     if !send_hub(&tx, &mut tasks, hub).await {
                         break;
                     }
@@ -487,6 +622,8 @@ async fn send_hub(tx: &mpsc::Sender<SourceEvent>, tasks: &mut MemberTasks, hub: 
     let Hub {
         members,
         policies,
+        templates,
+        overrides,
         errors,
         warnings,
     } = hub;
@@ -503,7 +640,15 @@ async fn send_hub(tx: &mpsc::Sender<SourceEvent>, tasks: &mut MemberTasks, hub: 
         warnings,
     };
     // The member list goes first, so the store knows a member before its objects arrive.
-    if tx.send(event).await.is_err() {
+    if tx.send(event).await.is_err()
+        || tx
+            .send(SourceEvent::Templates {
+                templates,
+                overrides,
+            })
+            .await
+            .is_err()
+    {
         return false;
     }
     tasks.reconcile(&members);
@@ -544,19 +689,17 @@ fn member_events(
     if !read.changed {
         return vec![heartbeat];
     }
-    let mut loaded = read.loaded;
-    let origin = Origin::Member(cluster.clone());
-    let warnings = std::mem::take(&mut loaded.warnings)
-        .into_iter()
-        .map(|w| w.into_problem(origin.clone()))
-        .collect();
-    let (objects, problems) = member_objects(cluster, loaded);
+    let read = member_objects(cluster, read.loaded);
     vec![
         SourceEvent::Reset {
             cluster: cluster.clone(),
-            objects,
-            problems,
-            warnings,
+            objects: read.objects,
+            problems: read.problems,
+            warnings: read.warnings,
+        },
+        SourceEvent::Capacity {
+            cluster: cluster.clone(),
+            capacity: read.capacity,
         },
         heartbeat,
     ]
@@ -666,7 +809,7 @@ mod tests {
 
     #[test]
     fn an_invalid_edit_keeps_the_last_valid_policy_and_a_deletion_removes_it() {
-        let mut served = Vec::new();
+        let mut served = Served::default();
         let hub = |policies, errors| Hub {
             policies,
             errors,

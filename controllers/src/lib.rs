@@ -18,12 +18,14 @@
 //! and the writers read Snapshots. Bad input rejects only itself and is reported with file,
 //! object and reason.
 
+pub mod capacity;
 pub mod convert;
 pub mod crd;
 pub mod directory;
 pub mod kubernetes;
 pub mod manifest;
 pub mod members;
+pub mod overrides;
 pub mod policy;
 pub mod validate;
 

@@ -12,13 +12,15 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use meridian_core::{ObjectRef, Origin, Problem, Subject};
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
-use crate::crd::{ClusterSchedulingPolicy, MemberCluster, ServiceExport, ServiceImport};
+use crate::crd::{
+    ClusterSchedulingPolicy, MemberCluster, OverridePolicy, ServiceExport, ServiceImport,
+};
 
 mod depth;
 mod dir;
@@ -39,6 +41,20 @@ pub enum Manifest {
     EndpointSlice(Box<EndpointSlice>),
     ServiceExport(Box<ServiceExport>),
     ServiceImport(Box<ServiceImport>),
+    OverridePolicy(Box<OverridePolicy>),
+    /// A member directory's Nodes and Pods give its capacity.
+    Node(Box<Node>),
+    Pod(Box<Pod>),
+    /// Any other kind, as written: in a hub directory a resource template, elsewhere ignored.
+    Other(Box<OtherObject>),
+}
+
+/// An object of a kind meridian has no type for.
+#[derive(Clone, Debug)]
+pub struct OtherObject {
+    pub object: ObjectRef,
+    pub api_version: String,
+    pub value: serde_json::Value,
 }
 
 impl Manifest {
@@ -60,6 +76,10 @@ impl Manifest {
             Manifest::EndpointSlice(m) => of(m.as_ref()),
             Manifest::ServiceExport(m) => of(m.as_ref()),
             Manifest::ServiceImport(m) => of(m.as_ref()),
+            Manifest::OverridePolicy(m) => of(m.as_ref()),
+            Manifest::Node(m) => of(m.as_ref()),
+            Manifest::Pod(m) => of(m.as_ref()),
+            Manifest::Other(o) => o.object.clone(),
         }
     }
 }
@@ -218,36 +238,49 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
     }
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     let strict = group == "meridian.io";
-    let parsed =
-        match (group, kind.as_str()) {
-            ("meridian.io", "MemberCluster") => typed::<MemberCluster>(value)
-                .map(|(v, u)| (Manifest::MemberCluster(Box::new(v)), u)),
-            ("meridian.io", "ClusterSchedulingPolicy") => typed::<ClusterSchedulingPolicy>(value)
-                .map(|(v, u)| (Manifest::ClusterSchedulingPolicy(Box::new(v)), u)),
-            ("", "Service") => {
-                typed::<Service>(value).map(|(v, u)| (Manifest::Service(Box::new(v)), u))
+    let parsed = match (group, kind.as_str()) {
+        ("meridian.io", "MemberCluster") => {
+            typed::<MemberCluster>(value).map(|(v, u)| (Manifest::MemberCluster(Box::new(v)), u))
+        }
+        ("meridian.io", "ClusterSchedulingPolicy") => typed::<ClusterSchedulingPolicy>(value)
+            .map(|(v, u)| (Manifest::ClusterSchedulingPolicy(Box::new(v)), u)),
+        ("", "Service") => {
+            typed::<Service>(value).map(|(v, u)| (Manifest::Service(Box::new(v)), u))
+        }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            typed::<EndpointSlice>(value).map(|(v, u)| (Manifest::EndpointSlice(Box::new(v)), u))
+        }
+        ("multicluster.x-k8s.io", "ServiceExport") => {
+            // MCS ServiceExports usually carry no spec at all.
+            let mut value = value;
+            if let Some(map) = value.as_mapping_mut() {
+                map.entry("spec".into())
+                    .or_insert_with(|| Value::Mapping(Default::default()));
             }
-            ("discovery.k8s.io", "EndpointSlice") => typed::<EndpointSlice>(value)
-                .map(|(v, u)| (Manifest::EndpointSlice(Box::new(v)), u)),
-            ("multicluster.x-k8s.io", "ServiceExport") => {
-                // MCS ServiceExports usually carry no spec at all.
-                let mut value = value;
-                if let Some(map) = value.as_mapping_mut() {
-                    map.entry("spec".into())
-                        .or_insert_with(|| Value::Mapping(Default::default()));
-                }
-                typed::<ServiceExport>(value)
-                    .map(|(v, u)| (Manifest::ServiceExport(Box::new(v)), u))
-            }
-            ("multicluster.x-k8s.io", "ServiceImport") => typed::<ServiceImport>(value)
-                .map(|(v, u)| (Manifest::ServiceImport(Box::new(v)), u)),
-            _ => {
-                out.warnings.push(err(format!(
-                    "{api_version} {kind} is not a kind meridian reads; ignored"
+            typed::<ServiceExport>(value).map(|(v, u)| (Manifest::ServiceExport(Box::new(v)), u))
+        }
+        ("multicluster.x-k8s.io", "ServiceImport") => {
+            typed::<ServiceImport>(value).map(|(v, u)| (Manifest::ServiceImport(Box::new(v)), u))
+        }
+        ("meridian.io", "OverridePolicy") => {
+            typed::<OverridePolicy>(value).map(|(v, u)| (Manifest::OverridePolicy(Box::new(v)), u))
+        }
+        ("", "Node") => typed::<Node>(value).map(|(v, u)| (Manifest::Node(Box::new(v)), u)),
+        ("", "Pod") => typed::<Pod>(value).map(|(v, u)| (Manifest::Pod(Box::new(v)), u)),
+        ("meridian.io", _) => {
+            out.errors.push(err(format!(
+                    "{api_version} {kind} is not a meridian.io kind (MemberCluster, ClusterSchedulingPolicy, OverridePolicy)"
                 )));
+            return;
+        }
+        _ => match other(value, &object, &api_version) {
+            Ok(o) => Ok((Manifest::Other(Box::new(o)), Vec::new())),
+            Err(reason) => {
+                out.errors.push(err(reason));
                 return;
             }
-        };
+        },
+    };
     match parsed {
         Err(e) => out.errors.push(err(format!("invalid {kind}: {e}"))),
         Ok((_, unknown)) if strict && !unknown.is_empty() => {
@@ -264,6 +297,22 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
             out.manifests.push((file.to_path_buf(), manifest));
         }
     }
+}
+
+/// An object of a kind without a type: kept as JSON (YAML that JSON cannot hold, such as a
+/// non-string key, is an error of that object).
+fn other(value: Value, object: &Subject, api_version: &str) -> Result<OtherObject, String> {
+    let value =
+        serde_json::to_value(&value).map_err(|e| format!("not representable as JSON: {e}"))?;
+    let object = match object {
+        Subject::Object(o) => o.clone(),
+        Subject::Input(what) => ObjectRef::cluster_scoped(what, "?"),
+    };
+    Ok(OtherObject {
+        object,
+        api_version: api_version.to_string(),
+        value,
+    })
 }
 
 /// Deserializes a typed object, collecting the paths of fields the type does not know.

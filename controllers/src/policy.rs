@@ -7,7 +7,11 @@ use std::sync::Arc;
 use meridian_core as core;
 
 use crate::convert::{created_secs, key_of, taint_effect};
-use crate::crd::{ClusterSchedulingPolicy, LabelSelectorSpec, TrafficModeSpec};
+use crate::crd::{
+    ClusterSchedulingPolicy, DivisionPreferenceSpec, DynamicWeightSpec, LabelSelectorSpec,
+    PlacementSpec, ReplicaSchedulingSpec, ReplicaSchedulingTypeSpec, SpreadByFieldSpec,
+    SpreadConstraintSpec, TolerationOperatorSpec, TolerationSpec, TrafficModeSpec,
+};
 
 pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, Vec<String>> {
     let mut problems = Vec::new();
@@ -40,11 +44,30 @@ pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, 
             });
         }
     }
+    let templates = template_selectors(csp, &mut problems);
+    let tolerations = tolerations(&placement.tolerations, &mut problems);
+    let placement_policy = placement_policy(&placement, &mut problems);
+    let standby = placement_policy
+        .as_ref()
+        .is_some_and(|p| p.standby.is_some());
+    if standby && placement.cluster_affinities.len() < 2 {
+        problems.push(
+            "placement.replicaScheduling.standby needs at least two placement.clusterAffinities (the running tier and the standby's)"
+                .into(),
+        );
+    }
     let mode = match traffic.mode {
-        TrafficModeSpec::Locality => core::Mode::Locality,
-        TrafficModeSpec::Tiers => core::Mode::Tiers,
-        TrafficModeSpec::Weighted => core::Mode::Weighted,
+        None if standby => core::Mode::Tiers,
+        None | Some(TrafficModeSpec::Locality) => core::Mode::Locality,
+        Some(TrafficModeSpec::Tiers) => core::Mode::Tiers,
+        Some(TrafficModeSpec::Weighted) => core::Mode::Weighted,
     };
+    if standby && mode != core::Mode::Tiers {
+        problems.push(
+            "placement.replicaScheduling.standby sends traffic to the standby only after it takes over: traffic.mode must be Tiers (or unset)"
+                .into(),
+        );
+    }
     if mode == core::Mode::Tiers && placement.cluster_affinities.is_empty() {
         problems.push("traffic.mode Tiers needs placement.clusterAffinities".into());
     }
@@ -75,29 +98,237 @@ pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, 
         return Err(problems);
     }
     let dns = traffic.dns.unwrap_or_default();
+    // One policy, both halves: a cluster failed over for placement leaves traffic at the same
+    // moment, unless the policy says otherwise.
+    let withdraw_after_seconds = traffic
+        .withdraw
+        .map(|w| w.after_seconds)
+        .or(placement.failover.as_ref().map(|f| f.after_seconds));
     Ok(core::Policy {
         created: created_secs(&csp.metadata),
         selectors,
-        templates: Vec::new(),
-        placement: None,
+        templates,
+        placement: placement_policy.map(Arc::new),
         traffic: Arc::new(core::TrafficPolicy {
             source: Some(key.to_string()),
             mode,
             affinities,
             weights,
             min_healthy_endpoints: traffic.min_healthy_endpoints.unwrap_or(1),
-            withdraw_after_seconds: traffic.withdraw.map(|w| w.after_seconds),
+            withdraw_after_seconds,
             failback_after_seconds: traffic.failback_after_seconds.unwrap_or(0),
-            tolerations: placement
-                .tolerations
-                .iter()
-                .map(|t| core::Toleration::exists(t.key.clone(), t.effect.map(taint_effect)))
-                .collect(),
+            tolerations,
             ttl: dns.ttl,
             max_answers: dns.max_answers,
         }),
         key,
     })
+}
+
+/// The template selectors: those naming a `kind` (a `Service` selector governs the Service's
+/// traffic and places Service templates of that name).
+fn template_selectors(
+    csp: &ClusterSchedulingPolicy,
+    problems: &mut Vec<String>,
+) -> Vec<core::TemplateSelector> {
+    let mut out = Vec::new();
+    for (i, s) in csp.spec.resource_selectors.iter().enumerate() {
+        let at = format!("spec.resourceSelectors[{i}]");
+        let Some(kind) = &s.kind else { continue };
+        if let Some(why) = unplaceable(s.api_version.as_deref(), kind) {
+            problems.push(format!("{at}: {kind} cannot be placed: {why}"));
+            continue;
+        }
+        out.push(core::TemplateSelector {
+            api_version: s.api_version.clone(),
+            kind: Some(kind.clone()),
+            name: s.name.clone(),
+            selector: s
+                .label_selector
+                .as_ref()
+                .and_then(|l| label_selector(l, &format!("{at}.labelSelector"), problems)),
+        });
+    }
+    out
+}
+
+/// Why a kind is not a template meridian can place, if it is not.
+pub fn unplaceable(api_version: Option<&str>, kind: &str) -> Option<&'static str> {
+    let group = api_version.map_or("", |v| v.rsplit_once('/').map_or("", |(g, _)| g));
+    if group == "meridian.io" {
+        return Some("meridian.io kinds configure meridian itself");
+    }
+    match kind {
+        "Namespace"
+        | "Node"
+        | "PersistentVolume"
+        | "ClusterRole"
+        | "ClusterRoleBinding"
+        | "CustomResourceDefinition"
+        | "StorageClass"
+        | "PriorityClass"
+        | "APIService"
+        | "MutatingWebhookConfiguration"
+        | "ValidatingWebhookConfiguration" => {
+            Some("it is cluster-scoped; templates are namespaced objects")
+        }
+        "EndpointSlice" | "Endpoints" | "ServiceImport" | "Event" | "Pod" => {
+            Some("members derive it themselves (or meridian writes it back)")
+        }
+        "" => Some("kind is empty"),
+        _ => None,
+    }
+}
+
+fn tolerations(specs: &[TolerationSpec], problems: &mut Vec<String>) -> Vec<core::Toleration> {
+    let mut out = Vec::new();
+    for (i, t) in specs.iter().enumerate() {
+        let at = format!("placement.tolerations[{i}]");
+        let operator = match (t.operator, &t.value) {
+            (Some(TolerationOperatorSpec::Exists), Some(_)) => {
+                problems.push(format!("{at}: operator Exists takes no value"));
+                continue;
+            }
+            (Some(TolerationOperatorSpec::Equal), _) | (None, Some(_)) => {
+                core::TolerationOperator::Equal
+            }
+            (Some(TolerationOperatorSpec::Exists), None) | (None, None) => {
+                core::TolerationOperator::Exists
+            }
+        };
+        if operator == core::TolerationOperator::Equal && t.key.is_empty() {
+            problems.push(format!("{at}: operator Equal needs a key"));
+            continue;
+        }
+        let effect = t.effect.map(taint_effect);
+        if t.toleration_seconds.is_some() && effect != Some(core::TaintEffect::NoExecute) {
+            problems.push(format!(
+                "{at}: tolerationSeconds applies to effect NoExecute only"
+            ));
+            continue;
+        }
+        out.push(core::Toleration {
+            key: t.key.clone(),
+            operator,
+            value: t.value.clone(),
+            effect,
+            seconds: t.toleration_seconds,
+        });
+    }
+    out
+}
+
+/// The placement part; None when the spec says nothing of how to place (Duplicated).
+fn placement_policy(
+    placement: &PlacementSpec,
+    problems: &mut Vec<String>,
+) -> Option<core::PlacementPolicy> {
+    let spread = spread_constraints(&placement.spread_constraints, problems);
+    let scheduling = placement.replica_scheduling.clone().unwrap_or_default();
+    let replicas = replica_scheduling(&scheduling, problems)?;
+    let standby = scheduling.standby.as_ref().map(|s| s.replicas);
+    if standby == Some(0) {
+        problems.push("placement.replicaScheduling.standby.replicas must be at least 1".into());
+    }
+    if placement
+        .failover
+        .as_ref()
+        .is_some_and(|f| f.after_seconds == 0)
+    {
+        problems.push("placement.failover.afterSeconds must be at least 1".into());
+    }
+    Some(core::PlacementPolicy {
+        spread,
+        replicas,
+        standby,
+        failover_after_seconds: placement.failover.as_ref().map(|f| f.after_seconds),
+        failback_after_seconds: placement.failback_after_seconds.unwrap_or(0),
+    })
+}
+
+fn spread_constraints(
+    specs: &[SpreadConstraintSpec],
+    problems: &mut Vec<String>,
+) -> Vec<core::SpreadConstraint> {
+    let mut out = Vec::new();
+    for (i, c) in specs.iter().enumerate() {
+        let at = format!("placement.spreadConstraints[{i}]");
+        let by = match c.spread_by_field {
+            SpreadByFieldSpec::Cluster => core::SpreadBy::Cluster,
+            SpreadByFieldSpec::Region => core::SpreadBy::Region,
+            SpreadByFieldSpec::Zone => core::SpreadBy::Zone,
+        };
+        if specs[..i]
+            .iter()
+            .any(|d| d.spread_by_field == c.spread_by_field)
+        {
+            problems.push(format!("{at}: spreadByField {by:?} is constrained twice"));
+        }
+        let min_groups = c.min_groups.unwrap_or(1);
+        match c.max_groups {
+            Some(0) => problems.push(format!("{at}: maxGroups must be at least 1")),
+            Some(max) if min_groups > max => problems.push(format!(
+                "{at}: minGroups {min_groups} is greater than maxGroups {max}"
+            )),
+            _ => {}
+        }
+        out.push(core::SpreadConstraint {
+            by,
+            min_groups,
+            max_groups: c.max_groups,
+        });
+    }
+    out
+}
+
+fn replica_scheduling(
+    s: &ReplicaSchedulingSpec,
+    problems: &mut Vec<String>,
+) -> Option<core::ReplicaScheduling> {
+    let at = "placement.replicaScheduling";
+    if s.type_ == ReplicaSchedulingTypeSpec::Duplicated {
+        if s.division_preference.is_some() || !s.weights.is_empty() || s.dynamic.is_some() {
+            problems.push(format!(
+                "{at}: divisionPreference, weights and dynamic need type Divided"
+            ));
+        }
+        return Some(core::ReplicaScheduling::Duplicated);
+    }
+    let division = match (s.division_preference, s.weights.is_empty(), s.dynamic) {
+        (Some(DivisionPreferenceSpec::Aggregated), true, None) => core::Division::Aggregated,
+        (Some(DivisionPreferenceSpec::Aggregated), _, _) => {
+            problems.push(format!(
+                "{at}: divisionPreference Aggregated takes no weights and no dynamic"
+            ));
+            return None;
+        }
+        (_, false, Some(_)) => {
+            problems.push(format!("{at}: weights and dynamic exclude each other"));
+            return None;
+        }
+        (_, true, Some(DynamicWeightSpec::AvailableCapacity)) => core::Division::AvailableCapacity,
+        (_, _, None) => {
+            let mut rules = Vec::new();
+            for (i, w) in s.weights.iter().enumerate() {
+                let at = format!("{at}.weights[{i}]");
+                if let Some(clusters) =
+                    cluster_set(&w.cluster_names, w.label_selector.as_ref(), &at, problems)
+                {
+                    rules.push(core::WeightRule {
+                        clusters,
+                        weight: w.weight,
+                    });
+                }
+            }
+            if !s.weights.is_empty() && s.weights.iter().all(|w| w.weight == 0) {
+                problems.push(format!(
+                    "{at}.weights: every weight is 0, so no cluster could run a replica"
+                ));
+            }
+            core::Division::Weights(rules)
+        }
+    };
+    Some(core::ReplicaScheduling::Divided(division))
 }
 
 /// The Service selectors; selectors of other kinds (workload templates) are placement's.
@@ -129,7 +360,7 @@ fn service_selectors(
     out
 }
 
-fn cluster_set(
+pub(crate) fn cluster_set(
     names: &[String],
     selector: Option<&LabelSelectorSpec>,
     at: &str,
@@ -148,7 +379,7 @@ fn cluster_set(
     })
 }
 
-fn label_selector(
+pub(crate) fn label_selector(
     s: &LabelSelectorSpec,
     at: &str,
     problems: &mut Vec<String>,

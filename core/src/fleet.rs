@@ -15,12 +15,17 @@
 //! Time is passed in (`now`), so every rule is tested with a fake clock.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::index::{Index, Kind, Object};
 use crate::model::{ClusterId, ClusterObjects, ClusterSpec, ObjectKey};
+use crate::placement::{
+    self, Capacity, ClusterInput, Inputs, OverridePolicy, Placements, Placer, Template,
+};
 use crate::policy::{Policies, Policy};
 use crate::problem::Problem;
+use crate::problem::{ObjectRef, Origin};
 use crate::registry::{Registry, Transition};
 use crate::snapshot::Snapshot;
 
@@ -62,6 +67,17 @@ pub enum Event {
     WatchHealth {
         cluster: ClusterId,
         failure: Option<String>,
+    },
+    /// A member's capacity for placement (None: unknown, e.g. no Nodes).
+    Capacity {
+        cluster: ClusterId,
+        capacity: Option<Capacity>,
+    },
+    /// The hub's resource templates and OverridePolicies (those that passed validation; the
+    /// rejected ones are in the `Members` event's problems of the same read).
+    Templates {
+        templates: Vec<Template>,
+        overrides: Vec<OverridePolicy>,
     },
 }
 
@@ -122,6 +138,21 @@ pub struct Fleet {
     member_problems: BTreeMap<ClusterId, Vec<Problem>>,
     /// Per member, for the same reason.
     member_warnings: BTreeMap<ClusterId, Vec<Problem>>,
+    /// Templates, overrides, capacities and the placement memory.
+    federation: Federation,
+}
+
+/// What placement decides from, beside the registry and the policies.
+#[derive(Debug, Default)]
+struct Federation {
+    templates: Arc<[Template]>,
+    overrides: Arc<[OverridePolicy]>,
+    capacities: BTreeMap<ClusterId, Capacity>,
+    placer: Placer,
+    /// Something placement reads changed since the last round.
+    dirty: bool,
+    /// When a decision changes with time alone.
+    deadline: Option<Instant>,
 }
 
 impl Fleet {
@@ -141,6 +172,7 @@ impl Fleet {
             hub_warnings: Vec::new(),
             member_problems: BTreeMap::new(),
             member_warnings: BTreeMap::new(),
+            federation: Federation::default(),
         }
     }
 
@@ -164,6 +196,15 @@ impl Fleet {
 
     /// Applies one event.
     pub fn apply(&mut self, event: Event, now: Instant) -> Outcome {
+        let outcome = self.apply_event(event, now);
+        // Health and membership decide placement as they decide traffic.
+        self.federation.dirty |= !outcome.transitions.is_empty()
+            || !outcome.removed.is_empty()
+            || outcome.policies_changed.is_some();
+        outcome
+    }
+
+    fn apply_event(&mut self, event: Event, now: Instant) -> Outcome {
         match event {
             Event::Members {
                 specs,
@@ -191,6 +232,34 @@ impl Fleet {
                 Outcome {
                     changed: !transitions.is_empty(),
                     transitions,
+                    ..Outcome::default()
+                }
+            }
+            Event::Capacity { cluster, capacity } => {
+                let f = &mut self.federation;
+                let changed = match capacity {
+                    Some(c) => f.capacities.insert(cluster, c) != Some(c),
+                    None => f.capacities.remove(&cluster).is_some(),
+                };
+                f.dirty |= changed;
+                Outcome {
+                    changed,
+                    ..Outcome::default()
+                }
+            }
+            Event::Templates {
+                templates,
+                overrides,
+            } => {
+                let f = &mut self.federation;
+                let changed = *f.templates != *templates || *f.overrides != *overrides;
+                if changed {
+                    f.templates = templates.into();
+                    f.overrides = overrides.into();
+                    f.dirty = true;
+                }
+                Outcome {
+                    changed,
                     ..Outcome::default()
                 }
             }
@@ -246,7 +315,9 @@ impl Fleet {
             outcome.changed = true;
         }
         for spec in specs {
-            outcome.changed |= self.registry.upsert(spec, now);
+            let changed = self.registry.upsert(spec, now);
+            self.federation.dirty |= changed;
+            outcome.changed |= changed;
         }
         outcome
     }
@@ -257,6 +328,7 @@ impl Fleet {
         self.index.remove_cluster(id);
         self.member_problems.remove(id);
         self.member_warnings.remove(id);
+        self.federation.capacities.remove(id);
     }
 
     fn apply_reset(
@@ -315,10 +387,13 @@ impl Fleet {
             self.sync_deadline_seen = true;
         }
         let decisions_due = self.decision_deadline.is_some_and(|d| d <= now);
+        let placements_due = self.federation.deadline.is_some_and(|d| d <= now);
+        self.federation.dirty |= placements_due || !transitions.is_empty();
         Outcome {
             changed: !transitions.is_empty()
                 || (sync_deadline_passed && !self.registry.all_settled())
-                || decisions_due,
+                || decisions_due
+                || placements_due,
             transitions,
             ..Outcome::default()
         }
@@ -329,10 +404,15 @@ impl Fleet {
     pub fn next_deadline(&self) -> Option<Instant> {
         let sync = (!self.sync_deadline_seen && !self.registry.all_settled())
             .then_some(self.sync_deadline);
-        [self.registry.next_deadline(), sync, self.decision_deadline]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.registry.next_deadline(),
+            sync,
+            self.decision_deadline,
+            self.federation.deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Builds the next snapshot after `prev` (the one last published), re-merging only what
@@ -352,6 +432,12 @@ impl Fleet {
         );
         self.decision_deadline = snapshot.next_deadline(now);
         snapshot.synced = self.synced(now);
+        snapshot.placements = self.placements(prev, &snapshot, now);
+        snapshot.templates = self.federation.templates.clone();
+        snapshot.overrides = self.federation.overrides.clone();
+        snapshot
+            .problems
+            .extend(unschedulable(&snapshot.placements));
         snapshot.problems.extend(
             self.hub_problems
                 .iter()
@@ -370,6 +456,65 @@ impl Fleet {
             full: dirty.all,
         }
     }
+}
+
+impl Fleet {
+    /// The placement decisions for `snapshot`: decided again when something placement reads
+    /// changed, else the previous snapshot's.
+    fn placements(
+        &mut self,
+        prev: &Snapshot,
+        snapshot: &Snapshot,
+        now: Instant,
+    ) -> Arc<Placements> {
+        let f = &mut self.federation;
+        if !std::mem::take(&mut f.dirty) {
+            return prev.placements.clone();
+        }
+        if f.templates.is_empty() {
+            f.deadline = None;
+            return Arc::new(Placements::default());
+        }
+        let clusters: Vec<ClusterInput<'_>> = snapshot
+            .clusters
+            .iter()
+            .map(|view| ClusterInput {
+                view,
+                capacity: f.capacities.get(&view.spec.id),
+            })
+            .collect();
+        let policies: Vec<Policy> = self.policies.iter().cloned().collect();
+        let placements = f.placer.place(
+            Inputs {
+                templates: &f.templates,
+                policies: &policies,
+                overrides: &f.overrides,
+                clusters: &clusters,
+            },
+            now,
+        );
+        f.deadline = placements.next_deadline;
+        Arc::new(placements)
+    }
+}
+
+/// An unschedulable template is a problem of the hub's, with the decision's numbers.
+fn unschedulable(placements: &Placements) -> impl Iterator<Item = Problem> + '_ {
+    placements
+        .decisions
+        .values()
+        .filter_map(|d| match &d.outcome {
+            placement::Outcome::Unschedulable { reason } => Some(Problem::in_api(
+                Origin::Hub,
+                ObjectRef {
+                    kind: d.template.kind.to_string(),
+                    namespace: Some(d.template.namespace.to_string()),
+                    name: d.template.name.to_string(),
+                },
+                format!("unschedulable: {reason}"),
+            )),
+            placement::Outcome::Scheduled => None,
+        })
 }
 
 /// Replaces a member's list; returns whether it differs from the one it replaces.

@@ -36,6 +36,10 @@ pub mod testing;
 
 pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;
+pub use placement::{
+    Capacity, Division, OverridePolicy, PlacementPolicy, Placements, ReplicaScheduling, Resources,
+    SpreadBy, SpreadConstraint, Template, TemplateKey, TemplateSelector,
+};
 pub use policy::{
     AffinityTier, ClusterSet, LabelSelector, Mode, Operator, Policies, Policy, Requirement,
     ServiceSelector, Toleration, TolerationOperator, TrafficPolicy, WeightRule, toleration_for,

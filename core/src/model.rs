@@ -228,6 +228,8 @@ pub struct ClusterSpec {
     pub gateway: Option<Gateway>,
     pub taints: Vec<Taint>,
     pub health: HealthTimings,
+    /// A directory member's `renderPath`: where its placed objects are kept rendered.
+    pub render_path: Option<std::path::PathBuf>,
 }
 
 impl ClusterSpec {
@@ -243,6 +245,7 @@ impl ClusterSpec {
             gateway: None,
             taints: Vec::new(),
             health: HealthTimings::default(),
+            render_path: None,
         }
     }
 }

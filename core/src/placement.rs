@@ -134,7 +134,7 @@ impl Capacity {
     /// resources `per` asks for, and over pods.
     pub fn free_replicas(&self, per: &Resources) -> u64 {
         let free = self.allocatable.saturating_sub(self.requested);
-        let fits = |free: u64, want: u64| if want == 0 { u64::MAX } else { free / want };
+        let fits = |free: u64, want: u64| free.checked_div(want).unwrap_or(u64::MAX);
         fits(free.cpu_millis, per.cpu_millis)
             .min(fits(free.memory_bytes, per.memory_bytes))
             .min(fits(free.gpus, per.gpus))

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::index::{ClusterState, Dirty, Index, IndexSizes};
 use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
+use crate::placement::{OverridePolicy, Placements, Template};
 use crate::policy::{Policies, TrafficPolicy};
 use crate::problem::{ObjectRef, Origin, Problem};
 use crate::registry::{Health, Registry};
@@ -173,6 +174,15 @@ pub struct Snapshot {
     pub warnings: Vec<Problem>,
     /// Object counts of the Index this snapshot was built from (reported at scrape time).
     pub sizes: IndexSizes,
+    /// Where every placed template runs (shared with the previous snapshot until placement
+    /// decides again).
+    #[serde(skip)]
+    pub placements: Arc<Placements>,
+    /// The templates and OverridePolicies placement decided from (what is rendered).
+    #[serde(skip)]
+    pub templates: Arc<[Template]>,
+    #[serde(skip)]
+    pub overrides: Arc<[OverridePolicy]>,
     /// Problems found while merging, by service, so a rebuild replaces only its services'.
     #[serde(skip)]
     export_problems: BTreeMap<ObjectKey, Vec<Problem>>,

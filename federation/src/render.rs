@@ -1,1 +1,1 @@
-//! TODO
+//! Placeholder until rendering lands (merge takes the real module).

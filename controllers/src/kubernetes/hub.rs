@@ -12,14 +12,14 @@ use futures::{FutureExt, StreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
-use meridian_core::{ObjectKey, Policy};
+use meridian_core::ObjectKey;
 use tracing::{info, warn};
 
 use super::connect::WatchTimeout;
 use super::state::{Applied, Table};
 use crate::SourceEvent;
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
-use crate::directory::{Hub, ReadFrom, add_member, add_policy, keep_last_valid_policies};
+use crate::directory::{Hub, ReadFrom, Served, add_member, add_policy, keep_last_valid_policies};
 use crate::members::{MemberTasks, Sources};
 
 #[expect(
@@ -45,7 +45,7 @@ pub async fn run(client: Client, sources: Sources) {
     let mut events = futures::stream::select(members.boxed(), policies.boxed());
     let mut member_list = Table::<Stored<MemberCluster>>::default();
     let mut policy_list = Table::<Stored<ClusterSchedulingPolicy>>::default();
-    let mut served_policies: Vec<Policy> = Vec::new();
+    let mut served = Served::default();
     let mut failing = false;
     // Relative kubeconfig paths in MemberClusters resolve against the working directory.
     let base = std::env::current_dir().unwrap_or_default();
@@ -79,7 +79,7 @@ pub async fn run(client: Client, sources: Sources) {
         }
         let hub = keep_last_valid_policies(
             read(&member_list.live, &policy_list.live, &base),
-            &mut served_policies,
+            &mut served,
         );
         for e in &hub.errors {
             warn!(object = %e.subject, reason = %e.reason, "hub object rejected");

@@ -25,6 +25,10 @@ fn multi_document_files_and_lists_are_read() {
             Manifest::ServiceImport(_) => "ServiceImport",
             Manifest::MemberCluster(_) => "MemberCluster",
             Manifest::ClusterSchedulingPolicy(_) => "ClusterSchedulingPolicy",
+            Manifest::OverridePolicy(_) => "OverridePolicy",
+            Manifest::Node(_) => "Node",
+            Manifest::Pod(_) => "Pod",
+            Manifest::Other(_) => "other",
         })
         .collect();
     assert_eq!(kinds, ["Service", "ServiceExport", "EndpointSlice"]);
