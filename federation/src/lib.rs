@@ -10,5 +10,6 @@
 //! ```
 
 pub mod overrides;
+pub mod quantity;
 pub mod render;
 pub mod template;

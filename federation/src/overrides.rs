@@ -1,1 +1,1 @@
-//! TODO
+//! Overrides (TODO)

@@ -1,1 +1,1 @@
-//! TODO
+//! Render (TODO)
