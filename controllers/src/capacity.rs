@@ -1,34 +1,43 @@
 //! A member's capacity for placement: its Nodes' allocatable, minus the requests of the pods
 //! bound to them (DESIGN §9, "divide by available capacity"). Read from Node and Pod
-//! manifests in a directory member, and from the Node watch of a Kubernetes member.
+//! manifests in a directory member. Pod requests are counted as the scheduler counts them,
+//! by the same function that sizes a template's replicas (meridian-federation).
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use meridian_core::{Capacity, Resources};
+use meridian_federation::template;
 
-use crate::kubernetes::state::parse_milli;
-
-/// The fleet's capacity summary of `nodes` and `pods`; None when there are no Nodes (the
-/// cluster's capacity is then unknown, not zero).
-pub fn of(nodes: &[&Node], pods: &[&Pod]) -> Option<Capacity> {
-    if nodes.is_empty() {
-        return None;
+/// What a Node adds to its cluster's allocatable (nothing when cordoned).
+pub fn node(n: &Node) -> Result<Resources, String> {
+    if schedulable(n) {
+        node_allocatable(n)
+    } else {
+        Ok(Resources::default())
     }
-    let allocatable = nodes
-        .iter()
-        .filter(|n| schedulable(n))
-        .map(|n| resources(n.status.as_ref().and_then(|s| s.allocatable.as_ref()), None))
-        .fold(Resources::default(), Resources::saturating_add);
-    let requested = pods
-        .iter()
-        .filter(|p| occupies_a_node(p))
-        .map(|p| pod_requests(p))
-        .fold(Resources::default(), Resources::saturating_add);
+}
+
+/// What a Pod holds of its Node (nothing unless bound and unfinished).
+pub fn pod(p: &Pod) -> Result<Resources, String> {
+    if occupies_a_node(p) {
+        pod_requests(p)
+    } else {
+        Ok(Resources::default())
+    }
+}
+
+/// The capacity of a cluster's Nodes and Pods ([`node`], [`pod`]); None without Nodes (the
+/// capacity is then unknown, not zero).
+pub fn of(
+    nodes: impl IntoIterator<Item = Resources>,
+    pods: impl IntoIterator<Item = Resources>,
+) -> Option<Capacity> {
+    let mut nodes = nodes.into_iter().peekable();
+    nodes.peek()?;
     Some(Capacity {
-        allocatable,
-        requested,
+        allocatable: nodes.fold(Resources::default(), Resources::saturating_add),
+        requested: pods
+            .into_iter()
+            .fold(Resources::default(), Resources::saturating_add),
     })
 }
 
@@ -47,68 +56,34 @@ fn occupies_a_node(p: &Pod) -> bool {
     bound && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
-/// What a pod requests, as the scheduler counts it: the larger of its containers' sum and
-/// its largest init container, one pod.
-pub fn pod_requests(p: &Pod) -> Resources {
-    let Some(spec) = &p.spec else {
-        return Resources {
+fn node_allocatable(n: &Node) -> Result<Resources, String> {
+    let Some(allocatable) = n.status.as_ref().and_then(|s| s.allocatable.as_ref()) else {
+        return Ok(Resources::default());
+    };
+    let value = serde_json::to_value(allocatable).map_err(|e| e.to_string())?;
+    let mut r = template::amounts("status.allocatable", &value)
+        .map_err(|e| meridian_federation::describe(&e))?;
+    r.pods = match allocatable.get("pods") {
+        Some(q) => meridian_federation::quantity::whole(&q.0).map_err(|e| {
+            format!(
+                "status.allocatable.pods: {}",
+                meridian_federation::describe(&e)
+            )
+        })?,
+        None => 0,
+    };
+    Ok(r)
+}
+
+fn pod_requests(p: &Pod) -> Result<Resources, String> {
+    let spec = serde_json::to_value(&p.spec).map_err(|e| e.to_string())?;
+    match spec {
+        serde_json::Value::Object(spec) => template::pod_requests("spec".into(), &spec)
+            .map_err(|e| meridian_federation::describe(&e)),
+        _ => Ok(Resources {
             pods: 1,
             ..Resources::default()
-        };
-    };
-    let sum = spec
-        .containers
-        .iter()
-        .map(container_requests)
-        .fold(Resources::default(), Resources::saturating_add);
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(container_requests)
-        .fold(Resources::default(), max_of);
-    Resources {
-        pods: 1,
-        ..max_of(sum, init)
-    }
-}
-
-fn container_requests(c: &Container) -> Resources {
-    let r = c.resources.as_ref();
-    resources(
-        r.and_then(|r| r.requests.as_ref()),
-        r.and_then(|r| r.limits.as_ref()),
-    )
-}
-
-/// cpu, memory, `nvidia.com/gpu` and pods of a resource list; a resource missing from
-/// `primary` is taken from `fallback` (requests default to limits).
-fn resources(
-    primary: Option<&BTreeMap<String, Quantity>>,
-    fallback: Option<&BTreeMap<String, Quantity>>,
-) -> Resources {
-    let milli = |name: &str| {
-        primary
-            .and_then(|m| m.get(name))
-            .or_else(|| fallback.and_then(|m| m.get(name)))
-            .and_then(|q| parse_milli(&q.0))
-            .map_or(0, |v| u64::try_from(v.max(0)).unwrap_or(u64::MAX))
-    };
-    let whole = |name: &str| milli(name).div_ceil(1000);
-    Resources {
-        cpu_millis: milli("cpu"),
-        memory_bytes: whole("memory"),
-        gpus: whole("nvidia.com/gpu"),
-        pods: whole("pods"),
-    }
-}
-
-fn max_of(a: Resources, b: Resources) -> Resources {
-    Resources {
-        cpu_millis: a.cpu_millis.max(b.cpu_millis),
-        memory_bytes: a.memory_bytes.max(b.memory_bytes),
-        gpus: a.gpus.max(b.gpus),
-        pods: a.pods.max(b.pods),
+        }),
     }
 }
 
@@ -184,6 +159,6 @@ mod tests {
 
     #[test]
     fn no_nodes_is_unknown_capacity() {
-        assert_eq!(of(&[], &[]), None);
+        assert_eq!(of([], []), None);
     }
 }

@@ -344,8 +344,20 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> MemberRead {
                 Ok(v) => objects.imports.push(v),
                 Err(e) => errors.push(err(named("ServiceImport", &si.metadata), e.to_string())),
             },
-            Manifest::Node(n) => nodes.push(n),
-            Manifest::Pod(p) => pods.push(p),
+            Manifest::Node(n) => match crate::capacity::node(&n) {
+                Ok(r) => nodes.push(r),
+                Err(e) => errors.push(err(
+                    ObjectRef::cluster_scoped("Node", n.metadata.name.as_deref().unwrap_or("?")),
+                    format!("{e}; not counted in the capacity"),
+                )),
+            },
+            Manifest::Pod(p) => match crate::capacity::pod(&p) {
+                Ok(r) => pods.push(r),
+                Err(e) => errors.push(err(
+                    named("Pod", &p.metadata),
+                    format!("{e}; not counted in the capacity"),
+                )),
+            },
             Manifest::Other(o) => warnings.push(err(
                 o.object.clone(),
                 format!(
@@ -361,10 +373,7 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> MemberRead {
             )),
         }
     }
-    let capacity = crate::capacity::of(
-        &nodes.iter().map(AsRef::as_ref).collect::<Vec<_>>(),
-        &pods.iter().map(AsRef::as_ref).collect::<Vec<_>>(),
-    );
+    let capacity = crate::capacity::of(nodes, pods);
     MemberRead {
         objects,
         capacity,

@@ -504,7 +504,7 @@ fn unschedulable(placements: &Placements) -> impl Iterator<Item = Problem> + '_ 
         .decisions
         .values()
         .filter_map(|d| match &d.outcome {
-            placement::Outcome::Unschedulable { reason } => Some(Problem::in_api(
+            placement::Outcome::Unschedulable { reason } => Some(Problem::in_merge(
                 Origin::Hub,
                 ObjectRef {
                     kind: d.template.kind.to_string(),

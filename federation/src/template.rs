@@ -218,7 +218,7 @@ fn list<'a>(
 /// of the containers' sum (plus sidecars, init containers with `restartPolicy: Always`, which
 /// keep running) and each init container's own (plus the sidecars started before it), then
 /// `spec.overhead` added; pods = 1.
-fn pod_requests(at: String, spec: &Map<String, Value>) -> Result<Resources, TemplateError> {
+pub fn pod_requests(at: String, spec: &Map<String, Value>) -> Result<Resources, TemplateError> {
     let mut containers = Resources::default();
     for (i, c) in list(spec, "containers", &at)?.iter().enumerate() {
         let r = container_requests(&format!("{at}.containers[{i}]"), c)?;
@@ -286,7 +286,7 @@ fn container_requests(at: &str, container: &Value) -> Result<Resources, Template
 }
 
 /// A resource map such as `spec.overhead` (`cpu`, `memory`, `nvidia.com/gpu`).
-fn amounts(at: &str, map: &Value) -> Result<Resources, TemplateError> {
+pub fn amounts(at: &str, map: &Value) -> Result<Resources, TemplateError> {
     let Value::Object(m) = map else {
         return Err(wrong_type(at, "map"));
     };
