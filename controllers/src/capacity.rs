@@ -134,8 +134,8 @@ mod tests {
             pod(Some("n"), "Pending", "250m", Some("2")),
         ];
         let c = of(
-            &nodes.iter().collect::<Vec<_>>(),
-            &pods.iter().collect::<Vec<_>>(),
+            nodes.iter().map(|n| super::node(n).unwrap()),
+            pods.iter().map(|p| super::pod(p).unwrap()),
         )
         .unwrap();
         assert_eq!(
@@ -155,6 +155,13 @@ mod tests {
             pods: 1,
         };
         assert_eq!(c.free_replicas(&per), 3, "3.4 cores free");
+    }
+
+    #[test]
+    fn an_unreadable_quantity_is_named() {
+        let bad = node("lots", "1Gi", "1", false);
+        let e = super::node(&bad).unwrap_err();
+        assert!(e.contains("status.allocatable.cpu"), "{e}");
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod manifest;
 pub mod members;
 pub mod overrides;
 pub mod policy;
+pub mod render;
 pub mod validate;
 
 pub use manifest::ManifestError;

@@ -94,11 +94,18 @@ fn type_errors_and_missing_identity_are_errors() {
 }
 
 #[test]
-fn kinds_meridian_does_not_read_are_ignored_with_a_warning() {
-    let out =
-        parse("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\n");
-    assert!(out.manifests.is_empty() && out.errors.is_empty());
-    assert!(out.warnings[0].reason.contains("not a kind meridian reads"));
+fn kinds_without_a_type_are_kept_as_json_for_the_reader_to_judge() {
+    let out = parse(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\nspec: {replicas: 3}\n",
+    );
+    assert!(out.errors.is_empty() && out.warnings.is_empty());
+    let [(_, Manifest::Other(o))] = &out.manifests[..] else {
+        panic!("one other object expected: {:?}", out.manifests);
+    };
+    assert_eq!(o.object.to_string(), "Deployment shop/web");
+    assert_eq!(o.value["spec"]["replicas"], 3);
+    let out = parse("apiVersion: meridian.io/v1alpha1\nkind: Placement\nmetadata: {name: p}\n");
+    assert!(out.errors[0].reason.contains("not a meridian.io kind"));
 }
 
 #[test]
