@@ -36,6 +36,8 @@ use crate::snapshot::ClusterView;
 
 mod decide;
 mod divide;
+mod filter;
+mod spread;
 #[cfg(test)]
 mod tests;
 
@@ -405,6 +407,17 @@ pub enum PlacementFilter {
     SpreadMaxGroups,
     /// The static weights give it 0.
     WeightZero,
+    /// A `PreferNoSchedule` taint the policy does not tolerate (key), and the tier's other
+    /// clusters sufficed: such clusters are a tier's last resort.
+    PreferNoScheduleTaint(String),
+    /// A spread constraint groups by this field and the cluster has no such label.
+    NoSpreadLabel(SpreadBy),
+    /// In a tier (None: the one tier of a policy without affinities) that could not take the
+    /// template, and why (no feasible cluster, too little capacity, too few spread groups).
+    TierUnusable { tier: Option<Arc<str>>, why: String },
+    /// Selected, but the division gave it no replica (fewer replicas than clusters, or
+    /// Aggregated did not need it).
+    NoReplicas,
 }
 
 /// Why a placed cluster holds what it holds.
