@@ -19,6 +19,12 @@
 //!    follow the clusters of the workloads that name them, unless a policy places them.
 //! ```
 //!
+//! Where each step lives: `filter` (once per round and policy: the filter of every cluster,
+//! tier membership, static weights, the failover and tolerationSeconds clocks), `decide`
+//! (per template: tiers with PreferNoSchedule as a tier's last resort, standby, assembling
+//! placed/excluded, overrides, dependencies), `spread`, `divide` (Webster with caps, steady
+//! capacity division, Aggregated). Each module's `//!` states the rules it decides.
+//!
 //! Pure and deterministic: the same input and the same `now` give the same decisions. The
 //! memory a decision needs across calls (the previous split, when a taint was first seen,
 //! which clusters were failed over) is kept by [`Placer`], never read from a clock.
@@ -136,7 +142,7 @@ impl Capacity {
     /// resources `per` asks for, and over pods.
     pub fn free_replicas(&self, per: &Resources) -> u64 {
         let free = self.allocatable.saturating_sub(self.requested);
-        let fits = |free: u64, want: u64| if want == 0 { u64::MAX } else { free / want };
+        let fits = |free: u64, want: u64| free.checked_div(want).unwrap_or(u64::MAX);
         fits(free.cpu_millis, per.cpu_millis)
             .min(fits(free.memory_bytes, per.memory_bytes))
             .min(fits(free.gpus, per.gpus))
@@ -414,9 +420,13 @@ pub enum PlacementFilter {
     NoSpreadLabel(SpreadBy),
     /// In a tier (None: the one tier of a policy without affinities) that could not take the
     /// template, and why (no feasible cluster, too little capacity, too few spread groups).
-    TierUnusable { tier: Option<Arc<str>>, why: String },
-    /// Selected, but the division gave it no replica (fewer replicas than clusters, or
-    /// Aggregated did not need it).
+    TierUnusable {
+        tier: Option<Arc<str>>,
+        /// Shared by every cluster of the tier.
+        why: Arc<str>,
+    },
+    /// Feasible, but given no replica: fewer replicas than clusters, Aggregated did not need
+    /// it, or a scale-down by capacity kept to the clusters already running the template.
     NoReplicas,
 }
 

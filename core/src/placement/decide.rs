@@ -47,6 +47,7 @@
 //! dependency names does not follow it). Its decision has no policy and no excluded list.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::model::{ClusterId, ClusterSpec, ObjectKey};
@@ -77,6 +78,8 @@ pub struct Placer {
 #[derive(Debug)]
 struct Previous {
     placed: Vec<Placed>,
+    /// The tier it ran in (None: a policy without affinities).
+    tier: Option<Arc<str>>,
     /// Clusters the decision excluded as FailedOver or FailingBack: when one of them is
     /// feasible again, capacity is divided afresh (the policy's split returns).
     failed_over: Vec<ClusterId>,
@@ -166,6 +169,7 @@ fn remember(
             if prev.placed != decision.placed {
                 prev.placed.clone_from(&decision.placed);
             }
+            prev.tier.clone_from(&decision.tier);
             prev.failed_over = failed_over;
         }
         None => {
@@ -173,6 +177,7 @@ fn remember(
                 decision.template.clone(),
                 Previous {
                     placed: decision.placed.clone(),
+                    tier: decision.tier.clone(),
                     failed_over,
                 },
             );
@@ -270,18 +275,27 @@ fn decide_template(
     let ctx = context(fleet, t, prev, split);
     let n = fleet.len();
     let mut reasons: Vec<Option<PlacementFilter>> = vec![None; n];
-    let mut tier_errors: Vec<Option<String>> = vec![None; plan.tiers.len()];
+    let mut tier_errors: Vec<Option<Arc<str>>> = vec![None; plan.tiers.len()];
     let no_exclusions = vec![false; n];
-    let mut used = None;
-    for ti in 0..plan.tiers.len() {
+    let fresh = prev.is_none_or(|p| {
+        p.failed_over.iter().any(|c| {
+            fleet
+                .position(c)
+                .is_some_and(|p| plan.clusters[p].filter.is_none())
+        })
+    });
+    let mut used = prev
+        .filter(|_| !fresh)
+        .and_then(|prev| stay_on_scale_down(&ctx, plan, prev, split));
+    for (ti, error) in tier_errors.iter_mut().enumerate() {
+        if used.is_some() {
+            break;
+        }
         match try_tier(&ctx, plan, ti, split, &no_exclusions) {
-            Ok(choice) => {
-                used = Some((ti, choice));
-                break;
-            }
+            Ok(choice) => used = Some((ti, choice)),
             Err((why, dropped)) => {
                 record(&mut reasons, dropped, false);
-                tier_errors[ti] = Some(why);
+                *error = Some(Arc::from(why));
             }
         }
     }
@@ -298,13 +312,6 @@ fn decide_template(
         let decision = unschedulable(fleet, plan, t, prev, reasons, &tier_errors);
         return (decision, failed_over);
     };
-    let fresh = prev.is_none_or(|p| {
-        p.failed_over.iter().any(|c| {
-            fleet
-                .position(c)
-                .is_some_and(|p| plan.clusters[p].filter.is_none())
-        })
-    });
     let mut assigned: Vec<Option<(Option<u32>, PlacedReason)>> = vec![None; n];
     record(&mut reasons, choice.dropped, true);
     divide_into(
@@ -349,10 +356,15 @@ fn context<'f, 'a>(
     if split.by_capacity()
         && let Some(prev) = prev
     {
+        // Both in name order: one merge walk.
+        let mut p = 0;
         for placed in &prev.placed {
-            let Some(p) = fleet.position(&placed.cluster) else {
+            while p < n && fleet.id(p) < &placed.cluster {
+                p += 1;
+            }
+            if p == n || fleet.id(p) != &placed.cluster {
                 continue;
-            };
+            }
             let r = u64::from(placed.replicas.unwrap_or(0));
             if placed.reason == PlacedReason::Standby {
                 before[p].1 += r;
@@ -379,6 +391,40 @@ fn context<'f, 'a>(
         prev: before,
         object,
     }
+}
+
+/// A scale-down divided by capacity stays on the clusters that run the template, when they
+/// are still feasible, hold at least the new count and satisfy the spread constraints: a
+/// scale-down moves nothing (an earlier tier that now has room is not taken — it would grow
+/// clusters on a scale-down). Returns the tier and the clusters kept.
+fn stay_on_scale_down(
+    ctx: &Ctx<'_, '_>,
+    plan: &Plan<'_>,
+    prev: &Previous,
+    split: Split,
+) -> Option<(usize, Choice)> {
+    if !split.by_capacity() {
+        return None;
+    }
+    let before: u64 = ctx.prev.iter().map(|r| r.0).sum();
+    if split.replicas() >= before {
+        return None;
+    }
+    let ti = plan.tiers.iter().position(|t| t.name == prev.tier)?;
+    let held: Vec<usize> = plan.tiers[ti]
+        .feasible
+        .iter()
+        .copied()
+        .filter(|&p| ctx.prev[p].0 > 0 && ctx.avail[p].is_some_and(|a| a > 0))
+        .collect();
+    let score = |p: usize| ctx.avail[p].unwrap_or(0);
+    let spread = spread(ctx.fleet, &plan.placement.spread, &held, score).ok()?;
+    let kept: u64 = spread.kept.iter().map(|&p| ctx.prev[p].0).sum();
+    let choice = Choice {
+        kept: spread.kept,
+        dropped: spread.dropped,
+    };
+    (kept >= split.replicas() && !choice.kept.is_empty()).then_some((ti, choice))
 }
 
 /// Writes `dropped` into `reasons`: over what is there (`overwrite`), or only where nothing
@@ -438,18 +484,19 @@ fn try_tier(
         .copied()
         .filter(|&p| plan.clusters[p].prefer_no.is_none())
         .collect();
-    if !preferred.is_empty() && preferred.len() < members.len() {
-        if let Ok(mut choice) = finish(ctx, plan, split, &preferred) {
-            for &p in &members {
-                if let Some(key) = &plan.clusters[p].prefer_no {
-                    choice
-                        .dropped
-                        .push((p, PlacementFilter::PreferNoScheduleTaint(key.clone())));
-                }
+    if !preferred.is_empty()
+        && preferred.len() < members.len()
+        && let Ok(mut choice) = finish(ctx, plan, split, &preferred)
+    {
+        for &p in &members {
+            if let Some(key) = &plan.clusters[p].prefer_no {
+                choice
+                    .dropped
+                    .push((p, PlacementFilter::PreferNoScheduleTaint(key.clone())));
             }
-            choice.dropped.extend(dropped);
-            return Ok(choice);
         }
+        choice.dropped.extend(dropped);
+        return Ok(choice);
     }
     match finish(ctx, plan, split, &members) {
         Ok(mut choice) => {
@@ -639,7 +686,7 @@ fn assemble(
     overrides: &Overrides<'_>,
     assigned: Vec<Option<(Option<u32>, PlacedReason)>>,
     reasons: Vec<Option<PlacementFilter>>,
-    tier_errors: &[Option<String>],
+    tier_errors: &[Option<Arc<str>>],
 ) -> (Vec<Placed>, Vec<Excluded>) {
     let applicable = overrides.applicable(t);
     let mut placed = Vec::with_capacity(assigned.iter().filter(|a| a.is_some()).count());
@@ -669,7 +716,7 @@ fn assemble(
 /// Why a feasible cluster that nothing else explains holds nothing: its first tier could not
 /// take the template, or comes after the tier used (or is the tier used, and the division
 /// gave it none).
-fn by_position(plan: &Plan<'_>, p: usize, tier_errors: &[Option<String>]) -> PlacementFilter {
+fn by_position(plan: &Plan<'_>, p: usize, tier_errors: &[Option<Arc<str>>]) -> PlacementFilter {
     let Some(first) = plan.clusters[p].first_tier else {
         return PlacementFilter::NotInAffinities;
     };
@@ -693,7 +740,7 @@ fn unschedulable(
     t: &Template,
     prev: Option<&Previous>,
     reasons: Vec<Option<PlacementFilter>>,
-    tier_errors: &[Option<String>],
+    tier_errors: &[Option<Arc<str>>],
 ) -> Decision {
     let reason = plan
         .tiers
