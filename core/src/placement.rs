@@ -19,6 +19,12 @@
 //!    follow the clusters of the workloads that name them, unless a policy places them.
 //! ```
 //!
+//! Where each step lives: `filter` (once per round and policy: the filter of every cluster,
+//! tier membership, static weights, the failover and tolerationSeconds clocks), `decide`
+//! (per template: tiers with PreferNoSchedule as a tier's last resort, standby, assembling
+//! placed/excluded, overrides, dependencies), `spread`, `divide` (Webster with caps, steady
+//! capacity division, Aggregated). Each module's `//!` states the rules it decides.
+//!
 //! Pure and deterministic: the same input and the same `now` give the same decisions. The
 //! memory a decision needs across calls (the previous split, when a taint was first seen,
 //! which clusters were failed over) is kept by [`Placer`], never read from a clock.
@@ -36,6 +42,8 @@ use crate::snapshot::ClusterView;
 
 mod decide;
 mod divide;
+mod filter;
+mod spread;
 #[cfg(test)]
 mod tests;
 
@@ -405,6 +413,21 @@ pub enum PlacementFilter {
     SpreadMaxGroups,
     /// The static weights give it 0.
     WeightZero,
+    /// A `PreferNoSchedule` taint the policy does not tolerate (key), and the tier's other
+    /// clusters sufficed: such clusters are a tier's last resort.
+    PreferNoScheduleTaint(String),
+    /// A spread constraint groups by this field and the cluster has no such label.
+    NoSpreadLabel(SpreadBy),
+    /// In a tier (None: the one tier of a policy without affinities) that could not take the
+    /// template, and why (no feasible cluster, too little capacity, too few spread groups).
+    TierUnusable {
+        tier: Option<Arc<str>>,
+        /// Shared by every cluster of the tier.
+        why: Arc<str>,
+    },
+    /// Feasible, but given no replica: fewer replicas than clusters, Aggregated did not need
+    /// it, or a scale-down by capacity kept to the clusters already running the template.
+    NoReplicas,
 }
 
 /// Why a placed cluster holds what it holds.

@@ -9,6 +9,10 @@
 //!     member / join / export / slice / apply / reset, or add… (a member exporting shop/web)
 //!     heartbeat_failed(name, after) / tick(after) / at(after)
 //!     snapshot() / snapshot_with(default TrafficPolicy) ─► Snapshot
+//!
+//!   placement: healthy / unreachable(spec, since) ─► ClusterView; pods_free(n) ─► Capacity;
+//!     deployment(name, replicas) / config_map(name) ─► Template;
+//!     placing(name, created, tiers, PlacementPolicy) ─► Policy; tier(name, clusters)
 //! ```
 //!
 //! Every object a builder makes lives in namespace `shop`.
@@ -22,9 +26,12 @@ use crate::model::{
     ClusterId, ClusterObjects, ClusterSpec, Endpoint, Export, Gateway, Locality, ObjectKey, Port,
     Protocol, Service, Slice, Taint, TaintEffect,
 };
-use crate::policy::{Policies, TrafficPolicy};
-use crate::registry::Registry;
-use crate::snapshot::Snapshot;
+use crate::placement::{
+    Capacity, PlacementPolicy, Resources, Template, TemplateKey, TemplateSelector,
+};
+use crate::policy::{AffinityTier, ClusterSet, Policies, Policy, TrafficPolicy};
+use crate::registry::{Health, Registry};
+use crate::snapshot::{ClusterView, Snapshot};
 
 /// `s` seconds, for offsets from a fake clock.
 pub fn secs(s: u64) -> Duration {
@@ -303,5 +310,105 @@ impl FleetBuilder {
             &self.registry,
             &Policies::new(Arc::new(policy), vec![]),
         )
+    }
+}
+
+/// A Healthy cluster view of `spec`, never unreachable.
+pub fn healthy(spec: ClusterSpec) -> ClusterView {
+    ClusterView {
+        spec,
+        health: Health::Healthy,
+        withdrawn: false,
+        unreachable_since: None,
+        recovered_at: None,
+        reason: None,
+        endpoints: 0,
+    }
+}
+
+/// `spec` Unreachable since `since`.
+pub fn unreachable(spec: ClusterSpec, since: Instant) -> ClusterView {
+    ClusterView {
+        health: Health::Unreachable,
+        unreachable_since: Some(since),
+        reason: Some("heartbeat failed".into()),
+        ..healthy(spec)
+    }
+}
+
+/// Room for `pods` more pods (and plenty of cpu and memory).
+pub fn pods_free(pods: u64) -> Capacity {
+    Capacity {
+        allocatable: Resources {
+            cpu_millis: 1_000_000,
+            memory_bytes: 1 << 40,
+            gpus: 0,
+            pods,
+        },
+        requested: Resources::default(),
+    }
+}
+
+/// The Deployment `shop/<name>` with `replicas` (None: a kind placed whole), each pod
+/// requesting 100m cpu and 128 MiB.
+pub fn deployment(name: &str, replicas: Option<u32>) -> Template {
+    Template {
+        key: TemplateKey::new("apps/v1", "Deployment", "shop", name),
+        labels: std::collections::BTreeMap::new(),
+        generation: 1,
+        replicas,
+        requests: Resources {
+            cpu_millis: 100,
+            memory_bytes: 128 << 20,
+            gpus: 0,
+            pods: 1,
+        },
+        dependencies: Vec::new(),
+        body: Arc::new(serde_json::Value::Null),
+    }
+}
+
+/// The ConfigMap `shop/<name>` (placed whole).
+pub fn config_map(name: &str) -> Template {
+    Template {
+        key: TemplateKey::new("v1", "ConfigMap", "shop", name),
+        replicas: None,
+        requests: Resources::default(),
+        ..deployment(name, None)
+    }
+}
+
+/// The affinity tier `name` of the clusters named.
+pub fn tier(name: &str, clusters: &[&str]) -> AffinityTier {
+    AffinityTier {
+        name: Arc::from(name),
+        clusters: ClusterSet {
+            names: clusters.iter().map(|c| c.to_string()).collect(),
+            selector: None,
+        },
+    }
+}
+
+/// The policy `shop/<name>`, created at `created`, placing every Deployment of `shop` in
+/// `tiers` (none: anywhere) by `placement`.
+pub fn placing(
+    name: &str,
+    created: i64,
+    tiers: Vec<AffinityTier>,
+    placement: PlacementPolicy,
+) -> Policy {
+    Policy {
+        key: ObjectKey::new("shop", name),
+        created,
+        selectors: Vec::new(),
+        templates: vec![TemplateSelector {
+            kind: Some("Deployment".into()),
+            ..TemplateSelector::default()
+        }],
+        traffic: Arc::new(TrafficPolicy {
+            affinities: tiers,
+            ..TrafficPolicy::default()
+        }),
+        placement: Some(Arc::new(placement)),
     }
 }

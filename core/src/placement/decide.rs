@@ -1,12 +1,89 @@
-//! The decision itself (filled in by the placement work).
+//! One round of placement ([`Placer::place`]) and the decision for one template.
+//!
+//! ```text
+//!  Fleet::new      clusters in name order, region/zone ids, memory observed (health, taints)
+//!  Plan::new       once per policy that places something: the filter of every cluster,
+//!                  tier membership, static weights, deadlines (failover, failback, taints)
+//!  per template:   governing policy (the oldest that places it) ─► tiers ─► spread
+//!                  ─► divide ─► overrides ─► Decision (placed / excluded in name order)
+//!  dependencies:   templates no policy places follow the workloads that name them
+//! ```
+//!
+//! **Tiers.** The first tier whose feasible clusters can take the template is used: a tier
+//! can when, after spread, it keeps at least one cluster, satisfies every `minGroups` and —
+//! dividing by capacity or Aggregated — its clusters have room for all the replicas. Inside
+//! a tier, clusters with an untolerated `PreferNoSchedule` taint are a last resort: they are
+//! used only when the tier's other clusters alone cannot take the template. A cluster may sit
+//! in several tiers (Karmada's ClusterAffinities: a later tier may widen an earlier one).
+//!
+//! **Standby.** With `standby: n`, the next tier after the one used that can take `n`
+//! replicas, leaving out the clusters already placed, keeps `n` (divided the same way;
+//! Duplicated: `n` in each cluster; an object without replicas: a whole copy in each, so what
+//! the standby runs finds its Service and ConfigMaps there). When the first tier has nothing
+//! feasible (its clusters failed over, say), the next one is simply the tier used and runs
+//! the full count — the take-over — and the standby moves one tier further, if there is one.
+//! A policy without affinities has one tier, so no standby.
+//!
+//! **Division.** An object without replicas is placed whole in every selected cluster.
+//! Duplicated: every selected cluster runs `spec.replicas`. Weights: Webster/Sainte-Laguë
+//! ([`super::divide`]). By capacity: each cluster's room for this template is its free
+//! replicas ([`super::Capacity::free_replicas`], which counts the pods bound there, so the
+//! template's own) plus the replicas the template ran there last time; the first decision
+//! divides in proportion to that room, later ones are steady — a scale-up keeps the previous
+//! split and divides the increment (and the replicas of clusters that dropped out, so the
+//! total is kept) by the room left; a scale-down shrinks the previous split proportionally;
+//! a newly feasible cluster gets nothing until replicas need a home — except after a
+//! failback, when the split is divided afresh. Aggregated: as few clusters as fit, the
+//! roomiest first, steady by preferring the clusters that hold replicas. `spec.replicas: 0`
+//! divided: every selected cluster is placed with 0. A selected cluster the division gives
+//! no replica is excluded (`NoReplicas`).
+//!
+//! **Unschedulable.** When no tier can take the template, `placed` keeps the last scheduled
+//! decision's placements (nothing is removed for want of a better place), and `excluded`
+//! explains every cluster.
+//!
+//! **Dependencies.** A template no policy places, that placed workloads name in their
+//! `dependencies`, is placed whole in the union of their clusters (one level: what a
+//! dependency names does not follow it). Its decision has no policy and no excluded list.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Decision, Inputs, Placements};
+use crate::model::{ClusterId, ClusterSpec, ObjectKey};
+use crate::policy::Policy;
 
-/// The memory placement keeps between rounds.
+use super::divide::{self, Fnv, Party, Room};
+use super::filter::{ClusterMemory, Fleet, Plan, earliest};
+use super::spread::spread;
+use super::{
+    Decision, Division, Excluded, Inputs, Outcome, OverridePolicy, Placed, PlacedReason,
+    PlacementFilter, Placements, ReplicaScheduling, Template, TemplateKey,
+};
+
+/// The memory placement keeps between rounds: the only state a decision depends on besides
+/// its inputs and `now`.
 #[derive(Debug, Default)]
-pub struct Placer {}
+pub struct Placer {
+    /// Per template, the last scheduled decision: the previous split for steady division,
+    /// and what stays placed when the template becomes unschedulable.
+    previous: HashMap<TemplateKey, Previous>,
+    /// Per cluster: since when it is Healthy, when it was seen not Healthy, when each of its
+    /// NoExecute taints was first seen.
+    clusters: HashMap<ClusterId, ClusterMemory>,
+    /// Per policy, the clusters it failed over and has not yet failed back.
+    failed_over: HashMap<ObjectKey, BTreeSet<ClusterId>>,
+}
+
+#[derive(Debug)]
+struct Previous {
+    placed: Vec<Placed>,
+    /// The tier it ran in (None: a policy without affinities).
+    tier: Option<Arc<str>>,
+    /// Clusters the decision excluded as FailedOver or FailingBack: when one of them is
+    /// feasible again, capacity is divided afresh (the policy's split returns).
+    failed_over: Vec<ClusterId>,
+}
 
 impl Placer {
     pub fn new() -> Self {
@@ -16,12 +93,805 @@ impl Placer {
     /// One round: a decision for every template a policy selects, and for the dependencies
     /// of the workloads placed.
     pub fn place(&mut self, inputs: Inputs<'_>, now: Instant) -> Placements {
-        let _ = (inputs, now);
-        todo!("placement")
+        let fleet = Fleet::new(inputs.clusters, &mut self.clusters, now);
+        let governing: Vec<Option<usize>> = inputs
+            .templates
+            .iter()
+            .map(|t| inputs.policies.iter().position(|p| p.places(t)))
+            .collect();
+        let plans = self.plans(inputs.policies, &governing, &fleet, now);
+        let overrides = Overrides::new(inputs.overrides);
+        let mut decisions = BTreeMap::new();
+        let mut next_deadline = None;
+        for plan in plans.iter().flatten() {
+            next_deadline = earliest(next_deadline, plan.deadline);
+        }
+        for (t, g) in inputs.templates.iter().zip(&governing) {
+            let Some(plan) = g.and_then(|g| plans[g].as_ref()) else {
+                continue;
+            };
+            let prev = self.previous.get(&t.key);
+            let (decision, failed_over) = decide_template(&fleet, plan, t, prev, &overrides);
+            if decision.is_scheduled() {
+                remember(&mut self.previous, &decision, failed_over);
+            }
+            decisions.insert(t.key.clone(), decision);
+        }
+        self.previous.retain(|k, _| decisions.contains_key(k));
+        follow_dependencies(&inputs, &governing, &fleet, &overrides, &mut decisions);
+        Placements {
+            decisions,
+            next_deadline,
+        }
+    }
+
+    /// A plan for each policy that places a template this round; forgets the failover
+    /// memory of the others.
+    fn plans<'p>(
+        &mut self,
+        policies: &'p [Policy],
+        governing: &[Option<usize>],
+        fleet: &Fleet<'_>,
+        now: Instant,
+    ) -> Vec<Option<Plan<'p>>> {
+        let mut used = vec![false; policies.len()];
+        for g in governing.iter().flatten() {
+            used[*g] = true;
+        }
+        let live: HashSet<&ObjectKey> = policies
+            .iter()
+            .zip(&used)
+            .filter(|(_, u)| **u)
+            .map(|(p, _)| &p.key)
+            .collect();
+        self.failed_over.retain(|k, _| live.contains(k));
+        policies
+            .iter()
+            .zip(&used)
+            .map(|(p, u)| {
+                u.then(|| {
+                    let memory = self.failed_over.entry(p.key.clone()).or_default();
+                    Plan::new(p, fleet, memory, now)
+                })
+            })
+            .collect()
     }
 }
 
-/// Placeholder.
-pub fn decide() -> Option<Decision> {
+/// Keeps a scheduled decision as the template's previous one (cloned only when it changed).
+fn remember(
+    previous: &mut HashMap<TemplateKey, Previous>,
+    decision: &Decision,
+    failed_over: Vec<ClusterId>,
+) {
+    match previous.get_mut(&decision.template) {
+        Some(prev) => {
+            if prev.placed != decision.placed {
+                prev.placed.clone_from(&decision.placed);
+            }
+            prev.tier.clone_from(&decision.tier);
+            prev.failed_over = failed_over;
+        }
+        None => {
+            previous.insert(
+                decision.template.clone(),
+                Previous {
+                    placed: decision.placed.clone(),
+                    tier: decision.tier.clone(),
+                    failed_over,
+                },
+            );
+        }
+    }
+}
+
+/// Decides one template with a fresh [`Placer`] (no memory of earlier rounds): the whole
+/// round is decided, so a dependency finds its workloads. For explaining one template;
+/// [`Placer::place`] decides many at once.
+pub fn decide(inputs: Inputs<'_>, template: &TemplateKey, now: Instant) -> Option<Decision> {
+    Placer::new().place(inputs, now).decisions.remove(template)
+}
+
+/// How a template's replicas are shared out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    /// No replicas: a whole copy in each selected cluster.
+    Whole,
+    Duplicated(u32),
+    Weights(u32),
+    Capacity(u32),
+    Aggregated(u32),
+}
+
+impl Split {
+    fn of(plan: &Plan<'_>, replicas: Option<u32>) -> Self {
+        let Some(r) = replicas else {
+            return Split::Whole;
+        };
+        match &plan.placement.replicas {
+            ReplicaScheduling::Duplicated => Split::Duplicated(r),
+            ReplicaScheduling::Divided(Division::Weights(_)) => Split::Weights(r),
+            ReplicaScheduling::Divided(Division::AvailableCapacity) => Split::Capacity(r),
+            ReplicaScheduling::Divided(Division::Aggregated) => Split::Aggregated(r),
+        }
+    }
+
+    fn with(self, replicas: u32) -> Self {
+        match self {
+            Split::Whole => Split::Whole,
+            Split::Duplicated(_) => Split::Duplicated(replicas),
+            Split::Weights(_) => Split::Weights(replicas),
+            Split::Capacity(_) => Split::Capacity(replicas),
+            Split::Aggregated(_) => Split::Aggregated(replicas),
+        }
+    }
+
+    fn by_capacity(self) -> bool {
+        matches!(self, Split::Capacity(_) | Split::Aggregated(_))
+    }
+
+    fn replicas(self) -> u64 {
+        match self {
+            Split::Whole => 0,
+            Split::Duplicated(r)
+            | Split::Weights(r)
+            | Split::Capacity(r)
+            | Split::Aggregated(r) => u64::from(r),
+        }
+    }
+}
+
+/// Everything the decision of one template reads besides the plan.
+struct Ctx<'f, 'a> {
+    fleet: &'f Fleet<'a>,
+    /// Per cluster position, the template's room (capacity divisions only; None: unknown).
+    avail: Vec<Option<u64>>,
+    /// Per cluster position, the template's replicas there last time: (running, standby).
+    prev: Vec<(u64, u64)>,
+    object: Fnv,
+}
+
+impl Ctx<'_, '_> {
+    fn tie(&self, p: usize) -> u64 {
+        divide::tie_key(self.object, self.fleet.id(p).as_str())
+    }
+}
+
+/// What one tier gives a template: the clusters selected, and those it left out and why.
+struct Choice {
+    kept: Vec<usize>,
+    dropped: Vec<(usize, PlacementFilter)>,
+}
+
+/// The decision for `t` under `plan`, and the clusters it leaves out as failed over.
+fn decide_template(
+    fleet: &Fleet<'_>,
+    plan: &Plan<'_>,
+    t: &Template,
+    prev: Option<&Previous>,
+    overrides: &Overrides<'_>,
+) -> (Decision, Vec<ClusterId>) {
+    let split = Split::of(plan, t.replicas);
+    let ctx = context(fleet, t, prev, split);
+    let n = fleet.len();
+    let mut reasons: Vec<Option<PlacementFilter>> = vec![None; n];
+    let mut tier_errors: Vec<Option<Arc<str>>> = vec![None; plan.tiers.len()];
+    let no_exclusions = vec![false; n];
+    let fresh = prev.is_none_or(|p| {
+        p.failed_over.iter().any(|c| {
+            fleet
+                .position(c)
+                .is_some_and(|p| plan.clusters[p].filter.is_none())
+        })
+    });
+    let mut used = prev
+        .filter(|_| !fresh)
+        .and_then(|prev| stay_on_scale_down(&ctx, plan, prev, split));
+    for (ti, error) in tier_errors.iter_mut().enumerate() {
+        if used.is_some() {
+            break;
+        }
+        match try_tier(&ctx, plan, ti, split, &no_exclusions) {
+            Ok(choice) => used = Some((ti, choice)),
+            Err((why, dropped)) => {
+                record(&mut reasons, dropped, false);
+                *error = Some(Arc::from(why));
+            }
+        }
+    }
+    let failed_over: Vec<ClusterId> = (0..n)
+        .filter(|&p| {
+            matches!(
+                plan.clusters[p].filter,
+                Some(PlacementFilter::FailedOver { .. } | PlacementFilter::FailingBack { .. })
+            )
+        })
+        .map(|p| fleet.id(p).clone())
+        .collect();
+    let Some((ti, choice)) = used else {
+        let decision = unschedulable(fleet, plan, t, prev, reasons, &tier_errors);
+        return (decision, failed_over);
+    };
+    let mut assigned: Vec<Option<(Option<u32>, PlacedReason)>> = vec![None; n];
+    record(&mut reasons, choice.dropped, true);
+    divide_into(
+        &ctx,
+        plan,
+        split,
+        &choice.kept,
+        fresh,
+        false,
+        &mut assigned,
+        &mut reasons,
+    );
+    let standby_tier = standby(&ctx, plan, t, ti, split, fresh, &mut assigned, &mut reasons);
+    let (placed, excluded) = assemble(fleet, plan, t, overrides, assigned, reasons, &tier_errors);
+    let decision = Decision {
+        template: t.key.clone(),
+        policy: Some(plan.policy.key.clone()),
+        outcome: Outcome::Scheduled,
+        tier: plan.tiers[ti].name.clone(),
+        standby_tier: standby_tier.and_then(|s| plan.tiers[s].name.clone()),
+        placed,
+        excluded,
+    };
+    (decision, failed_over)
+}
+
+/// The per-template context: the object's tie-break seed, and for capacity divisions each
+/// cluster's room and previous replicas.
+fn context<'f, 'a>(
+    fleet: &'f Fleet<'a>,
+    t: &Template,
+    prev: Option<&Previous>,
+    split: Split,
+) -> Ctx<'f, 'a> {
+    let object = Fnv::new()
+        .str(&t.key.api_version)
+        .str(&t.key.kind)
+        .str(&t.key.namespace)
+        .str(&t.key.name);
+    let n = fleet.len();
+    let mut before = vec![(0u64, 0u64); n];
+    if split.by_capacity()
+        && let Some(prev) = prev
+    {
+        // Both in name order: one merge walk.
+        let mut p = 0;
+        for placed in &prev.placed {
+            while p < n && fleet.id(p) < &placed.cluster {
+                p += 1;
+            }
+            if p == n || fleet.id(p) != &placed.cluster {
+                continue;
+            }
+            let r = u64::from(placed.replicas.unwrap_or(0));
+            if placed.reason == PlacedReason::Standby {
+                before[p].1 += r;
+            } else {
+                before[p].0 += r;
+            }
+        }
+    }
+    let avail = if split.by_capacity() {
+        (0..n)
+            .map(|p| {
+                fleet.clusters[p].capacity.map(|c| {
+                    let mine = before[p].0 + before[p].1;
+                    c.free_replicas(&t.requests).saturating_add(mine)
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ctx {
+        fleet,
+        avail,
+        prev: before,
+        object,
+    }
+}
+
+/// A scale-down divided by capacity stays on the clusters that run the template, when they
+/// are still feasible, hold at least the new count and satisfy the spread constraints: a
+/// scale-down moves nothing (an earlier tier that now has room is not taken — it would grow
+/// clusters on a scale-down). Returns the tier and the clusters kept.
+fn stay_on_scale_down(
+    ctx: &Ctx<'_, '_>,
+    plan: &Plan<'_>,
+    prev: &Previous,
+    split: Split,
+) -> Option<(usize, Choice)> {
+    if !split.by_capacity() {
+        return None;
+    }
+    let before: u64 = ctx.prev.iter().map(|r| r.0).sum();
+    if split.replicas() >= before {
+        return None;
+    }
+    let ti = plan.tiers.iter().position(|t| t.name == prev.tier)?;
+    let held: Vec<usize> = plan.tiers[ti]
+        .feasible
+        .iter()
+        .copied()
+        .filter(|&p| ctx.prev[p].0 > 0 && ctx.avail[p].is_some_and(|a| a > 0))
+        .collect();
+    let score = |p: usize| ctx.avail[p].unwrap_or(0);
+    let spread = spread(ctx.fleet, &plan.placement.spread, &held, score).ok()?;
+    let kept: u64 = spread.kept.iter().map(|&p| ctx.prev[p].0).sum();
+    let choice = Choice {
+        kept: spread.kept,
+        dropped: spread.dropped,
+    };
+    (kept >= split.replicas() && !choice.kept.is_empty()).then_some((ti, choice))
+}
+
+/// Writes `dropped` into `reasons`: over what is there (`overwrite`), or only where nothing
+/// is yet.
+fn record(
+    reasons: &mut [Option<PlacementFilter>],
+    dropped: Vec<(usize, PlacementFilter)>,
+    overwrite: bool,
+) {
+    for (p, why) in dropped {
+        if overwrite || reasons[p].is_none() {
+            reasons[p] = Some(why);
+        }
+    }
+}
+
+type TierError = (String, Vec<(usize, PlacementFilter)>);
+
+/// Whether tier `ti` can take the template (see the module docs), leaving out `excluded`.
+fn try_tier(
+    ctx: &Ctx<'_, '_>,
+    plan: &Plan<'_>,
+    ti: usize,
+    split: Split,
+    excluded: &[bool],
+) -> Result<Choice, TierError> {
+    let mut dropped = Vec::new();
+    let mut members: Vec<usize> = Vec::with_capacity(plan.tiers[ti].feasible.len());
+    for &p in &plan.tiers[ti].feasible {
+        if excluded[p] {
+            continue;
+        }
+        if split.by_capacity() {
+            match ctx.avail[p] {
+                None => dropped.push((p, PlacementFilter::CapacityUnknown)),
+                Some(0) => dropped.push((p, PlacementFilter::NoCapacity)),
+                Some(_) => members.push(p),
+            }
+        } else {
+            members.push(p);
+        }
+    }
+    if members.is_empty() {
+        let why = if dropped.is_empty() {
+            "no feasible cluster".to_owned()
+        } else {
+            format!(
+                "needs {} replicas, no feasible cluster has room ({} without capacity)",
+                split.replicas(),
+                dropped.len()
+            )
+        };
+        return Err((why, dropped));
+    }
+    let preferred: Vec<usize> = members
+        .iter()
+        .copied()
+        .filter(|&p| plan.clusters[p].prefer_no.is_none())
+        .collect();
+    if !preferred.is_empty()
+        && preferred.len() < members.len()
+        && let Ok(mut choice) = finish(ctx, plan, split, &preferred)
+    {
+        for &p in &members {
+            if let Some(key) = &plan.clusters[p].prefer_no {
+                choice
+                    .dropped
+                    .push((p, PlacementFilter::PreferNoScheduleTaint(key.clone())));
+            }
+        }
+        choice.dropped.extend(dropped);
+        return Ok(choice);
+    }
+    match finish(ctx, plan, split, &members) {
+        Ok(mut choice) => {
+            choice.dropped.extend(dropped);
+            Ok(choice)
+        }
+        Err((why, more)) => {
+            dropped.extend(more);
+            Err((why, dropped))
+        }
+    }
+}
+
+/// Spread and the capacity check over `members`.
+fn finish(
+    ctx: &Ctx<'_, '_>,
+    plan: &Plan<'_>,
+    split: Split,
+    members: &[usize],
+) -> Result<Choice, TierError> {
+    let score = |p: usize| match split {
+        Split::Capacity(_) | Split::Aggregated(_) => ctx.avail[p].unwrap_or(0),
+        Split::Weights(_) => u64::from(plan.clusters[p].weight),
+        _ => 1,
+    };
+    let spread = spread(ctx.fleet, &plan.placement.spread, members, score)
+        .map_err(|why| (why, Vec::new()))?;
+    if spread.kept.is_empty() {
+        return Err(("no feasible cluster".to_owned(), spread.dropped));
+    }
+    if split.by_capacity() {
+        let room: u64 = spread.kept.iter().map(|&p| score(p)).sum();
+        if room < split.replicas() {
+            let each: Vec<String> = spread
+                .kept
+                .iter()
+                .map(|&p| format!("{}: {}", ctx.fleet.id(p), score(p)))
+                .collect();
+            let why = format!(
+                "needs {} replicas, {room} free ({})",
+                split.replicas(),
+                each.join(", ")
+            );
+            return Err((why, spread.dropped));
+        }
+    }
+    Ok(Choice {
+        kept: spread.kept,
+        dropped: spread.dropped,
+    })
+}
+
+/// Divides `split` over `kept` into `assigned` (standby: the standby role's replicas);
+/// clusters left with none get `NoReplicas`.
+#[allow(clippy::too_many_arguments)]
+fn divide_into(
+    ctx: &Ctx<'_, '_>,
+    plan: &Plan<'_>,
+    split: Split,
+    kept: &[usize],
+    fresh: bool,
+    standby: bool,
+    assigned: &mut [Option<(Option<u32>, PlacedReason)>],
+    reasons: &mut [Option<PlacementFilter>],
+) {
+    let reason = |why: PlacedReason| if standby { PlacedReason::Standby } else { why };
+    let to_u32 = |s: u64| u32::try_from(s).unwrap_or(u32::MAX);
+    let mut give = |p: usize, replicas: Option<u32>, why: PlacedReason| {
+        if replicas == Some(0) && split.replicas() > 0 {
+            reasons[p] = Some(PlacementFilter::NoReplicas);
+        } else {
+            assigned[p] = Some((replicas, reason(why)));
+        }
+    };
+    match split {
+        Split::Whole => kept
+            .iter()
+            .for_each(|&p| give(p, None, PlacedReason::Whole)),
+        Split::Duplicated(r) => kept
+            .iter()
+            .for_each(|&p| give(p, Some(r), PlacedReason::Duplicated)),
+        Split::Weights(r) => {
+            let parties: Vec<Party> = kept
+                .iter()
+                .map(|&p| Party {
+                    weight: u64::from(plan.clusters[p].weight),
+                    cap: u64::MAX,
+                    tie: ctx.tie(p),
+                })
+                .collect();
+            let seats = divide::webster(&parties, u64::from(r));
+            for (&p, s) in kept.iter().zip(seats) {
+                give(
+                    p,
+                    Some(to_u32(s)),
+                    PlacedReason::Weight(plan.clusters[p].weight),
+                );
+            }
+        }
+        Split::Capacity(r) | Split::Aggregated(r) => {
+            let rooms: Vec<Room> = kept
+                .iter()
+                .map(|&p| Room {
+                    avail: ctx.avail[p].unwrap_or(0),
+                    base: if standby {
+                        ctx.prev[p].1
+                    } else {
+                        ctx.prev[p].0
+                    },
+                    tie: ctx.tie(p),
+                })
+                .collect();
+            let chosen: Vec<usize> = if matches!(split, Split::Aggregated(_)) && r > 0 {
+                let mut c = divide::aggregate(&rooms, u64::from(r), fresh);
+                c.sort_unstable();
+                c
+            } else {
+                (0..kept.len()).collect()
+            };
+            let sub: Vec<Room> = chosen.iter().map(|&i| rooms[i]).collect();
+            let seats = divide::by_capacity(&sub, u64::from(r), fresh);
+            let mut got = vec![0u64; kept.len()];
+            for (&i, s) in chosen.iter().zip(seats) {
+                got[i] = s;
+            }
+            for (i, &p) in kept.iter().enumerate() {
+                let free = rooms[i].avail;
+                let why = match split {
+                    Split::Aggregated(_) => PlacedReason::Aggregated { free },
+                    _ => PlacedReason::Capacity { free },
+                };
+                give(p, Some(to_u32(got[i])), why);
+            }
+        }
+    }
+}
+
+/// Places the standby replicas in the first tier after `used` that can take them; returns
+/// that tier.
+#[allow(clippy::too_many_arguments)]
+fn standby(
+    ctx: &Ctx<'_, '_>,
+    plan: &Plan<'_>,
+    t: &Template,
+    used: usize,
+    split: Split,
+    fresh: bool,
+    assigned: &mut [Option<(Option<u32>, PlacedReason)>],
+    reasons: &mut [Option<PlacementFilter>],
+) -> Option<usize> {
+    let n = plan.placement.standby.filter(|&n| n > 0)?;
+    let split = if t.replicas.is_some() {
+        split.with(n)
+    } else {
+        split
+    };
+    let taken: Vec<bool> = assigned.iter().map(Option::is_some).collect();
+    for ti in used + 1..plan.tiers.len() {
+        if let Ok(choice) = try_tier(ctx, plan, ti, split, &taken) {
+            for (p, why) in choice.dropped {
+                if reasons[p].is_none() && assigned[p].is_none() {
+                    reasons[p] = Some(why);
+                }
+            }
+            divide_into(
+                ctx,
+                plan,
+                split,
+                &choice.kept,
+                fresh,
+                true,
+                assigned,
+                reasons,
+            );
+            return Some(ti);
+        }
+    }
     None
+}
+
+/// `placed` and `excluded` in name order; a cluster with no recorded reason is explained
+/// by where its first tier stands relative to the tiers tried.
+fn assemble(
+    fleet: &Fleet<'_>,
+    plan: &Plan<'_>,
+    t: &Template,
+    overrides: &Overrides<'_>,
+    assigned: Vec<Option<(Option<u32>, PlacedReason)>>,
+    reasons: Vec<Option<PlacementFilter>>,
+    tier_errors: &[Option<Arc<str>>],
+) -> (Vec<Placed>, Vec<Excluded>) {
+    let applicable = overrides.applicable(t);
+    let mut placed = Vec::with_capacity(assigned.iter().filter(|a| a.is_some()).count());
+    let mut excluded = Vec::with_capacity(fleet.len() - placed.capacity());
+    for (p, (got, why)) in assigned.into_iter().zip(reasons).enumerate() {
+        let cluster = fleet.id(p).clone();
+        if let Some((replicas, reason)) = got {
+            let overrides = applicable.rules_for(Some(&fleet.clusters[p].view.spec));
+            placed.push(Placed {
+                cluster,
+                replicas,
+                reason,
+                overrides,
+            });
+            continue;
+        }
+        let reason = plan.clusters[p]
+            .filter
+            .clone()
+            .or(why)
+            .unwrap_or_else(|| by_position(plan, p, tier_errors));
+        excluded.push(Excluded { cluster, reason });
+    }
+    (placed, excluded)
+}
+
+/// Why a feasible cluster that nothing else explains holds nothing: its first tier could not
+/// take the template, or comes after the tier used (or is the tier used, and the division
+/// gave it none).
+fn by_position(plan: &Plan<'_>, p: usize, tier_errors: &[Option<Arc<str>>]) -> PlacementFilter {
+    let Some(first) = plan.clusters[p].first_tier else {
+        return PlacementFilter::NotInAffinities;
+    };
+    let used = tier_errors.iter().position(Option::is_none);
+    match (&tier_errors[first], used) {
+        (Some(why), _) => PlacementFilter::TierUnusable {
+            tier: plan.tiers[first].name.clone(),
+            why: why.clone(),
+        },
+        (None, Some(used)) if first > used => match &plan.tiers[first].name {
+            Some(name) => PlacementFilter::LaterTier(name.clone()),
+            None => PlacementFilter::NoReplicas,
+        },
+        _ => PlacementFilter::NoReplicas,
+    }
+}
+
+fn unschedulable(
+    fleet: &Fleet<'_>,
+    plan: &Plan<'_>,
+    t: &Template,
+    prev: Option<&Previous>,
+    reasons: Vec<Option<PlacementFilter>>,
+    tier_errors: &[Option<Arc<str>>],
+) -> Decision {
+    let reason = plan
+        .tiers
+        .iter()
+        .zip(tier_errors)
+        .map(|(tier, why)| {
+            let why = why.as_deref().unwrap_or("no feasible cluster");
+            match &tier.name {
+                Some(name) => format!("tier {name}: {why}"),
+                None => why.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let excluded = reasons
+        .into_iter()
+        .enumerate()
+        .map(|(p, why)| Excluded {
+            cluster: fleet.id(p).clone(),
+            reason: plan.clusters[p]
+                .filter
+                .clone()
+                .or(why)
+                .unwrap_or_else(|| by_position(plan, p, tier_errors)),
+        })
+        .collect();
+    Decision {
+        template: t.key.clone(),
+        policy: Some(plan.policy.key.clone()),
+        outcome: Outcome::Unschedulable { reason },
+        tier: None,
+        standby_tier: None,
+        placed: prev.map(|p| p.placed.clone()).unwrap_or_default(),
+        excluded,
+    }
+}
+
+/// The round's OverridePolicies, by key.
+struct Overrides<'o> {
+    sorted: Vec<&'o OverridePolicy>,
+}
+
+/// The OverridePolicies selecting one template, in the order they apply: less specific
+/// first, then by key.
+struct Applicable<'o> {
+    policies: Vec<&'o OverridePolicy>,
+}
+
+impl<'o> Overrides<'o> {
+    fn new(all: &'o [OverridePolicy]) -> Self {
+        let mut sorted: Vec<&OverridePolicy> = all.iter().collect();
+        sorted.sort_by(|a, b| a.key.cmp(&b.key));
+        Self { sorted }
+    }
+
+    fn applicable(&self, t: &Template) -> Applicable<'o> {
+        let mut selecting: Vec<_> = self
+            .sorted
+            .iter()
+            .filter_map(|o| o.selects(t).map(|s| (s, *o)))
+            .collect();
+        // Stable: equal specificity keeps key order.
+        selecting.sort_by_key(|(s, _)| *s);
+        Applicable {
+            policies: selecting.into_iter().map(|(_, o)| o).collect(),
+        }
+    }
+}
+
+impl Applicable<'_> {
+    /// `(policy, rule index)` of every rule targeting `cluster` (None: a cluster no longer
+    /// known, which only rules without targets reach), in the order they apply.
+    fn rules_for(&self, cluster: Option<&ClusterSpec>) -> Vec<(ObjectKey, usize)> {
+        let mut rules = Vec::new();
+        for o in &self.policies {
+            for (i, rule) in o.rules.iter().enumerate() {
+                let targets = rule
+                    .targets
+                    .as_ref()
+                    .is_none_or(|set| cluster.is_some_and(|c| set.contains(c)));
+                if targets {
+                    rules.push((o.key.clone(), i));
+                }
+            }
+        }
+        rules
+    }
+}
+
+/// Decisions for the templates no policy places that placed workloads name as dependencies.
+fn follow_dependencies(
+    inputs: &Inputs<'_>,
+    governing: &[Option<usize>],
+    fleet: &Fleet<'_>,
+    overrides: &Overrides<'_>,
+    decisions: &mut BTreeMap<TemplateKey, Decision>,
+) {
+    if inputs.templates.iter().all(|t| t.dependencies.is_empty()) {
+        return;
+    }
+    let orphans: HashMap<&TemplateKey, &Template> = inputs
+        .templates
+        .iter()
+        .zip(governing)
+        .filter(|(_, g)| g.is_none())
+        .map(|(t, _)| (&t.key, t))
+        .collect();
+    let mut following: BTreeMap<&TemplateKey, BTreeMap<ClusterId, Vec<TemplateKey>>> =
+        BTreeMap::new();
+    for (w, g) in inputs.templates.iter().zip(governing) {
+        let Some(decision) = g.and_then(|_| decisions.get(&w.key)) else {
+            continue;
+        };
+        for dep in w.dependencies.iter().filter(|d| orphans.contains_key(d)) {
+            let clusters = following.entry(dep).or_default();
+            for placed in &decision.placed {
+                clusters
+                    .entry(placed.cluster.clone())
+                    .or_default()
+                    .push(w.key.clone());
+            }
+        }
+    }
+    for (dep, clusters) in following {
+        let t = orphans[dep];
+        let applicable = overrides.applicable(t);
+        let placed = clusters
+            .into_iter()
+            .map(|(cluster, mut workloads)| {
+                workloads.sort();
+                workloads.dedup();
+                let spec = fleet
+                    .position(&cluster)
+                    .map(|p| &fleet.clusters[p].view.spec);
+                Placed {
+                    overrides: applicable.rules_for(spec),
+                    cluster,
+                    replicas: None,
+                    reason: PlacedReason::Dependency(workloads),
+                }
+            })
+            .collect();
+        let decision = Decision {
+            template: dep.clone(),
+            policy: None,
+            outcome: Outcome::Scheduled,
+            tier: None,
+            standby_tier: None,
+            placed,
+            excluded: Vec::new(),
+        };
+        decisions.insert(dep.clone(), decision);
+    }
 }
