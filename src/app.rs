@@ -84,9 +84,19 @@ impl App {
             snapshots.clone(),
             metrics.sub_registry_with_prefix("dns"),
         );
-        let dns_listeners = meridian_dns::serve(dns.clone(), cfg.dns_listen)
-            .await
-            .with_context(|| format!("cannot listen for DNS on {}", cfg.dns_listen))?;
+        // 14 bytes: a length prefix and a DNS header, less than any query; until then a
+        // connection is a probe the full listener may evict. The first query must come
+        // within the idle timeout too.
+        let dns_tcp_idle = cfg.dns.tcp_idle_timeout;
+        let dns_guard = Guard {
+            handshake_timeout: dns_tcp_idle,
+            idle_timeout: dns_tcp_idle,
+        };
+        let dns_listeners = meridian_dns::serve(dns.clone(), cfg.dns_listen, |tcp| {
+            guarded("dns_tcp", tcp, bounds.dns_tcp, dns_guard, 14)
+        })
+        .await
+        .with_context(|| format!("cannot listen for DNS on {}", cfg.dns_listen))?;
         let xds_tcp = bind_xds(&cfg).await?;
         // 24 bytes: the HTTP/2 preface (or a TLS hello) is what a real client sends first.
         let xds_listener = guarded("xds", xds_tcp, bounds.xds, cfg.listeners.xds, 24);
@@ -211,6 +221,7 @@ fn descriptor_bounds(cfg: &Config) -> Result<Bounds> {
         reserved = bounds.reserve,
         admin_max_connections = bounds.admin,
         xds_max_connections = bounds.xds,
+        dns_tcp_max_connections = bounds.dns_tcp,
         "file descriptor limit"
     );
     Ok(bounds)

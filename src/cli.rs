@@ -101,12 +101,20 @@ pub struct DnsArgs {
         value_delimiter = ','
     )]
     pub allow_transfer: Vec<IpNet>,
-    /// Idle TCP connections are closed after this many seconds.
+    /// A TCP connection is closed when its next query has not come whole (or a reply has not
+    /// been taken) after this many seconds (default 10).
     #[arg(
         long = "dns-tcp-idle-timeout-seconds",
         env = "MERIDIAN_DNS_TCP_IDLE_TIMEOUT_SECONDS"
     )]
     pub tcp_idle_timeout_seconds: Option<u64>,
+    /// Open TCP DNS connections at most; more are closed at once, after evicting one that
+    /// has not sent a query yet (default: 3/8 of the descriptors the reserve leaves).
+    #[arg(
+        long = "dns-tcp-max-connections",
+        env = "MERIDIAN_DNS_TCP_MAX_CONNECTIONS"
+    )]
+    pub tcp_max_connections: Option<u64>,
     /// Threads serving UDP.
     #[arg(long = "dns-udp-workers", env = "MERIDIAN_DNS_UDP_WORKERS")]
     pub udp_workers: Option<usize>,

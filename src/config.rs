@@ -121,6 +121,7 @@ pub struct DnsSection {
     pub max_answers: Option<u32>,
     pub allow_transfer: Option<Vec<IpNet>>,
     pub tcp_idle_timeout_seconds: Option<u64>,
+    pub tcp_max_connections: Option<u64>,
     pub udp_workers: Option<usize>,
     pub cache_entries: Option<u64>,
 }
@@ -277,9 +278,13 @@ fn resolve_listeners(file: &File, args: &ServeArgs) -> Result<ListenerLimits> {
             args.xds.max_connections.or(file.xds.max_connections),
             1..=MAX_CONNECTIONS,
         )?,
-        // TCP DNS is still hickory-server's own listener (not bounded by meridian): its
-        // share of the limit stays free as headroom for it.
-        dns_tcp: None,
+        dns_tcp: bounded_opt(
+            "dns.tcpMaxConnections",
+            args.dns
+                .tcp_max_connections
+                .or(file.dns.tcp_max_connections),
+            1..=MAX_CONNECTIONS,
+        )?,
         reserve: bounded_opt(
             "reservedDescriptors",
             args.reserved_descriptors.or(file.reserved_descriptors),
@@ -842,15 +847,21 @@ kubernetes: {watchTimeoutSeconds: 12}
         assert_eq!(cfg.xds.max_concurrent_streams, 100);
         assert_eq!(cfg.dns.udp_workers, 1);
         let cfg = resolved(
-            "hub: {directory: h}\nadmin: {maxConnections: 7, headerReadTimeoutSeconds: 2}\nxds: {maxConnections: 9, maxConcurrentStreams: 5, idleTimeoutSeconds: 30}\ndns: {udpWorkers: 4}\nreservedDescriptors: 64\n",
+            "hub: {directory: h}\nadmin: {maxConnections: 7, headerReadTimeoutSeconds: 2}\nxds: {maxConnections: 9, maxConcurrentStreams: 5, idleTimeoutSeconds: 30}\ndns: {udpWorkers: 4, tcpMaxConnections: 11}\nreservedDescriptors: 64\n",
             &["--xds-max-connections", "10", "--admin-max-connections", "8"],
         )
         .unwrap();
         let r = cfg.listeners.requested;
         assert_eq!(
             (r.admin, r.xds, r.dns_tcp, r.reserve),
-            (Some(8), Some(10), None, Some(64))
+            (Some(8), Some(10), Some(11), Some(64))
         );
+        let flag = resolved(
+            "hub: {directory: h}\ndns: {tcpMaxConnections: 11}\n",
+            &["--dns-tcp-max-connections", "12"],
+        )
+        .unwrap();
+        assert_eq!(flag.listeners.requested.dns_tcp, Some(12), "the flag wins");
         assert_eq!(
             cfg.listeners.admin.handshake_timeout,
             Duration::from_secs(2)
@@ -874,6 +885,14 @@ kubernetes: {watchTimeoutSeconds: 12}
             (
                 "xds: {maxConcurrentStreams: 0}",
                 "xds.maxConcurrentStreams must be between 1 and 10000",
+            ),
+            (
+                "dns: {tcpMaxConnections: 0}",
+                "dns.tcpMaxConnections must be between 1 and 1000000 (got 0)",
+            ),
+            (
+                "dns: {tcpMaxConnections: 2000000}",
+                "dns.tcpMaxConnections must be between 1 and 1000000",
             ),
             (
                 "xds: {maxConnections: 0}",

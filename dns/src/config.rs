@@ -66,7 +66,8 @@ pub struct DnsConfig {
     pub max_answers: u32,
     /// Who may AXFR (default: nobody).
     pub allow_transfer: Vec<IpNet>,
-    /// Idle TCP connections are closed after this long.
+    /// A TCP query must arrive whole within this long of the previous answer (or of the
+    /// connection), and each reply be taken within it; else the connection is closed.
     pub tcp_idle_timeout: Duration,
     /// The address `ns.<zone>` resolves to (the listen address when it is specific).
     pub ns_address: Option<IpAddr>,

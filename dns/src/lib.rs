@@ -5,7 +5,8 @@
 //!      ├─ moka hit of this snapshot version ─► cached bytes, ID and name case patched
 //!      └─ miss, or not a plain query (ECS, …) ─► Request::from_bytes ─► Answerer::respond
 //!                                               ─► wire::encode (TC past the size limit) ─► cache
-//!  TCP ─► hickory-server (RequestHandler; pipelining, idle timeout) ─► Answerer::respond
+//!  TCP ─► meridian_listen::Listener (bound, EMFILE backoff) ─► tcp::serve_conn (framing,
+//!         pipelining, deadlines) ─► Request::from_bytes ─► Answerer::respond ─► wire::encode
 //!
 //!  Answerer::respond(Snapshot from the watch, request, source address):
 //!      client cluster (ECS, else the source) ─► names::parse(qname) ─► meridian_core::select
@@ -21,6 +22,7 @@ pub mod explain;
 pub mod metrics;
 mod names;
 pub mod server;
+pub mod tcp;
 pub mod wire;
 
 pub use answer::{Answerer, Client, Response, Transport};

@@ -40,6 +40,10 @@ pub struct DnsMetrics {
     pub cache_hits: Counter,
     pub cache_misses: Counter,
     dropped: Family<ReasonLabels, Counter>,
+    /// TCP connections meridian closed, by reason: the listener's metrics count its own
+    /// deadlines; these are the protocol's (a query not whole in time, a reply not taken,
+    /// an impossible length prefix).
+    tcp_closed: Family<ReasonLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -102,6 +106,7 @@ impl DnsMetrics {
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
             dropped: Family::default(),
+            tcp_closed: Family::default(),
         };
         registry.register(
             "queries",
@@ -122,6 +127,11 @@ impl DnsMetrics {
             "dropped",
             "Requests not answered at all, by reason",
             metrics.dropped.clone(),
+        );
+        registry.register(
+            "tcp_closed",
+            "TCP DNS connections closed by meridian, by reason (idle: no whole query within dns.tcpIdleTimeoutSeconds; write_timeout: a reply not taken; tcp_message_*: an impossible length prefix)",
+            metrics.tcp_closed.clone(),
         );
         metrics
     }
@@ -182,5 +192,11 @@ impl DnsMetrics {
 
     pub fn dropped(&self, reason: &'static str) {
         self.dropped.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    pub fn tcp_closed(&self, reason: &'static str) {
+        self.tcp_closed
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 }

@@ -1,12 +1,16 @@
 //! The DNS server: a UDP hot path of our own (cached bytes, a hash lookup and a copy) on
-//! blocking worker threads, and hickory-server for TCP. Both call the same answer function.
+//! blocking worker threads, and TCP on connections accepted by `meridian_listen` (bounded,
+//! alive through EMFILE, handshake and idle deadlines), framed by `tcp.rs`. Both call the
+//! same answer function and encode with `wire.rs`.
 //!
 //! ```text
 //!  UDP ─► hot_query (no alloc) ─► moka hit, same snapshot version? ─► copy, patch ID + case ─► send
 //!                                   │ miss
 //!                                   ▼
 //!                 Request::from_bytes ─► Answerer::respond ─► wire::encode ─► cache ─► send
-//!  TCP ─► hickory-server (pipelining, idle timeout) ─► Answerer::respond ─► MessageResponse
+//!  TCP ─► meridian_listen::Listener (bound) ─► tcp::serve_conn (2-byte framing, pipelining,
+//!         per-query and write deadlines) ─► Request::from_bytes ─► Answerer::respond
+//!         ─► wire::encode (limit 65,535; a transfer's further messages) ─► write
 //! ```
 
 use std::io::{self, IoSlice, IoSliceMut};
@@ -16,12 +20,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use hickory_proto::op::{Header, HeaderCounts, MessageType, Metadata, ResponseCode};
-use hickory_server::net::runtime::Time;
+use hickory_proto::op::{MessageType, ResponseCode};
 use hickory_server::net::xfer::Protocol;
-use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
-use hickory_server::zone_handler::MessageResponseBuilder;
+use hickory_server::server::Request;
 use meridian_core::Snapshot;
+use meridian_listen::Listener;
 use moka::sync::Cache;
 use nix::errno::Errno;
 use nix::sys::socket::{
@@ -31,10 +34,10 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
-use crate::answer::{Answerer, Transport};
+use crate::answer::{Answerer, Response, Transport};
 use crate::config::DnsConfig;
 use crate::metrics::{CounterSlot, DnsMetrics};
-use crate::wire;
+use crate::{tcp, wire};
 
 /// Encoded answers to one question, for one snapshot version.
 struct CachedAnswer {
@@ -170,56 +173,125 @@ impl Dns {
         rotation: usize,
         out: &mut Vec<u8>,
     ) -> Option<Answered> {
+        let request = match self.parse(raw, SocketAddr::new(src, 0), transport, out) {
+            Ok(request) => request,
+            Err(answered) => return answered,
+        };
+        let resp = self
+            .answerer
+            .respond(snap, &request, src, transport, rotation, Instant::now());
+        *out = wire::encode(&resp, &request.queries, wire::udp_limit(&request));
+        Some(self.count(&resp, &request, transport))
+    }
+
+    /// Parses a request. `Err` when it is not answered in full: FORMERR in `out` (counted) for
+    /// a request whose header parses, `None` (nothing to send) for the rest.
+    fn parse(
+        &self,
+        raw: &[u8],
+        src: SocketAddr,
+        transport: Transport,
+        out: &mut Vec<u8>,
+    ) -> Result<Request, Option<Answered>> {
         // hickory reserves room for every announced question before reading one: a 12-byte
         // datagram claiming 65,535 would cost megabytes. More than one is FORMERR anyway.
         let questions = raw
             .get(4..6)
             .map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
+        let protocol = match transport {
+            Transport::Udp => Protocol::Udp,
+            Transport::Tcp => Protocol::Tcp,
+        };
         let parsed = if questions > 1 {
             Err("more than one question".to_string())
         } else {
-            Request::from_bytes(raw.to_vec(), SocketAddr::new(src, 0), Protocol::Udp)
-                .map_err(|e| e.to_string())
+            Request::from_bytes(raw.to_vec(), src, protocol).map_err(|e| e.to_string())
         };
         let request = match parsed {
             Ok(r) => r,
             Err(e) => {
                 debug!(%src, error = %e, "malformed request");
-                let reply = wire::format_error(raw);
-                if reply.is_none() {
+                let Some(reply) = wire::format_error(raw) else {
                     self.metrics.dropped("unparsable header or a response");
-                    return None;
-                }
-                *out = reply?;
+                    return Err(None);
+                };
+                *out = reply;
                 let slot = self
                     .metrics
                     .slot(None, None, ResponseCode::FormErr, transport);
                 self.metrics.count(slot);
-                return Some(Answered {
+                return Err(Some(Answered {
                     slot,
                     cacheable: false,
                     rotations: 1,
-                });
+                }));
             }
         };
         if request.metadata.message_type == MessageType::Response {
             self.metrics.dropped("a response, not a query");
-            return None;
+            return Err(None);
         }
-        let resp = self
-            .answerer
-            .respond(snap, &request, src, transport, rotation, Instant::now());
-        *out = wire::encode(&resp, &request.queries, wire::udp_limit(&request));
+        Ok(request)
+    }
+
+    /// Counts an answered request.
+    fn count(&self, resp: &Response, request: &Request, transport: Transport) -> Answered {
         let qtype = request.queries.queries().first().map(|q| q.query_type());
         let slot = self
             .metrics
             .slot(resp.zone, qtype, resp.metadata.response_code, transport);
         self.metrics.count(slot);
-        Some(Answered {
+        Answered {
             slot,
             cacheable: resp.cacheable,
             rotations: resp.rotations,
-        })
+        }
+    }
+
+    /// Answers one message read from a TCP connection: the replies to send, each with its
+    /// length prefix (a zone transfer has several; nothing at all for a message that is not a
+    /// query). The same path as a UDP miss, with TCP's size limit (65,535) instead of the
+    /// UDP one, so both transports give identical bytes for what fits a datagram. `None` if
+    /// answering panicked: a bug, which must end only this connection, not the server.
+    pub(crate) fn answer_tcp(&self, raw: &[u8], src: SocketAddr) -> Option<Vec<Vec<u8>>> {
+        let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.answer_tcp_inner(raw, src)
+        }));
+        answered.map_err(|_| {
+            error!(%src, request = ?raw, "answering a TCP request panicked; closed the connection");
+            self.metrics.dropped("internal error");
+        }).ok()
+    }
+
+    fn answer_tcp_inner(&self, raw: &[u8], src: SocketAddr) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let request = match self.parse(raw, src, Transport::Tcp, &mut out) {
+            Ok(request) => request,
+            Err(Some(_)) => return tcp::framed(&out).into_iter().collect(),
+            Err(None) => return Vec::new(),
+        };
+        let snap = self.snapshot();
+        let resp = self.answerer.respond(
+            &snap,
+            &request,
+            src.ip(),
+            Transport::Tcp,
+            self.next_rotation(),
+            Instant::now(),
+        );
+        self.count(&resp, &request, Transport::Tcp);
+        let first = wire::encode(&resp, &request.queries, u16::MAX);
+        let mut replies: Vec<Vec<u8>> = tcp::framed(&first).into_iter().collect();
+        for chunk in &resp.continuation {
+            match tcp::framed(&wire::encode_continuation(&resp, &request.queries, chunk)) {
+                Some(reply) => replies.push(reply),
+                None => {
+                    warn!(%src, "a zone transfer message does not fit 65,535 bytes; transfer cut short");
+                    break;
+                }
+            }
+        }
+        replies
     }
 
     /// Bytes in, bytes out, without the cache: the request path the fuzz target and the tests
@@ -232,93 +304,21 @@ impl Dns {
     }
 }
 
-/// hickory-server's view of meridian: TCP (and anything hickory serves) goes through here.
-struct Handler(Arc<Dns>);
-
-#[async_trait::async_trait]
-impl RequestHandler for Handler {
-    async fn handle_request<R: ResponseHandler, T: Time>(
-        &self,
-        request: &Request,
-        mut response_handle: R,
-    ) -> ResponseInfo {
-        let dns = &self.0;
-        let transport = match request.protocol() {
-            Protocol::Udp => Transport::Udp,
-            _ => Transport::Tcp,
-        };
-        let snap = dns.snapshot();
-        let resp = dns.answerer.respond(
-            &snap,
-            request,
-            request.src().ip(),
-            transport,
-            dns.next_rotation(),
-            Instant::now(),
-        );
-        let qtype = request.queries.queries().first().map(|q| q.query_type());
-        dns.metrics.count(dns.metrics.slot(
-            resp.zone,
-            qtype,
-            resp.metadata.response_code,
-            transport,
-        ));
-        let queries = wire::question_of(&resp, &request.queries);
-        let builder = MessageResponseBuilder::new(queries, resp.edns.as_ref());
-        let message = builder.build(
-            resp.metadata,
-            resp.answers.iter(),
-            resp.authorities.iter(),
-            std::iter::empty(),
-            resp.additionals.iter(),
-        );
-        let info = match response_handle.send_response(message).await {
-            Ok(info) => info,
-            Err(e) => {
-                warn!(error = %e, "failed to send a DNS response");
-                return failed(request);
-            }
-        };
-        for chunk in &resp.continuation {
-            let builder = MessageResponseBuilder::new(&request.queries, resp.edns.as_ref());
-            let message = builder.build(
-                resp.metadata,
-                chunk.iter(),
-                std::iter::empty(),
-                std::iter::empty(),
-                std::iter::empty(),
-            );
-            if let Err(e) = response_handle.send_response(message).await {
-                warn!(error = %e, "zone transfer interrupted");
-                break;
-            }
-        }
-        info
-    }
-}
-
-fn failed(request: &Request) -> ResponseInfo {
-    let mut metadata = Metadata::response_from_request(&request.metadata);
-    metadata.response_code = ResponseCode::ServFail;
-    ResponseInfo::from(Header {
-        metadata,
-        counts: HeaderCounts::default(),
-    })
-}
-
 /// Running listeners; dropping it does not stop them, `shutdown` does.
 pub struct Listeners {
     pub udp: SocketAddr,
     pub tcp: SocketAddr,
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    server: hickory_server::Server<Handler>,
+    /// The TCP accept loop; it owns the connection tasks, so aborting it ends them too.
+    tcp_task: tokio::task::JoinHandle<()>,
 }
 
 impl Listeners {
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
         self.stop.store(true, Ordering::Relaxed);
-        let _ = self.server.shutdown_gracefully().await;
+        self.tcp_task.abort();
+        let _ = self.tcp_task.await;
         for t in self.threads {
             let _ = t.join();
         }
@@ -329,7 +329,14 @@ impl Listeners {
 const UDP_POLL: Duration = Duration::from_millis(250);
 
 /// Binds UDP and TCP on `listen` (port 0 picks one port free on both) and starts serving.
-pub async fn serve(dns: Arc<Dns>, listen: SocketAddr) -> io::Result<Listeners> {
+/// `guard` wraps the bound TCP socket in the listener that bounds and times out its
+/// connections: the wiring chooses the bound (a share of the descriptor limit, like the
+/// other listeners') and registers it with the same readiness and metrics.
+pub async fn serve(
+    dns: Arc<Dns>,
+    listen: SocketAddr,
+    guard: impl FnOnce(tokio::net::TcpListener) -> Listener,
+) -> io::Result<Listeners> {
     let (udp, tcp) = bind_pair(listen).await?;
     let udp_addr = udp.local_addr()?;
     let tcp_addr = tcp.local_addr()?;
@@ -347,16 +354,35 @@ pub async fn serve(dns: Arc<Dns>, listen: SocketAddr) -> io::Result<Listeners> {
                 .spawn(move || udp_worker(&dns, &socket, &stop))?,
         );
     }
-    let mut server = hickory_server::Server::new(Handler(dns.clone()));
-    server.register_listener(tcp, dns.answerer.config().tcp_idle_timeout, 64);
+    let tcp_task = tokio::spawn(serve_tcp(dns, guard(tcp)));
     info!(udp = %udp_addr, tcp = %tcp_addr, "DNS listening");
     Ok(Listeners {
         udp: udp_addr,
         tcp: tcp_addr,
         stop,
         threads,
-        server,
+        tcp_task,
     })
+}
+
+/// The TCP accept loop: the listener hands out connections within its bound (and waits
+/// out EMFILE); each is served on its own task, queries on one connection one at a time.
+async fn serve_tcp(dns: Arc<Dns>, listener: Listener) {
+    let idle = dns.answerer.config().tcp_idle_timeout;
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let conn = listener.accept().await;
+        let peer = conn.peer();
+        let dns = dns.clone();
+        conns.spawn(async move {
+            let closed = tcp::serve_conn(&dns, conn, peer, idle).await;
+            if let Some(reason) = closed.reason() {
+                dns.metrics.tcp_closed(reason);
+            }
+        });
+        // Finished connections leave their results here until collected.
+        while conns.try_join_next().is_some() {}
+    }
 }
 
 async fn bind_pair(
@@ -382,7 +408,7 @@ async fn bind_pair(
 /// syscall cost; when idle, `MSG_WAITFORONE` returns as soon as one datagram is there.
 const UDP_BATCH: usize = 32;
 /// Larger datagrams are not DNS queries we answer (EDNS payloads stop at 1232 anyway).
-const UDP_MAX_REQUEST: usize = 4096;
+const UDP_MAX_REQUEST: usize = tcp::MAX_TCP_REQUEST;
 
 fn udp_worker(dns: &Dns, socket: &std::net::UdpSocket, stop: &AtomicBool) {
     let fd = socket.as_raw_fd();

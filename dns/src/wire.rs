@@ -62,6 +62,12 @@ pub fn encode(resp: &Response, queries: &Queries, limit: u16) -> Vec<u8> {
     emit(&resp.metadata, queries, &[], &[], &[], resp, true)
 }
 
+/// A further message of a zone transfer: `chunk` as its answers, the request's question and
+/// the first message's header and OPT (as hickory-server sent them).
+pub fn encode_continuation(resp: &Response, queries: &Queries, chunk: &[Record]) -> Vec<u8> {
+    emit(&resp.metadata, queries, chunk, &[], &[], resp, false)
+}
+
 fn emit(
     metadata: &Metadata,
     queries: &Queries,

@@ -1,5 +1,5 @@
 """Hostile input on meridian's listeners (issue 19): descriptor exhaustion, idle and
-byte-a-second connections, HTTP/2 stream floods, xDS requests for types meridian does not
+byte-a-second connections, TCP DNS floods past its bound, HTTP/2 stream floods, xDS requests for types meridian does not
 serve and oversized ones, and a config that asked for 100,000 UDP threads.
 
 Each attack is checked during and after: UDP and TCP DNS answer another name, /healthz
@@ -10,12 +10,17 @@ where users look (log, metrics, /debug/xds, /readyz).
 import http.client
 import os
 import re
+import resource
 import socket
+import struct
 import subprocess
 import threading
 import time
 from pathlib import Path
 
+import dns.exception
+import dns.flags
+import dns.message
 import pytest
 
 import conftest
@@ -184,7 +189,8 @@ def test_idle_connections_past_the_bound_under_a_low_ulimit(fleet, low_ulimit, s
     watcher = Watcher(m, "idle-flood")
     bound_admin = metric(m, "meridian_listener_max_connections", listener="admin")
     bound_xds = metric(m, "meridian_listener_max_connections", listener="xds")
-    assert 0 < bound_admin + bound_xds < 256 - 64, (bound_admin, bound_xds)
+    bound_dns = metric(m, "meridian_listener_max_connections", listener="dns_tcp")
+    assert 0 < bound_admin + bound_xds + bound_dns < 256 - 64, (bound_admin, bound_xds, bound_dns)
     flood = hold(m.admin_port, 500) + hold(m.xds_port, 500)
     try:
         alive(m, watcher)
@@ -206,58 +212,185 @@ def test_idle_connections_past_the_bound_under_a_low_ulimit(fleet, low_ulimit, s
     watcher.close()
 
 
+def framed_query(name, qid):
+    """A DNS query for `name` with its TCP length prefix."""
+    q = dns.message.make_query(name, "A", id=qid)
+    q.flags &= ~dns.flags.RD
+    wire = q.to_wire()
+    return struct.pack("!H", len(wire)) + wire
+
+
+def read_framed(s):
+    """One length-prefixed DNS message from `s`, parsed."""
+    def exact(n):
+        buf = b""
+        while len(buf) < n:
+            chunk = s.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+            buf += chunk
+        return buf
+
+    (length,) = struct.unpack("!H", exact(2))
+    return dns.message.from_wire(exact(length))
+
+
+def tcp_dns_client(m, qid):
+    """A TCP DNS connection that has asked one question and got its answer (past the
+    listener's handshake, so never evicted), or None if meridian closed it instead."""
+    s = socket.create_connection(("127.0.0.1", m.dns_port), timeout=2)
+    try:
+        s.sendall(framed_query(NAME, qid))
+        r = read_framed(s)
+        assert r.id == qid and r.answer, r
+        return s
+    except (OSError, ConnectionError):
+        s.close()
+        return None
+
+
+def asks_again(s, qid):
+    """A held TCP DNS connection still answers."""
+    s.sendall(framed_query(NAME, qid))
+    r = read_framed(s)
+    assert r.id == qid and [rr.address for rrset in r.answer for rr in rrset], r
+
+
 def test_accept_errors_are_survived_and_reported(fleet, low_ulimit, started):
-    """meridian really runs out of descriptors: the xDS and admin bounds plus the reserve
-    cannot get there on their own (a reserve of at least 16 covers the ~17 descriptors meridian
-    holds at rest), but TCP DNS is still hickory-server's unbounded listener, so ~250 idle TCP
-    DNS connections under `ulimit -n 256` do. The xDS accept loop then backs off instead of
-    ending (tonic's ended, and the port was gone for good), the error is counted and logged,
-    /readyz names the listener; once the connections go, the xDS port accepts again."""
+    """meridian really runs out of descriptors. Its own bounds cannot get it there (every
+    listener's bound, TCP DNS's included, plus the reserve fit the limit, and meridian refuses
+    to start otherwise), so the limit is lowered under the running process (prlimit(2), as a
+    careless operator or a container runtime can) to exactly the descriptors it holds, with a
+    few TCP DNS clients connected. The accept loops of xDS and TCP DNS then back off instead of
+    ending (tonic's ended, and the port was gone for good; hickory-server's spun), the error is
+    counted and logged, /readyz names the listeners, UDP DNS and the TCP DNS connections already
+    open keep answering; once the limit is back, every port accepts again."""
     low_ulimit(256)
-    m = started(fleet)
+    m = started(fleet, "--dns-tcp-idle-timeout-seconds", "60")
     # Opened before the attack, kept alive: the admin server's only way in while out of fds.
     admin = http.client.HTTPConnection("127.0.0.1", m.admin_port, timeout=5)
     admin.request("GET", "/healthz")
     assert admin.getresponse().read() == b"ok\n"
-    # Under dns.tcpIdleTimeoutSeconds (10 s): hickory keeps them all.
-    flood = hold(m.dns_port, 300)
-    fds = len(os.listdir(f"/proc/{m.proc.pid}/fd"))
-    assert fds >= 250, f"meridian holds {fds} descriptors: the flood did not exhaust them"
+    held = [tcp_dns_client(m, 100 + i) for i in range(20)]
+    assert all(held), "TCP DNS refused clients within its bound"
+    pid = m.proc.pid
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    # A few below what it holds: a file meridian happens to close meanwhile frees no room.
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (fds - 4, 256))
     xds = []
+    waiting_dns = []
     try:
         xds = hold(m.xds_port, 5, send=PREFACE + frame(SETTINGS, 0, 0))
+        # Connected by the kernel, never accepted: they wait in the backlog while accept fails.
+        waiting_dns = hold(m.dns_port, 3)
         deadline = time.time() + 8
         readyz = None
         while time.time() < deadline:
             admin.request("GET", "/readyz")
             r = admin.getresponse()
             readyz = (r.status, r.read().decode())
-            if readyz[0] == 503:
+            if readyz[0] == 503 and "listener dns_tcp" in readyz[1] and "listener xds" in readyz[1]:
                 break
             time.sleep(0.5)
-        assert readyz and readyz[0] == 503 and "listener xds" in readyz[1], readyz
+        assert readyz and readyz[0] == 503, readyz
+        assert "listener xds" in readyz[1] and "listener dns_tcp" in readyz[1], readyz
         assert "out of file descriptors" in readyz[1], readyz
         admin.request("GET", "/metrics")
         body = admin.getresponse().read().decode()
-        assert re.search(r'meridian_listener_accept_errors_total\{listener="xds",kind="emfile"\} [1-9]', body), \
-            [line for line in body.splitlines() if "accept" in line]
-        assert re.search(r'meridian_listener_accepting\{listener="xds"\} 0', body)
+        for listener in ("xds", "dns_tcp"):
+            assert re.search(
+                rf'meridian_listener_accept_errors_total\{{listener="{listener}",kind="emfile"\}} [1-9]', body
+            ), [line for line in body.splitlines() if "accept" in line]
+            assert re.search(rf'meridian_listener_accepting\{{listener="{listener}"\}} 0', body), listener
+        # What needs no new descriptor keeps working: UDP DNS, and the TCP DNS connections
+        # already open.
+        r = m.query(NAME, source=FROM_EU1)
+        assert [rr.address for rrset in r.answer for rr in rrset], r
+        for i, s in enumerate(held[:5]):
+            asks_again(s, 200 + i)
+        assert m.proc.poll() is None
     finally:
-        close_all(flood)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (256, 256))
         close_all(xds)
+        close_all(waiting_dns)
     admin.close()
     log = log_text(m)
     assert "cannot accept connections; backing off and keeping the listener" in log, m.log_tail()
     assert 'kind="emfile"' in log or "kind=emfile" in log, m.log_tail()
-    # The port is still there and serves.
+    assert re.search(r"listener=.?dns_tcp.*cannot accept connections|cannot accept connections.*listener=.?dns_tcp",
+                     log), m.log_tail()
+    # The ports are still there and serve.
     wait_xds_listening(m)
     m.wait_for(lambda: m.http("/readyz")[0] == 200, timeout=10, what="ready again")
     watcher = Watcher(m, "after-emfile")
     alive(m, watcher)
     assert "listener accepting connections again" in log_text(m)
-    assert metric(m, "meridian_listener_accepting", listener="xds") == 1
+    for listener in ("xds", "dns_tcp"):
+        assert metric(m, "meridian_listener_accepting", listener=listener) == 1, listener
+    asks_again(held[-1], 300)
+    close_all(held)
     members_healthy(m)
     watcher.close()
+
+
+def test_tcp_dns_beyond_its_bound_is_closed_and_the_rest_keeps_answering(fleet, started):
+    """TCP DNS holds at most dns.tcpMaxConnections: clients past it (that have asked, so are
+    not probes to evict) are closed at once and counted, while UDP DNS and the connections
+    within the bound keep answering; connections that never asked are evicted for real
+    clients; once the flood is gone, new TCP clients (dnspython, dig, kdig) are answered."""
+    bound = 20
+    m = started(fleet, "--dns-tcp-max-connections", str(bound), "--dns-tcp-idle-timeout-seconds", "60")
+    assert metric(m, "meridian_listener_max_connections", listener="dns_tcp") == bound
+    existing = tcp_dns_client(m, 1)
+    assert existing
+    flood = []
+    closed = 0
+    try:
+        for i in range(3 * bound):
+            s = tcp_dns_client(m, 1000 + i)
+            if s:
+                flood.append(s)
+            else:
+                closed += 1
+        assert len(flood) == bound - 1, f"{len(flood)} flood connections answered, bound {bound}"
+        assert closed == 2 * bound + 1, closed
+        assert metric(m, "meridian_listener_rejected_connections_total", listener="dns_tcp") >= closed
+        assert metric(m, "meridian_listener_connections", listener="dns_tcp") == bound
+        assert re.search(r"listener at its connection bound.*new connections are closed at once", log_text(m))
+        # Everything else keeps answering, during the flood.
+        for i in range(5):
+            r = m.query(NAME, source=FROM_EU1)
+            assert [rr.address for rrset in r.answer for rr in rrset], r
+        asks_again(existing, 2)
+        asks_again(flood[0], 3)
+        healthz_fast(m)
+        with pytest.raises((OSError, EOFError, dns.exception.DNSException)):
+            m.query(NAME, source=FROM_EU1, tcp=True)
+    finally:
+        close_all(flood)
+    m.wait_for(lambda: metric(m, "meridian_listener_connections", listener="dns_tcp") <= 1,
+               what="the flood's connections closed")
+    assert m.addresses(NAME, source=FROM_EU1) == sorted(
+        rr.address for rrset in m.query(NAME, source=FROM_EU1, tcp=True).answer for rr in rrset)
+    asks_again(existing, 4)
+    dig = subprocess.run(["dig", "@127.0.0.1", "-p", str(m.dns_port), "-b", FROM_EU1, "+tcp", "+norec",
+                          "+short", "+time=3", "+tries=1", NAME], capture_output=True, text=True, timeout=20)
+    assert dig.returncode == 0 and dig.stdout.split(), dig
+    kdig = subprocess.run(["kdig", "@127.0.0.1", "-p", str(m.dns_port), "-b", FROM_EU1, "+tcp", "+norec",
+                           "+short", "+time=3", "+retry=0", NAME], capture_output=True, text=True, timeout=20)
+    assert kdig.returncode == 0 and sorted(kdig.stdout.split()) == sorted(dig.stdout.split()), kdig
+    # Connections that never ask are probes: at the bound, each real client evicts the oldest.
+    probes = hold(m.dns_port, 2 * bound)
+    try:
+        for _ in range(3):
+            r = m.query(NAME, source=FROM_EU1, tcp=True)
+            assert [rr.address for rrset in r.answer for rr in rrset], r
+        assert metric(m, "meridian_listener_timeouts_total", listener="dns_tcp", kind="evicted") >= 3
+        assert metric(m, "meridian_listener_connections", listener="dns_tcp") <= bound
+    finally:
+        close_all(probes)
+    existing.close()
+    assert m.proc.poll() is None
 
 
 # ---------------------------------------------------------------------------------------
