@@ -95,6 +95,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/debug/problems", get(debug_problems))
         .route("/debug/resolve", get(debug_resolve))
         .route("/debug/explain", get(debug_explain))
+        .route("/debug/placements", get(debug_placements))
         .route("/debug/xds", get(debug_xds))
         .route("/debug/xds/dump", get(debug_xds_dump))
         .with_state(state)
@@ -142,6 +143,8 @@ async fn debug_index() -> Json<Value> {
             "/debug/problems": "input meridian rejected (problems) or served with a caveat (warnings), with file, object and reason",
             "/debug/resolve?name=N&type=T&cluster=C": "what a client in cluster C is answered for N, and why",
             "/debug/explain?service=S&cluster=C": "the scheduling decision for service S (name.namespace) from cluster C: filtered clusters and why, tiers, weights, spill-over, the DNS answer and the EDS priorities, in words and JSON",
+            "/debug/explain?kind=K&name=N&namespace=NS&cluster=C": "the placement decision for template K NS/N: policy, tier, per cluster the replicas and why, the clusters left out and why, the overrides applied; and the traffic decision of the Services the same policy governs",
+            "/debug/placements": "every placement decision",
             "/debug/xds": "connected xDS clients: node, subscriptions, versions sent, ACKed and NACKed (with the last error)",
             "/debug/xds/dump?cluster=C&network=N&role=R": "what a node (envoy, proxyless, eastwest-gateway) in cluster C receives over ADS",
         }
@@ -268,25 +271,48 @@ async fn debug_resolve(State(s): State<AdminState>, Query(q): Query<ResolveQuery
 
 #[derive(Deserialize)]
 struct ExplainQuery {
-    service: String,
+    /// A service (traffic only) …
+    service: Option<String>,
+    /// … or a template: its kind, namespace and name (placement, and the traffic of the
+    /// Services the same policy governs).
+    kind: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
     cluster: Option<String>,
 }
 
 async fn debug_explain(State(s): State<AdminState>, Query(q): Query<ExplainQuery>) -> Response {
     let snap = s.snapshot();
-    match crate::explain::explain(
-        s.dns.answerer(),
-        &s.xds,
-        &snap,
-        &q.service,
-        q.cluster.as_deref().filter(|c| !c.is_empty()),
-    ) {
+    let cluster = q.cluster.as_deref().filter(|c| !c.is_empty());
+    let explained = match (&q.service, &q.kind, &q.name) {
+        (Some(service), None, None) => {
+            crate::explain::explain(s.dns.answerer(), &s.xds, &snap, service, cluster)
+        }
+        (None, Some(kind), Some(name)) => crate::explain::explain_template(
+            s.dns.answerer(),
+            &s.xds,
+            &snap,
+            kind,
+            q.namespace.as_deref().unwrap_or("default"),
+            name,
+            cluster,
+        ),
+        _ => Err(anyhow::anyhow!(
+            "ask for service=NAME.NAMESPACE, or for kind=KIND&name=NAME&namespace=NS"
+        )),
+    };
+    match explained {
         Ok(v) => Json(v).into_response(),
         Err(e) => {
             let error = format!("{e:#}");
             (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response()
         }
     }
+}
+
+/// Every placement decision.
+async fn debug_placements(State(s): State<AdminState>) -> Json<Value> {
+    Json(crate::explain::placements_json(&s.snapshot()))
 }
 
 /// Every connected xDS stream: its node, subscriptions, what it was sent, ACKed and NACKed.

@@ -74,6 +74,10 @@ impl App {
             sources.fleet.clone(),
             leadership.clone(),
         )));
+        // Directory members with a renderPath keep their placed objects rendered there.
+        tasks.push(tokio::spawn(meridian_controllers::render::run(
+            snapshots.clone(),
+        )));
         // The SOA serial keeps growing across restarts: start time plus snapshot version.
         let serial_base = SystemTime::now()
             .duration_since(UNIX_EPOCH)

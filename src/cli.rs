@@ -23,18 +23,24 @@ pub enum Command {
     Serve(ServeArgs),
     /// Check a config and every manifest it reaches; exit non-zero on any problem.
     Validate(ServeArgs),
+    /// Decide where every resource template goes and write the per-cluster manifests to
+    /// --out (`<cluster>/<namespace>/<Kind>.<name>.yaml`), for a GitOps repository; exit
+    /// non-zero naming each unschedulable template or override that cannot apply.
+    Render(RenderArgs),
     /// Print the member clusters and their health (asks a running meridian).
     Status(ClientArgs),
     /// Show what meridian would answer for a name, and the decision behind it.
     Resolve(ResolveArgs),
     /// Why a service's traffic goes where it goes: filtered clusters, tiers, weights,
-    /// spill-over, and the resulting DNS answer and EDS priorities (asks a running meridian).
+    /// spill-over, and the resulting DNS answer and EDS priorities; or, for a template
+    /// (KIND/NAME -n NS), where it is placed and why, beside its Services' traffic (asks a
+    /// running meridian).
     Explain(ExplainArgs),
     /// Inspect the xDS feed of a running meridian.
     #[command(subcommand)]
     Xds(XdsCommand),
     /// Print the CustomResourceDefinitions of meridian's kinds (MemberCluster,
-    /// ClusterSchedulingPolicy) as YAML, generated from the types meridian reads.
+    /// ClusterSchedulingPolicy, OverridePolicy) as YAML, generated from the types meridian reads.
     Crds,
 }
 
@@ -274,6 +280,16 @@ pub struct XdsArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// The directory to render into (created if missing; only files meridian rendered are
+    /// ever removed from it).
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct ClientArgs {
     /// The admin address of a running meridian.
     #[arg(long, env = "MERIDIAN_ADMIN_LISTEN", default_value = crate::config::DEFAULT_ADMIN)]
@@ -299,8 +315,12 @@ pub struct ResolveArgs {
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// The service: NAME.NAMESPACE (payments.shop), NAME.NAMESPACE.global or NAMESPACE/NAME.
+    /// The service: NAME.NAMESPACE (payments.shop), NAME.NAMESPACE.global or NAMESPACE/NAME;
+    /// or a resource template as KIND/NAME (Deployment/web) with --namespace.
     pub service: String,
+    /// The namespace of a KIND/NAME template (default: default).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
     /// Decide as for a client in this cluster (default: an unknown client).
     #[arg(long)]
     pub from_cluster: Option<String>,

@@ -1,4 +1,4 @@
-//! The subcommands: `serve`, `validate`, `crds`, and the clients of a running meridian
+//! The subcommands: `serve`, `validate`, `render`, `crds`, and the clients of a running meridian
 //! (`status`, `resolve`, `explain`, `xds dump`, `xds clients`).
 
 use std::net::SocketAddr;
@@ -7,14 +7,15 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use meridian_controllers::convert::MemberSource;
-use meridian_controllers::{SourceEvent, directory};
+use meridian_controllers::{SourceEvent, directory, render};
 use meridian_core::Snapshot;
 use meridian_core::fleet::Fleet;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cli::{
-    ClientArgs, Command, ExplainArgs, NodeRole, ResolveArgs, ServeArgs, XdsCommand, XdsDumpArgs,
+    ClientArgs, Command, ExplainArgs, NodeRole, RenderArgs, ResolveArgs, ServeArgs, XdsCommand,
+    XdsDumpArgs,
 };
 use crate::{app, config};
 
@@ -25,6 +26,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate(args) => validate(&args),
+        Command::Render(args) => render_command(&args),
         Command::Status(args) => status(&args).await,
         Command::Resolve(args) => resolve(&args).await,
         Command::Explain(args) => explain(&args).await,
@@ -39,7 +41,15 @@ pub async fn run(command: Command) -> Result<ExitCode> {
 
 /// Prints the decision for a service in words (or as JSON).
 async fn explain(args: &ExplainArgs) -> Result<ExitCode> {
-    let mut path = format!("/debug/explain?service={}", encode(&args.service));
+    let mut path = match template_ref(&args.service) {
+        Some((kind, name)) => format!(
+            "/debug/explain?kind={}&name={}&namespace={}",
+            encode(kind),
+            encode(name),
+            encode(args.namespace.as_deref().unwrap_or("default"))
+        ),
+        None => format!("/debug/explain?service={}", encode(&args.service)),
+    };
     if let Some(c) = &args.from_cluster {
         path.push_str(&format!("&cluster={}", encode(c)));
     }
@@ -55,6 +65,14 @@ async fn explain(args: &ExplainArgs) -> Result<ExitCode> {
         println!("{}", text(line));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `Deployment/web` names a template (a kind starts with a capital letter; a namespace,
+/// as in `shop/web`, cannot).
+fn template_ref(arg: &str) -> Option<(&str, &str)> {
+    let (kind, name) = arg.split_once('/')?;
+    kind.starts_with(|c: char| c.is_ascii_uppercase())
+        .then_some((kind, name))
 }
 
 /// Prints what a node would receive: JSON, decoded from the bytes meridian would send.
@@ -109,14 +127,20 @@ async fn xds_clients(args: &ClientArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Checks the config and every manifest it reaches. Prints one line per problem. The hub and
-/// member directories are read into the same [`Fleet`] `serve` runs, with the events their
-/// sources send, so what `validate` reports is what `serve` would serve.
-fn validate(args: &ServeArgs) -> Result<ExitCode> {
-    let cfg = config::load(args)?;
+/// A fleet read once from a hub directory and its directory members, with the events their
+/// sources send, so `validate` and `render` decide exactly what `serve` would.
+struct ReadOnce {
+    hub_directory: std::path::PathBuf,
+    members: usize,
+    snapshot: Snapshot,
+    /// Member directories that cannot be read.
+    unreadable: Vec<String>,
+}
+
+fn read_once(cfg: &config::Config, what: &str) -> Result<ReadOnce> {
     let config::Hub::Directory(hub_directory) = &cfg.hub else {
         bail!(
-            "validate reads a hub directory; a Kubernetes hub validates its objects itself (the CRD schemas)"
+            "{what} reads a hub directory; a Kubernetes hub validates its objects itself (the CRD schemas)"
         );
     };
     let hub = directory::read_hub(hub_directory).context("the hub")?;
@@ -128,6 +152,13 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
             policies: hub.policies,
             problems: hub.errors,
             warnings: hub.warnings,
+        },
+        now,
+    );
+    fleet.apply(
+        SourceEvent::Templates {
+            templates: hub.templates,
+            overrides: hub.overrides,
         },
         now,
     );
@@ -152,7 +183,38 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
             fleet.apply(event, now);
         }
     }
-    let snapshot = fleet.build_snapshot(&Snapshot::empty(), now).snapshot;
+    let empty = Snapshot::empty();
+    let mut snapshot = fleet.build_snapshot(&empty, now).snapshot;
+    fleet.place(&empty, &mut snapshot, now);
+    Ok(ReadOnce {
+        hub_directory: hub_directory.clone(),
+        members: hub.members.len(),
+        snapshot,
+        unreadable,
+    })
+}
+
+/// Problems of rendering that the snapshot does not already name: overrides that cannot
+/// apply in a cluster (an unschedulable template is a snapshot problem already).
+fn render_problems(rendered: &meridian_federation::render::Rendered) -> Vec<String> {
+    rendered
+        .problems
+        .iter()
+        .filter_map(|p| {
+            let cluster = p.cluster.as_ref()?;
+            Some(format!(
+                "{} {}/{} in {cluster}: not rendered: {}",
+                p.template.kind, p.template.namespace, p.template.name, p.reason
+            ))
+        })
+        .collect()
+}
+
+/// Checks the config and every manifest it reaches. Prints one line per problem.
+fn validate(args: &ServeArgs) -> Result<ExitCode> {
+    let cfg = config::load(args)?;
+    let read = read_once(&cfg, "validate")?;
+    let snapshot = &read.snapshot;
     for w in &snapshot.warnings {
         println!("warning: {w}");
     }
@@ -160,28 +222,63 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
         for c in &view.conflicts {
             println!(
                 "warning: {}: ServiceExport {} in {}: conflict: {}",
-                hub_directory.display(),
+                read.hub_directory.display(),
                 view.key,
                 c.cluster,
                 c.reason
             );
         }
     }
+    let not_rendered = render_problems(&render::render_snapshot(snapshot));
     for p in &snapshot.problems {
         println!("error: {p}");
     }
-    for e in &unreadable {
+    for e in read.unreadable.iter().chain(&not_rendered) {
         println!("error: {e}");
     }
-    let failed = snapshot.problems.len() + unreadable.len();
+    let failed = snapshot.problems.len() + read.unreadable.len() + not_rendered.len();
     println!(
-        "{} member(s), {} exported service(s), {} endpoint(s); {} error(s), {} warning(s)",
-        hub.members.len(),
+        "{} member(s), {} exported service(s), {} endpoint(s), {} placed template(s); {} error(s), {} warning(s)",
+        read.members,
         snapshot.service_count(),
         snapshot.sizes.endpoints,
+        snapshot.placements.decisions.len(),
         failed,
         snapshot.warnings.len()
     );
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Renders every placed object into `--out` (`<cluster>/<namespace>/<Kind>.<name>.yaml`),
+/// removing the files it wrote earlier that are no longer placed. Exits non-zero, naming each
+/// problem, when any template is unschedulable or any override cannot apply; the objects
+/// that could be rendered are written all the same.
+fn render_command(args: &RenderArgs) -> Result<ExitCode> {
+    let cfg = config::load(&args.serve)?;
+    let read = read_once(&cfg, "render")?;
+    let rendered = render::render_snapshot(&read.snapshot);
+    let synced = render::sync_dir(&args.out, &rendered.files)
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    let not_rendered = render_problems(&rendered);
+    for p in &read.snapshot.problems {
+        eprintln!("error: {p}");
+    }
+    for e in read.unreadable.iter().chain(&not_rendered) {
+        eprintln!("error: {e}");
+    }
+    println!(
+        "{} file(s) for {} template(s): {} written, {} unchanged, {} removed",
+        rendered.files.len(),
+        read.snapshot.placements.decisions.len(),
+        synced.written.len(),
+        synced.unchanged,
+        synced.removed.len()
+    );
+    let failed = read.snapshot.problems.len() + read.unreadable.len() + not_rendered.len();
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {

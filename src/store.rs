@@ -12,6 +12,7 @@ use meridian_core::{Health, Snapshot, Transition};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry as Metrics;
 use tokio::sync::{mpsc, watch};
@@ -33,6 +34,20 @@ struct StoreMetrics {
     snapshots: Counter,
     /// How long building a snapshot takes: every change pays it before DNS sees the change.
     build_seconds: Histogram,
+    /// How long one round of placement decisions takes (every template decided again).
+    placement_seconds: Histogram,
+    placements: Family<PlacementLabels, Gauge>,
+    placed_replicas: Family<ClusterLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlacementLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    cluster: String,
 }
 
 impl Default for StoreMetrics {
@@ -42,6 +57,9 @@ impl Default for StoreMetrics {
             withdrawals: Family::default(),
             snapshots: Counter::default(),
             build_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            placement_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            placements: Family::default(),
+            placed_replicas: Family::default(),
         }
     }
 }
@@ -72,6 +90,21 @@ impl Store {
             "snapshot_build_seconds",
             "Time to build a snapshot from the index and the registry",
             m.build_seconds.clone(),
+        );
+        metrics.register(
+            "placement_decision_seconds",
+            "Time to decide the placement of every template again",
+            m.placement_seconds.clone(),
+        );
+        metrics.register(
+            "placements",
+            "Placement decisions, by result (scheduled or unschedulable)",
+            m.placements.clone(),
+        );
+        metrics.register(
+            "placed_replicas",
+            "Replicas placed in each cluster, all templates together",
+            m.placed_replicas.clone(),
         );
         metrics.register(
             "snapshots_published",
@@ -165,12 +198,58 @@ impl Store {
         }
     }
 
+    /// The placement gauges, set from a round's decisions.
+    fn count_placements(&self, snapshot: &Snapshot) {
+        let decisions = snapshot.placements.decisions.values();
+        let scheduled = decisions.clone().filter(|d| d.is_scheduled()).count();
+        let total = snapshot.placements.decisions.len();
+        let m = &self.metrics;
+        m.placements
+            .get_or_create(&PlacementLabels {
+                result: "scheduled",
+            })
+            .set(scheduled as i64);
+        m.placements
+            .get_or_create(&PlacementLabels {
+                result: "unschedulable",
+            })
+            .set((total - scheduled) as i64);
+        m.placed_replicas.clear();
+        for c in &snapshot.clusters {
+            m.placed_replicas
+                .get_or_create(&ClusterLabels {
+                    cluster: c.spec.id.to_string(),
+                })
+                .set(0);
+        }
+        for d in decisions {
+            for p in &d.placed {
+                m.placed_replicas
+                    .get_or_create(&ClusterLabels {
+                        cluster: p.cluster.to_string(),
+                    })
+                    .inc_by(i64::from(p.replicas.unwrap_or(0)));
+            }
+        }
+    }
+
     fn publish_snapshot(&mut self) {
         let started = Instant::now();
         let prev = self.publish.borrow().clone();
-        let built = self.fleet.build_snapshot(&prev, started);
+        let mut built = self.fleet.build_snapshot(&prev, started);
         let took = started.elapsed();
         self.metrics.build_seconds.observe(took.as_secs_f64());
+        let placing = Instant::now();
+        if self.fleet.place(&prev, &mut built.snapshot, placing) {
+            let took = placing.elapsed();
+            self.metrics.placement_seconds.observe(took.as_secs_f64());
+            self.count_placements(&built.snapshot);
+            debug!(
+                templates = built.snapshot.placements.decisions.len(),
+                took_ms = took.as_secs_f64() * 1000.0,
+                "placement decided"
+            );
+        }
         debug!(
             version = built.snapshot.version,
             took_ms = took.as_secs_f64() * 1000.0,

@@ -122,7 +122,34 @@ pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
             }
         }
     }
+    check_overrides(&mut hub);
     hub
+}
+
+/// Applies every rule of every OverridePolicy to each template it selects, so a rule that
+/// cannot apply (a JSON patch to a missing path, a container that is not there) is reported
+/// when the hub is read, not only when a cluster is rendered. The rule still serves: the
+/// object is then not placed where the rule applies (never half-overridden).
+pub(crate) fn check_overrides(hub: &mut Hub) {
+    for t in &hub.templates {
+        for op in hub.overrides.iter().filter(|op| op.selects(t).is_some()) {
+            for (i, rule) in op.rules.iter().enumerate() {
+                let mut body = (*t.body).clone();
+                if let Err(e) = meridian_federation::overrides::apply(&mut body, &rule.overriders) {
+                    hub.errors.push(Problem::in_merge(
+                        Origin::Hub,
+                        ObjectRef::namespaced("OverridePolicy", &op.key),
+                        format!(
+                            "spec.overrideRules[{i}] cannot apply to {} {}: {}; the object is not placed where this rule applies",
+                            t.key.kind,
+                            t.key.object_key(),
+                            meridian_federation::describe(&e)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
 }
 
 /// A typed Kubernetes object of the hub (a Service, a ServiceExport) is a template too.

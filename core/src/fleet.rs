@@ -432,12 +432,6 @@ impl Fleet {
         );
         self.decision_deadline = snapshot.next_deadline(now);
         snapshot.synced = self.synced(now);
-        snapshot.placements = self.placements(prev, &snapshot, now);
-        snapshot.templates = self.federation.templates.clone();
-        snapshot.overrides = self.federation.overrides.clone();
-        snapshot
-            .problems
-            .extend(unschedulable(&snapshot.placements));
         snapshot.problems.extend(
             self.hub_problems
                 .iter()
@@ -459,8 +453,20 @@ impl Fleet {
 }
 
 impl Fleet {
-    /// The placement decisions for `snapshot`: decided again when something placement reads
-    /// changed, else the previous snapshot's.
+    /// Adds the placement decisions to a snapshot `build_snapshot` just built after `prev`:
+    /// decided again when something placement reads changed (returns true then), else the
+    /// previous snapshot's. Separate from the build so the caller can time each.
+    pub fn place(&mut self, prev: &Snapshot, snapshot: &mut Snapshot, now: Instant) -> bool {
+        let decided = self.federation.dirty;
+        snapshot.placements = self.placements(prev, snapshot, now);
+        snapshot.templates = self.federation.templates.clone();
+        snapshot.overrides = self.federation.overrides.clone();
+        snapshot
+            .problems
+            .extend(unschedulable(&snapshot.placements));
+        decided
+    }
+
     fn placements(
         &mut self,
         prev: &Snapshot,
@@ -483,11 +489,10 @@ impl Fleet {
                 capacity: f.capacities.get(&view.spec.id),
             })
             .collect();
-        let policies: Vec<Policy> = self.policies.iter().cloned().collect();
         let placements = f.placer.place(
             Inputs {
                 templates: &f.templates,
-                policies: &policies,
+                policies: self.policies.as_slice(),
                 overrides: &f.overrides,
                 clusters: &clusters,
             },

@@ -149,6 +149,11 @@ impl Policies {
         self.ordered.iter()
     }
 
+    /// Every policy, oldest first.
+    pub fn as_slice(&self) -> &[Policy] {
+        &self.ordered
+    }
+
     /// Same default and same policies (by content).
     pub fn same_as(&self, other: &Policies) -> bool {
         self.default == other.default && self.ordered == other.ordered

@@ -1,0 +1,192 @@
+//! `meridian explain Deployment/web -n shop` and `/debug/explain?kind=…`: a template's
+//! placement decision step by step and, when the same policy governs Services, the traffic
+//! decision of each beside it — the two halves of one ClusterSchedulingPolicy.
+
+use anyhow::{Result, anyhow};
+use meridian_core::Snapshot;
+use meridian_core::placement::{
+    Decision, Outcome, PlacedReason, PlacementFilter, SpreadBy, TemplateKey,
+};
+use meridian_dns::Answerer;
+use meridian_xds::Xds;
+use serde_json::{Value, json};
+
+/// The placement (and traffic) explanation of template `kind` `namespace/name`; `kind` is
+/// matched case-insensitively (`deployment`, `Deployment`).
+pub fn explain_template(
+    answerer: &Answerer,
+    xds: &Xds,
+    snap: &Snapshot,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    from_cluster: Option<&str>,
+) -> Result<Value> {
+    let template = snap
+        .templates
+        .iter()
+        .find(|t| {
+            t.key.kind.eq_ignore_ascii_case(kind)
+                && &*t.key.namespace == namespace
+                && &*t.key.name == name
+        })
+        .ok_or_else(|| anyhow!("no resource template {kind} {namespace}/{name} on the hub"))?;
+    let Some(decision) = snap.placements.decisions.get(&template.key) else {
+        return Ok(json!({
+            "template": template.key.to_string(),
+            "placement": null,
+            "traffic": [],
+            "words": [format!("{}: no ClusterSchedulingPolicy places it, and no placed workload depends on it", template.key)],
+        }));
+    };
+    let mut words = placement_words(decision);
+    let mut traffic = Vec::new();
+    if let Some(policy) = &decision.policy {
+        let source = policy.to_string();
+        for view in snap
+            .services()
+            .filter(|v| v.policy.source.as_deref() == Some(source.as_str()))
+        {
+            let service = format!("{}/{}", view.key.namespace, view.key.name);
+            let half = super::explain(answerer, xds, snap, &service, from_cluster)?;
+            words.push(format!("traffic of Service {service} (the same policy):"));
+            words.extend(
+                half["words"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|w| w.as_str().map(|w| format!("  {w}"))),
+            );
+            traffic.push(half);
+        }
+    }
+    Ok(json!({
+        "template": template.key.to_string(),
+        "placement": decision,
+        "traffic": traffic,
+        "words": words,
+    }))
+}
+
+fn placement_words(d: &Decision) -> Vec<String> {
+    let mut words = vec![format!(
+        "{}: {}{}",
+        d.template,
+        match &d.policy {
+            Some(p) => format!("placed by ClusterSchedulingPolicy {p}"),
+            None => "a dependency: it follows the workloads that use it".into(),
+        },
+        d.tier
+            .as_ref()
+            .map(|t| format!(", tier {t:?}"))
+            .unwrap_or_default()
+    )];
+    if let Outcome::Unschedulable { reason } = &d.outcome {
+        words.push(format!(
+            "unschedulable: {reason}{}",
+            if d.placed.is_empty() {
+                ""
+            } else {
+                " (its last placement is kept)"
+            }
+        ));
+    }
+    if let Some(t) = &d.standby_tier {
+        words.push(format!("standby replicas kept in tier {t:?}"));
+    }
+    for p in &d.placed {
+        let replicas = p
+            .replicas
+            .map_or("a whole copy".to_owned(), |r| format!("{r} replica(s)"));
+        let overrides = if p.overrides.is_empty() {
+            String::new()
+        } else {
+            let list: Vec<String> = p
+                .overrides
+                .iter()
+                .map(|(policy, rule)| format!("{policy} rule {rule}"))
+                .collect();
+            format!("; overrides {}", list.join(", "))
+        };
+        words.push(format!(
+            "placed: {} — {replicas} ({}){overrides}",
+            p.cluster,
+            placed_words(&p.reason)
+        ));
+    }
+    for e in &d.excluded {
+        words.push(format!(
+            "excluded: {} — {}",
+            e.cluster,
+            excluded_words(&e.reason)
+        ));
+    }
+    words
+}
+
+fn placed_words(reason: &PlacedReason) -> String {
+    match reason {
+        PlacedReason::Whole => "the object has no replicas".into(),
+        PlacedReason::Duplicated => "Duplicated: every cluster runs them all".into(),
+        PlacedReason::Weight(w) => format!("static weight {w}"),
+        PlacedReason::Capacity { free } => format!("by available capacity, {free} free"),
+        PlacedReason::Aggregated { free } => format!("Aggregated, {free} free"),
+        PlacedReason::Standby => "standby".into(),
+        PlacedReason::Dependency(of) => format!("used by {}", keys(of)),
+    }
+}
+
+fn keys(of: &[TemplateKey]) -> String {
+    of.iter()
+        .map(|k| format!("{} {}/{}", k.kind, k.namespace, k.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn excluded_words(reason: &PlacementFilter) -> String {
+    match reason {
+        PlacementFilter::FailedOver {
+            unreachable_seconds,
+        } => format!("failed over: Unreachable for {unreachable_seconds} s"),
+        PlacementFilter::FailingBack { remaining_seconds } => {
+            format!("healthy again; fails back in {remaining_seconds} s")
+        }
+        PlacementFilter::NoScheduleTaint(k) => format!("NoSchedule taint {k:?} not tolerated"),
+        PlacementFilter::NoExecuteTaint(k) => {
+            format!("NoExecute taint {k:?} not tolerated (or past its tolerationSeconds)")
+        }
+        PlacementFilter::NotInAffinities => "in none of the policy's clusterAffinities".into(),
+        PlacementFilter::LaterTier(t) => format!("in a later tier ({t:?})"),
+        PlacementFilter::NoCapacity => "no free capacity for one replica".into(),
+        PlacementFilter::CapacityUnknown => "reports no capacity (no Nodes)".into(),
+        PlacementFilter::SpreadMaxGroups => "left out by a spread constraint's maxGroups".into(),
+        PlacementFilter::WeightZero => "static weight 0".into(),
+        PlacementFilter::PreferNoScheduleTaint(k) => {
+            format!("PreferNoSchedule taint {k:?}: a last resort, not needed")
+        }
+        PlacementFilter::NoSpreadLabel(by) => format!(
+            "no {} label to spread by",
+            match by {
+                SpreadBy::Cluster => "cluster",
+                SpreadBy::Region => "topology.kubernetes.io/region",
+                SpreadBy::Zone => "topology.kubernetes.io/zone",
+            }
+        ),
+        PlacementFilter::TierUnusable { tier, why } => format!(
+            "its tier {} could not take it: {why}",
+            tier.as_deref()
+                .map_or("(all clusters)".into(), |t| format!("{t:?}"))
+        ),
+        PlacementFilter::NoReplicas => "feasible, but the division gave it none".into(),
+    }
+}
+
+/// Every decision, for `/debug/placements`.
+pub fn placements_json(snap: &Snapshot) -> Value {
+    let decisions: Vec<&Decision> = snap.placements.decisions.values().collect();
+    json!({
+        "version": snap.version,
+        "templates": snap.templates.len(),
+        "decisions": decisions,
+    })
+}
