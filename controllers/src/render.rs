@@ -226,7 +226,7 @@ mod tests {
         assert_eq!((again.written.len(), again.unchanged), (0, 2));
         let only_a = BTreeMap::from([(a.clone(), ours_yaml("a"))]);
         let third = sync_dir(root, &only_a).unwrap();
-        assert_eq!(third.removed, [b.clone()]);
+        assert_eq!(third.removed, std::slice::from_ref(&b));
         assert!(!root.join(&b).exists());
         assert!(root.join("shop/README.yaml").exists(), "not meridian's");
         assert!(root.join("notes.txt").exists());
