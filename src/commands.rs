@@ -135,6 +135,8 @@ struct ReadOnce {
     snapshot: Snapshot,
     /// Member directories that cannot be read.
     unreadable: Vec<String>,
+    /// How long deciding every placement took.
+    placement_took: std::time::Duration,
 }
 
 fn read_once(cfg: &config::Config, what: &str) -> Result<ReadOnce> {
@@ -185,8 +187,11 @@ fn read_once(cfg: &config::Config, what: &str) -> Result<ReadOnce> {
     }
     let empty = Snapshot::empty();
     let mut snapshot = fleet.build_snapshot(&empty, now).snapshot;
+    let placing = Instant::now();
     fleet.place(&empty, &mut snapshot, now);
+    let placement_took = placing.elapsed();
     Ok(ReadOnce {
+        placement_took,
         hub_directory: hub_directory.clone(),
         members: hub.members.len(),
         snapshot,
@@ -271,9 +276,10 @@ fn render_command(args: &RenderArgs) -> Result<ExitCode> {
         eprintln!("error: {e}");
     }
     println!(
-        "{} file(s) for {} template(s): {} written, {} unchanged, {} removed",
+        "{} file(s) for {} template(s), decided in {:.1} ms: {} written, {} unchanged, {} removed",
         rendered.files.len(),
         read.snapshot.placements.decisions.len(),
+        read.placement_took.as_secs_f64() * 1000.0,
         synced.written.len(),
         synced.unchanged,
         synced.removed.len()

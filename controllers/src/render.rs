@@ -179,7 +179,12 @@ fn render_members(snapshot: &Snapshot) {
     if members.is_empty() {
         return;
     }
-    let rendered = render_snapshot(snapshot);
+    let rendered = render::render_clusters(
+        &snapshot.placements,
+        &snapshot.templates,
+        &snapshot.overrides,
+        |c| members.iter().any(|(m, _)| *m == c),
+    );
     for p in &rendered.problems {
         warn!(template = %p.template, cluster = ?p.cluster, reason = %p.reason, "not rendered");
     }

@@ -330,6 +330,17 @@ pub fn render_all(
     templates: &[Template],
     policies: &[OverridePolicy],
 ) -> Rendered {
+    render_clusters(placements, templates, policies, |_| true)
+}
+
+/// [`render_all`] for the clusters `wanted` says yes to (a server keeps only its members
+/// with a `renderPath` rendered, and should not pay for the others).
+pub fn render_clusters(
+    placements: &Placements,
+    templates: &[Template],
+    policies: &[OverridePolicy],
+    wanted: impl Fn(&ClusterId) -> bool,
+) -> Rendered {
     let by_key: BTreeMap<&TemplateKey, &Template> = templates.iter().map(|t| (&t.key, t)).collect();
     let mut out = Rendered::default();
     for decision in placements.decisions.values() {
@@ -347,7 +358,7 @@ pub fn render_all(
                 .push(problem(None, "no template of that key to render".into()));
             continue;
         };
-        for placed in &decision.placed {
+        for placed in decision.placed.iter().filter(|p| wanted(&p.cluster)) {
             let cluster = Some(&placed.cluster);
             let rendered = manifest(template, placed, policies).and_then(|object| {
                 let path = path(&placed.cluster, &object).map_err(RenderError::Path)?;

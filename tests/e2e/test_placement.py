@@ -54,7 +54,7 @@ def test_render_writes_each_placed_object_once_per_cluster(example, tmp_path):
     out.mkdir()
     (out / "README.md").write_text("a GitOps repository's own file\n")
     p = run("render", "--config", example.config, "--out", out, check=0)
-    assert "6 file(s) for 3 template(s): 6 written" in p.stdout, p.stdout
+    assert "6 file(s) for 3 template(s)" in p.stdout and ": 6 written" in p.stdout, p.stdout
     assert files(out) == [
         "README.md",
         "eu-1/shop/ConfigMap.web-config.yaml",
