@@ -716,6 +716,11 @@ fn member_events(
     let read = match read {
         Ok(read) if read.first_read_pending => return vec![],
         Ok(read) => read,
+        // Not the member's fault: no heartbeat either way, so its health stands as it was.
+        Err(e) if crate::out_of_descriptors(&e) => {
+            warn!(cluster = %cluster, dir = %dir.display(), "{}", crate::OUT_OF_DESCRIPTORS);
+            return vec![];
+        }
         Err(e) => return vec![missing(cluster, dir, &e)],
     };
     let heartbeat = SourceEvent::Heartbeat {

@@ -46,3 +46,42 @@ pub fn reason_of(error: &(dyn std::error::Error + 'static)) -> String {
     }
     reason
 }
+
+/// Whether an error comes from meridian's own process running out of file descriptors
+/// (EMFILE, or the system's ENFILE) rather than from what it talked to: a member is never
+/// held responsible for it (its heartbeat is not failed), and the reason says so.
+pub fn out_of_descriptors(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(io.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// The reason given when meridian itself is out of descriptors.
+pub const OUT_OF_DESCRIPTORS: &str = "meridian is out of file descriptors (not the member's fault: raise meridian's limit, or lower its listeners' connection bounds)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connecting failed")]
+    struct Wrapped(#[source] std::io::Error);
+
+    #[test]
+    fn descriptor_exhaustion_is_found_anywhere_in_the_chain() {
+        let emfile = Wrapped(std::io::Error::from_raw_os_error(libc::EMFILE));
+        assert!(out_of_descriptors(&emfile));
+        let refused = Wrapped(std::io::Error::from_raw_os_error(libc::ECONNREFUSED));
+        assert!(!out_of_descriptors(&refused));
+        assert!(out_of_descriptors(&std::io::Error::from_raw_os_error(
+            libc::ENFILE
+        )));
+    }
+}

@@ -203,3 +203,53 @@ fn operator(o: OverrideOperatorSpec) -> OverrideOperator {
         OverrideOperatorSpec::Replace => OverrideOperator::Replace,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::manifest::{Loaded, Manifest, parse_str};
+
+    fn read(spec: &str) -> Result<core::OverridePolicy, Vec<String>> {
+        let mut out = Loaded::default();
+        let yaml = format!(
+            "apiVersion: meridian.io/v1alpha1\nkind: OverridePolicy\nmetadata: {{name: o, namespace: shop}}\nspec:\n{spec}"
+        );
+        parse_str(Path::new("o.yaml"), &yaml, &mut out);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        match &out.manifests[..] {
+            [(_, Manifest::OverridePolicy(p))] => override_policy(p),
+            other => panic!("one policy expected, got {}", other.len()),
+        }
+    }
+
+    #[test]
+    fn rules_convert_in_their_order() {
+        let p = read("  resourceSelectors: [{kind: Deployment}]\n  overrideRules:\n    - targetClusters: {clusterNames: [us-1]}\n      overriders:\n        image: [{component: Registry, operator: replace, value: mirror.example.com}]\n        labels: {operator: add, value: {tier: gold}}\n        jsonPatch: [{op: add, path: /metadata/annotations/x, value: y}]\n").unwrap();
+        assert_eq!(p.key.to_string(), "shop/o");
+        let rule = &p.rules[0];
+        assert_eq!(rule.targets.as_ref().unwrap().names, ["us-1"]);
+        assert_eq!(rule.overriders.image[0].value, "mirror.example.com");
+        assert_eq!(rule.overriders.labels[0].values["tier"], "gold");
+        assert_eq!(rule.overriders.json_patch[0].op, "add");
+    }
+
+    #[test]
+    fn every_problem_is_named() {
+        let problems = read("  resourceSelectors: []\n  overrideRules:\n    - overriders:\n        image: [{component: Tag, operator: add}]\n        args: [{containerName: web, operator: replace, value: [x]}]\n        env: [{containerName: web, operator: add, name: A}]\n        jsonPatch: [{op: frobnicate, path: /a}, {op: add, path: a, value: 1}, {op: replace, path: /a}, {op: move, path: /a}]\n").unwrap_err();
+        let all = problems.join("\n");
+        for needle in [
+            "spec.resourceSelectors: at least one selector is required",
+            "overriders.image[0]: Add needs a value",
+            "overriders.args[0]: operator replace is not supported",
+            "overriders.env[0]: Add needs a value",
+            "jsonPatch[0]: unknown op \"frobnicate\"",
+            "jsonPatch[1]: path \"a\" is not a JSON pointer",
+            "jsonPatch[2]: op replace needs a value",
+            "jsonPatch[3]: op move needs from",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+    }
+}

@@ -499,4 +499,61 @@ mod tests {
             ["traffic.mode Tiers needs placement.clusterAffinities"]
         );
     }
+
+    #[test]
+    fn placement_converts_with_one_list_of_tiers_and_tolerations() {
+        let p = read(&format!(
+            "{HEAD}spec:\n  resourceSelectors: [{{apiVersion: apps/v1, kind: Deployment, name: web}}, {{kind: Service, name: web}}]\n  placement:\n    clusterAffinities: [{{name: eu, clusterNames: [eu-1]}}, {{name: us, clusterNames: [us-1]}}]\n    tolerations: [{{key: maintenance, operator: Exists, effect: NoExecute, tolerationSeconds: 60}}, {{key: gpu, value: \"yes\"}}]\n    spreadConstraints: [{{spreadByField: region, minGroups: 1, maxGroups: 2}}]\n    replicaScheduling: {{type: Divided, weights: [{{clusterNames: [eu-1], weight: 2}}], standby: {{replicas: 1}}}}\n    failover: {{afterSeconds: 30}}\n    failbackAfterSeconds: 90\n"
+        ))
+        .unwrap();
+        assert_eq!(p.selectors.len(), 1, "the Service selector governs traffic");
+        assert_eq!(
+            p.templates
+                .iter()
+                .map(|t| t.kind.as_deref())
+                .collect::<Vec<_>>(),
+            [Some("Deployment"), Some("Service")]
+        );
+        let placement = p.placement.as_deref().unwrap();
+        assert_eq!(placement.standby, Some(1));
+        assert_eq!(placement.failover_after_seconds, Some(30));
+        assert_eq!(placement.failback_after_seconds, 90);
+        assert_eq!(placement.spread[0].by, core::SpreadBy::Region);
+        assert!(matches!(
+            &placement.replicas,
+            core::ReplicaScheduling::Divided(core::Division::Weights(w)) if w[0].weight == 2
+        ));
+        let t = &p.traffic;
+        assert_eq!(t.mode, core::Mode::Tiers, "standby sends traffic by tiers");
+        assert_eq!(
+            t.withdraw_after_seconds,
+            Some(30),
+            "failover withdraws traffic too"
+        );
+        assert_eq!(t.tolerations[0].seconds, Some(60));
+        assert_eq!(t.tolerations[1].operator, core::TolerationOperator::Equal);
+    }
+
+    #[test]
+    fn every_placement_problem_is_named() {
+        let problems = read(&format!(
+            "{HEAD}spec:\n  resourceSelectors: [{{kind: Namespace, name: shop}}, {{apiVersion: meridian.io/v1alpha1, kind: MemberCluster}}]\n  placement:\n    tolerations: [{{key: a, operator: Exists, value: x}}, {{key: b, effect: NoSchedule, tolerationSeconds: 5}}]\n    spreadConstraints: [{{spreadByField: zone, minGroups: 3, maxGroups: 2}}, {{spreadByField: zone, maxGroups: 0}}]\n    replicaScheduling: {{type: Divided, weights: [{{clusterNames: [a], weight: 0}}], standby: {{replicas: 1}}}}\n  traffic: {{mode: Locality}}\n"
+        ))
+        .unwrap_err();
+        let all = problems.join("\n");
+        for needle in [
+            "spec.resourceSelectors[0]: Namespace cannot be placed: it is cluster-scoped",
+            "spec.resourceSelectors[1]: MemberCluster cannot be placed: meridian.io kinds",
+            "placement.tolerations[0]: operator Exists takes no value",
+            "placement.tolerations[1]: tolerationSeconds applies to effect NoExecute only",
+            "placement.spreadConstraints[0]: minGroups 3 is greater than maxGroups 2",
+            "placement.spreadConstraints[1]: spreadByField Zone is constrained twice",
+            "placement.spreadConstraints[1]: maxGroups must be at least 1",
+            "placement.replicaScheduling.weights: every weight is 0",
+            "standby needs at least two placement.clusterAffinities",
+            "traffic.mode must be Tiers (or unset)",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+    }
 }

@@ -8,6 +8,7 @@ where users look (log, metrics, /debug/xds, /readyz).
 """
 
 import http.client
+import json
 import os
 import re
 import resource
@@ -264,8 +265,12 @@ def test_accept_errors_are_survived_and_reported(fleet, low_ulimit, started):
     few TCP DNS clients connected. The accept loops of xDS and TCP DNS then back off instead of
     ending (tonic's ended, and the port was gone for good; hickory-server's spun), the error is
     counted and logged, /readyz names the listeners, UDP DNS and the TCP DNS connections already
-    open keep answering; once the limit is back, every port accepts again."""
+    open keep answering; once the limit is back, every port accepts again. The members'
+    directories are read every second meanwhile and fail with EMFILE: that is meridian's
+    shortage, not theirs, so no member is failed for it (with unreachableAfterSeconds 2 and
+    withdrawAfterSeconds 3 they would be withdrawn within the window otherwise)."""
     low_ulimit(256)
+    fleet.set_health(heartbeat=1, unreachable=2, withdraw=3)
     m = started(fleet, "--dns-tcp-idle-timeout-seconds", "60")
     # Opened before the attack, kept alive: the admin server's only way in while out of fds.
     admin = http.client.HTTPConnection("127.0.0.1", m.admin_port, timeout=5)
@@ -308,6 +313,13 @@ def test_accept_errors_are_survived_and_reported(fleet, low_ulimit, started):
         assert [rr.address for rrset in r.answer for rr in rrset], r
         for i, s in enumerate(held[:5]):
             asks_again(s, 200 + i)
+        # Past the members' unreachable and withdraw times, still out of descriptors.
+        time.sleep(4)
+        admin.request("GET", "/debug/clusters")
+        clusters = json.loads(admin.getresponse().read())["clusters"]
+        assert all(c["health"] == "Healthy" and not c["withdrawn"] for c in clusters), clusters
+        r = m.query(NAME, source=FROM_EU1)
+        assert [rr.address for rrset in r.answer for rr in rrset], r
         assert m.proc.poll() is None
     finally:
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (256, 256))
@@ -316,6 +328,7 @@ def test_accept_errors_are_survived_and_reported(fleet, low_ulimit, started):
     admin.close()
     log = log_text(m)
     assert "cannot accept connections; backing off and keeping the listener" in log, m.log_tail()
+    assert "meridian is out of file descriptors (not the member's fault" in log, m.log_tail()
     assert 'kind="emfile"' in log or "kind=emfile" in log, m.log_tail()
     assert re.search(r"listener=.?dns_tcp.*cannot accept connections|cannot accept connections.*listener=.?dns_tcp",
                      log), m.log_tail()

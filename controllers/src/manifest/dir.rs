@@ -147,6 +147,12 @@ fn look_and_read(
             track.moved(now_stamp, now);
             return Some(limits.settle);
         }
+        // meridian's own shortage, not the file's: what it served keeps serving, and it is
+        // read again soon.
+        Err(e) if crate::out_of_descriptors(&e) => {
+            tracing::warn!(file = %path.display(), "{}", crate::OUT_OF_DESCRIPTORS);
+            return Some(limits.settle);
+        }
         Err(e) => FileRead {
             loaded: one_error(path, crate::reason_of(&e)),
             bytes: 0,
