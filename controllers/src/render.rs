@@ -55,25 +55,70 @@ pub fn files_of(rendered: &Rendered, cluster: &ClusterId) -> BTreeMap<PathBuf, S
 /// leaves empty), leaves everything else alone. Paths in `files` are relative and were built
 /// by `federation::render::path`, which refuses any component that could leave `root`.
 pub fn sync_dir(root: &Path, files: &BTreeMap<PathBuf, String>) -> io::Result<Synced> {
-    std::fs::create_dir_all(root)?;
-    let mut synced = Synced::default();
-    for (rel, text) in files {
-        let path = root.join(rel);
-        if std::fs::read_to_string(&path).is_ok_and(|on_disk| on_disk == *text) {
-            synced.unchanged += 1;
-            continue;
-        }
-        write_atomically(&path, text)?;
-        synced.written.push(rel.clone());
+    RenderedDir::scan(root)?.sync(files)
+}
+
+/// A directory meridian renders into, and what it last wrote there: a server keeps one per
+/// `renderPath`, so a change re-reads no file (the first sync scans the directory once).
+#[derive(Debug)]
+pub struct RenderedDir {
+    root: PathBuf,
+    /// Meridian's files under `root`, relative, with their content.
+    files: BTreeMap<PathBuf, String>,
+}
+
+impl RenderedDir {
+    /// Reads which files under `root` meridian rendered (creating `root` if missing).
+    pub fn scan(root: &Path) -> io::Result<Self> {
+        std::fs::create_dir_all(root)?;
+        let files = ours(root)?
+            .into_iter()
+            .filter_map(|rel| {
+                let text = std::fs::read_to_string(root.join(&rel)).ok()?;
+                Some((rel, text))
+            })
+            .collect();
+        Ok(Self {
+            root: root.to_path_buf(),
+            files,
+        })
     }
-    for rel in ours(root)? {
-        if !files.contains_key(&rel) {
-            std::fs::remove_file(root.join(&rel))?;
-            remove_empty_parents(root, &rel);
+
+    /// See [`sync_dir`]. On an error the record may be behind the disk: scan again.
+    pub fn sync(mut self, files: &BTreeMap<PathBuf, String>) -> io::Result<Synced> {
+        self.sync_in_place(files)
+    }
+
+    fn sync_in_place(&mut self, files: &BTreeMap<PathBuf, String>) -> io::Result<Synced> {
+        let root = self.root.clone();
+        let mut synced = Synced::default();
+        for (rel, text) in files {
+            if self.files.get(rel) == Some(text) {
+                synced.unchanged += 1;
+                continue;
+            }
+            write_atomically(&root.join(rel), text)?;
+            self.files.insert(rel.clone(), text.clone());
+            synced.written.push(rel.clone());
+        }
+        let gone: Vec<PathBuf> = self
+            .files
+            .keys()
+            .filter(|rel| !files.contains_key(*rel))
+            .cloned()
+            .collect();
+        for rel in gone {
+            match std::fs::remove_file(root.join(&rel)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            self.files.remove(&rel);
+            remove_empty_parents(&root, &rel);
             synced.removed.push(rel);
         }
+        Ok(synced)
     }
-    Ok(synced)
 }
 
 fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
@@ -140,13 +185,21 @@ fn remove_empty_parents(root: &Path, rel: &Path) {
 /// snapshot channel closes. Rendering runs on the blocking pool.
 pub async fn run(mut snapshots: watch::Receiver<Arc<Snapshot>>) {
     let mut last: Option<Arc<Snapshot>> = None;
+    let mut dirs = Dirs::default();
     loop {
         let snapshot = snapshots.borrow_and_update().clone();
         if last.as_ref().is_none_or(|l| decisions_differ(l, &snapshot)) {
             let s = snapshot.clone();
-            match tokio::task::spawn_blocking(move || render_members(&s)).await {
-                Ok(()) => {}
-                Err(e) => warn!(error = %e, "rendering failed"),
+            let job = tokio::task::spawn_blocking(move || {
+                render_members(&s, &mut dirs);
+                dirs
+            });
+            match job.await {
+                Ok(kept) => dirs = kept,
+                Err(e) => {
+                    warn!(error = %e, "rendering failed");
+                    dirs = Dirs::default();
+                }
             }
             last = Some(snapshot);
         }
@@ -154,6 +207,25 @@ pub async fn run(mut snapshots: watch::Receiver<Arc<Snapshot>>) {
             return;
         }
     }
+}
+
+/// What the server last wrote, per `renderPath`.
+type Dirs = std::collections::HashMap<PathBuf, RenderedDir>;
+
+/// Syncs one member's directory from what was last written there (scanned the first time,
+/// and again after a failure).
+fn sync_member(
+    dirs: &mut Dirs,
+    root: &Path,
+    files: &BTreeMap<PathBuf, String>,
+) -> io::Result<Synced> {
+    let mut dir = match dirs.remove(root) {
+        Some(dir) => dir,
+        None => RenderedDir::scan(root)?,
+    };
+    let synced = dir.sync_in_place(files)?;
+    dirs.insert(root.to_path_buf(), dir);
+    Ok(synced)
 }
 
 /// Whether what is rendered could differ between two snapshots.
@@ -170,12 +242,13 @@ fn decisions_differ(a: &Snapshot, b: &Snapshot) -> bool {
         || paths(a) != paths(b)
 }
 
-fn render_members(snapshot: &Snapshot) {
+fn render_members(snapshot: &Snapshot, dirs: &mut Dirs) {
     let members: Vec<(&ClusterId, &Path)> = snapshot
         .clusters
         .iter()
         .filter_map(|c| Some((&c.spec.id, c.spec.render_path.as_deref()?)))
         .collect();
+    dirs.retain(|root, _| members.iter().any(|(_, r)| r == root));
     if members.is_empty() {
         return;
     }
@@ -189,7 +262,7 @@ fn render_members(snapshot: &Snapshot) {
         warn!(template = %p.template, cluster = ?p.cluster, reason = %p.reason, "not rendered");
     }
     for (cluster, root) in members {
-        match sync_dir(root, &files_of(&rendered, cluster)) {
+        match sync_member(dirs, root, &files_of(&rendered, cluster)) {
             Ok(s) if s.written.is_empty() && s.removed.is_empty() => {}
             Ok(s) => info!(
                 cluster = %cluster,
