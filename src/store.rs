@@ -18,6 +18,15 @@ use prometheus_client::registry::Registry as Metrics;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
+/// Runs `f` (a placement round: up to hundreds of milliseconds for 10,000 templates) without
+/// holding a runtime worker that xDS and the admin server need, where the runtime allows it.
+fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 /// How long the task sleeps when the fleet waits for nothing but the next event.
 const IDLE: Duration = Duration::from_secs(3600);
 
@@ -240,7 +249,7 @@ impl Store {
         let took = started.elapsed();
         self.metrics.build_seconds.observe(took.as_secs_f64());
         let placing = Instant::now();
-        if self.fleet.place(&prev, &mut built.snapshot, placing) {
+        if off_the_runtime(|| self.fleet.place(&prev, &mut built.snapshot, placing)) {
             let took = placing.elapsed();
             self.metrics.placement_seconds.observe(took.as_secs_f64());
             self.count_placements(&built.snapshot);

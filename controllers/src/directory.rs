@@ -629,7 +629,22 @@ pub async fn run_hub(dir: PathBuf, sources: Sources) {
             Outcome::Read(Ok(read)) => {
                 again_in = read.again_in;
                 if read.changed {
-                    let hub = keep_last_valid_policies(hub_objects(&dir, read.loaded), &mut served);
+                    // Thousands of templates take a while to summarise: off the runtime.
+                    let started = Instant::now();
+                    let d = dir.clone();
+                    let Ok(hub) =
+                        tokio::task::spawn_blocking(move || hub_objects(&d, read.loaded)).await
+                    else {
+                        warn!(dir = %dir.display(), "reading the hub directory failed; keeping the last known members");
+                        continue;
+                    };
+                    let hub = keep_last_valid_policies(hub, &mut served);
+                    debug!(
+                        members = hub.members.len(),
+                        templates = hub.templates.len(),
+                        took_ms = started.elapsed().as_secs_f64() * 1000.0,
+                        "hub directory read"
+                    );
                     if !send_hub(&tx, &mut tasks, hub).await {
                         break;
                     }
