@@ -57,6 +57,8 @@ pub struct Hub {
     /// Resource templates: every namespaced object that is not a meridian.io kind.
     pub templates: Vec<Template>,
     pub overrides: Vec<OverridePolicy>,
+    /// The keys of `templates`, so a second definition is found without a scan.
+    template_keys: std::collections::HashSet<meridian_core::TemplateKey>,
     pub errors: Vec<Problem>,
     pub warnings: Vec<Problem>,
 }
@@ -184,7 +186,7 @@ fn add_template(hub: &mut Hub, from: &ReadFrom, object: ObjectRef, value: serde_
         return;
     }
     match meridian_federation::template::summarize(value) {
-        Ok(t) if hub.templates.iter().any(|u| u.key == t.key) => hub
+        Ok(t) if !hub.template_keys.insert(t.key.clone()) => hub
             .errors
             .push(from.problem(object, "defined twice; the first wins".into())),
         Ok(t) => hub.templates.push(t),
@@ -677,6 +679,7 @@ async fn send_hub(tx: &mpsc::Sender<SourceEvent>, tasks: &mut MemberTasks, hub: 
         overrides,
         errors,
         warnings,
+        ..
     } = hub;
     for e in &errors {
         warn!(file = %file_of(e), object = %e.subject, reason = %e.reason, "hub manifest rejected");
