@@ -232,7 +232,9 @@ def test_meridian_on_a_member_may_do_nothing_else(kube_fleet):
          {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
           "spec": {"selector": {"matchLabels": {"a": "b"}},
                    "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
-        ("GET", "/api/v1/namespaces/shop/pods", None),
+        # Pods are read (capacity), never written.
+        ("POST", "/api/v1/namespaces/shop/pods",
+         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}),
         ("GET", "/apis/apps/v1/deployments", None),
         ("GET", "/api/v1/configmaps", None),
         # Exports are the users': meridian only writes their status.
