@@ -176,7 +176,12 @@ fn add_typed_template<K: kube::Resource<DynamicType = ()> + serde::Serialize>(
 
 /// Adds a resource template; a kind that cannot be placed is a warning, a template that
 /// cannot be read an error of its own.
-pub(crate) fn add_template(hub: &mut Hub, from: &ReadFrom, object: ObjectRef, value: serde_json::Value) {
+pub(crate) fn add_template(
+    hub: &mut Hub,
+    from: &ReadFrom,
+    object: ObjectRef,
+    value: serde_json::Value,
+) {
     let api_version = value.get("apiVersion").and_then(|v| v.as_str());
     if let Some(why) = crate::policy::unplaceable(api_version, &object.kind) {
         hub.warnings

@@ -19,8 +19,8 @@ use tracing::{info, warn};
 
 use super::connect::WatchTimeout;
 use super::state::{Applied, Table};
-use crate::SourceEvent;
 use super::templates::{self, TemplateEvent, Templates};
+use crate::SourceEvent;
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster, OverridePolicy};
 use crate::directory::{
     Hub, ReadFrom, Served, add_member, add_override, add_policy, check_overrides,
@@ -66,7 +66,10 @@ pub async fn run(client: Client, sources: Sources) {
     .map(|r| r.map(HubEvent::Policy).map_err(|e| (Watched::Policies, e)));
     let overrides = watcher::watcher(Api::<OverridePolicy>::all(client.clone()), config.clone())
         .default_backoff()
-        .map(|r| r.map(HubEvent::Override).map_err(|e| (Watched::Overrides, e)));
+        .map(|r| {
+            r.map(HubEvent::Override)
+                .map_err(|e| (Watched::Overrides, e))
+        });
     let (template_tx, template_rx) = tokio::sync::mpsc::channel::<TemplateEvent>(1024);
     let template_events = futures::stream::unfold(template_rx, |mut rx| async move {
         rx.recv().await.map(|e| (Ok(HubEvent::Template(e)), rx))

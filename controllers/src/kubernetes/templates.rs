@@ -314,7 +314,10 @@ fn same_resolution(
 }
 
 /// The namespaced kinds the hub serves for what a policy selects, or why there are none.
-async fn resolve(client: &Client, (api_version, kind): &Wanted) -> Result<Vec<ApiResource>, String> {
+async fn resolve(
+    client: &Client,
+    (api_version, kind): &Wanted,
+) -> Result<Vec<ApiResource>, String> {
     match api_version {
         Some(v) => {
             let (group, version) = v.rsplit_once('/').unwrap_or(("", v));
@@ -412,17 +415,17 @@ mod tests {
             traffic: Arc::default(),
             placement: None,
             templates: vec![
-            TemplateSelector {
-                api_version: Some("apps/v1".into()),
-                kind: Some("Deployment".into()),
-                ..TemplateSelector::default()
-            },
-            TemplateSelector {
-                api_version: Some("apps/v1".into()),
-                kind: Some("Deployment".into()),
-                name: Some("web".into()),
-                ..TemplateSelector::default()
-            },
+                TemplateSelector {
+                    api_version: Some("apps/v1".into()),
+                    kind: Some("Deployment".into()),
+                    ..TemplateSelector::default()
+                },
+                TemplateSelector {
+                    api_version: Some("apps/v1".into()),
+                    kind: Some("Deployment".into()),
+                    name: Some("web".into()),
+                    ..TemplateSelector::default()
+                },
             ],
         };
         let w = wanted(&[p]);

@@ -359,10 +359,18 @@ fn capacity_is_allocatable_minus_pod_requests_sent_once_per_change() {
     assert_eq!(c.allocatable.cpu_millis, 1500);
     assert_eq!(c.requested.cpu_millis, 500);
     assert_eq!(c.requested.pods, 1);
-    assert_eq!(capacity_of(s.take_capacity()), None, "unchanged: not sent again");
+    assert_eq!(
+        capacity_of(s.take_capacity()),
+        None,
+        "unchanged: not sent again"
+    );
     // A burst of pod events between two heartbeats: one update with the end result.
     for i in 0..5 {
-        s.apply(MemberEvent::Pod(Event::Apply(pod(&format!("q{i}"), "a", "100m"))));
+        s.apply(MemberEvent::Pod(Event::Apply(pod(
+            &format!("q{i}"),
+            "a",
+            "100m",
+        ))));
     }
     s.apply(MemberEvent::Pod(Event::Delete(pod("q4", "a", "100m"))));
     let c = capacity_of(s.take_capacity()).unwrap().unwrap();
@@ -386,7 +394,10 @@ fn pods_that_cannot_be_listed_make_capacity_unknown_and_a_problem_only() {
     let (changed, problems) = changes(s.take_event());
     assert!(changed.is_empty());
     assert_eq!(problems.len(), 1);
-    assert!(problems[0].reason.contains("cannot list Pods"), "{problems:?}");
+    assert!(
+        problems[0].reason.contains("cannot list Pods"),
+        "{problems:?}"
+    );
     assert_eq!(s.objects().services.len(), 1, "the other watches serve on");
     // The RBAC is fixed: the pods list, the problem goes, the capacity is known.
     s.apply(MemberEvent::Pod(Event::Init));
