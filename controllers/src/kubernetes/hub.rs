@@ -15,7 +15,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use meridian_core::ObjectKey;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::connect::WatchTimeout;
 use super::state::{Applied, Table};
@@ -142,7 +142,7 @@ pub async fn run(client: Client, sources: Sources) {
             info!("hub watch recovered");
             failing = false;
         }
-        let mut hub = keep_last_valid_policies(
+        let hub = keep_last_valid_policies(
             read(
                 &member_list.live,
                 &policy_list.live,
@@ -154,8 +154,29 @@ pub async fn run(client: Client, sources: Sources) {
         // The kinds the served policies select are watched; a kind just started adds its
         // templates once listed (another round).
         templates.reconcile(&hub.policies).await;
-        templates.add_to(&mut hub);
-        check_overrides(&mut hub);
+        // Summarizing every template (and trying every override on it) is CPU work: the
+        // blocking pool does it, as the directory hub's read.
+        let served_templates = templates.snapshot();
+        let started = std::time::Instant::now();
+        let built = tokio::task::spawn_blocking(move || {
+            let mut hub = hub;
+            templates::add_templates(&mut hub, served_templates);
+            check_overrides(&mut hub);
+            hub
+        })
+        .await;
+        let mut hub = match built {
+            Ok(hub) => hub,
+            Err(e) => {
+                warn!(error = %e, "reading the hub's templates failed; keeping the last known hub");
+                continue;
+            }
+        };
+        debug!(
+            templates = hub.templates.len(),
+            elapsed = ?started.elapsed(),
+            "hub read"
+        );
         let problems = templates.problems(&hub.policies);
         hub.errors.extend(problems);
         for e in &hub.errors {

@@ -235,18 +235,13 @@ impl Templates {
         }
     }
 
-    /// Adds every watched template to `hub` (as the directory hub adds a file's objects).
-    pub(crate) fn add_to(&self, hub: &mut Hub) {
-        for w in self.watches.values() {
-            for t in w.table.live.values() {
-                crate::directory::add_template(
-                    hub,
-                    &ReadFrom::Api,
-                    t.object.clone(),
-                    (*t.value).clone(),
-                );
-            }
-        }
+    /// Every watched template, as served (cheap: the objects are shared).
+    pub(crate) fn snapshot(&self) -> Vec<(ObjectRef, Arc<serde_json::Value>)> {
+        self.watches
+            .values()
+            .flat_map(|w| w.table.live.values())
+            .map(|t| (t.object.clone(), t.value.clone()))
+            .collect()
     }
 
     /// The problems of `policies` with the kinds they select: not served by the hub, or
@@ -310,6 +305,15 @@ fn same_resolution(
         (Ok(a), Ok(b)) => a == b,
         (Err(a), Err(b)) => a == b,
         _ => false,
+    }
+}
+
+/// Adds templates to `hub` as the directory hub adds a file's objects (the same validation
+/// and problems). Summarizing every template is work for the blocking pool.
+pub(crate) fn add_templates(hub: &mut Hub, templates: Vec<(ObjectRef, Arc<serde_json::Value>)>) {
+    for (object, value) in templates {
+        let value = Arc::try_unwrap(value).unwrap_or_else(|v| (*v).clone());
+        crate::directory::add_template(hub, &ReadFrom::Api, object, value);
     }
 }
 
