@@ -189,6 +189,7 @@ pub async fn run(client: Client, sources: Sources) {
             overrides,
             errors,
             warnings,
+            ..
         } = hub;
         let event = SourceEvent::Members {
             specs: members.iter().map(|m| m.spec.clone()).collect(),
