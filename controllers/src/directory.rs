@@ -178,7 +178,12 @@ fn add_typed_template<K: kube::Resource<DynamicType = ()> + serde::Serialize>(
 
 /// Adds a resource template; a kind that cannot be placed is a warning, a template that
 /// cannot be read an error of its own.
-fn add_template(hub: &mut Hub, from: &ReadFrom, object: ObjectRef, value: serde_json::Value) {
+pub(crate) fn add_template(
+    hub: &mut Hub,
+    from: &ReadFrom,
+    object: ObjectRef,
+    value: serde_json::Value,
+) {
     let api_version = value.get("apiVersion").and_then(|v| v.as_str());
     if let Some(why) = crate::policy::unplaceable(api_version, &object.kind) {
         hub.warnings
@@ -196,7 +201,7 @@ fn add_template(hub: &mut Hub, from: &ReadFrom, object: ObjectRef, value: serde_
     }
 }
 
-fn add_override(hub: &mut Hub, from: &ReadFrom, op: &crate::crd::OverridePolicy) {
+pub(crate) fn add_override(hub: &mut Hub, from: &ReadFrom, op: &crate::crd::OverridePolicy) {
     let object = ObjectRef {
         kind: "OverridePolicy".into(),
         namespace: Some(

@@ -232,7 +232,9 @@ def test_meridian_on_a_member_may_do_nothing_else(kube_fleet):
          {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
           "spec": {"selector": {"matchLabels": {"a": "b"}},
                    "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
-        ("GET", "/api/v1/namespaces/shop/pods", None),
+        # Pods are read (capacity), never written.
+        ("POST", "/api/v1/namespaces/shop/pods",
+         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}),
         ("GET", "/apis/apps/v1/deployments", None),
         ("GET", "/api/v1/configmaps", None),
         # Exports are the users': meridian only writes their status.
@@ -258,6 +260,10 @@ def test_meridian_on_the_hub_may_do_its_job(kube_fleet):
     for path in (resource_path(kf.MERIDIAN, "MemberCluster"), resource_path(kf.MERIDIAN, "MemberCluster", None, "m1"),
                  resource_path(kf.MERIDIAN, "ClusterSchedulingPolicy"),
                  resource_path(kf.MERIDIAN, "ClusterSchedulingPolicy", "shop"),
+                 resource_path(kf.MERIDIAN, "OverridePolicy"),
+                 # Resource templates of the kinds policies select.
+                 resource_path("apps/v1", "Deployment"), resource_path("v1", "ConfigMap"),
+                 resource_path("v1", "Service"),
                  resource_path("v1", "Secret", "meridian-system"),
                  resource_path("v1", "Secret", "meridian-system", "m3-kubeconfig"),
                  "/readyz", "/version", "/healthz"):
@@ -318,8 +324,14 @@ def test_meridian_on_the_hub_may_do_nothing_else(kube_fleet):
         ("DELETE", resource_path(kf.COORDINATION, "Lease", "meridian-system", "other"), None),
         ("POST", resource_path(kf.COORDINATION, "Lease", "default"),
          {"apiVersion": kf.COORDINATION, "kind": "Lease", "metadata": {"name": "meridian"}}),
-        ("GET", resource_path("v1", "ConfigMap", "meridian-system"), None),
-        ("GET", "/api/v1/services", None),
+        # Resource templates (Deployments, ConfigMaps, Services, ...) are read, never written.
+        ("POST", resource_path("v1", "ConfigMap", "meridian-system"),
+         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+        ("DELETE", "/api/v1/namespaces/default/services/kubernetes", None),
+        ("POST", resource_path("apps/v1", "Deployment", "shop"),
+         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}),
+        ("POST", resource_path(kf.MERIDIAN, "OverridePolicy", "shop"),
+         {"apiVersion": kf.MERIDIAN, "kind": "OverridePolicy", "metadata": {"name": "o"}}),
         ("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", kube_fleet.crds[0]),
     ]
     for method, path, body in refused:

@@ -132,6 +132,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("multicluster.x-k8s.io", "ServiceImport"): ("serviceimports", True),
     ("meridian.io", "MemberCluster"): ("memberclusters", False),
     ("meridian.io", "ClusterSchedulingPolicy"): ("clusterschedulingpolicies", True),
+    ("meridian.io", "OverridePolicy"): ("overridepolicies", True),
 }
 
 

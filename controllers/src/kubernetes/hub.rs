@@ -1,6 +1,8 @@
-//! The Kubernetes hub: MemberClusters and ClusterSchedulingPolicies watched on the hub's API.
-//! Each relist is buffered until it is complete, so the member list never shrinks for a moment;
-//! the store gets the whole hub again after every change (it is small), and the member sources
+//! The Kubernetes hub: MemberClusters, ClusterSchedulingPolicies and OverridePolicies watched
+//! on the hub's API, and the resource templates of the kinds the policies select
+//! ([`super::templates`]). Each relist is buffered until it is complete, so the member list
+//! never shrinks for a moment; the store gets the whole hub again after every change (it is
+//! small): `Members`, then `Templates`, as the directory hub sends them; and the member sources
 //! are started and stopped to match.
 
 use std::collections::BTreeMap;
@@ -13,13 +15,17 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use meridian_core::ObjectKey;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::connect::WatchTimeout;
 use super::state::{Applied, Table};
+use super::templates::{self, TemplateEvent, Templates};
 use crate::SourceEvent;
-use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
-use crate::directory::{Hub, ReadFrom, Served, add_member, add_policy, keep_last_valid_policies};
+use crate::crd::{ClusterSchedulingPolicy, MemberCluster, OverridePolicy};
+use crate::directory::{
+    Hub, ReadFrom, Served, add_member, add_override, add_policy, check_overrides,
+    keep_last_valid_policies,
+};
 use crate::members::{MemberTasks, Sources};
 
 #[expect(
@@ -29,6 +35,19 @@ use crate::members::{MemberTasks, Sources};
 enum HubEvent {
     Member(Event<MemberCluster>),
     Policy(Event<ClusterSchedulingPolicy>),
+    Override(Event<OverridePolicy>),
+    /// A template kind's watch event.
+    Template(TemplateEvent),
+    /// Time to look up again the selected kinds that could not be resolved.
+    Retry,
+}
+
+/// Which hub watch failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Watched {
+    Members,
+    Policies,
+    Overrides,
 }
 
 /// Watches the hub until the store goes away.
@@ -38,13 +57,41 @@ pub async fn run(client: Client, sources: Sources) {
     let config = watcher::Config::default().timeout(WatchTimeout::default().0);
     let members = watcher::watcher(Api::<MemberCluster>::all(client.clone()), config.clone())
         .default_backoff()
-        .map(|r| r.map(HubEvent::Member));
-    let policies = watcher::watcher(Api::<ClusterSchedulingPolicy>::all(client), config)
+        .map(|r| r.map(HubEvent::Member).map_err(|e| (Watched::Members, e)));
+    let policies = watcher::watcher(
+        Api::<ClusterSchedulingPolicy>::all(client.clone()),
+        config.clone(),
+    )
+    .default_backoff()
+    .map(|r| r.map(HubEvent::Policy).map_err(|e| (Watched::Policies, e)));
+    let overrides = watcher::watcher(Api::<OverridePolicy>::all(client.clone()), config.clone())
         .default_backoff()
-        .map(|r| r.map(HubEvent::Policy));
-    let mut events = futures::stream::select(members.boxed(), policies.boxed());
+        .map(|r| {
+            r.map(HubEvent::Override)
+                .map_err(|e| (Watched::Overrides, e))
+        });
+    let (template_tx, template_rx) = tokio::sync::mpsc::channel::<TemplateEvent>(1024);
+    let template_events = futures::stream::unfold(template_rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok(HubEvent::Template(e)), rx))
+    });
+    let retries = futures::stream::unfold((), |()| async {
+        tokio::time::sleep(templates::RETRY).await;
+        Some((Ok(HubEvent::Retry), ()))
+    });
+    let mut templates = Templates::new(client, config, template_tx);
+    let mut events = futures::stream::select_all([
+        members.boxed(),
+        policies.boxed(),
+        overrides.boxed(),
+        template_events.boxed(),
+        retries.boxed(),
+    ]);
     let mut member_list = Table::<Stored<MemberCluster>>::default();
     let mut policy_list = Table::<Stored<ClusterSchedulingPolicy>>::default();
+    let mut override_list = Table::<Stored<OverridePolicy>>::default();
+    // OverridePolicies the hub will not list (an older CRD set or RBAC): the hub serves
+    // without them rather than not at all.
+    let mut overrides_unavailable = false;
     let mut served = Served::default();
     let mut failing = false;
     // Relative kubeconfig paths in MemberClusters resolve against the working directory.
@@ -60,17 +107,35 @@ pub async fn run(client: Client, sources: Sources) {
                 Ok(HubEvent::Policy(e)) => {
                     changed |= changes(policy_list.apply(e, |p| &p.metadata, Stored::of));
                 }
-                Err(e) => {
-                    if !failing {
-                        warn!(error = %e, "hub watch failing; serving the last known hub");
+                Ok(HubEvent::Override(e)) => {
+                    changed |= changes(override_list.apply(e, |p| &p.metadata, Stored::of));
+                }
+                Ok(HubEvent::Template(e)) => changed |= templates.apply(e),
+                Ok(HubEvent::Retry) if templates.retry_due() => {
+                    // Looked up again for the policies last served; sent only if it changed.
+                    changed |= templates.reconcile(&served.policies).await;
+                }
+                Ok(HubEvent::Retry) => {}
+                Err((which, e)) => {
+                    if which == Watched::Overrides && !override_list.listed {
+                        if !overrides_unavailable {
+                            warn!(error = %e, "cannot list OverridePolicies on the hub; serving without them");
+                            changed = true;
+                        }
+                        overrides_unavailable = true;
+                    } else {
+                        if !failing {
+                            warn!(error = %e, ?which, "hub watch failing; serving the last known hub");
+                        }
+                        failing = true;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
                     }
-                    failing = true;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
             next = events.next().now_or_never().flatten();
         }
-        if !changed || !member_list.listed || !policy_list.listed {
+        let overrides_in = override_list.listed || overrides_unavailable;
+        if !changed || !member_list.listed || !policy_list.listed || !overrides_in {
             continue;
         }
         if failing {
@@ -78,22 +143,69 @@ pub async fn run(client: Client, sources: Sources) {
             failing = false;
         }
         let hub = keep_last_valid_policies(
-            read(&member_list.live, &policy_list.live, &base),
+            read(
+                &member_list.live,
+                &policy_list.live,
+                &override_list.live,
+                &base,
+            ),
             &mut served,
         );
+        // The kinds the served policies select are watched; a kind just started adds its
+        // templates once listed (another round).
+        templates.reconcile(&hub.policies).await;
+        // Summarizing every template (and trying every override on it) is CPU work: the
+        // blocking pool does it, as the directory hub's read.
+        let served_templates = templates.snapshot();
+        let started = std::time::Instant::now();
+        let built = tokio::task::spawn_blocking(move || {
+            let mut hub = hub;
+            templates::add_templates(&mut hub, served_templates);
+            check_overrides(&mut hub);
+            hub
+        })
+        .await;
+        let mut hub = match built {
+            Ok(hub) => hub,
+            Err(e) => {
+                warn!(error = %e, "reading the hub's templates failed; keeping the last known hub");
+                continue;
+            }
+        };
+        debug!(
+            templates = hub.templates.len(),
+            elapsed = ?started.elapsed(),
+            "hub read"
+        );
+        let problems = templates.problems(&hub.policies);
+        hub.errors.extend(problems);
         for e in &hub.errors {
             warn!(object = %e.subject, reason = %e.reason, "hub object rejected");
         }
+        let Hub {
+            members,
+            policies,
+            templates: placed,
+            overrides,
+            errors,
+            warnings,
+            ..
+        } = hub;
         let event = SourceEvent::Members {
-            specs: hub.members.iter().map(|m| m.spec.clone()).collect(),
-            policies: hub.policies,
-            problems: hub.errors,
-            warnings: hub.warnings,
+            specs: members.iter().map(|m| m.spec.clone()).collect(),
+            policies,
+            problems: errors,
+            warnings,
         };
-        if tx.send(event).await.is_err() {
+        // The member list goes first, so the store knows a member before its objects arrive.
+        let templates_event = SourceEvent::Templates {
+            templates: placed,
+            overrides,
+        };
+        if tx.send(event).await.is_err() || tx.send(templates_event).await.is_err() {
             return;
         }
-        tasks.reconcile(&hub.members);
+        tasks.reconcile(&members);
     }
 }
 
@@ -121,6 +233,7 @@ fn changes<T>(applied: Applied<T>) -> bool {
 fn read(
     members: &BTreeMap<ObjectKey, Stored<MemberCluster>>,
     policies: &BTreeMap<ObjectKey, Stored<ClusterSchedulingPolicy>>,
+    overrides: &BTreeMap<ObjectKey, Stored<OverridePolicy>>,
     base: &Path,
 ) -> Hub {
     let mut hub = Hub::default();
@@ -129,6 +242,9 @@ fn read(
     }
     for Stored(csp) in policies.values() {
         add_policy(&mut hub, &ReadFrom::Api, csp);
+    }
+    for Stored(op) in overrides.values() {
+        add_override(&mut hub, &ReadFrom::Api, op);
     }
     hub
 }

@@ -1,5 +1,7 @@
 //! A Kubernetes member source: one client, watches on Services, EndpointSlices, ServiceExports,
-//! ServiceImports, Nodes and Namespaces, and heartbeats against `/readyz`.
+//! ServiceImports, Nodes, Pods (their requests only, for capacity) and Namespaces, and
+//! heartbeats against `/readyz`. The capacity for placement (Nodes' allocatable minus bound
+//! pods' requests) goes to the store at most once per heartbeat, when it changed.
 //!
 //! ```text
 //!  watchers (backoff each) ──► MemberState (relists buffered) ──► Reset | Changes ──► store
@@ -84,6 +86,7 @@ pub async fn run(
             (signal_tx, relisting.clone()),
         )));
         let mut watching = Watching {
+            heartbeat,
             cluster: &cluster,
             state: &mut state,
             tx: &tx,
@@ -113,6 +116,8 @@ enum Next {
 
 /// One member's watch loop and what it reports.
 struct Watching<'a> {
+    /// How often the capacity may be sent (a burst of pod events is one update).
+    heartbeat: Duration,
     cluster: &'a ClusterId,
     state: &'a mut MemberState,
     tx: &'a mpsc::Sender<SourceEvent>,
@@ -133,6 +138,8 @@ impl Watching<'_> {
         let mut watches = watch_all(client, timeout);
         let mut failures: BTreeMap<&'static str, (Instant, String)> = BTreeMap::new();
         let mut expiry = tokio::time::interval(Duration::from_secs(5));
+        let mut capacity = tokio::time::interval(self.heartbeat);
+        capacity.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 item = watches.next() => {
@@ -162,6 +169,13 @@ impl Watching<'_> {
                 _ = expiry.tick() => {
                     failures.retain(|_, (at, _)| at.elapsed() < WATCH_FAILURE_MEMORY);
                 }
+                _ = capacity.tick() => {
+                    if let Some(event) = self.state.take_capacity()
+                        && self.tx.send(event).await.is_err()
+                    {
+                        return Next::Stop;
+                    }
+                }
             }
             if !self.report_watches(&failures).await {
                 return Next::Stop;
@@ -189,6 +203,11 @@ impl Watching<'_> {
                 Ok(event) => {
                     failures.remove(kind_of(&event));
                     self.state.apply(event);
+                }
+                Err(("pods", e)) if is_forbidden(&e) => {
+                    // Capacity becomes unknown; the member is not degraded for it.
+                    debug!(error = %e, "pods cannot be listed");
+                    self.state.pods_refused(e);
                 }
                 Err((kind, e)) => {
                     if is_expired(&e) {
@@ -257,6 +276,10 @@ fn failed_checks(body: &str) -> String {
         true => body.chars().take(200).collect(),
         false => failed.join("; "),
     }
+}
+
+fn is_forbidden(error: &str) -> bool {
+    error.contains("403") || error.contains("Forbidden") || error.contains("forbidden")
 }
 
 fn is_expired(error: &str) -> bool {
@@ -410,6 +433,7 @@ fn kind_of(event: &MemberEvent) -> &'static str {
         MemberEvent::Import(_) => "serviceimports",
         MemberEvent::Node(_) => "nodes",
         MemberEvent::Namespace(_) => "namespaces",
+        MemberEvent::Pod(_) => "pods",
     }
 }
 
@@ -451,9 +475,16 @@ fn watch_all(client: &Client, timeout: WatchTimeout) -> SelectAll<BoxStream<'sta
         ),
         watch(
             Api::all(client.clone()),
-            config,
+            config.clone(),
             MemberEvent::Namespace,
             "namespaces",
+        ),
+        // Finished pods hold nothing; the API leaves them out.
+        watch(
+            Api::all(client.clone()),
+            config.fields("status.phase!=Succeeded,status.phase!=Failed"),
+            MemberEvent::Pod,
+            "pods",
         ),
     ])
 }

@@ -18,6 +18,7 @@ pub mod leader;
 pub mod member;
 pub mod state;
 pub mod status;
+pub mod templates;
 pub mod writeback;
 
 use std::collections::{BTreeMap, BTreeSet};

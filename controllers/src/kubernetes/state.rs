@@ -9,12 +9,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 use meridian_core::{
-    ClusterId, ClusterObjects, Kind, Object, ObjectKey, ObjectRef, Origin, Problem,
+    Capacity, ClusterId, ClusterObjects, Kind, Object, ObjectKey, ObjectRef, Origin, Problem,
+    Resources, Source, Subject,
 };
 
 use crate::convert::{self, key_of};
@@ -126,6 +127,8 @@ impl<T: Clone + PartialEq> Table<T> {
 pub struct NodeFacts {
     pub capacity: BTreeMap<String, i128>,
     pub allocatable: BTreeMap<String, i128>,
+    /// What the Node adds to the cluster's capacity for placement (nothing when cordoned).
+    pub placement: Resources,
 }
 
 /// One watch event of any kind a member source watches.
@@ -141,6 +144,7 @@ pub enum MemberEvent {
     Import(Event<ServiceImport>),
     Node(Event<Node>),
     Namespace(Event<Namespace>),
+    Pod(Event<Pod>),
 }
 
 /// Everything known about one member from its watches.
@@ -154,6 +158,13 @@ pub struct MemberState {
     imports: Table<meridian_core::Import>,
     nodes: Table<NodeFacts>,
     namespaces: Table<()>,
+    /// Each unfinished pod's requests on its Node (only those, not the Pod: a member can have
+    /// many pods).
+    pods: Table<Resources>,
+    /// Why the member's Pods cannot be listed (its RBAC forbids it): capacity is unknown.
+    pods_refused: Option<String>,
+    /// The capacity last sent to the store (None: nothing sent yet).
+    capacity_sent: Option<Option<Capacity>>,
     pending: Vec<Change>,
     /// A relist finished since the last batch: send everything.
     reset_due: bool,
@@ -170,6 +181,9 @@ impl MemberState {
             imports: Table::default(),
             nodes: Table::default(),
             namespaces: Table::default(),
+            pods: Table::default(),
+            pods_refused: None,
+            capacity_sent: None,
             pending: Vec::new(),
             reset_due: true,
             problems_changed: false,
@@ -243,6 +257,11 @@ impl MemberState {
                 self.namespaces
                     .apply(e, |n| &n.metadata, |_| Ok::<_, Infallible>(()));
             }
+            MemberEvent::Pod(e) => {
+                self.pods_refused = None;
+                self.pods
+                    .apply(e, |p| &p.metadata, |p| Ok::<_, Infallible>(pod_requests(p)));
+            }
         }
         // A problem fixed or added with no object change still has to reach the store.
         self.problems_changed |= before != self.problem_count();
@@ -259,6 +278,45 @@ impl MemberState {
                 .sum::<usize>()
             + self.exports.problems.len()
             + self.imports.problems.len()
+            + usize::from(self.pods_refused.is_some())
+    }
+
+    /// The member's Pods cannot be listed (`reason`): its capacity is unknown (not zero), and
+    /// that is a problem of the member's; every other watch goes on.
+    pub fn pods_refused(&mut self, reason: String) {
+        if self.pods_refused.is_none() {
+            self.problems_changed = true;
+        }
+        self.pods_refused = Some(reason);
+    }
+
+    /// The capacity for placement: Nodes' allocatable minus the requests of the pods bound
+    /// to them; None (unknown) without Nodes or when the Pods cannot be listed. Not known
+    /// yet (`None` outside) until Nodes and Pods have listed once.
+    pub fn placement_capacity(&self) -> Option<Option<Capacity>> {
+        if self.pods_refused.is_some() {
+            return self.nodes.listed.then_some(None);
+        }
+        if !self.nodes.listed || !self.pods.listed {
+            return None;
+        }
+        Some(crate::capacity::of(
+            self.nodes.live.values().map(|n| n.placement),
+            self.pods.live.values().copied(),
+        ))
+    }
+
+    /// The capacity event for the store when the capacity changed since the last one sent.
+    pub fn take_capacity(&mut self) -> Option<SourceEvent> {
+        let now = self.placement_capacity()?;
+        if self.capacity_sent == Some(now) {
+            return None;
+        }
+        self.capacity_sent = Some(now);
+        Some(SourceEvent::Capacity {
+            cluster: self.cluster.clone(),
+            capacity: now,
+        })
     }
 
     /// The batch for the store: a Reset after a relist, else the changes since the last batch;
@@ -334,6 +392,16 @@ impl MemberState {
         }
         out.extend(named("ServiceExport", &self.exports.problems));
         out.extend(named("ServiceImport", &self.imports.problems));
+        if let Some(reason) = &self.pods_refused {
+            out.push(Problem {
+                origin,
+                subject: Subject::Input("Pods".into()),
+                source: Source::Api,
+                reason: format!(
+                    "cannot list Pods ({reason}); the capacity for placement by available capacity is unknown"
+                ),
+            });
+        }
         out
     }
 
@@ -398,7 +466,20 @@ fn node_facts(n: &Node) -> NodeFacts {
     NodeFacts {
         capacity: sum(status.and_then(|s| s.capacity.as_ref())),
         allocatable: sum(status.and_then(|s| s.allocatable.as_ref())),
+        placement: crate::capacity::node(n).unwrap_or_else(|reason| {
+            tracing::warn!(node = ?n.metadata.name, %reason, "node's allocatable left out of its cluster's capacity");
+            Resources::default()
+        }),
     }
+}
+
+/// What a pod holds of its Node ([`crate::capacity::pod`]); the API validated its quantities,
+/// so one that does not read is left out with a warning.
+fn pod_requests(p: &Pod) -> Resources {
+    crate::capacity::pod(p).unwrap_or_else(|reason| {
+        tracing::warn!(namespace = ?p.metadata.namespace, pod = ?p.metadata.name, %reason, "pod's requests left out of its cluster's capacity");
+        Resources::default()
+    })
 }
 
 /// Parses a Kubernetes quantity ("4", "250m", "16Gi", "1.5G", "1e3") into milli-units.

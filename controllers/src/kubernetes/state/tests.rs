@@ -322,3 +322,86 @@ fn quantities_parse() {
     assert_eq!(format_milli(1500), "1500m");
     assert_eq!(format_milli(2000), "2");
 }
+
+fn pod(name: &str, node: &str, cpu: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"nodeName": node,
+                 "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap()
+}
+
+fn capacity_of(event: Option<SourceEvent>) -> Option<Option<Capacity>> {
+    match event {
+        Some(SourceEvent::Capacity { capacity, .. }) => Some(capacity),
+        None => None,
+        other => panic!("expected a Capacity event, got {other:?}"),
+    }
+}
+
+#[test]
+fn capacity_is_allocatable_minus_pod_requests_sent_once_per_change() {
+    let mut s = MemberState::new(ClusterId::new("m1"));
+    s.apply(MemberEvent::Node(Event::Init));
+    s.apply(MemberEvent::Node(Event::InitApply(node("a", "2", "4Gi"))));
+    s.apply(MemberEvent::Node(Event::InitDone));
+    assert_eq!(
+        capacity_of(s.take_capacity()),
+        None,
+        "nothing before the pods have listed"
+    );
+    s.apply(MemberEvent::Pod(Event::Init));
+    s.apply(MemberEvent::Pod(Event::InitApply(pod("p", "a", "500m"))));
+    s.apply(MemberEvent::Pod(Event::InitDone));
+    let c = capacity_of(s.take_capacity()).unwrap().unwrap();
+    assert_eq!(c.allocatable.cpu_millis, 1500);
+    assert_eq!(c.requested.cpu_millis, 500);
+    assert_eq!(c.requested.pods, 1);
+    assert_eq!(
+        capacity_of(s.take_capacity()),
+        None,
+        "unchanged: not sent again"
+    );
+    // A burst of pod events between two heartbeats: one update with the end result.
+    for i in 0..5 {
+        s.apply(MemberEvent::Pod(Event::Apply(pod(
+            &format!("q{i}"),
+            "a",
+            "100m",
+        ))));
+    }
+    s.apply(MemberEvent::Pod(Event::Delete(pod("q4", "a", "100m"))));
+    let c = capacity_of(s.take_capacity()).unwrap().unwrap();
+    assert_eq!(c.requested.cpu_millis, 900);
+    assert_eq!(capacity_of(s.take_capacity()), None);
+}
+
+#[test]
+fn pods_that_cannot_be_listed_make_capacity_unknown_and_a_problem_only() {
+    let mut s = listed(vec![service("a", 80)], vec![], vec![]);
+    s.apply(MemberEvent::Node(Event::Init));
+    s.apply(MemberEvent::Node(Event::InitApply(node("a", "2", "4Gi"))));
+    s.apply(MemberEvent::Node(Event::InitDone));
+    assert!(matches!(s.take_event(), Some(SourceEvent::Reset { .. })));
+    s.pods_refused("pods is forbidden: 403".into());
+    assert_eq!(
+        capacity_of(s.take_capacity()),
+        Some(None),
+        "unknown, not the Nodes' allocatable"
+    );
+    let (changed, problems) = changes(s.take_event());
+    assert!(changed.is_empty());
+    assert_eq!(problems.len(), 1);
+    assert!(
+        problems[0].reason.contains("cannot list Pods"),
+        "{problems:?}"
+    );
+    assert_eq!(s.objects().services.len(), 1, "the other watches serve on");
+    // The RBAC is fixed: the pods list, the problem goes, the capacity is known.
+    s.apply(MemberEvent::Pod(Event::Init));
+    s.apply(MemberEvent::Pod(Event::InitDone));
+    assert!(capacity_of(s.take_capacity()).unwrap().is_some());
+    assert!(changes(s.take_event()).1.is_empty());
+}
