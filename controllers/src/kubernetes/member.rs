@@ -354,6 +354,14 @@ async fn heartbeats(
         if refused >= REFUSED_BEFORE_RECONNECT {
             signal.send_replace(Signal::Reconnect);
         }
+        // meridian's own shortage says nothing of the member: its health stands as it was.
+        if result
+            .as_ref()
+            .is_err_and(|r| r == crate::OUT_OF_DESCRIPTORS)
+        {
+            warn!(cluster = %cluster, "{}", crate::OUT_OF_DESCRIPTORS);
+            continue;
+        }
         if result.is_ok() {
             if fleet.get(&cluster, |f| f.kubernetes_version.is_none())
                 && let Ok(info) = client.apiserver_version().await
@@ -406,6 +414,9 @@ async fn readyz(client: &Client, timeout: Duration) -> Result<(), (String, bool)
             format!("/readyz: {} {}", e.code, failed_checks(&e.message)),
             false,
         )),
+        Ok(Err(e)) if crate::out_of_descriptors(&e) => {
+            Err((crate::OUT_OF_DESCRIPTORS.to_owned(), false))
+        }
         Ok(Err(e)) => Err((format!("/readyz: {e}"), false)),
         Err(_) => Err((format!("/readyz: no answer within {timeout:?}"), false)),
     }
