@@ -301,13 +301,15 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
 
 /// An object of a kind without a type: kept as JSON (YAML that JSON cannot hold, such as a
 /// non-string key, is an error of that object).
+/// Without a name it is no object at all (and, as often as not, a document cut short by a
+/// write in progress: an error, so the file's last good version keeps serving).
 fn other(value: Value, object: &Subject, api_version: &str) -> Result<OtherObject, String> {
+    let Subject::Object(object) = object else {
+        return Err("metadata.name is required".into());
+    };
     let value =
         serde_json::to_value(&value).map_err(|e| format!("not representable as JSON: {e}"))?;
-    let object = match object {
-        Subject::Object(o) => o.clone(),
-        Subject::Input(what) => ObjectRef::cluster_scoped(what, "?"),
-    };
+    let object = object.clone();
     Ok(OtherObject {
         object,
         api_version: api_version.to_string(),

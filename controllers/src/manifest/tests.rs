@@ -104,6 +104,12 @@ fn kinds_without_a_type_are_kept_as_json_for_the_reader_to_judge() {
     };
     assert_eq!(o.object.to_string(), "Deployment shop/web");
     assert_eq!(o.value["spec"]["replicas"], 3);
+    let cut = parse("apiVersion: discovery.k8s.io/v1\nkind: En\n");
+    assert!(
+        cut.errors[0].reason.contains("metadata.name is required"),
+        "a document cut short is an error, not an object: {:?}",
+        cut.errors
+    );
     let out = parse("apiVersion: meridian.io/v1alpha1\nkind: Placement\nmetadata: {name: p}\n");
     assert!(out.errors[0].reason.contains("not a meridian.io kind"));
 }
