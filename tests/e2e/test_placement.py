@@ -287,7 +287,10 @@ def replicas(fleet: Fleet):
     """{cluster: replicas} of the rendered Deployment, as on disk now."""
     out = {}
     for d in sorted((fleet.root / "rendered").glob("*/shop/Deployment.web.yaml")):
-        out[d.parts[-3]] = load(d)["spec"]["replicas"]
+        try:
+            out[d.parts[-3]] = load(d)["spec"]["replicas"]
+        except FileNotFoundError:
+            pass  # removed between the listing and the read: not rendered any more
     return out
 
 
