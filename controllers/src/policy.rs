@@ -71,21 +71,7 @@ pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, 
     if mode == core::Mode::Tiers && placement.cluster_affinities.is_empty() {
         problems.push("traffic.mode Tiers needs placement.clusterAffinities".into());
     }
-    let mut weights = Vec::new();
-    for (i, w) in traffic.weights.iter().enumerate() {
-        let at = format!("traffic.weights[{i}]");
-        if let Some(clusters) = cluster_set(
-            &w.cluster_names,
-            w.label_selector.as_ref(),
-            &at,
-            &mut problems,
-        ) {
-            weights.push(core::WeightRule {
-                clusters,
-                weight: w.weight,
-            });
-        }
-    }
+    let weights = weight_rules(&traffic.weights, "traffic.weights", &mut problems);
     if traffic.min_healthy_endpoints == Some(0) {
         problems.push("traffic.minHealthyEndpoints must be at least 1".into());
     }
@@ -308,18 +294,7 @@ fn replica_scheduling(
         }
         (_, true, Some(DynamicWeightSpec::AvailableCapacity)) => core::Division::AvailableCapacity,
         (_, _, None) => {
-            let mut rules = Vec::new();
-            for (i, w) in s.weights.iter().enumerate() {
-                let at = format!("{at}.weights[{i}]");
-                if let Some(clusters) =
-                    cluster_set(&w.cluster_names, w.label_selector.as_ref(), &at, problems)
-                {
-                    rules.push(core::WeightRule {
-                        clusters,
-                        weight: w.weight,
-                    });
-                }
-            }
+            let rules = weight_rules(&s.weights, &format!("{at}.weights"), problems);
             if !s.weights.is_empty() && s.weights.iter().all(|w| w.weight == 0) {
                 problems.push(format!(
                     "{at}.weights: every weight is 0, so no cluster could run a replica"
@@ -358,6 +333,26 @@ fn service_selectors(
         });
     }
     out
+}
+
+/// `weights[]` of traffic or of replicaScheduling: a rule per entry that names its clusters.
+fn weight_rules(
+    specs: &[crate::crd::WeightSpec],
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Vec<core::WeightRule> {
+    specs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| {
+            let at = format!("{at}[{i}]");
+            let clusters = cluster_set(&w.cluster_names, w.label_selector.as_ref(), &at, problems)?;
+            Some(core::WeightRule {
+                clusters,
+                weight: w.weight,
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn cluster_set(

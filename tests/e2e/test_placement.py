@@ -334,9 +334,7 @@ def test_render_path_follows_weights_replicas_taints_failover_and_failback(weigh
 
         # eu-2's directory goes: Unreachable after 2 s, failed over 2 s later; total kept.
         shutil.move(fleet.cluster_dir("eu-2"), fleet.root / "eu-2.away")
-        gone = time.time()
         want({"eu-1": 12}, "the failover")
-        print(f"MEASURED: failover rendered {time.time() - gone:.1f}s after the directory went")
         # Restored: healthy again, and failback waits 3 s of health.
         shutil.move(fleet.root / "eu-2.away", fleet.cluster_dir("eu-2"))
         back = time.time()

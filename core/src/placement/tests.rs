@@ -11,7 +11,6 @@ use crate::snapshot::ClusterView;
 use crate::testing::{cluster, deployment, healthy, placing, secs};
 
 mod divide;
-mod perf;
 mod props;
 mod rules;
 
