@@ -209,6 +209,9 @@ fn tier_words(reason: &TierReason) -> String {
         TierReason::Weighted => "every cluster, by weight".into(),
         TierReason::FailingBack => "recovered, waiting out failbackAfterSeconds".into(),
         TierReason::PreferNoSchedule => "PreferNoSchedule taint".into(),
+        TierReason::NotPlaced => {
+            "the policy places the workload elsewhere (a draining copy)".into()
+        }
     }
 }
 

@@ -328,6 +328,38 @@ pub struct PlacementSpec {
     /// A cluster failed over is placed again once Healthy for this long (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failback_after_seconds: Option<u64>,
+    /// An object in a member that meridian did not create: left alone with a Conflict
+    /// condition (Abort, the default), or adopted (Overwrite).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict_resolution: Option<ConflictResolutionSpec>,
+    /// When the copy in a cluster placement dropped is deleted: once its replacements are
+    /// ready or gracePeriodSeconds passed (Graceful, the default), at once, or never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purge_mode: Option<PurgeModeSpec>,
+    /// The longest a dropped (or shrinking) copy waits for its replacement (default 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period_seconds: Option<u64>,
+    /// Deleting or unselecting a template leaves what meridian placed in the members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preserve_resources_on_deletion: Option<bool>,
+    /// JSON pointers (e.g. `/spec/template/metadata/annotations/x`) the member owns once the
+    /// object exists there; `/spec/replicas` of a workload an HPA in the member scales is
+    /// always retained.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retain: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ConflictResolutionSpec {
+    Abort,
+    Overwrite,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum PurgeModeSpec {
+    Graceful,
+    Immediately,
+    Never,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -609,6 +641,110 @@ pub struct JsonPatchSpec {
     pub value: Option<serde_json::Value>,
 }
 
+/// What meridian decided for one resource template and what the members did with it: one per
+/// template, in the template's namespace, written by the leader (DESIGN §10). The spec names
+/// the template and the decision; the status is each member's copy.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "meridian.io",
+    version = "v1alpha1",
+    kind = "Placement",
+    namespaced,
+    status = "PlacementRecordStatus",
+    shortname = "mpl",
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.template.kind"}"#,
+    printcolumn = r#"{"name":"Template","type":"string","jsonPath":".spec.template.name"}"#,
+    printcolumn = r#"{"name":"Outcome","type":"string","jsonPath":".spec.outcome"}"#,
+    printcolumn = r#"{"name":"Clusters","type":"string","jsonPath":".spec.summary"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementRecordSpec {
+    pub template: TemplateRefSpec,
+    /// The ClusterSchedulingPolicy that placed it (`namespace/name`); none for a dependency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Scheduled, or Unschedulable with the reason.
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// `cluster=replicas` of every placed cluster, for `kubectl get`.
+    #[serde(default)]
+    pub summary: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<PlacedClusterSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateRefSpec {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    /// The template's metadata.generation the decision was made from.
+    #[serde(default)]
+    pub generation: i64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacedClusterSpec {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
+    /// Why it holds what it holds (Weight, Duplicated, Capacity, Standby, ...).
+    pub reason: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementRecordStatus {
+    /// Each member's copy, in cluster name order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<MemberCopyStatus>,
+    /// Copies kept while their replacements get ready (or for good, purgeMode Never).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evictions: Vec<EvictionStatus>,
+    /// Applied (every placed copy written), Ready (every copy ready), Conflict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberCopyStatus {
+    pub name: String,
+    /// The member's health as the registry sees it.
+    pub health: String,
+    /// Written from the current decision and template generation.
+    pub applied: bool,
+    /// Why the last write failed (the API's message), or why nothing is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The replica count written (a shrink held back shows the count it keeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<i64>,
+    /// The copy counts as ready (its member observed it and runs its replicas ready).
+    pub ready: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionStatus {
+    pub cluster: String,
+    /// Why placement dropped the cluster (FailedOver, NoExecuteTaint, ...).
+    pub reason: String,
+    pub waited_seconds: u64,
+    /// purgeMode Never: kept for good, no longer updated.
+    #[serde(default)]
+    pub orphaned: bool,
+}
+
 /// The CustomResourceDefinitions of meridian's own kinds, generated from the types above.
 pub fn meridian_crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
@@ -618,6 +754,7 @@ pub fn meridian_crds()
         MemberCluster::crd(),
         ClusterSchedulingPolicy::crd(),
         OverridePolicy::crd(),
+        Placement::crd(),
     ]
 }
 

@@ -8,9 +8,10 @@ use meridian_core as core;
 
 use crate::convert::{created_secs, key_of, taint_effect};
 use crate::crd::{
-    ClusterSchedulingPolicy, DivisionPreferenceSpec, DynamicWeightSpec, LabelSelectorSpec,
-    PlacementSpec, ReplicaSchedulingSpec, ReplicaSchedulingTypeSpec, SpreadByFieldSpec,
-    SpreadConstraintSpec, TolerationOperatorSpec, TolerationSpec, TrafficModeSpec,
+    ClusterSchedulingPolicy, ConflictResolutionSpec, DivisionPreferenceSpec, DynamicWeightSpec,
+    LabelSelectorSpec, PlacementSpec, PurgeModeSpec, ReplicaSchedulingSpec,
+    ReplicaSchedulingTypeSpec, SpreadByFieldSpec, SpreadConstraintSpec, TolerationOperatorSpec,
+    TolerationSpec, TrafficModeSpec,
 };
 
 pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, Vec<String>> {
@@ -229,7 +230,36 @@ fn placement_policy(
         standby,
         failover_after_seconds: placement.failover.as_ref().map(|f| f.after_seconds),
         failback_after_seconds: placement.failback_after_seconds.unwrap_or(0),
+        propagation: propagation(placement, problems),
     })
+}
+
+/// How the placed objects reach the members.
+fn propagation(placement: &PlacementSpec, problems: &mut Vec<String>) -> core::Propagation {
+    let defaults = core::Propagation::default();
+    for path in &placement.retain {
+        if !path.is_empty() && !path.starts_with('/') {
+            problems.push(format!(
+                "placement.retain: {path:?} is not a JSON pointer (it must start with /)"
+            ));
+        }
+    }
+    core::Propagation {
+        conflict_resolution: match placement.conflict_resolution {
+            Some(ConflictResolutionSpec::Overwrite) => core::ConflictResolution::Overwrite,
+            Some(ConflictResolutionSpec::Abort) | None => core::ConflictResolution::Abort,
+        },
+        purge_mode: match placement.purge_mode {
+            Some(PurgeModeSpec::Immediately) => core::PurgeMode::Immediately,
+            Some(PurgeModeSpec::Never) => core::PurgeMode::Never,
+            Some(PurgeModeSpec::Graceful) | None => core::PurgeMode::Graceful,
+        },
+        grace_period_seconds: placement
+            .grace_period_seconds
+            .unwrap_or(defaults.grace_period_seconds),
+        preserve_on_deletion: placement.preserve_resources_on_deletion.unwrap_or(false),
+        retain: placement.retain.clone(),
+    }
 }
 
 fn spread_constraints(

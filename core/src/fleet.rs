@@ -14,7 +14,7 @@
 //!
 //! Time is passed in (`now`), so every rule is tested with a fake clock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -459,6 +459,7 @@ impl Fleet {
     pub fn place(&mut self, prev: &Snapshot, snapshot: &mut Snapshot, now: Instant) -> bool {
         let decided = self.federation.dirty;
         snapshot.placements = self.placements(prev, snapshot, now);
+        snapshot.workloads = workload_clusters(prev, snapshot);
         snapshot.templates = self.federation.templates.clone();
         snapshot.overrides = self.federation.overrides.clone();
         snapshot
@@ -501,6 +502,37 @@ impl Fleet {
         f.deadline = placements.next_deadline;
         Arc::new(placements)
     }
+}
+
+/// Per policy, the clusters its workloads (templates with replicas) are placed in; the
+/// previous snapshot's when neither the decisions nor the clusters changed.
+fn workload_clusters(prev: &Snapshot, snapshot: &Snapshot) -> Arc<HashMap<String, Vec<usize>>> {
+    let same_clusters = prev.clusters.len() == snapshot.clusters.len()
+        && prev
+            .clusters
+            .iter()
+            .zip(&snapshot.clusters)
+            .all(|(a, b)| a.spec.id == b.spec.id);
+    if same_clusters && Arc::ptr_eq(&prev.placements, &snapshot.placements) {
+        return prev.workloads.clone();
+    }
+    let mut by_policy: HashMap<String, Vec<usize>> = HashMap::new();
+    for d in snapshot.placements.decisions.values() {
+        let Some(policy) = &d.policy else { continue };
+        let placed = d
+            .placed
+            .iter()
+            .filter(|p| p.replicas.is_some())
+            .filter_map(|p| snapshot.cluster_by_id(&p.cluster));
+        let clusters = by_policy.entry(policy.to_string()).or_default();
+        clusters.extend(placed);
+    }
+    by_policy.retain(|_, clusters| {
+        clusters.sort_unstable();
+        clusters.dedup();
+        !clusters.is_empty()
+    });
+    Arc::new(by_policy)
 }
 
 /// An unschedulable template is a problem of the hub's, with the decision's numbers.

@@ -37,8 +37,9 @@ pub mod testing;
 pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;
 pub use placement::{
-    Capacity, Division, OverridePolicy, PlacementPolicy, Placements, ReplicaScheduling, Resources,
-    SpreadBy, SpreadConstraint, Template, TemplateKey, TemplateSelector,
+    Capacity, ConflictResolution, Division, OverridePolicy, PlacementPolicy, Placements,
+    Propagation, PurgeMode, ReplicaScheduling, Resources, SpreadBy, SpreadConstraint, Template,
+    TemplateKey, TemplateSelector,
 };
 pub use policy::{
     AffinityTier, ClusterSet, LabelSelector, Mode, Operator, Policies, Policy, Requirement,

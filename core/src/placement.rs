@@ -43,11 +43,13 @@ use crate::snapshot::ClusterView;
 mod decide;
 mod divide;
 mod filter;
+mod rollout;
 mod spread;
 #[cfg(test)]
 mod tests;
 
 pub use decide::{Placer, decide};
+pub use rollout::{Drain, Held, Rollout, Step, Write};
 
 /// A template's identity; displayed as `<apiVersion>/<Kind>/<namespace>/<name>` (the
 /// `meridian.io/template` annotation of what is rendered from it).
@@ -259,6 +261,8 @@ pub struct PlacementPolicy {
     pub failover_after_seconds: Option<u64>,
     /// A cluster failed over is placed again once Healthy for this long.
     pub failback_after_seconds: u64,
+    /// How what placement decided reaches the members (DESIGN §10).
+    pub propagation: Propagation,
 }
 
 impl Default for PlacementPolicy {
@@ -269,6 +273,55 @@ impl Default for PlacementPolicy {
             standby: None,
             failover_after_seconds: None,
             failback_after_seconds: 0,
+            propagation: Propagation::default(),
+        }
+    }
+}
+
+/// `conflictResolution`: an object in a member that meridian did not create.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum ConflictResolution {
+    /// Left alone; the template gets a `Conflict` condition naming the cluster.
+    #[default]
+    Abort,
+    /// Adopted: applied over, labelled as meridian's.
+    Overwrite,
+}
+
+/// `failover.purgeMode`: when the copy in a cluster placement dropped is deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum PurgeMode {
+    /// Once the copies that replace it are ready, or `gracePeriodSeconds` passed.
+    #[default]
+    Graceful,
+    /// At once.
+    Immediately,
+    /// Never: the old copy stays, no longer updated.
+    Never,
+}
+
+/// The propagation settings of a policy that places templates.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Propagation {
+    pub conflict_resolution: ConflictResolution,
+    pub purge_mode: PurgeMode,
+    /// The longest a dropped copy (or a shrinking one) waits for its replacement to be ready.
+    pub grace_period_seconds: u64,
+    /// Deleting (or unselecting) a template leaves what meridian placed in the members.
+    pub preserve_on_deletion: bool,
+    /// JSON pointers the member owns once the object exists there (besides `/spec/replicas`
+    /// of a workload an HPA in the member scales).
+    pub retain: Vec<String>,
+}
+
+impl Default for Propagation {
+    fn default() -> Self {
+        Self {
+            conflict_resolution: ConflictResolution::Abort,
+            purge_mode: PurgeMode::Graceful,
+            grace_period_seconds: 600,
+            preserve_on_deletion: false,
+            retain: Vec::new(),
         }
     }
 }

@@ -11,7 +11,9 @@
 //!           ─► target (own endpoints, or the gateway for a client on another network)
 //!           ─► tier   (Locality: own cluster, same zone, same region, rest; Tiers: the policy's
 //!                      clusterAffinities in order; Weighted: one tier; then clusters still
-//!                      failing back, then PreferNoSchedule)
+//!                      failing back, then PreferNoSchedule, then clusters where the
+//!                      policy that also places the service's workloads no longer places
+//!                      them: a drained copy takes traffic only when nothing else can)
 //!           ─► weigh  (the policy's weights, else ready endpoints)
 //!           ─► dedup  (an address two clusters report belongs to the one that comes first;
 //!                      a cluster left with none is filtered)
@@ -66,8 +68,11 @@ pub enum TierReason {
     Weighted,
     /// Clusters that recovered less than `failbackAfterSeconds` ago.
     FailingBack,
-    /// Clusters with a `PreferNoSchedule` taint, last.
+    /// Clusters with a `PreferNoSchedule` taint.
     PreferNoSchedule,
+    /// Last: the governing policy places the service's workloads, and not in these clusters
+    /// (a copy draining after a failover, a taint or a policy edit).
+    NotPlaced,
 }
 
 /// What a member of a tier resolves to for the client that asked. `Copy`, so a decision's
@@ -151,6 +156,7 @@ impl TierReason {
             TierReason::Weighted => "weighted",
             TierReason::FailingBack => "failing_back",
             TierReason::PreferNoSchedule => "prefer_no_schedule",
+            TierReason::NotPlaced => "not_placed",
         }
     }
 }
@@ -290,6 +296,7 @@ pub fn select_for(
     let client_view = client.cluster.and_then(|c| snapshot.clusters.get(c));
     let mut selection = Selection::default();
     let reasons = tier_reasons(policy, client_view.is_some());
+    let workloads = snapshot.workloads_of(policy);
     // (tier index, member): one allocation for the whole decision, sorted into tiers below.
     let mut placed: Vec<(usize, Member)> = Vec::with_capacity(service.backends.len());
     for (i, backend) in service.backends.iter().enumerate() {
@@ -337,10 +344,12 @@ pub fn select_for(
             target,
         };
         let last = reasons.len() - 1;
-        let bucket = if prefers_no_schedule(cluster, policy) {
+        let bucket = if workloads.is_some_and(|w| w.binary_search(&backend.cluster).is_err()) {
             last
-        } else if failing_back(cluster, backend, policy, now) {
+        } else if prefers_no_schedule(cluster, policy) {
             last - 1
+        } else if failing_back(cluster, backend, policy, now) {
+            last - 2
         } else {
             match (policy.mode, client.cluster, client_view) {
                 (Mode::Tiers, _, _) => affinity.expect("filtered above"),
@@ -470,6 +479,7 @@ fn tier_reasons(policy: &TrafficPolicy, client_known: bool) -> Vec<TierReason> {
     };
     reasons.push(TierReason::FailingBack);
     reasons.push(TierReason::PreferNoSchedule);
+    reasons.push(TierReason::NotPlaced);
     reasons
 }
 

@@ -183,6 +183,10 @@ pub struct Snapshot {
     pub templates: Arc<[Template]>,
     #[serde(skip)]
     pub overrides: Arc<[OverridePolicy]>,
+    /// Per policy that places workloads (`namespace/name`), the clusters (indices into
+    /// `clusters`, sorted) they are placed in: its Services' traffic goes there first.
+    #[serde(skip)]
+    pub workloads: Arc<HashMap<String, Vec<usize>>>,
     /// Problems found while merging, by service, so a rebuild replaces only its services'.
     #[serde(skip)]
     export_problems: BTreeMap<ObjectKey, Vec<Problem>>,
@@ -353,6 +357,16 @@ impl Snapshot {
 
     pub fn cluster_index(&self, id: &str) -> Option<usize> {
         self.clusters.iter().position(|c| c.spec.id.as_str() == id)
+    }
+
+    /// The clusters where the policy behind `policy` places workloads, when it places any.
+    pub fn workloads_of(&self, policy: &TrafficPolicy) -> Option<&[usize]> {
+        if self.workloads.is_empty() {
+            return None;
+        }
+        self.workloads
+            .get(policy.source.as_deref()?)
+            .map(Vec::as_slice)
     }
 
     pub fn cluster_by_id(&self, id: &ClusterId) -> Option<usize> {

@@ -437,3 +437,89 @@ fn merge_problems_come_first_and_are_rebuilt_with_their_service() {
     let snapshot = build(&mut fleet, &snapshot, t0).snapshot;
     assert_eq!(snapshot.problems.len(), 1, "{:?}", snapshot.problems);
 }
+
+// ---- traffic follows placement ----
+
+/// `shop/p` governs `shop/web` and places every Deployment of `shop` in its first tier
+/// (eu-2), the next one (eu-1) only when eu-2 cannot take it.
+fn placing_web() -> Policy {
+    use crate::placement::{PlacementPolicy, TemplateSelector};
+    use crate::policy::{AffinityTier, ClusterSet, Mode};
+    let tier = |name: &str, cluster: &str| AffinityTier {
+        name: Arc::from(name),
+        clusters: ClusterSet {
+            names: vec![cluster.into()],
+            selector: None,
+        },
+    };
+    Policy {
+        templates: vec![TemplateSelector {
+            kind: Some("Deployment".into()),
+            ..TemplateSelector::default()
+        }],
+        traffic: Arc::new(TrafficPolicy {
+            source: Some("shop/p".into()),
+            mode: Mode::Locality,
+            affinities: vec![tier("first", "eu-2"), tier("then", "eu-1")],
+            ..TrafficPolicy::default()
+        }),
+        placement: Some(Arc::new(PlacementPolicy::default())),
+        ..policy("p")
+    }
+}
+
+#[test]
+fn a_cluster_the_policy_does_not_place_the_workload_in_takes_traffic_last() {
+    use crate::placement::Template;
+    use crate::select::{TierReason, select};
+    let (mut fleet, t0) = fleet();
+    fleet.apply(
+        hub(&["eu-1", "eu-2"], vec![placing_web()], vec![], vec![]),
+        t0,
+    );
+    for (cluster, address) in [("eu-1", "10.0.0.1"), ("eu-2", "10.0.0.2")] {
+        fleet.apply(heartbeat(cluster), t0);
+        fleet.apply(reset(cluster, exported("web", address), vec![]), t0);
+    }
+    let template = Template {
+        key: crate::placement::TemplateKey::new("apps/v1", "Deployment", "shop", "web"),
+        labels: Default::default(),
+        generation: 1,
+        replicas: Some(3),
+        requests: Default::default(),
+        dependencies: Vec::new(),
+        body: Arc::new(serde_json::json!({})),
+    };
+    fleet.apply(
+        Event::Templates {
+            templates: vec![template],
+            overrides: Vec::new(),
+        },
+        t0,
+    );
+    let mut snapshot = build(&mut fleet, &Snapshot::empty(), t0).snapshot;
+    fleet.place(&Snapshot::empty(), &mut snapshot, t0);
+    let eu1 = snapshot.cluster_index("eu-1").unwrap();
+    let eu2 = snapshot.cluster_index("eu-2").unwrap();
+    assert_eq!(
+        snapshot.workloads_of(&placing_web().traffic),
+        Some(&[eu2][..])
+    );
+    let web = snapshot.service("shop", "web").unwrap().clone();
+    // A client in eu-1, the workload placed in eu-2 only: eu-2 first although eu-1 is the
+    // client's own cluster; eu-1's copy (draining) only after it.
+    let selection = select(&snapshot, &web, Some(eu1), t0);
+    let tiers: Vec<(Vec<TierReason>, Vec<usize>)> = selection
+        .tiers
+        .iter()
+        .map(|t| {
+            (
+                t.reasons.clone(),
+                t.members.iter().map(|m| m.cluster).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(tiers.len(), 2, "{tiers:?}");
+    assert_eq!(tiers[0].1, vec![eu2]);
+    assert_eq!(tiers[1], (vec![TierReason::NotPlaced], vec![eu1]));
+}

@@ -133,6 +133,7 @@ fn world(shape: &Shape) -> World {
         standby: shape.standby,
         failover_after_seconds: Some(30),
         failback_after_seconds: 10,
+        ..PlacementPolicy::default()
     };
     let mut w = w.policy(tiers, placement);
     for (i, r) in shape.replicas.iter().enumerate() {
