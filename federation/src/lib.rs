@@ -15,6 +15,7 @@
 //! Helpers: [`quantity`] reads Kubernetes quantities, [`image`] image references.
 //! Errors display their own message only; [`describe`] joins an error with its sources.
 
+pub mod drift;
 pub mod image;
 pub mod overrides;
 pub mod quantity;
