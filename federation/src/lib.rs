@@ -20,6 +20,7 @@ pub mod image;
 pub mod overrides;
 pub mod quantity;
 pub mod render;
+pub mod status;
 pub mod template;
 
 /// An error and its sources, joined by `": "` (the errors here never repeat their source in
