@@ -20,6 +20,7 @@ pub mod image;
 pub mod overrides;
 pub mod quantity;
 pub mod render;
+pub mod retain;
 pub mod status;
 pub mod template;
 
