@@ -88,11 +88,14 @@ impl Rules {
         quantities: false,
         omitted_zeros: false,
     };
-    /// An env list: values are strings the process reads, but `value: ""` is `omitempty`.
-    const ENV: Rules = Rules {
-        quantities: false,
-        omitted_zeros: true,
-    };
+
+    /// In an env list values are strings the process reads (`value: ""` is still `omitempty`).
+    fn env(self) -> Rules {
+        Rules {
+            quantities: false,
+            ..self
+        }
+    }
 }
 
 /// The pointer being compared and the drift found so far.
@@ -136,7 +139,11 @@ impl Walk {
             }
             (Value::Object(d), Some(Value::Object(l))) => {
                 for (key, dv) in d {
-                    let rules = if key == "env" { Rules::ENV } else { rules };
+                    let rules = if key == "env" && dv.is_array() {
+                        rules.env()
+                    } else {
+                        rules
+                    };
                     self.enter(key, |w| w.value(dv, l.get(key), rules));
                 }
             }

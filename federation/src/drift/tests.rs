@@ -308,6 +308,12 @@ fn omitted_zero_values_are_not_drift_outside_metadata() {
     });
     let live = json!({"metadata": {"labels": {}}, "spec": {}});
     assert_eq!(drifted(&desired, &live), ["/metadata/labels/tier"]);
+    let env_label = json!({"metadata": {"labels": {"env": ""}}});
+    assert_eq!(
+        drifted(&env_label, &json!({"metadata": {"labels": {}}})),
+        ["/metadata/labels/env"],
+        "a label named env is still a label"
+    );
     let live = json!({"metadata": {"labels": {"tier": ""}}, "spec": {"hostNetwork": true}});
     assert_eq!(drifted(&desired, &live), ["/spec/hostNetwork"]);
 }
