@@ -10,15 +10,26 @@
 //!        ──render::path──► <cluster>/<namespace>/<Kind>.<name>.yaml
 //!        ──render::to_yaml──► one YAML document, keys sorted
 //!  core::placement::Placements ──render::render_all──► every file, and every problem
+//!
+//!  for the propagation task, which applies objects to members and watches them there:
+//!  apply body + member's live object ──retain::retain──► body keeping the member's fields
+//!                                                       (an HPA's spec.replicas)
+//!  apply body + member's live object ──drift::drifted──► pointers the member no longer holds
+//!  live copies in the members ──status::aggregate──► the hub template's status (counters,
+//!                                                    conditions, gated observedGeneration)
+//!                             ──status::ready──► whether a copy may replace another
 //! ```
 //!
 //! Helpers: [`quantity`] reads Kubernetes quantities, [`image`] image references.
 //! Errors display their own message only; [`describe`] joins an error with its sources.
 
+pub mod drift;
 pub mod image;
 pub mod overrides;
 pub mod quantity;
 pub mod render;
+pub mod retain;
+pub mod status;
 pub mod template;
 
 /// An error and its sources, joined by `": "` (the errors here never repeat their source in

@@ -95,6 +95,34 @@ impl Quantity {
         u64::try_from(value).ok()
     }
 
+    /// Whether two quantities are the same amount however they are written (`"1Gi"` and
+    /// `"1024Mi"`, `"1"` and `"1000m"`): `==` only sees through the decimal spelling, since a
+    /// power of two in the mantissa is not moved into `exp2`.
+    pub fn same_amount(&self, other: &Quantity) -> bool {
+        self.prime_factors() == other.prime_factors()
+    }
+
+    /// `(m, a, b)` with `self = m × 2^a × 5^b` and `m` prime to 10: one triple per amount.
+    fn prime_factors(&self) -> (u128, i64, i64) {
+        if self.mantissa == 0 {
+            return (0, 0, 0);
+        }
+        let (mut m, mut twos, mut fives) = (
+            self.mantissa,
+            i64::from(self.exp10) + i64::from(self.exp2),
+            i64::from(self.exp10),
+        );
+        while m.is_multiple_of(2) {
+            m /= 2;
+            twos += 1;
+        }
+        while m.is_multiple_of(5) {
+            m /= 5;
+            fives += 1;
+        }
+        (m, twos, fives)
+    }
+
     /// Strips the mantissa's trailing zeros into the exponent, so equal values compare equal.
     fn normalized(mut self) -> Self {
         if self.mantissa == 0 {

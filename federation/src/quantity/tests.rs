@@ -151,6 +151,30 @@ fn equal_values_parse_equal() {
     }
 }
 
+#[test]
+fn same_amounts_across_suffixes() {
+    let same = |a: &str, b: &str| {
+        Quantity::parse(a)
+            .unwrap()
+            .same_amount(&Quantity::parse(b).unwrap())
+    };
+    for (a, b) in [
+        ("1Gi", "1024Mi"),
+        ("1", "1000m"),
+        ("0.5Gi", "512Mi"),
+        ("1k", "1000"),
+        ("1Ki", "1024"),
+        ("0", "0Gi"),
+        ("1.5", "1500m"),
+    ] {
+        assert!(same(a, b), "{a} and {b}");
+        assert!(same(b, a), "{b} and {a}");
+    }
+    for (a, b) in [("1Gi", "1G"), ("1", "1001m"), ("1Ki", "1k"), ("0", "1n")] {
+        assert!(!same(a, b), "{a} and {b}");
+    }
+}
+
 fn suffixes() -> impl Strategy<Value = (&'static str, u64)> {
     prop_oneof![
         Just(("", 1u64)),
@@ -171,6 +195,14 @@ proptest! {
     fn formatted_integers_round_trip(n in 0u64..1_000_000_000, (suffix, factor) in suffixes()) {
         let text = format!("{n}{suffix}");
         prop_assert_eq!(whole(&text), Ok(n * factor));
+    }
+
+    /// A suffixed amount is the same amount as its plain count.
+    #[test]
+    fn suffixed_amounts_are_their_plain_counts(n in 0u64..1_000_000, (suffix, factor) in suffixes()) {
+        let text = Quantity::parse(&format!("{n}{suffix}")).unwrap();
+        let plain = Quantity::parse(&(n * factor).to_string()).unwrap();
+        prop_assert!(text.same_amount(&plain));
     }
 
     /// Millicores formatted with `m` read back exactly, and as whole cores rounded up.

@@ -1,0 +1,180 @@
+use serde_json::json;
+
+use super::*;
+
+fn desired() -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "annotations": {"team": "shop"}},
+        "spec": {
+            "replicas": 3,
+            "template": {"spec": {"containers": [{"name": "web", "image": "nginx:1.25"}]}}
+        }
+    })
+}
+
+fn paths(paths: &[&str]) -> Vec<String> {
+    paths.iter().map(|p| p.to_string()).collect()
+}
+
+#[test]
+fn retained_replicas_are_copied_from_live() {
+    let live = json!({"spec": {"replicas": 7}});
+    let mut d = desired();
+    retain(&mut d, Some(&live), &paths(&[HPA_RETAINED])).unwrap();
+    assert_eq!(d["spec"]["replicas"], 7);
+    assert_eq!(d["spec"]["template"], desired()["spec"]["template"]);
+}
+
+#[test]
+fn a_field_live_lacks_is_removed_from_desired() {
+    let live = json!({"spec": {"template": {}}, "metadata": {"annotations": {"team": null}}});
+    let mut d = desired();
+    retain(
+        &mut d,
+        Some(&live),
+        &paths(&[
+            "/spec/replicas",
+            "/metadata/annotations/team",
+            "/spec/paused",
+        ]),
+    )
+    .unwrap();
+    assert!(d["spec"].get("replicas").is_none(), "{d}");
+    assert_eq!(d["metadata"]["annotations"], json!({}));
+    assert!(d["spec"].get("paused").is_none());
+}
+
+#[test]
+fn live_none_leaves_desired_as_it_is() {
+    let mut d = desired();
+    retain(&mut d, None, &paths(&[HPA_RETAINED, "/spec/clusterIP"])).unwrap();
+    assert_eq!(d, desired());
+}
+
+#[test]
+fn maps_desired_lacks_are_created() {
+    let live = json!({"metadata": {"labels": {"owner/team": "member"}}});
+    let mut d = desired();
+    retain(
+        &mut d,
+        Some(&live),
+        &paths(&["/metadata/labels/owner~1team"]),
+    )
+    .unwrap();
+    assert_eq!(d["metadata"]["labels"], json!({"owner/team": "member"}));
+}
+
+#[test]
+fn list_elements_are_retained_by_index() {
+    let live = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "web", "image": "nginx:1.27"}
+    ]}}}});
+    let mut d = desired();
+    let image = "/spec/template/spec/containers/0/image";
+    retain(&mut d, Some(&live), &paths(&[image])).unwrap();
+    assert_eq!(d.pointer(image).unwrap(), "nginx:1.27");
+}
+
+#[test]
+fn invalid_pointers_are_errors_naming_the_path() {
+    for bad in ["spec/replicas", "", "/spec/a~2b", "/spec/trailing~"] {
+        let mut d = desired();
+        let err = retain(&mut d, None, &paths(&["/spec/replicas", bad])).unwrap_err();
+        assert!(
+            matches!(&err, RetainError::Pointer { path, .. } if path == bad),
+            "{bad}: {err:?}"
+        );
+        assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        assert_eq!(d, desired(), "{bad}");
+    }
+}
+
+#[test]
+fn a_path_desired_cannot_hold_is_an_error_and_changes_nothing() {
+    let live = json!({
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [{}, {"image": "x"}]}}},
+        "metadata": {"name": {"odd": true}}
+    });
+    for bad in [
+        "/spec/template/spec/containers/1/image",
+        "/metadata/name/odd",
+    ] {
+        let mut d = desired();
+        let err = retain(&mut d, Some(&live), &paths(&[HPA_RETAINED, bad])).unwrap_err();
+        assert!(
+            matches!(&err, RetainError::Unreachable { path, .. } if path == bad),
+            "{err:?}"
+        );
+        assert_eq!(d, desired(), "{bad}");
+    }
+}
+
+#[test]
+fn hpa_targets_of_v2_and_v1() {
+    let v2 = json!({
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "minReplicas": 2,
+            "maxReplicas": 10
+        }
+    });
+    assert_eq!(
+        hpa_targets(&v2),
+        Some(("apps/v1".into(), "Deployment".into(), "web".into()))
+    );
+    let v1 = json!({
+        "apiVersion": "autoscaling/v1",
+        "kind": "HorizontalPodAutoscaler",
+        "spec": {"scaleTargetRef": {"kind": "StatefulSet", "name": "db"}}
+    });
+    assert_eq!(
+        hpa_targets(&v1),
+        Some(("".into(), "StatefulSet".into(), "db".into()))
+    );
+}
+
+#[test]
+fn malformed_hpas_have_no_target() {
+    let hpa = |spec: Value| json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "spec": spec});
+    let cases = [
+        (
+            "no spec",
+            json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler"}),
+        ),
+        ("no scaleTargetRef", hpa(json!({"maxReplicas": 3}))),
+        (
+            "no name",
+            hpa(json!({"scaleTargetRef": {"kind": "Deployment"}})),
+        ),
+        (
+            "empty kind",
+            hpa(json!({"scaleTargetRef": {"kind": "", "name": "web"}})),
+        ),
+        (
+            "apiVersion not a string",
+            hpa(json!({"scaleTargetRef": {"apiVersion": 2, "kind": "Deployment", "name": "web"}})),
+        ),
+        (
+            "not an HPA",
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}}}),
+        ),
+    ];
+    for (name, object) in cases {
+        assert_eq!(hpa_targets(&object), None, "{name}");
+    }
+}
+
+#[test]
+fn indexes_follow_rfc_6901() {
+    assert_eq!(index("0"), Some(0));
+    assert_eq!(index("12"), Some(12));
+    for bad in ["", "01", "-", "+1", "1a"] {
+        assert_eq!(index(bad), None, "{bad}");
+    }
+}
