@@ -46,6 +46,16 @@ impl Leadership {
         }
     }
 
+    /// Leader until the instant `until` holds (none: not leader), for tests that take
+    /// leadership away.
+    #[cfg(test)]
+    pub(crate) fn following(until: watch::Receiver<Option<Instant>>) -> Self {
+        Self {
+            until: Some(until),
+            identity: Arc::from("test"),
+        }
+    }
+
     pub fn is_leader(&self) -> bool {
         match &self.until {
             None => true,

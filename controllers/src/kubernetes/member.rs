@@ -71,7 +71,7 @@ pub async fn run(
         else {
             return;
         };
-        fleet.update(&cluster, |f| f.client = Some(client.clone()));
+        fleet.update(&cluster, |f| f.connect(client.clone()));
         // Starts set: the first successful heartbeat, like one after an outage, is reported
         // only once the first full list is in, so a member counts as synced (DESIGN §4: SERVFAIL
         // until then, never NXDOMAIN) only with its objects.

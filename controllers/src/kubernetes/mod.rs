@@ -8,14 +8,19 @@
 //!            status::run     MemberCluster status on the hub
 //!            writeback::run  ServiceExport conditions, ServiceImports, derived Services and
 //!                            EndpointSlices in the members
+//!                 └─ every write into a cluster: apply::Applier (server-side apply, discovery
+//!                    cache, fingerprints in apply::Written, leadership before each request)
 //! ```
 //! Every replica watches and serves; [`Fleet`] is what the member sources learnt that the
 //! writers need (clients, versions, capacity, namespaces).
 
+pub mod apply;
 pub mod connect;
 pub mod hub;
 pub mod leader;
 pub mod member;
+#[cfg(test)]
+mod mock;
 pub mod state;
 pub mod status;
 pub mod templates;
@@ -23,6 +28,7 @@ pub mod writeback;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use kube::Client;
@@ -34,6 +40,8 @@ use tokio::task::JoinHandle;
 /// The label on everything meridian writes into a member; meridian never touches an object
 /// without it.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "meridian");
+/// What meridian wrote itself, for listing it.
+pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=meridian";
 /// Watches leave out what meridian wrote itself.
 pub const MANAGED_BY_SELECTOR_EXCLUDED: &str = "app.kubernetes.io/managed-by!=meridian";
 
@@ -41,6 +49,9 @@ pub const MANAGED_BY_SELECTOR_EXCLUDED: &str = "app.kubernetes.io/managed-by!=me
 #[derive(Clone, Default)]
 pub struct MemberFacts {
     pub client: Option<Client>,
+    /// Which client: every client a source sets gets a number no other client had, so a
+    /// writer knows to rebuild what it built on the last one (a `Client` has no identity).
+    pub connection: u64,
     pub kubernetes_version: Option<String>,
     pub last_heartbeat: Option<SystemTime>,
     pub capacity: BTreeMap<String, String>,
@@ -51,6 +62,15 @@ pub struct MemberFacts {
     pub listed: bool,
     /// The member left the hub: the leader deletes what it wrote there, then forgets it.
     pub retired: bool,
+}
+
+impl MemberFacts {
+    /// The source connected (again) with `client`.
+    pub fn connect(&mut self, client: Client) {
+        static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
+        self.client = Some(client);
+        self.connection = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for MemberFacts {

@@ -1,0 +1,505 @@
+//! The one way meridian writes into a Kubernetes cluster.
+//!
+//! ```text
+//!  producer (writeback today; propagation, the pull agent next)
+//!     │ ObjectId + body (serde_json::Value), labelled with `label_managed`
+//!     ├─ Written::unchanged? ──yes──► nothing is sent
+//!     ▼
+//!  Applier (one per member client)
+//!     ├─ discovery cache: (apiVersion, kind) → (ApiResource, namespaced), asked once per kind
+//!     ├─ Leadership::is_leader()? ──no──► Error::NotLeader, no request
+//!     └─ PATCH application/apply-patch+yaml ?fieldManager=meridian[&force=true]
+//!           └─► the object the API returned (uid, resourceVersion, defaulted fields)
+//! ```
+//!
+//! Why one path: whatever meridian writes — MCS objects, propagated templates of any kind,
+//! status — must carry the same ownership (field manager `meridian`, the
+//! `app.kubernetes.io/managed-by=meridian` label), be skipped when unchanged and be refused the
+//! moment this replica stops leading. A producer says *what* it wants written; it never picks a
+//! second way to write.
+//!
+//! - **Dynamic objects.** Bodies are JSON values and kinds are resolved by discovery, so a
+//!   Deployment, a ConfigMap or a CRD nobody compiled in go through the same code as a Service.
+//!   The discovery answer is cached per applier: a kind costs one discovery request per
+//!   connection, not one per write. An unknown kind is not cached, so a CRD installed later is
+//!   found on the next use.
+//! - **Leadership before every request.** Each request is a write of its own: a leader frozen
+//!   during one request must not send the next after it wakes up past its renew deadline, so the
+//!   check sits in front of each request, not of each pass.
+//! - **Fingerprints.** [`Written`] remembers a hash of each body the applier last sent into a
+//!   member; a producer skips what is unchanged and re-sends everything when it resyncs.
+//! - **Errors keep the API's word.** A refusal is [`Error::Api`] with the status code, reason
+//!   and message the API server gave, so a 422's message can reach a condition or a problem.
+
+use std::collections::BTreeMap;
+use std::collections::hash_map::DefaultHasher;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{GroupVersion, GroupVersionKind};
+use kube::discovery::{self, ApiResource, Scope};
+use kube::{Api, Client};
+use meridian_core::ClusterId;
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+
+use super::MANAGED_BY;
+use super::leader::Leadership;
+
+/// The field manager of every write: what meridian owns in an object is what it applied.
+pub const FIELD_MANAGER: &str = "meridian";
+/// Objects per page when listing: a member may hold thousands of derived slices.
+const LIST_PAGE: u32 = 500;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which object: the apiVersion and kind say which API, namespace and name which object in it.
+/// A cluster-scoped object has no namespace.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectId {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl ObjectId {
+    pub fn new(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> Self {
+        Self {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+        }
+    }
+
+    /// The id a manifest names in its `apiVersion`, `kind` and `metadata`; None without
+    /// apiVersion, kind or name.
+    pub fn of(body: &Value) -> Option<Self> {
+        let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+        Some(Self {
+            api_version: text(&body["apiVersion"])?,
+            kind: text(&body["kind"])?,
+            namespace: text(&body["metadata"]["namespace"]),
+            name: text(&body["metadata"]["name"])?,
+        })
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}/{}/{}", self.kind, ns, self.name),
+            None => write!(f, "{}/{}", self.kind, self.name),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("not the leader: nothing was sent")]
+    NotLeader,
+    #[error("the API server serves no kind {kind} in {api_version}")]
+    UnknownKind { api_version: String, kind: String },
+    #[error("discovery of {kind} in {api_version} failed")]
+    Discovery {
+        api_version: String,
+        kind: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{kind} is namespaced: {id} needs a namespace")]
+    NamespaceRequired { kind: String, id: Box<ObjectId> },
+    /// The API server answered and refused; `message` is its own explanation.
+    #[error("{id}: {code} {reason}: {message}")]
+    Api {
+        // Boxed, as in `Request`: errors travel in every `Result` the applier returns, and an
+        // id is four strings.
+        id: Box<ObjectId>,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    /// The request got no answer from the API (transport, timeout, an undecodable reply).
+    #[error("{id}: request failed")]
+    Request {
+        id: Box<ObjectId>,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("listing {kind} in {api_version} failed")]
+    List {
+        api_version: String,
+        kind: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// The HTTP status the API server answered with, if it answered.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            Error::Api { code, .. } => Some(*code),
+            Error::Discovery { source, .. } | Error::List { source, .. } => match source {
+                kube::Error::Api(s) => Some(s.code),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        self.code() == Some(409)
+    }
+
+    pub fn is_forbidden(&self) -> bool {
+        self.code() == Some(403)
+    }
+
+    pub fn is_invalid(&self) -> bool {
+        self.code() == Some(422)
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+
+    /// No answer from the API at all (as opposed to a refusal).
+    pub fn is_transport(&self) -> bool {
+        matches!(
+            self,
+            Error::Request { .. } | Error::Discovery { .. } | Error::List { .. }
+        ) && self.code().is_none()
+    }
+
+    fn from_kube(id: &ObjectId, e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(status) => Error::Api {
+                id: Box::new(id.clone()),
+                code: status.code,
+                reason: status.reason,
+                message: status.message,
+            },
+            source => Error::Request {
+                id: Box::new(id.clone()),
+                source,
+            },
+        }
+    }
+}
+
+/// How to apply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyOptions {
+    /// Take fields over from other managers instead of failing with 409: meridian is the
+    /// source of truth for what it writes.
+    pub force: bool,
+}
+
+impl ApplyOptions {
+    pub fn force() -> Self {
+        Self { force: true }
+    }
+}
+
+/// What discovery said about one kind.
+#[derive(Clone, Debug)]
+struct Kind {
+    resource: ApiResource,
+    namespaced: bool,
+}
+
+/// Writes into one cluster through one client. Keep it as long as the client: its discovery
+/// cache is what saves a request per kind.
+pub struct Applier {
+    client: Client,
+    /// Asked before every request, never once per pass.
+    leadership: Leadership,
+    /// For logs: which member this applier writes into.
+    cluster: ClusterId,
+    /// (apiVersion, kind) → what discovery said; only found kinds, so a CRD installed later is
+    /// found on its next use.
+    kinds: Mutex<BTreeMap<(String, String), Kind>>,
+}
+
+impl fmt::Debug for Applier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Applier")
+            .field("cluster", &self.cluster)
+            .field("kinds", &self.kinds.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Applier {
+    pub fn new(client: Client, leadership: Leadership, cluster: ClusterId) -> Self {
+        Self {
+            client,
+            leadership,
+            cluster,
+            kinds: Mutex::default(),
+        }
+    }
+
+    pub fn cluster(&self) -> &ClusterId {
+        &self.cluster
+    }
+
+    /// Server-side apply of `body` as `id`; returns the object as the API stored it.
+    pub async fn apply(
+        &self,
+        id: &ObjectId,
+        body: &Value,
+        opts: ApplyOptions,
+    ) -> Result<DynamicObject> {
+        let api = self.write_api(id).await?;
+        api.patch(&id.name, &params(opts), &Patch::Apply(body))
+            .await
+            .map_err(|e| Error::from_kube(id, e))
+    }
+
+    /// Server-side apply of `body` to the status subresource of `id`.
+    pub async fn apply_status(
+        &self,
+        id: &ObjectId,
+        body: &Value,
+        opts: ApplyOptions,
+    ) -> Result<DynamicObject> {
+        let api = self.write_api(id).await?;
+        api.patch_status(&id.name, &params(opts), &Patch::Apply(body))
+            .await
+            .map_err(|e| Error::from_kube(id, e))
+    }
+
+    /// The object as it is now; None when there is none. Reading needs no leadership.
+    pub async fn get(&self, id: &ObjectId) -> Result<Option<DynamicObject>> {
+        let api = self.object_api(id).await?;
+        api.get_opt(&id.name)
+            .await
+            .map_err(|e| Error::from_kube(id, e))
+    }
+
+    /// Deletes `id`; an object already gone is deleted. Dependents (owner references) are left
+    /// to the garbage collector in the background.
+    pub async fn delete(&self, id: &ObjectId) -> Result<()> {
+        let api = self.write_api(id).await?;
+        match api.delete(&id.name, &DeleteParams::background()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Error::from_kube(id, e)),
+        }
+    }
+
+    /// The ids of every object of a kind matching `label_selector`, in every namespace, read
+    /// as metadata only; sorted.
+    pub async fn list_managed(
+        &self,
+        api_version: &str,
+        kind: &str,
+        label_selector: &str,
+    ) -> Result<Vec<ObjectId>> {
+        let k = self.kind(api_version, kind).await?;
+        let api = Api::<DynamicObject>::all_with(self.client.clone(), &k.resource);
+        let mut lp = ListParams::default()
+            .labels(label_selector)
+            .limit(LIST_PAGE);
+        let mut out = Vec::new();
+        loop {
+            let page = api.list_metadata(&lp).await.map_err(|source| Error::List {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                source,
+            })?;
+            out.extend(page.items.into_iter().filter_map(|o| {
+                Some(ObjectId {
+                    api_version: api_version.to_string(),
+                    kind: kind.to_string(),
+                    namespace: o.metadata.namespace.filter(|_| k.namespaced),
+                    name: o.metadata.name?,
+                })
+            }));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => lp = lp.continue_token(&token),
+                None => break,
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn leading(&self) -> Result<()> {
+        if self.leadership.is_leader() {
+            Ok(())
+        } else {
+            Err(Error::NotLeader)
+        }
+    }
+
+    /// An Api to write `id` with, asked for only while leading. Discovery may take a while, so
+    /// leadership is asked again once the kind is known, right before the write goes out; a
+    /// replica that does not lead sends nothing, not even discovery.
+    async fn write_api(&self, id: &ObjectId) -> Result<Api<DynamicObject>> {
+        self.leading()?;
+        let api = self.object_api(id).await?;
+        self.leading()?;
+        Ok(api)
+    }
+
+    /// An Api for `id`'s kind, scoped to its namespace when the kind is namespaced.
+    async fn object_api(&self, id: &ObjectId) -> Result<Api<DynamicObject>> {
+        let k = self.kind(&id.api_version, &id.kind).await?;
+        let client = self.client.clone();
+        // A cluster-scoped object has no namespace: one given anyway is ignored, as kubectl
+        // does.
+        match (k.namespaced, &id.namespace) {
+            (true, Some(ns)) => Ok(Api::namespaced_with(client, ns, &k.resource)),
+            (true, None) => Err(Error::NamespaceRequired {
+                kind: id.kind.clone(),
+                id: Box::new(id.clone()),
+            }),
+            (false, _) => Ok(Api::all_with(client, &k.resource)),
+        }
+    }
+
+    async fn kind(&self, api_version: &str, kind: &str) -> Result<Kind> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(k) = self.kinds.lock().get(&key) {
+            return Ok(k.clone());
+        }
+        let unknown = || Error::UnknownKind {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+        };
+        let gv: GroupVersion = api_version.parse().map_err(|_| unknown())?;
+        let gvk: GroupVersionKind = gv.with_kind(kind);
+        let (resource, caps) = match discovery::pinned_kind(&self.client, &gvk).await {
+            Ok(found) => found,
+            // The group version is not served at all, or is served without this kind.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Err(unknown()),
+            Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(_))) => {
+                return Err(unknown());
+            }
+            Err(source) => {
+                return Err(Error::Discovery {
+                    api_version: api_version.to_string(),
+                    kind: kind.to_string(),
+                    source,
+                });
+            }
+        };
+        let k = Kind {
+            resource,
+            namespaced: caps.scope == Scope::Namespaced,
+        };
+        self.kinds.lock().insert(key, k.clone());
+        Ok(k)
+    }
+}
+
+fn params(opts: ApplyOptions) -> PatchParams {
+    let params = PatchParams::apply(FIELD_MANAGER);
+    if opts.force { params.force() } else { params }
+}
+
+/// What an applier last wrote into one cluster: a fingerprint of each body sent, so that what
+/// is unchanged is not sent again.
+#[derive(Clone, Debug, Default)]
+pub struct Written {
+    prints: BTreeMap<ObjectId, u64>,
+}
+
+impl Written {
+    /// `body` is what was last recorded for `id`.
+    pub fn unchanged(&self, id: &ObjectId, body: &Value) -> bool {
+        self.prints.get(id) == Some(&fingerprint(body))
+    }
+
+    /// `body` was written as `id`.
+    pub fn record(&mut self, id: &ObjectId, body: &Value) {
+        self.prints.insert(id.clone(), fingerprint(body));
+    }
+
+    pub fn forget(&mut self, id: &ObjectId) {
+        self.prints.remove(id);
+    }
+
+    /// Forget everything: the next pass writes everything again.
+    pub fn clear(&mut self) {
+        self.prints.clear();
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = &ObjectId> {
+        self.prints.keys()
+    }
+
+    pub fn contains(&self, id: &ObjectId) -> bool {
+        self.prints.contains_key(id)
+    }
+}
+
+/// A hash of a JSON value that does not depend on the order of its object keys: serde_json
+/// keeps keys sorted today, but its `preserve_order` feature (which any crate in the tree may
+/// turn on) would make equal bodies serialise differently.
+pub fn fingerprint(body: &Value) -> u64 {
+    let mut h = DefaultHasher::new();
+    hash_value(body, &mut h);
+    h.finish()
+}
+
+fn hash_value(v: &Value, h: &mut impl Hasher) {
+    match v {
+        Value::Null => 0u8.hash(h),
+        Value::Bool(b) => (1u8, b).hash(h),
+        // Display keeps 1 and 1.0 apart, as the API server does.
+        Value::Number(n) => (2u8, n.to_string()).hash(h),
+        Value::String(s) => (3u8, s).hash(h),
+        Value::Array(items) => {
+            (4u8, items.len()).hash(h);
+            for item in items {
+                hash_value(item, h);
+            }
+        }
+        Value::Object(map) => {
+            (5u8, map.len()).hash(h);
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by_key(|(k, _)| *k);
+            for (k, v) in entries {
+                k.hash(h);
+                hash_value(v, h);
+            }
+        }
+    }
+}
+
+/// Puts `app.kubernetes.io/managed-by=meridian` and `extra` into `metadata.labels`: meridian
+/// only ever deletes what carries its label. A body that is not an object, or whose metadata
+/// or labels are not objects, is left alone (the API server will refuse it).
+pub fn label_managed(body: &mut Value, extra: &[(&str, &str)]) {
+    let Some(labels) = body
+        .as_object_mut()
+        .and_then(|o| child_object(o, "metadata"))
+        .and_then(|m| child_object(m, "labels"))
+    else {
+        return;
+    };
+    for (k, v) in std::iter::once(&MANAGED_BY).chain(extra) {
+        labels.insert((*k).to_string(), Value::String((*v).to_string()));
+    }
+}
+
+/// The object under `key`, made when it is missing or null.
+fn child_object<'a>(
+    map: &'a mut Map<String, Value>,
+    key: &str,
+) -> Option<&'a mut Map<String, Value>> {
+    let child = map.entry(key).or_insert(Value::Null);
+    if child.is_null() {
+        *child = Value::Object(Map::new());
+    }
+    child.as_object_mut()
+}
+
+#[cfg(test)]
+mod tests;
