@@ -10,6 +10,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use meridian_controllers::kubernetes::Fleet;
 use meridian_controllers::kubernetes::leader::Leadership;
+use meridian_controllers::kubernetes::propagate::PropagationView;
 use meridian_core::Snapshot;
 use meridian_dns::Dns;
 use meridian_dns::explain::explain;
@@ -33,6 +34,8 @@ pub struct AdminState {
     pub metrics: Arc<Registry>,
     /// Whether each listener is accepting, for `/readyz`.
     pub listeners: meridian_listen::Health,
+    /// What each member holds of every placed template (the leader's propagation).
+    pub propagation: PropagationView,
 }
 
 /// A listener failing to accept for this long makes meridian unready: long enough to ride
@@ -144,7 +147,7 @@ async fn debug_index() -> Json<Value> {
             "/debug/resolve?name=N&type=T&cluster=C": "what a client in cluster C is answered for N, and why",
             "/debug/explain?service=S&cluster=C": "the scheduling decision for service S (name.namespace) from cluster C: filtered clusters and why, tiers, weights, spill-over, the DNS answer and the EDS priorities, in words and JSON",
             "/debug/explain?kind=K&name=N&namespace=NS&cluster=C": "the placement decision for template K NS/N: policy, tier, per cluster the replicas and why, the clusters left out and why, the overrides applied; and the traffic decision of the Services the same policy governs",
-            "/debug/placements": "every placement decision",
+            "/debug/placements": "every placement decision, and what each member holds of it (propagation)",
             "/debug/xds": "connected xDS clients: node, subscriptions, versions sent, ACKed and NACKed (with the last error)",
             "/debug/xds/dump?cluster=C&network=N&role=R": "what a node (envoy, proxyless, eastwest-gateway) in cluster C receives over ADS",
         }
@@ -292,9 +295,8 @@ async fn debug_explain(State(s): State<AdminState>, Query(q): Query<ExplainQuery
             s.dns.answerer(),
             &s.xds,
             &snap,
-            kind,
-            q.namespace.as_deref().unwrap_or("default"),
-            name,
+            &s.propagation.get(),
+            (kind, q.namespace.as_deref().unwrap_or("default"), name),
             cluster,
         ),
         _ => Err(anyhow::anyhow!(
@@ -312,7 +314,10 @@ async fn debug_explain(State(s): State<AdminState>, Query(q): Query<ExplainQuery
 
 /// Every placement decision.
 async fn debug_placements(State(s): State<AdminState>) -> Json<Value> {
-    Json(crate::explain::placements_json(&s.snapshot()))
+    Json(crate::explain::placements_json(
+        &s.snapshot(),
+        &s.propagation.get(),
+    ))
 }
 
 /// Every connected xDS stream: its node, subscriptions, what it was sent, ACKed and NACKed.

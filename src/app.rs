@@ -9,8 +9,10 @@ use anyhow::{Context, Result, bail};
 use meridian_controllers::directory;
 use meridian_controllers::kubernetes::connect::{self, WatchTimeout};
 use meridian_controllers::kubernetes::leader::{self, Leadership, LeaseConfig};
+use meridian_controllers::kubernetes::propagate::{self, PropagationView};
 use meridian_controllers::kubernetes::{hub, status, writeback};
 use meridian_controllers::members::Sources;
+use meridian_controllers::metrics::PropagationMetrics;
 use meridian_core::Snapshot;
 use meridian_core::fleet::Fleet;
 use meridian_dns::{Dns, Listeners};
@@ -74,6 +76,16 @@ impl App {
             sources.fleet.clone(),
             leadership.clone(),
         )));
+        // Kubernetes members get what is placed in them; a Kubernetes hub the Placements.
+        let propagation = PropagationView::default();
+        tasks.push(tokio::spawn(propagate::run(
+            snapshots.clone(),
+            sources.fleet.clone(),
+            leadership.clone(),
+            sources.hub.clone(),
+            propagation.clone(),
+            PropagationMetrics::new(metrics.sub_registry_with_prefix("propagation")),
+        )));
         // Directory members with a renderPath keep their placed objects rendered there.
         tasks.push(tokio::spawn(meridian_controllers::render::run(
             snapshots.clone(),
@@ -132,6 +144,7 @@ impl App {
             leadership: leadership.clone(),
             metrics: Arc::new(metrics),
             listeners: health.clone(),
+            propagation,
         });
         tasks.push(tokio::spawn(admin::serve(
             admin_listener,

@@ -25,6 +25,7 @@ pub mod directory;
 pub mod kubernetes;
 pub mod manifest;
 pub mod members;
+pub mod metrics;
 pub mod overrides;
 pub mod policy;
 pub mod render;

@@ -547,6 +547,19 @@ pub struct Decision {
     pub excluded: Vec<Excluded>,
 }
 
+impl Placements {
+    /// How the copies of a decision reach the members: its policy's settings (a dependency,
+    /// placed by no policy, takes the defaults).
+    pub fn propagation_of(&self, decision: &Decision) -> Propagation {
+        decision
+            .policy
+            .as_ref()
+            .and_then(|p| self.propagation.get(p))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
 impl Decision {
     pub fn replicas_in(&self, cluster: &ClusterId) -> Option<&Placed> {
         self.placed.iter().find(|p| &p.cluster == cluster)
@@ -562,6 +575,8 @@ impl Decision {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Placements {
     pub decisions: BTreeMap<TemplateKey, Decision>,
+    /// The propagation settings of every policy that placed something this round.
+    pub propagation: BTreeMap<ObjectKey, Propagation>,
     #[serde(skip)]
     pub next_deadline: Option<Instant>,
 }

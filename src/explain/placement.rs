@@ -2,7 +2,10 @@
 //! placement decision step by step and, when the same policy governs Services, the traffic
 //! decision of each beside it — the two halves of one ClusterSchedulingPolicy.
 
+use std::collections::BTreeMap;
+
 use anyhow::{Result, anyhow};
+use meridian_controllers::kubernetes::propagate::TemplateView;
 use meridian_core::Snapshot;
 use meridian_core::placement::{
     Decision, Outcome, PlacedReason, PlacementFilter, SpreadBy, TemplateKey,
@@ -12,14 +15,14 @@ use meridian_xds::Xds;
 use serde_json::{Value, json};
 
 /// The placement (and traffic) explanation of template `kind` `namespace/name`; `kind` is
-/// matched case-insensitively (`deployment`, `Deployment`).
+/// matched case-insensitively (`deployment`, `Deployment`). With what each member holds of
+/// it, when this replica propagates.
 pub fn explain_template(
     answerer: &Answerer,
     xds: &Xds,
     snap: &Snapshot,
-    kind: &str,
-    namespace: &str,
-    name: &str,
+    propagation: &BTreeMap<TemplateKey, TemplateView>,
+    (kind, namespace, name): (&str, &str, &str),
     from_cluster: Option<&str>,
 ) -> Result<Value> {
     let template = snap
@@ -40,6 +43,10 @@ pub fn explain_template(
         }));
     };
     let mut words = placement_words(decision);
+    let held = propagation.get(&template.key);
+    if let Some(view) = held {
+        words.extend(propagation_words(view));
+    }
     let mut traffic = Vec::new();
     if let Some(policy) = &decision.policy {
         let source = policy.to_string();
@@ -63,9 +70,58 @@ pub fn explain_template(
     Ok(json!({
         "template": template.key.to_string(),
         "placement": decision,
+        "propagation": held,
         "traffic": traffic,
         "words": words,
     }))
+}
+
+/// What each member holds of the template, and what the rollout waits for.
+fn propagation_words(view: &TemplateView) -> Vec<String> {
+    let mut words = Vec::new();
+    for (cluster, copy) in &view.copies {
+        let replicas = copy
+            .replicas
+            .map_or(String::new(), |r| format!(" {r} replicas,"));
+        let ready = match (copy.ready, copy.ready_replicas) {
+            (true, _) => "ready".to_string(),
+            (false, Some(n)) => format!("not ready ({n} ready)"),
+            (false, None) => "not ready".to_string(),
+        };
+        let state = match &copy.error {
+            Some(e) => format!("not applied: {e}"),
+            None if copy.applied => format!("applied,{replicas} {ready}"),
+            None => format!("not yet applied,{replicas} {ready}"),
+        };
+        words.push(format!("{cluster} holds: {state}"));
+    }
+    for w in view.step.writes.iter().filter(|w| w.held_back) {
+        words.push(format!(
+            "{}: keeps {} replicas until the clusters that grow are ready",
+            w.cluster,
+            w.replicas.unwrap_or_default()
+        ));
+    }
+    for d in &view.step.draining {
+        let why = d
+            .reason
+            .as_ref()
+            .map_or("no longer placed".to_string(), excluded_words);
+        words.push(if d.orphaned {
+            format!("{}: draining for good (purgeMode Never): {why}", d.cluster)
+        } else {
+            format!(
+                "{}: draining for {} s ({why}): deleted once its replacements are ready or the grace period ends; its traffic already goes to the placed clusters first",
+                d.cluster, d.waited_seconds
+            )
+        });
+    }
+    for c in &view.conflicts {
+        words.push(format!(
+            "{c}: an object of that name exists and is not meridian's: left alone (conflictResolution Abort)"
+        ));
+    }
+    words
 }
 
 fn placement_words(d: &Decision) -> Vec<String> {
@@ -182,11 +238,19 @@ fn excluded_words(reason: &PlacementFilter) -> String {
 }
 
 /// Every decision, for `/debug/placements`.
-pub fn placements_json(snap: &Snapshot) -> Value {
+pub fn placements_json(
+    snap: &Snapshot,
+    propagation: &BTreeMap<TemplateKey, TemplateView>,
+) -> Value {
     let decisions: Vec<&Decision> = snap.placements.decisions.values().collect();
+    let held: Vec<Value> = propagation
+        .iter()
+        .map(|(k, v)| json!({"template": k, "copies": v.copies, "step": v.step, "conflicts": v.conflicts}))
+        .collect();
     json!({
         "version": snap.version,
         "templates": snap.templates.len(),
         "decisions": decisions,
+        "propagation": held,
     })
 }

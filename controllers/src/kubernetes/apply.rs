@@ -273,6 +273,25 @@ impl Applier {
             .map_err(|e| Error::from_kube(id, e))
     }
 
+    /// A JSON merge patch of `id` (to drop meridian's labels from a copy it lets go).
+    pub async fn merge_patch(&self, id: &ObjectId, patch: &Value) -> Result<DynamicObject> {
+        let api = self.write_api(id).await?;
+        api.patch(&id.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(|e| Error::from_kube(id, e))
+    }
+
+    /// What discovery says of a kind: its resource, and whether it is namespaced (to watch
+    /// it).
+    pub async fn resource(&self, api_version: &str, kind: &str) -> Result<(ApiResource, bool)> {
+        let k = self.kind(api_version, kind).await?;
+        Ok((k.resource, k.namespaced))
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The object as it is now; None when there is none. Reading needs no leadership.
     pub async fn get(&self, id: &ObjectId) -> Result<Option<DynamicObject>> {
         let api = self.object_api(id).await?;

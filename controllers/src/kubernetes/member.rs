@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 
 use super::connect::{self, WatchTimeout};
 use super::state::{MemberEvent, MemberState};
-use super::{AbortOnDrop, Fleet, MANAGED_BY_SELECTOR_EXCLUDED};
+use super::{AbortOnDrop, DERIVED_EXCLUDED, Fleet};
 use crate::SourceEvent;
 use crate::convert::KubeAccess;
 
@@ -448,11 +448,11 @@ fn kind_of(event: &MemberEvent) -> &'static str {
     }
 }
 
-/// Every watch of a member, merged. What meridian writes itself is left out of Services and
-/// EndpointSlices, so its derived objects never read back as the member's own.
+/// Every watch of a member, merged. The derived Services and EndpointSlices meridian writes
+/// are left out, so they never read back as the member's own.
 fn watch_all(client: &Client, timeout: WatchTimeout) -> SelectAll<BoxStream<'static, WatchItem>> {
     let config = watcher::Config::default().timeout(timeout.0);
-    let own = config.clone().labels(MANAGED_BY_SELECTOR_EXCLUDED);
+    let own = config.clone().labels(DERIVED_EXCLUDED);
     futures::stream::select_all([
         watch(
             Api::all(client.clone()),

@@ -8,6 +8,8 @@
 //!            status::run     MemberCluster status on the hub
 //!            writeback::run  ServiceExport conditions, ServiceImports, derived Services and
 //!                            EndpointSlices in the members
+//!            propagate::run  placed objects in the members; Placements and template status
+//!                            on the hub
 //!                 └─ every write into a cluster: apply::Applier (server-side apply, discovery
 //!                    cache, fingerprints in apply::Written, leadership before each request)
 //! ```
@@ -21,6 +23,7 @@ pub mod leader;
 pub mod member;
 #[cfg(test)]
 mod mock;
+pub mod propagate;
 pub mod state;
 pub mod status;
 pub mod templates;
@@ -44,6 +47,10 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "meridian"
 pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=meridian";
 /// Watches leave out what meridian wrote itself.
 pub const MANAGED_BY_SELECTOR_EXCLUDED: &str = "app.kubernetes.io/managed-by!=meridian";
+/// A member's Services and EndpointSlices leave out the derived ones meridian writes (each
+/// names the service it derives from), not everything meridian writes: a Service placed from
+/// a hub template is the member's own service, exported like any other.
+pub const DERIVED_EXCLUDED: &str = "!multicluster.kubernetes.io/service-name";
 
 /// What a member source knows that the writers need.
 #[derive(Clone, Default)]

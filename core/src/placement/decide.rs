@@ -119,8 +119,16 @@ impl Placer {
         }
         self.previous.retain(|k, _| decisions.contains_key(k));
         follow_dependencies(&inputs, &governing, &fleet, &overrides, &mut decisions);
+        let propagation = inputs
+            .policies
+            .iter()
+            .zip(&governing_used(&governing, inputs.policies.len()))
+            .filter(|(_, used)| **used)
+            .filter_map(|(p, _)| Some((p.key.clone(), p.placement.as_ref()?.propagation.clone())))
+            .collect();
         Placements {
             decisions,
+            propagation,
             next_deadline,
         }
     }
@@ -134,10 +142,7 @@ impl Placer {
         fleet: &Fleet<'_>,
         now: Instant,
     ) -> Vec<Option<Plan<'p>>> {
-        let mut used = vec![false; policies.len()];
-        for g in governing.iter().flatten() {
-            used[*g] = true;
-        }
+        let used = governing_used(governing, policies.len());
         let live: HashSet<&ObjectKey> = policies
             .iter()
             .zip(&used)
@@ -156,6 +161,15 @@ impl Placer {
             })
             .collect()
     }
+}
+
+/// Which of `count` policies govern a template.
+fn governing_used(governing: &[Option<usize>], count: usize) -> Vec<bool> {
+    let mut used = vec![false; count];
+    for g in governing.iter().flatten() {
+        used[*g] = true;
+    }
+    used
 }
 
 /// Keeps a scheduled decision as the template's previous one (cloned only when it changed).

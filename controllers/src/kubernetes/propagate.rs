@@ -1,0 +1,1029 @@
+//! Propagation (DESIGN §10): the leader writes every placed object into its Kubernetes
+//! members, keeps it there, and reports back what the members did.
+//!
+//! ```text
+//!  snapshot (decisions, templates, overrides, cluster health)
+//!    + what each member holds (a watch per placed kind, on meridian's label)
+//!    ─► core's Rollout per template: writes, drains, deletes (growth first)
+//!    ─► per write: federation::render::manifest (replicas, overrides, meridian's marks)
+//!         + retain (an HPA's /spec/replicas, the policy's paths, from the live object)
+//!         + conflict check (an object meridian did not label: Abort | Overwrite)
+//!         + the namespace, created (and labelled) when the member has none
+//!       ─► Applier::apply when changed or drifted (federation::drift against the watch)
+//!    ─► status: federation::status::aggregate onto the hub template; a Placement per template
+//! ```
+//!
+//! An Unreachable member is never written to: what it holds stays as it was, and since a
+//! drain waits for its replacement (or the grace period), nothing moves until the rollout
+//! says so. What meridian placed there and no longer wants is deleted when it returns.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use meridian_core::placement::{Decision, Held, Placed, Rollout, Step, TemplateKey};
+use meridian_core::{ClusterId, ConflictResolution, Propagation, Snapshot, Template};
+use meridian_federation::{drift, render, retain, status};
+use parking_lot::Mutex;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::{Notify, watch};
+use tracing::{debug, info, warn};
+
+use super::apply::{self, Applier, ApplyOptions, ObjectId, Written};
+use super::leader::Leadership;
+use super::{AbortOnDrop, Fleet, MANAGED_BY};
+use crate::metrics::PropagationMetrics;
+
+/// The label that says which template an object in a member was placed from (a bounded
+/// form of the template's kind, group and name; the namespace is the object's own).
+pub const TEMPLATE_LABEL: &str = "meridian.io/template";
+/// What a watch on placed objects selects.
+const PLACED_SELECTOR: &str = "app.kubernetes.io/managed-by=meridian,meridian.io/template";
+/// Everything is checked again this often (conflicts, namespaces meridian created).
+const RESYNC: Duration = Duration::from_secs(60);
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// The label value naming `key`: `<kind>.<group>.<name>` (group `core` for v1), bounded to 63
+/// characters with a hash.
+pub fn template_label(key: &TemplateKey) -> String {
+    let group = match key.group() {
+        "" => "core",
+        g => g,
+    };
+    let full = format!("{}.{}.{}", key.kind, group, key.name).to_lowercase();
+    if full.len() <= 63 {
+        return full;
+    }
+    let hash = format!("{:016x}", apply::fingerprint(&Value::String(full.clone())));
+    let prefix = full[..63 - 17].trim_end_matches(['-', '.']);
+    format!("{prefix}-{hash}")
+}
+
+fn object_id(key: &TemplateKey) -> ObjectId {
+    ObjectId::new(&key.api_version, &key.kind, Some(&key.namespace), &key.name)
+}
+
+/// What `/debug/placements` and `meridian explain` show of propagation, per template.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TemplateView {
+    pub step: Step,
+    /// Per cluster: what it holds and how the last write went.
+    pub copies: BTreeMap<ClusterId, CopyView>,
+    /// Clusters holding an object of that name meridian did not create (conflictResolution
+    /// Abort).
+    pub conflicts: Vec<ClusterId>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CopyView {
+    pub replicas: Option<u32>,
+    pub ready: bool,
+    pub applied: bool,
+    pub error: Option<String>,
+    pub observed_generation: Option<i64>,
+    pub ready_replicas: Option<i64>,
+    pub available_replicas: Option<i64>,
+}
+
+/// The propagation state readers see (shared with the admin server).
+#[derive(Clone, Default)]
+pub struct PropagationView {
+    templates: Arc<Mutex<BTreeMap<TemplateKey, TemplateView>>>,
+}
+
+impl PropagationView {
+    pub fn get(&self) -> BTreeMap<TemplateKey, TemplateView> {
+        self.templates.lock().clone()
+    }
+}
+
+/// A watch on one kind of placed object in one member.
+struct PlacedWatch {
+    store: Store<DynamicObject>,
+    resource: ApiResource,
+    _task: AbortOnDrop<()>,
+}
+
+/// The member's metadata.generation after meridian's last apply, and the template generation
+/// that apply came from.
+type Applied = (i64, i64);
+
+/// What the leader keeps per member.
+struct Member {
+    applier: Applier,
+    written: Written,
+    /// Per object, for observedGeneration gating.
+    applied: BTreeMap<ObjectId, Applied>,
+    watches: BTreeMap<(String, String), PlacedWatch>,
+    hpas: Option<PlacedWatch>,
+    errors: BTreeMap<ObjectId, String>,
+    /// Objects found without meridian's label (checked once per resync).
+    foreign: BTreeSet<ObjectId>,
+    /// Objects known to be free or ours (no GET needed before writing).
+    checked: BTreeSet<ObjectId>,
+    namespaces: BTreeSet<String>,
+    resynced: Option<Instant>,
+}
+
+impl Member {
+    fn new(client: Client, leadership: Leadership, cluster: ClusterId) -> Self {
+        Self {
+            applier: Applier::new(client, leadership, cluster),
+            written: Written::default(),
+            applied: BTreeMap::new(),
+            watches: BTreeMap::new(),
+            hpas: None,
+            errors: BTreeMap::new(),
+            foreign: BTreeSet::new(),
+            checked: BTreeSet::new(),
+            namespaces: BTreeSet::new(),
+            resynced: None,
+        }
+    }
+
+    /// The live copy of `id` as the watch sees it (only objects meridian labelled).
+    fn live(&self, id: &ObjectId) -> Option<Arc<DynamicObject>> {
+        let watch = self
+            .watches
+            .get(&(id.api_version.clone(), id.kind.clone()))?;
+        let mut key = ObjectRef::<DynamicObject>::new_with(&id.name, watch.resource.clone());
+        if let Some(ns) = &id.namespace {
+            key = key.within(ns);
+        }
+        watch.store.get(&key)
+    }
+
+    /// Every placed object the watches hold, by template.
+    fn holdings(&self) -> BTreeMap<TemplateKey, Arc<DynamicObject>> {
+        let mut out = BTreeMap::new();
+        for ((api_version, kind), watch) in &self.watches {
+            for o in watch.store.state() {
+                let (Some(ns), Some(name)) = (&o.metadata.namespace, &o.metadata.name) else {
+                    continue;
+                };
+                out.insert(TemplateKey::new(api_version, kind, ns, name), o);
+            }
+        }
+        out
+    }
+
+    /// Whether an HPA in the member scales `key`'s workload.
+    fn scaled_by_hpa(&self, key: &TemplateKey) -> bool {
+        let Some(hpas) = &self.hpas else { return false };
+        hpas.store.state().iter().any(|hpa| {
+            hpa.metadata.namespace.as_deref() == Some(&*key.namespace)
+                && retain::hpa_targets(&hpa.data_with_meta()).is_some_and(|(v, k, n)| {
+                    (v.is_empty() || v == *key.api_version) && k == *key.kind && n == *key.name
+                })
+        })
+    }
+}
+
+trait DataWithMeta {
+    /// The object as JSON, with its metadata (DynamicObject keeps them apart).
+    fn data_with_meta(&self) -> Value;
+}
+
+impl DataWithMeta for DynamicObject {
+    fn data_with_meta(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// Starts a watch of `resource` objects labelled as placed by meridian; each event wakes the
+/// propagation loop (drift is reverted, status is aggregated).
+fn start_watch(
+    client: &Client,
+    resource: &ApiResource,
+    selector: Option<&str>,
+    wake: &Arc<Notify>,
+) -> PlacedWatch {
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let api = Api::<DynamicObject>::all_with(client.clone(), resource);
+    let config = match selector {
+        Some(s) => watcher::Config::default().labels(s),
+        None => watcher::Config::default(),
+    };
+    let wake = wake.clone();
+    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            if let Err(e) = event {
+                debug!(error = %e, "placed-object watch failed; retrying");
+            }
+            wake.notify_one();
+        }
+    });
+    PlacedWatch {
+        store,
+        resource: resource.clone(),
+        _task: AbortOnDrop(task),
+    }
+}
+
+/// Everything one pass needs besides the members.
+struct Pass<'a> {
+    snapshot: &'a Snapshot,
+    templates: BTreeMap<&'a TemplateKey, &'a Template>,
+    now: Instant,
+}
+
+/// Writes placed objects into every Kubernetes member while this replica leads; `hub` (a
+/// Kubernetes hub) also gets the Placement records and the templates' aggregated status.
+pub async fn run(
+    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    fleet: Fleet,
+    leadership: Leadership,
+    hub: Option<Client>,
+    view: PropagationView,
+    metrics: PropagationMetrics,
+) {
+    let wake = Arc::new(Notify::new());
+    let mut members: BTreeMap<ClusterId, Member> = BTreeMap::new();
+    let mut rollouts: BTreeMap<TemplateKey, Rollout> = BTreeMap::new();
+    let mut settings: BTreeMap<TemplateKey, Propagation> = BTreeMap::new();
+    let mut hub_written = Written::default();
+    let mut facts_changed = fleet.subscribe();
+    let mut deadline: Option<Instant> = None;
+    loop {
+        let sleep = deadline.map_or(Duration::from_secs(5), |d| {
+            d.saturating_duration_since(Instant::now())
+                .min(Duration::from_secs(5))
+        });
+        tokio::select! {
+            r = snapshots.changed() => if r.is_err() { return },
+            _ = facts_changed.changed() => {}
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(sleep) => {}
+        }
+        tokio::time::sleep(DEBOUNCE).await;
+        if !leadership.is_leader() {
+            // A new term starts from what the members hold, not from memory.
+            members.clear();
+            hub_written.clear();
+            continue;
+        }
+        let snapshot = snapshots.borrow_and_update().clone();
+        if snapshot.placements.decisions.is_empty() && members.is_empty() {
+            continue;
+        }
+        let facts = fleet.all();
+        members.retain(|id, _| facts.get(id).is_some_and(|f| f.client.is_some()));
+        for (id, f) in &facts {
+            if let (Some(client), None) = (&f.client, members.get(id)) {
+                members.insert(
+                    id.clone(),
+                    Member::new(client.clone(), leadership.clone(), id.clone()),
+                );
+            }
+            if let Some(m) = members.get_mut(id) {
+                m.namespaces.clone_from(&f.namespaces);
+            }
+        }
+        let pass = Pass {
+            templates: snapshot.templates.iter().map(|t| (&t.key, t)).collect(),
+            snapshot: &snapshot,
+            now: Instant::now(),
+        };
+        for (key, d) in &snapshot.placements.decisions {
+            settings.insert(key.clone(), snapshot.placements.propagation_of(d));
+        }
+        deadline = None;
+        let mut views = BTreeMap::new();
+        for m in members.values_mut() {
+            if reachable(&snapshot, m.applier.cluster()) {
+                ensure_watches(m, &pass, &wake).await;
+                resync(m).await;
+            }
+        }
+        let keys: BTreeSet<TemplateKey> = snapshot
+            .placements
+            .decisions
+            .keys()
+            .cloned()
+            .chain(members.values().flat_map(|m| m.holdings().into_keys()))
+            .collect();
+        for key in keys {
+            let decision = snapshot.placements.decisions.get(&key);
+            let propagation = settings.get(&key).cloned().unwrap_or_default();
+            let held = held_copies(&members, &key, decision);
+            let rollout = rollouts.entry(key.clone()).or_default();
+            let step = rollout.step(decision, &held, &propagation, pass.now);
+            if let Some(d) = step.deadline {
+                deadline = Some(deadline.map_or(d, |x: Instant| x.min(d)));
+            }
+            if !leadership.is_leader() {
+                break;
+            }
+            let view = carry_out(
+                &pass,
+                &mut members,
+                &key,
+                decision,
+                &step,
+                &propagation,
+                &metrics,
+            )
+            .await;
+            if decision.is_none() && step.deletes.is_empty() && step.released.is_empty() {
+                rollouts.remove(&key);
+                settings.remove(&key);
+            }
+            views.insert(key, TemplateView { step, ..view });
+        }
+        rollouts.retain(|k, _| views.contains_key(k));
+        if let Some(hub) = &hub {
+            write_hub(hub, &leadership, &pass, &views, &members, &mut hub_written).await;
+        }
+        *view.templates.lock() = views;
+    }
+}
+
+fn reachable(snapshot: &Snapshot, cluster: &ClusterId) -> bool {
+    snapshot
+        .cluster_by_id(cluster)
+        .and_then(|i| snapshot.clusters.get(i))
+        .is_some_and(|c| c.health != meridian_core::registry::Health::Unreachable)
+}
+
+/// A watch for every kind placed in the member (and on its HPAs), started on first use.
+async fn ensure_watches(m: &mut Member, pass: &Pass<'_>, wake: &Arc<Notify>) {
+    let kinds: BTreeSet<(String, String)> = pass
+        .snapshot
+        .placements
+        .decisions
+        .values()
+        .filter(|d| d.replicas_in(m.applier.cluster()).is_some())
+        .map(|d| {
+            (
+                d.template.api_version.to_string(),
+                d.template.kind.to_string(),
+            )
+        })
+        .collect();
+    for (api_version, kind) in kinds {
+        if m.watches.contains_key(&(api_version.clone(), kind.clone())) {
+            continue;
+        }
+        match m.applier.resource(&api_version, &kind).await {
+            Ok((resource, _)) => {
+                let w = start_watch(m.applier.client(), &resource, Some(PLACED_SELECTOR), wake);
+                m.watches.insert((api_version, kind), w);
+            }
+            Err(e) => {
+                warn!(cluster = %m.applier.cluster(), %api_version, %kind, error = %e, "cannot watch placed objects")
+            }
+        }
+    }
+    if m.hpas.is_none()
+        && !m.watches.is_empty()
+        && let Ok((resource, _)) = m
+            .applier
+            .resource("autoscaling/v2", "HorizontalPodAutoscaler")
+            .await
+    {
+        m.hpas = Some(start_watch(m.applier.client(), &resource, None, wake));
+    }
+}
+
+/// Once a minute: look for objects meridian did not create again, and delete namespaces
+/// meridian created that hold nothing it placed.
+async fn resync(m: &mut Member) {
+    if m.resynced.is_some_and(|t| t.elapsed() < RESYNC) {
+        return;
+    }
+    m.foreign.clear();
+    m.checked.clear();
+    m.written.clear();
+    m.resynced = Some(Instant::now());
+}
+
+/// What each member holds of `key`'s template.
+fn held_copies(
+    members: &BTreeMap<ClusterId, Member>,
+    key: &TemplateKey,
+    decision: Option<&Decision>,
+) -> BTreeMap<ClusterId, Held> {
+    let id = object_id(key);
+    members
+        .iter()
+        .filter_map(|(cluster, m)| {
+            let live = m.live(&id)?;
+            let object = live.data_with_meta();
+            let decided = decision
+                .and_then(|d| d.replicas_in(cluster))
+                .and_then(|p| p.replicas);
+            // Under an HPA the member owns the count: the rollout compares the decision's.
+            let replicas = if m.scaled_by_hpa(key) {
+                decided
+            } else {
+                object["spec"]["replicas"].as_u64().map(|r| r as u32)
+            };
+            let ready = status::ready(&key.kind, &object, None);
+            Some((cluster.clone(), Held { replicas, ready }))
+        })
+        .collect()
+}
+
+/// Carries out one template's step in every member it names.
+async fn carry_out(
+    pass: &Pass<'_>,
+    members: &mut BTreeMap<ClusterId, Member>,
+    key: &TemplateKey,
+    decision: Option<&Decision>,
+    step: &Step,
+    propagation: &Propagation,
+    metrics: &PropagationMetrics,
+) -> TemplateView {
+    let id = object_id(key);
+    let mut view = TemplateView::default();
+    let template = pass.templates.get(key).copied();
+    for w in &step.writes {
+        let (Some(m), Some(template), Some(decision)) =
+            (members.get_mut(&w.cluster), template, decision)
+        else {
+            continue;
+        };
+        if !reachable(pass.snapshot, &w.cluster) {
+            view.copies.insert(
+                w.cluster.clone(),
+                copy_view(m, &id, Some("Unreachable: not written".into())),
+            );
+            continue;
+        }
+        let Some(placed) = decision.replicas_in(&w.cluster) else {
+            continue;
+        };
+        let placed = Placed {
+            replicas: w.replicas,
+            ..placed.clone()
+        };
+        match write_copy(pass, m, template, &placed, propagation, metrics).await {
+            Ok(()) => {
+                m.errors.remove(&id);
+            }
+            Err(WriteError::Conflict) => view.conflicts.push(w.cluster.clone()),
+            Err(WriteError::Failed(e)) => {
+                m.errors.insert(id.clone(), e);
+            }
+        }
+        view.copies
+            .insert(w.cluster.clone(), copy_view(m, &id, None));
+    }
+    for cluster in &step.deletes {
+        let Some(m) = members.get_mut(cluster) else {
+            continue;
+        };
+        if !reachable(pass.snapshot, cluster) {
+            continue;
+        }
+        match m.applier.delete(&id).await {
+            Ok(()) => {
+                info!(cluster = %cluster, template = %key, "deleted the copy no longer placed here");
+                metrics.evictions.inc();
+                m.written.forget(&id);
+                m.applied.remove(&id);
+                m.checked.remove(&id);
+                delete_namespace_if_unused(m, &id, pass).await;
+            }
+            Err(e) => {
+                warn!(cluster = %cluster, template = %key, error = %e, "cannot delete the copy");
+                m.errors.insert(id.clone(), e.to_string());
+            }
+        }
+    }
+    for cluster in &step.released {
+        let Some(m) = members.get_mut(cluster) else {
+            continue;
+        };
+        let patch = json!({"metadata": {"labels": {MANAGED_BY.0: null, TEMPLATE_LABEL: null}}});
+        match m.applier.merge_patch(&id, &patch).await {
+            Ok(_) => {
+                info!(cluster = %cluster, template = %key, "template gone: the copy is kept (preserveResourcesOnDeletion) and no longer meridian's");
+                m.written.forget(&id);
+            }
+            Err(e) => {
+                warn!(cluster = %cluster, template = %key, error = %e, "cannot release the copy")
+            }
+        }
+    }
+    for d in &step.draining {
+        if let Some(m) = members.get(&d.cluster) {
+            view.copies
+                .insert(d.cluster.clone(), copy_view(m, &id, None));
+        }
+    }
+    view
+}
+
+enum WriteError {
+    Conflict,
+    Failed(String),
+}
+
+/// Renders, retains, checks for a conflict and applies one copy (when it changed or
+/// drifted).
+async fn write_copy(
+    pass: &Pass<'_>,
+    m: &mut Member,
+    template: &Template,
+    placed: &Placed,
+    propagation: &Propagation,
+    metrics: &PropagationMetrics,
+) -> Result<(), WriteError> {
+    let id = object_id(&template.key);
+    let mut body = render::manifest(template, placed, &pass.snapshot.overrides)
+        .map_err(|e| WriteError::Failed(format!("cannot render: {e}")))?;
+    apply::label_managed(
+        &mut body,
+        &[
+            (TEMPLATE_LABEL, &template_label(&template.key)),
+            (
+                render::GENERATION_ANNOTATION,
+                &template.generation.to_string(),
+            ),
+        ],
+    );
+    let live = m.live(&id).map(|o| o.data_with_meta());
+    let mut retained = propagation.retain.clone();
+    if m.scaled_by_hpa(&template.key) {
+        retained.push(retain::HPA_RETAINED.to_string());
+    }
+    retain::retain(&mut body, live.as_ref(), &retained)
+        .map_err(|e| WriteError::Failed(e.to_string()))?;
+    let drifted = live
+        .as_ref()
+        .map(|l| drift::drifted(&body, l))
+        .unwrap_or_default();
+    if m.written.unchanged(&id, &body) && drifted.is_empty() && live.is_some() {
+        return Ok(());
+    }
+    if live.is_none() && !m.checked.contains(&id) {
+        check_foreign(m, &id, propagation, metrics).await?;
+    }
+    if let Some(ns) = &id.namespace {
+        ensure_namespace(m, ns).await?;
+    }
+    match m.applier.apply(&id, &body, ApplyOptions::force()).await {
+        Ok(stored) => {
+            if !drifted.is_empty() && m.written.contains(&id) {
+                info!(cluster = %m.applier.cluster(), object = %id, fields = ?drifted, "drift reverted");
+                metrics.drift_reverted.inc();
+            }
+            metrics.applied(m.applier.cluster(), "ok");
+            m.written.record(&id, &body);
+            m.checked.insert(id.clone());
+            let generation = stored.metadata.generation.unwrap_or(0);
+            m.applied.insert(id, (generation, template.generation));
+            Ok(())
+        }
+        Err(e) => {
+            metrics.applied(m.applier.cluster(), "error");
+            warn!(cluster = %m.applier.cluster(), object = %id, error = %e, "cannot apply");
+            Err(WriteError::Failed(e.to_string()))
+        }
+    }
+}
+
+/// An object of that name that meridian did not label is left alone under Abort, adopted
+/// under Overwrite.
+async fn check_foreign(
+    m: &mut Member,
+    id: &ObjectId,
+    propagation: &Propagation,
+    metrics: &PropagationMetrics,
+) -> Result<(), WriteError> {
+    if m.foreign.contains(id) && propagation.conflict_resolution == ConflictResolution::Abort {
+        return Err(WriteError::Conflict);
+    }
+    let existing = m
+        .applier
+        .get(id)
+        .await
+        .map_err(|e| WriteError::Failed(e.to_string()))?;
+    let foreign = existing
+        .is_some_and(|o| o.labels().get(MANAGED_BY.0).map(String::as_str) != Some(MANAGED_BY.1));
+    if foreign && propagation.conflict_resolution == ConflictResolution::Abort {
+        if m.foreign.insert(id.clone()) {
+            warn!(cluster = %m.applier.cluster(), object = %id, "an object of that name exists and is not meridian's: left alone (conflictResolution Abort)");
+            metrics.conflicts.inc();
+        }
+        return Err(WriteError::Conflict);
+    }
+    if foreign {
+        info!(cluster = %m.applier.cluster(), object = %id, "adopting an object meridian did not create (conflictResolution Overwrite)");
+    }
+    m.foreign.remove(id);
+    m.checked.insert(id.clone());
+    Ok(())
+}
+
+/// Creates the namespace (labelled as meridian's) when the member has none of that name.
+async fn ensure_namespace(m: &mut Member, namespace: &str) -> Result<(), WriteError> {
+    if m.namespaces.contains(namespace) {
+        return Ok(());
+    }
+    let id = ObjectId::new("v1", "Namespace", None, namespace);
+    let body = json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace, "labels": {MANAGED_BY.0: MANAGED_BY.1}},
+    });
+    match m.applier.apply(&id, &body, ApplyOptions::force()).await {
+        Ok(_) => {
+            info!(cluster = %m.applier.cluster(), %namespace, "created the namespace for what is placed here");
+            m.namespaces.insert(namespace.to_string());
+            Ok(())
+        }
+        Err(e) => Err(WriteError::Failed(format!(
+            "cannot create namespace {namespace}: {e}"
+        ))),
+    }
+}
+
+/// Deletes the object's namespace when meridian created it and nothing it placed remains
+/// there.
+async fn delete_namespace_if_unused(m: &mut Member, id: &ObjectId, pass: &Pass<'_>) {
+    let Some(namespace) = &id.namespace else {
+        return;
+    };
+    let ns_id = ObjectId::new("v1", "Namespace", None, namespace);
+    let Ok(Some(ns)) = m.applier.get(&ns_id).await else {
+        return;
+    };
+    if ns.labels().get(MANAGED_BY.0).map(String::as_str) != Some(MANAGED_BY.1) {
+        return;
+    }
+    let cluster = m.applier.cluster().clone();
+    let still_placed = pass
+        .snapshot
+        .placements
+        .decisions
+        .values()
+        .any(|d| *d.template.namespace == **namespace && d.replicas_in(&cluster).is_some());
+    let still_held = m
+        .holdings()
+        .keys()
+        .any(|k| *k.namespace == **namespace && object_id(k) != *id);
+    if still_placed || still_held {
+        return;
+    }
+    if m.applier.delete(&ns_id).await.is_ok() {
+        info!(cluster = %cluster, %namespace, "deleted the namespace meridian created: nothing placed remains there");
+        m.namespaces.remove(namespace);
+    }
+}
+
+fn copy_view(m: &Member, id: &ObjectId, error: Option<String>) -> CopyView {
+    let live = m.live(id).map(|o| o.data_with_meta());
+    let field = |v: &Option<Value>, p: &str| v.as_ref().and_then(|v| v.pointer(p)?.as_i64());
+    CopyView {
+        replicas: live
+            .as_ref()
+            .and_then(|l| l["spec"]["replicas"].as_u64())
+            .map(|r| r as u32),
+        ready: live
+            .as_ref()
+            .is_some_and(|l| status::ready(&id.kind, l, None)),
+        applied: m.written.contains(id),
+        error: error.or_else(|| m.errors.get(id).cloned()),
+        observed_generation: field(&live, "/status/observedGeneration"),
+        ready_replicas: field(&live, "/status/readyReplicas"),
+        available_replicas: field(&live, "/status/availableReplicas"),
+    }
+}
+
+/// The Placement records and the templates' aggregated status, on a Kubernetes hub.
+async fn write_hub(
+    hub: &Client,
+    leadership: &Leadership,
+    pass: &Pass<'_>,
+    views: &BTreeMap<TemplateKey, TemplateView>,
+    members: &BTreeMap<ClusterId, Member>,
+    written: &mut Written,
+) {
+    let applier = Applier::new(hub.clone(), leadership.clone(), ClusterId::new("hub"));
+    for (key, view) in views {
+        let Some(decision) = pass.snapshot.placements.decisions.get(key) else {
+            continue;
+        };
+        let Some(template) = pass.templates.get(key) else {
+            continue;
+        };
+        let (record_id, record, record_status) = placement_record(pass, decision, template, view);
+        if !written.unchanged(&record_id, &record) {
+            match applier
+                .apply(&record_id, &record, ApplyOptions::force())
+                .await
+            {
+                Ok(_) => written.record(&record_id, &record),
+                Err(e) => warn!(template = %key, error = %e, "cannot write the Placement"),
+            }
+        }
+        let status_id = ObjectId {
+            kind: "PlacementStatus".into(),
+            ..record_id.clone()
+        };
+        if !written.unchanged(&status_id, &record_status) {
+            match applier
+                .apply_status(
+                    &record_id,
+                    &stamp(record_status.clone()),
+                    ApplyOptions::force(),
+                )
+                .await
+            {
+                Ok(_) => written.record(&status_id, &record_status),
+                Err(e) => warn!(template = %key, error = %e, "cannot write the Placement status"),
+            }
+        }
+        if let Some(aggregated) = aggregated_status(decision, template, members) {
+            let id = object_id(key);
+            let body = json!({
+                "apiVersion": &*key.api_version,
+                "kind": &*key.kind,
+                "metadata": {"name": &*key.name, "namespace": &*key.namespace},
+                "status": aggregated,
+            });
+            let print_id = ObjectId {
+                kind: format!("{}Status", key.kind),
+                ..id.clone()
+            };
+            if !written.unchanged(&print_id, &body) {
+                match applier
+                    .apply_status(&id, &body, ApplyOptions::force())
+                    .await
+                {
+                    Ok(_) => written.record(&print_id, &body),
+                    Err(e) => {
+                        warn!(template = %key, error = %e, "cannot write the template's status")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The template's status summed over its placed copies.
+fn aggregated_status(
+    decision: &Decision,
+    template: &Template,
+    members: &BTreeMap<ClusterId, Member>,
+) -> Option<Value> {
+    let id = object_id(&template.key);
+    let objects: Vec<(ClusterId, Value, Option<Applied>)> = decision
+        .placed
+        .iter()
+        .filter_map(|p| {
+            let m = members.get(&p.cluster)?;
+            let live = m.live(&id)?.data_with_meta();
+            Some((p.cluster.clone(), live, m.applied.get(&id).copied()))
+        })
+        .collect();
+    if objects.len() < decision.placed.len() {
+        // A copy not yet seen: the sum would be short and the gate cannot open.
+        if objects.is_empty() {
+            return None;
+        }
+    }
+    let copies: Vec<status::MemberCopy<'_>> = objects
+        .iter()
+        .map(|(cluster, object, applied)| status::MemberCopy {
+            cluster: cluster.as_str(),
+            object,
+            applied_generation: applied.map(|a| a.0),
+            applied_from: applied.map(|a| a.1),
+        })
+        .collect();
+    let mut aggregated = status::aggregate(&template.key.kind, template.generation, &copies)?;
+    if objects.len() < decision.placed.len()
+        && let Some(o) = aggregated.as_object_mut()
+    {
+        o.remove("observedGeneration");
+    }
+    Some(aggregated)
+}
+
+/// The Placement record of one template: (its id, the object, its status).
+fn placement_record(
+    pass: &Pass<'_>,
+    decision: &Decision,
+    template: &Template,
+    view: &TemplateView,
+) -> (ObjectId, Value, Value) {
+    let key = &template.key;
+    let name = template_label(key);
+    let id = ObjectId::new(
+        "meridian.io/v1alpha1",
+        "Placement",
+        Some(&key.namespace),
+        &name,
+    );
+    let reason = |p: &Placed| {
+        serde_json::to_value(&p.reason)
+            .ok()
+            .and_then(|v| v["reason"].as_str().map(str::to_string))
+            .unwrap_or_default()
+    };
+    let clusters: Vec<Value> = decision
+        .placed
+        .iter()
+        .map(|p| json!({"name": p.cluster.as_str(), "replicas": p.replicas, "reason": reason(p)}))
+        .collect();
+    let summary = decision
+        .placed
+        .iter()
+        .map(|p| match p.replicas {
+            Some(r) => format!("{}={r}", p.cluster),
+            None => p.cluster.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let outcome = match &decision.outcome {
+        meridian_core::placement::Outcome::Scheduled => "Scheduled".to_string(),
+        meridian_core::placement::Outcome::Unschedulable { reason } => {
+            format!("Unschedulable: {reason}")
+        }
+    };
+    let record = json!({
+        "apiVersion": "meridian.io/v1alpha1",
+        "kind": "Placement",
+        "metadata": {"name": name, "namespace": &*key.namespace,
+                     "labels": {MANAGED_BY.0: MANAGED_BY.1}},
+        "spec": {
+            "template": {"apiVersion": &*key.api_version, "kind": &*key.kind, "name": &*key.name,
+                         "generation": template.generation},
+            "policy": decision.policy.as_ref().map(ToString::to_string),
+            "outcome": outcome,
+            "tier": decision.tier.as_deref(),
+            "summary": summary,
+            "clusters": clusters,
+        },
+    });
+    let health = |c: &ClusterId| {
+        pass.snapshot
+            .cluster_by_id(c)
+            .and_then(|i| pass.snapshot.clusters.get(i))
+            .map_or("Unknown", |v| v.health.as_str())
+    };
+    let copies: Vec<Value> = view
+        .copies
+        .iter()
+        .map(|(c, v)| {
+            json!({
+                "name": c.as_str(), "health": health(c), "applied": v.applied, "error": v.error,
+                "replicas": v.replicas, "observedGeneration": v.observed_generation,
+                "readyReplicas": v.ready_replicas, "availableReplicas": v.available_replicas,
+                "ready": v.ready,
+            })
+        })
+        .collect();
+    let evictions: Vec<Value> = view
+        .step
+        .draining
+        .iter()
+        .map(|d| {
+            let reason = d
+                .reason
+                .as_ref()
+                .and_then(|r| serde_json::to_value(r).ok())
+                .and_then(|v| v["reason"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "NotPlaced".into());
+            json!({"cluster": d.cluster.as_str(), "reason": reason,
+                   "waitedSeconds": d.waited_seconds, "orphaned": d.orphaned})
+        })
+        .collect();
+    let record_status = json!({
+        "apiVersion": "meridian.io/v1alpha1",
+        "kind": "Placement",
+        "metadata": {"name": name, "namespace": &*key.namespace},
+        "status": {
+            "clusters": copies,
+            "evictions": evictions,
+            "conditions": conditions(view),
+        },
+    });
+    (id, strip_nulls(record), strip_nulls(record_status))
+}
+
+/// Applied, Ready and Conflict, without `lastTransitionTime`: [`stamp`] adds it when the
+/// status is written, so an unchanged status is not written again.
+fn conditions(view: &TemplateView) -> Vec<Value> {
+    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
+        json!({"type": type_, "status": if ok { "True" } else { "False" }, "reason": reason,
+               "message": message})
+    };
+    let errors: Vec<String> = view
+        .copies
+        .iter()
+        .filter_map(|(c, v)| Some(format!("{c}: {}", v.error.as_ref()?)))
+        .collect();
+    let not_ready: Vec<String> = view
+        .copies
+        .iter()
+        .filter(|(_, v)| !v.ready)
+        .map(|(c, _)| c.to_string())
+        .collect();
+    let mut out = vec![
+        if errors.is_empty() {
+            condition(
+                "Applied",
+                true,
+                "Applied",
+                "every placed copy is written".into(),
+            )
+        } else {
+            condition("Applied", false, "ApplyFailed", errors.join("; "))
+        },
+        if not_ready.is_empty() {
+            condition("Ready", true, "Ready", "every copy is ready".into())
+        } else {
+            condition(
+                "Ready",
+                false,
+                "NotReady",
+                format!("not ready in {}", not_ready.join(", ")),
+            )
+        },
+    ];
+    if !view.conflicts.is_empty() {
+        let clusters: Vec<&str> = view.conflicts.iter().map(ClusterId::as_str).collect();
+        out.push(condition(
+            "Conflict",
+            true,
+            "NotCreatedByMeridian",
+            format!(
+                "an object of that name exists in {} and is not meridian's (conflictResolution Abort)",
+                clusters.join(", ")
+            ),
+        ));
+    }
+    out
+}
+
+/// `status.conditions` dated now.
+fn stamp(mut status: Value) -> Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    if let Some(conditions) = status["status"]["conditions"].as_array_mut() {
+        for c in conditions {
+            c["lastTransitionTime"] = json!(now);
+        }
+    }
+    status
+}
+
+/// Server-side apply takes a null as "this field"; leave absent what is unknown.
+fn strip_nulls(mut v: Value) -> Value {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                map.retain(|_, v| !v.is_null());
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_labels_are_bounded_label_values() {
+        let key = TemplateKey::new("apps/v1", "Deployment", "shop", "web");
+        assert_eq!(template_label(&key), "deployment.apps.web");
+        let key = TemplateKey::new("v1", "ConfigMap", "shop", "settings");
+        assert_eq!(template_label(&key), "configmap.core.settings");
+        let long = TemplateKey::new("apps/v1", "Deployment", "shop", &"x".repeat(80));
+        let label = template_label(&long);
+        assert_eq!(label.len(), 63);
+        assert!(label.starts_with("deployment.apps.xxx"));
+        assert_ne!(
+            label,
+            template_label(&TemplateKey::new(
+                "apps/v1",
+                "Deployment",
+                "shop",
+                &"x".repeat(81)
+            ))
+        );
+    }
+
+    #[test]
+    fn nulls_are_left_out_of_what_is_applied() {
+        let v = strip_nulls(json!({"a": null, "b": {"c": null, "d": 1}, "e": [{"f": null}]}));
+        assert_eq!(v, json!({"b": {"d": 1}, "e": [{}]}));
+    }
+}

@@ -1,0 +1,79 @@
+//! Propagation metrics, registered under `meridian_propagation_`. Labels are member names
+//! (bounded by the hub's MemberClusters) and a fixed result, never an object name.
+
+use meridian_core::ClusterId;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApplyLabels {
+    pub cluster: String,
+    /// ok, error.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug)]
+pub struct PropagationMetrics {
+    pub applies: Family<ApplyLabels, Counter>,
+    pub conflicts: Counter,
+    pub drift_reverted: Counter,
+    pub evictions: Counter,
+    /// From a template generation first seen to every copy of it applied and ready.
+    pub converge_seconds: Histogram,
+}
+
+impl Default for PropagationMetrics {
+    fn default() -> Self {
+        Self {
+            applies: Family::default(),
+            conflicts: Counter::default(),
+            drift_reverted: Counter::default(),
+            evictions: Counter::default(),
+            converge_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
+        }
+    }
+}
+
+impl PropagationMetrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "applies",
+            "Server-side applies of placed objects into members, by member and result",
+            m.applies.clone(),
+        );
+        registry.register(
+            "conflicts",
+            "Objects found in a member without meridian's label and left alone (conflictResolution Abort)",
+            m.conflicts.clone(),
+        );
+        registry.register(
+            "drift_reverted",
+            "Placed objects changed in a member on fields meridian owns, applied again",
+            m.drift_reverted.clone(),
+        );
+        registry.register(
+            "evictions",
+            "Copies deleted from a member because placement dropped it (after their replacements were ready, or the grace period)",
+            m.evictions.clone(),
+        );
+        registry.register(
+            "converge_seconds",
+            "From a template change to every placed copy applied and ready",
+            m.converge_seconds.clone(),
+        );
+        m
+    }
+
+    pub fn applied(&self, cluster: &ClusterId, result: &'static str) {
+        self.applies
+            .get_or_create(&ApplyLabels {
+                cluster: cluster.to_string(),
+                result,
+            })
+            .inc();
+    }
+}
