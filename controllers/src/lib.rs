@@ -10,7 +10,8 @@
 //!                                                       (meridian_core::fleet::Fleet)
 //!  out: Snapshot (watch) ──► kubernetes::status::run     MemberCluster status on the hub
 //!                        ──► kubernetes::writeback::run  ServiceExport conditions, ServiceImports,
-//!                                                        derived Services and EndpointSlices
+//!                                                        derived Services and EndpointSlices,
+//!                                                        every write through kubernetes::apply
 //!       both only while kubernetes::leader says this replica leads
 //! ```
 //!

@@ -117,6 +117,8 @@ type Applied = (i64, i64);
 /// What the leader keeps per member.
 struct Member {
     applier: Applier,
+    /// The `MemberFacts::connection` the applier and watches were made for.
+    connection: u64,
     written: Written,
     /// Per object, for observedGeneration gating.
     applied: BTreeMap<ObjectId, Applied>,
@@ -132,9 +134,10 @@ struct Member {
 }
 
 impl Member {
-    fn new(client: Client, leadership: Leadership, cluster: ClusterId) -> Self {
+    fn new(client: Client, leadership: Leadership, cluster: ClusterId, connection: u64) -> Self {
         Self {
             applier: Applier::new(client, leadership, cluster),
+            connection,
             written: Written::default(),
             applied: BTreeMap::new(),
             watches: BTreeMap::new(),
@@ -276,12 +279,17 @@ pub async fn run(
             continue;
         }
         let facts = fleet.all();
-        members.retain(|id, _| facts.get(id).is_some_and(|f| f.client.is_some()));
+        // A member whose client changed (a new kubeconfig, a reconnect) starts afresh.
+        members.retain(|id, m| {
+            facts
+                .get(id)
+                .is_some_and(|f| f.client.is_some() && f.connection == m.connection)
+        });
         for (id, f) in &facts {
             if let (Some(client), None) = (&f.client, members.get(id)) {
                 members.insert(
                     id.clone(),
-                    Member::new(client.clone(), leadership.clone(), id.clone()),
+                    Member::new(client.clone(), leadership.clone(), id.clone(), f.connection),
                 );
             }
             if let Some(m) = members.get_mut(id) {

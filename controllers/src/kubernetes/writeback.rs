@@ -11,8 +11,9 @@
 //! Everything written carries `app.kubernetes.io/managed-by=meridian`; meridian deletes what it
 //! wrote itself once it is no longer wanted (unexported service, removed member), and also sets
 //! owner references (slices → derived Service) for clusters where a garbage collector runs.
-//! Desired objects are computed by pure functions; writes are server-side apply, skipped when
-//! the object is unchanged since the last write.
+//! Desired objects are computed by pure functions; every write goes through the member's
+//! [`Applier`] (server-side apply, leadership asked before each request) and is skipped when
+//! [`Written`] says it is unchanged since the last write.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,27 +22,21 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Api, Client, Resource};
+use kube::Client;
 use meridian_core::{ClusterId, ObjectKey, Port, Protocol, Snapshot, select};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use super::apply::{self, Applier, ApplyOptions, ObjectId, Written, label_managed};
 use super::leader::Leadership;
-use super::{Fleet, MANAGED_BY};
-use crate::crd::{ServiceExportObject, ServiceImport};
+use super::{Fleet, MANAGED_BY_SELECTOR};
 
-pub const FIELD_MANAGER: &str = "meridian";
+pub const MCS_API_VERSION: &str = "multicluster.x-k8s.io/v1alpha1";
 pub const MCS_SERVICE_NAME: &str = "multicluster.kubernetes.io/service-name";
 pub const SOURCE_CLUSTER: &str = "multicluster.kubernetes.io/source-cluster";
 pub const SLICE_MANAGED_BY: (&str, &str) =
     ("endpointslice.kubernetes.io/managed-by", "meridian.io");
-const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=meridian";
 /// Endpoints per derived EndpointSlice, as Kubernetes' own EndpointSlice controller fills them.
 const ENDPOINTS_PER_SLICE: usize = 100;
 /// Everything is applied again (and strays deleted) this often, to repair drift.
@@ -73,13 +68,31 @@ fn fingerprint<T: Hash + ?Sized>(v: &T) -> u64 {
 /// One object meridian wants in a member.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Desired {
+    /// Which of the three kinds, for the order they are written in.
     pub kind: WrittenKind,
-    pub namespace: String,
-    pub name: String,
-    /// The object, as server-side apply takes it.
+    pub id: ObjectId,
+    /// The object, as server-side apply takes it, with meridian's label.
     pub body: Value,
 }
 
+impl Desired {
+    fn new(
+        kind: WrittenKind,
+        namespace: &str,
+        name: &str,
+        mut body: Value,
+        labels: &[(&str, &str)],
+    ) -> Self {
+        label_managed(&mut body, labels);
+        Self {
+            kind,
+            id: kind.id(namespace, name),
+            body,
+        }
+    }
+}
+
+/// What the write-back writes, in the order it writes them (and deletes them in reverse).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WrittenKind {
     /// Derived Services first: their ClusterIPs go into the ServiceImports and their UIDs into
@@ -89,16 +102,47 @@ pub enum WrittenKind {
     EndpointSlice,
 }
 
+impl WrittenKind {
+    pub const ALL: [WrittenKind; 3] = [
+        WrittenKind::Service,
+        WrittenKind::ServiceImport,
+        WrittenKind::EndpointSlice,
+    ];
+
+    pub fn api_version(self) -> &'static str {
+        match self {
+            WrittenKind::Service => "v1",
+            WrittenKind::ServiceImport => MCS_API_VERSION,
+            WrittenKind::EndpointSlice => "discovery.k8s.io/v1",
+        }
+    }
+
+    pub fn kind(self) -> &'static str {
+        match self {
+            WrittenKind::Service => "Service",
+            WrittenKind::ServiceImport => "ServiceImport",
+            WrittenKind::EndpointSlice => "EndpointSlice",
+        }
+    }
+
+    pub fn id(self, namespace: &str, name: &str) -> ObjectId {
+        ObjectId::new(self.api_version(), self.kind(), Some(namespace), name)
+    }
+
+    /// Which of the three `id` is, if any.
+    pub fn of(id: &ObjectId) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.api_version() == id.api_version && k.kind() == id.kind)
+    }
+}
+
 /// A member's ServiceExport condition pair.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExportConditions {
     pub key: ObjectKey,
     pub valid: (bool, String, String),
     pub conflict: (bool, String, String),
-}
-
-fn labels(service: &str) -> Value {
-    json!({ MANAGED_BY.0: MANAGED_BY.1, MCS_SERVICE_NAME: service })
 }
 
 fn protocol(p: Protocol) -> &'static str {
@@ -142,21 +186,22 @@ pub fn desired_objects(
             .map(|c| json!({ "cluster": c.spec.id.as_str() }))
             .collect();
         let ports: Vec<Value> = view.ports.iter().map(port_json).collect();
-        out.push(Desired {
-            kind: WrittenKind::ServiceImport,
-            namespace: ns.clone(),
-            name: name.clone(),
-            body: json!({
-                "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+        out.push(Desired::new(
+            WrittenKind::ServiceImport,
+            &ns,
+            &name,
+            json!({
+                "apiVersion": MCS_API_VERSION,
                 "kind": "ServiceImport",
-                "metadata": { "name": name, "namespace": ns, "labels": labels(&name) },
+                "metadata": { "name": name, "namespace": ns },
                 "spec": {
                     "type": if view.headless { "Headless" } else { "ClusterSetIP" },
                     "ports": ports,
                 },
                 "status": { "clusters": clusters },
             }),
-        });
+            &[(MCS_SERVICE_NAME, &name)],
+        ));
         if view.headless {
             continue;
         }
@@ -171,17 +216,18 @@ pub fn desired_objects(
                 v
             })
             .collect();
-        out.push(Desired {
-            kind: WrittenKind::Service,
-            namespace: ns.clone(),
-            name: derived.clone(),
-            body: json!({
+        out.push(Desired::new(
+            WrittenKind::Service,
+            &ns,
+            &derived,
+            json!({
                 "apiVersion": "v1",
                 "kind": "Service",
-                "metadata": { "name": derived, "namespace": ns, "labels": labels(&name) },
+                "metadata": { "name": derived, "namespace": ns },
                 "spec": { "type": "ClusterIP", "ports": service_ports },
             }),
-        });
+            &[(MCS_SERVICE_NAME, &name)],
+        ));
         out.extend(derived_slices(snapshot, view, member, &derived, now));
     }
     out
@@ -291,29 +337,25 @@ fn derived_slices(
                     v
                 })
                 .collect();
-            Desired {
-                kind: WrittenKind::EndpointSlice,
-                namespace: ns.clone(),
-                name: name.clone(),
-                body: json!({
+            Desired::new(
+                WrittenKind::EndpointSlice,
+                &ns,
+                &name,
+                json!({
                     "apiVersion": "discovery.k8s.io/v1",
                     "kind": "EndpointSlice",
-                    "metadata": {
-                        "name": name,
-                        "namespace": ns,
-                        "labels": {
-                            MANAGED_BY.0: MANAGED_BY.1,
-                            SLICE_MANAGED_BY.0: SLICE_MANAGED_BY.1,
-                            "kubernetes.io/service-name": derived,
-                            MCS_SERVICE_NAME: view.key.name.as_ref(),
-                            SOURCE_CLUSTER: cluster,
-                        },
-                    },
+                    "metadata": { "name": name, "namespace": ns },
                     "addressType": if v6 { "IPv6" } else { "IPv4" },
                     "endpoints": endpoints,
                     "ports": ports,
                 }),
-            }
+                &[
+                    SLICE_MANAGED_BY,
+                    ("kubernetes.io/service-name", derived),
+                    (MCS_SERVICE_NAME, view.key.name.as_ref()),
+                    (SOURCE_CLUSTER, &cluster),
+                ],
+            )
         })
         .collect()
 }
@@ -360,14 +402,45 @@ pub fn export_conditions(
         .collect()
 }
 
-/// What the leader last wrote into one member: object → fingerprint of its body.
-#[derive(Default)]
+/// The ClusterIP and UID the API gave each derived Service, by (namespace, derived name).
+type Derived = BTreeMap<(String, String), (Option<String>, Option<String>)>;
+
+/// What the leader last wrote into one member, and the applier it writes with.
 struct MemberWrites {
-    objects: BTreeMap<(WrittenKind, String, String), u64>,
-    exports: BTreeMap<ObjectKey, u64>,
-    /// ClusterIPs of derived Services, by (namespace, derived name), and their UIDs.
-    derived: BTreeMap<(String, String), (Option<String>, Option<String>)>,
+    /// Kept from pass to pass for its discovery cache; built again for a new client.
+    applier: Applier,
+    /// The member's `MemberFacts::connection` the applier was built for.
+    connection: u64,
+    /// The derived Services, ServiceImports and EndpointSlices: what is recorded here and no
+    /// longer wanted is deleted.
+    objects: Written,
+    /// ServiceExport status, apart from `objects`: the exports are the member's own objects,
+    /// never to be deleted as strays.
+    exports: Written,
+    /// For the ServiceImports' `spec.ips` and the slices' owner references.
+    derived: Derived,
     resynced: Option<Instant>,
+}
+
+impl MemberWrites {
+    fn new(client: Client, leadership: Leadership, cluster: ClusterId, connection: u64) -> Self {
+        Self {
+            applier: Applier::new(client, leadership, cluster),
+            connection,
+            objects: Written::default(),
+            exports: Written::default(),
+            derived: Derived::new(),
+            resynced: None,
+        }
+    }
+
+    /// A new term starts with a full resync; the discovery cache stays.
+    fn restart(&mut self) {
+        self.objects.clear();
+        self.exports.clear();
+        self.derived.clear();
+        self.resynced = None;
+    }
 }
 
 /// Writes into every Kubernetes member while this replica leads.
@@ -387,8 +460,7 @@ pub async fn run(
         }
         tokio::time::sleep(DEBOUNCE).await;
         if !leadership.is_leader() {
-            // A new term starts with a full resync.
-            writes.clear();
+            writes.values_mut().for_each(MemberWrites::restart);
             continue;
         }
         let snapshot = snapshots.borrow_and_update().clone();
@@ -396,8 +468,14 @@ pub async fn run(
         writes.retain(|id, _| facts.contains_key(id));
         for (id, f) in &facts {
             if f.retired {
-                retire(f.client.as_ref(), id, &fleet, &leadership).await;
-                writes.remove(id);
+                let applier = match writes.remove(id) {
+                    Some(w) if w.connection == f.connection => Some(w.applier),
+                    _ => f
+                        .client
+                        .clone()
+                        .map(|c| Applier::new(c, leadership.clone(), id.clone())),
+                };
+                retire(applier, id, &fleet).await;
                 continue;
             }
             let (Some(client), true) = (&f.client, f.listed) else {
@@ -406,12 +484,17 @@ pub async fn run(
             let Some(member) = snapshot.cluster_index(id.as_str()) else {
                 continue;
             };
-            let state = writes.entry(id.clone()).or_default();
+            if writes.get(id).is_none_or(|w| w.connection != f.connection) {
+                let fresh =
+                    MemberWrites::new(client.clone(), leadership.clone(), id.clone(), f.connection);
+                writes.insert(id.clone(), fresh);
+            }
+            let Some(state) = writes.get_mut(id) else {
+                continue;
+            };
             let desired = desired_objects(&snapshot, member, &f.namespaces, Instant::now());
             let conditions = export_conditions(&snapshot, member, &f.exports);
-            if let Err(e) =
-                reconcile_member(client, id, desired, conditions, state, &leadership).await
-            {
+            if let Err(e) = reconcile_member(state, desired, conditions).await {
                 warn!(cluster = %id, error = %e, "write-back incomplete; retrying");
                 state.resynced = None;
             }
@@ -419,29 +502,43 @@ pub async fn run(
     }
 }
 
+/// Everything of the three kinds in the member that carries meridian's label, in the order
+/// it is deleted in (slices before imports before derived Services).
+async fn list_managed(applier: &Applier) -> Result<Vec<ObjectId>, apply::Error> {
+    let mut out = Vec::new();
+    for kind in WrittenKind::ALL {
+        out.extend(
+            applier
+                .list_managed(kind.api_version(), kind.kind(), MANAGED_BY_SELECTOR)
+                .await?,
+        );
+    }
+    sort_for_deletion(&mut out);
+    Ok(out)
+}
+
+/// Reverse write order: nothing left behind points at what is already gone.
+fn sort_for_deletion(ids: &mut Vec<ObjectId>) {
+    ids.sort_by(|a, b| (WrittenKind::of(b), b).cmp(&(WrittenKind::of(a), a)));
+    ids.dedup();
+}
+
 /// A member left the hub: delete everything meridian wrote there, then forget it.
-async fn retire(
-    client: Option<&Client>,
-    cluster: &ClusterId,
-    fleet: &Fleet,
-    leadership: &Leadership,
-) {
-    if let Some(client) = client
-        && leadership.is_leader()
-    {
+async fn retire(applier: Option<Applier>, cluster: &ClusterId, fleet: &Fleet) {
+    if let Some(applier) = applier {
         let cleaned = async {
-            for (kind, ns, name) in list_managed(client).await?.into_iter().rev() {
-                if !leadership.is_leader() {
-                    break;
-                }
-                delete(client, kind, &ns, &name).await?;
+            for id in list_managed(&applier).await? {
+                applier.delete(&id).await?;
             }
-            Ok::<_, kube::Error>(())
+            Ok::<_, apply::Error>(())
         }
         .await;
         match cleaned {
             Ok(()) => {
                 info!(cluster = %cluster, "member removed: deleted what meridian wrote there")
+            }
+            Err(apply::Error::NotLeader) => {
+                info!(cluster = %cluster, "member removed: leadership lapsed while deleting what meridian wrote there")
             }
             Err(e) => {
                 // Unreachable or refusing: give up rather than keep a removed member forever;
@@ -454,90 +551,101 @@ async fn retire(
 }
 
 async fn reconcile_member(
-    client: &Client,
-    cluster: &ClusterId,
+    state: &mut MemberWrites,
+    desired: Vec<Desired>,
+    conditions: Vec<ExportConditions>,
+) -> Result<(), apply::Error> {
+    match reconcile_pass(state, desired, conditions).await {
+        // Leadership lapsed in the middle of the pass: stop writing, quietly; the next term
+        // starts with a full resync.
+        Err(apply::Error::NotLeader) => Ok(()),
+        other => other,
+    }
+}
+
+async fn reconcile_pass(
+    state: &mut MemberWrites,
     mut desired: Vec<Desired>,
     conditions: Vec<ExportConditions>,
-    state: &mut MemberWrites,
-    leadership: &Leadership,
-) -> Result<(), kube::Error> {
+) -> Result<(), apply::Error> {
+    let cluster = state.applier.cluster().clone();
     let resync = state.resynced.is_none_or(|t| t.elapsed() >= RESYNC);
     if resync {
         state.objects.clear();
         state.exports.clear();
     }
     desired.sort_by_key(|d| d.kind);
-    let wanted: BTreeSet<(WrittenKind, String, String)> = desired
-        .iter()
-        .map(|d| (d.kind, d.namespace.clone(), d.name.clone()))
-        .collect();
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let wanted: BTreeSet<ObjectId> = desired.iter().map(|d| d.id.clone()).collect();
     // One object the API refuses must not hold up the others: the first error is returned
     // after the pass (and the next pass tries again).
     let mut first_error = None;
     for mut d in desired {
         if d.kind == WrittenKind::ServiceImport || d.kind == WrittenKind::EndpointSlice {
-            fill_from_derived(&mut d, state);
+            fill_from_derived(&mut d, &state.derived);
         }
-        let id = (d.kind, d.namespace.clone(), d.name.clone());
-        let print = fingerprint(&d.body.to_string());
-        if state.objects.get(&id) == Some(&print) {
+        if state.objects.unchanged(&d.id, &d.body) {
             continue;
         }
-        if !leadership.is_leader() {
-            return Ok(());
-        }
-        match apply(client, &d, &params, state, leadership).await {
-            Ok(true) => {
-                debug!(cluster = %cluster, kind = ?d.kind, object = %format!("{}/{}", d.namespace, d.name), "written");
-                state.objects.insert(id, print);
+        match write(&state.applier, &d, &mut state.derived).await {
+            Ok(()) => {
+                debug!(cluster = %cluster, object = %d.id, "written");
+                state.objects.record(&d.id, &d.body);
             }
-            Ok(false) => return Ok(()),
+            Err(apply::Error::NotLeader) => return Err(apply::Error::NotLeader),
             Err(e) => {
-                warn!(cluster = %cluster, kind = ?d.kind, object = %format!("{}/{}", d.namespace, d.name), error = %e, "cannot write");
+                warn!(cluster = %cluster, object = %d.id, error = %e, "cannot write");
                 first_error.get_or_insert(e);
             }
         }
     }
     // Strays: what was written before and is no longer wanted; on a resync, whatever carries
     // our label in the member.
-    let mut strays: Vec<(WrittenKind, String, String)> = state
+    let mut strays: Vec<ObjectId> = state
         .objects
-        .keys()
-        .filter(|k| !wanted.contains(k))
+        .ids()
+        .filter(|id| !wanted.contains(*id))
         .cloned()
         .collect();
     if resync {
         strays.extend(
-            list_managed(client)
+            list_managed(&state.applier)
                 .await?
                 .into_iter()
-                .filter(|k| !wanted.contains(k)),
+                .filter(|id| !wanted.contains(id)),
         );
     }
-    strays.sort();
-    strays.dedup();
-    for (kind, ns, name) in strays.into_iter().rev() {
-        if !leadership.is_leader() {
-            return Ok(());
-        }
-        delete(client, kind, &ns, &name).await?;
-        info!(cluster = %cluster, kind = ?kind, object = %format!("{ns}/{name}"), "deleted what is no longer wanted");
-        state.objects.remove(&(kind, ns.clone(), name.clone()));
-        if kind == WrittenKind::Service {
-            state.derived.remove(&(ns, name));
+    sort_for_deletion(&mut strays);
+    for id in strays {
+        state.applier.delete(&id).await?;
+        info!(cluster = %cluster, object = %id, "deleted what is no longer wanted");
+        state.objects.forget(&id);
+        if let (Some(WrittenKind::Service), Some(ns)) = (WrittenKind::of(&id), &id.namespace) {
+            state.derived.remove(&(ns.clone(), id.name.clone()));
         }
     }
     for c in conditions {
-        let print = fingerprint(&format!("{c:?}"));
-        if state.exports.get(&c.key) == Some(&print) {
+        let id = ObjectId::new(
+            MCS_API_VERSION,
+            "ServiceExport",
+            Some(&c.key.namespace),
+            &c.key.name,
+        );
+        let status = export_status(&c);
+        if state.exports.unchanged(&id, &status) {
             continue;
         }
-        if !leadership.is_leader() {
-            return Ok(());
+        let stamped = stamp_transitions(&status, &k8s_openapi::jiff::Timestamp::now().to_string());
+        match state
+            .applier
+            .apply_status(&id, &stamped, ApplyOptions::force())
+            .await
+        {
+            // The export is gone; its watch will say so.
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+            Ok(_) => {}
         }
-        write_export_conditions(client, &c).await?;
-        state.exports.insert(c.key.clone(), print);
+        state.exports.record(&id, &status);
     }
     if let Some(e) = first_error {
         return Err(e);
@@ -550,15 +658,16 @@ async fn reconcile_member(
 
 /// A ServiceImport gets its derived Service's ClusterIP as `spec.ips`; a slice gets the
 /// derived Service as its owner.
-fn fill_from_derived(d: &mut Desired, state: &MemberWrites) {
-    let derived = match d.kind {
-        WrittenKind::ServiceImport => derived_name(&d.name),
+fn fill_from_derived(d: &mut Desired, derived: &Derived) {
+    let service = match d.kind {
+        WrittenKind::ServiceImport => derived_name(&d.id.name),
         _ => d.body["metadata"]["labels"]["kubernetes.io/service-name"]
             .as_str()
             .unwrap_or_default()
             .to_string(),
     };
-    let Some((ip, uid)) = state.derived.get(&(d.namespace.clone(), derived.clone())) else {
+    let namespace = d.id.namespace.clone().unwrap_or_default();
+    let Some((ip, uid)) = derived.get(&(namespace, service.clone())) else {
         return;
     };
     match d.kind {
@@ -570,147 +679,68 @@ fn fill_from_derived(d: &mut Desired, state: &MemberWrites) {
         _ => {
             if let Some(uid) = uid {
                 d.body["metadata"]["ownerReferences"] = json!([{
-                    "apiVersion": "v1", "kind": "Service", "name": derived, "uid": uid,
+                    "apiVersion": "v1", "kind": "Service", "name": service, "uid": uid,
                 }]);
             }
         }
     }
 }
 
-/// Writes one object; `Ok(false)` when leadership lapsed between its requests.
-async fn apply(
-    client: &Client,
-    d: &Desired,
-    params: &PatchParams,
-    state: &mut MemberWrites,
-    leadership: &Leadership,
-) -> Result<bool, kube::Error> {
+/// Writes one object: a ServiceImport's status is a second request, a derived Service's
+/// ClusterIP and UID are read from what the API returned.
+async fn write(applier: &Applier, d: &Desired, derived: &mut Derived) -> Result<(), apply::Error> {
+    let written = applier.apply(&d.id, &d.body, ApplyOptions::force()).await?;
     match d.kind {
         WrittenKind::Service => {
-            let api = Api::<Service>::namespaced(client.clone(), &d.namespace);
-            let svc = api.patch(&d.name, params, &Patch::Apply(&d.body)).await?;
-            let ip = svc
-                .spec
-                .and_then(|s| s.cluster_ip)
-                .filter(|ip| !ip.is_empty() && ip != "None");
-            state.derived.insert(
-                (d.namespace.clone(), d.name.clone()),
-                (ip, svc.metadata.uid),
-            );
+            let ip = written.data["spec"]["clusterIP"]
+                .as_str()
+                .filter(|ip| !ip.is_empty() && *ip != "None")
+                .map(str::to_string);
+            let namespace = d.id.namespace.clone().unwrap_or_default();
+            derived.insert((namespace, d.id.name.clone()), (ip, written.metadata.uid));
         }
         WrittenKind::ServiceImport => {
-            let api = Api::<ServiceImport>::namespaced(client.clone(), &d.namespace);
-            api.patch(&d.name, params, &Patch::Apply(&d.body)).await?;
-            // Each request is a write of its own: a leader frozen during the first one must
-            // not send the second after it wakes up past its renew deadline.
-            if !leadership.is_leader() {
-                return Ok(false);
-            }
+            // A write of its own: the applier asks for leadership again before sending it.
             let status = json!({
-                "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+                "apiVersion": MCS_API_VERSION,
                 "kind": "ServiceImport",
                 "status": d.body["status"],
             });
-            api.patch_status(&d.name, params, &Patch::Apply(&status))
+            applier
+                .apply_status(&d.id, &status, ApplyOptions::force())
                 .await?;
         }
-        WrittenKind::EndpointSlice => {
-            let api = Api::<EndpointSlice>::namespaced(client.clone(), &d.namespace);
-            api.patch(&d.name, params, &Patch::Apply(&d.body)).await?;
-        }
+        WrittenKind::EndpointSlice => {}
     }
-    Ok(true)
+    Ok(())
 }
 
-async fn delete(
-    client: &Client,
-    kind: WrittenKind,
-    ns: &str,
-    name: &str,
-) -> Result<(), kube::Error> {
-    let result = match kind {
-        WrittenKind::Service => delete_one::<Service>(client, ns, name).await,
-        WrittenKind::ServiceImport => delete_one::<ServiceImport>(client, ns, name).await,
-        WrittenKind::EndpointSlice => delete_one::<EndpointSlice>(client, ns, name).await,
-    };
-    match result {
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        other => other,
-    }
-}
-
-async fn delete_one<K>(client: &Client, ns: &str, name: &str) -> Result<(), kube::Error>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    Api::<K>::namespaced(client.clone(), ns)
-        .delete(name, &DeleteParams::default())
-        .await
-        .map(|_| ())
-}
-
-/// Everything in the member that carries meridian's label.
-async fn list_managed(client: &Client) -> Result<Vec<(WrittenKind, String, String)>, kube::Error> {
-    let mut out = managed::<Service>(client, WrittenKind::Service).await?;
-    out.extend(managed::<ServiceImport>(client, WrittenKind::ServiceImport).await?);
-    out.extend(managed::<EndpointSlice>(client, WrittenKind::EndpointSlice).await?);
-    Ok(out)
-}
-
-/// The objects of one kind that carry meridian's label (their metadata only).
-async fn managed<K>(
-    client: &Client,
-    kind: WrittenKind,
-) -> Result<Vec<(WrittenKind, String, String)>, kube::Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let lp = ListParams::default().labels(MANAGED_SELECTOR);
-    let list = Api::<K>::all(client.clone()).list_metadata(&lp).await?;
-    Ok(list
-        .into_iter()
-        .map(|o| {
-            let meta = o.metadata;
-            (
-                kind,
-                meta.namespace.unwrap_or_default(),
-                meta.name.unwrap_or_default(),
-            )
-        })
-        .collect())
-}
-
-async fn write_export_conditions(client: &Client, c: &ExportConditions) -> Result<(), kube::Error> {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+/// A ServiceExport's status as written, but for `lastTransitionTime`: what the fingerprint is
+/// taken of, so that only a change of the conditions themselves is written again.
+fn export_status(c: &ExportConditions) -> Value {
     let condition = |type_: &str, (status, reason, message): &(bool, String, String)| {
         json!({
             "type": type_,
             "status": if *status { "True" } else { "False" },
             "reason": reason,
             "message": message,
-            "lastTransitionTime": now,
         })
     };
-    let patch = json!({
-        "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+    json!({
+        "apiVersion": MCS_API_VERSION,
         "kind": "ServiceExport",
         "status": { "conditions": [condition("Valid", &c.valid), condition("Conflict", &c.conflict)] },
-    });
-    let api = Api::<ServiceExportObject>::namespaced(client.clone(), &c.key.namespace);
-    match api
-        .patch_status(
-            &c.key.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-    {
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        other => other.map(|_| ()),
+    })
+}
+
+fn stamp_transitions(status: &Value, now: &str) -> Value {
+    let mut stamped = status.clone();
+    if let Some(conditions) = stamped["status"]["conditions"].as_array_mut() {
+        for c in conditions {
+            c["lastTransitionTime"] = json!(now);
+        }
     }
+    stamped
 }
 
 #[cfg(test)]

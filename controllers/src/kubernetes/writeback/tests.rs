@@ -151,7 +151,7 @@ fn a_member_gets_an_import_a_derived_service_and_the_slices_its_clients_are_sent
     );
     let services = of_kind(&desired, WrittenKind::Service);
     assert_eq!(services.len(), 1);
-    assert_eq!(services[0].name, "derived-payments");
+    assert_eq!(services[0].id.name, "derived-payments");
     assert!(services[0].body["spec"].get("selector").is_none());
     // m2's clients go to m1 first (same region), as DNS answers them: one slice, from m1.
     let slices = of_kind(&desired, WrittenKind::EndpointSlice);
@@ -296,7 +296,256 @@ fn a_large_cluster_is_split_into_slices_of_at_most_a_hundred() {
     let mut want = ips.clone();
     want.sort();
     assert_eq!(all, want);
-    let names: BTreeSet<&str> = slices.iter().map(|s| s.name.as_str()).collect();
+    let names: BTreeSet<&str> = slices.iter().map(|s| s.id.name.as_str()).collect();
     assert_eq!(names.len(), 3, "distinct names: {names:?}");
     assert!(names.iter().all(|n| convert::is_dns_label(n)), "{names:?}");
+}
+
+// The write-back against an API server in the test process.
+
+use std::time::Duration;
+
+use tokio::sync::watch as leadership_watch;
+
+use crate::kubernetes::mock::{ApiServer, Seen, status};
+
+fn writes(client: Client, leadership: Leadership) -> MemberWrites {
+    MemberWrites::new(client, leadership, ClusterId::new("m2"), 1)
+}
+
+fn patched(server: &ApiServer) -> Vec<Seen> {
+    server
+        .calls()
+        .into_iter()
+        .filter(|r| r.method == "PATCH")
+        .collect()
+}
+
+const DERIVED: &str = "/api/v1/namespaces/shop/services/derived-payments";
+const IMPORT: &str = "/apis/multicluster.x-k8s.io/v1alpha1/namespaces/shop/serviceimports/payments";
+
+/// Answers a derived Service's apply with a ClusterIP and a UID, as the API server allocates.
+fn allocating(r: &Seen) -> Option<(u16, Value)> {
+    (r.method == "PATCH" && r.path == DERIVED).then(|| {
+        let mut svc = r.body.clone();
+        svc["spec"]["clusterIP"] = json!("10.96.5.5");
+        svc["metadata"]["uid"] = json!("derived-uid");
+        (200, svc)
+    })
+}
+
+fn m2_desired() -> Vec<Desired> {
+    let snap = fleet();
+    let m2 = snap.cluster_index("m2").unwrap();
+    desired_objects(&snap, m2, &shop(), Instant::now())
+}
+
+#[tokio::test]
+async fn derived_services_go_first_and_fill_the_import_and_the_slices() {
+    let (client, server) = ApiServer::start(allocating);
+    let mut state = writes(client, Leadership::always("test"));
+    reconcile_member(&mut state, m2_desired(), vec![])
+        .await
+        .unwrap();
+    let sent = patched(&server);
+    let paths: Vec<&str> = sent.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths.len(), 4, "{paths:?}");
+    assert_eq!(paths[0], DERIVED);
+    assert_eq!(paths[1], IMPORT);
+    assert_eq!(
+        paths[2],
+        format!("{IMPORT}/status"),
+        "status is a request of its own"
+    );
+    assert!(
+        paths[3].starts_with("/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/"),
+        "{paths:?}"
+    );
+    for r in &sent {
+        assert_eq!(r.param("fieldManager"), Some("meridian"));
+        assert_eq!(r.param("force"), Some("true"));
+    }
+    // The ClusterIP and UID come from what the API returned for the derived Service.
+    assert_eq!(sent[1].body["spec"]["ips"], json!(["10.96.5.5"]));
+    assert_eq!(
+        sent[2].body["status"]["clusters"],
+        json!([{"cluster": "m1"}, {"cluster": "m3"}])
+    );
+    assert_eq!(
+        sent[3].body["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Service", "name": "derived-payments", "uid": "derived-uid"}])
+    );
+    // A first pass is a resync: it looks for strays of all three kinds in every namespace.
+    let lists: BTreeSet<String> = server
+        .calls()
+        .iter()
+        .filter(|r| r.method == "GET")
+        .map(|r| {
+            assert_eq!(
+                r.param("labelSelector"),
+                Some("app.kubernetes.io/managed-by=meridian")
+            );
+            r.path.clone()
+        })
+        .collect();
+    assert_eq!(
+        lists,
+        [
+            "/api/v1/services",
+            "/apis/discovery.k8s.io/v1/endpointslices",
+            "/apis/multicluster.x-k8s.io/v1alpha1/serviceimports",
+        ]
+        .map(String::from)
+        .into()
+    );
+
+    // Nothing changed: nothing is sent, not even discovery again.
+    let before = server.requests().len();
+    reconcile_member(&mut state, m2_desired(), vec![])
+        .await
+        .unwrap();
+    assert_eq!(
+        server.requests().len(),
+        before,
+        "{:?}",
+        &server.requests()[before..]
+    );
+}
+
+#[tokio::test]
+async fn one_refused_object_does_not_hold_up_the_others() {
+    let (client, server) = ApiServer::start(|r| {
+        if r.method == "PATCH" && r.path == IMPORT {
+            return Some(status(
+                422,
+                "Invalid",
+                "ServiceImport.multicluster.x-k8s.io \"payments\" is invalid: spec.ports: Required value",
+            ));
+        }
+        allocating(r)
+    });
+    let mut state = writes(client, Leadership::always("test"));
+    let err = reconcile_member(&mut state, m2_desired(), vec![])
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid(), "{err:?}");
+    assert!(
+        err.to_string().contains("spec.ports: Required value"),
+        "{err}"
+    );
+    let paths: Vec<String> = patched(&server).into_iter().map(|r| r.path).collect();
+    assert!(!paths.contains(&format!("{IMPORT}/status")), "{paths:?}");
+    assert!(
+        paths.iter().any(|p| p.contains("/endpointslices/")),
+        "the slices are still written: {paths:?}"
+    );
+    // A pass with an error is no completed resync: the next pass writes everything again,
+    // the refused import included.
+    let before = patched(&server).len();
+    let _ = reconcile_member(&mut state, m2_desired(), vec![]).await;
+    let again: Vec<String> = patched(&server)[before..]
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert!(again.iter().any(|p| p == IMPORT), "{again:?}");
+    assert_eq!(again[0], DERIVED, "{again:?}");
+}
+
+#[tokio::test]
+async fn leadership_lapsing_between_an_import_and_its_status_stops_the_pass() {
+    let (tx, until) = leadership_watch::channel(Some(Instant::now() + Duration::from_secs(60)));
+    let (client, server) = ApiServer::start(move |r| {
+        if r.method == "PATCH" && r.path == IMPORT {
+            tx.send_replace(None);
+        }
+        allocating(r)
+    });
+    let mut state = writes(client, Leadership::following(until));
+    reconcile_member(&mut state, m2_desired(), vec![])
+        .await
+        .unwrap();
+    let paths: Vec<String> = patched(&server).into_iter().map(|r| r.path).collect();
+    assert_eq!(paths, [DERIVED, IMPORT], "nothing after the lapse");
+    assert!(
+        server.calls().iter().all(|r| r.method == "PATCH"),
+        "no list, no delete"
+    );
+}
+
+#[tokio::test]
+async fn what_is_no_longer_wanted_is_deleted_slices_first() {
+    // The member also holds a slice meridian wrote before this process started.
+    let (client, server) = ApiServer::start(|r| {
+        if r.method == "GET" && r.path == "/apis/discovery.k8s.io/v1/endpointslices" {
+            return Some((
+                200,
+                json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": {},
+                       "items": [{"metadata": {"name": "left-over", "namespace": "shop"}}]}),
+            ));
+        }
+        allocating(r)
+    });
+    let mut state = writes(client, Leadership::always("test"));
+    reconcile_member(&mut state, m2_desired(), vec![])
+        .await
+        .unwrap();
+    let deleted = |server: &ApiServer| -> Vec<String> {
+        server
+            .calls()
+            .into_iter()
+            .filter(|r| r.method == "DELETE")
+            .map(|r| r.path)
+            .collect()
+    };
+    assert_eq!(
+        deleted(&server),
+        ["/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/left-over"]
+    );
+    // The service is no longer exported: everything written for it goes, slices first.
+    reconcile_member(&mut state, vec![], vec![]).await.unwrap();
+    let gone = deleted(&server);
+    assert_eq!(gone.len(), 4, "{gone:?}");
+    assert!(gone[1].contains("/endpointslices/"), "{gone:?}");
+    assert_eq!(gone[2], IMPORT);
+    assert_eq!(gone[3], DERIVED);
+    assert!(state.derived.is_empty());
+    assert_eq!(state.objects.ids().count(), 0);
+}
+
+#[tokio::test]
+async fn export_conditions_go_to_the_export_status_and_a_missing_export_is_no_error() {
+    let snap = fleet();
+    let m1 = snap.cluster_index("m1").unwrap();
+    let exports: BTreeSet<ObjectKey> = [
+        ObjectKey::new("shop", "payments"),
+        ObjectKey::new("shop", "ghost"),
+    ]
+    .into();
+    let conditions = export_conditions(&snap, m1, &exports);
+    let export = "/apis/multicluster.x-k8s.io/v1alpha1/namespaces/shop/serviceexports";
+    let ghost = format!("{export}/ghost/status");
+    let (client, server) = ApiServer::start(move |r| {
+        (r.path == ghost).then(|| status(404, "NotFound", "serviceexports \"ghost\" not found"))
+    });
+    let mut state = writes(client, Leadership::always("test"));
+    reconcile_member(&mut state, vec![], conditions.clone())
+        .await
+        .unwrap();
+    let sent = patched(&server);
+    let payments = sent
+        .iter()
+        .find(|r| r.path == format!("{export}/payments/status"))
+        .unwrap();
+    let valid = &payments.body["status"]["conditions"][0];
+    assert_eq!(valid["type"], "Valid");
+    assert_eq!(valid["status"], "True");
+    assert_eq!(valid["reason"], "Exported");
+    assert!(valid["lastTransitionTime"].is_string(), "{valid}");
+    assert_eq!(payments.body["status"]["conditions"][1]["type"], "Conflict");
+    assert_eq!(sent.len(), 2, "both exports: {sent:?}");
+    // Unchanged conditions are not written again, though the time would differ.
+    reconcile_member(&mut state, vec![], conditions)
+        .await
+        .unwrap();
+    assert_eq!(patched(&server).len(), 2);
 }
