@@ -88,7 +88,7 @@ API_VERSIONS = {
     "Namespace": CORE, "Service": CORE, "Secret": CORE, "ConfigMap": CORE, "Node": CORE,
     "EndpointSlice": DISCOVERY, "ServiceExport": MCS, "ServiceImport": MCS,
     "MemberCluster": MERIDIAN, "ClusterSchedulingPolicy": MERIDIAN, "Lease": COORDINATION,
-    "Deployment": "apps/v1",
+    "Deployment": "apps/v1", "Placement": MERIDIAN, "OverridePolicy": MERIDIAN, "HorizontalPodAutoscaler": "autoscaling/v2",
 }
 
 # The audit policy of KubeFleet(audit=True): every write (and the Lease's reads, to time a
@@ -274,8 +274,9 @@ class KubeFleet:
     def reset(self) -> None:
         """Puts the fleet back to its starting state for the next test: meridian stopped,
         every cluster running, the members' Services, EndpointSlices, ServiceExports,
-        ServiceImports and Nodes deleted (all namespaces; finalizers dropped first), the
-        hub's ClusterSchedulingPolicies and Lease deleted, extra MemberClusters deleted and
+        ServiceImports, Nodes, Deployments, ConfigMaps and HPAs deleted (all namespaces;
+        finalizers dropped first), the hub's ClusterSchedulingPolicies, OverridePolicies,
+        Placements, Deployments, ConfigMaps and Lease deleted, extra MemberClusters deleted and
         the default ones re-registered with their status cleared, the kubeconfigs rewritten,
         RBAC re-applied and deleted CRDs re-created (changed ones are not restored)."""
         self.stop_meridians()
@@ -293,7 +294,8 @@ class KubeFleet:
             restore_crds(c)
             c.apply(MEMBER_RBAC)
             self._bind_replica_users(c)
-            for kind in ("ServiceExport", "ServiceImport", "EndpointSlice", "Service", "Node"):
+            for kind in ("ServiceExport", "ServiceImport", "EndpointSlice", "Service", "Node", "Deployment",
+                         "ConfigMap", "HorizontalPodAutoscaler"):
                 for obj in c.list(API_VERSIONS[kind], kind):
                     meta = obj["metadata"]
                     if kind == "Service" and meta.get("namespace") == "default" and meta["name"] == "kubernetes":
@@ -306,9 +308,10 @@ class KubeFleet:
             c.apply(HUB_RBAC)
             self._bind_replica_users(c)
             c.apply({"apiVersion": CORE, "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-            for obj in c.list(MERIDIAN, "ClusterSchedulingPolicy"):
-                meta = obj["metadata"]
-                self._force_delete(c, "ClusterSchedulingPolicy", meta["name"], meta["namespace"], meta)
+            for kind in ("ClusterSchedulingPolicy", "OverridePolicy", "Placement", "Deployment", "ConfigMap"):
+                for obj in c.list(API_VERSIONS[kind], kind):
+                    meta = obj["metadata"]
+                    self._force_delete(c, kind, meta["name"], meta["namespace"], meta)
             for obj in c.list(MERIDIAN, "MemberCluster"):
                 if obj["metadata"]["name"] not in self.member_specs:
                     self._force_delete(c, "MemberCluster", obj["metadata"]["name"], None, obj["metadata"])

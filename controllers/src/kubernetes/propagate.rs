@@ -719,6 +719,39 @@ async fn write_hub(
     written: &mut Written,
 ) {
     let applier = Applier::new(hub.clone(), leadership.clone(), ClusterId::new("hub"));
+    let records: BTreeSet<ObjectId> = pass
+        .snapshot
+        .placements
+        .decisions
+        .keys()
+        .map(record_id)
+        .collect();
+    let mut gone: Vec<ObjectId> = written
+        .ids()
+        .filter(|id| id.kind == "Placement" && !records.contains(*id))
+        .cloned()
+        .collect();
+    if written.ids().next().is_none() {
+        // A new term: the Placements of templates deleted meanwhile are found by label.
+        if let Ok(all) = applier
+            .list_managed(
+                "meridian.io/v1alpha1",
+                "Placement",
+                super::MANAGED_BY_SELECTOR,
+            )
+            .await
+        {
+            gone.extend(all.into_iter().filter(|id| !records.contains(id)));
+        }
+    }
+    for id in gone {
+        match applier.delete(&id).await {
+            Ok(()) => written.forget(&id),
+            Err(e) => {
+                warn!(placement = %id, error = %e, "cannot delete the Placement of a template no longer placed")
+            }
+        }
+    }
     for (key, view) in views {
         let Some(decision) = pass.snapshot.placements.decisions.get(key) else {
             continue;
@@ -820,6 +853,16 @@ fn aggregated_status(
     Some(aggregated)
 }
 
+/// The Placement of a template: in its namespace, named by its label.
+fn record_id(key: &TemplateKey) -> ObjectId {
+    ObjectId::new(
+        "meridian.io/v1alpha1",
+        "Placement",
+        Some(&key.namespace),
+        &template_label(key),
+    )
+}
+
 /// The Placement record of one template: (its id, the object, its status).
 fn placement_record(
     pass: &Pass<'_>,
@@ -829,12 +872,7 @@ fn placement_record(
 ) -> (ObjectId, Value, Value) {
     let key = &template.key;
     let name = template_label(key);
-    let id = ObjectId::new(
-        "meridian.io/v1alpha1",
-        "Placement",
-        Some(&key.namespace),
-        &name,
-    );
+    let id = record_id(key);
     let reason = |p: &Placed| {
         serde_json::to_value(&p.reason)
             .ok()

@@ -1,0 +1,406 @@
+"""Propagation into Kubernetes members (issue 13) on the real kube-apiservers of kube_fleet.py:
+hub templates placed by ClusterSchedulingPolicies are applied into the members by the leader
+(server-side apply, field manager meridian), kept there (drift reverted, an HPA's replicas
+left alone), reported back (a Placement per template, the template's status summed), and
+moved gracefully: the new copies first, traffic next, the old copy last.
+
+There is no controller manager and no kubelet: nothing runs the Deployments. The test writes
+a member Deployment's status itself, as the Deployment controller would, to say what is ready.
+"""
+
+import subprocess
+import time
+import uuid
+
+from conftest import BIN
+from kube_fleet import CORE, FROM, MERIDIAN, NAMESPACE, wait_for
+from kube_cluster import resource_path
+
+APPS = "apps/v1"
+MANAGED = "app.kubernetes.io/managed-by"
+TEMPLATE_LABEL = "meridian.io/template"
+
+
+def deployment(name, replicas, *, namespace=NAMESPACE, image_tag="1", annotations=None):
+    pod_meta = {"labels": {"app": name}}
+    if annotations:
+        pod_meta["annotations"] = annotations
+    return {"apiVersion": APPS, "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": pod_meta,
+                                  "spec": {"containers": [{"name": name,
+                                                           "image": f"registry.example.com/shop/{name}:{image_tag}"}]}}}}
+
+
+def divided(name, weights, **placement):
+    """A policy placing Deployment `name` in tier eu (m1, m2) by static weights."""
+    return {
+        "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": name}],
+        "placement": {
+            "clusterAffinities": [{"name": "eu", "clusterNames": list(weights)}],
+            "replicaScheduling": {"type": "Divided", "divisionPreference": "Weighted",
+                                  "weights": [{"clusterNames": [c], "weight": w} for c, w in weights.items()]},
+            **placement,
+        },
+    }
+
+
+def member_deployment(kube_fleet, member, name, namespace=NAMESPACE):
+    return kube_fleet.cluster(member).get(APPS, "Deployment", name, namespace)
+
+
+def member_replicas(kube_fleet, name, members=("m1", "m2", "m3")):
+    """{member: spec.replicas} of the Deployment `name` where it exists."""
+    out = {}
+    for member in members:
+        d = member_deployment(kube_fleet, member, name)
+        if d is not None:
+            out[member] = d["spec"]["replicas"]
+    return out
+
+
+def write_status(kube_fleet, member, name, ready, *, replicas=None, namespace=NAMESPACE):
+    """What the member's Deployment controller would report: it observed the current
+    generation, and `ready` of its replicas are ready and available."""
+    c = kube_fleet.cluster(member)
+    for _ in range(10):
+        d = c.get(APPS, "Deployment", name, namespace)
+        total = d["spec"]["replicas"] if replicas is None else replicas
+        d["status"] = {"observedGeneration": d["metadata"]["generation"], "replicas": total,
+                       "updatedReplicas": total, "readyReplicas": ready, "availableReplicas": ready,
+                       "unavailableReplicas": max(total - ready, 0),
+                       "conditions": [{"type": "Available", "status": "True" if ready >= total else "False",
+                                       "reason": "MinimumReplicasAvailable" if ready >= total else "MinimumReplicasUnavailable",
+                                       "message": f"{ready} of {total} available",
+                                       "lastTransitionTime": "2026-12-01T00:00:00Z"}]}
+        status, body = c.request("PUT", resource_path(APPS, "Deployment", namespace, name, "status"), d)
+        if status == 200:
+            return body
+        assert status == 409, body  # meridian wrote it meanwhile: read it again
+    raise AssertionError(f"cannot write the status of {member} {name}")
+
+
+def placement(kube_fleet, name, kind="deployment.apps", namespace=NAMESPACE):
+    return kube_fleet.hub.get(MERIDIAN, "Placement", f"{kind}.{name}", namespace)
+
+
+def condition(obj, type_):
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return c
+    return None
+
+
+def metric(m, name):
+    status, body = m.http("/metrics")
+    assert status == 200
+    total = 0.0
+    for line in body.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_divided_deployment_is_applied_overridden_summed_and_kept(kube_fleet, kube_meridian):
+    m, hub = kube_meridian, kube_fleet.hub
+    hub.apply(deployment("web", 9))
+    hub.apply({"apiVersion": MERIDIAN, "kind": "OverridePolicy", "metadata": {"name": "m2-mirror", "namespace": NAMESPACE},
+               "spec": {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment"}],
+                        "overrideRules": [{"targetClusters": {"clusterNames": ["m2"]},
+                                           "overriders": {"image": [{"component": "Registry", "operator": "replace",
+                                                                     "value": "mirror.example.com"}]}}]}})
+    kube_fleet.policy("web", divided("web", {"m1": 1, "m2": 2}))
+
+    # 9 at 1:2 are 3 and 6, written into the members; the image overridden in m2 only.
+    wait_for(lambda: member_replicas(kube_fleet, "web") == {"m1": 3, "m2": 6}, timeout=20,
+             what="the Deployment applied as 3 in m1 and 6 in m2", log=m)
+    m1, m2 = (member_deployment(kube_fleet, c, "web") for c in ("m1", "m2"))
+    assert m1["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example.com/shop/web:1"
+    assert m2["spec"]["template"]["spec"]["containers"][0]["image"] == "mirror.example.com/shop/web:1"
+    for d in (m1, m2):
+        assert d["metadata"]["labels"][MANAGED] == "meridian", d["metadata"]
+        assert d["metadata"]["labels"][TEMPLATE_LABEL] == "deployment.apps.web", d["metadata"]
+        assert d["metadata"]["annotations"]["meridian.io/template"] == "apps/v1/Deployment/shop/web"
+        managers = {f["manager"] for f in d["metadata"]["managedFields"]}
+        assert managers == {"meridian"}, managers
+    assert member_deployment(kube_fleet, "m3", "web") is None
+
+    # The Placement names the decision.
+    record = wait_for(lambda: placement(kube_fleet, "web"), timeout=10, what="the Placement of web")
+    assert record["spec"]["summary"] == "m1=3,m2=6", record["spec"]
+    assert record["spec"]["policy"] == "shop/web" and record["spec"]["tier"] == "eu", record["spec"]
+
+    # The members report (as their controllers would): the hub template's status sums them,
+    # and observedGeneration is the hub's generation once every member observed its apply.
+    write_status(kube_fleet, "m1", "web", 3)
+    write_status(kube_fleet, "m2", "web", 4)
+    generation = hub.get(APPS, "Deployment", "web", NAMESPACE)["metadata"]["generation"]
+
+    def hub_status():
+        return (hub.get(APPS, "Deployment", "web", NAMESPACE).get("status") or {})
+
+    s = wait_for(lambda: (lambda s: s if s.get("readyReplicas") == 7 else None)(hub_status()), timeout=15,
+                 what="the hub's status summed over the members", log=m)
+    assert (s["replicas"], s["availableReplicas"], s["unavailableReplicas"]) == (9, 7, 2), s
+    assert s.get("observedGeneration") == generation, s
+    available = [c for c in s["conditions"] if c["type"] == "Available"][0]
+    assert available["status"] == "False" and "m2" in available["message"], available
+
+    # A new template generation: the members get it, and the hub's observedGeneration waits
+    # until every member has observed it.
+    hub.apply(deployment("web", 12))
+    wait_for(lambda: member_replicas(kube_fleet, "web") == {"m1": 4, "m2": 8}, timeout=15,
+             what="12 applied as 4/8", log=m)
+    new_generation = hub.get(APPS, "Deployment", "web", NAMESPACE)["metadata"]["generation"]
+    assert new_generation > generation
+    time.sleep(2)
+    assert hub_status().get("observedGeneration") != new_generation, hub_status()
+    write_status(kube_fleet, "m1", "web", 4)
+    time.sleep(1.5)
+    assert hub_status().get("observedGeneration") != new_generation, "m2 has not observed it yet"
+    write_status(kube_fleet, "m2", "web", 8)
+    wait_for(lambda: hub_status().get("observedGeneration") == new_generation, timeout=15,
+             what="observedGeneration once both members observed the new generation", log=m)
+    assert hub_status()["readyReplicas"] == 12
+
+    # Drift on a field meridian owns is reverted.
+    m1c = kube_fleet.cluster("m1")
+    status, body = m1c.request("PATCH", resource_path(APPS, "Deployment", NAMESPACE, "web"),
+                               {"spec": {"replicas": 1}}, content_type="application/merge-patch+json")
+    assert status == 200, body
+    wait_for(lambda: member_replicas(kube_fleet, "web", ["m1"]) == {"m1": 4}, timeout=15,
+             what="the drifted replica count reverted", log=m)
+    assert metric(m, "meridian_propagation_drift_reverted_total") >= 1
+
+    # An HPA in m2 scales web there: its replica count is the member's from then on.
+    m2c = kube_fleet.cluster("m2")
+    m2c.apply({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+               "metadata": {"name": "web", "namespace": NAMESPACE},
+               "spec": {"scaleTargetRef": {"apiVersion": APPS, "kind": "Deployment", "name": "web"},
+                        "minReplicas": 1, "maxReplicas": 20,
+                        "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                                                                      "target": {"type": "Utilization", "averageUtilization": 80}}}]}})
+    time.sleep(1.5)  # the HPA reaches meridian's watch
+    status, body = m2c.request("PATCH", resource_path(APPS, "Deployment", NAMESPACE, "web", "scale"),
+                               {"spec": {"replicas": 11}}, content_type="application/merge-patch+json")
+    assert status == 200, body
+    # A template edit makes meridian apply both copies again: m1 gets it, m2 keeps 11.
+    hub.apply(deployment("web", 12, annotations={"rev": "2"}))
+    wait_for(lambda: (member_deployment(kube_fleet, "m2", "web")["spec"]["template"]["metadata"]
+                      .get("annotations", {}).get("rev")) == "2", timeout=15, what="the edit applied in m2",
+             log=m)
+    time.sleep(1.5)
+    assert member_replicas(kube_fleet, "web", ["m1", "m2"]) == {"m1": 4, "m2": 11}
+
+    # explain says what each member holds.
+    p = subprocess.run([str(BIN), "explain", "Deployment/web", "-n", NAMESPACE,
+                                      "--admin", f"127.0.0.1:{m.admin_port}"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert "m1 holds: applied, 4 replicas," in p.stdout, p.stdout
+    assert metric(m, "meridian_propagation_applies_total") >= 4
+
+    # The template goes: so do its copies and its Placement; the namespace stays (meridian
+    # did not create it).
+    hub.delete(APPS, "Deployment", "web", NAMESPACE)
+    wait_for(lambda: member_replicas(kube_fleet, "web") == {}, timeout=15, what="the copies deleted",
+             log=m)
+    wait_for(lambda: placement(kube_fleet, "web") is None, timeout=10, what="the Placement deleted")
+    ns = kube_fleet.cluster("m1").get(CORE, "Namespace", NAMESPACE)
+    assert ns is not None and not ns["metadata"].get("deletionTimestamp"), ns
+
+
+def test_an_object_meridian_did_not_create_is_a_conflict_unless_the_policy_overwrites(kube_fleet, kube_meridian):
+    m, hub = kube_meridian, kube_fleet.hub
+    m1 = kube_fleet.cluster("m1")
+    m1.apply(deployment("legacy", 1, image_tag="old"))
+    hub.apply(deployment("legacy", 2))
+    spec = {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "legacy"}],
+            "placement": {"clusterAffinities": [{"name": "one", "clusterNames": ["m1"]}]}}
+    kube_fleet.policy("legacy", spec)
+    record = wait_for(lambda: (lambda p: p if condition(p, "Conflict") else None)(placement(kube_fleet, "legacy")),
+                      timeout=15, what="a Conflict condition on the Placement", log=m)
+    c = condition(record, "Conflict")
+    assert c["status"] == "True" and "m1" in c["message"], c
+    legacy = member_deployment(kube_fleet, "m1", "legacy")
+    assert legacy["spec"]["replicas"] == 1 and MANAGED not in (legacy["metadata"].get("labels") or {}), legacy
+    assert metric(m, "meridian_propagation_conflicts_total") >= 1
+
+    spec["placement"]["conflictResolution"] = "Overwrite"
+    kube_fleet.policy("legacy", spec)
+    wait_for(lambda: member_replicas(kube_fleet, "legacy", ["m1"]) == {"m1": 2}, timeout=15,
+             what="the object adopted under Overwrite", log=m)
+    legacy = member_deployment(kube_fleet, "m1", "legacy")
+    assert legacy["metadata"]["labels"][MANAGED] == "meridian"
+    assert legacy["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":1")
+    wait_for(lambda: condition(placement(kube_fleet, "legacy"), "Conflict") is None, timeout=10,
+             what="the Conflict condition cleared")
+
+
+def test_a_namespace_is_created_where_needed_and_removed_with_the_last_object(kube_fleet, kube_meridian):
+    m, hub = kube_meridian, kube_fleet.hub
+    # Fresh per run: a deleted namespace never goes away without a controller manager.
+    ns = f"team-{uuid.uuid4().hex[:8]}"
+    hub.apply({"apiVersion": CORE, "kind": "Namespace", "metadata": {"name": ns}})
+    hub.apply({"apiVersion": CORE, "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": ns},
+               "data": {"mode": "fast"}})
+    kube_fleet.policy("settings", {
+        "resourceSelectors": [{"apiVersion": CORE, "kind": "ConfigMap", "name": "settings"}],
+        "placement": {"clusterAffinities": [{"name": "one", "clusterNames": ["m1"]}]},
+    }, namespace=ns)
+    m1 = kube_fleet.cluster("m1")
+    cm = wait_for(lambda: m1.get(CORE, "ConfigMap", "settings", ns), timeout=20,
+                  what="the ConfigMap in a namespace m1 did not have", log=m)
+    assert cm["data"] == {"mode": "fast"}
+    created = m1.get(CORE, "Namespace", ns)
+    assert created["metadata"]["labels"][MANAGED] == "meridian", created["metadata"]
+    # Only where something is placed: the hub's namespace is not copied to m2 or m3.
+    assert kube_fleet.cluster("m2").get(CORE, "Namespace", ns) is None
+    assert kube_fleet.cluster("m3").get(CORE, "Namespace", ns) is None
+
+    hub.delete(CORE, "ConfigMap", "settings", ns)
+    wait_for(lambda: m1.get(CORE, "ConfigMap", "settings", ns) is None, timeout=15,
+             what="the ConfigMap deleted with its template", log=m)
+    gone = wait_for(lambda: (lambda n: n is None or n["metadata"].get("deletionTimestamp"))(m1.get(CORE, "Namespace", ns)),
+                    timeout=15, what="the namespace meridian created deleted", log=m)
+    assert gone
+
+
+def test_a_policy_edit_moves_traffic_first_and_deletes_the_old_copy_once_the_new_one_is_ready(kube_fleet, kube_meridian):
+    """The policy places web in m1 and m2 and governs its Service; the edit drops m1. A client
+    in m1 is sent to m2 at once (its endpoints are ready), m1's copy stays until m2's copy
+    reports ready, then goes."""
+    m, hub = kube_meridian, kube_fleet.hub
+    kube_fleet.publish("m1", "web", ["10.1.0.1"])
+    kube_fleet.publish("m2", "web", ["10.2.0.1"])
+    hub.apply(deployment("web", 4))
+    spec = {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "web"}, {"name": "web"}],
+            "placement": {"clusterAffinities": [{"name": "eu", "clusterNames": ["m1", "m2"]}],
+                          "gracePeriodSeconds": 120}}
+    kube_fleet.policy("web", spec)
+    wait_for(lambda: member_replicas(kube_fleet, "web") == {"m1": 4, "m2": 4}, timeout=20,
+             what="web duplicated into m1 and m2", log=m)
+    name = "web.shop.global"
+    m.wait_for(lambda: m.addresses(name, source=FROM["m1"]) == ["10.1.0.1"], timeout=15,
+               what="a client in m1 sent to m1 (its own cluster)")
+    write_status(kube_fleet, "m1", "web", 4)
+
+    spec["placement"]["clusterAffinities"] = [{"name": "eu", "clusterNames": ["m2"]}]
+    kube_fleet.policy("web", spec)
+    # Traffic first: m1 is no longer placed, so its endpoints come after m2's.
+    m.wait_for(lambda: m.addresses(name, source=FROM["m1"]) == ["10.2.0.1"], timeout=15,
+               what="a client in m1 sent to m2 once m1 is no longer placed")
+    # The old copy stays while the new one is not ready, shown as an eviction.
+    record = wait_for(lambda: (lambda p: p if (p.get("status") or {}).get("evictions") else None)(placement(kube_fleet, "web")),
+                      timeout=10, what="the eviction on the Placement", log=m)
+    assert [e["cluster"] for e in record["status"]["evictions"]] == ["m1"], record["status"]
+    time.sleep(2)
+    assert member_deployment(kube_fleet, "m1", "web") is not None, "deleted before its replacement was ready"
+    assert m.addresses(name, source=FROM["m1"]) == ["10.2.0.1"]
+    # m2 reports ready: m1's copy goes.
+    write_status(kube_fleet, "m2", "web", 4)
+    wait_for(lambda: member_deployment(kube_fleet, "m1", "web") is None, timeout=15,
+             what="m1's copy deleted once m2's is ready", log=m)
+    assert member_replicas(kube_fleet, "web") == {"m2": 4}
+    assert metric(m, "meridian_propagation_evictions_total") >= 1
+
+
+def test_failover_keeps_the_sum_and_failback_adds_before_it_removes(kube_fleet):
+    m = kube_fleet.start_meridian()
+    hub = kube_fleet.hub
+    hub.apply(deployment("web", 9))
+    kube_fleet.policy("web", divided("web", {"m1": 1, "m2": 2}, failover={"afterSeconds": 2},
+                                     failbackAfterSeconds=8))
+    wait_for(lambda: member_replicas(kube_fleet, "web") == {"m1": 3, "m2": 6}, timeout=20,
+             what="3/6", log=m)
+    kube_fleet.stop_apiserver("m1")
+    try:
+        # Unreachable after 3 s, failed over 2 s later: m2 takes all 9 (the sum is kept).
+        wait_for(lambda: member_replicas(kube_fleet, "web", ["m2"]) == {"m2": 9}, timeout=25,
+                 what="m2 takes the 9 replicas", log=m)
+        write_status(kube_fleet, "m2", "web", 9)
+        time.sleep(1)
+    finally:
+        kube_fleet.start_apiserver("m1")
+    # Back: m1's old copy goes (its replacement is ready), then after failbackAfterSeconds
+    # m1 is placed again, and m2 keeps 9 until m1's new copy is ready.
+    wait_for(lambda: member_deployment(kube_fleet, "m1", "web") is None, timeout=20, interval=0.05,
+             what="m1's old copy deleted on its return", log=m)
+    wait_for(lambda: member_replicas(kube_fleet, "web") == {"m1": 3, "m2": 9}, timeout=25,
+             what="m1 placed again after failback, m2 still at 9", log=m)
+    time.sleep(2)
+    assert member_replicas(kube_fleet, "web") == {"m1": 3, "m2": 9}, "m2 shrank before m1 was ready"
+    write_status(kube_fleet, "m1", "web", 3)
+    wait_for(lambda: member_replicas(kube_fleet, "web") == {"m1": 3, "m2": 6}, timeout=15,
+             what="the split back to 3/6 once m1 is ready", log=m)
+
+
+def test_a_refused_object_and_a_forbidden_kind_are_reported_and_the_rest_proceeds(kube_fleet, kube_meridian):
+    m, hub = kube_meridian, kube_fleet.hub
+    # m2's copy gets a label value its API refuses (422); m1's copy is fine.
+    hub.apply(deployment("web", 2))
+    hub.apply({"apiVersion": MERIDIAN, "kind": "OverridePolicy", "metadata": {"name": "bad-label", "namespace": NAMESPACE},
+               "spec": {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "web"}],
+                        "overrideRules": [{"targetClusters": {"clusterNames": ["m2"]},
+                                           "overriders": {"labels": {"operator": "add",
+                                                                     "value": {"tier": "not a valid value!"}}}}]}})
+    kube_fleet.policy("web", {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "web"}],
+                              "placement": {"clusterAffinities": [{"name": "eu", "clusterNames": ["m1", "m2"]}]}})
+    wait_for(lambda: member_replicas(kube_fleet, "web", ["m1"]) == {"m1": 2}, timeout=20,
+             what="m1's copy applied", log=m)
+    record = wait_for(lambda: (lambda p: p if (condition(p, "Applied") or {}).get("status") == "False" else None)(
+        placement(kube_fleet, "web")), timeout=15, what="Applied False on the Placement", log=m)
+    message = condition(record, "Applied")["message"]
+    assert "m2" in message and "422" in message and "not a valid value!" in message, message
+    m2 = [c for c in record["status"]["clusters"] if c["name"] == "m2"][0]
+    assert not m2["applied"] and "422" in m2["error"], m2
+    assert member_deployment(kube_fleet, "m2", "web") is None
+
+    # A kind the hub lets meridian read but a member's RBAC does not let it write (Roles).
+    rbac = "rbac.authorization.k8s.io/v1"
+    hub.apply([{"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": "meridian-read-roles"},
+                "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"],
+                           "verbs": ["get", "list", "watch"]}]},
+               {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": "meridian-read-roles"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "meridian-read-roles"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "meridian"}]},
+               {"apiVersion": rbac, "kind": "Role", "metadata": {"name": "reader", "namespace": NAMESPACE},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}])
+    try:
+        kube_fleet.policy("roles", {"resourceSelectors": [{"apiVersion": rbac, "kind": "Role", "name": "reader"}],
+                                    "placement": {"clusterAffinities": [{"name": "one", "clusterNames": ["m1"]}]}})
+        record = wait_for(lambda: (lambda p: p if (condition(p, "Applied") or {}).get("status") == "False" else None)(
+            placement(kube_fleet, "reader", kind="role.rbac.authorization.k8s.io")), timeout=20,
+            what="the forbidden kind on the Placement", log=m)
+        message = condition(record, "Applied")["message"]
+        assert "m1" in message and "403" in message and "forbidden" in message.lower(), message
+        # Everything else keeps going: m1's Deployment is still applied and DNS answers.
+        assert member_replicas(kube_fleet, "web", ["m1"]) == {"m1": 2}
+        assert m.query("anything.shop.svc.clusterset.local").rcode() in (0, 3)
+    finally:
+        hub.delete(rbac, "Role", "reader", NAMESPACE)
+        hub.delete(rbac, "ClusterRoleBinding", "meridian-read-roles")
+        hub.delete(rbac, "ClusterRole", "meridian-read-roles")
+        hub.delete(MERIDIAN, "OverridePolicy", "bad-label", NAMESPACE)
+
+
+def test_members_keep_what_they_hold_while_the_hub_is_down(kube_fleet, kube_meridian):
+    m, hub = kube_meridian, kube_fleet.hub
+    kube_fleet.publish("m1", "api", ["10.1.0.9"])
+    hub.apply(deployment("api", 2))
+    kube_fleet.policy("api", {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "api"}],
+                              "placement": {"clusterAffinities": [{"name": "one", "clusterNames": ["m1"]}]}})
+    wait_for(lambda: member_replicas(kube_fleet, "api") == {"m1": 2}, timeout=20, what="api in m1", log=m)
+    m.wait_for(lambda: m.addresses("api.shop.global", source=FROM["m1"]) == ["10.1.0.9"], timeout=15,
+               what="api answered")
+    kube_fleet.stop_apiserver("hub")
+    try:
+        time.sleep(6)
+        assert member_replicas(kube_fleet, "api") == {"m1": 2}
+        assert m.addresses("api.shop.global", source=FROM["m1"]) == ["10.1.0.9"]
+    finally:
+        kube_fleet.start_apiserver("hub")
+    # The hub is back: a template edit reaches the member again.
+    hub.apply(deployment("api", 3))
+    wait_for(lambda: member_replicas(kube_fleet, "api") == {"m1": 3}, timeout=30,
+             what="the edit applied after the hub's return", log=m)
