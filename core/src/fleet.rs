@@ -153,6 +153,8 @@ struct Federation {
     dirty: bool,
     /// When a decision changes with time alone.
     deadline: Option<Instant>,
+    /// Policies that select a template an older policy places.
+    conflicts: Vec<Problem>,
 }
 
 impl Fleet {
@@ -465,6 +467,13 @@ impl Fleet {
         snapshot
             .problems
             .extend(unschedulable(&snapshot.placements));
+        if decided {
+            self.federation.conflicts =
+                template_conflicts(&self.federation.templates, self.policies.as_slice()).collect();
+        }
+        snapshot
+            .problems
+            .extend(self.federation.conflicts.iter().cloned());
         decided
     }
 
@@ -533,6 +542,29 @@ fn workload_clusters(prev: &Snapshot, snapshot: &Snapshot) -> Arc<HashMap<String
         !clusters.is_empty()
     });
     Arc::new(by_policy)
+}
+
+/// A template two policies select is placed by the older one (policies are oldest first);
+/// each younger one is a problem naming both, as for Services.
+fn template_conflicts<'a>(
+    templates: &'a [Template],
+    policies: &'a [Policy],
+) -> impl Iterator<Item = Problem> + 'a {
+    templates.iter().flat_map(move |t| {
+        let mut placing = policies.iter().filter(|p| p.places(t));
+        let oldest = placing.next();
+        placing.map(move |loser| {
+            Problem::in_merge(
+                Origin::Hub,
+                ObjectRef::namespaced("ClusterSchedulingPolicy", &loser.key),
+                format!(
+                    "Conflict: it selects template {}, which the older policy {} places",
+                    t.key,
+                    oldest.map_or(String::new(), |p| p.key.to_string())
+                ),
+            )
+        })
+    })
 }
 
 /// An unschedulable template is a problem of the hub's, with the decision's numbers.

@@ -254,6 +254,7 @@ pub async fn run(
     let mut rollouts: BTreeMap<TemplateKey, Rollout> = BTreeMap::new();
     let mut settings: BTreeMap<TemplateKey, Propagation> = BTreeMap::new();
     let mut hub_written = Written::default();
+    let mut converging = Converging::default();
     let mut facts_changed = fleet.subscribe();
     let mut deadline: Option<Instant> = None;
     loop {
@@ -345,13 +346,58 @@ pub async fn run(
                 rollouts.remove(&key);
                 settings.remove(&key);
             }
-            views.insert(key, TemplateView { step, ..view });
+            let view = TemplateView { step, ..view };
+            converging.observe(&key, decision, &pass, &view, &metrics);
+            views.insert(key, view);
         }
+        converging.retain(&views);
         rollouts.retain(|k, _| views.contains_key(k));
         if let Some(hub) = &hub {
             write_hub(hub, &leadership, &pass, &views, &members, &mut hub_written).await;
         }
         *view.templates.lock() = views;
+    }
+}
+
+/// Since when each template's current generation and decision have been rolling out, for
+/// `meridian_propagation_converge_seconds`.
+#[derive(Default)]
+struct Converging {
+    since: BTreeMap<TemplateKey, (u64, Instant, bool)>,
+}
+
+impl Converging {
+    fn observe(
+        &mut self,
+        key: &TemplateKey,
+        decision: Option<&Decision>,
+        pass: &Pass<'_>,
+        view: &TemplateView,
+        metrics: &PropagationMetrics,
+    ) {
+        let Some(decision) = decision else { return };
+        let generation = pass.templates.get(key).map_or(0, |t| t.generation);
+        let target = apply::fingerprint(&json!([generation, decision.placed]));
+        let entry = self
+            .since
+            .entry(key.clone())
+            .or_insert((target, pass.now, false));
+        if entry.0 != target {
+            *entry = (target, pass.now, false);
+        }
+        let converged = view.step.is_settled()
+            && !view.copies.is_empty()
+            && view.copies.values().all(|c| c.applied && c.ready);
+        if converged && !entry.2 {
+            entry.2 = true;
+            metrics
+                .converge_seconds
+                .observe(pass.now.saturating_duration_since(entry.1).as_secs_f64());
+        }
+    }
+
+    fn retain(&mut self, views: &BTreeMap<TemplateKey, TemplateView>) {
+        self.since.retain(|k, _| views.contains_key(k));
     }
 }
 

@@ -523,3 +523,58 @@ fn a_cluster_the_policy_does_not_place_the_workload_in_takes_traffic_last() {
     assert_eq!(tiers[0].1, vec![eu2]);
     assert_eq!(tiers[1], (vec![TierReason::NotPlaced], vec![eu1]));
 }
+
+#[test]
+fn a_template_two_policies_select_is_placed_by_the_older_and_the_younger_is_a_conflict() {
+    use crate::placement::{Template, TemplateKey};
+    let (mut fleet, t0) = fleet();
+    let younger = Policy {
+        key: ObjectKey::new("shop", "q"),
+        created: 10,
+        ..placing_web()
+    };
+    fleet.apply(
+        hub(
+            &["eu-1", "eu-2"],
+            vec![younger, placing_web()],
+            vec![],
+            vec![],
+        ),
+        t0,
+    );
+    fleet.apply(
+        Event::Templates {
+            templates: vec![Template {
+                key: TemplateKey::new("apps/v1", "Deployment", "shop", "web"),
+                labels: Default::default(),
+                generation: 1,
+                replicas: Some(3),
+                requests: Default::default(),
+                dependencies: Vec::new(),
+                body: Arc::new(serde_json::json!({})),
+            }],
+            overrides: Vec::new(),
+        },
+        t0,
+    );
+    let mut snapshot = build(&mut fleet, &Snapshot::empty(), t0).snapshot;
+    fleet.place(&Snapshot::empty(), &mut snapshot, t0);
+    let decision = snapshot.placements.decisions.values().next().unwrap();
+    assert_eq!(decision.policy, Some(ObjectKey::new("shop", "p")));
+    let conflicts: Vec<&Problem> = snapshot
+        .problems
+        .iter()
+        .filter(|p| p.reason.starts_with("Conflict"))
+        .collect();
+    assert_eq!(conflicts.len(), 1, "{:?}", snapshot.problems);
+    assert!(
+        conflicts[0]
+            .subject
+            .is("ClusterSchedulingPolicy", &ObjectKey::new("shop", "q"))
+    );
+    assert!(
+        conflicts[0].reason.contains("older policy shop/p"),
+        "{}",
+        conflicts[0].reason
+    );
+}
