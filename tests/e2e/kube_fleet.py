@@ -70,6 +70,7 @@ from kube_cluster import (  # noqa: E402
 CRDS_DIR = ROOT / "deploy" / "crds"
 HUB_RBAC = ROOT / "deploy" / "rbac" / "hub.yaml"
 MEMBER_RBAC = ROOT / "deploy" / "rbac" / "member.yaml"
+PROPAGATION_RBAC = ROOT / "deploy" / "rbac" / "member-propagation.yaml"
 
 USER = "meridian"  # the token user meridian runs as, on the hub and in every member
 HUB_NAMESPACE = "meridian-system"
@@ -331,6 +332,17 @@ class KubeFleet:
             c.request("PATCH", resource_path(api, kind, namespace, name), {"metadata": {"finalizers": None}},
                       content_type="application/merge-patch+json")
         c.delete(api, kind, name, namespace)
+
+    def grant_propagation(self) -> None:
+        """deploy/rbac/member-propagation.yaml in every member: what meridian needs to place
+        workloads there (member.yaml alone does not let it)."""
+        with ThreadPoolExecutor(len(self.member_specs)) as pool:
+            list(pool.map(lambda n: self.cluster(n).apply(PROPAGATION_RBAC), self.member_specs))
+
+    def revoke_propagation(self) -> None:
+        for name in self.member_specs:
+            self.cluster(name).delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding",
+                                      "meridian-member-propagation")
 
     # Replica users and audit logs (see the module docstring).
     def _bind_replica_users(self, c: KubeCluster) -> None:

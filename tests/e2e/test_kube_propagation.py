@@ -12,6 +12,8 @@ import subprocess
 import time
 import uuid
 
+import pytest
+
 from conftest import BIN
 from kube_fleet import CORE, FROM, MERIDIAN, NAMESPACE, wait_for
 from kube_cluster import resource_path
@@ -19,6 +21,15 @@ from kube_cluster import resource_path
 APPS = "apps/v1"
 MANAGED = "app.kubernetes.io/managed-by"
 TEMPLATE_LABEL = "meridian.io/template"
+
+
+@pytest.fixture(autouse=True)
+def propagation_rbac(kube_fleet):
+    """Members get deploy/rbac/member-propagation.yaml for these tests only: the other kube
+    tests check that member.yaml alone lets meridian write nothing but its MCS objects."""
+    kube_fleet.grant_propagation()
+    yield
+    kube_fleet.revoke_propagation()
 
 
 def deployment(name, replicas, *, namespace=NAMESPACE, image_tag="1", annotations=None):
