@@ -314,7 +314,8 @@ def test_a_policy_edit_moves_traffic_first_and_deletes_the_old_copy_once_the_new
              what="m1's copy deleted once m2's is ready", log=m)
     assert member_replicas(kube_fleet, "web") == {"m2": 4}
     assert metric(m, "meridian_propagation_evictions_total") >= 1
-    assert metric(m, "meridian_propagation_converge_seconds_count") >= 1
+    wait_for(lambda: metric(m, "meridian_propagation_converge_seconds_count") >= 1, timeout=10,
+             what="the rollout's convergence observed", log=m)
 
 
 def test_failover_keeps_the_sum_and_failback_adds_before_it_removes(kube_fleet):

@@ -45,7 +45,7 @@ use crate::metrics::PropagationMetrics;
 pub const TEMPLATE_LABEL: &str = "meridian.io/template";
 /// What a watch on placed objects selects.
 const PLACED_SELECTOR: &str = "app.kubernetes.io/managed-by=meridian,meridian.io/template";
-/// Everything is checked again this often (conflicts, namespaces meridian created).
+/// Objects found in the way (conflicts) are looked for again this often.
 const RESYNC: Duration = Duration::from_secs(60);
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
@@ -250,6 +250,8 @@ pub async fn run(
     metrics: PropagationMetrics,
 ) {
     let wake = Arc::new(Notify::new());
+    // One applier for the hub, kept for its discovery cache.
+    let hub = hub.map(|c| Applier::new(c, leadership.clone(), ClusterId::new("hub")));
     let mut members: BTreeMap<ClusterId, Member> = BTreeMap::new();
     let mut rollouts: BTreeMap<TemplateKey, Rollout> = BTreeMap::new();
     let mut settings: BTreeMap<TemplateKey, Propagation> = BTreeMap::new();
@@ -310,7 +312,7 @@ pub async fn run(
         for m in members.values_mut() {
             if reachable(&snapshot, m.applier.cluster()) {
                 ensure_watches(m, &pass, &wake).await;
-                resync(m).await;
+                resync(m);
             }
         }
         let keys: BTreeSet<TemplateKey> = snapshot
@@ -320,6 +322,7 @@ pub async fn run(
             .cloned()
             .chain(members.values().flat_map(|m| m.holdings().into_keys()))
             .collect();
+        let mut steps = Vec::with_capacity(keys.len());
         for key in keys {
             let decision = snapshot.placements.decisions.get(&key);
             let propagation = settings.get(&key).cloned().unwrap_or_default();
@@ -329,31 +332,44 @@ pub async fn run(
             if let Some(d) = step.deadline {
                 deadline = Some(deadline.map_or(d, |x: Instant| x.min(d)));
             }
-            if !leadership.is_leader() {
-                break;
-            }
-            let view = carry_out(
-                &pass,
-                &mut members,
-                &key,
-                decision,
-                &step,
-                &propagation,
-                &metrics,
-            )
-            .await;
             if decision.is_none() && step.deletes.is_empty() && step.released.is_empty() {
                 rollouts.remove(&key);
                 settings.remove(&key);
             }
-            let view = TemplateView { step, ..view };
-            converging.observe(&key, decision, &pass, &view, &metrics);
+            steps.push((key, step, propagation));
+        }
+        if !leadership.is_leader() {
+            continue;
+        }
+        let mut jobs: BTreeMap<ClusterId, Vec<Job>> = BTreeMap::new();
+        for (key, step, propagation) in &steps {
+            plan(&pass, &mut members, key, step, propagation, &mut jobs);
+        }
+        // Members are written side by side, each with a bounded number of requests in flight.
+        let conflicts: Vec<(TemplateKey, ClusterId)> =
+            futures::future::join_all(members.iter_mut().filter_map(|(id, m)| {
+                let jobs = jobs.remove(id)?;
+                Some(carry_out(m, jobs, &pass, &metrics))
+            }))
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        for (key, step, _) in steps {
+            let view = template_view(&members, &key, step, &conflicts);
+            converging.observe(
+                &key,
+                snapshot.placements.decisions.get(&key),
+                &pass,
+                &view,
+                &metrics,
+            );
             views.insert(key, view);
         }
         converging.retain(&views);
         rollouts.retain(|k, _| views.contains_key(k));
         if let Some(hub) = &hub {
-            write_hub(hub, &leadership, &pass, &views, &members, &mut hub_written).await;
+            write_hub(hub, &pass, &views, &members, &mut hub_written).await;
         }
         *view.templates.lock() = views;
     }
@@ -448,15 +464,14 @@ async fn ensure_watches(m: &mut Member, pass: &Pass<'_>, wake: &Arc<Notify>) {
     }
 }
 
-/// Once a minute: look for objects meridian did not create again, and delete namespaces
-/// meridian created that hold nothing it placed.
-async fn resync(m: &mut Member) {
+/// Once a minute: look again for objects meridian did not create (one may have been deleted,
+/// or created since). Drift needs no resync: the watches see it.
+fn resync(m: &mut Member) {
     if m.resynced.is_some_and(|t| t.elapsed() < RESYNC) {
         return;
     }
     m.foreign.clear();
     m.checked.clear();
-    m.written.clear();
     m.resynced = Some(Instant::now());
 }
 
@@ -487,115 +502,110 @@ fn held_copies(
         .collect()
 }
 
-/// Carries out one template's step in every member it names.
-async fn carry_out(
+/// Requests in flight per member.
+const IN_FLIGHT: usize = 16;
+
+/// One request (or two: a GET before the first apply of a name) for one member.
+enum Job {
+    Apply {
+        key: TemplateKey,
+        id: ObjectId,
+        body: Value,
+        /// The first write of this name: is there an object meridian did not label?
+        check_foreign: bool,
+        abort_on_foreign: bool,
+        /// The fields found drifted, when the body itself is unchanged since the last write.
+        drifted: Vec<String>,
+        template_generation: i64,
+    },
+    Delete {
+        key: TemplateKey,
+        id: ObjectId,
+    },
+    Release {
+        key: TemplateKey,
+        id: ObjectId,
+    },
+}
+
+impl Job {
+    fn id(&self) -> &ObjectId {
+        match self {
+            Job::Apply { id, .. } | Job::Delete { id, .. } | Job::Release { id, .. } => id,
+        }
+    }
+}
+
+/// Turns one template's step into jobs per member (no request is made here): renders each
+/// copy, takes retained fields from the live object, and leaves out what is unchanged and
+/// not drifted, and every Unreachable member.
+fn plan(
     pass: &Pass<'_>,
     members: &mut BTreeMap<ClusterId, Member>,
     key: &TemplateKey,
-    decision: Option<&Decision>,
     step: &Step,
     propagation: &Propagation,
-    metrics: &PropagationMetrics,
-) -> TemplateView {
+    jobs: &mut BTreeMap<ClusterId, Vec<Job>>,
+) {
     let id = object_id(key);
-    let mut view = TemplateView::default();
+    let decision = pass.snapshot.placements.decisions.get(key);
     let template = pass.templates.get(key).copied();
     for w in &step.writes {
-        let (Some(m), Some(template), Some(decision)) =
-            (members.get_mut(&w.cluster), template, decision)
-        else {
+        let (Some(m), Some(template), Some(placed)) = (
+            members.get_mut(&w.cluster),
+            template,
+            decision.and_then(|d| d.replicas_in(&w.cluster)),
+        ) else {
             continue;
         };
         if !reachable(pass.snapshot, &w.cluster) {
-            view.copies.insert(
-                w.cluster.clone(),
-                copy_view(m, &id, Some("Unreachable: not written".into())),
+            m.errors.insert(
+                id.clone(),
+                "Unreachable: not written until it returns".into(),
             );
             continue;
         }
-        let Some(placed) = decision.replicas_in(&w.cluster) else {
-            continue;
-        };
         let placed = Placed {
             replicas: w.replicas,
             ..placed.clone()
         };
-        match write_copy(pass, m, template, &placed, propagation, metrics).await {
-            Ok(()) => {
+        match copy_job(pass, m, template, &placed, propagation) {
+            Ok(Some(job)) => jobs.entry(w.cluster.clone()).or_default().push(job),
+            Ok(None) => {
                 m.errors.remove(&id);
             }
-            Err(WriteError::Conflict) => view.conflicts.push(w.cluster.clone()),
-            Err(WriteError::Failed(e)) => {
+            Err(e) => {
                 m.errors.insert(id.clone(), e);
             }
         }
-        view.copies
-            .insert(w.cluster.clone(), copy_view(m, &id, None));
     }
-    for cluster in &step.deletes {
-        let Some(m) = members.get_mut(cluster) else {
-            continue;
-        };
-        if !reachable(pass.snapshot, cluster) {
-            continue;
-        }
-        match m.applier.delete(&id).await {
-            Ok(()) => {
-                info!(cluster = %cluster, template = %key, "deleted the copy no longer placed here");
-                metrics.evictions.inc();
-                m.written.forget(&id);
-                m.applied.remove(&id);
-                m.checked.remove(&id);
-                delete_namespace_if_unused(m, &id, pass).await;
-            }
-            Err(e) => {
-                warn!(cluster = %cluster, template = %key, error = %e, "cannot delete the copy");
-                m.errors.insert(id.clone(), e.to_string());
+    let others = [(&step.deletes, false), (&step.released, true)];
+    for (clusters, release) in others {
+        for cluster in clusters.iter().filter(|c| reachable(pass.snapshot, c)) {
+            if members.contains_key(cluster) {
+                let (key, id) = (key.clone(), id.clone());
+                let job = if release {
+                    Job::Release { key, id }
+                } else {
+                    Job::Delete { key, id }
+                };
+                jobs.entry(cluster.clone()).or_default().push(job);
             }
         }
     }
-    for cluster in &step.released {
-        let Some(m) = members.get_mut(cluster) else {
-            continue;
-        };
-        let patch = json!({"metadata": {"labels": {MANAGED_BY.0: null, TEMPLATE_LABEL: null}}});
-        match m.applier.merge_patch(&id, &patch).await {
-            Ok(_) => {
-                info!(cluster = %cluster, template = %key, "template gone: the copy is kept (preserveResourcesOnDeletion) and no longer meridian's");
-                m.written.forget(&id);
-            }
-            Err(e) => {
-                warn!(cluster = %cluster, template = %key, error = %e, "cannot release the copy")
-            }
-        }
-    }
-    for d in &step.draining {
-        if let Some(m) = members.get(&d.cluster) {
-            view.copies
-                .insert(d.cluster.clone(), copy_view(m, &id, None));
-        }
-    }
-    view
 }
 
-enum WriteError {
-    Conflict,
-    Failed(String),
-}
-
-/// Renders, retains, checks for a conflict and applies one copy (when it changed or
-/// drifted).
-async fn write_copy(
+/// The apply of one copy, or None when the member holds it as meridian last wrote it.
+fn copy_job(
     pass: &Pass<'_>,
-    m: &mut Member,
+    m: &Member,
     template: &Template,
     placed: &Placed,
     propagation: &Propagation,
-    metrics: &PropagationMetrics,
-) -> Result<(), WriteError> {
+) -> Result<Option<Job>, String> {
     let id = object_id(&template.key);
     let mut body = render::manifest(template, placed, &pass.snapshot.overrides)
-        .map_err(|e| WriteError::Failed(format!("cannot render: {e}")))?;
+        .map_err(|e| format!("cannot render: {e}"))?;
     apply::label_managed(
         &mut body,
         &[
@@ -611,77 +621,222 @@ async fn write_copy(
     if m.scaled_by_hpa(&template.key) {
         retained.push(retain::HPA_RETAINED.to_string());
     }
-    retain::retain(&mut body, live.as_ref(), &retained)
-        .map_err(|e| WriteError::Failed(e.to_string()))?;
-    let drifted = live
-        .as_ref()
-        .map(|l| drift::drifted(&body, l))
-        .unwrap_or_default();
-    if m.written.unchanged(&id, &body) && drifted.is_empty() && live.is_some() {
-        return Ok(());
+    retain::retain(&mut body, live.as_ref(), &retained).map_err(|e| e.to_string())?;
+    let unchanged = m.written.unchanged(&id, &body);
+    // Drift is a live object that no longer holds what was written: only meaningful when
+    // the body is the one written (a new body is a change, not drift).
+    let drifted = match (&live, unchanged) {
+        (Some(live), true) => drift::drifted(&without_type(&body), live),
+        (None, true) => vec!["the object is gone".into()],
+        _ => Vec::new(),
+    };
+    if unchanged && drifted.is_empty() {
+        return Ok(None);
     }
-    if live.is_none() && !m.checked.contains(&id) {
-        check_foreign(m, &id, propagation, metrics).await?;
+    let abort_on_foreign = propagation.conflict_resolution == ConflictResolution::Abort;
+    let check_foreign = live.is_none() && !m.checked.contains(&id);
+    Ok(Some(Job::Apply {
+        key: template.key.clone(),
+        id,
+        body,
+        check_foreign,
+        abort_on_foreign,
+        drifted,
+        template_generation: template.generation,
+    }))
+}
+
+/// `body` without apiVersion and kind, which objects listed by a watch do not carry.
+fn without_type(body: &Value) -> Value {
+    let mut body = body.clone();
+    if let Some(o) = body.as_object_mut() {
+        o.remove("apiVersion");
+        o.remove("kind");
     }
-    if let Some(ns) = &id.namespace {
-        ensure_namespace(m, ns).await?;
-    }
-    match m.applier.apply(&id, &body, ApplyOptions::force()).await {
-        Ok(stored) => {
-            if !drifted.is_empty() && m.written.contains(&id) {
-                info!(cluster = %m.applier.cluster(), object = %id, fields = ?drifted, "drift reverted");
-                metrics.drift_reverted.inc();
-            }
-            metrics.applied(m.applier.cluster(), "ok");
-            m.written.record(&id, &body);
-            m.checked.insert(id.clone());
-            let generation = stored.metadata.generation.unwrap_or(0);
-            m.applied.insert(id, (generation, template.generation));
-            Ok(())
+    body
+}
+
+/// Runs one member's jobs and records what came of them; returns the conflicts found.
+async fn carry_out(
+    m: &mut Member,
+    jobs: Vec<Job>,
+    pass: &Pass<'_>,
+    metrics: &PropagationMetrics,
+) -> Vec<(TemplateKey, ClusterId)> {
+    let cluster = m.applier.cluster().clone();
+    let mut conflicts = Vec::new();
+    let (mut ready, mut blocked) = (Vec::new(), Vec::new());
+    for job in jobs {
+        match job {
+            Job::Apply {
+                ref id,
+                ref key,
+                abort_on_foreign: true,
+                ..
+            } if m.foreign.contains(id) => conflicts.push((key.clone(), cluster.clone())),
+            job => ready.push(job),
         }
-        Err(e) => {
-            metrics.applied(m.applier.cluster(), "error");
-            warn!(cluster = %m.applier.cluster(), object = %id, error = %e, "cannot apply");
-            Err(WriteError::Failed(e.to_string()))
+    }
+    // Namespaces first, one at a time (few, and each is needed by the writes after it).
+    let needed: BTreeSet<String> = ready
+        .iter()
+        .filter(|j| matches!(j, Job::Apply { .. }))
+        .filter_map(|j| j.id().namespace.clone())
+        .filter(|ns| !m.namespaces.contains(ns))
+        .collect();
+    for ns in needed {
+        if let Err(e) = ensure_namespace(m, &ns).await {
+            let (stuck, rest): (Vec<Job>, Vec<Job>) = ready.into_iter().partition(|j| {
+                matches!(j, Job::Apply { .. }) && j.id().namespace.as_deref() == Some(ns.as_str())
+            });
+            blocked.extend(stuck.into_iter().map(|j| (j, e.clone())));
+            ready = rest;
+        }
+    }
+    for (job, e) in blocked {
+        m.errors.insert(job.id().clone(), e);
+    }
+    let applier = &m.applier;
+    let results: Vec<(Job, Result<Option<i64>, String>)> = futures::stream::iter(ready)
+        .map(|job| async move {
+            let result = execute(applier, &job).await;
+            (job, result)
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
+    for (job, result) in results {
+        let id = job.id().clone();
+        match (job, result) {
+            (
+                Job::Apply {
+                    key,
+                    body,
+                    drifted,
+                    template_generation,
+                    ..
+                },
+                Ok(Some(generation)),
+            ) => {
+                if !drifted.is_empty() {
+                    info!(cluster = %cluster, object = %id, fields = ?drifted, "drift reverted");
+                    metrics.drift_reverted.inc();
+                }
+                debug!(cluster = %cluster, template = %key, "applied");
+                metrics.applied(&cluster, "ok");
+                m.written.record(&id, &body);
+                m.checked.insert(id.clone());
+                m.foreign.remove(&id);
+                m.errors.remove(&id);
+                m.applied.insert(id, (generation, template_generation));
+            }
+            (Job::Apply { key, .. }, Ok(None)) => {
+                if m.foreign.insert(id.clone()) {
+                    warn!(cluster = %cluster, object = %id, "an object of that name exists and is not meridian's: left alone (conflictResolution Abort)");
+                    metrics.conflicts.inc();
+                }
+                conflicts.push((key, cluster.clone()));
+            }
+            (Job::Delete { key, .. }, Ok(_)) => {
+                info!(cluster = %cluster, template = %key, "deleted the copy no longer placed here");
+                metrics.evictions.inc();
+                m.written.forget(&id);
+                m.applied.remove(&id);
+                m.checked.remove(&id);
+                m.errors.remove(&id);
+                delete_namespace_if_unused(m, &id, pass).await;
+            }
+            (Job::Release { key, .. }, Ok(_)) => {
+                info!(cluster = %cluster, template = %key, "template gone: the copy is kept (preserveResourcesOnDeletion) and no longer meridian's");
+                m.written.forget(&id);
+                m.applied.remove(&id);
+            }
+            (job, Err(e)) => {
+                warn!(cluster = %cluster, object = %id, error = %e, "cannot write");
+                if matches!(job, Job::Apply { .. }) {
+                    metrics.applied(&cluster, "error");
+                }
+                m.errors.insert(id, e);
+            }
+        }
+    }
+    conflicts
+}
+
+/// One job's requests. An apply answers the member's metadata.generation after it, or None
+/// when an object meridian did not create is in the way (conflictResolution Abort).
+async fn execute(applier: &Applier, job: &Job) -> Result<Option<i64>, String> {
+    match job {
+        Job::Apply {
+            id,
+            body,
+            check_foreign,
+            abort_on_foreign,
+            ..
+        } => {
+            if *check_foreign {
+                let existing = applier.get(id).await.map_err(|e| e.to_string())?;
+                let foreign = existing.is_some_and(|o| {
+                    o.labels().get(MANAGED_BY.0).map(String::as_str) != Some(MANAGED_BY.1)
+                });
+                if foreign && *abort_on_foreign {
+                    return Ok(None);
+                }
+                if foreign {
+                    info!(cluster = %applier.cluster(), object = %id, "adopting an object meridian did not create (conflictResolution Overwrite)");
+                }
+            }
+            let stored = applier
+                .apply(id, body, ApplyOptions::force())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Some(stored.metadata.generation.unwrap_or(0)))
+        }
+        Job::Delete { id, .. } => applier
+            .delete(id)
+            .await
+            .map(|()| None)
+            .map_err(|e| e.to_string()),
+        Job::Release { id, .. } => {
+            let patch = json!({"metadata": {"labels": {MANAGED_BY.0: null, TEMPLATE_LABEL: null}}});
+            applier
+                .merge_patch(id, &patch)
+                .await
+                .map(|_| None)
+                .map_err(|e| e.to_string())
         }
     }
 }
 
-/// An object of that name that meridian did not label is left alone under Abort, adopted
-/// under Overwrite.
-async fn check_foreign(
-    m: &mut Member,
-    id: &ObjectId,
-    propagation: &Propagation,
-    metrics: &PropagationMetrics,
-) -> Result<(), WriteError> {
-    if m.foreign.contains(id) && propagation.conflict_resolution == ConflictResolution::Abort {
-        return Err(WriteError::Conflict);
+/// What readers see of one template after a pass.
+fn template_view(
+    members: &BTreeMap<ClusterId, Member>,
+    key: &TemplateKey,
+    step: Step,
+    conflicts: &[(TemplateKey, ClusterId)],
+) -> TemplateView {
+    let id = object_id(key);
+    let clusters = step
+        .writes
+        .iter()
+        .map(|w| &w.cluster)
+        .chain(step.draining.iter().map(|d| &d.cluster));
+    let copies = clusters
+        .filter_map(|c| Some((c.clone(), copy_view(members.get(c)?, &id))))
+        .collect();
+    TemplateView {
+        copies,
+        conflicts: conflicts
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, c)| c.clone())
+            .collect(),
+        step,
     }
-    let existing = m
-        .applier
-        .get(id)
-        .await
-        .map_err(|e| WriteError::Failed(e.to_string()))?;
-    let foreign = existing
-        .is_some_and(|o| o.labels().get(MANAGED_BY.0).map(String::as_str) != Some(MANAGED_BY.1));
-    if foreign && propagation.conflict_resolution == ConflictResolution::Abort {
-        if m.foreign.insert(id.clone()) {
-            warn!(cluster = %m.applier.cluster(), object = %id, "an object of that name exists and is not meridian's: left alone (conflictResolution Abort)");
-            metrics.conflicts.inc();
-        }
-        return Err(WriteError::Conflict);
-    }
-    if foreign {
-        info!(cluster = %m.applier.cluster(), object = %id, "adopting an object meridian did not create (conflictResolution Overwrite)");
-    }
-    m.foreign.remove(id);
-    m.checked.insert(id.clone());
-    Ok(())
 }
 
 /// Creates the namespace (labelled as meridian's) when the member has none of that name.
-async fn ensure_namespace(m: &mut Member, namespace: &str) -> Result<(), WriteError> {
+async fn ensure_namespace(m: &mut Member, namespace: &str) -> Result<(), String> {
     if m.namespaces.contains(namespace) {
         return Ok(());
     }
@@ -697,9 +852,7 @@ async fn ensure_namespace(m: &mut Member, namespace: &str) -> Result<(), WriteEr
             m.namespaces.insert(namespace.to_string());
             Ok(())
         }
-        Err(e) => Err(WriteError::Failed(format!(
-            "cannot create namespace {namespace}: {e}"
-        ))),
+        Err(e) => Err(format!("cannot create namespace {namespace}: {e}")),
     }
 }
 
@@ -736,7 +889,7 @@ async fn delete_namespace_if_unused(m: &mut Member, id: &ObjectId, pass: &Pass<'
     }
 }
 
-fn copy_view(m: &Member, id: &ObjectId, error: Option<String>) -> CopyView {
+fn copy_view(m: &Member, id: &ObjectId) -> CopyView {
     let live = m.live(id).map(|o| o.data_with_meta());
     let field = |v: &Option<Value>, p: &str| v.as_ref().and_then(|v| v.pointer(p)?.as_i64());
     CopyView {
@@ -748,7 +901,7 @@ fn copy_view(m: &Member, id: &ObjectId, error: Option<String>) -> CopyView {
             .as_ref()
             .is_some_and(|l| status::ready(&id.kind, l, None)),
         applied: m.written.contains(id),
-        error: error.or_else(|| m.errors.get(id).cloned()),
+        error: m.errors.get(id).cloned(),
         observed_generation: field(&live, "/status/observedGeneration"),
         ready_replicas: field(&live, "/status/readyReplicas"),
         available_replicas: field(&live, "/status/availableReplicas"),
@@ -757,14 +910,12 @@ fn copy_view(m: &Member, id: &ObjectId, error: Option<String>) -> CopyView {
 
 /// The Placement records and the templates' aggregated status, on a Kubernetes hub.
 async fn write_hub(
-    hub: &Client,
-    leadership: &Leadership,
+    applier: &Applier,
     pass: &Pass<'_>,
     views: &BTreeMap<TemplateKey, TemplateView>,
     members: &BTreeMap<ClusterId, Member>,
     written: &mut Written,
 ) {
-    let applier = Applier::new(hub.clone(), leadership.clone(), ClusterId::new("hub"));
     let records: BTreeSet<ObjectId> = pass
         .snapshot
         .placements
@@ -798,65 +949,95 @@ async fn write_hub(
             }
         }
     }
+    // Per template, its writes in order (a Placement before its status); templates side by
+    // side.
+    let mut batches: Vec<(TemplateKey, Vec<HubWrite>)> = Vec::new();
     for (key, view) in views {
-        let Some(decision) = pass.snapshot.placements.decisions.get(key) else {
-            continue;
-        };
-        let Some(template) = pass.templates.get(key) else {
+        let (Some(decision), Some(template)) = (
+            pass.snapshot.placements.decisions.get(key),
+            pass.templates.get(key),
+        ) else {
             continue;
         };
         let (record_id, record, record_status) = placement_record(pass, decision, template, view);
-        if !written.unchanged(&record_id, &record) {
-            match applier
-                .apply(&record_id, &record, ApplyOptions::force())
-                .await
-            {
-                Ok(_) => written.record(&record_id, &record),
-                Err(e) => warn!(template = %key, error = %e, "cannot write the Placement"),
-            }
-        }
-        let status_id = ObjectId {
-            kind: "PlacementStatus".into(),
-            ..record_id.clone()
-        };
-        if !written.unchanged(&status_id, &record_status) {
-            match applier
-                .apply_status(
-                    &record_id,
-                    &stamp(record_status.clone()),
-                    ApplyOptions::force(),
-                )
-                .await
-            {
-                Ok(_) => written.record(&status_id, &record_status),
-                Err(e) => warn!(template = %key, error = %e, "cannot write the Placement status"),
-            }
-        }
+        let mut writes = vec![
+            HubWrite {
+                print: record_id.clone(),
+                id: record_id.clone(),
+                body: record,
+                status: false,
+            },
+            HubWrite {
+                print: ObjectId {
+                    kind: "PlacementStatus".into(),
+                    ..record_id.clone()
+                },
+                id: record_id,
+                body: record_status,
+                status: true,
+            },
+        ];
         if let Some(aggregated) = aggregated_status(decision, template, members) {
             let id = object_id(key);
-            let body = json!({
-                "apiVersion": &*key.api_version,
-                "kind": &*key.kind,
-                "metadata": {"name": &*key.name, "namespace": &*key.namespace},
-                "status": aggregated,
+            writes.push(HubWrite {
+                print: ObjectId {
+                    kind: format!("{}Status", key.kind),
+                    ..id.clone()
+                },
+                body: json!({
+                    "apiVersion": &*key.api_version,
+                    "kind": &*key.kind,
+                    "metadata": {"name": &*key.name, "namespace": &*key.namespace},
+                    "status": aggregated,
+                }),
+                id,
+                status: true,
             });
-            let print_id = ObjectId {
-                kind: format!("{}Status", key.kind),
-                ..id.clone()
-            };
-            if !written.unchanged(&print_id, &body) {
-                match applier
-                    .apply_status(&id, &body, ApplyOptions::force())
-                    .await
-                {
-                    Ok(_) => written.record(&print_id, &body),
+        }
+        writes.retain(|w| !written.unchanged(&w.print, &w.body));
+        if !writes.is_empty() {
+            batches.push((key.clone(), writes));
+        }
+    }
+    let done: Vec<Vec<HubWrite>> = futures::stream::iter(batches)
+        .map(|(key, writes)| async move {
+            let mut done = Vec::with_capacity(writes.len());
+            for w in writes {
+                let body = if w.status {
+                    stamp(w.body.clone())
+                } else {
+                    w.body.clone()
+                };
+                let result = if w.status {
+                    applier.apply_status(&w.id, &body, ApplyOptions::force()).await
+                } else {
+                    applier.apply(&w.id, &body, ApplyOptions::force()).await
+                };
+                match result {
+                    Ok(_) => done.push(w),
                     Err(e) => {
-                        warn!(template = %key, error = %e, "cannot write the template's status")
+                        warn!(template = %key, object = %w.print, error = %e, "cannot write on the hub");
+                        break;
                     }
                 }
             }
-        }
+            done
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
+    for w in done.into_iter().flatten() {
+        written.record(&w.print, &w.body);
     }
+}
+
+/// One write on the hub: `print` names it among the fingerprints (a Placement and its status
+/// are two), `status` says it goes to the status subresource.
+struct HubWrite {
+    print: ObjectId,
+    id: ObjectId,
+    body: Value,
+    status: bool,
 }
 
 /// The template's status summed over its placed copies.
