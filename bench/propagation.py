@@ -408,6 +408,7 @@ def main():
     started = time.monotonic()
     log("starting hub, m1, m2 and m3 (kube-apiserver + etcd each)")
     fleet = KubeFleet(args.work / "kube").start()
+    fleet.grant_propagation()  # deploy/rbac/member-propagation.yaml in every member
     try:
         log(f"fleet up after {time.monotonic() - started:.0f} s; starting meridian")
         m = fleet.start_meridian("meridian", env={"MERIDIAN_LOG": os.environ.get("MERIDIAN_LOG", "info")})
