@@ -93,6 +93,7 @@ pub fn manifest(
         .ok_or(RenderError::NotAMap("the object"))?;
     object.remove("status");
     clean_metadata(object)?;
+    drop_hub_assigned(&template.key, object);
     if let (Some(replicas), Some(pointer)) = (
         placed.replicas,
         replica_pointer(&template.key.api_version, &template.key.kind),
@@ -125,6 +126,43 @@ fn clean_metadata(object: &mut Map<String, Value>) -> Result<(), RenderError> {
         }
     }
     Ok(())
+}
+
+/// Drops what the hub's API server assigned to the object and a member's would refuse or
+/// assign differently: a Service's cluster IPs (a headless Service keeps `None`), a Job's
+/// generated selector and the controller-uid labels that go with it, a PVC's bound volume,
+/// a ServiceAccount's token Secrets.
+fn drop_hub_assigned(key: &TemplateKey, object: &mut Map<String, Value>) {
+    let Some(Value::Object(spec)) = object.get_mut("spec") else {
+        if (key.group(), &*key.kind) == ("", "ServiceAccount") {
+            object.remove("secrets");
+        }
+        return;
+    };
+    match (key.group(), &*key.kind) {
+        ("", "Service") => {
+            let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
+            if !headless {
+                spec.remove("clusterIP");
+                spec.remove("clusterIPs");
+            }
+        }
+        ("batch", "Job") if spec.get("manualSelector") != Some(&Value::Bool(true)) => {
+            spec.remove("selector");
+            if let Some(Value::Object(labels)) = spec
+                .get_mut("template")
+                .and_then(|t| t.get_mut("metadata"))
+                .and_then(|m| m.get_mut("labels"))
+            {
+                labels.remove("controller-uid");
+                labels.remove("batch.kubernetes.io/controller-uid");
+            }
+        }
+        ("", "PersistentVolumeClaim") => {
+            spec.remove("volumeName");
+        }
+        _ => {}
+    }
 }
 
 /// Sets `/spec/<field>`, creating `spec` when the template has none.

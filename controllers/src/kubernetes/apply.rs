@@ -273,6 +273,40 @@ impl Applier {
             .map_err(|e| Error::from_kube(id, e))
     }
 
+    /// Creates `body` as `id` unless an object of that name exists (None then): unlike an
+    /// apply, it never takes over what is there.
+    pub async fn create(&self, id: &ObjectId, body: &Value) -> Result<Option<DynamicObject>> {
+        let api = self.write_api(id).await?;
+        let object: DynamicObject =
+            serde_json::from_value(body.clone()).map_err(|e| Error::Api {
+                id: Box::new(id.clone()),
+                code: 400,
+                reason: "BadRequest".into(),
+                message: format!("not an object: {e}"),
+            })?;
+        match api.create(&kube::api::PostParams::default(), &object).await {
+            Ok(o) => Ok(Some(o)),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+            Err(e) => Err(Error::from_kube(id, e)),
+        }
+    }
+
+    /// Whether any object of a kind is in `namespace` (one item listed, metadata only).
+    pub async fn any_in(&self, api_version: &str, kind: &str, namespace: &str) -> Result<bool> {
+        let k = self.kind(api_version, kind).await?;
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &k.resource);
+        let page = api
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+            .map_err(|source| Error::List {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                source,
+            })?;
+        Ok(!page.items.is_empty())
+    }
+
     /// A JSON merge patch of `id` (to drop meridian's labels from a copy it lets go).
     pub async fn merge_patch(&self, id: &ObjectId, patch: &Value) -> Result<DynamicObject> {
         let api = self.write_api(id).await?;

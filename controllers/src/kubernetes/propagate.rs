@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -28,7 +29,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use meridian_core::placement::{Decision, Held, Placed, Rollout, Step, TemplateKey};
 use meridian_core::{ClusterId, ConflictResolution, Propagation, Snapshot, Template};
-use meridian_federation::{drift, render, retain, status};
+use meridian_federation::{drift, render, retain, status, template};
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -43,6 +44,9 @@ use crate::metrics::PropagationMetrics;
 /// The label that says which template an object in a member was placed from (a bounded
 /// form of the template's kind, group and name; the namespace is the object's own).
 pub const TEMPLATE_LABEL: &str = "meridian.io/template";
+/// On a copy whose policy says preserveResourcesOnDeletion: the copy outlives its template even
+/// when the replica that deletes it never saw the policy.
+pub const PRESERVE_ANNOTATION: &str = "meridian.io/preserve-on-deletion";
 /// What a watch on placed objects selects.
 const PLACED_SELECTOR: &str = "app.kubernetes.io/managed-by=meridian,meridian.io/template";
 /// Objects found in the way (conflicts) are looked for again this often.
@@ -63,6 +67,15 @@ pub fn template_label(key: &TemplateKey) -> String {
     let hash = format!("{:016x}", apply::fingerprint(&Value::String(full.clone())));
     let prefix = full[..63 - 17].trim_end_matches(['-', '.']);
     format!("{prefix}-{hash}")
+}
+
+fn template_key_of(id: &ObjectId) -> TemplateKey {
+    TemplateKey::new(
+        &id.api_version,
+        &id.kind,
+        id.namespace.as_deref().unwrap_or_default(),
+        &id.name,
+    )
 }
 
 fn object_id(key: &TemplateKey) -> ObjectId {
@@ -107,6 +120,10 @@ impl PropagationView {
 struct PlacedWatch {
     store: Store<DynamicObject>,
     resource: ApiResource,
+    /// The first list is in: until then the store says nothing of what the member holds.
+    listed: Arc<AtomicBool>,
+    /// The last watch error (an RBAC refusal, say), until the watch works again.
+    error: Arc<Mutex<Option<String>>>,
     _task: AbortOnDrop<()>,
 }
 
@@ -130,6 +147,17 @@ struct Member {
     /// Objects known to be free or ours (no GET needed before writing).
     checked: BTreeSet<ObjectId>,
     namespaces: BTreeSet<String>,
+    /// Copies the watch has shown once (only those can be "gone").
+    seen: BTreeSet<ObjectId>,
+    /// Bodies the member's API refused (4xx), by fingerprint: not sent again until they
+    /// change or the next resync.
+    refused: BTreeMap<ObjectId, u64>,
+    /// What the member's HPAs scale, as (namespace, apiVersion, kind, name); per pass.
+    hpa_targets: BTreeSet<(String, String, String, String)>,
+    /// The member source has listed every kind once (its namespaces are known).
+    source_listed: bool,
+    /// Namespaces meridian deleted a copy from: deleted too once empty, if meridian made them.
+    cleanup: BTreeSet<String>,
     resynced: Option<Instant>,
 }
 
@@ -146,11 +174,53 @@ impl Member {
             foreign: BTreeSet::new(),
             checked: BTreeSet::new(),
             namespaces: BTreeSet::new(),
+            seen: BTreeSet::new(),
+            refused: BTreeMap::new(),
+            hpa_targets: BTreeSet::new(),
+            source_listed: false,
+            cleanup: BTreeSet::new(),
             resynced: None,
         }
     }
 
-    /// The live copy of `id` as the watch sees it (only objects meridian labelled).
+    /// Every watch has listed once, and so has the member source: what the stores hold is
+    /// what the member holds, and which namespaces exist is known. Nothing is written before.
+    fn listed(&self) -> bool {
+        self.source_listed
+            && self
+                .watches
+                .values()
+                .chain(&self.hpas)
+                .all(|w| w.listed.load(Ordering::Acquire))
+    }
+
+    /// The watch errors of this member, for its copies' status.
+    fn watch_error(&self, id: &ObjectId) -> Option<String> {
+        let w = self
+            .watches
+            .get(&(id.api_version.clone(), id.kind.clone()))?;
+        w.error
+            .lock()
+            .as_ref()
+            .map(|e| format!("cannot watch {}: {e}", id.kind))
+    }
+
+    fn refresh_hpa_targets(&mut self) {
+        self.hpa_targets = self
+            .hpas
+            .iter()
+            .flat_map(|w| w.store.state())
+            .filter_map(|hpa| {
+                let ns = hpa.metadata.namespace.clone()?;
+                let (v, k, n) = retain::hpa_targets(&hpa.data_with_meta())?;
+                Some((ns, v, k, n))
+            })
+            .collect();
+    }
+
+    /// The live copy of `id` as the watch sees it: an object meridian labelled and annotated
+    /// as placed from that very template (a copy of meridian's labels by another tool, or an
+    /// object listed under another version of its kind, is not one).
     fn live(&self, id: &ObjectId) -> Option<Arc<DynamicObject>> {
         let watch = self
             .watches
@@ -159,7 +229,9 @@ impl Member {
         if let Some(ns) = &id.namespace {
             key = key.within(ns);
         }
-        watch.store.get(&key)
+        let o = watch.store.get(&key)?;
+        let template = template_key_of(id).to_string();
+        (o.annotations().get(render::TEMPLATE_ANNOTATION) == Some(&template)).then_some(o)
     }
 
     /// Every placed object the watches hold, by template.
@@ -170,21 +242,29 @@ impl Member {
                 let (Some(ns), Some(name)) = (&o.metadata.namespace, &o.metadata.name) else {
                     continue;
                 };
-                out.insert(TemplateKey::new(api_version, kind, ns, name), o);
+                let key = TemplateKey::new(api_version, kind, ns, name);
+                if o.annotations().get(render::TEMPLATE_ANNOTATION) == Some(&key.to_string()) {
+                    out.insert(key, o);
+                }
             }
         }
         out
     }
 
-    /// Whether an HPA in the member scales `key`'s workload.
+    /// Whether an HPA in the member scales `key`'s workload (an HPA's target may leave out
+    /// the apiVersion).
     fn scaled_by_hpa(&self, key: &TemplateKey) -> bool {
-        let Some(hpas) = &self.hpas else { return false };
-        hpas.store.state().iter().any(|hpa| {
-            hpa.metadata.namespace.as_deref() == Some(&*key.namespace)
-                && retain::hpa_targets(&hpa.data_with_meta()).is_some_and(|(v, k, n)| {
-                    (v.is_empty() || v == *key.api_version) && k == *key.kind && n == *key.name
-                })
-        })
+        let (ns, kind, name) = (
+            key.namespace.to_string(),
+            key.kind.to_string(),
+            key.name.to_string(),
+        );
+        [key.api_version.to_string(), String::new()]
+            .into_iter()
+            .any(|v| {
+                self.hpa_targets
+                    .contains(&(ns.clone(), v, kind.clone(), name.clone()))
+            })
     }
 }
 
@@ -215,19 +295,34 @@ fn start_watch(
         None => watcher::Config::default(),
     };
     let wake = wake.clone();
+    let listed = Arc::new(AtomicBool::new(false));
+    let error = Arc::new(Mutex::new(None));
     let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
-    let task = tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(e) = event {
-                debug!(error = %e, "placed-object watch failed; retrying");
+    let task = tokio::spawn({
+        let (listed, error) = (listed.clone(), error.clone());
+        async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone) => {
+                        listed.store(true, Ordering::Release);
+                        *error.lock() = None;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        debug!(error = %e, "placed-object watch failed; retrying");
+                        *error.lock() = Some(e.to_string());
+                    }
+                }
+                wake.notify_one();
             }
-            wake.notify_one();
         }
     });
     PlacedWatch {
         store,
         resource: resource.clone(),
+        listed,
+        error,
         _task: AbortOnDrop(task),
     }
 }
@@ -297,6 +392,7 @@ pub async fn run(
             }
             if let Some(m) = members.get_mut(id) {
                 m.namespaces.clone_from(&f.namespaces);
+                m.source_listed = f.listed;
             }
         }
         let pass = Pass {
@@ -313,6 +409,7 @@ pub async fn run(
             if reachable(&snapshot, m.applier.cluster()) {
                 ensure_watches(m, &pass, &wake).await;
                 resync(m);
+                m.refresh_hpa_targets();
             }
         }
         let keys: BTreeSet<TemplateKey> = snapshot
@@ -325,7 +422,10 @@ pub async fn run(
         let mut steps = Vec::with_capacity(keys.len());
         for key in keys {
             let decision = snapshot.placements.decisions.get(&key);
-            let propagation = settings.get(&key).cloned().unwrap_or_default();
+            let propagation = settings
+                .get(&key)
+                .cloned()
+                .unwrap_or_else(|| settings_from_copies(&members, &key));
             let held = held_copies(&members, &key, decision);
             let rollout = rollouts.entry(key.clone()).or_default();
             let step = rollout.step(decision, &held, &propagation, pass.now);
@@ -348,8 +448,9 @@ pub async fn run(
         // Members are written side by side, each with a bounded number of requests in flight.
         let conflicts: Vec<(TemplateKey, ClusterId)> =
             futures::future::join_all(members.iter_mut().filter_map(|(id, m)| {
-                let jobs = jobs.remove(id)?;
-                Some(carry_out(m, jobs, &pass, &metrics))
+                let jobs = jobs.remove(id).unwrap_or_default();
+                (!jobs.is_empty() || !m.cleanup.is_empty())
+                    .then(|| carry_out(m, jobs, &pass, &metrics))
             }))
             .await
             .into_iter()
@@ -424,7 +525,7 @@ fn reachable(snapshot: &Snapshot, cluster: &ClusterId) -> bool {
         .is_some_and(|c| c.health != meridian_core::registry::Health::Unreachable)
 }
 
-/// A watch for every kind placed in the member (and on its HPAs), started on first use.
+/// A watch for every placed kind in the member (and on its HPAs), started on first use.
 async fn ensure_watches(m: &mut Member, pass: &Pass<'_>, wake: &Arc<Notify>) {
     let kinds: BTreeSet<(String, String)> = pass
         .snapshot
@@ -472,7 +573,22 @@ fn resync(m: &mut Member) {
     }
     m.foreign.clear();
     m.checked.clear();
+    m.refused.clear();
     m.resynced = Some(Instant::now());
+}
+
+/// The settings of a template whose policy this replica never saw (it was deleted while
+/// another replica led, or before a restart): what its copies say.
+fn settings_from_copies(members: &BTreeMap<ClusterId, Member>, key: &TemplateKey) -> Propagation {
+    let id = object_id(key);
+    let preserve = members
+        .values()
+        .filter_map(|m| m.live(&id))
+        .any(|o| o.annotations().get(PRESERVE_ANNOTATION).map(String::as_str) == Some("true"));
+    Propagation {
+        preserve_on_deletion: preserve,
+        ..Propagation::default()
+    }
 }
 
 /// What each member holds of `key`'s template.
@@ -494,7 +610,7 @@ fn held_copies(
             let replicas = if m.scaled_by_hpa(key) {
                 decided
             } else {
-                object["spec"]["replicas"].as_u64().map(|r| r as u32)
+                replica_count(&id, &object)
             };
             let ready = status::ready(&key.kind, &object, None);
             Some((cluster.clone(), Held { replicas, ready }))
@@ -504,6 +620,8 @@ fn held_copies(
 
 /// Requests in flight per member.
 const IN_FLIGHT: usize = 16;
+/// The longest one job waits for a member's answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One request (or two: a GET before the first apply of a name) for one member.
 enum Job {
@@ -565,10 +683,22 @@ fn plan(
             );
             continue;
         }
+        if !m.listed() {
+            // Written once the member and its watches have listed (an empty store is not an
+            // empty member: an HPA's replicas, a held-back shrink, an object in the way).
+            continue;
+        }
+        if let Some(e) = m.watch_error(&id) {
+            m.errors.insert(id.clone(), e);
+            continue;
+        }
         let placed = Placed {
             replicas: w.replicas,
             ..placed.clone()
         };
+        if m.live(&id).is_some() {
+            m.seen.insert(id.clone());
+        }
         match copy_job(pass, m, template, &placed, propagation) {
             Ok(Some(job)) => jobs.entry(w.cluster.clone()).or_default().push(job),
             Ok(None) => {
@@ -582,7 +712,7 @@ fn plan(
     let others = [(&step.deletes, false), (&step.released, true)];
     for (clusters, release) in others {
         for cluster in clusters.iter().filter(|c| reachable(pass.snapshot, c)) {
-            if members.contains_key(cluster) {
+            if members.get(cluster).is_some_and(Member::listed) {
                 let (key, id) = (key.clone(), id.clone());
                 let job = if release {
                     Job::Release { key, id }
@@ -616,6 +746,13 @@ fn copy_job(
             ),
         ],
     );
+    if propagation.preserve_on_deletion
+        && let Some(annotations) = body
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+    {
+        annotations.insert(PRESERVE_ANNOTATION.into(), "true".into());
+    }
     let live = m.live(&id).map(|o| o.data_with_meta());
     let mut retained = propagation.retain.clone();
     if m.scaled_by_hpa(&template.key) {
@@ -627,11 +764,18 @@ fn copy_job(
     // the body is the one written (a new body is a change, not drift).
     let drifted = match (&live, unchanged) {
         (Some(live), true) => drift::drifted(&without_type(&body), live),
-        (None, true) => vec!["the object is gone".into()],
+        (None, true) if m.seen.contains(&id) => vec!["the object is gone".into()],
         _ => Vec::new(),
     };
     if unchanged && drifted.is_empty() {
         return Ok(None);
+    }
+    if m.refused.get(&id) == Some(&apply::fingerprint(&body)) {
+        return Err(m
+            .errors
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| "refused".into()));
     }
     let abort_on_foreign = propagation.conflict_resolution == ConflictResolution::Abort;
     let check_foreign = live.is_none() && !m.checked.contains(&id);
@@ -697,7 +841,7 @@ async fn carry_out(
         m.errors.insert(job.id().clone(), e);
     }
     let applier = &m.applier;
-    let results: Vec<(Job, Result<Option<i64>, String>)> = futures::stream::iter(ready)
+    let results: Vec<(Job, Result<Option<i64>, JobError>)> = futures::stream::iter(ready)
         .map(|job| async move {
             let result = execute(applier, &job).await;
             (job, result)
@@ -725,6 +869,7 @@ async fn carry_out(
                 debug!(cluster = %cluster, template = %key, "applied");
                 metrics.applied(&cluster, "ok");
                 m.written.record(&id, &body);
+                m.refused.remove(&id);
                 m.checked.insert(id.clone());
                 m.foreign.remove(&id);
                 m.errors.remove(&id);
@@ -744,28 +889,67 @@ async fn carry_out(
                 m.applied.remove(&id);
                 m.checked.remove(&id);
                 m.errors.remove(&id);
-                delete_namespace_if_unused(m, &id, pass).await;
+                m.seen.remove(&id);
+                m.cleanup.extend(id.namespace.clone());
             }
             (Job::Release { key, .. }, Ok(_)) => {
                 info!(cluster = %cluster, template = %key, "template gone: the copy is kept (preserveResourcesOnDeletion) and no longer meridian's");
                 m.written.forget(&id);
                 m.applied.remove(&id);
             }
+            (_, Err(JobError::Api(apply::Error::NotLeader))) => {
+                // Leadership lapsed mid-pass: the rest of the pass is not this replica's.
+            }
             (job, Err(e)) => {
                 warn!(cluster = %cluster, object = %id, error = %e, "cannot write");
-                if matches!(job, Job::Apply { .. }) {
+                if let Job::Apply { body, .. } = &job {
                     metrics.applied(&cluster, "error");
+                    if e.is_refusal() {
+                        m.refused.insert(id.clone(), apply::fingerprint(body));
+                    }
                 }
-                m.errors.insert(id, e);
+                m.errors.insert(id, e.to_string());
             }
         }
+    }
+    if !m.cleanup.is_empty() {
+        clean_namespaces(m, pass).await;
     }
     conflicts
 }
 
 /// One job's requests. An apply answers the member's metadata.generation after it, or None
 /// when an object meridian did not create is in the way (conflictResolution Abort).
-async fn execute(applier: &Applier, job: &Job) -> Result<Option<i64>, String> {
+async fn execute(applier: &Applier, job: &Job) -> Result<Option<i64>, JobError> {
+    // A member that stops answering (not yet Unreachable) must not hold up the pass.
+    tokio::time::timeout(REQUEST_TIMEOUT, requests(applier, job))
+        .await
+        .map_err(|_| JobError::Timeout)?
+        .map_err(JobError::Api)
+}
+
+enum JobError {
+    Api(apply::Error),
+    Timeout,
+}
+
+impl JobError {
+    /// The member's API refused this very body: sending it again changes nothing.
+    fn is_refusal(&self) -> bool {
+        matches!(self, JobError::Api(e) if e.code().is_some_and(|c| (400..500).contains(&c) && c != 409 && c != 429))
+    }
+}
+
+impl std::fmt::Display for JobError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JobError::Api(e) => write!(f, "{e}"),
+            JobError::Timeout => write!(f, "no answer within {} s", REQUEST_TIMEOUT.as_secs()),
+        }
+    }
+}
+
+async fn requests(applier: &Applier, job: &Job) -> Result<Option<i64>, apply::Error> {
     match job {
         Job::Apply {
             id,
@@ -775,7 +959,7 @@ async fn execute(applier: &Applier, job: &Job) -> Result<Option<i64>, String> {
             ..
         } => {
             if *check_foreign {
-                let existing = applier.get(id).await.map_err(|e| e.to_string())?;
+                let existing = applier.get(id).await?;
                 let foreign = existing.is_some_and(|o| {
                     o.labels().get(MANAGED_BY.0).map(String::as_str) != Some(MANAGED_BY.1)
                 });
@@ -786,24 +970,13 @@ async fn execute(applier: &Applier, job: &Job) -> Result<Option<i64>, String> {
                     info!(cluster = %applier.cluster(), object = %id, "adopting an object meridian did not create (conflictResolution Overwrite)");
                 }
             }
-            let stored = applier
-                .apply(id, body, ApplyOptions::force())
-                .await
-                .map_err(|e| e.to_string())?;
+            let stored = applier.apply(id, body, ApplyOptions::force()).await?;
             Ok(Some(stored.metadata.generation.unwrap_or(0)))
         }
-        Job::Delete { id, .. } => applier
-            .delete(id)
-            .await
-            .map(|()| None)
-            .map_err(|e| e.to_string()),
+        Job::Delete { id, .. } => applier.delete(id).await.map(|()| None),
         Job::Release { id, .. } => {
             let patch = json!({"metadata": {"labels": {MANAGED_BY.0: null, TEMPLATE_LABEL: null}}});
-            applier
-                .merge_patch(id, &patch)
-                .await
-                .map(|_| None)
-                .map_err(|e| e.to_string())
+            applier.merge_patch(id, &patch).await.map(|_| None)
         }
     }
 }
@@ -846,9 +1019,13 @@ async fn ensure_namespace(m: &mut Member, namespace: &str) -> Result<(), String>
         "kind": "Namespace",
         "metadata": {"name": namespace, "labels": {MANAGED_BY.0: MANAGED_BY.1}},
     });
-    match m.applier.apply(&id, &body, ApplyOptions::force()).await {
-        Ok(_) => {
-            info!(cluster = %m.applier.cluster(), %namespace, "created the namespace for what is placed here");
+    // A create, never an apply: a namespace of that name that exists is someone else's and
+    // must not become meridian's (to be deleted one day).
+    match m.applier.create(&id, &body).await {
+        Ok(created) => {
+            if created.is_some() {
+                info!(cluster = %m.applier.cluster(), %namespace, "created the namespace for what is placed here");
+            }
             m.namespaces.insert(namespace.to_string());
             Ok(())
         }
@@ -856,47 +1033,88 @@ async fn ensure_namespace(m: &mut Member, namespace: &str) -> Result<(), String>
     }
 }
 
-/// Deletes the object's namespace when meridian created it and nothing it placed remains
-/// there.
-async fn delete_namespace_if_unused(m: &mut Member, id: &ObjectId, pass: &Pass<'_>) {
-    let Some(namespace) = &id.namespace else {
-        return;
-    };
-    let ns_id = ObjectId::new("v1", "Namespace", None, namespace);
-    let Ok(Some(ns)) = m.applier.get(&ns_id).await else {
-        return;
-    };
-    if ns.labels().get(MANAGED_BY.0).map(String::as_str) != Some(MANAGED_BY.1) {
-        return;
-    }
+/// Deletes the namespaces of `m.cleanup` that meridian created and that hold nothing it
+/// places and nothing of anyone else's (Pods, PVCs: a StatefulSet's claims are not
+/// meridian's); the ones still in use, or not yet known to be empty, are kept for a later
+/// pass.
+async fn clean_namespaces(m: &mut Member, pass: &Pass<'_>) {
     let cluster = m.applier.cluster().clone();
-    let still_placed = pass
-        .snapshot
-        .placements
-        .decisions
-        .values()
-        .any(|d| *d.template.namespace == **namespace && d.replicas_in(&cluster).is_some());
-    let still_held = m
-        .holdings()
-        .keys()
-        .any(|k| *k.namespace == **namespace && object_id(k) != *id);
-    if still_placed || still_held {
-        return;
+    let held = m.holdings();
+    for namespace in std::mem::take(&mut m.cleanup) {
+        let placed = pass
+            .snapshot
+            .placements
+            .decisions
+            .values()
+            .any(|d| *d.template.namespace == *namespace && d.replicas_in(&cluster).is_some());
+        if placed {
+            continue;
+        }
+        if held.keys().any(|k| *k.namespace == *namespace) {
+            m.cleanup.insert(namespace);
+            continue;
+        }
+        match namespace_is_ours_and_empty(&m.applier, &namespace).await {
+            Ok(true) => match m
+                .applier
+                .delete(&ObjectId::new("v1", "Namespace", None, &namespace))
+                .await
+            {
+                Ok(()) => {
+                    info!(cluster = %cluster, %namespace, "deleted the namespace meridian created: nothing remains there");
+                    m.namespaces.remove(&namespace);
+                }
+                Err(e) => {
+                    warn!(cluster = %cluster, %namespace, error = %e, "cannot delete the namespace meridian created");
+                    m.cleanup.insert(namespace);
+                }
+            },
+            Ok(false) => {}
+            Err(e) => {
+                debug!(cluster = %cluster, %namespace, error = %e, "cannot tell whether the namespace is empty");
+                m.cleanup.insert(namespace);
+            }
+        }
     }
-    if m.applier.delete(&ns_id).await.is_ok() {
-        info!(cluster = %cluster, %namespace, "deleted the namespace meridian created: nothing placed remains there");
-        m.namespaces.remove(namespace);
+}
+
+async fn namespace_is_ours_and_empty(
+    applier: &Applier,
+    namespace: &str,
+) -> Result<bool, apply::Error> {
+    let Some(ns) = applier
+        .get(&ObjectId::new("v1", "Namespace", None, namespace))
+        .await?
+    else {
+        return Ok(false);
+    };
+    if ns.labels().get(MANAGED_BY.0).map(String::as_str) != Some(MANAGED_BY.1)
+        || ns.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(false);
     }
+    for (api_version, kind) in [("v1", "Pod"), ("v1", "PersistentVolumeClaim")] {
+        if applier.any_in(api_version, kind, namespace).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A copy's replica count, from the field its kind keeps it in (a Job's parallelism).
+fn replica_count(id: &ObjectId, object: &Value) -> Option<u32> {
+    let pointer = template::replica_pointer(&id.api_version, &id.kind)?;
+    object
+        .pointer(pointer)?
+        .as_u64()
+        .and_then(|r| u32::try_from(r).ok())
 }
 
 fn copy_view(m: &Member, id: &ObjectId) -> CopyView {
     let live = m.live(id).map(|o| o.data_with_meta());
     let field = |v: &Option<Value>, p: &str| v.as_ref().and_then(|v| v.pointer(p)?.as_i64());
     CopyView {
-        replicas: live
-            .as_ref()
-            .and_then(|l| l["spec"]["replicas"].as_u64())
-            .map(|r| r as u32),
+        replicas: live.as_ref().and_then(|l| replica_count(id, l)),
         ready: live
             .as_ref()
             .is_some_and(|l| status::ready(&id.kind, l, None)),
@@ -943,11 +1161,48 @@ async fn write_hub(
     }
     for id in gone {
         match applier.delete(&id).await {
-            Ok(()) => written.forget(&id),
+            Ok(()) => {
+                // Its status and its template's status go with it: a template made again
+                // gets both written afresh.
+                let prints: Vec<ObjectId> = written
+                    .ids()
+                    .filter(|p| {
+                        p.namespace == id.namespace && placement_print_of(p) == Some(&id.name)
+                    })
+                    .cloned()
+                    .collect();
+                for p in prints {
+                    written.forget(&p);
+                }
+                written.forget(&id);
+            }
             Err(e) => {
                 warn!(placement = %id, error = %e, "cannot delete the Placement of a template no longer placed")
             }
         }
+    }
+    // The status fingerprints of templates no longer placed: written afresh if they return.
+    let decided: BTreeSet<ObjectId> = pass
+        .snapshot
+        .placements
+        .decisions
+        .keys()
+        .map(object_id)
+        .collect();
+    let stale: Vec<ObjectId> = written
+        .ids()
+        .filter(|p| p.kind != "Placement" && p.kind != "PlacementStatus")
+        .filter(|p| {
+            let kind = p.kind.strip_suffix("Status").unwrap_or(&p.kind).to_string();
+            !decided.contains(&ObjectId {
+                kind,
+                ..(*p).clone()
+            })
+        })
+        .cloned()
+        .collect();
+    for p in stale {
+        written.forget(&p);
     }
     // Per template, its writes in order (a Placement before its status); templates side by
     // side.
@@ -1015,6 +1270,7 @@ async fn write_hub(
                 };
                 match result {
                     Ok(_) => done.push(w),
+                    Err(apply::Error::NotLeader) => break,
                     Err(e) => {
                         warn!(template = %key, object = %w.print, error = %e, "cannot write on the hub");
                         break;
@@ -1029,6 +1285,12 @@ async fn write_hub(
     for w in done.into_iter().flatten() {
         written.record(&w.print, &w.body);
     }
+}
+
+/// The Placement name a hub fingerprint belongs to: a Placement's own and its status' are
+/// named by it, a template's status by the template.
+fn placement_print_of(print: &ObjectId) -> Option<&String> {
+    (print.kind == "PlacementStatus").then_some(&print.name)
 }
 
 /// One write on the hub: `print` names it among the fingerprints (a Placement and its status

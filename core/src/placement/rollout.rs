@@ -117,11 +117,15 @@ impl Rollout {
             return removed(held, propagation.preserve_on_deletion);
         };
         let graceful = propagation.purge_mode == PurgeMode::Graceful;
-        let growth_ready = decision
-            .placed
-            .iter()
-            .filter(|p| !shrinks(held.get(&p.cluster), p.replicas))
-            .all(|p| settled(held.get(&p.cluster), p.replicas));
+        // Nowhere placed (an unschedulable template with no earlier placement) is no
+        // replacement: nothing it holds is deleted for it.
+        let growth_ready = !decision.placed.is_empty()
+            && decision.is_scheduled()
+            && decision
+                .placed
+                .iter()
+                .filter(|p| !shrinks(held.get(&p.cluster), p.replicas))
+                .all(|p| settled(held.get(&p.cluster), p.replicas));
         let mut clock = Waits {
             before: &self.waiting,
             now: BTreeMap::new(),
@@ -158,7 +162,10 @@ impl Rollout {
                 orphaned,
             };
             match propagation.purge_mode {
-                PurgeMode::Immediately => step.deletes.push(cluster.clone()),
+                PurgeMode::Immediately if decision.is_scheduled() => {
+                    step.deletes.push(cluster.clone())
+                }
+                PurgeMode::Immediately => step.draining.push(drain(clock.keep(cluster), false)),
                 PurgeMode::Never => step.draining.push(drain(clock.keep(cluster), true)),
                 PurgeMode::Graceful => match clock.wait(cluster) {
                     Some(waited) => step.draining.push(drain(waited, false)),
@@ -187,11 +194,14 @@ impl Waits<'_> {
     /// None when the growth is ready or the grace has passed.
     fn wait(&mut self, cluster: &ClusterId) -> Option<Duration> {
         let since = *self.before.get(cluster).unwrap_or(&self.at);
-        let ends = since + self.grace;
-        if self.growth_ready || self.at >= ends {
+        // A grace too long to represent never ends.
+        let ends = since.checked_add(self.grace);
+        if self.growth_ready || ends.is_some_and(|e| self.at >= e) {
             return None;
         }
-        self.deadline = Some(self.deadline.map_or(ends, |d| d.min(ends)));
+        if let Some(ends) = ends {
+            self.deadline = Some(self.deadline.map_or(ends, |d| d.min(ends)));
+        }
         Some(self.keep(cluster))
     }
 
@@ -458,6 +468,33 @@ mod tests {
         let step = Rollout::new().step(None, &copies, &preserve, Instant::now());
         assert!(step.deletes.is_empty());
         assert_eq!(names(&step.released), vec!["m1", "m2"]);
+    }
+
+    #[test]
+    fn an_unschedulable_template_placed_nowhere_deletes_nothing() {
+        let mut d = decision(&[], &[("m1", PlacementFilter::NoCapacity)]);
+        d.outcome = Outcome::Unschedulable {
+            reason: "no room".into(),
+        };
+        let copies = held(&[("m1", 3, true)]);
+        for purge_mode in [PurgeMode::Graceful, PurgeMode::Immediately] {
+            let propagation = Propagation {
+                purge_mode,
+                ..Propagation::default()
+            };
+            let step = Rollout::new().step(Some(&d), &copies, &propagation, Instant::now());
+            assert!(step.deletes.is_empty(), "{purge_mode:?}: {step:?}");
+            assert_eq!(step.draining.len(), 1);
+        }
+    }
+
+    #[test]
+    fn a_grace_period_too_long_to_represent_never_ends() {
+        let d = decision(&[("m2", 9)], &[("m1", failed_over())]);
+        let copies = held(&[("m1", 3, true), ("m2", 9, false)]);
+        let step = Rollout::new().step(Some(&d), &copies, &graceful(u64::MAX), Instant::now());
+        assert_eq!(step.draining.len(), 1);
+        assert_eq!(step.deadline, None);
     }
 
     #[test]

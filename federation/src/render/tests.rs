@@ -402,3 +402,47 @@ fn two_templates_on_one_path_is_a_problem_not_an_overwrite() {
         "eu-1/shop/Deployment.web.yaml is already rendered from another template"
     );
 }
+
+#[test]
+fn what_the_hub_assigned_is_not_rendered() {
+    let service = |cluster_ip: &str| {
+        summarize(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"clusterIP": cluster_ip, "clusterIPs": [cluster_ip], "ports": [{"port": 80}]}
+        }))
+        .unwrap()
+    };
+    let out = manifest(&service("10.96.0.7"), &placed("eu-1", None, &[]), &[]).unwrap();
+    assert_eq!(out["spec"], json!({"ports": [{"port": 80}]}));
+    // Headless stays headless.
+    let out = manifest(&service("None"), &placed("eu-1", None, &[]), &[]).unwrap();
+    assert_eq!(out["spec"]["clusterIP"], "None");
+
+    let job = summarize(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "migrate", "namespace": "shop"},
+        "spec": {
+            "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "abc"}},
+            "template": {"metadata": {"labels": {"job-name": "migrate", "controller-uid": "abc",
+                                                  "batch.kubernetes.io/controller-uid": "abc"}},
+                         "spec": {"containers": [{"name": "m", "image": "m:1"}], "restartPolicy": "Never"}}
+        }
+    }))
+    .unwrap();
+    let out = manifest(&job, &placed("eu-1", Some(1), &[]), &[]).unwrap();
+    assert!(out["spec"].get("selector").is_none(), "{out}");
+    assert_eq!(
+        out["spec"]["template"]["metadata"]["labels"],
+        json!({"job-name": "migrate"})
+    );
+
+    let pvc = summarize(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": "shop"},
+        "spec": {"volumeName": "pv-hub-1", "accessModes": ["ReadWriteOnce"]}
+    }))
+    .unwrap();
+    let out = manifest(&pvc, &placed("eu-1", None, &[]), &[]).unwrap();
+    assert_eq!(out["spec"], json!({"accessModes": ["ReadWriteOnce"]}));
+}
