@@ -183,26 +183,30 @@ impl Member {
         }
     }
 
-    /// Every watch has listed once, and so has the member source: what the stores hold is
-    /// what the member holds, and which namespaces exist is known. Nothing is written before.
+    /// The member source has listed every kind (which namespaces exist is known) and the HPA
+    /// watch has listed or cannot (no HPAs known then): before that nothing is written.
     fn listed(&self) -> bool {
         self.source_listed
             && self
-                .watches
-                .values()
-                .chain(&self.hpas)
-                .all(|w| w.listed.load(Ordering::Acquire))
+                .hpas
+                .as_ref()
+                .is_none_or(|w| w.listed.load(Ordering::Acquire) || w.error.lock().is_some())
     }
 
-    /// The watch errors of this member, for its copies' status.
-    fn watch_error(&self, id: &ObjectId) -> Option<String> {
-        let w = self
-            .watches
-            .get(&(id.api_version.clone(), id.kind.clone()))?;
-        w.error
-            .lock()
-            .as_ref()
-            .map(|e| format!("cannot watch {}: {e}", id.kind))
+    /// Whether copies of `id`'s kind may be written or deleted: its watch has listed once (an
+    /// empty store before that is not an empty member). A watch that cannot list (RBAC refuses
+    /// the kind) is an error of that kind's copies only.
+    fn kind_listed(&self, id: &ObjectId) -> Result<bool, String> {
+        let Some(w) = self.watches.get(&(id.api_version.clone(), id.kind.clone())) else {
+            return Ok(false);
+        };
+        if w.listed.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        match w.error.lock().as_ref() {
+            Some(e) => Err(format!("cannot watch {} in the member: {e}", id.kind)),
+            None => Ok(false),
+        }
     }
 
     fn refresh_hpa_targets(&mut self) {
@@ -683,14 +687,15 @@ fn plan(
             );
             continue;
         }
-        if !m.listed() {
-            // Written once the member and its watches have listed (an empty store is not an
-            // empty member: an HPA's replicas, a held-back shrink, an object in the way).
-            continue;
-        }
-        if let Some(e) = m.watch_error(&id) {
-            m.errors.insert(id.clone(), e);
-            continue;
+        // Written once the member and its watches have listed (an empty store is not an
+        // empty member: an HPA's replicas, a held-back shrink, an object in the way).
+        match (m.listed(), m.kind_listed(&id)) {
+            (true, Ok(true)) => {}
+            (_, Err(e)) => {
+                m.errors.insert(id.clone(), e);
+                continue;
+            }
+            _ => continue,
         }
         let placed = Placed {
             replicas: w.replicas,
@@ -712,7 +717,10 @@ fn plan(
     let others = [(&step.deletes, false), (&step.released, true)];
     for (clusters, release) in others {
         for cluster in clusters.iter().filter(|c| reachable(pass.snapshot, c)) {
-            if members.get(cluster).is_some_and(Member::listed) {
+            if members
+                .get(cluster)
+                .is_some_and(|m| m.listed() && m.kind_listed(&id) == Ok(true))
+            {
                 let (key, id) = (key.clone(), id.clone());
                 let job = if release {
                     Job::Release { key, id }
