@@ -8,6 +8,7 @@ There is no controller manager and no kubelet: nothing runs the Deployments. The
 a member Deployment's status itself, as the Deployment controller would, to say what is ready.
 """
 
+import json
 import subprocess
 import time
 import uuid
@@ -17,6 +18,7 @@ import pytest
 from conftest import BIN
 from kube_fleet import CORE, FROM, MERIDIAN, NAMESPACE, wait_for
 from kube_cluster import resource_path
+from test_kube import eds_addresses
 
 APPS = "apps/v1"
 MANAGED = "app.kubernetes.io/managed-by"
@@ -294,6 +296,9 @@ def test_a_policy_edit_moves_traffic_first_and_deletes_the_old_copy_once_the_new
     name = "web.shop.global"
     m.wait_for(lambda: m.addresses(name, source=FROM["m1"]) == ["10.1.0.1"], timeout=15,
                what="a client in m1 sent to m1 (its own cluster)")
+    eds = "web.shop.global:80"
+    wait_for(lambda: eds_addresses(m.xds_port, "m1", eds) == {0: ["10.1.0.1"], 1: ["10.2.0.1"]}, timeout=15,
+             what="EDS for an Envoy in m1: m1 first, m2 (same region) next", log=m)
     write_status(kube_fleet, "m1", "web", 4)
 
     spec["placement"]["clusterAffinities"] = [{"name": "eu", "clusterNames": ["m2"]}]
@@ -301,6 +306,9 @@ def test_a_policy_edit_moves_traffic_first_and_deletes_the_old_copy_once_the_new
     # Traffic first: m1 is no longer placed, so its endpoints come after m2's.
     m.wait_for(lambda: m.addresses(name, source=FROM["m1"]) == ["10.2.0.1"], timeout=15,
                what="a client in m1 sent to m2 once m1 is no longer placed")
+    # EDS agrees: m2 first, m1's draining copy only as the last priority.
+    wait_for(lambda: eds_addresses(m.xds_port, "m1", eds) == {0: ["10.2.0.1"], 1: ["10.1.0.1"]}, timeout=15,
+             what="EDS for an Envoy in m1: m2 first, m1 last", log=m)
     # The old copy stays while the new one is not ready, shown as an eviction.
     record = wait_for(lambda: (lambda p: p if (p.get("status") or {}).get("evictions") else None)(placement(kube_fleet, "web")),
                       timeout=10, what="the eviction on the Placement", log=m)
@@ -316,6 +324,29 @@ def test_a_policy_edit_moves_traffic_first_and_deletes_the_old_copy_once_the_new
     assert metric(m, "meridian_propagation_evictions_total") >= 1
     wait_for(lambda: metric(m, "meridian_propagation_converge_seconds_count") >= 1, timeout=10,
              what="the rollout's convergence observed", log=m)
+
+
+def test_a_template_two_policies_select_is_placed_by_the_older_one(kube_fleet, kube_meridian):
+    m, hub = kube_meridian, kube_fleet.hub
+    hub.apply(deployment("web", 2))
+    kube_fleet.policy("first", {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "web"}],
+                                "placement": {"clusterAffinities": [{"name": "one", "clusterNames": ["m1"]}]}})
+    wait_for(lambda: member_replicas(kube_fleet, "web") == {"m1": 2}, timeout=20, what="web in m1", log=m)
+    time.sleep(1.1)  # creationTimestamp has a resolution of a second: "second" is younger
+    kube_fleet.policy("second", {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment"}],
+                                 "placement": {"clusterAffinities": [{"name": "one", "clusterNames": ["m3"]}]}})
+
+    def conflict():
+        status, body = m.http("/debug/problems")
+        assert status == 200
+        return [p for p in json.loads(body)["problems"]
+                if "second" in json.dumps(p) and "older policy shop/first" in json.dumps(p)]
+
+    found = wait_for(conflict, timeout=15, what="a Conflict problem naming the younger policy", log=m)
+    assert "apps/v1/Deployment/shop/web" in json.dumps(found[0]), found
+    time.sleep(1.5)
+    assert member_replicas(kube_fleet, "web") == {"m1": 2}, "the younger policy moved the template"
+    assert placement(kube_fleet, "web")["spec"]["policy"] == "shop/first"
 
 
 def test_failover_keeps_the_sum_and_failback_adds_before_it_removes(kube_fleet):

@@ -1,7 +1,7 @@
 //! The one way meridian writes into a Kubernetes cluster.
 //!
 //! ```text
-//!  producer (writeback today; propagation, the pull agent next)
+//!  producer (writeback, propagation; the pull agent next)
 //!     │ ObjectId + body (serde_json::Value), labelled with `label_managed`
 //!     ├─ Written::unchanged? ──yes──► nothing is sent
 //!     ▼
@@ -27,7 +27,8 @@
 //!   during one request must not send the next after it wakes up past its renew deadline, so the
 //!   check sits in front of each request, not of each pass.
 //! - **Fingerprints.** [`Written`] remembers a hash of each body the applier last sent into a
-//!   member; a producer skips what is unchanged and re-sends everything when it resyncs.
+//!   member; a producer skips what is unchanged (the write-back re-sends everything when it
+//!   resyncs; propagation relies on its watches to see drift).
 //! - **Errors keep the API's word.** A refusal is [`Error::Api`] with the status code, reason
 //!   and message the API server gave, so a 422's message can reach a condition or a problem.
 
@@ -392,7 +393,8 @@ impl Applier {
 
     /// An Api to write `id` with, asked for only while leading. Discovery may take a while, so
     /// leadership is asked again once the kind is known, right before the write goes out; a
-    /// replica that does not lead sends nothing, not even discovery.
+    /// replica that does not lead sends no write, not even discovery for one (reads — get,
+    /// list, a watch's discovery — need no leadership).
     async fn write_api(&self, id: &ObjectId) -> Result<Api<DynamicObject>> {
         self.leading()?;
         let api = self.object_api(id).await?;

@@ -217,6 +217,18 @@ fn check(w: &World, t: &Template, d: &Decision) -> Result<(), TestCaseError> {
     // Spread bounds: at most maxGroups run it; at least minGroups are selected (the division
     // may leave a selected cluster without replicas: `NoReplicas`).
     let placement = w.policies[0].placement.as_ref().expect("placement");
+    // A cluster of the tier used that the division left without replicas may hold the
+    // standby instead (the standby tier can overlap it): it was selected all the same.
+    let in_used_tier = |id: &ClusterId| {
+        let Some(tier) = &d.tier else { return false };
+        let view = w.views.iter().find(|v| &v.spec.id == id).expect("view");
+        w.policies[0]
+            .traffic
+            .affinities
+            .iter()
+            .find(|t| t.name == *tier)
+            .is_some_and(|t| t.clusters.contains(&view.spec))
+    };
     let selected: Vec<&ClusterId> = primary
         .iter()
         .map(|p| &p.cluster)
@@ -225,6 +237,12 @@ fn check(w: &World, t: &Template, d: &Decision) -> Result<(), TestCaseError> {
                 .iter()
                 .filter(|e| e.reason == PlacementFilter::NoReplicas)
                 .map(|e| &e.cluster),
+        )
+        .chain(
+            standby
+                .iter()
+                .map(|p| &p.cluster)
+                .filter(|c| in_used_tier(c)),
         )
         .collect();
     let group_count = |c: &SpreadConstraint, of: &[&ClusterId]| {
