@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 import ads  # noqa: E402  (the raw ADS client of the e2e tests)
+from benchstats import log, summary  # noqa: E402  (bench/, the script's own folder)
 from kube_fleet import DISCOVERY, NAMESPACE, Member, SERVICE_NAME_LABEL, KubeFleet, wait_for  # noqa: E402
 
 NAME = "payments.shop.global"
@@ -58,20 +59,6 @@ EDS_NAME = f"{NAME}:80"
 BIG_NAME = "catalog.shop.global"
 PORT = [{"name": "http", "port": 80, "protocol": "TCP"}]
 TARGET = [{"name": "http", "port": 8080, "protocol": "TCP"}]
-
-
-def log(msg):
-    print(f"[{time.strftime('%T')}] {msg}", file=sys.stderr, flush=True)
-
-
-def pct(values, p):
-    v = sorted(values)
-    return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
-
-
-def summary(values):
-    return {"p50": round(pct(values, 50), 2), "p99": round(pct(values, 99), 2), "max": round(max(values), 2),
-            "min": round(min(values), 2), "n": len(values)}
 
 
 def address(i: int) -> str:

@@ -27,14 +27,7 @@ MERIDIAN=${MERIDIAN:-$ROOT/target/release/meridian}
 
 source "$ROOT/bench/lib.sh"
 
-[[ -x "$MERIDIAN" ]] || die "no meridian binary at $MERIDIAN: build it (cargo build --release) or set MERIDIAN"
-python3 -c 'import grpc, envoy.service.discovery.v3, yaml, dns, pytest' 2>/dev/null ||
-    python3 -m pip install -q -r tests/requirements.txt
-log "kube-apiserver and etcd (tests/peers; cached after the first build)"
-KUBE_APISERVER_BIN=${KUBE_APISERVER_BIN:-$(tests/peers/kube-apiserver.sh)}
-ETCD_BIN=${ETCD_BIN:-$(tests/peers/etcd.sh)}
-export KUBE_APISERVER_BIN ETCD_BIN
-export MERIDIAN_BIN=$MERIDIAN
+kube_bench_setup
 
 bench_workdir kube
 python3 bench/kube.py "$WORK" --changes "$CHANGES" --xds-debounce-ms "$XDS_DEBOUNCE_MS" \

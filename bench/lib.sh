@@ -40,3 +40,17 @@ while True:
         t.close(); u.close()
 PY
 }
+
+# For the benchmarks on kube-apiservers (kube.sh, propagation.sh): the meridian binary in
+# $MERIDIAN, the Python packages of the e2e tests, and the peers tests/peers builds (cached);
+# exports KUBE_APISERVER_BIN, ETCD_BIN and MERIDIAN_BIN for tests/e2e/kube_fleet.py.
+kube_bench_setup() {
+    [[ -x "$MERIDIAN" ]] || die "no meridian binary at $MERIDIAN: build it (cargo build --release) or set MERIDIAN"
+    python3 -c 'import grpc, envoy.service.discovery.v3, yaml, dns, pytest' 2>/dev/null ||
+        python3 -m pip install -q -r tests/requirements.txt
+    log "kube-apiserver and etcd (tests/peers; cached after the first build)"
+    KUBE_APISERVER_BIN=${KUBE_APISERVER_BIN:-$(tests/peers/kube-apiserver.sh)}
+    ETCD_BIN=${ETCD_BIN:-$(tests/peers/etcd.sh)}
+    export KUBE_APISERVER_BIN ETCD_BIN
+    export MERIDIAN_BIN=$MERIDIAN
+}

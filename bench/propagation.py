@@ -59,26 +59,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
+from benchstats import log, summary  # noqa: E402  (bench/, the script's own folder)
 from kube_fleet import CORE, MANAGED, MERIDIAN, NAMESPACE, KubeFleet, wait_for  # noqa: E402
 
 APPS = "apps/v1"
 MEMBERS = ("m1", "m2", "m3")
 BULK = "bulk"  # the namespace of the TEMPLATES templates (hub only; meridian creates it in members)
 KARMADA_P99_MS = 1300  # Karmada's published push p99 at 100 clusters (not run here)
-
-
-def log(msg):
-    print(f"[{time.strftime('%T')}] {msg}", file=sys.stderr, flush=True)
-
-
-def pct(values, p):
-    v = sorted(values)
-    return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
-
-
-def summary(values):
-    return {"p50": round(pct(values, 50), 2), "p99": round(pct(values, 99), 2), "max": round(max(values), 2),
-            "min": round(min(values), 2), "n": len(values)}
 
 
 def deployment(name, namespace, *, labels=None, annotations=None):

@@ -516,13 +516,7 @@ impl Fleet {
 /// Per policy, the clusters its workloads (templates with replicas) are placed in; the
 /// previous snapshot's when neither the decisions nor the clusters changed.
 fn workload_clusters(prev: &Snapshot, snapshot: &Snapshot) -> Arc<HashMap<String, Vec<usize>>> {
-    let same_clusters = prev.clusters.len() == snapshot.clusters.len()
-        && prev
-            .clusters
-            .iter()
-            .zip(&snapshot.clusters)
-            .all(|(a, b)| a.spec.id == b.spec.id);
-    if same_clusters && Arc::ptr_eq(&prev.placements, &snapshot.placements) {
+    if snapshot.same_clusters_as(prev) && Arc::ptr_eq(&prev.placements, &snapshot.placements) {
         return prev.workloads.clone();
     }
     let mut by_policy: HashMap<String, Vec<usize>> = HashMap::new();

@@ -218,13 +218,7 @@ impl Snapshot {
         now: Instant,
     ) -> Self {
         let mut snapshot = Self::clusters_only(version, index, registry);
-        let same_clusters = prev.clusters.len() == snapshot.clusters.len()
-            && prev
-                .clusters
-                .iter()
-                .zip(&snapshot.clusters)
-                .all(|(a, b)| a.spec.id == b.spec.id);
-        if dirty.all || !same_clusters {
+        if dirty.all || !snapshot.same_clusters_as(prev) {
             return Self::build_after(Some(prev), version, index, registry, policies, now);
         }
         snapshot.services = prev.services.clone();
@@ -353,6 +347,16 @@ impl Snapshot {
 
     fn collect_problems(&mut self) {
         self.problems = self.export_problems.values().flatten().cloned().collect();
+    }
+
+    /// The same clusters at the same indices as `other` (so indices carry over).
+    pub fn same_clusters_as(&self, other: &Snapshot) -> bool {
+        self.clusters.len() == other.clusters.len()
+            && self
+                .clusters
+                .iter()
+                .zip(&other.clusters)
+                .all(|(a, b)| a.spec.id == b.spec.id)
     }
 
     pub fn cluster_index(&self, id: &str) -> Option<usize> {

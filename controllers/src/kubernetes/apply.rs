@@ -255,10 +255,7 @@ impl Applier {
         body: &Value,
         opts: ApplyOptions,
     ) -> Result<DynamicObject> {
-        let api = self.write_api(id).await?;
-        api.patch(&id.name, &params(opts), &Patch::Apply(body))
-            .await
-            .map_err(|e| Error::from_kube(id, e))
+        self.server_side_apply(id, body, opts, false).await
     }
 
     /// Server-side apply of `body` to the status subresource of `id`.
@@ -268,10 +265,24 @@ impl Applier {
         body: &Value,
         opts: ApplyOptions,
     ) -> Result<DynamicObject> {
+        self.server_side_apply(id, body, opts, true).await
+    }
+
+    async fn server_side_apply(
+        &self,
+        id: &ObjectId,
+        body: &Value,
+        opts: ApplyOptions,
+        status: bool,
+    ) -> Result<DynamicObject> {
         let api = self.write_api(id).await?;
-        api.patch_status(&id.name, &params(opts), &Patch::Apply(body))
-            .await
-            .map_err(|e| Error::from_kube(id, e))
+        let (params, patch) = (params(opts), Patch::Apply(body));
+        let stored = if status {
+            api.patch_status(&id.name, &params, &patch).await
+        } else {
+            api.patch(&id.name, &params, &patch).await
+        };
+        stored.map_err(|e| Error::from_kube(id, e))
     }
 
     /// Creates `body` as `id` unless an object of that name exists (None then): unlike an

@@ -52,6 +52,25 @@ pub const MANAGED_BY_SELECTOR_EXCLUDED: &str = "app.kubernetes.io/managed-by!=me
 /// a hub template is the member's own service, exported like any other.
 pub const DERIVED_EXCLUDED: &str = "!multicluster.kubernetes.io/service-name";
 
+/// `name` if it fits in 63 characters (a DNS label, a label value), else a prefix of it and
+/// a hash of `seed`: distinct seeds keep distinct names.
+pub(crate) fn bounded_name(name: &str, seed: &str) -> String {
+    if name.len() <= 63 {
+        return name.to_string();
+    }
+    let hash = format!("{:016x}", name_hash(seed));
+    let prefix = name[..63 - 17].trim_end_matches(['-', '.']);
+    format!("{prefix}-{hash}")
+}
+
+/// A hash of a name, stable across runs of one build (names derived from it must not move).
+pub(crate) fn name_hash(seed: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    seed.hash(&mut h);
+    h.finish()
+}
+
 /// What a member source knows that the writers need.
 #[derive(Clone, Default)]
 pub struct MemberFacts {

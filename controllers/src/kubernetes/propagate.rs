@@ -61,12 +61,7 @@ pub fn template_label(key: &TemplateKey) -> String {
         g => g,
     };
     let full = format!("{}.{}.{}", key.kind, group, key.name).to_lowercase();
-    if full.len() <= 63 {
-        return full;
-    }
-    let hash = format!("{:016x}", apply::fingerprint(&Value::String(full.clone())));
-    let prefix = full[..63 - 17].trim_end_matches(['-', '.']);
-    format!("{prefix}-{hash}")
+    super::bounded_name(&full, &full)
 }
 
 fn template_key_of(id: &ObjectId) -> TemplateKey {
@@ -216,7 +211,7 @@ impl Member {
             .flat_map(|w| w.store.state())
             .filter_map(|hpa| {
                 let ns = hpa.metadata.namespace.clone()?;
-                let (v, k, n) = retain::hpa_targets(&hpa.data_with_meta())?;
+                let (v, k, n) = retain::hpa_targets(&as_json(&hpa))?;
                 Some((ns, v, k, n))
             })
             .collect();
@@ -272,15 +267,9 @@ impl Member {
     }
 }
 
-trait DataWithMeta {
-    /// The object as JSON, with its metadata (DynamicObject keeps them apart).
-    fn data_with_meta(&self) -> Value;
-}
-
-impl DataWithMeta for DynamicObject {
-    fn data_with_meta(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
+/// The object as JSON, with its metadata (DynamicObject keeps them apart).
+fn as_json(o: &DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap_or(Value::Null)
 }
 
 /// Starts a watch of `resource` objects labelled as placed by meridian; each event wakes the
@@ -606,7 +595,7 @@ fn held_copies(
         .iter()
         .filter_map(|(cluster, m)| {
             let live = m.live(&id)?;
-            let object = live.data_with_meta();
+            let object = as_json(&live);
             let decided = decision
                 .and_then(|d| d.replicas_in(cluster))
                 .and_then(|p| p.replicas);
@@ -761,7 +750,7 @@ fn copy_job(
     {
         annotations.insert(PRESERVE_ANNOTATION.into(), "true".into());
     }
-    let live = m.live(&id).map(|o| o.data_with_meta());
+    let live = m.live(&id).map(|o| as_json(&o));
     let mut retained = propagation.retain.clone();
     if m.scaled_by_hpa(&template.key) {
         retained.push(retain::HPA_RETAINED.to_string());
@@ -1119,7 +1108,7 @@ fn replica_count(id: &ObjectId, object: &Value) -> Option<u32> {
 }
 
 fn copy_view(m: &Member, id: &ObjectId) -> CopyView {
-    let live = m.live(id).map(|o| o.data_with_meta());
+    let live = m.live(id).map(|o| as_json(&o));
     let field = |v: &Option<Value>, p: &str| v.as_ref().and_then(|v| v.pointer(p)?.as_i64());
     CopyView {
         replicas: live.as_ref().and_then(|l| replica_count(id, l)),
@@ -1322,7 +1311,7 @@ fn aggregated_status(
         .iter()
         .filter_map(|p| {
             let m = members.get(&p.cluster)?;
-            let live = m.live(&id)?.data_with_meta();
+            let live = as_json(&*m.live(&id)?);
             Some((p.cluster.clone(), live, m.applied.get(&id).copied()))
         })
         .collect();

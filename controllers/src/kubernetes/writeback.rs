@@ -15,9 +15,7 @@
 //! [`Applier`] (server-side apply, leadership asked before each request) and is skipped when
 //! [`Written`] says it is unchanged since the last write.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,7 +28,7 @@ use tracing::{debug, info, warn};
 
 use super::apply::{self, Applier, ApplyOptions, ObjectId, Written, label_managed};
 use super::leader::Leadership;
-use super::{Fleet, MANAGED_BY_SELECTOR};
+use super::{Fleet, MANAGED_BY_SELECTOR, bounded_name, name_hash};
 
 pub const MCS_API_VERSION: &str = "multicluster.x-k8s.io/v1alpha1";
 pub const MCS_SERVICE_NAME: &str = "multicluster.kubernetes.io/service-name";
@@ -47,22 +45,6 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 /// The name of the derived Service of `service`: a DNS label of at most 63 characters.
 pub fn derived_name(service: &str) -> String {
     bounded_name(&format!("derived-{service}"), service)
-}
-
-/// `name` if it fits in 63 characters, else a prefix and a hash of `seed`.
-fn bounded_name(name: &str, seed: &str) -> String {
-    if name.len() <= 63 {
-        return name.to_string();
-    }
-    let hash = format!("{:016x}", fingerprint(&seed));
-    let prefix = name[..63 - 17].trim_end_matches('-');
-    format!("{prefix}-{hash}")
-}
-
-fn fingerprint<T: Hash + ?Sized>(v: &T) -> u64 {
-    let mut h = DefaultHasher::new();
-    v.hash(&mut h);
-    h.finish()
 }
 
 /// One object meridian wants in a member.
@@ -323,7 +305,7 @@ fn derived_slices(
             let name = bounded_name(
                 &format!(
                     "{derived}-{cluster}-{:08x}-{chunk}",
-                    fingerprint(&seed) as u32
+                    name_hash(&seed) as u32
                 ),
                 &format!("{seed}/{chunk}"),
             );

@@ -444,14 +444,8 @@ fn merge_problems_come_first_and_are_rebuilt_with_their_service() {
 /// (eu-2), the next one (eu-1) only when eu-2 cannot take it.
 fn placing_web() -> Policy {
     use crate::placement::{PlacementPolicy, TemplateSelector};
-    use crate::policy::{AffinityTier, ClusterSet, Mode};
-    let tier = |name: &str, cluster: &str| AffinityTier {
-        name: Arc::from(name),
-        clusters: ClusterSet {
-            names: vec![cluster.into()],
-            selector: None,
-        },
-    };
+    use crate::policy::Mode;
+    use crate::testing::tier;
     Policy {
         templates: vec![TemplateSelector {
             kind: Some("Deployment".into()),
@@ -460,7 +454,7 @@ fn placing_web() -> Policy {
         traffic: Arc::new(TrafficPolicy {
             source: Some("shop/p".into()),
             mode: Mode::Locality,
-            affinities: vec![tier("first", "eu-2"), tier("then", "eu-1")],
+            affinities: vec![tier("first", &["eu-2"]), tier("then", &["eu-1"])],
             ..TrafficPolicy::default()
         }),
         placement: Some(Arc::new(PlacementPolicy::default())),
@@ -470,8 +464,8 @@ fn placing_web() -> Policy {
 
 #[test]
 fn a_cluster_the_policy_does_not_place_the_workload_in_takes_traffic_last() {
-    use crate::placement::Template;
     use crate::select::{TierReason, select};
+    use crate::testing::deployment;
     let (mut fleet, t0) = fleet();
     fleet.apply(
         hub(&["eu-1", "eu-2"], vec![placing_web()], vec![], vec![]),
@@ -481,18 +475,9 @@ fn a_cluster_the_policy_does_not_place_the_workload_in_takes_traffic_last() {
         fleet.apply(heartbeat(cluster), t0);
         fleet.apply(reset(cluster, exported("web", address), vec![]), t0);
     }
-    let template = Template {
-        key: crate::placement::TemplateKey::new("apps/v1", "Deployment", "shop", "web"),
-        labels: Default::default(),
-        generation: 1,
-        replicas: Some(3),
-        requests: Default::default(),
-        dependencies: Vec::new(),
-        body: Arc::new(serde_json::json!({})),
-    };
     fleet.apply(
         Event::Templates {
-            templates: vec![template],
+            templates: vec![deployment("web", Some(3))],
             overrides: Vec::new(),
         },
         t0,
@@ -526,7 +511,7 @@ fn a_cluster_the_policy_does_not_place_the_workload_in_takes_traffic_last() {
 
 #[test]
 fn a_template_two_policies_select_is_placed_by_the_older_and_the_younger_is_a_conflict() {
-    use crate::placement::{Template, TemplateKey};
+    use crate::testing::deployment;
     let (mut fleet, t0) = fleet();
     let younger = Policy {
         key: ObjectKey::new("shop", "q"),
@@ -544,15 +529,7 @@ fn a_template_two_policies_select_is_placed_by_the_older_and_the_younger_is_a_co
     );
     fleet.apply(
         Event::Templates {
-            templates: vec![Template {
-                key: TemplateKey::new("apps/v1", "Deployment", "shop", "web"),
-                labels: Default::default(),
-                generation: 1,
-                replicas: Some(3),
-                requests: Default::default(),
-                dependencies: Vec::new(),
-                body: Arc::new(serde_json::json!({})),
-            }],
+            templates: vec![deployment("web", Some(3))],
             overrides: Vec::new(),
         },
         t0,
