@@ -147,8 +147,11 @@ pub struct Fleet {
 struct Federation {
     templates: Arc<[Template]>,
     overrides: Arc<[OverridePolicy]>,
-    capacities: BTreeMap<ClusterId, Capacity>,
+    /// Shared with every snapshot until one changes.
+    capacities: Arc<BTreeMap<ClusterId, Capacity>>,
     placer: Placer,
+    /// A copy of `placer` as of the last round, for snapshots (a what-if continues from it).
+    remembered: Arc<Placer>,
     /// Something placement reads changed since the last round.
     dirty: bool,
     /// When a decision changes with time alone.
@@ -240,8 +243,16 @@ impl Fleet {
             Event::Capacity { cluster, capacity } => {
                 let f = &mut self.federation;
                 let changed = match capacity {
-                    Some(c) => f.capacities.insert(cluster, c) != Some(c),
-                    None => f.capacities.remove(&cluster).is_some(),
+                    Some(c) if f.capacities.get(&cluster) != Some(&c) => {
+                        Arc::make_mut(&mut f.capacities).insert(cluster, c);
+                        true
+                    }
+                    Some(_) => false,
+                    None if f.capacities.contains_key(&cluster) => {
+                        Arc::make_mut(&mut f.capacities).remove(&cluster);
+                        true
+                    }
+                    None => false,
                 };
                 f.dirty |= changed;
                 Outcome {
@@ -330,7 +341,9 @@ impl Fleet {
         self.index.remove_cluster(id);
         self.member_problems.remove(id);
         self.member_warnings.remove(id);
-        self.federation.capacities.remove(id);
+        if self.federation.capacities.contains_key(id) {
+            Arc::make_mut(&mut self.federation.capacities).remove(id);
+        }
     }
 
     fn apply_reset(
@@ -464,6 +477,8 @@ impl Fleet {
         snapshot.workloads = workload_clusters(prev, snapshot);
         snapshot.templates = self.federation.templates.clone();
         snapshot.overrides = self.federation.overrides.clone();
+        snapshot.capacities = self.federation.capacities.clone();
+        snapshot.placer = self.federation.remembered.clone();
         snapshot
             .problems
             .extend(unschedulable(&snapshot.placements));
@@ -509,6 +524,7 @@ impl Fleet {
             now,
         );
         f.deadline = placements.next_deadline;
+        f.remembered = Arc::new(f.placer.clone());
         Arc::new(placements)
     }
 }
@@ -519,6 +535,12 @@ fn workload_clusters(prev: &Snapshot, snapshot: &Snapshot) -> Arc<HashMap<String
     if snapshot.same_clusters_as(prev) && Arc::ptr_eq(&prev.placements, &snapshot.placements) {
         return prev.workloads.clone();
     }
+    Arc::new(placed_workloads(snapshot))
+}
+
+/// Per policy, the clusters (indices into `snapshot.clusters`, sorted) where
+/// `snapshot.placements` runs its workloads.
+pub(crate) fn placed_workloads(snapshot: &Snapshot) -> HashMap<String, Vec<usize>> {
     let mut by_policy: HashMap<String, Vec<usize>> = HashMap::new();
     for d in snapshot.placements.decisions.values() {
         let Some(policy) = &d.policy else { continue };
@@ -535,7 +557,7 @@ fn workload_clusters(prev: &Snapshot, snapshot: &Snapshot) -> Arc<HashMap<String
         clusters.dedup();
         !clusters.is_empty()
     });
-    Arc::new(by_policy)
+    by_policy
 }
 
 /// A template two policies select is placed by the older one (policies are oldest first);

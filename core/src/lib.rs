@@ -33,6 +33,7 @@ pub mod select;
 pub mod snapshot;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod whatif;
 
 pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;

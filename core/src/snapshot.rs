@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::index::{ClusterState, Dirty, Index, IndexSizes};
 use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
-use crate::placement::{OverridePolicy, Placements, Template};
+use crate::placement::{Capacity, OverridePolicy, Placements, Placer, Template};
 use crate::policy::{Policies, TrafficPolicy};
 use crate::problem::{ObjectRef, Origin, Problem};
 use crate::registry::{Health, Registry};
@@ -88,6 +88,10 @@ pub struct ServiceView {
     pub imports: Vec<(usize, Vec<IpAddr>)>,
     pub conflicts: Vec<Conflict>,
     pub policy: Arc<TrafficPolicy>,
+    /// The oldest export's labels: what policies select the service by (kept so a what-if
+    /// policy edit can find the services it would govern).
+    #[serde(skip)]
+    pub labels: BTreeMap<String, String>,
     /// Addresses that more than one backend reports, sorted: the decision answers each of
     /// them once (`select`), and skips that work for the many services where this is empty.
     pub shared_addresses: Vec<IpAddr>,
@@ -163,10 +167,10 @@ pub struct Snapshot {
     pub synced: bool,
     pub clusters: Vec<ClusterView>,
     #[serde(skip)]
-    cluster_ids: HashMap<ClusterId, usize>,
+    pub(crate) cluster_ids: HashMap<ClusterId, usize>,
     /// namespace → name → service. Nested so that lookups by `&str` need no allocation.
     #[serde(skip)]
-    services: HashMap<Arc<str>, BTreeMap<Arc<str>, Arc<ServiceView>>>,
+    pub(crate) services: HashMap<Arc<str>, BTreeMap<Arc<str>, Arc<ServiceView>>>,
     #[serde(skip)]
     pub client_table: ClientTable,
     pub problems: Vec<Problem>,
@@ -187,6 +191,17 @@ pub struct Snapshot {
     /// `clusters`, sorted) they are placed in: its Services' traffic goes there first.
     #[serde(skip)]
     pub workloads: Arc<HashMap<String, Vec<usize>>>,
+    /// The policies the services were merged with and placement decided by (shared with the
+    /// fleet until they change): a what-if decides again from them.
+    #[serde(skip)]
+    pub policies: Arc<Policies>,
+    /// Every member's capacity as placement last read it.
+    #[serde(skip)]
+    pub capacities: Arc<BTreeMap<ClusterId, Capacity>>,
+    /// What placement remembered after deciding `placements` (failover clocks, previous
+    /// splits): a what-if continues from it without touching the fleet's own.
+    #[serde(skip)]
+    pub placer: Arc<Placer>,
     /// Problems found while merging, by service, so a rebuild replaces only its services'.
     #[serde(skip)]
     export_problems: BTreeMap<ObjectKey, Vec<Problem>>,
@@ -246,6 +261,7 @@ impl Snapshot {
         );
         snapshot.insert_services(merged);
         snapshot.collect_problems();
+        snapshot.policies = shared_policies(Some(prev), policies);
         snapshot
     }
 
@@ -272,6 +288,7 @@ impl Snapshot {
         );
         snapshot.insert_services(merged);
         snapshot.collect_problems();
+        snapshot.policies = shared_policies(prev, policies);
         snapshot
     }
 
@@ -317,13 +334,9 @@ impl Snapshot {
             sizes: index.sizes(),
             ..Snapshot::default()
         };
-        for (spec, health) in registry.members() {
-            let idx = snapshot.clusters.len();
-            snapshot.cluster_ids.insert(spec.id.clone(), idx);
-            for net in spec.dns_client_cidrs.iter().chain(&spec.pod_cidrs) {
-                snapshot.client_table.insert(*net, idx);
-            }
-            snapshot.clusters.push(ClusterView {
+        let clusters = registry
+            .members()
+            .map(|(spec, health)| ClusterView {
                 spec: spec.clone(),
                 health: health.health,
                 withdrawn: health.withdrawn,
@@ -331,9 +344,35 @@ impl Snapshot {
                 recovered_at: health.recovered_at,
                 reason: health.reason.clone(),
                 endpoints: index.endpoints_of(&spec.id),
-            });
-        }
+            })
+            .collect();
+        snapshot.set_clusters(clusters);
         snapshot
+    }
+
+    /// Replaces the clusters (and what is looked up from them: ids, client table).
+    pub(crate) fn set_clusters(&mut self, clusters: Vec<ClusterView>) {
+        self.cluster_ids.clear();
+        self.client_table = ClientTable::default();
+        for (idx, view) in clusters.iter().enumerate() {
+            self.cluster_ids.insert(view.spec.id.clone(), idx);
+            for net in view
+                .spec
+                .dns_client_cidrs
+                .iter()
+                .chain(&view.spec.pod_cidrs)
+            {
+                self.client_table.insert(*net, idx);
+            }
+        }
+        self.clusters = clusters;
+    }
+
+    pub(crate) fn insert_service(&mut self, view: Arc<ServiceView>) {
+        self.services
+            .entry(view.key.namespace.clone())
+            .or_default()
+            .insert(view.key.name.clone(), view);
     }
 
     fn insert_services(&mut self, merged: Vec<ServiceView>) {
@@ -417,6 +456,14 @@ struct Candidate<'a> {
     created: i64,
     service: &'a crate::model::Service,
     slices: Vec<NamedSlice<'a>>,
+}
+
+/// `policies`, shared with `prev` when they are the same (they rarely change).
+fn shared_policies(prev: Option<&Snapshot>, policies: &Policies) -> Arc<Policies> {
+    match prev {
+        Some(p) if p.policies.same_as(policies) => Arc::clone(&p.policies),
+        _ => Arc::new(policies.clone()),
+    }
 }
 
 /// What merging needs besides the Index: the policies, and the previous snapshot with the
@@ -592,6 +639,7 @@ fn merge_one(
         imports,
         conflicts,
         policy: governing.traffic.clone(),
+        labels: cands[0].export.labels.clone(),
     }
 }
 

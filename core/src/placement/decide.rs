@@ -63,7 +63,7 @@ use super::{
 
 /// The memory placement keeps between rounds: the only state a decision depends on besides
 /// its inputs and `now`.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Placer {
     /// Per template, the last scheduled decision: the previous split for steady division,
     /// and what stays placed when the template becomes unschedulable.
@@ -75,7 +75,7 @@ pub struct Placer {
     failed_over: HashMap<ObjectKey, BTreeSet<ClusterId>>,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Previous {
     placed: Vec<Placed>,
     /// The tier it ran in (None: a policy without affinities).
