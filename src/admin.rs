@@ -24,6 +24,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::whatif::ScenarioRequest;
+
 #[derive(Clone)]
 pub struct AdminState {
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
@@ -97,7 +99,14 @@ pub fn router(state: AdminState) -> Router {
         .route("/debug/services", get(debug_services))
         .route("/debug/problems", get(debug_problems))
         .route("/debug/resolve", get(debug_resolve))
-        .route("/debug/explain", get(debug_explain))
+        .route(
+            "/debug/explain",
+            get(debug_explain).post(debug_explain_post),
+        )
+        .route(
+            "/debug/simulate",
+            get(debug_simulate).post(debug_simulate_post),
+        )
         .route("/debug/placements", get(debug_placements))
         .route("/debug/xds", get(debug_xds))
         .route("/debug/xds/dump", get(debug_xds_dump))
@@ -273,6 +282,7 @@ async fn debug_resolve(State(s): State<AdminState>, Query(q): Query<ResolveQuery
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ExplainQuery {
     /// A service (traffic only) …
     service: Option<String>,
@@ -282,33 +292,161 @@ struct ExplainQuery {
     namespace: Option<String>,
     name: Option<String>,
     cluster: Option<String>,
+    /// What-if, as in `/debug/simulate`'s query: comma-separated assumptions and members.
+    assume: Option<String>,
+    remove: Option<String>,
+    after: Option<u64>,
+}
+
+/// `/debug/explain` as a JSON body: the query's fields, and a whole scenario (policy files
+/// only fit here).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExplainRequest {
+    service: Option<String>,
+    kind: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    cluster: Option<String>,
+    #[serde(default)]
+    scenario: ScenarioRequest,
 }
 
 async fn debug_explain(State(s): State<AdminState>, Query(q): Query<ExplainQuery>) -> Response {
-    let snap = s.snapshot();
-    let cluster = q.cluster.as_deref().filter(|c| !c.is_empty());
-    let explained = match (&q.service, &q.kind, &q.name) {
-        (Some(service), None, None) => {
-            crate::explain::explain(s.dns.answerer(), &s.xds, &snap, service, cluster)
-        }
-        (None, Some(kind), Some(name)) => crate::explain::explain_template(
-            s.dns.answerer(),
-            &s.xds,
-            &snap,
-            &s.propagation.get(),
-            (kind, q.namespace.as_deref().unwrap_or("default"), name),
-            cluster,
-        ),
-        _ => Err(anyhow::anyhow!(
-            "ask for service=NAME.NAMESPACE, or for kind=KIND&name=NAME&namespace=NS"
-        )),
+    let scenario = scenario_of_query(q.assume.as_deref(), q.remove.as_deref(), q.after);
+    let request = ExplainRequest {
+        service: q.service,
+        kind: q.kind,
+        namespace: q.namespace,
+        name: q.name,
+        cluster: q.cluster,
+        scenario,
     };
+    explain_response(s, request).await
+}
+
+async fn debug_explain_post(
+    State(s): State<AdminState>,
+    Json(request): Json<ExplainRequest>,
+) -> Response {
+    explain_response(s, request).await
+}
+
+async fn explain_response(s: AdminState, q: ExplainRequest) -> Response {
+    let snap = s.snapshot();
+    let propagation = s.propagation.get();
+    // A what-if decides the whole fleet again: off the runtime.
+    let explained = tokio::task::spawn_blocking(move || {
+        let imagined = if q.scenario.is_empty() {
+            None
+        } else {
+            Some(
+                crate::whatif::imagine(&snap, &q.scenario)
+                    .map_err(|e| anyhow::anyhow!(e.join("; ")))?,
+            )
+        };
+        let seen = match &imagined {
+            Some((fleet, _)) => crate::explain::Seen {
+                snap: &fleet.snapshot,
+                imagined_at: Some(fleet.at),
+            },
+            None => crate::explain::Seen::now(&snap),
+        };
+        let cluster = q.cluster.as_deref().filter(|c| !c.is_empty());
+        let mut explained = match (&q.service, &q.kind, &q.name) {
+            (Some(service), None, None) => {
+                crate::explain::explain(s.dns.answerer(), &s.xds, seen, service, cluster)
+            }
+            (None, Some(kind), Some(name)) => crate::explain::explain_template(
+                s.dns.answerer(),
+                &s.xds,
+                seen,
+                &propagation,
+                (kind, q.namespace.as_deref().unwrap_or("default"), name),
+                cluster,
+            ),
+            _ => Err(anyhow::anyhow!(
+                "ask for service=NAME.NAMESPACE, or for kind=KIND&name=NAME&namespace=NS"
+            )),
+        }?;
+        if let Some((_, assuming)) = imagined {
+            if let Some(words) = explained["words"].as_array_mut() {
+                words.insert(0, Value::String(assuming.clone()));
+            }
+            explained["assuming"] = Value::String(assuming);
+        }
+        Ok::<Value, anyhow::Error>(explained)
+    })
+    .await
+    .unwrap_or_else(|e| Err(anyhow::anyhow!("explaining failed: {e}")));
     match explained {
         Ok(v) => Json(v).into_response(),
         Err(e) => {
             let error = format!("{e:#}");
             (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response()
         }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SimulateQuery {
+    /// Comma-separated assumptions (`eu-1=Unreachable,us-1:taint=maint:NoExecute`).
+    assume: Option<String>,
+    /// Comma-separated members assumed gone.
+    remove: Option<String>,
+    /// Seconds after now.
+    after: Option<u64>,
+}
+
+fn scenario_of_query(
+    assume: Option<&str>,
+    remove: Option<&str>,
+    after: Option<u64>,
+) -> ScenarioRequest {
+    let list = |s: Option<&str>| -> Vec<String> {
+        s.into_iter()
+            .flat_map(|s| s.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    ScenarioRequest {
+        assume: list(assume),
+        remove: list(remove),
+        policies: Vec::new(),
+        after_seconds: after,
+    }
+}
+
+/// `/debug/simulate?assume=…`: what would change, before and after. Nothing is written.
+async fn debug_simulate(State(s): State<AdminState>, Query(q): Query<SimulateQuery>) -> Response {
+    let request = scenario_of_query(q.assume.as_deref(), q.remove.as_deref(), q.after);
+    simulate_response(s, request).await
+}
+
+async fn debug_simulate_post(
+    State(s): State<AdminState>,
+    Json(request): Json<ScenarioRequest>,
+) -> Response {
+    simulate_response(s, request).await
+}
+
+async fn simulate_response(s: AdminState, request: ScenarioRequest) -> Response {
+    let snap = s.snapshot();
+    let simulated = tokio::task::spawn_blocking(move || {
+        crate::whatif::simulate(s.dns.answerer(), &snap, &request)
+    })
+    .await
+    .unwrap_or_else(|e| Err(vec![format!("simulating failed: {e}")]));
+    match simulated {
+        Ok(v) => Json(v).into_response(),
+        Err(errors) => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({ "error": errors.join("; "), "errors": errors })),
+        )
+            .into_response(),
     }
 }
 

@@ -36,6 +36,11 @@ pub enum Command {
     /// (KIND/NAME -n NS), where it is placed and why, beside its Services' traffic (asks a
     /// running meridian).
     Explain(ExplainArgs),
+    /// What would change if… (asks a running meridian; nothing is written or pushed): for
+    /// every service and workload whose decision changes under the assumptions, the DNS
+    /// answers and EDS priorities per client cluster and the replicas per cluster, before and
+    /// after, with totals.
+    Simulate(SimulateArgs),
     /// Inspect the xDS feed of a running meridian.
     #[command(subcommand)]
     Xds(XdsCommand),
@@ -325,7 +330,61 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub from_cluster: Option<String>,
     #[command(flatten)]
+    pub whatif: WhatIfArgs,
+    #[command(flatten)]
     pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    #[command(flatten)]
+    pub whatif: WhatIfArgs,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// A fleet that does not exist yet: each flag may be given several times, and they combine.
+#[derive(Debug, Default, Args)]
+pub struct WhatIfArgs {
+    /// Assume CLUSTER=Unreachable|Degraded|Healthy, CLUSTER:taint=KEY[=VALUE]:EFFECT or
+    /// CLUSTER:untaint=KEY.
+    #[arg(long = "assume", value_name = "ASSUMPTION")]
+    pub assume: Vec<String>,
+    /// Assume this member leaves the hub.
+    #[arg(long = "assume-remove", value_name = "CLUSTER")]
+    pub remove: Vec<String>,
+    /// Assume the ClusterSchedulingPolicies in FILE (replacing those of the same name).
+    #[arg(long = "assume-policy", value_name = "FILE")]
+    pub policies: Vec<PathBuf>,
+    /// Compare this long from now (`90`, `30s`, `5m`, `1h`; default: once every window the
+    /// assumptions start has run out).
+    #[arg(long, value_parser = parse_duration)]
+    pub after: Option<u64>,
+}
+
+impl WhatIfArgs {
+    pub fn is_empty(&self) -> bool {
+        self.assume.is_empty() && self.remove.is_empty() && self.policies.is_empty()
+    }
+}
+
+/// `90`, `90s`, `5m`, `1h` → seconds.
+fn parse_duration(text: &str) -> Result<u64, String> {
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: a duration is a number of seconds, or with s, m or h"))?;
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("{text:?}: the unit is s, m or h")),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("{text:?}: too long"))
 }
 
 #[derive(Debug, Subcommand)]

@@ -14,9 +14,10 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cli::{
-    ClientArgs, Command, ExplainArgs, NodeRole, RenderArgs, ResolveArgs, ServeArgs, XdsCommand,
-    XdsDumpArgs,
+    ClientArgs, Command, ExplainArgs, NodeRole, RenderArgs, ResolveArgs, ServeArgs, SimulateArgs,
+    WhatIfArgs, XdsCommand, XdsDumpArgs,
 };
+use crate::whatif::{PolicyFile, ScenarioRequest};
 use crate::{app, config};
 
 pub async fn run(command: Command) -> Result<ExitCode> {
@@ -30,6 +31,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Status(args) => status(&args).await,
         Command::Resolve(args) => resolve(&args).await,
         Command::Explain(args) => explain(&args).await,
+        Command::Simulate(args) => simulate(&args).await,
         Command::Xds(XdsCommand::Dump(args)) => xds_dump(&args).await,
         Command::Xds(XdsCommand::Clients(args)) => xds_clients(&args).await,
         Command::Crds => {
@@ -41,19 +43,84 @@ pub async fn run(command: Command) -> Result<ExitCode> {
 
 /// Prints the decision for a service in words (or as JSON).
 async fn explain(args: &ExplainArgs) -> Result<ExitCode> {
-    let mut path = match template_ref(&args.service) {
-        Some((kind, name)) => format!(
-            "/debug/explain?kind={}&name={}&namespace={}",
-            encode(kind),
-            encode(name),
-            encode(args.namespace.as_deref().unwrap_or("default"))
-        ),
-        None => format!("/debug/explain?service={}", encode(&args.service)),
+    let body = if args.whatif.is_empty() {
+        let mut path = match template_ref(&args.service) {
+            Some((kind, name)) => format!(
+                "/debug/explain?kind={}&name={}&namespace={}",
+                encode(kind),
+                encode(name),
+                encode(args.namespace.as_deref().unwrap_or("default"))
+            ),
+            None => format!("/debug/explain?service={}", encode(&args.service)),
+        };
+        if let Some(c) = &args.from_cluster {
+            path.push_str(&format!("&cluster={}", encode(c)));
+        }
+        get_json(args.client.admin, &path).await?
+    } else {
+        let mut request = serde_json::json!({
+            "cluster": args.from_cluster,
+            "scenario": scenario_request(&args.whatif)?,
+        });
+        match template_ref(&args.service) {
+            Some((kind, name)) => {
+                request["kind"] = kind.into();
+                request["name"] = name.into();
+                request["namespace"] = args.namespace.as_deref().unwrap_or("default").into();
+            }
+            None => request["service"] = args.service.as_str().into(),
+        }
+        post_json(args.client.admin, "/debug/explain", &request).await?
     };
-    if let Some(c) = &args.from_cluster {
-        path.push_str(&format!("&cluster={}", encode(c)));
+    if let Some(err) = body.get("error") {
+        bail!("{}", text(err));
     }
-    let body = get_json(args.client.admin, &path).await?;
+    if args.client.json {
+        println!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for line in body["words"].as_array().into_iter().flatten() {
+        println!("{}", text(line));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The scenario of the what-if flags, with each policy file read here (the server may not
+/// see this machine's files).
+fn scenario_request(args: &WhatIfArgs) -> Result<ScenarioRequest> {
+    let policies = args
+        .policies
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --assume-policy {}", path.display()))?;
+            Ok(PolicyFile {
+                file: path.display().to_string(),
+                text,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ScenarioRequest {
+        assume: args.assume.clone(),
+        remove: args.remove.clone(),
+        policies,
+        after_seconds: args.after,
+    })
+}
+
+/// Prints what would change under the assumptions, in words (or as JSON).
+async fn simulate(args: &SimulateArgs) -> Result<ExitCode> {
+    if args.whatif.is_empty() {
+        bail!("nothing to simulate: give --assume, --assume-remove or --assume-policy");
+    }
+    let request = serde_json::to_value(scenario_request(&args.whatif)?)?;
+    let body = post_json(args.client.admin, "/debug/simulate", &request).await?;
+    if let Some(errors) = body.get("errors").and_then(Value::as_array) {
+        for e in errors {
+            eprintln!("error: {}", text(e));
+        }
+        bail!("the scenario is not valid; nothing was simulated");
+    }
     if let Some(err) = body.get("error") {
         bail!("{}", text(err));
     }
@@ -443,11 +510,27 @@ fn encode(s: &str) -> String {
 
 /// A minimal HTTP/1.1 GET against the admin server (loopback, `Connection: close`).
 async fn get_json(admin: SocketAddr, path: &str) -> Result<Value> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
+    exchange(admin, request.as_bytes()).await
+}
+
+async fn post_json(admin: SocketAddr, path: &str, body: &Value) -> Result<Value> {
+    let body = serde_json::to_vec(body)?;
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(&body);
+    exchange(admin, &request).await
+}
+
+/// Sends one request to the admin server and reads its JSON answer.
+async fn exchange(admin: SocketAddr, request: &[u8]) -> Result<Value> {
     let mut stream = tokio::net::TcpStream::connect(admin)
         .await
         .with_context(|| format!("cannot reach meridian's admin server at {admin} (is `meridian serve` running? set --admin)"))?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
+    stream.write_all(request).await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;
     let text = String::from_utf8_lossy(&raw);

@@ -8,10 +8,12 @@ mod placement;
 
 pub use placement::{explain_template, placements_json};
 
+use std::time::Instant;
+
 use anyhow::{Context, Result, anyhow};
 use meridian_core::{FilterReason, Snapshot, TierReason};
 use meridian_dns::Answerer;
-use meridian_dns::explain::{Decision, explain as explain_dns};
+use meridian_dns::explain::{Decision, explain_at as explain_dns};
 use meridian_xds::{Group, Kind, Role, Xds};
 use serde_json::{Value, json};
 
@@ -25,13 +27,44 @@ fn parse_service(service: &str) -> Option<(String, String)> {
     (!ns.contains('.')).then(|| (ns.to_owned(), name.to_owned()))
 }
 
+/// The fleet an explanation reads: the published snapshot now, or an imagined one (a what-if)
+/// at the instant it is imagined at, decided apart from every cache.
+#[derive(Clone, Copy)]
+pub struct Seen<'a> {
+    pub snap: &'a Snapshot,
+    pub imagined_at: Option<Instant>,
+}
+
+impl<'a> Seen<'a> {
+    pub fn now(snap: &'a Snapshot) -> Self {
+        Self {
+            snap,
+            imagined_at: None,
+        }
+    }
+
+    fn instant(&self) -> Instant {
+        self.imagined_at.unwrap_or_else(Instant::now)
+    }
+
+    fn resources(&self, xds: &Xds, group: &Group) -> Value {
+        match self.imagined_at {
+            None => meridian_xds::describe::describe(&xds.resources_for(self.snap, group)),
+            Some(at) => {
+                meridian_xds::describe::describe(&xds.resources_imagined(self.snap, group, at))
+            }
+        }
+    }
+}
+
 pub fn explain(
     answerer: &Answerer,
     xds: &Xds,
-    snap: &Snapshot,
+    seen: Seen<'_>,
     service: &str,
     from_cluster: Option<&str>,
 ) -> Result<Value> {
+    let snap = seen.snap;
     let (ns, name) = parse_service(service).with_context(|| {
         format!("{service:?}: name a service as NAME.NAMESPACE or NAMESPACE/NAME")
     })?;
@@ -44,13 +77,14 @@ pub fn explain(
         &format!("{name}.{ns}.global"),
         "A",
         from_cluster,
+        seen.instant(),
     )?;
     let group = Group {
         cluster: from_cluster.map(str::to_owned),
         network: None,
         role: Role::Envoy,
     };
-    let feed = meridian_xds::describe::describe(&xds.resources_for(snap, &group));
+    let feed = seen.resources(xds, &group);
     let prefix = format!("{name}.{ns}.global:");
     let eds: Vec<Value> = feed["resources"][Kind::Endpoint.short()]
         .as_array()

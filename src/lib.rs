@@ -15,7 +15,8 @@
 //!        ▼              ▼                    ▼                      ▼                  ▼
 //!   DNS listeners   xDS: debounce,     write-back into the   MemberCluster status   admin HTTP
 //!   (meridian-dns)  ADS, CSDS          Kubernetes members    (Kubernetes hub)       (admin,
-//!                   (meridian-xds)     (leader only)         (leader only)          explain)
+//!                   (meridian-xds)     (leader only)         (leader only)          explain,
+//!                                                                                 whatif)
 //! ```
 
 pub mod admin;
@@ -25,3 +26,4 @@ pub mod commands;
 pub mod config;
 pub mod explain;
 pub mod store;
+pub mod whatif;

@@ -128,6 +128,42 @@ pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
     hub
 }
 
+/// The ClusterSchedulingPolicies of one file's text (what `--assume-policy FILE` sends),
+/// validated as the hub validates them; every problem of the file, or anything in it that
+/// is not a policy, refuses the whole file.
+pub fn policies_in(file: &Path, text: &str) -> Result<Vec<Policy>, Vec<Problem>> {
+    let mut loaded = Loaded::default();
+    manifest::parse_str_within(file, text, manifest::Limits::DEFAULT_MAX_DEPTH, &mut loaded);
+    let mut hub = hub_objects(file.parent().unwrap_or(Path::new(".")), loaded);
+    let from = ReadFrom::File(file.to_path_buf());
+    let others = hub.members.len() + hub.templates.len() + hub.overrides.len();
+    if others > 0 {
+        hub.errors.push(from.problem(
+            ObjectRef {
+                kind: "file".into(),
+                namespace: None,
+                name: file.display().to_string(),
+            },
+            format!("holds {others} object(s) that are not ClusterSchedulingPolicies"),
+        ));
+    }
+    if hub.errors.is_empty() && hub.policies.is_empty() {
+        hub.errors.push(from.problem(
+            ObjectRef {
+                kind: "file".into(),
+                namespace: None,
+                name: file.display().to_string(),
+            },
+            "holds no ClusterSchedulingPolicy".into(),
+        ));
+    }
+    if hub.errors.is_empty() {
+        Ok(hub.policies)
+    } else {
+        Err(hub.errors)
+    }
+}
+
 /// Applies every rule of every OverridePolicy to each template it selects, so a rule that
 /// cannot apply (a JSON patch to a missing path, a container that is not there) is reported
 /// when the hub is read, not only when a cluster is rendered. The rule still serves: the

@@ -462,6 +462,7 @@ fn place(base: &Snapshot, snapshot: &mut Snapshot, changed_now: bool, now: Insta
 /// Where one client's traffic for one service goes, by cluster name (so two fleets whose
 /// clusters are numbered differently compare).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Route {
     /// In priority order: DNS answers from the first, EDS priorities are these.
     pub tiers: Vec<Vec<RouteMember>>,
@@ -470,6 +471,7 @@ pub struct Route {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RouteMember {
     pub cluster: ClusterId,
     pub weight: u32,
@@ -526,6 +528,7 @@ impl Route {
 
 /// A client whose route changes.
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ClientChange {
     /// The client's cluster; None for a client in no cluster.
     pub client: Option<ClusterId>,
@@ -535,6 +538,7 @@ pub struct ClientChange {
 }
 
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ServiceChange {
     /// `namespace/name`.
     pub service: String,
@@ -545,6 +549,7 @@ pub struct ServiceChange {
 pub type Spread = Vec<(ClusterId, Option<u32>)>;
 
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WorkloadChange {
     pub template: String,
     pub before: Spread,
@@ -560,6 +565,7 @@ pub struct WorkloadChange {
 
 /// A cluster's share of one region's clients' traffic to the services that change.
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Share {
     /// The clients' region ("" for clusters without one).
     pub region: String,
@@ -569,6 +575,7 @@ pub struct Share {
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Totals {
     pub services_changed: usize,
     /// Services where some client's first tier (what DNS answers) is another set of clusters.
@@ -581,6 +588,7 @@ pub struct Totals {
 }
 
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Simulation {
     pub assumptions: Vec<String>,
     /// The instant compared, in seconds after now.
@@ -592,12 +600,25 @@ pub struct Simulation {
     pub notes: Vec<String>,
 }
 
+/// A simulation and the two fleets it compared.
+#[derive(Debug)]
+pub struct Simulated {
+    pub simulation: Simulation,
+    /// The fleet as it is, at `at`.
+    pub baseline: Snapshot,
+    /// The fleet as assumed, at `at`.
+    pub imagined: Snapshot,
+    pub at: Instant,
+    /// `at` is when every timer has run out (no `after` was given).
+    pub settled: bool,
+}
+
 /// The baseline and the scenario at one instant, and what differs between them.
 pub fn simulate(
     base: &Snapshot,
     scenario: &Scenario,
     now: Instant,
-) -> Result<(Simulation, Imagined), WhatIfError> {
+) -> Result<Simulated, WhatIfError> {
     let imagined = imagine(base, scenario, now)?;
     let at = imagined.at;
     let baseline = derive(base, &[], Arc::clone(&base.policies), now, at);
@@ -649,7 +670,13 @@ pub fn simulate(
         totals,
         notes,
     };
-    Ok((simulation, imagined))
+    Ok(Simulated {
+        simulation,
+        baseline,
+        imagined: imagined.snapshot,
+        at,
+        settled: scenario.after.is_none(),
+    })
 }
 
 /// Weight shares summed per (client region, cluster), and how many (service, client) pairs

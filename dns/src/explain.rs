@@ -77,6 +77,18 @@ pub fn explain(
     qtype: &str,
     from_cluster: Option<&str>,
 ) -> Result<Explanation, ExplainError> {
+    explain_at(answerer, snap, name, qtype, from_cluster, Instant::now())
+}
+
+/// [`explain`] at `now` (a what-if asks its imagined fleet at a later instant).
+pub fn explain_at(
+    answerer: &Answerer,
+    snap: &Snapshot,
+    name: &str,
+    qtype: &str,
+    from_cluster: Option<&str>,
+    now: Instant,
+) -> Result<Explanation, ExplainError> {
     let mut qname =
         Name::from_ascii(name).map_err(|e| ExplainError::Name(name.into(), e.to_string()))?;
     qname.set_fqdn(true);
@@ -99,7 +111,6 @@ pub fn explain(
     let src = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let request = Request::from_bytes(bytes, (src, 0).into(), Protocol::Tcp)
         .map_err(|e| ExplainError::Name(name.into(), e.to_string()))?;
-    let now = Instant::now();
     let client = Client { cluster, ecs: None };
     let resp = answerer.respond_as(snap, &request, client, src, Transport::Tcp, 0, now);
     let decision = answerer.service_of(&qname).and_then(|(ns, svc)| {

@@ -20,11 +20,12 @@ use serde_json::{Value, json};
 pub fn explain_template(
     answerer: &Answerer,
     xds: &Xds,
-    snap: &Snapshot,
+    seen: super::Seen<'_>,
     propagation: &BTreeMap<TemplateKey, TemplateView>,
     (kind, namespace, name): (&str, &str, &str),
     from_cluster: Option<&str>,
 ) -> Result<Value> {
+    let snap = seen.snap;
     let template = snap
         .templates
         .iter()
@@ -55,7 +56,7 @@ pub fn explain_template(
             .filter(|v| v.policy.source.as_deref() == Some(source.as_str()))
         {
             let service = format!("{}/{}", view.key.namespace, view.key.name);
-            let half = super::explain(answerer, xds, snap, &service, from_cluster)?;
+            let half = super::explain(answerer, xds, seen, &service, from_cluster)?;
             words.push(format!("traffic of Service {service} (the same policy):"));
             words.extend(
                 half["words"]

@@ -167,6 +167,18 @@ impl Xds {
         })
     }
 
+    /// The resources a node in `group` would receive from `snapshot` at `now`, built apart
+    /// from the cache and the streams (a what-if's imagined fleet shares its version with
+    /// the real one, and must never be served).
+    pub fn resources_imagined(
+        &self,
+        snapshot: &Snapshot,
+        group: &Group,
+        now: Instant,
+    ) -> Resources {
+        resources::build_from(snapshot, &canonical(snapshot, group), now, None)
+    }
+
     /// What every connected stream holds, for CSDS and `/debug/xds`.
     pub fn stream_statuses(&self) -> Vec<StreamStatus> {
         let streams: Vec<_> = self.streams.lock().values().cloned().collect();

@@ -282,13 +282,16 @@ fn first_tier(route: &Option<Route>) -> Vec<&str> {
 #[test]
 fn an_outage_moves_its_clients_to_the_next_cluster_of_their_region() {
     let base = Demo::new().publish();
-    let (sim, imagined) =
-        simulate(&base, &scenario(&["eu-1=Unreachable"]), t(0)).expect("simulate");
+    let Simulated {
+        simulation: sim,
+        imagined,
+        ..
+    } = simulate(&base, &scenario(&["eu-1=Unreachable"]), t(0)).expect("simulate");
     assert_eq!(
         sim.after_seconds, 121,
         "withdraw after 60 s, doubled, plus a second"
     );
-    assert!(imagined.snapshot.clusters[0].withdrawn);
+    assert!(imagined.clusters[0].withdrawn);
 
     let eu1 = change(&sim, "shop/payments", Some("eu-1")).expect("eu-1's clients change");
     assert_eq!(first_tier(&eu1.before), ["eu-1"]);
@@ -335,9 +338,13 @@ fn before_the_withdraw_time_an_unreachable_member_still_serves() {
     let base = Demo::new().publish();
     let mut early = scenario(&["eu-1=Unreachable"]);
     early.after = Some(secs(30));
-    let (sim, imagined) = simulate(&base, &early, t(0)).expect("simulate");
+    let Simulated {
+        simulation: sim,
+        imagined,
+        ..
+    } = simulate(&base, &early, t(0)).expect("simulate");
     assert_eq!(sim.after_seconds, 30);
-    assert!(!imagined.snapshot.clusters[0].withdrawn);
+    assert!(!imagined.clusters[0].withdrawn);
     assert!(
         sim.services.is_empty(),
         "nothing moves yet: {:?}",
@@ -348,14 +355,18 @@ fn before_the_withdraw_time_an_unreachable_member_still_serves() {
 #[test]
 fn removing_a_member_renumbers_the_fleet_and_drops_what_only_it_served() {
     let base = Demo::new().publish();
-    let (sim, imagined) = simulate(
+    let Simulated {
+        simulation: sim,
+        imagined,
+        ..
+    } = simulate(
         &base,
         &scenario(&[]).with(Assumption::Remove(id("us-1"))),
         t(0),
     )
     .expect("simulate");
-    assert_eq!(imagined.snapshot.clusters.len(), 2);
-    assert!(imagined.snapshot.service("shop", "orders").is_none());
+    assert_eq!(imagined.clusters.len(), 2);
+    assert!(imagined.service("shop", "orders").is_none());
     let orders = sim
         .services
         .iter()
@@ -368,17 +379,13 @@ fn removing_a_member_renumbers_the_fleet_and_drops_what_only_it_served() {
             .any(|n| n.contains("clients in us-1 are not compared"))
     );
     // The imagined fleet answers by the new numbering: eu-2's clients are still eu-2's.
-    let eu2 = imagined
-        .snapshot
-        .client_cluster("127.0.2.9".parse().expect("ip"));
+    let eu2 = imagined.client_cluster("127.0.2.9".parse().expect("ip"));
     assert_eq!(
-        eu2.map(|c| imagined.snapshot.clusters[c].spec.id.as_str()),
+        eu2.map(|c| imagined.clusters[c].spec.id.as_str()),
         Some("eu-2")
     );
     assert_eq!(
-        imagined
-            .snapshot
-            .client_cluster("127.0.3.9".parse().expect("ip")),
+        imagined.client_cluster("127.0.3.9".parse().expect("ip")),
         None
     );
 }
@@ -401,7 +408,9 @@ fn a_policy_edit_changes_the_services_it_would_govern() {
         }),
         placement: None,
     };
-    let (sim, _) = simulate(
+    let Simulated {
+        simulation: sim, ..
+    } = simulate(
         &base,
         &scenario(&[]).with(Assumption::Policy(weighted)),
         t(0),
@@ -456,14 +465,16 @@ fn a_workload_fails_over_and_its_replicas_are_counted() {
         .expect("decided")
         .placed;
     assert_eq!(replicas(before), [("eu-1", 3), ("eu-2", 3)]);
-    let (sim, imagined) =
-        simulate(&base, &scenario(&["eu-2=Unreachable"]), t(0)).expect("simulate");
+    let Simulated {
+        simulation: sim,
+        imagined,
+        ..
+    } = simulate(&base, &scenario(&["eu-2=Unreachable"]), t(0)).expect("simulate");
     let web = &sim.workloads[0];
     assert_eq!(web.evicted, [(id("eu-2"), 3)]);
     assert_eq!(web.started, [(id("eu-1"), 3)]);
     assert_eq!(sim.totals.replicas_moved, 3);
     let after = &imagined
-        .snapshot
         .placements
         .decisions
         .values()
@@ -500,8 +511,9 @@ fn windows_already_open_close_in_the_baseline_too() {
         t(1),
     );
     let base = demo.publish();
-    let (sim, _) =
-        simulate(&base, &scenario(&["us-1:taint=x:PreferNoSchedule"]), t(1)).expect("simulate");
+    let Simulated {
+        simulation: sim, ..
+    } = simulate(&base, &scenario(&["us-1:taint=x:PreferNoSchedule"]), t(1)).expect("simulate");
     assert!(
         sim.services.iter().all(|s| s.clients.iter().all(|c| c
             .client
@@ -926,12 +938,11 @@ proptest! {
             after: shape.after.map(|s| secs(u64::from(s))),
         };
         let mut real = world(&shape, t0);
-        let (_, imagined) = simulate(&real.prev, &scenario, now).expect("simulate");
-        let at = imagined.at;
+        let Simulated { imagined, at, .. } = simulate(&real.prev, &scenario, now).expect("simulate");
         make_true(&mut real, &shape, &assumed, now);
         real.run_until(at);
 
-        let (want, got) = (routes(&real.prev, at), routes(&imagined.snapshot, at));
+        let (want, got) = (routes(&real.prev, at), routes(&imagined, at));
         prop_assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>());
         for (key, route) in &want {
             prop_assert_eq!(route, &got[key], "{:?} under {:?}", key, assumed);
@@ -939,7 +950,7 @@ proptest! {
         let decisions = |s: &Snapshot| -> BTreeMap<String, String> {
             s.placements.decisions.iter().map(|(k, d)| (k.to_string(), comparable(d))).collect()
         };
-        prop_assert_eq!(decisions(&real.prev), decisions(&imagined.snapshot), "under {:?}", assumed);
+        prop_assert_eq!(decisions(&real.prev), decisions(&imagined), "under {:?}", assumed);
     }
 }
 
