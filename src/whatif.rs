@@ -106,7 +106,7 @@ pub fn simulate(
             detailed += 1;
             words.push(format!("  {}", client_words(client, dns.as_ref())));
             clients.push(json!({
-                "client": client.client,
+                "clients": client.clients,
                 "before": client.before,
                 "after": client.after,
                 "dns": dns.map(|(before, after)| json!({"before": before, "after": after})),
@@ -189,7 +189,12 @@ fn dns_answers(
 ) -> (Vec<String>, Vec<String>) {
     let (ns, name) = service.split_once('/').unwrap_or(("", service));
     let qname = format!("{name}.{ns}.global");
-    let from = client.client.as_ref().map(ClusterId::as_str);
+    // One client answers for its group: the clients of a group share their routes.
+    let from = client
+        .clients
+        .first()
+        .and_then(Option::as_ref)
+        .map(ClusterId::as_str);
     let ask = |snap: &Snapshot| -> Vec<String> {
         match explain_at(answerer, snap, &qname, "A", from, sim.at) {
             Ok(e) if e.answers.is_empty() => vec![e.rcode],
@@ -205,11 +210,20 @@ fn dns_answers(
 }
 
 fn client_words(client: &ClientChange, dns: Option<&(Vec<String>, Vec<String>)>) -> String {
-    let who = client
-        .client
-        .as_ref()
-        .map_or("a client in no cluster".to_owned(), |c| format!("from {c}"));
-    let tiers = |r: &Option<Route>| match r {
+    let names: Vec<&str> = client
+        .clients
+        .iter()
+        .map(|c| c.as_ref().map_or("no cluster", ClusterId::as_str))
+        .collect();
+    let who = match names.as_slice() {
+        [one] if *one == "no cluster" => "a client in no cluster".to_owned(),
+        [one] => format!("from {one}"),
+        [first, .., last] if names.len() > 6 => {
+            format!("from {} clusters ({first} … {last})", names.len())
+        }
+        many => format!("from {}", many.join(", ")),
+    };
+    let tiers = |r: Option<&Route>| match r {
         None => "not served".to_owned(),
         Some(r) if r.tiers.is_empty() => "no cluster".to_owned(),
         Some(r) => r
@@ -233,8 +247,8 @@ fn client_words(client: &ClientChange, dns: Option<&(Vec<String>, Vec<String>)>)
     };
     let mut line = format!(
         "{who}: EDS priorities {} → {}",
-        tiers(&client.before),
-        tiers(&client.after)
+        tiers(Some(&client.before)),
+        tiers(client.after.as_ref())
     );
     if let Some((before, after)) = dns {
         line.push_str(&format!(

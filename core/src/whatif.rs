@@ -530,10 +530,12 @@ impl Route {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientChange {
-    /// The client's cluster; None for a client in no cluster.
-    pub client: Option<ClusterId>,
-    /// None: the service is not served on that side (its last exporting cluster left).
-    pub before: Option<Route>,
+    /// The clients whose route changes this way: their clusters (None for a client in no
+    /// cluster), in cluster order. Clients of one region and network mostly change alike, so
+    /// a fleet of hundreds of clusters gives a few groups per service, not hundreds.
+    pub clients: Vec<Option<ClusterId>>,
+    pub before: Route,
+    /// None: the service is not served any more (its last exporting cluster left).
     pub after: Option<Route>,
 }
 
@@ -643,13 +645,16 @@ pub fn simulate(
         first_tier_changed: services
             .iter()
             .filter(|s| {
-                s.clients.iter().any(|c| {
-                    c.before.as_ref().map(Route::first_tier)
-                        != c.after.as_ref().map(Route::first_tier)
-                })
+                s.clients
+                    .iter()
+                    .any(|c| Some(c.before.first_tier()) != c.after.as_ref().map(Route::first_tier))
             })
             .count(),
-        clients_changed: services.iter().map(|s| s.clients.len()).sum(),
+        clients_changed: services
+            .iter()
+            .flat_map(|s| &s.clients)
+            .map(|c| c.clients.len())
+            .sum(),
         workloads_changed: workloads.len(),
         replicas_moved: workloads
             .iter()
@@ -777,11 +782,19 @@ fn service_changes(
             {
                 continue;
             }
-            service.clients.push(ClientChange {
-                client: b.map(|c| baseline.clusters[c].spec.id.clone()),
-                before: Some(route_before),
-                after: route_after,
-            });
+            let client = b.map(|c| baseline.clusters[c].spec.id.clone());
+            match service
+                .clients
+                .iter_mut()
+                .find(|g| g.before == route_before && g.after == route_after)
+            {
+                Some(group) => group.clients.push(client),
+                None => service.clients.push(ClientChange {
+                    clients: vec![client],
+                    before: route_before,
+                    after: route_after,
+                }),
+            }
         }
         changes.push(service);
     }

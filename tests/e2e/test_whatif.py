@@ -119,7 +119,7 @@ def test_simulated_outage_is_what_the_real_outage_serves(whatif_meridian, fleet,
     assert 3 <= sim["afterSeconds"] <= 10, sim["afterSeconds"]
     changed = {s["service"]: s for s in sim["services"]}
     assert "shop/payments" in changed, sorted(changed)
-    by_client = {c["client"]: c for c in changed["shop/payments"]["clients"]}
+    by_client = {client: group for group in changed["shop/payments"]["clients"] for client in group["clients"]}
     eu1 = by_client["eu-1"]
     assert expected(eu1["dns"]["before"]) == ["127.1.1.1", "127.1.1.2"], eu1
     assert expected(eu1["dns"]["after"]) == ["127.1.2.1", "127.1.2.2"], eu1
@@ -149,9 +149,10 @@ def test_simulated_outage_is_what_the_real_outage_serves(whatif_meridian, fleet,
 
     for service in sim["services"]:
         ns, name = service["service"].split("/")
-        for client in service["clients"]:
-            got = dns_view(m, f"{name}.{ns}.global", SOURCES[client["client"]])
-            assert got == expected(client["dns"]["after"]), (service["service"], client["client"], got, client)
+        for group in service["clients"]:
+            for client in group["clients"]:
+                got = dns_view(m, f"{name}.{ns}.global", SOURCES[client])
+                assert got == expected(group["dns"]["after"]), (service["service"], client, got, group)
     # And a gRPC ADS client in each cluster gets the simulated EDS priorities (once xDS's
     # debounce has passed: pushes trail the snapshot by up to --xds-debounce-ms).
     assert "eu-2" in by_client, sorted(by_client, key=str)
@@ -223,8 +224,12 @@ def test_a_policy_edit_and_a_removal_simulated(whatif_meridian, tmp_path):
     sim = simulate_json(m, "--assume-policy", str(weighted))
     changed = {s["service"]: s for s in sim["services"]}
     assert sorted(changed) == ["shop/payments"], sorted(changed)
-    for client in changed["shop/payments"]["clients"]:
-        assert route_tiers(client["after"]) == [["eu-1", "eu-2", "us-1"]], client
+    groups = changed["shop/payments"]["clients"]
+    # us-1's clients see only us-1 either way (eu-1 and eu-2 are on another network, without
+    # a gateway): only the eu clients and the client of no cluster change, to one tier of all.
+    assert sorted(c for g in groups for c in g["clients"] if c) == ["eu-1", "eu-2"], groups
+    for group in groups:
+        assert route_tiers(group["after"]) == [["eu-1", "eu-2", "us-1"]], group
     # As JSON over GET, the same question a removal asks.
     status, body = m.http("/debug/simulate?remove=us-1")
     assert status == 200, body
