@@ -32,25 +32,8 @@ cargo build --release --quiet --bin meridian
 MERIDIAN=$ROOT/target/release/meridian
 
 bench_workdir change
-log "generating $ENDPOINTS endpoints over $CLUSTERS clusters in $WORK"
-python3 bench/fleet.py "$WORK" "$CLUSTERS" "$ENDPOINTS" "$PER_SERVICE"
-
-DNS_PORT=$(free_port)
-ADMIN_PORT=$(free_port)
-XDS_PORT=$(free_port)
-MERIDIAN_LOG=${MERIDIAN_LOG:-warn} "$MERIDIAN" serve --config "$WORK/fleet/meridian.yaml" \
-    --dns-listen "127.0.0.1:$DNS_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
-    --xds-listen "127.0.0.1:$XDS_PORT" --xds-debounce-ms "$XDS_DEBOUNCE_MS" \
-    >>"$WORK/meridian.log" 2>&1 &
-PIDS+=($!)
-log "waiting for meridian to index $ENDPOINTS endpoints"
-start=$SECONDS
-until [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$ADMIN_PORT/readyz")" == 200 ]] &&
-    [[ "$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '$1 == "meridian_index_endpoints" {print $2}')" == "$ENDPOINTS" ]]; do
-    ((SECONDS - start < 900)) || die "meridian not ready after 900 s: $(tail -5 "$WORK/meridian.log")"
-    sleep 0.5
-done
-log "ready after $((SECONDS - start)) s; making $CHANGES changes"
+serve_large_fleet --xds-debounce-ms "$XDS_DEBOUNCE_MS"
+log "making $CHANGES changes"
 RESULT=$(python3 bench/change.py "$WORK/fleet" "$DNS_PORT" "$XDS_PORT" "$ADMIN_PORT" "$CHANGES")
 BUILDS=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -E '^meridian_snapshot_build_seconds_(sum|count)|^meridian_xds_view_build_seconds_(sum|count)')
 

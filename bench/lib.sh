@@ -54,3 +54,27 @@ kube_bench_setup() {
     export KUBE_APISERVER_BIN ETCD_BIN
     export MERIDIAN_BIN=$MERIDIAN
 }
+
+# The large fleet of bench/fleet.py ($CLUSTERS clusters, $ENDPOINTS endpoints, $PER_SERVICE per
+# service and cluster) generated in $WORK and served by $MERIDIAN on free ports ($DNS_PORT,
+# $ADMIN_PORT, $XDS_PORT; extra `serve` flags as arguments); returns once every endpoint is
+# indexed and meridian is ready.
+serve_large_fleet() {
+    log "generating $ENDPOINTS endpoints over $CLUSTERS clusters in $WORK"
+    python3 bench/fleet.py "$WORK" "$CLUSTERS" "$ENDPOINTS" "$PER_SERVICE"
+    DNS_PORT=$(free_port)
+    ADMIN_PORT=$(free_port)
+    XDS_PORT=$(free_port)
+    MERIDIAN_LOG=${MERIDIAN_LOG:-warn} "$MERIDIAN" serve --config "$WORK/fleet/meridian.yaml" \
+        --dns-listen "127.0.0.1:$DNS_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
+        --xds-listen "127.0.0.1:$XDS_PORT" "$@" >>"$WORK/meridian.log" 2>&1 &
+    PIDS+=($!)
+    log "waiting for meridian to index $ENDPOINTS endpoints"
+    local start=$SECONDS
+    until [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$ADMIN_PORT/readyz")" == 200 ]] &&
+        [[ "$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '$1 == "meridian_index_endpoints" {print $2}')" == "$ENDPOINTS" ]]; do
+        ((SECONDS - start < 900)) || die "meridian not ready after 900 s: $(tail -5 "$WORK/meridian.log")"
+        sleep 0.5
+    done
+    log "ready after $((SECONDS - start)) s"
+}

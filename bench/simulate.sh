@@ -28,25 +28,9 @@ if [[ -z ${MERIDIAN:-} ]]; then
 fi
 
 bench_workdir simulate
-log "generating $ENDPOINTS endpoints over $CLUSTERS clusters in $WORK"
-python3 bench/fleet.py "$WORK" "$CLUSTERS" "$ENDPOINTS" "$PER_SERVICE"
-
-DNS_PORT=$(free_port)
-ADMIN_PORT=$(free_port)
-XDS_PORT=$(free_port)
-MERIDIAN_LOG=${MERIDIAN_LOG:-warn} "$MERIDIAN" serve --config "$WORK/fleet/meridian.yaml" \
-    --dns-listen "127.0.0.1:$DNS_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
-    --xds-listen "127.0.0.1:$XDS_PORT" >>"$WORK/meridian.log" 2>&1 &
-PIDS+=($!)
-log "waiting for meridian to index $ENDPOINTS endpoints"
-start=$SECONDS
-until [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$ADMIN_PORT/readyz")" == 200 ]] &&
-    [[ "$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '$1 == "meridian_index_endpoints" {print $2}')" == "$ENDPOINTS" ]]; do
-    ((SECONDS - start < 900)) || die "meridian not ready after 900 s: $(tail -5 "$WORK/meridian.log")"
-    sleep 0.5
-done
+serve_large_fleet
 SERVICES=$(wc -l <"$WORK/names.txt")
-log "ready after $((SECONDS - start)) s: $SERVICES services"
+log "$SERVICES services"
 
 python3 - "$MERIDIAN" "$ADMIN_PORT" "$RUNS" "$BUDGET_MS" "$SERVICES" "$CLUSTERS" <<'PY'
 import json, subprocess, sys, time, urllib.request

@@ -72,11 +72,16 @@ async fn explain(args: &ExplainArgs) -> Result<ExitCode> {
         }
         post_json(args.client.admin, "/debug/explain", &request).await?
     };
+    print_words(&body, args.client.json)
+}
+
+/// A `/debug/explain` or `/debug/simulate` answer: its error, or its words (or the JSON).
+fn print_words(body: &Value, json: bool) -> Result<ExitCode> {
     if let Some(err) = body.get("error") {
         bail!("{}", text(err));
     }
-    if args.client.json {
-        println!("{}", serde_json::to_string_pretty(&body)?);
+    if json {
+        println!("{}", serde_json::to_string_pretty(body)?);
         return Ok(ExitCode::SUCCESS);
     }
     for line in body["words"].as_array().into_iter().flatten() {
@@ -121,17 +126,7 @@ async fn simulate(args: &SimulateArgs) -> Result<ExitCode> {
         }
         bail!("the scenario is not valid; nothing was simulated");
     }
-    if let Some(err) = body.get("error") {
-        bail!("{}", text(err));
-    }
-    if args.client.json {
-        println!("{}", serde_json::to_string_pretty(&body)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    for line in body["words"].as_array().into_iter().flatten() {
-        println!("{}", text(line));
-    }
-    Ok(ExitCode::SUCCESS)
+    print_words(&body, args.client.json)
 }
 
 /// `Deployment/web` names a template (a kind starts with a capital letter; a namespace,

@@ -82,7 +82,7 @@ fn malformed_assumptions_say_what_is_expected() {
 
 #[test]
 fn an_unknown_cluster_is_refused_naming_the_members() {
-    let base = Demo::new().publish();
+    let base = Demo::quickstart().publish();
     let scenario = scenario(&["mars-1=Unreachable"]);
     let err = simulate(&base, &scenario, t(0)).expect_err("unknown cluster");
     assert_eq!(
@@ -93,12 +93,88 @@ fn an_unknown_cluster_is_refused_naming_the_members() {
 
 // ---- a fleet with known answers ----
 
+/// A fleet driven as the store drives it: events applied, snapshots built and placed, the
+/// clock ticked at every deadline.
+struct Driven {
+    fleet: Fleet,
+    prev: Snapshot,
+}
+
+impl Driven {
+    fn new(t0: Instant) -> Self {
+        Self {
+            fleet: Fleet::new(t0, Duration::from_secs(30)),
+            prev: Snapshot::empty(),
+        }
+    }
+
+    /// Builds and places the next snapshot at `now`, as the store does.
+    fn publish_at(&mut self, now: Instant) {
+        let built = self.fleet.build_snapshot(&self.prev, now);
+        let mut snapshot = built.snapshot;
+        self.fleet.place(&self.prev, &mut snapshot, now);
+        self.prev = snapshot;
+    }
+
+    fn apply(&mut self, event: Event, now: Instant) {
+        self.fleet.apply(event, now);
+        self.publish_at(now);
+    }
+
+    /// Runs the clock to `at`, publishing at every deadline on the way and at `at`.
+    fn run_until(&mut self, at: Instant) {
+        while let Some(next) = self.fleet.next_deadline().filter(|&d| d < at) {
+            self.fleet.tick(next);
+            self.publish_at(next);
+        }
+        self.fleet.tick(at);
+        self.publish_at(at);
+    }
+
+    fn members(&mut self, specs: Vec<ClusterSpec>, policies: Vec<Policy>, now: Instant) {
+        self.apply(hub_read(specs, policies), now);
+    }
+
+    /// `cluster` reports `objects`, a good heartbeat and room for `free_pods` (not published).
+    fn join(&mut self, cluster: &ClusterId, objects: ClusterObjects, free_pods: u64, now: Instant) {
+        for event in [
+            Event::Reset {
+                cluster: cluster.clone(),
+                objects,
+                problems: vec![],
+                warnings: vec![],
+            },
+            Event::Heartbeat {
+                cluster: cluster.clone(),
+                result: Ok(()),
+            },
+            Event::Capacity {
+                cluster: cluster.clone(),
+                capacity: Some(pods_free(free_pods)),
+            },
+        ] {
+            self.fleet.apply(event, now);
+        }
+    }
+
+    fn publish(self) -> Snapshot {
+        self.prev
+    }
+}
+
 /// eu-1 and eu-2 in region eu, us-1 in us, each exporting shop/payments with two ready
 /// endpoints and a client CIDR; shop/orders only in us-1. Members are withdrawn 60 s after
 /// they turn Unreachable, which they do as soon as a heartbeat fails.
-struct Demo {
-    fleet: Fleet,
-    prev: Snapshot,
+struct Demo;
+
+/// A hub read with these members and policies, and no problems.
+fn hub_read(specs: Vec<ClusterSpec>, policies: Vec<Policy>) -> Event {
+    Event::Members {
+        specs,
+        policies,
+        problems: vec![],
+        warnings: vec![],
+    }
 }
 
 fn t(s: u64) -> Instant {
@@ -167,7 +243,7 @@ fn merged(mut a: ClusterObjects, b: ClusterObjects) -> ClusterObjects {
 }
 
 impl Demo {
-    fn new() -> Self {
+    fn quickstart() -> Driven {
         let specs = ["eu-1", "eu-2", "us-1"]
             .iter()
             .enumerate()
@@ -183,79 +259,28 @@ impl Demo {
         Self::with(specs, Vec::new(), Vec::new())
     }
 
-    fn with(specs: Vec<ClusterSpec>, policies: Vec<Policy>, templates: Vec<Template>) -> Self {
+    fn with(specs: Vec<ClusterSpec>, policies: Vec<Policy>, templates: Vec<Template>) -> Driven {
         let t0 = t(0);
-        let mut fleet = Fleet::new(t0, Duration::from_secs(30));
+        let mut demo = Driven::new(t0);
         let names: Vec<ClusterId> = specs.iter().map(|s| s.id.clone()).collect();
-        fleet.apply(
-            Event::Members {
-                specs,
-                policies,
-                problems: vec![],
-                warnings: vec![],
-            },
-            t0,
-        );
+        demo.fleet.apply(hub_read(specs, policies), t0);
         for (i, name) in names.iter().enumerate() {
             let n = u8::try_from(i).expect("few clusters");
             let mut objects = exported("payments", 10 * n + 1, 2);
             if name.as_str() == "us-1" {
                 objects = merged(objects, exported("orders", 10 * n + 2, 1));
             }
-            fleet.apply(
-                Event::Reset {
-                    cluster: name.clone(),
-                    objects,
-                    problems: vec![],
-                    warnings: vec![],
-                },
-                t0,
-            );
-            fleet.apply(
-                Event::Heartbeat {
-                    cluster: name.clone(),
-                    result: Ok(()),
-                },
-                t0,
-            );
-            fleet.apply(
-                Event::Capacity {
-                    cluster: name.clone(),
-                    capacity: Some(pods_free(10)),
-                },
-                t0,
-            );
+            demo.join(name, objects, 10, t0);
         }
-        fleet.apply(
+        demo.fleet.apply(
             Event::Templates {
                 templates,
                 overrides: vec![],
             },
             t0,
         );
-        let mut demo = Self {
-            fleet,
-            prev: Snapshot::empty(),
-        };
         demo.publish_at(t0);
         demo
-    }
-
-    /// Builds and places the next snapshot at `now`, as the store does.
-    fn publish_at(&mut self, now: Instant) {
-        let built = self.fleet.build_snapshot(&self.prev, now);
-        let mut snapshot = built.snapshot;
-        self.fleet.place(&self.prev, &mut snapshot, now);
-        self.prev = snapshot;
-    }
-
-    fn publish(self) -> Snapshot {
-        self.prev
-    }
-
-    fn apply(&mut self, event: Event, now: Instant) {
-        self.fleet.apply(event, now);
-        self.publish_at(now);
     }
 }
 
@@ -285,7 +310,7 @@ fn first_tier(route: &Option<Route>) -> Vec<&str> {
 
 #[test]
 fn an_outage_moves_its_clients_to_the_next_cluster_of_their_region() {
-    let base = Demo::new().publish();
+    let base = Demo::quickstart().publish();
     let Simulated {
         simulation: sim,
         imagined,
@@ -344,7 +369,7 @@ fn an_outage_moves_its_clients_to_the_next_cluster_of_their_region() {
 
 #[test]
 fn before_the_withdraw_time_an_unreachable_member_still_serves() {
-    let base = Demo::new().publish();
+    let base = Demo::quickstart().publish();
     let mut early = scenario(&["eu-1=Unreachable"]);
     early.after = Some(secs(30));
     let Simulated {
@@ -363,7 +388,7 @@ fn before_the_withdraw_time_an_unreachable_member_still_serves() {
 
 #[test]
 fn removing_a_member_renumbers_the_fleet_and_drops_what_only_it_served() {
-    let base = Demo::new().publish();
+    let base = Demo::quickstart().publish();
     let Simulated {
         simulation: sim,
         imagined,
@@ -401,7 +426,7 @@ fn removing_a_member_renumbers_the_fleet_and_drops_what_only_it_served() {
 
 #[test]
 fn a_policy_edit_changes_the_services_it_would_govern() {
-    let base = Demo::new().publish();
+    let base = Demo::quickstart().publish();
     let weighted = Policy {
         key: ObjectKey::new("shop", "spread"),
         created: 0,
@@ -456,7 +481,7 @@ fn a_workload_fails_over_and_its_replicas_are_counted() {
         })),
     };
     let demo = Demo::with(
-        Demo::new()
+        Demo::quickstart()
             .publish()
             .clusters
             .iter()
@@ -504,7 +529,7 @@ fn replicas(placed: &[crate::placement::Placed]) -> Vec<(&str, u32)> {
 fn windows_already_open_close_in_the_baseline_too() {
     // us-1 recovered at 0 with a failback window of 100 s on orders' policy: at the settle
     // instant both fleets have it back, so an eu-1 outage lists no orders change.
-    let mut demo = Demo::new();
+    let mut demo = Demo::quickstart();
     demo.apply(
         Event::Heartbeat {
             cluster: id("eu-1"),
@@ -703,49 +728,10 @@ fn policy_of(shape: &Shape, mode_override: Option<u8>) -> Policy {
     }
 }
 
-struct World {
-    fleet: Fleet,
-    prev: Snapshot,
-}
-
-impl World {
-    fn publish_at(&mut self, now: Instant) {
-        let built = self.fleet.build_snapshot(&self.prev, now);
-        let mut snapshot = built.snapshot;
-        self.fleet.place(&self.prev, &mut snapshot, now);
-        self.prev = snapshot;
-    }
-
-    fn run_until(&mut self, at: Instant) {
-        while let Some(next) = self.fleet.next_deadline().filter(|&d| d < at) {
-            self.fleet.tick(next);
-            self.publish_at(next);
-        }
-        self.fleet.tick(at);
-        self.publish_at(at);
-    }
-
-    fn members(&mut self, specs: Vec<ClusterSpec>, policies: Vec<Policy>, now: Instant) {
-        self.fleet.apply(
-            Event::Members {
-                specs,
-                policies,
-                problems: vec![],
-                warnings: vec![],
-            },
-            now,
-        );
-        self.publish_at(now);
-    }
-}
-
 /// The fleet of `shape` at 10 s: members joined at 0 with a heartbeat, those unreachable in
 /// the base failed at 5 s.
-fn world(shape: &Shape, t0: Instant) -> World {
-    let mut w = World {
-        fleet: Fleet::new(t0, Duration::from_secs(30)),
-        prev: Snapshot::empty(),
-    };
+fn world(shape: &Shape, t0: Instant) -> Driven {
+    let mut w = Driven::new(t0);
     w.members(specs_of(shape), vec![policy_of(shape, None)], t0);
     for (i, c) in shape.clusters.iter().enumerate() {
         let cluster = id(&name(i));
@@ -756,24 +742,7 @@ fn world(shape: &Shape, t0: Instant) -> World {
                 objects = merged(objects, exported(&format!("s{s}"), n, ready));
             }
         }
-        for event in [
-            Event::Reset {
-                cluster: cluster.clone(),
-                objects,
-                problems: vec![],
-                warnings: vec![],
-            },
-            Event::Heartbeat {
-                cluster: cluster.clone(),
-                result: Ok(()),
-            },
-            Event::Capacity {
-                cluster,
-                capacity: Some(pods_free(u64::from(c.6))),
-            },
-        ] {
-            w.fleet.apply(event, t0);
-        }
+        w.join(&cluster, objects, u64::from(c.6), t0);
     }
     let templates = shape
         .replicas
@@ -835,7 +804,7 @@ fn assumptions(shape: &Shape) -> Vec<Assumption> {
 
 /// Makes `assumed` true in the fleet at `now`: the hub's members and policies as edited,
 /// then the heartbeats and watch failures, then one snapshot (as the store publishes a batch).
-fn make_true(w: &mut World, shape: &Shape, assumed: &[Assumption], now: Instant) {
+fn make_true(w: &mut Driven, shape: &Shape, assumed: &[Assumption], now: Instant) {
     let mut specs = specs_of(shape);
     let mut policies = vec![policy_of(shape, None)];
     let mut health = Vec::new();
@@ -858,15 +827,7 @@ fn make_true(w: &mut World, shape: &Shape, assumed: &[Assumption], now: Instant)
             Assumption::Policy(p) => policies = vec![p.clone()],
         }
     }
-    w.fleet.apply(
-        Event::Members {
-            specs,
-            policies,
-            problems: vec![],
-            warnings: vec![],
-        },
-        now,
-    );
+    w.fleet.apply(hub_read(specs, policies), now);
     for (cluster, h) in health {
         let events = match h {
             Health::Unreachable => vec![Event::Heartbeat {
@@ -965,6 +926,6 @@ proptest! {
 
 #[test]
 fn settle_time_covers_the_longest_window() {
-    let base = Demo::new().publish();
+    let base = Demo::quickstart().publish();
     assert_eq!(settle_after(&base, &base.policies), secs(121));
 }
