@@ -18,9 +18,14 @@ mod fleet;
 
 use std::net::SocketAddr;
 
-use fleet::{FIXTURE, PRINT, SOURCES};
+use std::sync::LazyLock;
+
+use fleet::{FIXTURE, SOURCES};
 use hickory_proto::op::{Message, MessageType};
 use libfuzzer_sys::fuzz_target;
+
+/// `MERIDIAN_FUZZ_PRINT=1` prints every reply (to look at what seeds or a crash get back).
+static PRINT: LazyLock<bool> = LazyLock::new(|| std::env::var_os("MERIDIAN_FUZZ_PRINT").is_some());
 
 /// The UDP size limit a reply to `raw` must fit: 512 without EDNS, else the client's payload
 /// clamped to 512..=1232.

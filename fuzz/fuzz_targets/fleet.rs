@@ -22,9 +22,6 @@ pub struct Fixture {
 
 pub static FIXTURE: LazyLock<Fixture> = LazyLock::new(fixture);
 
-/// `MERIDIAN_FUZZ_PRINT=1` prints every reply (to look at what seeds or a crash get back).
-pub static PRINT: LazyLock<bool> = LazyLock::new(|| std::env::var_os("MERIDIAN_FUZZ_PRINT").is_some());
-
 const fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))
 }

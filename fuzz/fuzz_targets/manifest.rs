@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
 
     let manifests = loaded.manifests.len();
     let errors = loaded.errors.len();
-    let (objects, problems) = directory::member_objects(&ClusterId::new("eu-1"), loaded);
+    let directory::MemberRead { objects, problems, .. } = directory::member_objects(&ClusterId::new("eu-1"), loaded);
     let converted = objects.services.len() + objects.slices.len() + objects.exports.len() + objects.imports.len();
     assert!(problems.len() >= errors, "the reader's errors are all reported");
     assert!(converted <= manifests, "more objects than manifests");
