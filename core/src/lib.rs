@@ -23,10 +23,12 @@
 //! `src/store.rs` only feeds it events from a channel and publishes the snapshots it builds.
 
 pub mod fleet;
+pub mod geo;
 pub mod index;
 pub mod model;
 pub mod placement;
 pub mod policy;
+pub mod prefix;
 pub mod problem;
 pub mod registry;
 pub mod select;
@@ -34,6 +36,7 @@ pub mod snapshot;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub use geo::{ClientPlace, GeoBuilder, GeoConflict, GeoTable};
 pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;
 pub use placement::{
