@@ -334,6 +334,9 @@ impl GeoSource {
     pub fn new(settings: GeoSettings) -> Self {
         let settings = Arc::new(settings);
         let (table, problems) = build(&settings, &[]);
+        for p in &problems {
+            warn!(at = %p.subject, reason = %p.reason, "geo range rejected");
+        }
         let mut source = Self {
             settings,
             read: None,
