@@ -7,10 +7,12 @@
 //!    heartbeats, watches ─ heartbeat_*, watch_status, tick ──┘           │
 //!    hub policies ──────── Policies::new ───────────────────► Policies ──┤
 //!    problems (problem::Problem) ────────────────────────────────────────┤
+//!    geo ranges (geo::GeoTable, one Arc shared by every snapshot) ────────┤
 //!                                                                        ▼
 //!                        Snapshot::build / Snapshot::rebuild(prev, dirty) ─► Snapshot
 //!                        (immutable, versioned; src/ publishes it on a tokio watch)
 //!
+//!  Snapshot::locate(ip) ─► ClientPlace (a cluster, a geo locality: geo::locate's rule)
 //!  select(snapshot, service, client cluster, now)        ─► Selection: tiers in priority
 //!  select_for(…, &Client{cluster, network, gateways}, now)   order, weighted members — each
 //!    asked by DNS answers, xDS builders, write-back, explain  resolved to its endpoints or its
