@@ -46,12 +46,23 @@ impl ClientPlace {
 /// Geo ranges to localities by longest prefix. Shared between snapshots through an `Arc`:
 /// an export can hold hundreds of thousands of ranges, so it is built once per change of
 /// the ranges and never copied.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct GeoTable {
     /// Each distinct locality once: ranges hold an index, and so does the DNS cache key
     /// (two ranges of one locality get the same answers).
     localities: Vec<Locality>,
     nets: PrefixTable<u32>,
+}
+
+/// A summary: the table can hold hundreds of thousands of ranges, and a snapshot's or the
+/// fleet's `Debug` must stay readable.
+impl std::fmt::Debug for GeoTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GeoTable")
+            .field("ranges", &self.nets.len())
+            .field("localities", &self.localities)
+            .finish()
+    }
 }
 
 impl GeoTable {
