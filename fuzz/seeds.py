@@ -4,8 +4,9 @@
     python3 fuzz/seeds.py            # writes fuzz/corpus/dns_request/seed-*
 
 The first byte of a query is the high byte of its ID and also picks the fuzz target's source
-address (modulo 8): 0 eu-1, 1 eu-2, 2 us-1, 3 127.0.0.1 (no cluster), 4 10.9.8.7, 5 ::1,
-6 fd00:2::5 (eu-2 by IPv6), 7 127.0.9.1 (a CIDR two clusters claim).
+address (modulo 10): 0 eu-1, 1 eu-2, 2 us-1, 3 127.0.0.1 (no cluster), 4 10.9.8.7, 5 ::1,
+6 fd00:2::5 (eu-2 by IPv6), 7 127.0.9.1 (a CIDR two clusters claim), 8 203.0.113.5 (a geo
+range in region us), 9 198.51.100.7 (a geo range in zone eu-1a).
 """
 
 import os
@@ -48,7 +49,7 @@ def query(source, qname, qtype, qclass=IN, edns=None, flags=0x0100, qd=None, ext
     return header + body + (edns or b"") + extra
 
 
-EU1, EU2, US1, LOCAL, OTHER, V6, EU2_V6, TIE = range(8)
+EU1, EU2, US1, LOCAL, OTHER, V6, EU2_V6, TIE, GEO_US, GEO_EU1A = range(10)
 
 SEEDS = {
     "payments-a-eu1": query(EU1, "payments.shop.global", A),
@@ -86,6 +87,9 @@ SEEDS = {
     "axfr-clusterset": query(OTHER, "clusterset.local", AXFR),
     "ixfr": query(LOCAL, "global", 251),
     "ecs-us1": query(OTHER, "payments.shop.global", A, edns=opt(options=ecs("127.0.3.0", 24))),
+    "geo-us": query(GEO_US, "payments.shop.global", A),
+    "geo-eu1a-srv": query(GEO_EU1A, "_http._tcp.payments.shop.global", SRV, edns=opt()),
+    "ecs-geo-eu1a": query(EU1, "payments.shop.global", A, edns=opt(options=ecs("198.51.100.0", 24))),
     "ecs-eu2-v6": query(EU1, "cart.shop.global", AAAA, edns=opt(options=ecs("fd000002000000000000000000000000", 56))),
     "ecs-zero": query(EU2, "payments.shop.svc.clusterset.local", A, edns=opt(options=ecs("0.0.0.0", 0))),
     "cookie": query(EU1, "payments.shop.global", A, edns=opt(do=True, options=cookie())),

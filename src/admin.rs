@@ -153,7 +153,7 @@ async fn debug_index() -> Json<Value> {
             "/debug/kubernetes": "this replica's leadership, and per Kubernetes member: connected, listed, API version, last heartbeat, capacity, namespaces, ServiceExports",
             "/debug/services": "exported services merged across clusters, with conflicts",
             "/debug/problems": "input meridian rejected (problems) or served with a caveat (warnings), with file, object and reason",
-            "/debug/resolve?name=N&type=T&cluster=C": "what a client in cluster C is answered for N, and why",
+            "/debug/resolve?name=N&type=T&cluster=C": "what a client in cluster C (or, with from=ADDR, at that address: a cluster's or a geo range's) is answered for N, and why",
             "/debug/explain?service=S&cluster=C": "the scheduling decision for service S (name.namespace) from cluster C: filtered clusters and why, tiers, weights, spill-over, the DNS answer and the EDS priorities, in words and JSON",
             "/debug/explain?kind=K&name=N&namespace=NS&cluster=C": "the placement decision for template K NS/N: policy, tier, per cluster the replicas and why, the clusters left out and why, the overrides applied; and the traffic decision of the Services the same policy governs",
             "/debug/placements": "every placement decision, and what each member holds of it (propagation)",
@@ -257,6 +257,8 @@ struct ResolveQuery {
     #[serde(rename = "type", default = "default_type")]
     qtype: String,
     cluster: Option<String>,
+    /// A client address instead of a cluster: placed as DNS places it (a cluster, a geo range).
+    from: Option<std::net::IpAddr>,
 }
 
 fn default_type() -> String {
@@ -265,13 +267,23 @@ fn default_type() -> String {
 
 async fn debug_resolve(State(s): State<AdminState>, Query(q): Query<ResolveQuery>) -> Response {
     let snap = s.snapshot();
-    match explain(
-        s.dns.answerer(),
-        &snap,
-        &q.name,
-        &q.qtype,
-        q.cluster.as_deref().filter(|c| !c.is_empty()),
-    ) {
+    let explained = match q.from {
+        Some(from) => meridian_dns::explain::explain_from_address(
+            s.dns.answerer(),
+            &snap,
+            &q.name,
+            &q.qtype,
+            from,
+        ),
+        None => explain(
+            s.dns.answerer(),
+            &snap,
+            &q.name,
+            &q.qtype,
+            q.cluster.as_deref().filter(|c| !c.is_empty()),
+        ),
+    };
+    match explained {
         Ok(e) => Json(e).into_response(),
         Err(e) => (
             StatusCode::BAD_REQUEST,

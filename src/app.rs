@@ -7,6 +7,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use meridian_controllers::directory;
+use meridian_controllers::geo::{GeoMetrics, GeoSource};
 use meridian_controllers::kubernetes::connect::{self, WatchTimeout};
 use meridian_controllers::kubernetes::leader::{self, Leadership, LeaseConfig};
 use meridian_controllers::kubernetes::propagate::{self, PropagationView};
@@ -70,6 +71,8 @@ impl App {
             limits: cfg.directory.clone(),
             ..Sources::new(events_tx)
         };
+        // Geo ranges first, so they are in the fleet before the hub makes it synced.
+        start_geo(&cfg, &sources, &mut metrics, &mut tasks).await?;
         let (sources, leadership) = start_hub(&cfg, sources, &snapshots, &mut tasks).await?;
         tasks.push(tokio::spawn(writeback::run(
             snapshots.clone(),
@@ -170,6 +173,31 @@ impl App {
         }
         self.dns_listeners.shutdown().await;
     }
+}
+
+/// Reads the geo ranges once (off the runtime), queues them for the writer, and watches the
+/// file, if there is one.
+async fn start_geo(
+    cfg: &Config,
+    sources: &Sources,
+    metrics: &mut Registry,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Result<()> {
+    let geo_metrics = GeoMetrics::new(metrics.sub_registry_with_prefix("geo"));
+    if cfg.geo.is_empty() {
+        return Ok(());
+    }
+    let settings = cfg.geo.clone();
+    let source = tokio::task::spawn_blocking(move || GeoSource::new(settings))
+        .await
+        .context("reading the geo ranges")?;
+    sources
+        .tx
+        .send(source.event())
+        .await
+        .context("the writer stopped")?;
+    tasks.push(tokio::spawn(source.run(sources.tx.clone(), geo_metrics)));
+    Ok(())
 }
 
 /// Starts the hub source (and, for a Kubernetes hub, leader election and the status writer).

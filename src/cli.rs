@@ -74,6 +74,8 @@ pub struct ServeArgs {
     pub xds: XdsArgs,
     #[command(flatten)]
     pub directory: DirectoryArgs,
+    #[command(flatten)]
+    pub geo: GeoArgs,
     /// Seconds DNS waits (answering SERVFAIL) for members that have neither synced nor failed
     /// before it answers without them (default 30, at most 3600).
     #[arg(long = "sync-deadline-seconds", env = "MERIDIAN_SYNC_DEADLINE_SECONDS")]
@@ -465,4 +467,34 @@ pub struct DirectoryArgs {
         env = "MERIDIAN_DIRECTORY_GRACE_SECONDS"
     )]
     pub grace_seconds: Option<u64>,
+}
+
+/// Geography for DNS clients outside the fleet (`geo` in the config).
+#[derive(Debug, Default, Args)]
+pub struct GeoArgs {
+    /// A range as CIDR=REGION[:ZONE]; repeatable, added after the config's ranges.
+    #[arg(
+        id = "geo_ranges",
+        long = "geo-range",
+        env = "MERIDIAN_GEO_RANGES",
+        value_delimiter = ','
+    )]
+    pub ranges: Vec<String>,
+    /// A file of network,region[,zone] lines, watched for changes.
+    #[arg(id = "geo_file", long = "geo-file", env = "MERIDIAN_GEO_FILE")]
+    pub file: Option<PathBuf>,
+    /// Seconds between looks at the geo file (default 1).
+    #[arg(
+        id = "geo_reload_seconds",
+        long = "geo-reload-seconds",
+        env = "MERIDIAN_GEO_RELOAD_SECONDS"
+    )]
+    pub reload_seconds: Option<u64>,
+    /// Largest geo file read, in bytes (default 256 MiB).
+    #[arg(
+        id = "geo_max_file_bytes",
+        long = "geo-max-file-bytes",
+        env = "MERIDIAN_GEO_MAX_FILE_BYTES"
+    )]
+    pub max_file_bytes: Option<u64>,
 }

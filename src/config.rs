@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use ipnet::IpNet;
+use meridian_controllers::geo::{ConfigRange, GeoSettings};
 use meridian_controllers::manifest::Limits;
 use meridian_dns::{DnsConfig, Style, ZoneConfig};
 use meridian_xds::{TlsFiles, XdsConfig};
@@ -31,6 +32,9 @@ pub struct File {
     pub kubernetes: KubernetesSection,
     #[serde(default)]
     pub directory: DirectorySection,
+    /// Geography for DNS clients outside the fleet.
+    #[serde(default)]
+    pub geo: GeoSection,
     /// How long readiness waits for members that have neither synced nor failed.
     pub sync_deadline_seconds: Option<u64>,
     /// File descriptors kept out of the listeners' connection bounds for meridian itself.
@@ -53,6 +57,27 @@ pub struct DirectorySection {
     pub read_timeout_seconds: Option<u64>,
     pub settle_milliseconds: Option<u64>,
     pub grace_seconds: Option<u64>,
+}
+
+/// `geo`: CIDR ranges mapped to a region (and zone) for DNS clients in no cluster
+/// (`meridian_controllers::geo`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GeoSection {
+    #[serde(default)]
+    pub ranges: Vec<GeoRangeSection>,
+    /// A `network,region[,zone]` file, watched for changes.
+    pub file: Option<PathBuf>,
+    pub reload_seconds: Option<u64>,
+    pub max_file_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GeoRangeSection {
+    pub cidrs: Vec<IpNet>,
+    pub region: String,
+    pub zone: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -210,6 +235,8 @@ pub struct Config {
     pub sync_deadline: Duration,
     /// Bounds of the hub directory and directory members.
     pub directory: Limits,
+    /// Geo ranges for DNS clients outside the fleet (none: every such client is unknown).
+    pub geo: GeoSettings,
     pub dns_listen: SocketAddr,
     pub dns: DnsConfig,
     pub xds_listen: SocketAddr,
@@ -429,12 +456,14 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
     }
     let sync_deadline = resolve_sync_deadline(file.sync_deadline_seconds, args)?;
     let directory = resolve_directory(&file.directory, args)?;
+    let geo = resolve_geo(&file.geo, base, args, &directory)?;
     Ok(Config {
         hub,
         leader,
         watch_timeout_seconds,
         sync_deadline,
         directory,
+        geo,
         dns_listen,
         dns,
         xds_listen: args
@@ -481,6 +510,95 @@ fn resolve_directory(file: &DirectorySection, args: &ServeArgs) -> Result<Limits
         bail!("directory.maxFileBytes, maxDepth and readTimeoutSeconds must be positive");
     }
     Ok(limits)
+}
+
+/// The config's ranges, then `--geo-range` ones; the file and its bounds (flags win). The
+/// file is read with the directory sources' timeout and settle time, with a size limit of its
+/// own (an export is far larger than any manifest).
+fn resolve_geo(
+    file: &GeoSection,
+    base: &Path,
+    args: &ServeArgs,
+    directory: &Limits,
+) -> Result<GeoSettings> {
+    let flags = &args.geo;
+    let mut ranges = Vec::new();
+    for (i, r) in file.ranges.iter().enumerate() {
+        ranges.push(config_range(
+            &format!("geo.ranges[{i}]"),
+            r.cidrs.clone(),
+            &r.region,
+            r.zone.as_deref(),
+        )?);
+    }
+    for flag in &flags.ranges {
+        ranges.push(parse_geo_flag(flag)?);
+    }
+    let reload = flags
+        .reload_seconds
+        .or(file.reload_seconds)
+        .map_or(Ok(GeoSettings::DEFAULT_RELOAD), |s| {
+            bounded("geo.reloadSeconds", s, 1..=MAX_TIMEOUT_SECONDS).map(Duration::from_secs)
+        })?;
+    let max_file_bytes = flags
+        .max_file_bytes
+        .or(file.max_file_bytes)
+        .unwrap_or(GeoSettings::DEFAULT_MAX_FILE_BYTES);
+    if max_file_bytes == 0 {
+        bail!("geo.maxFileBytes must be positive");
+    }
+    Ok(GeoSettings {
+        ranges,
+        config_file: args.config.clone(),
+        file: flags
+            .file
+            .clone()
+            .or_else(|| file.file.as_ref().map(|f| base.join(f))),
+        reload,
+        max_file_bytes,
+        read_timeout: directory.read_timeout,
+        settle: directory.settle,
+    })
+}
+
+fn config_range(
+    key: &str,
+    cidrs: Vec<IpNet>,
+    region: &str,
+    zone: Option<&str>,
+) -> Result<ConfigRange> {
+    if cidrs.is_empty() {
+        bail!("{key}: cidrs is empty");
+    }
+    let name = |what: &str, v: &str| -> Result<String> {
+        if v.is_empty() || v.chars().any(char::is_whitespace) {
+            bail!("{key}: {what} {v:?} must be a non-empty word");
+        }
+        Ok(v.to_string())
+    };
+    Ok(ConfigRange {
+        cidrs,
+        locality: meridian_core::Locality {
+            region: Some(name("region", region)?),
+            zone: zone.map(|z| name("zone", z)).transpose()?,
+        },
+    })
+}
+
+/// `CIDR=REGION[:ZONE]`, as `--geo-range` takes it.
+fn parse_geo_flag(s: &str) -> Result<ConfigRange> {
+    let Some((cidr, locality)) = s.split_once('=') else {
+        bail!("--geo-range {s:?}: expected CIDR=REGION[:ZONE]");
+    };
+    let net: IpNet = cidr
+        .trim()
+        .parse()
+        .with_context(|| format!("--geo-range {s:?}: bad CIDR {cidr:?}"))?;
+    let (region, zone) = match locality.split_once(':') {
+        Some((r, z)) => (r, Some(z)),
+        None => (locality, None),
+    };
+    config_range(&format!("--geo-range {s:?}"), vec![net], region, zone)
 }
 
 fn resolve_sync_deadline(file: Option<u64>, args: &ServeArgs) -> Result<Duration> {
@@ -935,5 +1053,74 @@ kubernetes: {watchTimeoutSeconds: 12}
             .unwrap_err();
             assert!(e.to_string().contains("between 1 and 3600"), "{e}");
         }
+    }
+
+    #[test]
+    fn geo_ranges_come_from_the_file_and_the_flags() {
+        let file = parse(
+            "hub: {directory: hub}\ngeo:\n  ranges:\n    - {cidrs: [203.0.113.0/24, '2001:db8::/32'], region: eu, zone: eu-1a}\n  file: geo.csv\n  reloadSeconds: 3\n",
+        )
+        .unwrap();
+        let cfg = resolve(
+            file,
+            Path::new("/etc/meridian"),
+            &args(&[
+                "--geo-range",
+                "198.51.100.0/24=us",
+                "--geo-range",
+                "fd00::/8=ap:ap-1",
+            ]),
+        )
+        .unwrap();
+        let geo = &cfg.geo;
+        assert_eq!(geo.file, Some(PathBuf::from("/etc/meridian/geo.csv")));
+        assert_eq!(geo.reload, Duration::from_secs(3));
+        let got: Vec<(usize, Option<&str>, Option<&str>)> = geo
+            .ranges
+            .iter()
+            .map(|r| {
+                (
+                    r.cidrs.len(),
+                    r.locality.region.as_deref(),
+                    r.locality.zone.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (2, Some("eu"), Some("eu-1a")),
+                (1, Some("us"), None),
+                (1, Some("ap"), Some("ap-1"))
+            ]
+        );
+        assert!(
+            resolve(
+                File::default(),
+                Path::new("/x"),
+                &args(&["--hub-directory", "h"])
+            )
+            .unwrap()
+            .geo
+            .is_empty()
+        );
+        for (flag, why) in [
+            ("203.0.113.0/24", "expected CIDR=REGION"),
+            ("nope=eu", "bad CIDR"),
+            ("203.0.113.0/24=", "non-empty"),
+        ] {
+            let e = resolve(
+                File::default(),
+                Path::new("/x"),
+                &args(&["--hub-directory", "h", "--geo-range", flag]),
+            )
+            .unwrap_err();
+            assert!(format!("{e:#}").contains(why), "{flag}: {e:#}");
+        }
+        assert!(
+            parse("geo: {ranges: [{cidrs: [203.0.113.0/24]}]}").is_err(),
+            "region is required"
+        );
+        assert!(parse("geo: {ranges: [{cidrs: [nope], region: eu}]}").is_err());
     }
 }

@@ -23,6 +23,7 @@ pub mod capacity;
 pub mod convert;
 pub mod crd;
 pub mod directory;
+pub mod geo;
 pub mod kubernetes;
 pub mod manifest;
 pub mod members;

@@ -24,9 +24,9 @@ use crate::crd::{
 
 mod depth;
 mod dir;
-mod file;
+pub(crate) mod file;
 mod limits;
-mod settle;
+pub(crate) mod settle;
 mod split;
 
 pub use dir::{DirRead, DirReader};

@@ -8,6 +8,7 @@
 //!  Event::Members ─► registry upsert/remove, policies, hub problems ─┐
 //!  Event::Reset | Changes ─► Index, member problems ─────────────────┤ Outcome { changed,
 //!  Event::Heartbeat | WatchHealth ─► Registry transitions ───────────┤  transitions, … }
+//!  Event::Geo ─► the geo table (shared by every snapshot), geo problems ┤
 //!  tick(now) ─► Registry transitions, sync deadline, decision windows ┘
 //!                  build_snapshot(prev, now) ─► Snapshot (synced, problems, warnings)
 //! ```
@@ -18,6 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::geo::GeoTable;
 use crate::index::{Index, Kind, Object};
 use crate::model::{ClusterId, ClusterObjects, ClusterSpec, ObjectKey};
 use crate::placement::{
@@ -78,6 +80,12 @@ pub enum Event {
     Templates {
         templates: Vec<Template>,
         overrides: Vec<OverridePolicy>,
+    },
+    /// The geo ranges for DNS clients outside the fleet (config and file merged, built once
+    /// by the source) and the ranges it rejected; replaces the previous table and problems.
+    Geo {
+        table: Arc<GeoTable>,
+        problems: Vec<Problem>,
     },
 }
 
@@ -140,6 +148,10 @@ pub struct Fleet {
     member_warnings: BTreeMap<ClusterId, Vec<Problem>>,
     /// Templates, overrides, capacities and the placement memory.
     federation: Federation,
+    /// The geo table every snapshot carries (the same `Arc` until the ranges change).
+    geo: Arc<GeoTable>,
+    /// Geo ranges that were rejected (bad lines, conflicting localities, an unreadable file).
+    geo_problems: Vec<Problem>,
 }
 
 /// What placement decides from, beside the registry and the policies.
@@ -178,6 +190,8 @@ impl Fleet {
             member_problems: BTreeMap::new(),
             member_warnings: BTreeMap::new(),
             federation: Federation::default(),
+            geo: Arc::default(),
+            geo_problems: Vec::new(),
         }
     }
 
@@ -271,6 +285,18 @@ impl Fleet {
                     f.overrides = overrides.into();
                     f.dirty = true;
                 }
+                Outcome {
+                    changed,
+                    ..Outcome::default()
+                }
+            }
+            Event::Geo { table, problems } => {
+                // Geo decides answers, not placement or services: no re-merge, only a new
+                // snapshot version (the DNS answer cache is per version).
+                let changed = !(Arc::ptr_eq(&self.geo, &table) || *self.geo == *table)
+                    || self.geo_problems != problems;
+                self.geo = table;
+                self.geo_problems = problems;
                 Outcome {
                     changed,
                     ..Outcome::default()
@@ -447,9 +473,11 @@ impl Fleet {
         );
         self.decision_deadline = snapshot.next_deadline(now);
         snapshot.synced = self.synced(now);
+        snapshot.geo = self.geo.clone();
         snapshot.problems.extend(
             self.hub_problems
                 .iter()
+                .chain(&self.geo_problems)
                 .chain(self.member_problems.values().flatten())
                 .cloned(),
         );

@@ -7,10 +7,12 @@
 //!    heartbeats, watches ─ heartbeat_*, watch_status, tick ──┘           │
 //!    hub policies ──────── Policies::new ───────────────────► Policies ──┤
 //!    problems (problem::Problem) ────────────────────────────────────────┤
+//!    geo ranges (geo::GeoTable, one Arc shared by every snapshot) ────────┤
 //!                                                                        ▼
 //!                        Snapshot::build / Snapshot::rebuild(prev, dirty) ─► Snapshot
 //!                        (immutable, versioned; src/ publishes it on a tokio watch)
 //!
+//!  Snapshot::locate(ip) ─► ClientPlace (a cluster, a geo locality: geo::locate's rule)
 //!  select(snapshot, service, client cluster, now)        ─► Selection: tiers in priority
 //!  select_for(…, &Client{cluster, network, gateways}, now)   order, weighted members — each
 //!    asked by DNS answers, xDS builders, write-back, explain  resolved to its endpoints or its
@@ -23,10 +25,12 @@
 //! `src/store.rs` only feeds it events from a channel and publishes the snapshots it builds.
 
 pub mod fleet;
+pub mod geo;
 pub mod index;
 pub mod model;
 pub mod placement;
 pub mod policy;
+pub mod prefix;
 pub mod problem;
 pub mod registry;
 pub mod select;
@@ -35,6 +39,7 @@ pub mod snapshot;
 pub mod testing;
 pub mod whatif;
 
+pub use geo::{ClientPlace, GeoBuilder, GeoConflict, GeoTable};
 pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;
 pub use placement::{

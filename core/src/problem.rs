@@ -16,11 +16,13 @@ use serde::Serialize;
 
 use crate::model::{ClusterId, ObjectKey};
 
-/// Who reported a problem: the hub (MemberClusters, policies) or one member.
+/// Who reported a problem: the hub (MemberClusters, policies), one member, or the geo
+/// ranges (config `geo.ranges` and `geo.file`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Origin {
     Hub,
     Member(ClusterId),
+    Geo,
 }
 
 impl Origin {
@@ -33,6 +35,7 @@ impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Origin::Hub => f.write_str("hub"),
+            Origin::Geo => f.write_str("geo"),
             Origin::Member(c) => write!(f, "{c}"),
         }
     }
@@ -230,6 +233,7 @@ impl Serialize for Problem {
             origin: match self.origin {
                 Origin::Hub => "hub",
                 Origin::Member(_) => "member",
+                Origin::Geo => "geo",
             },
             subject: self.subject.to_string(),
             kind: object.map(|o| o.kind.as_str()),

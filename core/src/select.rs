@@ -9,7 +9,8 @@
 //!                      no ready endpoints, other network w/o gateway or with a client that
 //!                      cannot use one)
 //!           ─► target (own endpoints, or the gateway for a client on another network)
-//!           ─► tier   (Locality: own cluster, same zone, same region, rest; Tiers: the policy's
+//!           ─► tier   (Locality: own cluster, same zone, same region, rest — a client in no
+//!                      cluster that a geo range places starts at same zone; Tiers: the policy's
 //!                      clusterAffinities in order; Weighted: one tier; then clusters still
 //!                      failing back, then PreferNoSchedule, then clusters where the
 //!                      policy that also places the service's workloads no longer places
@@ -27,7 +28,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::model::{ClusterId, Endpoint, TaintEffect};
+use crate::geo::ClientPlace;
+use crate::model::{ClusterId, Endpoint, Locality, TaintEffect};
 use crate::policy::{Mode, TrafficPolicy};
 use crate::snapshot::{Backend, ClusterView, ServiceView, Snapshot};
 
@@ -245,6 +247,9 @@ pub struct Client<'a> {
     /// Whether the client can reach another network through its east-west gateway: a
     /// proxyless gRPC client cannot send the SNI a gateway routes by.
     pub uses_gateways: bool,
+    /// Where a client in no cluster is (a geo range, `crate::geo`): Locality tiers then start
+    /// at the clusters of its zone, then of its region. Ignored when `cluster` is known.
+    pub locality: Option<&'a Locality>,
 }
 
 impl<'a> Client<'a> {
@@ -256,6 +261,20 @@ impl<'a> Client<'a> {
                 .and_then(|c| snapshot.clusters.get(c))
                 .map(|c| c.spec.network.as_deref()),
             uses_gateways: true,
+            locality: None,
+        }
+    }
+
+    /// A DNS client where `Snapshot::locate` put it: in a cluster (as [`Client::in_cluster`]),
+    /// in a geo locality (no cluster, no network: like an unknown client, but with Locality
+    /// tiers from its locality), or unknown.
+    pub fn at(snapshot: &'a Snapshot, place: Option<ClientPlace>) -> Self {
+        match place {
+            Some(ClientPlace::Geo(g)) => Self {
+                locality: snapshot.geo.locality(g),
+                ..Self::in_cluster(snapshot, None)
+            },
+            place => Self::in_cluster(snapshot, place.and_then(ClientPlace::cluster)),
         }
     }
 
@@ -294,8 +313,10 @@ pub fn select_for(
 ) -> Selection {
     let policy = &service.policy;
     let client_view = client.cluster.and_then(|c| snapshot.clusters.get(c));
+    // A client outside the fleet placed by a geo range (only when it is in no cluster).
+    let geo = client.locality.filter(|_| client_view.is_none());
     let mut selection = Selection::default();
-    let reasons = tier_reasons(policy, client_view.is_some());
+    let reasons = tier_reasons(policy, client_view.is_some(), geo.is_some());
     let workloads = snapshot.workloads_of(policy);
     // (tier index, member): one allocation for the whole decision, sorted into tiers below.
     let mut placed: Vec<(usize, Member)> = Vec::with_capacity(service.backends.len());
@@ -357,7 +378,7 @@ pub fn select_for(
                 (Mode::Locality, Some(c), Some(cv)) => {
                     locality_bucket(c, cv, backend.cluster, cluster)
                 }
-                (Mode::Locality, _, _) => 0,
+                (Mode::Locality, _, _) => geo.map_or(0, |l| nearness(l, &cluster.spec.locality)),
             }
         };
         placed.push((bucket, member));
@@ -459,12 +480,18 @@ fn resolve_duplicates(
     });
 }
 
-/// The tiers a member can land in, in priority order; the last two are always FailingBack
-/// and PreferNoSchedule.
-fn tier_reasons(policy: &TrafficPolicy, client_known: bool) -> Vec<TierReason> {
+/// The tiers a member can land in, in priority order; the last three are always
+/// FailingBack, PreferNoSchedule and NotPlaced.
+fn tier_reasons(policy: &TrafficPolicy, client_known: bool, geo: bool) -> Vec<TierReason> {
     let mut reasons: Vec<TierReason> = match policy.mode {
         Mode::Locality if client_known => vec![
             TierReason::ClientCluster,
+            TierReason::SameZone,
+            TierReason::SameRegion,
+            TierReason::Remote,
+        ],
+        // A geo client has no cluster of its own: its locality's tiers only.
+        Mode::Locality if geo => vec![
             TierReason::SameZone,
             TierReason::SameRegion,
             TierReason::Remote,
@@ -547,15 +574,22 @@ fn prefers_no_schedule(cluster: &ClusterView, policy: &TrafficPolicy) -> bool {
 }
 
 fn locality_bucket(client: usize, cv: &ClusterView, idx: usize, cluster: &ClusterView) -> usize {
-    let (mine, theirs) = (&cv.spec.locality, &cluster.spec.locality);
     if idx == client {
         0
-    } else if mine.zone.is_some() && mine.zone == theirs.zone {
-        1
-    } else if mine.region.is_some() && mine.region == theirs.region {
-        2
     } else {
-        3
+        1 + nearness(&cv.spec.locality, &cluster.spec.locality)
+    }
+}
+
+/// How near `theirs` is to `mine`: 0 same zone, 1 same region, 2 the rest. One rule for a
+/// cluster client's locality and a geo client's.
+fn nearness(mine: &Locality, theirs: &Locality) -> usize {
+    if mine.zone.is_some() && mine.zone == theirs.zone {
+        0
+    } else if mine.region.is_some() && mine.region == theirs.region {
+        1
+    } else {
+        2
     }
 }
 

@@ -8,13 +8,14 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ipnet::IpNet;
 use serde::Serialize;
 
+use crate::geo::{ClientPlace, GeoTable};
 use crate::index::{ClusterState, Dirty, Index, IndexSizes};
 use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
 use crate::placement::{Capacity, OverridePolicy, Placements, Placer, Template};
 use crate::policy::{Policies, TrafficPolicy};
+use crate::prefix::PrefixTable;
 use crate::problem::{ObjectRef, Origin, Problem};
 use crate::registry::{Health, Registry};
 
@@ -119,46 +120,9 @@ impl ServiceView {
 }
 
 /// Which cluster a client address belongs to: longest-prefix match over every cluster's
-/// `dnsClientCIDRs` and `podCIDRs`; a tie between clusters at the longest prefix means unknown.
-#[derive(Clone, Debug, Default)]
-pub struct ClientTable {
-    /// Prefix lengths present, longest first, per family (v4, v6).
-    lengths: [Vec<u8>; 2],
-    /// `(masked network, prefix length)` → the cluster, or `None` for a tie.
-    nets: HashMap<IpNet, Option<usize>>,
-}
-
-impl ClientTable {
-    fn insert(&mut self, net: IpNet, cluster: usize) {
-        let net = net.trunc();
-        let family = usize::from(matches!(net, IpNet::V6(_)));
-        if !self.lengths[family].contains(&net.prefix_len()) {
-            self.lengths[family].push(net.prefix_len());
-            self.lengths[family].sort_unstable_by(|a, b| b.cmp(a));
-        }
-        self.nets
-            .entry(net)
-            .and_modify(|c| {
-                if *c != Some(cluster) {
-                    *c = None
-                }
-            })
-            .or_insert(Some(cluster));
-    }
-
-    pub fn lookup(&self, ip: IpAddr) -> Option<usize> {
-        let family = usize::from(ip.is_ipv6());
-        for &len in &self.lengths[family] {
-            let Ok(net) = IpNet::new(ip, len) else {
-                continue;
-            };
-            if let Some(found) = self.nets.get(&net.trunc()) {
-                return *found;
-            }
-        }
-        None
-    }
-}
+/// `dnsClientCIDRs` and `podCIDRs`; a tie between clusters at the longest prefix means unknown
+/// (an ambiguous entry), unless a geo range holds the address (`crate::geo::locate`).
+pub type ClientTable = PrefixTable<usize>;
 
 #[derive(Debug, Default, Serialize)]
 pub struct Snapshot {
@@ -173,6 +137,10 @@ pub struct Snapshot {
     pub(crate) services: HashMap<Arc<str>, BTreeMap<Arc<str>, Arc<ServiceView>>>,
     #[serde(skip)]
     pub client_table: ClientTable,
+    /// Geo ranges for DNS clients outside the fleet: the fleet's one table, shared (never
+    /// copied) by every snapshot until the ranges change.
+    #[serde(skip)]
+    pub geo: Arc<GeoTable>,
     pub problems: Vec<Problem>,
     /// Input served with a caveat (e.g. unknown fields ignored in a Kubernetes kind).
     pub warnings: Vec<Problem>,
@@ -445,6 +413,12 @@ impl Snapshot {
     /// The client's cluster from its address.
     pub fn client_cluster(&self, ip: IpAddr) -> Option<usize> {
         self.client_table.lookup(ip)
+    }
+
+    /// Where a DNS client is, by address: a cluster, a geo locality, or unknown (the rule is
+    /// `crate::geo::locate`'s).
+    pub fn locate(&self, ip: IpAddr) -> Option<ClientPlace> {
+        crate::geo::locate(&self.client_table, &self.geo, ip)
     }
 }
 

@@ -412,3 +412,21 @@ pub fn placing(
         placement: Some(Arc::new(placement)),
     }
 }
+
+/// A geo table of `(cidr, region, zone)` ranges (`""`: no zone), for tests of geo clients.
+pub fn geo_table(ranges: &[(&str, &str, &str)]) -> Arc<crate::geo::GeoTable> {
+    let mut builder = crate::geo::GeoBuilder::default();
+    for (i, (cidr, region, zone)) in ranges.iter().enumerate() {
+        let locality = Locality {
+            region: Some(region.to_string()),
+            zone: (!zone.is_empty()).then(|| zone.to_string()),
+        };
+        builder.add(cidr.parse().expect("cidr"), &locality, i);
+    }
+    let (table, conflicts) = builder.finish();
+    assert!(
+        conflicts.is_empty(),
+        "test geo ranges conflict: {conflicts:?}"
+    );
+    Arc::new(table)
+}

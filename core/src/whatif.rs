@@ -285,6 +285,7 @@ fn derive(
     snapshot.problems = base.problems.clone();
     snapshot.warnings = base.warnings.clone();
     snapshot.sizes = base.sizes;
+    snapshot.geo = base.geo.clone();
     snapshot.templates = base.templates.clone();
     snapshot.overrides = base.overrides.clone();
     snapshot.capacities = Arc::new(

@@ -14,7 +14,9 @@ use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
 use hickory_proto::rr::rdata::{A, AAAA, HINFO, NS, SOA, SRV, TXT};
 use hickory_proto::rr::{DNSClass, LowerName, Name, RData, Record, RecordType};
 use hickory_server::zone_handler::MessageRequest;
-use meridian_core::{Endpoint, FilterReason, Member, Selection, ServiceView, Snapshot, select};
+use meridian_core::{
+    ClientPlace, Endpoint, FilterReason, Member, Selection, ServiceView, Snapshot, select_for,
+};
 
 use crate::config::{DnsConfig, Style, ZoneConfig};
 use crate::names::{self, Target};
@@ -119,7 +121,7 @@ impl Found {
 struct Ask<'a> {
     snap: &'a Snapshot,
     zone: &'a Zone,
-    client: Option<usize>,
+    client: Option<ClientPlace>,
     rotation: usize,
     now: Instant,
 }
@@ -127,7 +129,8 @@ struct Ask<'a> {
 /// The client as the answer function sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct Client {
-    pub cluster: Option<usize>,
+    /// Its cluster, or its geo locality when it is outside the fleet (`Snapshot::locate`).
+    pub place: Option<ClientPlace>,
     /// The ECS option to echo, with its scope set.
     pub ecs: Option<ClientSubnet>,
 }
@@ -182,7 +185,7 @@ impl Answerer {
         &self,
         snap: &Snapshot,
         view: &ServiceView,
-        client: Option<usize>,
+        client: Option<ClientPlace>,
         now: Instant,
     ) -> meridian_core::Selection {
         let selection = select(snap, view, client, now);
@@ -201,8 +204,8 @@ impl Answerer {
         self.zones.get(zone).map_or("", |z| z.text.as_str())
     }
 
-    /// The client's cluster: EDNS Client Subnet when present (its scope is echoed), else the
-    /// source address.
+    /// Where the client is (its cluster, a geo locality, or unknown): EDNS Client Subnet when
+    /// present (its scope is echoed), else the source address.
     pub fn client(&self, snap: &Snapshot, req: &MessageRequest, src: IpAddr) -> Client {
         let ecs = req
             .edns
@@ -213,7 +216,7 @@ impl Answerer {
             });
         match ecs {
             Some(cs) if cs.source_prefix() > 0 => Client {
-                cluster: snap.client_cluster(cs.addr()),
+                place: snap.locate(cs.addr()),
                 ecs: Some(ClientSubnet::new(
                     cs.addr(),
                     cs.source_prefix(),
@@ -221,11 +224,11 @@ impl Answerer {
                 )),
             },
             Some(cs) => Client {
-                cluster: snap.client_cluster(src),
+                place: snap.locate(src),
                 ecs: Some(ClientSubnet::new(cs.addr(), 0, 0)),
             },
             None => Client {
-                cluster: snap.client_cluster(src),
+                place: snap.locate(src),
                 ecs: None,
             },
         }
@@ -316,7 +319,7 @@ impl Answerer {
         let ask = Ask {
             snap,
             zone,
-            client: client.cluster,
+            client: client.place,
             rotation,
             now,
         };
@@ -459,7 +462,9 @@ impl Answerer {
                     return Found::nodata();
                 }
                 let ttl = view.policy.ttl.unwrap_or(ttl);
-                let import = client.and_then(|c| view.import_of(c));
+                let import = client
+                    .and_then(ClientPlace::cluster)
+                    .and_then(|c| view.import_of(c));
                 if let (Style::Clusterset, false, Some(ips)) =
                     (zone.cfg.style, view.headless, import)
                 {
@@ -1013,6 +1018,17 @@ fn service_name(zone: &Zone, view: &ServiceView) -> Name {
             child_name(&[&view.key.name, &view.key.namespace, "svc"], &zone.apex)
         }
     }
+}
+
+/// The scheduling core's decision for a client wherever `Snapshot::locate` put it (a geo
+/// client gets Locality tiers from its locality: the decision stays in core).
+fn select(
+    snap: &Snapshot,
+    view: &ServiceView,
+    client: Option<ClientPlace>,
+    now: Instant,
+) -> Selection {
+    select_for(snap, view, &meridian_core::Client::at(snap, client), now)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
-use meridian_core::{FilterReason, Snapshot, TierReason, select};
+use meridian_core::{ClientPlace, FilterReason, Locality, Snapshot, TierReason, select_for};
 use serde::Serialize;
 
 use crate::answer::{Answerer, Client, Transport};
@@ -18,6 +18,9 @@ pub struct Explanation {
     pub name: String,
     pub qtype: String,
     pub client_cluster: Option<String>,
+    /// The geo locality of a client asked about by address that no cluster claims.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_geo: Option<Locality>,
     pub rcode: String,
     pub answers: Vec<String>,
     pub authority: Vec<String>,
@@ -89,6 +92,43 @@ pub fn explain_at(
     from_cluster: Option<&str>,
     now: Instant,
 ) -> Result<Explanation, ExplainError> {
+    let place = match from_cluster {
+        Some(c) => Some(ClientPlace::Cluster(
+            snap.cluster_index(c)
+                .ok_or_else(|| ExplainError::Cluster(c.into()))?,
+        )),
+        None => None,
+    };
+    explain_place(answerer, snap, name, qtype, place, now)
+}
+
+/// Explains what a client at `address` (a source address or an EDNS Client Subnet) would be
+/// answered: in the cluster whose CIDRs hold it, in a geo range's locality, or unknown.
+pub fn explain_from_address(
+    answerer: &Answerer,
+    snap: &Snapshot,
+    name: &str,
+    qtype: &str,
+    address: IpAddr,
+) -> Result<Explanation, ExplainError> {
+    explain_place(
+        answerer,
+        snap,
+        name,
+        qtype,
+        snap.locate(address),
+        Instant::now(),
+    )
+}
+
+fn explain_place(
+    answerer: &Answerer,
+    snap: &Snapshot,
+    name: &str,
+    qtype: &str,
+    place: Option<ClientPlace>,
+    now: Instant,
+) -> Result<Explanation, ExplainError> {
     let mut qname =
         Name::from_ascii(name).map_err(|e| ExplainError::Name(name.into(), e.to_string()))?;
     qname.set_fqdn(true);
@@ -96,13 +136,6 @@ pub fn explain_at(
         .to_ascii_uppercase()
         .parse()
         .map_err(|_| ExplainError::Type(qtype.into()))?;
-    let cluster = match from_cluster {
-        Some(c) => Some(
-            snap.cluster_index(c)
-                .ok_or_else(|| ExplainError::Cluster(c.into()))?,
-        ),
-        None => None,
-    };
     let mut message = Message::new(0, MessageType::Query, OpCode::Query);
     message.add_query(Query::query(qname.clone(), rtype));
     let bytes = message
@@ -111,11 +144,11 @@ pub fn explain_at(
     let src = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let request = Request::from_bytes(bytes, (src, 0).into(), Protocol::Tcp)
         .map_err(|e| ExplainError::Name(name.into(), e.to_string()))?;
-    let client = Client { cluster, ecs: None };
+    let client = Client { place, ecs: None };
     let resp = answerer.respond_as(snap, &request, client, src, Transport::Tcp, 0, now);
     let decision = answerer.service_of(&qname).and_then(|(ns, svc)| {
         let view = snap.service(&ns, &svc)?;
-        let sel = select(snap, view, cluster, now);
+        let sel = select_for(snap, view, &meridian_core::Client::at(snap, place), now);
         let cluster_name = |i: usize| {
             snap.clusters
                 .get(i)
@@ -166,7 +199,14 @@ pub fn explain_at(
     Ok(Explanation {
         name: qname.to_string(),
         qtype: rtype.to_string(),
-        client_cluster: from_cluster.map(str::to_string),
+        client_cluster: place
+            .and_then(ClientPlace::cluster)
+            .and_then(|c| snap.clusters.get(c))
+            .map(|c| c.spec.id.to_string()),
+        client_geo: match place {
+            Some(ClientPlace::Geo(g)) => snap.geo.locality(g).cloned(),
+            _ => None,
+        },
         rcode: resp.metadata.response_code.to_string(),
         answers: show(&resp.answers),
         authority: show(&resp.authorities),

@@ -106,7 +106,9 @@ impl Dns {
     /// Answers one UDP datagram into `out`; returns false when nothing should be sent.
     pub fn handle_udp(&self, raw: &[u8], src: SocketAddr, out: &mut Vec<u8>) -> bool {
         let snap = self.snapshot();
-        let client = snap.client_cluster(src.ip());
+        // The source address places the client (a cluster, a geo locality, or unknown); a
+        // query with ECS is never hot, so this is the place the cached answer was made for.
+        let client = snap.locate(src.ip());
         let Some(hot) = wire::hot_query(raw, client) else {
             let rotation = self.next_rotation();
             return self
@@ -492,3 +494,6 @@ fn socket_addr(addr: SockaddrStorage) -> Option<SocketAddr> {
     addr.as_sockaddr_in6()
         .map(|v6| SocketAddr::V6((*v6).into()))
 }
+
+#[cfg(test)]
+mod tests;

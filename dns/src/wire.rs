@@ -7,6 +7,8 @@ use hickory_proto::rr::Record;
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncoder};
 use hickory_server::zone_handler::{MessageRequest, Queries};
 
+use meridian_core::ClientPlace;
+
 use crate::answer::{EDNS_PAYLOAD, Response};
 
 /// The question section as the client sent it (case preserved), emitted the way
@@ -158,6 +160,19 @@ impl PartialEq for HotKey {
 
 impl Eq for HotKey {}
 
+/// The client's place in a cache key: a cluster's index, a geo locality's index with the top
+/// bit set, or all ones for an unknown client, so that an answer for one is never replayed
+/// to another (their tiers differ). Geo clients of one locality share answers.
+pub fn place_key(client: Option<ClientPlace>) -> u32 {
+    const GEO: u32 = 1 << 31;
+    match client {
+        Some(ClientPlace::Cluster(c)) => (c as u32) & !GEO,
+        // Never all ones (unknown), even for an absurd number of localities.
+        Some(ClientPlace::Geo(g)) => GEO | (g as u32).min(GEO - 2),
+        None => u32::MAX,
+    }
+}
+
 /// What the hot path learned from a request.
 pub struct HotQuery {
     pub key: HotKey,
@@ -168,7 +183,7 @@ pub struct HotQuery {
 /// Parses a plain query — one question, no compression, at most an OPT record without
 /// EDNS Client Subnet — into a cache key. Anything else returns `None` and takes the full
 /// path.
-pub fn hot_query(raw: &[u8], client_cluster: Option<usize>) -> Option<HotQuery> {
+pub fn hot_query(raw: &[u8], client: Option<ClientPlace>) -> Option<HotQuery> {
     if raw.len() < 17 {
         return None;
     }
@@ -244,8 +259,7 @@ pub fn hot_query(raw: &[u8], client_cluster: Option<usize>) -> Option<HotQuery> 
     }
     key.buf[k..k + 2].copy_from_slice(&limit.to_be_bytes());
     k += 2;
-    let cluster = client_cluster.map_or(u32::MAX, |c| c as u32);
-    key.buf[k..k + 4].copy_from_slice(&cluster.to_be_bytes());
+    key.buf[k..k + 4].copy_from_slice(&place_key(client).to_be_bytes());
     k += 4;
     key.len = k as u16;
     Some(HotQuery { key, name_end })
@@ -283,22 +297,53 @@ mod tests {
 
     #[test]
     fn keys_ignore_case_and_id() {
-        let a = hot_query(&query(NAME, 1, None), Some(1)).unwrap();
+        let a = hot_query(&query(NAME, 1, None), Some(ClientPlace::Cluster(1))).unwrap();
         let mut other = query(b"\x08payments\x04SHOP\x06global\x00", 1, None);
         other[0] = 0x99;
-        let b = hot_query(&other, Some(1)).unwrap();
+        let b = hot_query(&other, Some(ClientPlace::Cluster(1))).unwrap();
         assert!(a.key == b.key);
         assert_eq!(a.name_end, 12 + NAME.len());
     }
 
     #[test]
     fn keys_differ_by_type_cluster_and_edns() {
-        let base = hot_query(&query(NAME, 1, None), Some(1)).unwrap().key;
-        assert!(base != hot_query(&query(NAME, 28, None), Some(1)).unwrap().key);
-        assert!(base != hot_query(&query(NAME, 1, None), Some(2)).unwrap().key);
+        let base = hot_query(&query(NAME, 1, None), Some(ClientPlace::Cluster(1)))
+            .unwrap()
+            .key;
+        assert!(
+            base != hot_query(&query(NAME, 28, None), Some(ClientPlace::Cluster(1)))
+                .unwrap()
+                .key
+        );
+        assert!(
+            base != hot_query(&query(NAME, 1, None), Some(ClientPlace::Cluster(2)))
+                .unwrap()
+                .key
+        );
         assert!(base != hot_query(&query(NAME, 1, None), None).unwrap().key);
+        // A geo client's answers are its locality's: never a cluster's or an unknown
+        // client's, and never another locality's.
+        let geo = |g| {
+            hot_query(&query(NAME, 1, None), Some(ClientPlace::Geo(g)))
+                .unwrap()
+                .key
+        };
+        assert!(base != geo(1));
+        assert!(
+            geo(0)
+                != hot_query(&query(NAME, 1, None), Some(ClientPlace::Cluster(0)))
+                    .unwrap()
+                    .key
+        );
+        assert!(geo(0) != hot_query(&query(NAME, 1, None), None).unwrap().key);
+        assert!(geo(0) != geo(1));
+        assert!(geo(3) == geo(3));
         let opt = [0, 0, 41, 0x10, 0x00, 0, 0, 0, 0, 0, 0];
-        assert!(base != hot_query(&query(NAME, 1, Some(&opt)), Some(1)).unwrap().key);
+        assert!(
+            base != hot_query(&query(NAME, 1, Some(&opt)), Some(ClientPlace::Cluster(1)))
+                .unwrap()
+                .key
+        );
     }
 
     #[test]
@@ -334,7 +379,7 @@ mod tests {
         name.push(0);
         assert_eq!(name.len(), 255);
         let opt = [0, 0, 41, 0x10, 0x00, 0, 0, 0, 0, 0, 0];
-        let q = hot_query(&query(&name, 1, Some(&opt)), Some(7)).unwrap();
+        let q = hot_query(&query(&name, 1, Some(&opt)), Some(ClientPlace::Cluster(7))).unwrap();
         assert_eq!(q.name_end, 12 + 255);
         assert_eq!(q.key.as_bytes().len(), HotKey::CAP);
         // One byte more is not a name.

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use ipnet::IpNet;
 use meridian_core::{
-    ClusterId, ClusterObjects, ClusterSpec, Endpoint, Export, Gateway, Import, Index, Locality, ObjectKey, Port,
-    Policies, Protocol, Registry, Service, Slice, Snapshot,
+    ClusterId, ClusterObjects, ClusterSpec, Endpoint, Export, Gateway, GeoBuilder, Import, Index, Locality,
+    ObjectKey, Port, Policies, Protocol, Registry, Service, Slice, Snapshot,
 };
 use meridian_dns::{Dns, DnsConfig};
 use tokio::sync::watch;
@@ -31,7 +31,7 @@ const fn v6(a: u16, b: u16, c: u16, h: u16) -> IpAddr {
 }
 
 /// (source, another address of the same client cluster — or of no cluster, like the source).
-pub const SOURCES: [(IpAddr, IpAddr); 8] = [
+pub const SOURCES: [(IpAddr, IpAddr); 10] = [
     (v4(127, 0, 1, 1), v4(127, 0, 1, 200)),       // eu-1
     (v4(127, 0, 2, 1), v4(127, 0, 2, 99)),        // eu-2
     (v4(127, 0, 3, 1), v4(127, 0, 3, 7)),         // us-1 (network n2, behind a gateway)
@@ -40,6 +40,8 @@ pub const SOURCES: [(IpAddr, IpAddr); 8] = [
     (v6(0, 0, 0, 1), v6(0x2001, 0xdb8, 0, 1)),    // no cluster, IPv6
     (v6(0xfd00, 2, 0, 5), v6(0xfd00, 2, 0, 6)),   // eu-2 by its IPv6 dnsClientCIDR
     (v4(127, 0, 9, 1), v4(127, 0, 9, 2)),         // claimed by eu-1 and us-1 alike: a tie, no cluster
+    (v4(203, 0, 113, 5), v4(203, 0, 113, 200)),   // outside the fleet, a geo range in region us
+    (v4(198, 51, 100, 7), v4(198, 51, 100, 70)),  // outside the fleet, a geo range in zone eu-1a
 ];
 
 fn net(s: &str) -> IpNet {
@@ -221,7 +223,19 @@ fn snapshot() -> Snapshot {
         registry.upsert(spec, now);
         registry.heartbeat_ok(&id, now);
     }
-    let snap = Snapshot::build(1, &index, &registry, &Policies::default());
+    let mut snap = Snapshot::build(1, &index, &registry, &Policies::default());
+    // Geo ranges for clients outside the fleet, so the cache key is fuzzed with geo places.
+    let mut geo = GeoBuilder::default();
+    let locality = |region: &str, zone: Option<&str>| Locality {
+        region: Some(region.into()),
+        zone: zone.map(str::to_string),
+    };
+    geo.add(net("203.0.113.0/24"), &locality("us", None), 0);
+    geo.add(net("198.51.100.0/24"), &locality("eu", Some("eu-1a")), 1);
+    // Nothing that holds 127.0.0.1 or the tied 127.0.9.0/24: those stay unknown clients.
+    let (geo, conflicts) = geo.finish();
+    assert!(conflicts.is_empty());
+    snap.geo = Arc::new(geo);
     assert!(snap.synced);
     assert_eq!(snap.service_count(), 4, "payments, db, big, cart");
     snap

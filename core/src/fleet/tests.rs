@@ -555,3 +555,48 @@ fn a_template_two_policies_select_is_placed_by_the_older_and_the_younger_is_a_co
         conflicts[0].reason
     );
 }
+
+// ---- geo ranges ----
+
+#[test]
+fn geo_ranges_publish_once_and_every_snapshot_shares_the_table() {
+    let (mut fleet, t0) = fleet();
+    fleet.apply(members(&["eu-1"]), t0);
+    fleet.apply(reset("eu-1", exported("web", "10.0.0.1"), vec![]), t0);
+    let first = build(&mut fleet, &Snapshot::empty(), t0).snapshot;
+    assert!(first.geo.is_empty());
+
+    let table = crate::testing::geo_table(&[("203.0.113.0/24", "eu", "")]);
+    let problem = file_problem(Origin::Geo, "/etc/geo.csv", "line 3: no region");
+    let geo = |problems: Vec<Problem>| Event::Geo {
+        table: table.clone(),
+        problems,
+    };
+    assert!(fleet.apply(geo(vec![problem.clone()]), t0).changed);
+    let second = build(&mut fleet, &first, t0).snapshot;
+    assert!(Arc::ptr_eq(&second.geo, &table));
+    assert!(second.problems.contains(&problem));
+    // Services are not merged again for geo: they are shared with the previous snapshot.
+    assert!(Arc::ptr_eq(
+        first.service("shop", "web").unwrap(),
+        second.service("shop", "web").unwrap()
+    ));
+
+    // The same ranges and problems again (a file touched, not changed): nothing to publish.
+    let same = Arc::new((*table).clone());
+    let again = Event::Geo {
+        table: same,
+        problems: vec![problem],
+    };
+    assert!(!fleet.apply(again, t0).changed);
+    // An unrelated change keeps sharing the one table.
+    fleet.apply(reset("eu-1", exported("web", "10.0.0.2"), vec![]), t0);
+    let third = build(&mut fleet, &second, t0).snapshot;
+    assert_eq!(*third.geo, *table);
+    assert!(Arc::ptr_eq(&third.geo, &fleet.geo));
+
+    // The problems going away is a change.
+    assert!(fleet.apply(geo(vec![]), t0).changed);
+    let fourth = build(&mut fleet, &third, t0).snapshot;
+    assert!(fourth.problems.iter().all(|p| p.origin != Origin::Geo));
+}

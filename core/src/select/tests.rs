@@ -1526,3 +1526,152 @@ mod policies {
         );
     }
 }
+
+// ---- geo clients (outside the fleet) ----
+
+/// A snapshot where 203.0.113.0/24 is a geo range in `region`/`zone` (`""`: none).
+fn geo_snapshot(fleet: &FleetBuilder, policy: TrafficPolicy, region: &str, zone: &str) -> Snapshot {
+    let mut snap = fleet.snapshot_with(policy);
+    snap.geo = crate::testing::geo_table(&[("203.0.113.0/24", region, zone)]);
+    snap
+}
+
+/// The decision for a client at 203.0.113.7, which the geo range places.
+fn geo_layout<'a>(snap: &'a Snapshot, now: Instant) -> Layout<'a> {
+    let place = snap.locate("203.0.113.7".parse().unwrap());
+    assert_eq!(place, Some(ClientPlace::Geo(0)));
+    let view = snap.service("shop", "web").unwrap();
+    layout(snap, &select_for(snap, view, &Client::at(snap, place), now))
+}
+
+#[test]
+fn a_geo_client_gets_same_zone_then_same_region_then_the_rest() {
+    let fleet = locality_fleet();
+    assert_eq!(
+        geo_layout(
+            &geo_snapshot(&fleet, TrafficPolicy::default(), "eu", "eu-1"),
+            fleet.t0
+        ),
+        vec![
+            (vec![SameZone], vec![("eu-1b", 3), ("eu-1a", 2)]),
+            (vec![SameRegion], vec![("eu-2", 1)]),
+            (vec![Remote], vec![("us-1", 4), ("nowhere", 1)]),
+        ]
+    );
+    // A region without a zone: that region first, then the rest.
+    assert_eq!(
+        geo_layout(
+            &geo_snapshot(&fleet, TrafficPolicy::default(), "us", ""),
+            fleet.t0
+        ),
+        vec![
+            (vec![SameRegion], vec![("us-1", 4)]),
+            (
+                vec![Remote],
+                vec![("eu-1b", 3), ("eu-1a", 2), ("eu-2", 1), ("nowhere", 1)]
+            ),
+        ]
+    );
+    // A region no cluster is in: everyone, as the rest.
+    assert_eq!(
+        geo_layout(
+            &geo_snapshot(&fleet, TrafficPolicy::default(), "ap", ""),
+            fleet.t0
+        ),
+        vec![(
+            vec![Remote],
+            vec![
+                ("us-1", 4),
+                ("eu-1b", 3),
+                ("eu-1a", 2),
+                ("eu-2", 1),
+                ("nowhere", 1)
+            ]
+        )]
+    );
+}
+
+#[test]
+fn a_geo_client_spills_like_any_other() {
+    let fleet = locality_fleet();
+    let policy = TrafficPolicy {
+        min_healthy_endpoints: 2,
+        ..TrafficPolicy::default()
+    };
+    // us-1 alone has 4, enough; eu-2 alone (1) would spill into the rest.
+    assert_eq!(
+        geo_layout(
+            &geo_snapshot(&fleet, policy.clone(), "us", "us-1"),
+            fleet.t0
+        )[0]
+        .1,
+        vec![("us-1", 4)]
+    );
+    let snap = geo_snapshot(&fleet, policy, "eu", "eu-2");
+    assert_eq!(geo_layout(&snap, fleet.t0)[0].0, vec![SameZone, SameRegion]);
+}
+
+#[test]
+fn tiers_and_weighted_modes_ignore_a_geo_locality() {
+    let fleet = locality_fleet();
+    let tiers = TrafficPolicy {
+        mode: Mode::Tiers,
+        affinities: vec![
+            crate::testing::tier("us", &["us-1"]),
+            crate::testing::tier("eu", &["eu-1a", "eu-2"]),
+        ],
+        ..TrafficPolicy::default()
+    };
+    let snap = geo_snapshot(&fleet, tiers, "eu", "eu-1");
+    let view = snap.service("shop", "web").unwrap();
+    let unknown = layout(&snap, &select(&snap, view, None, fleet.t0));
+    let geo = geo_layout(&snap, fleet.t0);
+    assert_eq!(
+        geo, unknown,
+        "mode Tiers: a geo client is answered as an unknown one"
+    );
+    assert_eq!(geo[0].1, vec![("us-1", 4)]);
+
+    let weighted = TrafficPolicy {
+        mode: Mode::Weighted,
+        ..TrafficPolicy::default()
+    };
+    assert_eq!(
+        geo_layout(&geo_snapshot(&fleet, weighted, "eu", "eu-1"), fleet.t0),
+        vec![(
+            vec![TierReason::Weighted],
+            vec![
+                ("us-1", 4),
+                ("eu-1b", 3),
+                ("eu-1a", 2),
+                ("eu-2", 1),
+                ("nowhere", 1)
+            ]
+        )]
+    );
+}
+
+#[test]
+fn a_geo_client_has_no_network_and_never_goes_through_a_gateway() {
+    let mut fleet = FleetBuilder::new();
+    fleet
+        .add(on_network(cluster("eu-1", "eu", "eu-1a"), "n1", true), 2)
+        .add(on_network(cluster("us-1", "us", "us-1a"), "n2", true), 3);
+    let mut snap = fleet.snapshot();
+    snap.geo = crate::testing::geo_table(&[("203.0.113.0/24", "us", "")]);
+    let client = Client::at(&snap, snap.locate("203.0.113.1".parse().unwrap()));
+    assert_eq!(client.network, None);
+    assert_eq!(client.cluster, None);
+    let view = snap.service("shop", "web").unwrap();
+    let sel = select_for(&snap, view, &client, fleet.t0);
+    assert!(
+        sel.tiers
+            .iter()
+            .flat_map(|t| &t.members)
+            .all(|m| !m.via_gateway())
+    );
+    assert_eq!(
+        layout(&snap, &sel)[0],
+        (vec![SameRegion], vec![("us-1", 3)])
+    );
+}

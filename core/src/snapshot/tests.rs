@@ -4,6 +4,7 @@ use crate::index::Object;
 use crate::model::{Export, Import, Protocol};
 use crate::policy::Policies;
 use crate::testing::{FleetBuilder, http_ep, ip, port, secs, svc};
+use ipnet::IpNet;
 
 // ---- builders ----
 

@@ -875,3 +875,86 @@ fn an_update_with_several_zones_is_notimp_without_the_question() {
     assert_eq!(resp.metadata.response_code, ResponseCode::NotImp);
     assert!(reply.queries.is_empty());
 }
+
+#[test]
+fn a_client_in_a_geo_range_is_answered_from_its_region_by_ecs_or_source() {
+    let mut snap = fleet();
+    snap.geo = meridian_core::testing::geo_table(&[
+        ("203.0.113.0/24", "us", ""),
+        ("198.51.100.0/24", "eu", "eu-2a"),
+        // Inside eu-1's /16 and longer: the geo range wins in its half.
+        ("10.1.0.0/17", "us", ""),
+    ]);
+    let a = answerer(0);
+    let sorted = |resp: &Response| {
+        let mut got: Vec<String> = resp.answers.iter().map(|r| r.data.to_string()).collect();
+        got.sort();
+        got
+    };
+    let ecs = |subnet: &str| {
+        let mut e = Edns::new();
+        e.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(
+            subnet.parse().unwrap(),
+            24,
+            0,
+        )));
+        e
+    };
+    let now = Instant::now();
+    let cases: [(&str, Option<&str>, &[&str], &str); 4] = [
+        // (source, ECS subnet, first tier, why)
+        (
+            ANYONE,
+            Some("203.0.113.0"),
+            &["10.3.0.1", "10.3.0.2"],
+            "ECS in the us range: us-1's endpoints (no network: no gateway)",
+        ),
+        (
+            EU1,
+            Some("203.0.113.0"),
+            &["10.3.0.1", "10.3.0.2"],
+            "ECS wins over an eu-1 source",
+        ),
+        (
+            "203.0.113.8",
+            None,
+            &["10.3.0.1", "10.3.0.2"],
+            "the source in the us range",
+        ),
+        (
+            "198.51.100.1",
+            None,
+            &["10.2.0.1", "10.2.0.2"],
+            "the zone eu-2a first: eu-2",
+        ),
+    ];
+    for (from, subnet, expected, why) in &cases {
+        let req = request(
+            "web.shop.global.",
+            RecordType::A,
+            subnet.map(ecs),
+            OpCode::Query,
+        );
+        let resp = a.respond(&snap, &req, from.parse().unwrap(), Transport::Udp, 0, now);
+        assert_eq!(sorted(&resp), *expected, "{from} {subnet:?}: {why}");
+    }
+    // The geo /17 inside eu-1's /16 is longer: it wins there, eu-1 in the other half.
+    let resp = a.respond(
+        &snap,
+        &request("web.shop.global.", RecordType::A, None, OpCode::Query),
+        "10.1.1.1".parse().unwrap(),
+        Transport::Udp,
+        0,
+        now,
+    );
+    assert_eq!(sorted(&resp), ["10.3.0.1", "10.3.0.2"]);
+    let resp = a.respond(
+        &snap,
+        &request("web.shop.global.", RecordType::A, None, OpCode::Query),
+        "10.1.200.1".parse().unwrap(),
+        Transport::Udp,
+        0,
+        now,
+    );
+    assert_eq!(sorted(&resp), ["10.1.0.1", "10.1.0.2"]);
+}

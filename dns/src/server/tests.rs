@@ -1,0 +1,137 @@
+//! The UDP hot path's cache against the full path, for clients in clusters, in geo ranges
+//! and unknown: an answer cached for one place is never replayed to another.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RData, RecordType};
+use meridian_core::ClusterSpec;
+use meridian_core::testing::{FleetBuilder, cluster, geo_table};
+
+use super::*;
+
+/// eu-1 (DNS clients 127.0.1.0/24 and 10.0.0.0/8) and us-1 (127.0.3.0/24) serving shop/web;
+/// geo ranges 203.0.113.0/24 → us, 198.51.100.0/24 → eu, and 10.7.0.0/16 → us inside eu-1's /8.
+fn fleet() -> Snapshot {
+    let mut fleet = FleetBuilder::new();
+    let with = |spec: ClusterSpec, cidrs: &[&str]| ClusterSpec {
+        dns_client_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+        ..spec
+    };
+    fleet
+        .add(
+            with(
+                cluster("eu-1", "eu", "eu-1a"),
+                &["127.0.1.0/24", "10.0.0.0/8"],
+            ),
+            2,
+        )
+        .add(with(cluster("us-1", "us", "us-1a"), &["127.0.3.0/24"]), 3);
+    let mut snap = fleet.snapshot();
+    snap.geo = geo_table(&[
+        ("203.0.113.0/24", "us", ""),
+        ("198.51.100.0/24", "eu", ""),
+        ("10.7.0.0/16", "us", ""),
+    ]);
+    snap
+}
+
+/// A server with an empty cache over the test fleet.
+fn dns() -> Arc<Dns> {
+    let (_tx, rx) = watch::channel(Arc::new(fleet()));
+    Dns::new(DnsConfig::default(), 1, rx, &mut Registry::default())
+}
+
+fn query(id: u16) -> Vec<u8> {
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(
+        Name::from_ascii("web.shop.global.").unwrap(),
+        RecordType::A,
+    ));
+    m.to_vec().unwrap()
+}
+
+fn ask(dns: &Dns, from: &str, id: u16) -> Vec<u8> {
+    let src = SocketAddr::new(from.parse().unwrap(), 5353);
+    let mut out = Vec::new();
+    assert!(
+        dns.handle_udp(&query(id), src, &mut out),
+        "{from}: no reply"
+    );
+    out
+}
+
+fn addresses(reply: &[u8]) -> BTreeSet<IpAddr> {
+    Message::from_vec(reply)
+        .unwrap()
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(IpAddr::V4(a.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The ready addresses of `cluster`'s part of shop/web.
+fn of(snap: &Snapshot, cluster: &str) -> BTreeSet<IpAddr> {
+    let view = snap.service("shop", "web").unwrap();
+    let backend = view
+        .backend_of(snap.cluster_index(cluster).unwrap())
+        .unwrap();
+    backend
+        .answerable()
+        .flat_map(|e| e.addresses.iter().copied())
+        .collect()
+}
+
+#[test]
+fn a_cached_answer_is_replayed_only_to_clients_of_the_same_place() {
+    let snap = fleet();
+    let (eu, us) = (of(&snap, "eu-1"), of(&snap, "us-1"));
+    let everyone: BTreeSet<IpAddr> = eu.union(&us).copied().collect();
+    let askers = [
+        ("203.0.113.5", &us, "a geo client in us: us-1"),
+        ("127.0.1.9", &eu, "a client in eu-1: its own cluster"),
+        ("192.0.2.1", &everyone, "an unknown client: everyone"),
+        ("198.51.100.7", &eu, "a geo client in eu: eu-1"),
+        (
+            "10.7.1.1",
+            &us,
+            "a geo /16 inside eu-1's /8: the longer prefix, us",
+        ),
+        ("10.8.1.1", &eu, "eu-1's /8 alone"),
+        ("127.0.3.4", &us, "a client in us-1"),
+    ];
+    const ROUNDS: u16 = 5;
+    // Each order of first askers: whoever fills an entry, the others never get it.
+    for order in [askers.to_vec(), askers.iter().rev().copied().collect()] {
+        let dns = dns();
+        let mut places = std::collections::HashSet::new();
+        for round in 0..ROUNDS {
+            for (i, (from, expected, why)) in order.iter().enumerate() {
+                let id = round * 100 + i as u16;
+                let reply = ask(&dns, from, id);
+                assert_eq!(
+                    &addresses(&reply),
+                    *expected,
+                    "round {round}, {from}: {why}"
+                );
+                if places.insert(snap.locate(from.parse().unwrap())) {
+                    // The first answer for a place is the full path's, byte for byte (later
+                    // ones rotate).
+                    assert_eq!(reply, ask(&self::dns(), from, id), "{from}: bytes differ");
+                }
+            }
+        }
+        // Five places (geo us, eu-1, unknown, geo eu, us-1) with 3 + 2 + 5 + 2 + 3 rotations:
+        // at most that many misses, every other query a hit.
+        let queries = u64::from(ROUNDS) * order.len() as u64;
+        assert!(
+            dns.metrics.cache_hits.get() >= queries - 15,
+            "hits: {} of {queries}",
+            dns.metrics.cache_hits.get()
+        );
+    }
+}
