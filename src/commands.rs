@@ -226,6 +226,11 @@ fn read_once(cfg: &config::Config, what: &str) -> Result<ReadOnce> {
         },
         now,
     );
+    // The geo ranges as `serve` reads them: bad lines and conflicts are problems here too.
+    if !cfg.geo.is_empty() {
+        let geo = meridian_controllers::geo::GeoSource::new(cfg.geo.clone());
+        fleet.apply(geo.event(), now);
+    }
     let mut unreadable = Vec::new();
     for member in &hub.members {
         // Only directory members can be read here; the others are checked as MemberClusters.

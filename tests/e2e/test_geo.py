@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import FROM_EU1, FROM_EU2, Meridian, require_tool
+from conftest import BIN, FROM_EU1, FROM_EU2, Meridian, require_tool
 
 NAME = "payments.shop.global"
 EU1 = ["127.1.1.1", "127.1.1.2"]
@@ -185,6 +185,12 @@ def test_bad_lines_are_reported_with_line_numbers_and_the_good_lines_serve(geo, 
     assert dig(geo, source="127.0.64.1") == US1
     assert metric(geo, "meridian_geo_problems") == 6
     assert "geo range rejected" in geo.log.read_text()
+    # `meridian validate` reads the ranges as `serve` does, and fails naming each bad line.
+    v = subprocess.run([str(BIN), "validate", "--config", str(fleet.config)],
+                       capture_output=True, text=True, timeout=60)
+    assert v.returncode != 0, v.stdout + v.stderr
+    for where in expected:
+        assert f"error: {where}: " in v.stdout, f"{where} not in:\n{v.stdout}"
 
     # Fixed: the problems go.
     fleet.write("geo.csv", GEO_CSV)
