@@ -197,7 +197,7 @@ fn dns_answers(
         .map(ClusterId::as_str);
     let ask = |snap: &Snapshot| -> Vec<String> {
         match explain_at(answerer, snap, &qname, "A", from, sim.at) {
-            Ok(e) if e.answers.is_empty() => vec![e.rcode],
+            Ok(e) if e.answers.is_empty() => vec![e.status],
             Ok(e) => e
                 .answers
                 .iter()

@@ -22,6 +22,8 @@ pub struct Explanation {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_geo: Option<Locality>,
     pub rcode: String,
+    /// The rcode's mnemonic as dig prints it (`NOERROR`, `NXDOMAIN`, …).
+    pub status: String,
     pub answers: Vec<String>,
     pub authority: Vec<String>,
     pub additionals: Vec<String>,
@@ -208,9 +210,24 @@ fn explain_place(
             _ => None,
         },
         rcode: resp.metadata.response_code.to_string(),
+        status: mnemonic(resp.metadata.response_code),
         answers: show(&resp.answers),
         authority: show(&resp.authorities),
         additionals: show(&resp.additionals),
         decision,
     })
+}
+
+/// The RFC 1035/6895 mnemonic of an rcode, as dig's `status:` prints it.
+fn mnemonic(code: hickory_proto::op::ResponseCode) -> String {
+    use hickory_proto::op::ResponseCode as R;
+    match code {
+        R::NoError => "NOERROR".into(),
+        R::FormErr => "FORMERR".into(),
+        R::ServFail => "SERVFAIL".into(),
+        R::NXDomain => "NXDOMAIN".into(),
+        R::NotImp => "NOTIMP".into(),
+        R::Refused => "REFUSED".into(),
+        other => format!("RCODE{}", u16::from(other)),
+    }
 }
