@@ -834,24 +834,15 @@ fn make_true(w: &mut Driven, shape: &Shape, assumed: &[Assumption], now: Instant
                 cluster,
                 result: Err("assumed".into()),
             }],
-            Health::Healthy => vec![
+            // Heartbeats answer; a failing watch is what degrades a member that answers.
+            Health::Healthy | Health::Degraded => vec![
                 Event::Heartbeat {
                     cluster: cluster.clone(),
                     result: Ok(()),
                 },
                 Event::WatchHealth {
                     cluster,
-                    failure: None,
-                },
-            ],
-            Health::Degraded => vec![
-                Event::Heartbeat {
-                    cluster: cluster.clone(),
-                    result: Ok(()),
-                },
-                Event::WatchHealth {
-                    cluster,
-                    failure: Some("assumed".into()),
+                    failure: (h == Health::Degraded).then(|| "assumed".into()),
                 },
             ],
         };
