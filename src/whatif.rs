@@ -138,20 +138,7 @@ pub fn simulate(
 fn summary_words(sim: &Simulated) -> Vec<String> {
     let s = &sim.simulation;
     let t = &s.totals;
-    let mut words = vec![format!(
-        "assuming {}, {} s from now{}:",
-        if s.assumptions.is_empty() {
-            "nothing".to_owned()
-        } else {
-            s.assumptions.join(", ")
-        },
-        s.after_seconds,
-        if sim.settled {
-            " (once every window it starts has run out)"
-        } else {
-            ""
-        }
-    )];
+    let mut words = vec![assuming_words(&s.assumptions, s.after_seconds, sim.settled)];
     if t.services_changed == 0 && t.workloads_changed == 0 {
         words.push("  nothing changes: every answer, EDS priority and placement stays".into());
         return words;
@@ -313,15 +300,24 @@ pub fn imagine(
         .iter()
         .map(ToString::to_string)
         .collect();
-    let words = format!(
-        "assuming {}, {} s from now{}:",
-        assumed.join(", "),
-        imagined.at.saturating_duration_since(now).as_secs(),
-        if scenario.after.is_none() {
+    let after = imagined.at.saturating_duration_since(now).as_secs();
+    let words = assuming_words(&assumed, after, scenario.after.is_none());
+    Ok((imagined, words))
+}
+
+/// The line that says what a what-if assumes and when it looks.
+fn assuming_words(assumptions: &[String], after_seconds: u64, settled: bool) -> String {
+    format!(
+        "assuming {}, {after_seconds} s from now{}:",
+        if assumptions.is_empty() {
+            "nothing".to_owned()
+        } else {
+            assumptions.join(", ")
+        },
+        if settled {
             " (once every window it starts has run out)"
         } else {
             ""
         }
-    );
-    Ok((imagined, words))
+    )
 }
