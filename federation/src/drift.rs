@@ -26,6 +26,11 @@
 //! - ignored in desired: `status`, and `metadata.resourceVersion`, `uid`, `generation`,
 //!   `creationTimestamp`, `managedFields` (the member's API server sets its own).
 //!
+//! `admitted(desired, stored)` is `desired` as the member kept it: the apply's answer, where a
+//! mutating webhook rewrote or dropped what meridian set. Drift measured against it (instead
+//! of the body sent) is what someone changed *after* the apply, so an object a webhook rewrites
+//! is not re-applied on every pass.
+//!
 //! Each path is an RFC 6901 pointer into `desired` (list elements by their index there, so a
 //! path always resolves in `desired`, also for an element live lacks): the value meridian
 //! applied that the member no longer holds.
@@ -47,10 +52,27 @@ const SERVER_METADATA: &[&str] = &[
 /// The pointers at which `desired` is not contained in `live` (see the module docs), sorted;
 /// empty when there is no drift.
 pub fn drifted(desired: &Value, live: &Value) -> Vec<String> {
+    walk(&mut desired.clone(), live)
+}
+
+/// `desired` as the member admitted it: where the object the member stored in answer to the
+/// apply (`stored`) does not contain `desired` (a mutating webhook pinned an image to a digest,
+/// or dropped a field), `desired` takes the stored value (null, "expect nothing", for a dropped
+/// one; a keyed element the member dropped is left out). Drift is then measured against what
+/// the member keeps, so such an object is not re-applied on every pass: see [`drifted`].
+pub fn admitted(desired: &Value, stored: &Value) -> Value {
+    let mut admitted = desired.clone();
+    walk(&mut admitted, stored);
+    admitted
+}
+
+/// Compares `desired` with `live`, and rewrites `desired` to what `live` holds wherever it
+/// drifted; returns the drifted pointers, sorted.
+fn walk(desired: &mut Value, live: &Value) -> Vec<String> {
     let mut walk = Walk::default();
     match desired {
         Value::Object(fields) => {
-            for (key, d) in fields {
+            for (key, d) in fields.iter_mut() {
                 let rules = match key.as_str() {
                     "status" => continue,
                     "metadata" | "data" | "stringData" | "binaryData" => Rules::VERBATIM,
@@ -58,7 +80,7 @@ pub fn drifted(desired: &Value, live: &Value) -> Vec<String> {
                 };
                 walk.enter(key, |w| match (key.as_str(), d) {
                     ("metadata", Value::Object(metadata)) => w.metadata(metadata, live.get(key)),
-                    _ => w.value(d, live.get(key), rules),
+                    (_, d) => w.value(d, live.get(key), rules),
                 });
             }
         }
@@ -120,8 +142,8 @@ impl Walk {
         self.drift.push(self.at.clone());
     }
 
-    fn metadata(&mut self, desired: &Map<String, Value>, live: Option<&Value>) {
-        for (key, d) in desired {
+    fn metadata(&mut self, desired: &mut Map<String, Value>, live: Option<&Value>) {
+        for (key, d) in desired.iter_mut() {
             if !SERVER_METADATA.contains(&key.as_str()) {
                 self.enter(key, |w| {
                     w.value(d, live.and_then(|l| l.get(key)), Rules::VERBATIM)
@@ -130,15 +152,17 @@ impl Walk {
         }
     }
 
-    fn value(&mut self, desired: &Value, live: Option<&Value>, rules: Rules) {
+    /// Compares one value; where it drifted, `desired` becomes what `live` holds.
+    fn value(&mut self, desired: &mut Value, live: Option<&Value>, rules: Rules) {
         match (desired, live) {
             (d, None | Some(Value::Null)) => {
                 if !(d.is_null() || rules.omitted_zeros && is_zero(d)) {
                     self.drift_here();
+                    *d = Value::Null;
                 }
             }
             (Value::Object(d), Some(Value::Object(l))) => {
-                for (key, dv) in d {
+                for (key, dv) in d.iter_mut() {
                     let rules = if key == "env" && dv.is_array() {
                         rules.env()
                     } else {
@@ -151,31 +175,45 @@ impl Walk {
             (d, Some(l)) => {
                 if !scalar_eq(d, l, rules) {
                     self.drift_here();
+                    *d = l.clone();
                 }
             }
         }
     }
 
-    fn list(&mut self, desired: &[Value], live: &[Value], rules: Rules) {
+    fn list(&mut self, desired: &mut Vec<Value>, live: &[Value], rules: Rules) {
         let Some(key) = ListKey::of(desired) else {
             if !desired.is_empty() && desired.len() != live.len() {
-                return self.drift_here();
+                self.drift_here();
+                *desired = live.to_vec();
+                return;
             }
-            for (i, (d, l)) in desired.iter().zip(live).enumerate() {
+            for (i, (d, l)) in desired.iter_mut().zip(live).enumerate() {
                 self.enter(&i.to_string(), |w| w.value(d, Some(l), rules));
             }
             return;
         };
-        for (i, d) in desired.iter().enumerate() {
-            // The n-th desired element with a key matches the n-th live one: duplicates are
-            // invalid in Kubernetes, but a value is then still contained in itself.
-            let nth = desired[..i].iter().filter(|e| key.same(e, d)).count();
-            let l = live.iter().filter(|e| key.same(e, d)).nth(nth);
+        // The n-th desired element with a key matches the n-th live one: duplicates are
+        // invalid in Kubernetes, but a value is then still contained in itself.
+        let matches: Vec<Option<&Value>> = (0..desired.len())
+            .map(|i| {
+                let d = &desired[i];
+                let nth = desired[..i].iter().filter(|e| key.same(e, d)).count();
+                live.iter().filter(|e| key.same(e, d)).nth(nth)
+            })
+            .collect();
+        let mut kept = vec![true; desired.len()];
+        for (i, (d, l)) in desired.iter_mut().zip(matches).enumerate() {
             self.enter(&i.to_string(), |w| match l {
                 Some(l) => w.value(d, Some(l), rules),
-                None => w.drift_here(),
+                None => {
+                    w.drift_here();
+                    kept[i] = false;
+                }
             });
         }
+        let mut kept = kept.into_iter();
+        desired.retain(|_| kept.next().unwrap_or(true));
     }
 }
 

@@ -12,9 +12,11 @@
 //!  core::placement::Placements ──render::render_all──► every file, and every problem
 //!
 //!  for the propagation task, which applies objects to members and watches them there:
-//!  apply body + member's live object ──retain::retain──► body keeping the member's fields
-//!                                                       (an HPA's spec.replicas)
-//!  apply body + member's live object ──drift::drifted──► pointers the member no longer holds
+//!  apply body + member's live object ──retain::retain──► body without the member's fields
+//!                                     (an HPA's spec.replicas), and a handover apply of those
+//!                                     meridian still owns
+//!  apply body + the apply's answer ──drift::admitted──► what the member admitted of the body
+//!  that + member's live object ──drift::drifted──► pointers the member no longer holds
 //!  live copies in the members ──status::aggregate──► the hub template's status (counters,
 //!                                                    conditions, gated observedGeneration)
 //!                             ──status::ready──► whether a copy may replace another

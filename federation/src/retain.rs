@@ -1,15 +1,26 @@
 //! Fields that belong to the member: before meridian applies a template to a member, the
-//! retained fields of the apply body take the member's live values, so the apply neither
-//! overwrites nor claims them (a member's HPA owns `spec.replicas`).
+//! retained fields leave the apply body, so the apply neither overwrites nor claims them (a
+//! member's HPA owns `spec.replicas`).
 //!
 //! ```text
 //!  desired (the apply body) ─┐
 //!  live (the member's object, None before the first apply) ─┤
-//!  paths (RFC 6901 pointers) ─┴─retain─► desired, per path:
-//!      live has a value there ─► desired takes it
-//!      live has none (or null) ─► desired drops it (meridian does not claim it)
-//!      live is None            ─► desired as it was (the first apply sets the field)
+//!  paths (RFC 6901 pointers) ─┴─retain─► desired, per path, and a handover apply:
+//!      live None             ─► desired as it was (the first apply sets the field)
+//!      live has none (null)  ─► desired drops it (meridian does not claim it)
+//!      live has a value      ─► desired drops it; if meridian still owns it (live's
+//!                               managedFields), the handover takes it at its live value
+//!      … through a list      ─► desired takes live's value (a list element's identity is
+//!                               not known here, so it cannot be handed over)
 //! ```
+//!
+//! Why drop instead of sending the live value: a watch that lags the member's own writer (an
+//! HPA that just scaled) would make meridian send the old value back. Why the handover: when
+//! the last manager of a field stops sending it, the API server deletes it (a Deployment's
+//! replicas fall back to 1). The handover apply, made under [`HANDOVER_MANAGER`] without force
+//! before the body, keeps the field owned at its live value; the member's writer takes it over
+//! on its next write (an update moves ownership), and a handover that meets a field someone
+//! else changed since fails with a conflict and changes nothing, which is as good.
 //!
 //! All or nothing: every path is checked before anything changes, and a path that cannot be
 //! followed in `desired` leaves `desired` as it was.
@@ -18,6 +29,10 @@ use serde_json::{Map, Value};
 
 /// The field a member's HorizontalPodAutoscaler owns in the object it scales.
 pub const HPA_RETAINED: &str = "/spec/replicas";
+
+/// The field manager that holds retained fields meridian let go of, until the member's own
+/// writer takes them (see the module docs).
+pub const HANDOVER_MANAGER: &str = "meridian-handover";
 
 /// Why a retained path cannot be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,34 +43,106 @@ pub enum RetainError {
     Unreachable { path: String, reason: &'static str },
 }
 
-/// Copies each of `paths` from `live` into `desired`, or removes it from `desired` where
-/// `live` has none; nothing when `live` is None (see the module docs).
+/// Takes each of `paths` out of `desired` (or, through a list, sets it to live's value) where
+/// `live` is the member's object; nothing when `live` is None. Returns the handover apply for
+/// the fields `manager` still owns in `live`, if any (see the module docs).
 pub fn retain(
     desired: &mut Value,
     live: Option<&Value>,
     paths: &[String],
-) -> Result<(), RetainError> {
+    manager: &str,
+) -> Result<Option<Value>, RetainError> {
     let parsed = paths
         .iter()
         .map(|path| tokens(path).map(|t| (path, t)))
         .collect::<Result<Vec<_>, _>>()?;
     let Some(live) = live else {
-        return Ok(());
+        return Ok(None);
     };
     let mut out = desired.clone();
+    let mut handover = identity(desired);
+    let mut handed_over = false;
     for (path, tokens) in parsed {
+        let unreachable = |reason| RetainError::Unreachable {
+            path: path.clone(),
+            reason,
+        };
         match live.pointer(path).filter(|v| !v.is_null()) {
+            Some(_) if through_list(live, &tokens) => {
+                copy(&mut out, live, &tokens).map_err(unreachable)?
+            }
             Some(_) => {
-                copy(&mut out, live, &tokens).map_err(|reason| RetainError::Unreachable {
-                    path: path.clone(),
-                    reason,
-                })?
+                remove(&mut out, &tokens);
+                if owns(live, manager, &tokens) {
+                    copy(&mut handover, live, &tokens).map_err(unreachable)?;
+                    handed_over = true;
+                }
             }
             None => remove(&mut out, &tokens),
         }
     }
     *desired = out;
-    Ok(())
+    Ok(handed_over.then_some(handover))
+}
+
+/// What an apply body of `object` needs to name it: apiVersion, kind, name and namespace.
+fn identity(object: &Value) -> Value {
+    let mut metadata = Map::new();
+    for key in ["name", "namespace"] {
+        if let Some(v) = object.pointer(&format!("/metadata/{key}")) {
+            metadata.insert(key.into(), v.clone());
+        }
+    }
+    let mut out = Map::new();
+    for key in ["apiVersion", "kind"] {
+        if let Some(v) = object.get(key) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    out.insert("metadata".into(), Value::Object(metadata));
+    Value::Object(out)
+}
+
+/// Whether following `tokens` in `live` goes through a list.
+fn through_list(live: &Value, tokens: &[String]) -> bool {
+    let mut at = live;
+    for token in tokens {
+        match at {
+            Value::Array(_) => return true,
+            Value::Object(m) => match m.get(token) {
+                Some(next) => at = next,
+                None => return false,
+            },
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Whether `manager`'s apply owns the field at `tokens` (maps only) in `live`, by its
+/// managedFields (FieldsV1: `f:<key>` per level).
+fn owns(live: &Value, manager: &str, tokens: &[String]) -> bool {
+    let Some(entries) = live
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+    else {
+        return false;
+    };
+    let text = |e: &Value, key| e.get(key).and_then(Value::as_str).map(str::to_string);
+    entries
+        .iter()
+        .filter(|e| {
+            text(e, "manager").as_deref() == Some(manager)
+                && text(e, "operation").as_deref() == Some("Apply")
+                && text(e, "subresource").is_none_or(|s| s.is_empty())
+        })
+        .any(|e| {
+            let mut at = e.get("fieldsV1");
+            for token in tokens {
+                at = at.and_then(|v| v.get(format!("f:{token}")));
+            }
+            at.is_some()
+        })
 }
 
 /// The unescaped reference tokens of a pointer; the whole object (`""`) is not a field.

@@ -197,11 +197,24 @@ pub struct ApplyOptions {
     /// Take fields over from other managers instead of failing with 409: meridian is the
     /// source of truth for what it writes.
     pub force: bool,
+    /// The field manager to apply as; meridian's own ([`FIELD_MANAGER`]) when None.
+    pub manager: Option<&'static str>,
 }
 
 impl ApplyOptions {
     pub fn force() -> Self {
-        Self { force: true }
+        Self {
+            force: true,
+            manager: None,
+        }
+    }
+
+    /// An apply as another field manager, without force.
+    pub fn as_manager(manager: &'static str) -> Self {
+        Self {
+            force: false,
+            manager: Some(manager),
+        }
     }
 }
 
@@ -465,7 +478,7 @@ impl Applier {
 }
 
 fn params(opts: ApplyOptions) -> PatchParams {
-    let params = PatchParams::apply(FIELD_MANAGER);
+    let params = PatchParams::apply(opts.manager.unwrap_or(FIELD_MANAGER));
     if opts.force { params.force() } else { params }
 }
 

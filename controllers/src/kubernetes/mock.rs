@@ -151,6 +151,13 @@ fn discovery(path: &str) -> Option<Reply> {
             ("services", "Service", true, &["status"]),
             ("configmaps", "ConfigMap", true, &[]),
             ("namespaces", "Namespace", false, &["status"]),
+            ("pods", "Pod", true, &["status"]),
+            (
+                "persistentvolumeclaims",
+                "PersistentVolumeClaim",
+                true,
+                &["status"],
+            ),
         ],
         "/apis/apps/v1" => &[("deployments", "Deployment", true, &["status", "scale"])],
         "/apis/discovery.k8s.io/v1" => &[("endpointslices", "EndpointSlice", true, &[])],

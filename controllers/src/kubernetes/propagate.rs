@@ -6,10 +6,12 @@
 //!    + what each member holds (a watch per placed kind, on meridian's label)
 //!    ─► core's Rollout per template: writes, drains, deletes (growth first)
 //!    ─► per write: federation::render::manifest (replicas, overrides, meridian's marks)
-//!         + retain (an HPA's /spec/replicas, the policy's paths, from the live object)
+//!         + retain (an HPA's /spec/replicas, the policy's paths: left to the member, and
+//!           handed over first where meridian still owns them)
 //!         + conflict check (an object meridian did not label: Abort | Overwrite)
 //!         + the namespace, created (and labelled) when the member has none
-//!       ─► Applier::apply when changed or drifted (federation::drift against the watch)
+//!       ─► Applier::apply when changed or drifted (federation::drift: the watch against what
+//!          the member admitted of the last apply; reverts that keep coming back are held off)
 //!    ─► status: federation::status::aggregate onto the hub template; a Placement per template
 //! ```
 //!
@@ -52,6 +54,13 @@ const PLACED_SELECTOR: &str = "app.kubernetes.io/managed-by=meridian,meridian.io
 /// Objects found in the way (conflicts) are looked for again this often.
 const RESYNC: Duration = Duration::from_secs(60);
 const DEBOUNCE: Duration = Duration::from_millis(100);
+/// Drift reverted this many times in a row, each within [`FIGHT_WINDOW`] of the last, is a
+/// fight with another controller: the object is left alone for [`HOLD_FIRST`], doubling up to
+/// [`HOLD_MAX`] while the fight goes on.
+const FIGHT_REVERTS: u32 = 5;
+const FIGHT_WINDOW: Duration = Duration::from_secs(120);
+const HOLD_FIRST: Duration = Duration::from_secs(30);
+const HOLD_MAX: Duration = Duration::from_secs(600);
 
 /// The label value naming `key`: `<kind>.<group>.<name>` (group `core` for v1), bounded to 63
 /// characters with a hash.
@@ -126,12 +135,49 @@ struct PlacedWatch {
 /// that apply came from.
 type Applied = (i64, i64);
 
+/// Drift reverts of one object that followed each other closely (see [`FIGHT_REVERTS`]).
+#[derive(Clone, Copy, Debug)]
+struct Reverts {
+    count: u32,
+    last: Instant,
+    held_until: Option<Instant>,
+}
+
+impl Reverts {
+    /// One more revert at `now`; starts (or lengthens) a hold when the fight goes on.
+    fn revert(previous: Option<Reverts>, now: Instant) -> Reverts {
+        let count = match previous {
+            Some(r) if now.saturating_duration_since(r.last) <= FIGHT_WINDOW => r.count + 1,
+            _ => 1,
+        };
+        let held_until = (count >= FIGHT_REVERTS).then(|| {
+            let doublings = (count - FIGHT_REVERTS).min(8);
+            now + (HOLD_FIRST * 2u32.pow(doublings)).min(HOLD_MAX)
+        });
+        Reverts {
+            count,
+            last: now,
+            held_until,
+        }
+    }
+
+    fn held(&self, now: Instant) -> Option<Duration> {
+        self.held_until
+            .map(|t| t.saturating_duration_since(now))
+            .filter(|left| !left.is_zero())
+    }
+}
+
 /// What the leader keeps per member.
 struct Member {
     applier: Applier,
     /// The `MemberFacts::connection` the applier and watches were made for.
     connection: u64,
     written: Written,
+    /// Per object, the last apply body as the member admitted it (drift::admitted of its
+    /// answer): what drift is measured against.
+    admitted: BTreeMap<ObjectId, Value>,
+    reverts: BTreeMap<ObjectId, Reverts>,
     /// Per object, for observedGeneration gating.
     applied: BTreeMap<ObjectId, Applied>,
     watches: BTreeMap<(String, String), PlacedWatch>,
@@ -162,6 +208,8 @@ impl Member {
             applier: Applier::new(client, leadership, cluster),
             connection,
             written: Written::default(),
+            admitted: BTreeMap::new(),
+            reverts: BTreeMap::new(),
             applied: BTreeMap::new(),
             watches: BTreeMap::new(),
             hpas: None,
@@ -248,6 +296,14 @@ impl Member {
             }
         }
         out
+    }
+
+    /// Forgets what was written of `id` (it was deleted or released).
+    fn forget(&mut self, id: &ObjectId) {
+        self.written.forget(id);
+        self.admitted.remove(id);
+        self.reverts.remove(id);
+        self.applied.remove(id);
     }
 
     /// Whether an HPA in the member scales `key`'s workload (an HPA's target may leave out
@@ -627,6 +683,9 @@ enum Job {
         abort_on_foreign: bool,
         /// The fields found drifted, when the body itself is unchanged since the last write.
         drifted: Vec<String>,
+        /// Retained fields meridian still owns, to hand over before the body leaves them out
+        /// (retain::HANDOVER_MANAGER).
+        handover: Option<Value>,
         template_generation: i64,
     },
     Delete {
@@ -755,17 +814,31 @@ fn copy_job(
     if m.scaled_by_hpa(&template.key) {
         retained.push(retain::HPA_RETAINED.to_string());
     }
-    retain::retain(&mut body, live.as_ref(), &retained).map_err(|e| e.to_string())?;
+    let handover = retain::retain(&mut body, live.as_ref(), &retained, apply::FIELD_MANAGER)
+        .map_err(|e| e.to_string())?;
     let unchanged = m.written.unchanged(&id, &body);
-    // Drift is a live object that no longer holds what was written: only meaningful when
-    // the body is the one written (a new body is a change, not drift).
+    // Drift is a live object that no longer holds what the member admitted of the last
+    // write: only meaningful when the body is the one written (a new body is a change).
     let drifted = match (&live, unchanged) {
-        (Some(live), true) => drift::drifted(&without_type(&body), live),
+        (Some(live), true) => match m.admitted.get(&id) {
+            Some(admitted) => drift::drifted(admitted, live),
+            None => drift::drifted(&without_type(&body), live),
+        },
         (None, true) if m.seen.contains(&id) => vec!["the object is gone".into()],
         _ => Vec::new(),
     };
-    if unchanged && drifted.is_empty() {
+    if unchanged && drifted.is_empty() && handover.is_none() {
         return Ok(None);
+    }
+    if !drifted.is_empty()
+        && let Some(left) = m.reverts.get(&id).and_then(|r| r.held(pass.now))
+    {
+        return Err(format!(
+            "drift at {} comes back after every revert: another controller or a webhook \
+             changes what meridian sets; reverted again in {} s",
+            drifted.join(", "),
+            left.as_secs().max(1)
+        ));
     }
     if m.refused.get(&id) == Some(&apply::fingerprint(&body)) {
         return Err(m
@@ -783,6 +856,7 @@ fn copy_job(
         check_foreign,
         abort_on_foreign,
         drifted,
+        handover,
         template_generation: template.generation,
     }))
 }
@@ -838,7 +912,7 @@ async fn carry_out(
         m.errors.insert(job.id().clone(), e);
     }
     let applier = &m.applier;
-    let results: Vec<(Job, Result<Option<i64>, JobError>)> = futures::stream::iter(ready)
+    let results: Vec<(Job, Result<Option<Value>, JobError>)> = futures::stream::iter(ready)
         .map(|job| async move {
             let result = execute(applier, &job).await;
             (job, result)
@@ -857,12 +931,23 @@ async fn carry_out(
                     template_generation,
                     ..
                 },
-                Ok(Some(generation)),
+                Ok(Some(stored)),
             ) => {
                 if !drifted.is_empty() {
                     info!(cluster = %cluster, object = %id, fields = ?drifted, "drift reverted");
                     metrics.drift_reverted.inc();
+                    let reverts = Reverts::revert(m.reverts.get(&id).copied(), pass.now);
+                    if reverts.count == FIGHT_REVERTS {
+                        warn!(cluster = %cluster, object = %id, fields = ?drifted, "drift comes back after every revert: held off while the fight goes on");
+                    }
+                    m.reverts.insert(id.clone(), reverts);
                 }
+                let generation = stored
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                m.admitted
+                    .insert(id.clone(), drift::admitted(&without_type(&body), &stored));
                 debug!(cluster = %cluster, template = %key, "applied");
                 metrics.applied(&cluster, "ok");
                 m.written.record(&id, &body);
@@ -882,8 +967,7 @@ async fn carry_out(
             (Job::Delete { key, .. }, Ok(_)) => {
                 info!(cluster = %cluster, template = %key, "deleted the copy no longer placed here");
                 metrics.evictions.inc();
-                m.written.forget(&id);
-                m.applied.remove(&id);
+                m.forget(&id);
                 m.checked.remove(&id);
                 m.errors.remove(&id);
                 m.seen.remove(&id);
@@ -891,8 +975,7 @@ async fn carry_out(
             }
             (Job::Release { key, .. }, Ok(_)) => {
                 info!(cluster = %cluster, template = %key, "template gone: the copy is kept (preserveResourcesOnDeletion) and no longer meridian's");
-                m.written.forget(&id);
-                m.applied.remove(&id);
+                m.forget(&id);
             }
             (_, Err(JobError::Api(apply::Error::NotLeader))) => {
                 // Leadership lapsed mid-pass: the rest of the pass is not this replica's.
@@ -915,9 +998,9 @@ async fn carry_out(
     conflicts
 }
 
-/// One job's requests. An apply answers the member's metadata.generation after it, or None
-/// when an object meridian did not create is in the way (conflictResolution Abort).
-async fn execute(applier: &Applier, job: &Job) -> Result<Option<i64>, JobError> {
+/// One job's requests. An apply answers the object as the member stored it, or None when an
+/// object meridian did not create is in the way (conflictResolution Abort).
+async fn execute(applier: &Applier, job: &Job) -> Result<Option<Value>, JobError> {
     // A member that stops answering (not yet Unreachable) must not hold up the pass.
     tokio::time::timeout(REQUEST_TIMEOUT, requests(applier, job))
         .await
@@ -946,13 +1029,14 @@ impl std::fmt::Display for JobError {
     }
 }
 
-async fn requests(applier: &Applier, job: &Job) -> Result<Option<i64>, apply::Error> {
+async fn requests(applier: &Applier, job: &Job) -> Result<Option<Value>, apply::Error> {
     match job {
         Job::Apply {
             id,
             body,
             check_foreign,
             abort_on_foreign,
+            handover,
             ..
         } => {
             if *check_foreign {
@@ -967,14 +1051,32 @@ async fn requests(applier: &Applier, job: &Job) -> Result<Option<i64>, apply::Er
                     info!(cluster = %applier.cluster(), object = %id, "adopting an object meridian did not create (conflictResolution Overwrite)");
                 }
             }
+            if let Some(handover) = handover {
+                hand_over(applier, id, handover).await?;
+            }
             let stored = applier.apply(id, body, ApplyOptions::force()).await?;
-            Ok(Some(stored.metadata.generation.unwrap_or(0)))
+            Ok(Some(as_json(&stored)))
         }
         Job::Delete { id, .. } => applier.delete(id).await.map(|()| None),
         Job::Release { id, .. } => {
             let patch = json!({"metadata": {"labels": {MANAGED_BY.0: null, TEMPLATE_LABEL: null}}});
             applier.merge_patch(id, &patch).await.map(|_| None)
         }
+    }
+}
+
+/// Applies the retained fields meridian still owns at their live values as
+/// retain::HANDOVER_MANAGER, so that they stay when meridian's body leaves them out.
+async fn hand_over(applier: &Applier, id: &ObjectId, handover: &Value) -> Result<(), apply::Error> {
+    let as_handover = ApplyOptions::as_manager(retain::HANDOVER_MANAGER);
+    match applier.apply(id, handover, as_handover).await {
+        Ok(_) => {
+            debug!(cluster = %applier.cluster(), object = %id, "retained fields handed over");
+            Ok(())
+        }
+        // The member's writer changed the field since the watch saw it: it is theirs already.
+        Err(e) if e.is_conflict() => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -1529,33 +1631,4 @@ fn strip_nulls(mut v: Value) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn template_labels_are_bounded_label_values() {
-        let key = TemplateKey::new("apps/v1", "Deployment", "shop", "web");
-        assert_eq!(template_label(&key), "deployment.apps.web");
-        let key = TemplateKey::new("v1", "ConfigMap", "shop", "settings");
-        assert_eq!(template_label(&key), "configmap.core.settings");
-        let long = TemplateKey::new("apps/v1", "Deployment", "shop", &"x".repeat(80));
-        let label = template_label(&long);
-        assert_eq!(label.len(), 63);
-        assert!(label.starts_with("deployment.apps.xxx"));
-        assert_ne!(
-            label,
-            template_label(&TemplateKey::new(
-                "apps/v1",
-                "Deployment",
-                "shop",
-                &"x".repeat(81)
-            ))
-        );
-    }
-
-    #[test]
-    fn nulls_are_left_out_of_what_is_applied() {
-        let v = strip_nulls(json!({"a": null, "b": {"c": null, "d": 1}, "e": [{"f": null}]}));
-        assert_eq!(v, json!({"b": {"d": 1}, "e": [{}]}));
-    }
-}
+mod tests;

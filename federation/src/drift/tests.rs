@@ -346,6 +346,58 @@ fn a_missing_live_object_part_is_drift_at_its_root() {
     assert_eq!(drifted(&desired, &json!(null)), ["/metadata/name", "/spec"]);
 }
 
+/// The web container's image in `live()`, where it is the third container.
+const WEB_IMAGE_LIVE: &str = "/spec/template/spec/containers/2/image";
+
+#[test]
+fn a_field_a_webhook_rewrote_is_expected_as_the_member_stored_it() {
+    let desired = applied();
+    let pinned = "registry.example.com/shop/web@sha256:0123";
+    let stored = live_with(WEB_IMAGE_LIVE, json!(pinned));
+    assert_eq!(
+        drifted(&desired, &stored),
+        ["/spec/template/spec/containers/0/image"],
+        "the rewrite is drift against the body sent"
+    );
+    let expected = admitted(&desired, &stored);
+    assert_eq!(
+        expected.pointer("/spec/template/spec/containers/0/image"),
+        Some(&json!(pinned))
+    );
+    assert!(drifted(&expected, &stored).is_empty());
+    // Someone changing the field afterwards is drift again.
+    let edited = live_with(WEB_IMAGE_LIVE, json!("evil:1"));
+    assert_eq!(
+        drifted(&expected, &edited),
+        ["/spec/template/spec/containers/0/image"]
+    );
+    // What did not drift is kept as sent.
+    assert_eq!(
+        expected.pointer("/spec/replicas"),
+        desired.pointer("/spec/replicas")
+    );
+}
+
+#[test]
+fn a_field_or_element_the_member_dropped_is_not_expected() {
+    let desired = applied();
+    let stored = live_without(WEB_IMAGE_LIVE);
+    let expected = admitted(&desired, &stored);
+    assert_eq!(
+        expected.pointer("/spec/template/spec/containers/0/image"),
+        Some(&Value::Null)
+    );
+    assert!(drifted(&expected, &stored).is_empty());
+    let mut no_containers = live();
+    no_containers["spec"]["template"]["spec"]["containers"] = json!([]);
+    let expected = admitted(&desired, &no_containers);
+    assert_eq!(
+        expected.pointer("/spec/template/spec/containers"),
+        Some(&json!([]))
+    );
+    assert!(drifted(&expected, &no_containers).is_empty());
+}
+
 /// Arbitrary JSON, with objects keyed from a small alphabet so that names and keys collide.
 fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
@@ -384,6 +436,20 @@ proptest! {
         for path in drifted(&desired, &live) {
             prop_assert!(desired.pointer(&path).is_some(), "{} in {}", path, desired);
         }
+    }
+
+    /// What the member admitted is contained in what it stored, whatever it rewrote.
+    #[test]
+    fn what_the_member_admitted_holds_in_what_it_stored(desired in json_value(), stored in json_value()) {
+        prop_assert_eq!(drifted(&admitted(&desired, &stored), &stored), Vec::<String>::new());
+    }
+
+    /// Admitting what the member stored unchanged changes nothing.
+    #[test]
+    fn an_unrewritten_body_is_admitted_as_it_is(v in json_value(), extra in json_value()) {
+        let mut stored = v.clone();
+        add_key(&mut stored, &extra);
+        prop_assert_eq!(admitted(&v, &stored), v);
     }
 
     /// Keys another manager adds to live objects are never drift.

@@ -18,13 +18,68 @@ fn paths(paths: &[&str]) -> Vec<String> {
     paths.iter().map(|p| p.to_string()).collect()
 }
 
+const MERIDIAN: &str = "meridian";
+
+/// managedFields with one entry.
+fn managed(manager: &str, operation: &str, subresource: Option<&str>, fields: Value) -> Value {
+    let mut entry = json!({"manager": manager, "operation": operation, "fieldsType": "FieldsV1", "fieldsV1": fields});
+    if let Some(s) = subresource {
+        entry["subresource"] = json!(s);
+    }
+    json!([entry])
+}
+
 #[test]
-fn retained_replicas_are_copied_from_live() {
-    let live = json!({"spec": {"replicas": 7}});
+fn retained_replicas_leave_the_body_and_nothing_is_handed_over_that_meridian_does_not_own() {
+    let replicas = json!({"f:spec": {"f:replicas": {}}});
+    let unowned = [
+        json!({"spec": {"replicas": 7}}),
+        json!({"spec": {"replicas": 7}, "metadata": {"managedFields":
+            managed("kube-controller-manager", "Update", None, replicas.clone())}}),
+        json!({"spec": {"replicas": 7}, "metadata": {"managedFields":
+            managed(MERIDIAN, "Apply", Some("status"), replicas.clone())}}),
+        json!({"spec": {"replicas": 7}, "metadata": {"managedFields":
+            managed(MERIDIAN, "Apply", None, json!({"f:spec": {"f:paused": {}}}))}}),
+    ];
+    for live in unowned {
+        let mut d = desired();
+        let handover = retain(&mut d, Some(&live), &paths(&[HPA_RETAINED]), MERIDIAN).unwrap();
+        assert!(d["spec"].get("replicas").is_none(), "{d}");
+        assert_eq!(d["spec"]["template"], desired()["spec"]["template"]);
+        assert_eq!(handover, None, "{live}");
+    }
+}
+
+#[test]
+fn retained_fields_meridian_owns_are_handed_over_at_their_live_values() {
+    let live = json!({
+        "spec": {"replicas": 7},
+        "metadata": {
+            "labels": {"owner/team": "member"},
+            "managedFields": managed(MERIDIAN, "Apply", None, json!({
+                "f:spec": {"f:replicas": {}},
+                "f:metadata": {"f:labels": {"f:owner/team": {}}},
+            })),
+        },
+    });
     let mut d = desired();
-    retain(&mut d, Some(&live), &paths(&[HPA_RETAINED])).unwrap();
-    assert_eq!(d["spec"]["replicas"], 7);
-    assert_eq!(d["spec"]["template"], desired()["spec"]["template"]);
+    let handover = retain(
+        &mut d,
+        Some(&live),
+        &paths(&[HPA_RETAINED, "/metadata/labels/owner~1team"]),
+        MERIDIAN,
+    )
+    .unwrap();
+    assert!(d["spec"].get("replicas").is_none(), "{d}");
+    assert_eq!(
+        handover,
+        Some(json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "labels": {"owner/team": "member"}},
+            "spec": {"replicas": 7},
+        }))
+    );
 }
 
 #[test]
@@ -39,6 +94,7 @@ fn a_field_live_lacks_is_removed_from_desired() {
             "/metadata/annotations/team",
             "/spec/paused",
         ]),
+        MERIDIAN,
     )
     .unwrap();
     assert!(d["spec"].get("replicas").is_none(), "{d}");
@@ -49,21 +105,14 @@ fn a_field_live_lacks_is_removed_from_desired() {
 #[test]
 fn live_none_leaves_desired_as_it_is() {
     let mut d = desired();
-    retain(&mut d, None, &paths(&[HPA_RETAINED, "/spec/clusterIP"])).unwrap();
-    assert_eq!(d, desired());
-}
-
-#[test]
-fn maps_desired_lacks_are_created() {
-    let live = json!({"metadata": {"labels": {"owner/team": "member"}}});
-    let mut d = desired();
     retain(
         &mut d,
-        Some(&live),
-        &paths(&["/metadata/labels/owner~1team"]),
+        None,
+        &paths(&[HPA_RETAINED, "/spec/clusterIP"]),
+        MERIDIAN,
     )
     .unwrap();
-    assert_eq!(d["metadata"]["labels"], json!({"owner/team": "member"}));
+    assert_eq!(d, desired());
 }
 
 #[test]
@@ -73,7 +122,7 @@ fn list_elements_are_retained_by_index() {
     ]}}}});
     let mut d = desired();
     let image = "/spec/template/spec/containers/0/image";
-    retain(&mut d, Some(&live), &paths(&[image])).unwrap();
+    retain(&mut d, Some(&live), &paths(&[image]), MERIDIAN).unwrap();
     assert_eq!(d.pointer(image).unwrap(), "nginx:1.27");
 }
 
@@ -81,7 +130,7 @@ fn list_elements_are_retained_by_index() {
 fn invalid_pointers_are_errors_naming_the_path() {
     for bad in ["spec/replicas", "", "/spec/a~2b", "/spec/trailing~"] {
         let mut d = desired();
-        let err = retain(&mut d, None, &paths(&["/spec/replicas", bad])).unwrap_err();
+        let err = retain(&mut d, None, &paths(&["/spec/replicas", bad]), MERIDIAN).unwrap_err();
         assert!(
             matches!(&err, RetainError::Pointer { path, .. } if path == bad),
             "{bad}: {err:?}"
@@ -95,14 +144,16 @@ fn invalid_pointers_are_errors_naming_the_path() {
 fn a_path_desired_cannot_hold_is_an_error_and_changes_nothing() {
     let live = json!({
         "spec": {"replicas": 1, "template": {"spec": {"containers": [{}, {"image": "x"}]}}},
-        "metadata": {"name": {"odd": true}}
+        "metadata": {"name": {"odd": true}, "managedFields": managed(MERIDIAN, "Apply", None,
+            json!({"f:metadata": {"f:name": {"f:odd": {}}}}))}
     });
+    // Through a list desired lacks an element of; a handover that cannot hold the field.
     for bad in [
         "/spec/template/spec/containers/1/image",
         "/metadata/name/odd",
     ] {
         let mut d = desired();
-        let err = retain(&mut d, Some(&live), &paths(&[HPA_RETAINED, bad])).unwrap_err();
+        let err = retain(&mut d, Some(&live), &paths(&[HPA_RETAINED, bad]), MERIDIAN).unwrap_err();
         assert!(
             matches!(&err, RetainError::Unreachable { path, .. } if path == bad),
             "{err:?}"

@@ -1,0 +1,336 @@
+use super::*;
+
+#[test]
+fn template_labels_are_bounded_label_values() {
+    let key = TemplateKey::new("apps/v1", "Deployment", "shop", "web");
+    assert_eq!(template_label(&key), "deployment.apps.web");
+    let key = TemplateKey::new("v1", "ConfigMap", "shop", "settings");
+    assert_eq!(template_label(&key), "configmap.core.settings");
+    let long = TemplateKey::new("apps/v1", "Deployment", "shop", &"x".repeat(80));
+    let label = template_label(&long);
+    assert_eq!(label.len(), 63);
+    assert!(label.starts_with("deployment.apps.xxx"));
+    assert_ne!(
+        label,
+        template_label(&TemplateKey::new(
+            "apps/v1",
+            "Deployment",
+            "shop",
+            &"x".repeat(81)
+        ))
+    );
+}
+
+#[test]
+fn nulls_are_left_out_of_what_is_applied() {
+    let v = strip_nulls(json!({"a": null, "b": {"c": null, "d": 1}, "e": [{"f": null}]}));
+    assert_eq!(v, json!({"b": {"d": 1}, "e": [{}]}));
+}
+
+// Requests against an API server in the test process (kubernetes::mock): conflicts, the
+// handover of retained fields, and the namespace lifecycle.
+
+use crate::kubernetes::mock::{ApiServer, Reply, Seen, status};
+
+fn member(client: Client) -> Member {
+    Member::new(client, Leadership::always("test"), ClusterId::new("m1"), 0)
+}
+
+fn web() -> (TemplateKey, ObjectId, Value) {
+    let key = TemplateKey::new("apps/v1", "Deployment", "shop", "web");
+    let body = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop",
+                     "labels": {MANAGED_BY.0: MANAGED_BY.1}},
+        "spec": {"replicas": 3},
+    });
+    (key.clone(), object_id(&key), body)
+}
+
+fn apply_job(check_foreign: bool, abort_on_foreign: bool, handover: Option<Value>) -> Job {
+    let (key, id, body) = web();
+    Job::Apply {
+        key,
+        id,
+        body,
+        check_foreign,
+        abort_on_foreign,
+        drifted: Vec::new(),
+        handover,
+        template_generation: 1,
+    }
+}
+
+/// The Deployment `web` as it is in the member, with `labels`.
+fn existing(labels: Value) -> Reply {
+    (
+        200,
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "web", "namespace": "shop", "labels": labels,
+                            "resourceVersion": "5", "uid": "u1"},
+               "spec": {"replicas": 1}}),
+    )
+}
+
+fn summary(calls: &[Seen]) -> Vec<String> {
+    calls
+        .iter()
+        .map(|r| {
+            let manager = r.param("fieldManager").unwrap_or("-");
+            let force = r.param("force").unwrap_or("-");
+            format!("{} {} {manager} {force}", r.method, r.path)
+        })
+        .collect()
+}
+
+const WEB: &str = "/apis/apps/v1/namespaces/shop/deployments/web";
+
+#[tokio::test]
+async fn an_object_meridian_did_not_create_is_left_alone_under_abort() {
+    let (client, server) = ApiServer::start(|r| {
+        (r.method == "GET" && r.path == WEB).then(|| existing(json!({"app": "web"})))
+    });
+    let m = member(client);
+    let got = execute(&m.applier, &apply_job(true, true, None)).await;
+    assert!(matches!(got, Ok(None)), "a conflict, not an apply");
+    assert_eq!(summary(&server.calls()), [format!("GET {WEB} - -")]);
+}
+
+#[tokio::test]
+async fn an_object_meridian_did_not_create_is_adopted_under_overwrite() {
+    let (client, server) = ApiServer::start(|r| {
+        (r.method == "GET" && r.path == WEB).then(|| existing(json!({"app": "web"})))
+    });
+    let m = member(client);
+    let stored = execute(&m.applier, &apply_job(true, false, None))
+        .await
+        .ok()
+        .flatten()
+        .expect("the stored object");
+    assert_eq!(stored["spec"]["replicas"], 3);
+    assert_eq!(
+        summary(&server.calls()),
+        [
+            format!("GET {WEB} - -"),
+            format!("PATCH {WEB} meridian true")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_object_meridian_labelled_is_applied_under_abort() {
+    let (client, server) = ApiServer::start(|r| {
+        (r.method == "GET" && r.path == WEB).then(|| existing(json!({MANAGED_BY.0: MANAGED_BY.1})))
+    });
+    let m = member(client);
+    let got = execute(&m.applier, &apply_job(true, true, None)).await;
+    assert!(matches!(got, Ok(Some(_))));
+    assert_eq!(
+        summary(&server.calls()),
+        [
+            format!("GET {WEB} - -"),
+            format!("PATCH {WEB} meridian true")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn retained_fields_are_handed_over_without_force_before_the_body_leaves_them_out() {
+    let (client, server) = ApiServer::start(|_| None);
+    let m = member(client);
+    let handover = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                          "metadata": {"name": "web", "namespace": "shop"},
+                          "spec": {"replicas": 7}});
+    let job = apply_job(false, true, Some(handover.clone()));
+    assert!(matches!(execute(&m.applier, &job).await, Ok(Some(_))));
+    let calls = server.calls();
+    assert_eq!(
+        summary(&calls),
+        [
+            format!("PATCH {WEB} {} -", retain::HANDOVER_MANAGER),
+            format!("PATCH {WEB} meridian true"),
+        ]
+    );
+    assert_eq!(calls[0].body, handover);
+}
+
+#[tokio::test]
+async fn a_handover_that_meets_another_writer_is_theirs_and_the_body_still_goes() {
+    let (client, server) = ApiServer::start(|r| {
+        (r.param("fieldManager") == Some(retain::HANDOVER_MANAGER))
+            .then(|| status(409, "Conflict", "conflict with \"kube-controller-manager\""))
+    });
+    let m = member(client);
+    let handover = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                          "metadata": {"name": "web", "namespace": "shop"},
+                          "spec": {"replicas": 7}});
+    let job = apply_job(false, true, Some(handover));
+    assert!(matches!(execute(&m.applier, &job).await, Ok(Some(_))));
+    assert_eq!(server.calls().len(), 2);
+    // Any other refusal of the handover stops the apply: the body would drop the field.
+    let (client, server) = ApiServer::start(|r| {
+        (r.param("fieldManager") == Some(retain::HANDOVER_MANAGER))
+            .then(|| status(403, "Forbidden", "no"))
+    });
+    let m = member(client);
+    let job = apply_job(false, true, Some(json!({"spec": {"replicas": 7}})));
+    assert!(
+        matches!(execute(&m.applier, &job).await, Err(JobError::Api(e)) if e.code() == Some(403))
+    );
+    assert_eq!(server.calls().len(), 1);
+}
+
+const NAMESPACES: &str = "/api/v1/namespaces";
+
+#[tokio::test]
+async fn a_namespace_is_created_never_adopted() {
+    let (client, server) = ApiServer::start(|r| {
+        (r.method == "POST" && r.path == NAMESPACES).then(|| (201, r.body.clone()))
+    });
+    let mut m = member(client);
+    ensure_namespace(&mut m, "shop").await.unwrap();
+    let calls = server.calls();
+    assert_eq!(summary(&calls), [format!("POST {NAMESPACES} - -")]);
+    assert_eq!(
+        calls[0].body["metadata"]["labels"][MANAGED_BY.0],
+        MANAGED_BY.1
+    );
+    assert!(m.namespaces.contains("shop"));
+    // Known now: no second request.
+    ensure_namespace(&mut m, "shop").await.unwrap();
+    assert_eq!(server.calls().len(), 1);
+
+    // One that exists is someone else's: known, not taken over.
+    let (client, server) = ApiServer::start(|r| {
+        (r.method == "POST")
+            .then(|| status(409, "AlreadyExists", "namespaces \"shop\" already exists"))
+    });
+    let mut m = member(client);
+    ensure_namespace(&mut m, "shop").await.unwrap();
+    assert!(m.namespaces.contains("shop"));
+    assert!(server.calls().iter().all(|r| r.method == "POST"));
+
+    // A refusal is the error of the copies that need it.
+    let (client, _server) =
+        ApiServer::start(|r| (r.method == "POST").then(|| status(403, "Forbidden", "no")));
+    let mut m = member(client);
+    let e = ensure_namespace(&mut m, "shop").await.unwrap_err();
+    assert!(e.contains("cannot create namespace shop"), "{e}");
+    assert!(!m.namespaces.contains("shop"));
+}
+
+/// A member whose namespace `shop` carries `labels` and holds `pods`; the requests clean_namespaces
+/// made of it.
+async fn cleanup(labels: Value, pods: usize, placed_here: bool) -> Vec<String> {
+    let (client, server) = ApiServer::start(move |r| match (r.method.as_str(), r.path.as_str()) {
+        ("GET", p) if p == format!("{NAMESPACES}/shop") => Some((
+            200,
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": "shop", "labels": labels.clone()}}),
+        )),
+        ("GET", p) if p == format!("{NAMESPACES}/shop/pods") => Some((
+            200,
+            json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                   "metadata": {"resourceVersion": "1"},
+                   "items": (0..pods).map(|i| json!({"metadata": {"name": format!("p{i}")}})).collect::<Vec<_>>()}),
+        )),
+        _ => None,
+    });
+    let mut m = member(client);
+    m.namespaces.insert("shop".into());
+    m.cleanup.insert("shop".into());
+    let snapshot = if placed_here {
+        placed_in_m1()
+    } else {
+        Snapshot::default()
+    };
+    let pass = Pass {
+        snapshot: &snapshot,
+        templates: BTreeMap::new(),
+        now: Instant::now(),
+    };
+    clean_namespaces(&mut m, &pass).await;
+    let deleted = summary(&server.calls())
+        .iter()
+        .any(|c| c.starts_with("DELETE"));
+    assert_eq!(
+        m.namespaces.contains("shop"),
+        !deleted,
+        "a deleted namespace is no longer known"
+    );
+    summary(&server.calls())
+}
+
+/// A snapshot placing shop/web in m1.
+fn placed_in_m1() -> Snapshot {
+    let (key, _, _) = web();
+    let mut snapshot = Snapshot::default();
+    let decision = Decision {
+        template: key.clone(),
+        policy: None,
+        outcome: meridian_core::placement::Outcome::Scheduled,
+        tier: None,
+        standby_tier: None,
+        placed: vec![Placed {
+            cluster: ClusterId::new("m1"),
+            replicas: Some(3),
+            reason: meridian_core::placement::PlacedReason::Duplicated,
+            overrides: Vec::new(),
+        }],
+        excluded: Vec::new(),
+    };
+    Arc::make_mut(&mut snapshot.placements)
+        .decisions
+        .insert(key, decision);
+    snapshot
+}
+
+#[tokio::test]
+async fn a_namespace_meridian_created_goes_once_nothing_remains_in_it() {
+    let ours = json!({MANAGED_BY.0: MANAGED_BY.1});
+    let calls = cleanup(ours.clone(), 0, false).await;
+    assert_eq!(
+        calls,
+        [
+            format!("GET {NAMESPACES}/shop - -"),
+            format!("GET {NAMESPACES}/shop/pods - -"),
+            format!("GET {NAMESPACES}/shop/persistentvolumeclaims - -"),
+            format!("DELETE {NAMESPACES}/shop - -"),
+        ]
+    );
+    // Pods of someone else's keep it.
+    let calls = cleanup(ours.clone(), 1, false).await;
+    assert!(!calls.iter().any(|c| c.starts_with("DELETE")), "{calls:?}");
+    // Not meridian's: kept, whatever it holds.
+    let calls = cleanup(json!({"team": "shop"}), 0, false).await;
+    assert_eq!(calls, [format!("GET {NAMESPACES}/shop - -")]);
+    // Still placed there: not even looked at.
+    assert!(cleanup(ours, 0, true).await.is_empty());
+}
+
+#[test]
+fn drift_that_keeps_coming_back_is_held_off_longer_each_time() {
+    let t0 = Instant::now();
+    let mut r = None;
+    for i in 0..FIGHT_REVERTS - 1 {
+        let next = Reverts::revert(r, t0 + Duration::from_secs(10 * u64::from(i)));
+        assert_eq!(next.held(next.last), None, "revert {} is not held", i + 1);
+        r = Some(next);
+    }
+    let at = t0 + Duration::from_secs(40);
+    let held = Reverts::revert(r, at);
+    assert_eq!(held.count, FIGHT_REVERTS);
+    assert_eq!(held.held(at), Some(HOLD_FIRST));
+    assert_eq!(held.held(at + HOLD_FIRST), None, "the hold ends");
+    let again = Reverts::revert(Some(held), at + HOLD_FIRST);
+    assert_eq!(again.held(at + HOLD_FIRST), Some(HOLD_FIRST * 2));
+    let mut long = again;
+    for _ in 0..20 {
+        long = Reverts::revert(Some(long), long.last + Duration::from_secs(1));
+    }
+    assert_eq!(long.held(long.last), Some(HOLD_MAX));
+    // A revert long after the last one starts counting again.
+    let later = long.last + FIGHT_WINDOW + Duration::from_secs(1);
+    let fresh = Reverts::revert(Some(long), later);
+    assert_eq!((fresh.count, fresh.held(later)), (1, None));
+}
