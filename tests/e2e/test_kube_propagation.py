@@ -10,6 +10,7 @@ a member Deployment's status itself, as the Deployment controller would, to say 
 
 import json
 import subprocess
+import threading
 import time
 import uuid
 
@@ -205,6 +206,15 @@ def test_a_divided_deployment_is_applied_overridden_summed_and_kept(kube_fleet, 
              log=m)
     time.sleep(1.5)
     assert member_replicas(kube_fleet, "web", ["m1", "m2"]) == {"m1": 4, "m2": 11}
+    # meridian let go of m2's replicas (handed over, then left out of its apply), so a watch
+    # that lags the HPA cannot send an old count back; m1's it still owns.
+    def applied_fields(member):
+        d = member_deployment(kube_fleet, member, "web")
+        ours = [f for f in d["metadata"]["managedFields"] if f["manager"] == "meridian" and f["operation"] == "Apply"]
+        assert len(ours) == 1, d["metadata"]["managedFields"]
+        return ours[0]["fieldsV1"]["f:spec"]
+    assert "f:replicas" not in applied_fields("m2"), applied_fields("m2")
+    assert "f:replicas" in applied_fields("m1"), applied_fields("m1")
 
     # explain says what each member holds.
     p = subprocess.run([str(BIN), "explain", "Deployment/web", "-n", NAMESPACE,
@@ -221,6 +231,47 @@ def test_a_divided_deployment_is_applied_overridden_summed_and_kept(kube_fleet, 
     wait_for(lambda: placement(kube_fleet, "web") is None, timeout=10, what="the Placement deleted")
     ns = kube_fleet.cluster("m1").get(CORE, "Namespace", NAMESPACE)
     assert ns is not None and not ns["metadata"].get("deletionTimestamp"), ns
+
+
+def test_drift_another_writer_keeps_making_is_held_off_and_reported(kube_fleet, kube_meridian):
+    m, hub = kube_meridian, kube_fleet.hub
+    hub.apply(deployment("fought", 2))
+    kube_fleet.policy("fought", {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "fought"}],
+                                 "placement": {"clusterAffinities": [{"name": "one", "clusterNames": ["m1"]}]}})
+    wait_for(lambda: member_replicas(kube_fleet, "fought", ["m1"]) == {"m1": 2}, timeout=20,
+             what="fought applied in m1", log=m)
+    before = metric(m, "meridian_propagation_drift_reverted_total")
+    m1 = kube_fleet.cluster("m1")
+    stop, fights = threading.Event(), []
+
+    def fight():
+        """Another controller that wants 5 replicas, and puts them back whenever meridian reverts."""
+        while not stop.is_set():
+            d = member_deployment(kube_fleet, "m1", "fought")
+            if d and d["spec"]["replicas"] != 5:
+                status, _ = m1.request("PATCH", resource_path(APPS, "Deployment", NAMESPACE, "fought"),
+                                       {"spec": {"replicas": 5}}, content_type="application/merge-patch+json")
+                fights.append(status)
+            time.sleep(0.1)
+
+    fighter = threading.Thread(target=fight, daemon=True)
+    fighter.start()
+    try:
+        def held():
+            c = condition(placement(kube_fleet, "fought"), "Applied")
+            return c if c and c["status"] == "False" and "comes back after every revert" in c["message"] else None
+
+        c = wait_for(held, timeout=40, what="the fight reported on the Placement", log=m)
+        assert "/spec/replicas" in c["message"] and "m1" in c["message"], c
+        reverts = metric(m, "meridian_propagation_drift_reverted_total") - before
+        assert reverts >= 5, f"held after {reverts} reverts"
+        time.sleep(4)  # held for 30 s: no revert meanwhile, however often the other writer writes
+        assert metric(m, "meridian_propagation_drift_reverted_total") - before == reverts
+        assert member_replicas(kube_fleet, "fought", ["m1"]) == {"m1": 5}
+        assert len(fights) >= 5 and all(s == 200 for s in fights), fights
+    finally:
+        stop.set()
+        fighter.join(timeout=5)
 
 
 def test_an_object_meridian_did_not_create_is_a_conflict_unless_the_policy_overwrites(kube_fleet, kube_meridian):
@@ -348,6 +399,20 @@ def test_a_template_two_policies_select_is_placed_by_the_older_one(kube_fleet, k
     assert member_replicas(kube_fleet, "web") == {"m1": 2}, "the younger policy moved the template"
     assert placement(kube_fleet, "web")["spec"]["policy"] == "shop/first"
 
+    # Both policies say so in their status (kubectl get csp -o yaml).
+    def policy_condition(name, type_, status):
+        c = condition(kube_fleet.hub.get(MERIDIAN, "ClusterSchedulingPolicy", name, NAMESPACE), type_)
+        return c if c and c["status"] == status else None
+
+    lost = wait_for(lambda: policy_condition("second", "Conflict", "True"), timeout=15,
+                    what="Conflict on the younger policy's status", log=m)
+    assert lost["reason"] == "OlderPolicy" and "older policy shop/first" in lost["message"], lost
+    assert policy_condition("second", "Valid", "True"), "a conflict is not an invalid policy"
+    assert policy_condition("first", "Conflict", "False")
+    scheduled = policy_condition("first", "Scheduled", "True")
+    assert scheduled and scheduled["message"] == "1 template(s) placed", scheduled
+    assert policy_condition("first", "Applied", "True")
+
 
 def test_failover_keeps_the_sum_and_failback_adds_before_it_removes(kube_fleet):
     m = kube_fleet.start_meridian()
@@ -399,6 +464,11 @@ def test_a_refused_object_and_a_forbidden_kind_are_reported_and_the_rest_proceed
     m2 = [c for c in record["status"]["clusters"] if c["name"] == "m2"][0]
     assert not m2["applied"] and "422" in m2["error"], m2
     assert member_deployment(kube_fleet, "m2", "web") is None
+    # The policy's status says it too.
+    applied = wait_for(lambda: (lambda c: c if c and c["status"] == "False" else None)(
+        condition(kube_fleet.hub.get(MERIDIAN, "ClusterSchedulingPolicy", "web", NAMESPACE), "Applied")),
+        timeout=15, what="Applied False on the policy", log=m)
+    assert applied["reason"] == "ApplyFailed" and "shop/web in m2" in applied["message"] and "422" in applied["message"], applied
 
     # A kind the hub lets meridian read but a member's RBAC does not let it write (Roles).
     rbac = "rbac.authorization.k8s.io/v1"

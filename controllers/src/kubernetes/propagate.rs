@@ -1288,10 +1288,16 @@ async fn write_hub(
         .keys()
         .map(object_id)
         .collect();
+    let policies = policies::statuses(pass, views);
     let stale: Vec<ObjectId> = written
         .ids()
         .filter(|p| p.kind != "Placement" && p.kind != "PlacementStatus")
         .filter(|p| {
+            if p.kind == POLICY_PRINT {
+                return !policies
+                    .iter()
+                    .any(|(id, _)| id.namespace == p.namespace && id.name == p.name);
+            }
             let kind = p.kind.strip_suffix("Status").unwrap_or(&p.kind).to_string();
             !decided.contains(&ObjectId {
                 kind,
@@ -1304,8 +1310,8 @@ async fn write_hub(
         written.forget(&p);
     }
     // Per template, its writes in order (a Placement before its status); templates side by
-    // side.
-    let mut batches: Vec<(TemplateKey, Vec<HubWrite>)> = Vec::new();
+    // side, and the policies' statuses.
+    let mut batches: Vec<(String, Vec<HubWrite>)> = Vec::new();
     for (key, view) in views {
         let (Some(decision), Some(template)) = (
             pass.snapshot.placements.decisions.get(key),
@@ -1350,7 +1356,23 @@ async fn write_hub(
         }
         writes.retain(|w| !written.unchanged(&w.print, &w.body));
         if !writes.is_empty() {
-            batches.push((key.clone(), writes));
+            batches.push((key.to_string(), writes));
+        }
+    }
+    for (id, body) in policies {
+        let print = ObjectId {
+            kind: POLICY_PRINT.into(),
+            ..id.clone()
+        };
+        if !written.unchanged(&print, &body) {
+            let name = format!("policy {}", print.name);
+            let write = HubWrite {
+                print,
+                id,
+                body,
+                status: true,
+            };
+            batches.push((name, vec![write]));
         }
     }
     let done: Vec<Vec<HubWrite>> = futures::stream::iter(batches)
@@ -1363,7 +1385,9 @@ async fn write_hub(
                     w.body.clone()
                 };
                 let result = if w.status {
-                    applier.apply_status(&w.id, &body, ApplyOptions::force()).await
+                    applier
+                        .apply_status(&w.id, &body, ApplyOptions::force())
+                        .await
                 } else {
                     applier.apply(&w.id, &body, ApplyOptions::force()).await
                 };
@@ -1371,7 +1395,7 @@ async fn write_hub(
                     Ok(_) => done.push(w),
                     Err(apply::Error::NotLeader) => break,
                     Err(e) => {
-                        warn!(template = %key, object = %w.print, error = %e, "cannot write on the hub");
+                        warn!(of = %key, object = %w.print, error = %e, "cannot write on the hub");
                         break;
                     }
                 }
@@ -1394,6 +1418,9 @@ fn placement_print_of(print: &ObjectId) -> Option<&String> {
 
 /// One write on the hub: `print` names it among the fingerprints (a Placement and its status
 /// are two), `status` says it goes to the status subresource.
+/// The fingerprint kind of a policy's status among the hub writes.
+const POLICY_PRINT: &str = "ClusterSchedulingPolicyStatus";
+
 struct HubWrite {
     print: ObjectId,
     id: ObjectId,
@@ -1551,10 +1578,6 @@ fn placement_record(
 /// Applied, Ready and Conflict, without `lastTransitionTime`: [`stamp`] adds it when the
 /// status is written, so an unchanged status is not written again.
 fn conditions(view: &TemplateView) -> Vec<Value> {
-    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
-        json!({"type": type_, "status": if ok { "True" } else { "False" }, "reason": reason,
-               "message": message})
-    };
     let errors: Vec<String> = view
         .copies
         .iter()
@@ -1603,6 +1626,12 @@ fn conditions(view: &TemplateView) -> Vec<Value> {
     out
 }
 
+/// One status condition, without `lastTransitionTime` (see [`stamp`]).
+fn condition(type_: &str, ok: bool, reason: &str, message: String) -> Value {
+    json!({"type": type_, "status": if ok { "True" } else { "False" }, "reason": reason,
+           "message": message})
+}
+
 /// `status.conditions` dated now.
 fn stamp(mut status: Value) -> Value {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
@@ -1630,5 +1659,6 @@ fn strip_nulls(mut v: Value) -> Value {
     v
 }
 
+mod policies;
 #[cfg(test)]
 mod tests;

@@ -334,3 +334,154 @@ fn drift_that_keeps_coming_back_is_held_off_longer_each_time() {
     let fresh = Reverts::revert(Some(long), later);
     assert_eq!((fresh.count, fresh.held(later)), (1, None));
 }
+
+mod policy_status {
+    use meridian_core::placement::{Outcome, PlacementPolicy};
+    use meridian_core::policy::Policies;
+    use meridian_core::problem::{Origin, Problem};
+    use meridian_core::testing::{placing, tier};
+    use meridian_core::{ObjectKey, TrafficPolicy};
+
+    use super::*;
+
+    fn by_type(body: &Value) -> BTreeMap<String, (String, String, String)> {
+        body["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let s = |k: &str| c[k].as_str().unwrap().to_string();
+                (s("type"), (s("status"), s("reason"), s("message")))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_policy_reports_its_problems_conflicts_and_how_its_templates_fare() {
+        let mut snapshot = placed_in_m1();
+        let first = placing(
+            "first",
+            1,
+            vec![tier("eu", &["m1"])],
+            PlacementPolicy::default(),
+        );
+        let second = placing(
+            "second",
+            2,
+            vec![tier("eu", &["m1"])],
+            PlacementPolicy::default(),
+        );
+        snapshot.policies = Arc::new(Policies::new(
+            Arc::new(TrafficPolicy::default()),
+            vec![first, second],
+        ));
+        let placements = Arc::make_mut(&mut snapshot.placements);
+        let (web, _, _) = web();
+        placements.decisions.get_mut(&web).unwrap().policy = Some(ObjectKey::new("shop", "first"));
+        let db = TemplateKey::new("apps/v1", "Deployment", "shop", "db");
+        let mut unschedulable = placements.decisions[&web].clone();
+        unschedulable.template = db.clone();
+        unschedulable.placed.clear();
+        unschedulable.outcome = Outcome::Unschedulable {
+            reason: "no cluster has 5 free replicas".into(),
+        };
+        placements.decisions.insert(db, unschedulable);
+        let loser = meridian_core::problem::ObjectRef::namespaced(
+            "ClusterSchedulingPolicy",
+            &ObjectKey::new("shop", "second"),
+        );
+        snapshot.problems = vec![
+            Problem::in_merge(
+                Origin::Hub,
+                loser.clone(),
+                "Conflict: it selects template apps/v1/Deployment/shop/web, which the older policy shop/first places",
+            ),
+            Problem::in_merge(
+                Origin::Hub,
+                loser,
+                "placement.gracePeriodSeconds: not a number",
+            ),
+        ];
+        let mut views = BTreeMap::new();
+        views.insert(
+            web.clone(),
+            TemplateView {
+                step: Step::default(),
+                copies: BTreeMap::from([(
+                    ClusterId::new("m1"),
+                    CopyView {
+                        error: Some("422 Invalid: bad label".into()),
+                        ..CopyView::default()
+                    },
+                )]),
+                conflicts: vec![ClusterId::new("m2")],
+            },
+        );
+        let pass = Pass {
+            snapshot: &snapshot,
+            templates: BTreeMap::new(),
+            now: Instant::now(),
+        };
+        let statuses = policies::statuses(&pass, &views);
+        let names: Vec<&str> = statuses.iter().map(|(id, _)| id.name.as_str()).collect();
+        assert_eq!(names, ["first", "second"]);
+        let first = by_type(&statuses[0].1);
+        assert_eq!(first["Valid"].0, "True");
+        assert_eq!(first["Conflict"].0, "True");
+        assert_eq!(first["Conflict"].1, "NotCreatedByMeridian");
+        assert!(
+            first["Conflict"].2.contains("exists in m2"),
+            "{:?}",
+            first["Conflict"]
+        );
+        assert_eq!(first["Scheduled"].0, "False");
+        assert!(
+            first["Scheduled"].2.contains("shop/db")
+                && first["Scheduled"].2.contains("5 free replicas"),
+            "{:?}",
+            first["Scheduled"]
+        );
+        assert_eq!(first["Applied"].0, "False");
+        assert!(
+            first["Applied"].2.contains("in m1: 422 Invalid: bad label"),
+            "{:?}",
+            first["Applied"]
+        );
+        assert_eq!(first["Ready"].0, "False");
+        let second = by_type(&statuses[1].1);
+        assert_eq!(
+            (second["Valid"].0.as_str(), second["Valid"].1.as_str()),
+            ("False", "Invalid")
+        );
+        assert!(second["Valid"].2.contains("gracePeriodSeconds"));
+        assert!(
+            !second["Valid"].2.contains("older policy"),
+            "a conflict is not a fault of the policy"
+        );
+        assert_eq!(
+            (second["Conflict"].0.as_str(), second["Conflict"].1.as_str()),
+            ("True", "OlderPolicy")
+        );
+        assert!(
+            second["Conflict"].2.starts_with("it selects template"),
+            "{:?}",
+            second["Conflict"]
+        );
+        assert_eq!(second["Scheduled"].1, "NothingSelected");
+        assert_eq!(
+            statuses[1].1["metadata"],
+            json!({"name": "second", "namespace": "shop"})
+        );
+    }
+
+    #[test]
+    fn long_lists_are_cut_with_a_count() {
+        let items: Vec<String> = (0..25).map(|i| format!("t{i}")).collect();
+        let s = policies::listed(&items, ", ");
+        assert!(
+            s.starts_with("t0, t1") && s.ends_with("t9, and 15 more"),
+            "{s}"
+        );
+        assert_eq!(policies::listed(&items[..2], "; "), "t0; t1");
+    }
+}
