@@ -528,6 +528,7 @@ pub fn member_cluster(
                     .as_ref()
                     .and_then(|d| d.render_path.as_ref())
                     .map(|p| normalize(&base.join(p))),
+                retiring: mc.metadata.deletion_timestamp.is_some(),
             },
             source,
         )),

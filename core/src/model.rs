@@ -230,6 +230,10 @@ pub struct ClusterSpec {
     pub health: HealthTimings,
     /// A directory member's `renderPath`: where its placed objects are kept rendered.
     pub render_path: Option<std::path::PathBuf>,
+    /// Its MemberCluster is being deleted: nothing is placed there any more, and what meridian
+    /// placed there moves out the graceful way (replacement first, traffic next, the old copy
+    /// last) before the member is let go.
+    pub retiring: bool,
 }
 
 impl ClusterSpec {
@@ -246,6 +250,7 @@ impl ClusterSpec {
             taints: Vec::new(),
             health: HealthTimings::default(),
             render_path: None,
+            retiring: false,
         }
     }
 }

@@ -445,6 +445,8 @@ pub struct Inputs<'a> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "reason", content = "detail")]
 pub enum PlacementFilter {
+    /// Its MemberCluster is being deleted.
+    Retiring,
     /// Unreachable for longer than `placement.failover.afterSeconds`.
     FailedOver { unreachable_seconds: u64 },
     /// Healthy again after a failover, but not yet for `failbackAfterSeconds`.

@@ -202,6 +202,7 @@ fn keys(of: &[TemplateKey]) -> String {
 
 fn excluded_words(reason: &PlacementFilter) -> String {
     match reason {
+        PlacementFilter::Retiring => "its MemberCluster is being deleted (retiring)".into(),
         PlacementFilter::FailedOver {
             unreachable_seconds,
         } => format!("failed over: Unreachable for {unreachable_seconds} s"),

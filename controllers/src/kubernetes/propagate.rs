@@ -15,6 +15,11 @@
 //!    ─► status: federation::status::aggregate onto the hub template; a Placement per template
 //! ```
 //!
+//! On a Kubernetes hub a member meridian writes into carries the finalizer
+//! `meridian.io/placed-copies` on its MemberCluster: deleting it makes the member *retiring*
+//! (core places nothing there), its copies move out the graceful way, and the finalizer goes
+//! once the member holds none (or cannot be reached: what it holds is then left there).
+//!
 //! An Unreachable member is never written to: what it holds stays as it was, and since a
 //! drain waits for its replacement (or the grace period), nothing moves until the rollout
 //! says so. What meridian placed there and no longer wants is deleted when it returns.
@@ -49,6 +54,8 @@ pub const TEMPLATE_LABEL: &str = "meridian.io/template";
 /// On a copy whose policy says preserveResourcesOnDeletion: the copy outlives its template even
 /// when the replica that deletes it never saw the policy.
 pub const PRESERVE_ANNOTATION: &str = "meridian.io/preserve-on-deletion";
+/// On a MemberCluster meridian has written into: its deletion waits until the copies are out.
+pub const MEMBER_FINALIZER: &str = "meridian.io/placed-copies";
 /// What a watch on placed objects selects.
 const PLACED_SELECTOR: &str = "app.kubernetes.io/managed-by=meridian,meridian.io/template";
 /// Objects found in the way (conflicts) are looked for again this often.
@@ -200,6 +207,10 @@ struct Member {
     /// Namespaces meridian deleted a copy from: deleted too once empty, if meridian made them.
     cleanup: BTreeSet<String>,
     resynced: Option<Instant>,
+    /// The finalizer was put on the MemberCluster this term (or could not be).
+    finalizer: bool,
+    /// Retiring and let go of (the finalizer removed).
+    released: bool,
 }
 
 impl Member {
@@ -223,6 +234,8 @@ impl Member {
             source_listed: false,
             cleanup: BTreeSet::new(),
             resynced: None,
+            finalizer: false,
+            released: false,
         }
     }
 
@@ -494,6 +507,9 @@ pub async fn run(
         for (key, step, propagation) in &steps {
             plan(&pass, &mut members, key, step, propagation, &mut jobs);
         }
+        if let Some(hub) = &hub {
+            hold_members(hub, &mut members, &jobs).await;
+        }
         // Members are written side by side, each with a bounded number of requests in flight.
         let conflicts: Vec<(TemplateKey, ClusterId)> =
             futures::future::join_all(members.iter_mut().filter_map(|(id, m)| {
@@ -519,6 +535,7 @@ pub async fn run(
         converging.retain(&views);
         rollouts.retain(|k, _| views.contains_key(k));
         if let Some(hub) = &hub {
+            release_retired(hub, &mut members, &snapshot).await;
             write_hub(hub, &pass, &views, &members, &mut hub_written).await;
         }
         *view.templates.lock() = views;
@@ -567,6 +584,97 @@ impl Converging {
     }
 }
 
+fn member_cluster_id(cluster: &ClusterId) -> ObjectId {
+    ObjectId::new(
+        "meridian.io/v1alpha1",
+        "MemberCluster",
+        None,
+        cluster.as_str(),
+    )
+}
+
+/// The MemberCluster of `cluster` as meridian applies it: its name, and the finalizer or not.
+fn member_cluster_body(cluster: &ClusterId, finalizer: bool) -> Value {
+    let mut metadata = json!({"name": cluster.as_str()});
+    if finalizer {
+        metadata["finalizers"] = json!([MEMBER_FINALIZER]);
+    }
+    json!({"apiVersion": "meridian.io/v1alpha1", "kind": "MemberCluster", "metadata": metadata})
+}
+
+/// Puts the finalizer on the MemberCluster of every member about to get a write, once per
+/// term (a set element meridian's apply owns; the MemberCluster's other fields are left
+/// alone). A refusal is logged and writes go on: only a deletion would then leave copies.
+async fn hold_members(
+    hub: &Applier,
+    members: &mut BTreeMap<ClusterId, Member>,
+    jobs: &BTreeMap<ClusterId, Vec<Job>>,
+) {
+    for (cluster, m) in members.iter_mut() {
+        let writes = jobs
+            .get(cluster)
+            .is_some_and(|j| j.iter().any(|j| matches!(j, Job::Apply { .. })));
+        if m.finalizer || !writes {
+            continue;
+        }
+        let body = member_cluster_body(cluster, true);
+        match hub
+            .apply(&member_cluster_id(cluster), &body, ApplyOptions::default())
+            .await
+        {
+            Ok(_) => m.finalizer = true,
+            Err(apply::Error::NotLeader) => return,
+            Err(e) => {
+                warn!(cluster = %cluster, error = %e, "cannot put meridian's finalizer on the MemberCluster: deleting it would leave the copies placed there");
+                m.finalizer = true;
+            }
+        }
+    }
+}
+
+/// Lets go of every retiring member that holds none of meridian's copies any more, or that
+/// cannot be reached (its copies are then left where they are): removes the finalizer.
+async fn release_retired(
+    hub: &Applier,
+    members: &mut BTreeMap<ClusterId, Member>,
+    snapshot: &Snapshot,
+) {
+    for (cluster, m) in members.iter_mut() {
+        let retiring = snapshot
+            .cluster_by_id(cluster)
+            .and_then(|i| snapshot.clusters.get(i))
+            .is_some_and(|c| c.spec.retiring);
+        if !retiring || m.released {
+            continue;
+        }
+        let emptied = m.listed()
+            && m.watches.values().all(|w| w.listed.load(Ordering::Acquire))
+            && m.holdings().is_empty();
+        let unreachable = !reachable(snapshot, cluster);
+        if !emptied && !unreachable {
+            continue;
+        }
+        let body = member_cluster_body(cluster, false);
+        match hub
+            .apply(&member_cluster_id(cluster), &body, ApplyOptions::default())
+            .await
+        {
+            Ok(_) if unreachable => {
+                m.released = true;
+                warn!(cluster = %cluster, left = m.holdings().len(), "a retiring member cannot be reached: let go, with what meridian placed there left in it");
+            }
+            Ok(_) => {
+                m.released = true;
+                info!(cluster = %cluster, "a retiring member holds none of meridian's copies: let go");
+            }
+            Err(apply::Error::NotLeader) => return,
+            Err(e) => {
+                warn!(cluster = %cluster, error = %e, "cannot remove meridian's finalizer from the retiring MemberCluster")
+            }
+        }
+    }
+}
+
 fn reachable(snapshot: &Snapshot, cluster: &ClusterId) -> bool {
     snapshot
         .cluster_by_id(cluster)
@@ -574,14 +682,22 @@ fn reachable(snapshot: &Snapshot, cluster: &ClusterId) -> bool {
         .is_some_and(|c| c.health != meridian_core::registry::Health::Unreachable)
 }
 
-/// A watch for every placed kind in the member (and on its HPAs), started on first use.
+/// A watch for every kind placed in the member (and on its HPAs), started on first use; in a
+/// retiring member, for every kind placed anywhere (nothing is placed there any more, and a
+/// replica that starts leading now must still find what it holds before letting it go).
 async fn ensure_watches(m: &mut Member, pass: &Pass<'_>, wake: &Arc<Notify>) {
+    let cluster = m.applier.cluster();
+    let retiring = pass
+        .snapshot
+        .cluster_by_id(cluster)
+        .and_then(|i| pass.snapshot.clusters.get(i))
+        .is_some_and(|c| c.spec.retiring);
     let kinds: BTreeSet<(String, String)> = pass
         .snapshot
         .placements
         .decisions
         .values()
-        .filter(|d| d.replicas_in(m.applier.cluster()).is_some())
+        .filter(|d| retiring || d.replicas_in(cluster).is_some())
         .map(|d| {
             (
                 d.template.api_version.to_string(),

@@ -4,6 +4,8 @@
 //! each cluster's static weight.
 //!
 //! Per cluster, in this order (the first that applies is the reason):
+//! 0. **retiring**: its MemberCluster is being deleted → `Retiring`, whatever the policy
+//!    tolerates (the member is let go only once meridian's copies have left it).
 //! 1. **failover** (only with `placement.failover.afterSeconds`): Unreachable for at least
 //!    that long → `FailedOver`; a cluster once failed over for a policy stays out as
 //!    `FailingBack` until it has been `Healthy` without a break for `failbackAfterSeconds`
@@ -235,6 +237,9 @@ impl<'p> Plan<'p> {
                 deadline = earliest(deadline, cp.1);
                 if failover.filter.is_some() {
                     cp.0.filter = failover.filter;
+                }
+                if fleet.clusters[p].view.spec.retiring {
+                    cp.0.filter = Some(PlacementFilter::Retiring);
                 }
                 cp.0
             })

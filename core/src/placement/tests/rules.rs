@@ -653,3 +653,27 @@ fn unschedulable_keeps_the_previous_placement() {
     world.replicas("web", 4);
     assert_eq!(counts(&world.decide(&mut placer, 2, "web")), vec![("a", 4)]);
 }
+
+#[test]
+fn a_retiring_cluster_is_placed_nothing_whatever_the_policy_tolerates() {
+    let mut world = World::new(&["eu-1", "eu-2", "us-1"])
+        .policy(eu_us(), duplicated())
+        .deployment("web", Some(3));
+    // A toleration of every taint does not keep a member that is being deleted.
+    world.tolerate(vec![Toleration::exists("", None)]);
+    let mut placer = Placer::new();
+    let before = world.decide(&mut placer, 0, "web");
+    assert_eq!(split(&before), [("eu-1", Some(3)), ("eu-2", Some(3))]);
+    world.spec("eu-1").retiring = true;
+    let after = world.decide(&mut placer, 1, "web");
+    assert_eq!(split(&after), [("eu-2", Some(3))]);
+    assert!(
+        excluded(&after).contains(&("eu-1", PlacementFilter::Retiring)),
+        "{:?}",
+        excluded(&after)
+    );
+    // The whole tier retiring: the next tier takes it.
+    world.spec("eu-2").retiring = true;
+    let last = world.decide(&mut placer, 2, "web");
+    assert_eq!(split(&last), [("us-1", Some(3))]);
+}
