@@ -314,8 +314,12 @@ class KubeFleet:
                     meta = obj["metadata"]
                     self._force_delete(c, kind, meta["name"], meta["namespace"], meta)
             for obj in c.list(MERIDIAN, "MemberCluster"):
-                if obj["metadata"]["name"] not in self.member_specs:
-                    self._force_delete(c, "MemberCluster", obj["metadata"]["name"], None, obj["metadata"])
+                meta = obj["metadata"]
+                if meta["name"] not in self.member_specs:
+                    self._force_delete(c, "MemberCluster", meta["name"], None, meta)
+                elif meta.get("finalizers"):  # meridian's, from propagation: a fresh start
+                    c.request("PATCH", resource_path(MERIDIAN, "MemberCluster", None, meta["name"]),
+                              {"metadata": {"finalizers": None}}, content_type="application/merge-patch+json")
             c.delete(COORDINATION, "Lease", LEASE, HUB_NAMESPACE)
 
         with ThreadPoolExecutor(len(self.clusters)) as pool:

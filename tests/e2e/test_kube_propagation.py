@@ -377,6 +377,55 @@ def test_a_policy_edit_moves_traffic_first_and_deletes_the_old_copy_once_the_new
              what="the rollout's convergence observed", log=m)
 
 
+def test_a_member_being_deleted_hands_its_replicas_over_first_and_goes_once_emptied(kube_fleet, kube_meridian):
+    """Deleting m1's MemberCluster retires m1: nothing is placed there, m2 takes all 9, a
+    client in m1 is sent to m2 at once, m1's copy goes once m2's is ready, and only then is
+    the MemberCluster (held by meridian's finalizer) gone."""
+    m, hub = kube_meridian, kube_fleet.hub
+    kube_fleet.publish("m1", "web", ["10.1.0.1"])
+    kube_fleet.publish("m2", "web", ["10.2.0.1"])
+    hub.apply(deployment("web", 9))
+    policy = divided("web", {"m1": 1, "m2": 2}, gracePeriodSeconds=120)
+    policy["resourceSelectors"].append({"name": "web"})
+    kube_fleet.policy("web", policy)
+    wait_for(lambda: member_replicas(kube_fleet, "web") == {"m1": 3, "m2": 6}, timeout=20,
+             what="web divided 3/6", log=m)
+    write_status(kube_fleet, "m1", "web", 3)
+    write_status(kube_fleet, "m2", "web", 6)
+    name = "web.shop.global"
+    m.wait_for(lambda: m.addresses(name, source=FROM["m1"]) == ["10.1.0.1"], timeout=15,
+               what="a client in m1 sent to m1")
+    held = wait_for(lambda: (lambda mc: mc if "meridian.io/placed-copies" in (mc["metadata"].get("finalizers") or [])
+                             else None)(hub.get(MERIDIAN, "MemberCluster", "m1")),
+                    timeout=10, what="meridian's finalizer on m1's MemberCluster", log=m)
+    assert held["spec"], "the finalizer is all meridian applied: the spec is the user's"
+    m3 = hub.get(MERIDIAN, "MemberCluster", "m3")
+    assert "meridian.io/placed-copies" not in (m3["metadata"].get("finalizers") or []), \
+        "m3 holds nothing of meridian's: nothing holds its deletion"
+
+    hub.delete(MERIDIAN, "MemberCluster", "m1")
+    wait_for(lambda: member_replicas(kube_fleet, "web", ["m2"]) == {"m2": 9}, timeout=20,
+             what="m2 takes all 9 from the retiring m1", log=m)
+    m.wait_for(lambda: m.addresses(name, source=FROM["m1"]) == ["10.2.0.1"], timeout=15,
+               what="a client in m1 sent to m2 once m1 retires")
+    record = wait_for(lambda: (lambda p: p if (p.get("status") or {}).get("evictions") else None)(placement(kube_fleet, "web")),
+                      timeout=10, what="the eviction on the Placement", log=m)
+    assert [(e["cluster"], e["reason"]) for e in record["status"]["evictions"]] == [("m1", "Retiring")], record["status"]
+    time.sleep(2)
+    assert member_deployment(kube_fleet, "m1", "web") is not None, "deleted before its replacement was ready"
+    mc = hub.get(MERIDIAN, "MemberCluster", "m1")
+    assert mc is not None and mc["metadata"].get("deletionTimestamp"), "let go while it still holds a copy"
+
+    write_status(kube_fleet, "m2", "web", 9)
+    wait_for(lambda: member_deployment(kube_fleet, "m1", "web") is None, timeout=15,
+             what="m1's copy deleted once m2's 9 are ready", log=m)
+    wait_for(lambda: hub.get(MERIDIAN, "MemberCluster", "m1") is None, timeout=15,
+             what="the MemberCluster gone once m1 holds nothing of meridian's", log=m)
+    m.wait_for(lambda: m.addresses(name, source=FROM["m2"]) == ["10.2.0.1"], timeout=15,
+               what="m1's endpoints gone with it")
+    assert member_replicas(kube_fleet, "web", ["m2"]) == {"m2": 9}
+
+
 def test_a_template_two_policies_select_is_placed_by_the_older_one(kube_fleet, kube_meridian):
     m, hub = kube_meridian, kube_fleet.hub
     hub.apply(deployment("web", 2))
