@@ -18,14 +18,17 @@ import base64
 import json
 import os
 import random
+import re
 import signal
 import threading
 import time
 from datetime import datetime, timezone
+from urllib.parse import quote
 
 import pytest
 
-from kube_fleet import CORE, DEFAULT_MEMBERS, FROM, MANAGED, NAMESPACE, WRITE_VERBS, started, wait_for
+from kube_fleet import API_VERSIONS, CORE, DEFAULT_MEMBERS, FROM, MANAGED, MERIDIAN, NAMESPACE, WRITE_VERBS, started, wait_for
+from kube_cluster import resource_path  # noqa: I001 - on sys.path once kube_fleet is imported
 from test_kube_leader import (
     A,
     B,
@@ -213,6 +216,20 @@ def freeze_after(fleet, f, cluster, user, resource, count, proc, timeout=TIMEOUT
     raise AssertionError(f"fewer than {count} {resource} writes by {user} in {cluster} within {timeout} s")
 
 
+def sent_lines(m, events):
+    """The lines of a replica's log where its HTTP client sent the writes of `events` (and
+    the client's request-buffer lines just before each): a request that passed the
+    leadership check before a freeze and was sent only after it shows here."""
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", m.log.read_text()).splitlines()
+    out = []
+    for e in events:
+        uri = e["requestURI"].split("?")[0]
+        for i, line in enumerate(lines):
+            if uri in line and "requesting" in line and e["verb"].upper() in line:
+                out += lines[max(0, i - 2):i + 1]
+    return "\n".join(out[-30:])
+
+
 def bulk_configmap(k, value="1"):
     return {"apiVersion": CORE, "kind": "ConfigMap",
             "metadata": {"name": f"bulk-{k:03d}", "namespace": NAMESPACE, "labels": {"batch": "bulk"}},
@@ -248,6 +265,14 @@ def test_a_leader_frozen_mid_propagation_writes_nothing_after_its_deadline_and_t
 
         wait_for(lambda: want <= b_wrote() or None, timeout=TIMEOUT, interval=0.5,
                  what="B applies every copy in m1 and m2", log=b)
+
+        def recorded():  # a Placement per template, applied in both members
+            return sorted(p["metadata"]["name"] for p in hub.list(MERIDIAN, "Placement", NAMESPACE)
+                          if (condition(p, "Applied") or {}).get("status") == "True"
+                          and sorted(c["name"] for c in p["status"].get("clusters") or [] if c.get("applied")) == NAMES)
+
+        wait_for(lambda: recorded() == [f"configmap.core.{n}" for n in names], timeout=TIMEOUT, interval=0.5,
+                 what="B's Placements of every template, applied in m1 and m2", log=b)
         time.sleep(max(0.0, frozen + 2 * LEASE_DURATION - time.time()))  # A stays frozen past its lease
     finally:
         os.kill(a.proc.pid, signal.SIGCONT)
@@ -289,11 +314,21 @@ def test_a_leader_frozen_mid_propagation_writes_nothing_after_its_deadline_and_t
     refused = [describe(c, e) for c in NAMES for u in (A, B)
                for e in writes_of(fleet, c, resource="configmaps", user=u, ok=False) if not 200 <= (code(e) or 0) < 300]
     assert not refused, "writes refused (RBAC of a replica user?):\n" + "\n".join(refused)
-    late = [describe(c.name, e) for c in fleet.clusters for e in completed(fleet, c.name)
+    late = [(c.name, e) for c in fleet.clusters for e in completed(fleet, c.name)
             if e["user"]["username"] == A and e["verb"] in WRITE_VERBS
             and (e.get("objectRef") or {}).get("resource") != "leases" and received(e) > a_end]
-    assert not late, f"A wrote after its renew deadline {a_end.isoformat()}:\n" + "\n".join(late)
+    assert not late, (f"A wrote after its renew deadline {a_end.isoformat()} (frozen at {frozen_at.isoformat()}, "
+                      f"resumed at {wall(resumed).isoformat()}):\n" + "\n".join(describe(c, e) for c, e in late)
+                      + "\n--- when A's log says it sent them ---\n" + sent_lines(a, late))
     check_audit(fleet)
+
+    # What reset() would delete one by one, in a request per cluster and kind.
+    fleet.stop_meridians()
+    for c, kind, selector in [("hub", "ConfigMap", "batch=bulk"), ("hub", "Placement", MANAGED),
+                              *((c, "ConfigMap", MANAGED) for c in NAMES)]:
+        status, body = fleet.cluster(c).request(
+            "DELETE", resource_path(API_VERSIONS[kind], kind, NAMESPACE) + "?labelSelector=" + quote(selector))
+        assert status == 200, (c, kind, status, body)
 
 
 # 3. Traffic first, from the audit log.
