@@ -242,11 +242,12 @@ def test_a_leader_frozen_mid_propagation_writes_nothing_after_its_deadline_and_t
     and Placement; A, resumed, must send no write after its renew deadline (the audit logs'
     lease terms, as test_kube_leader computes them) and must say it does not lead.
 
-    Known to fail now and then (about one run in fifteen on a busy 2-core machine): an
-    apply that passed Applier's leadership check just before the freeze sits in kube's
-    client request buffer (tower::buffer) and goes out only after SIGCONT, seconds after A's
-    deadline and over B's own write. The failure message shows those writes and the lines
-    of A's log where its client sent them."""
+    Known to fail now and then (3 runs in about 30 on a busy 2-core machine): an apply that
+    passed Applier's leadership check just before the freeze is still inside kube's HTTP
+    client (queued in its tower::buffer, or handed to hyper but not yet written to the
+    socket) and reaches the member only after SIGCONT, seconds after A's deadline and over
+    B's own write. The failure message shows those writes and the lines of A's log where its
+    client sent them."""
     fleet, hub = audited, audited.hub
     a = fleet.start_meridian(A)
     wait_for(lambda: fleet.lease_holder() == A and leader_metric(a) == 1, timeout=TIMEOUT, what="A leads", log=a)
