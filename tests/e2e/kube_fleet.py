@@ -339,22 +339,31 @@ class KubeFleet:
 
     def grant_propagation(self) -> None:
         """deploy/rbac/member-propagation.yaml in every member: what meridian needs to place
-        workloads there (member.yaml alone does not let it)."""
+        workloads there (member.yaml alone does not let it); with replica_users, each of them
+        gets a copy of its binding too (NAME-USER, as for member.yaml)."""
+        def grant(name):
+            c = self.cluster(name)
+            c.apply(PROPAGATION_RBAC)
+            self._bind_replica_users(c, PROPAGATION_RBAC)
+
         with ThreadPoolExecutor(len(self.member_specs)) as pool:
-            list(pool.map(lambda n: self.cluster(n).apply(PROPAGATION_RBAC), self.member_specs))
+            list(pool.map(grant, self.member_specs))
 
     def revoke_propagation(self) -> None:
         for name in self.member_specs:
-            self.cluster(name).delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding",
-                                      "meridian-member-propagation")
+            for binding in ["meridian-member-propagation",
+                            *(f"meridian-member-propagation-{u}" for u in self.replica_users)]:
+                self.cluster(name).delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", binding)
 
     # Replica users and audit logs (see the module docstring).
-    def _bind_replica_users(self, c: KubeCluster) -> None:
-        """Binds each replica user to the roles deploy/rbac binds User `meridian` to: a copy
-        of each such (Cluster)RoleBinding named NAME-USER, with that user as its subject."""
+    def _bind_replica_users(self, c: KubeCluster, rbac: Path | None = None) -> None:
+        """Binds each replica user to the roles deploy/rbac binds User `meridian` to (in
+        `rbac`, default hub.yaml or member.yaml): a copy of each such (Cluster)RoleBinding
+        named NAME-USER, with that user as its subject."""
         if not self.replica_users:
             return
-        docs = [d for d in yaml.safe_load_all((HUB_RBAC if c is self.hub else MEMBER_RBAC).read_text()) if d]
+        rbac = rbac or (HUB_RBAC if c is self.hub else MEMBER_RBAC)
+        docs = [d for d in yaml.safe_load_all(rbac.read_text()) if d]
         bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
                     and any(s.get("kind") == "User" and s.get("name") == USER for s in d.get("subjects") or [])]
         for user in self.replica_users:
