@@ -33,7 +33,9 @@ which leads and propagates:
    last copy); a list with that labelSelector per member confirms the count at the end. A
    watch on the hub's Placements in bulk says when meridian's per-template record of each was
    written too (reported beside the members' figure; waited for up to PLACEMENTS_TIMEOUT
-   seconds after the last copy).
+   seconds after the last copy). Then IDLE_S seconds with nothing changing: the mean of
+   meridian_propagation_plan_seconds (one pass's deciding over every template × member,
+   before its requests) during the initial phase and while settled.
 
 meridian's log (WORK/kube/meridian.log) is scanned at the end: its WARN and ERROR lines are
 counted and the first ones included. Prints one JSON object with every figure on stdout
@@ -196,6 +198,16 @@ def counter(before: dict, after: dict, name: str) -> int:
     return int(after.get(name, 0) - before.get(name, 0))
 
 
+def mean_ms(before: dict, after: dict, histogram: str) -> float | None:
+    """The mean of a histogram's observations between two metrics() readings, in ms."""
+    n = after.get(f"{histogram}_count", 0) - before.get(f"{histogram}_count", 0)
+    total = after.get(f"{histogram}_sum", 0) - before.get(f"{histogram}_sum", 0)
+    return round(1000 * total / n, 2) if n else None
+
+
+IDLE_S = 12
+
+
 def change_to_members(fleet: KubeFleet, m, changes: int, gap_ms: int) -> dict:
     hub = fleet.hub
     hub.apply(deployment("web", NAMESPACE, annotations={"rev": "0"}))
@@ -328,6 +340,10 @@ def initial_propagation(fleet: KubeFleet, m, templates: int, threads: int, timeo
     if complete and not placements_seen.wait_count(templates, placements_timeout):
         log(f"  only {len(placements_seen)} Placements {placements_timeout:.0f} s after the last copy")
     after = metrics(m)
+    # Settled: what one pass costs meridian to decide over every template and member when
+    # nothing changes (the loop still passes every 5 s and on member watch events).
+    time.sleep(IDLE_S)
+    idle = metrics(m)
 
     per_member = {}
     for name, s in member_seen.items():
@@ -359,6 +375,9 @@ def initial_propagation(fleet: KubeFleet, m, templates: int, threads: int, timeo
                               "last_s": round(pl[-1] - t0, 2) if pl else None},
         "applies": applies(before, after),
         "drift_reverted": counter(before, after, "meridian_propagation_drift_reverted_total"),
+        "plan_ms_per_pass": {"initial": mean_ms(before, after, "meridian_propagation_plan_seconds"),
+                             f"settled_{IDLE_S}s": mean_ms(after, idle, "meridian_propagation_plan_seconds"),
+                             "settled_passes": counter(after, idle, "meridian_propagation_plan_seconds_count")},
         "progress": progress[::max(1, len(progress) // 60)],
     }
 

@@ -23,6 +23,9 @@ pub struct PropagationMetrics {
     pub evictions: Counter,
     /// From a template generation first seen to every copy of it applied and ready.
     pub converge_seconds: Histogram,
+    /// One pass's deciding (rollout steps, renders, retain and drift of every copy in every
+    /// member), before any request: what grows with templates × members.
+    pub plan_seconds: Histogram,
 }
 
 impl Default for PropagationMetrics {
@@ -33,6 +36,7 @@ impl Default for PropagationMetrics {
             drift_reverted: Counter::default(),
             evictions: Counter::default(),
             converge_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
+            plan_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
         }
     }
 }
@@ -64,6 +68,11 @@ impl PropagationMetrics {
             "converge_seconds",
             "From a template change to every placed copy applied and ready",
             m.converge_seconds.clone(),
+        );
+        registry.register(
+            "plan_seconds",
+            "One propagation pass's deciding over every template and member, before its requests",
+            m.plan_seconds.clone(),
         );
         m
     }

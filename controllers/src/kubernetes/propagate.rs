@@ -481,6 +481,7 @@ pub async fn run(
             .cloned()
             .chain(members.values().flat_map(|m| m.holdings().into_keys()))
             .collect();
+        let planning = Instant::now();
         let mut steps = Vec::with_capacity(keys.len());
         for key in keys {
             let decision = snapshot.placements.decisions.get(&key);
@@ -507,6 +508,9 @@ pub async fn run(
         for (key, step, propagation) in &steps {
             plan(&pass, &mut members, key, step, propagation, &mut jobs);
         }
+        metrics
+            .plan_seconds
+            .observe(planning.elapsed().as_secs_f64());
         if let Some(hub) = &hub {
             hold_members(hub, &mut members, &jobs).await;
         }
