@@ -73,7 +73,8 @@ impl App {
         };
         // Geo ranges first, so they are in the fleet before the hub makes it synced.
         start_geo(&cfg, &sources, &mut metrics, &mut tasks).await?;
-        let (sources, leadership) = start_hub(&cfg, sources, &snapshots, &mut tasks).await?;
+        let (sources, leadership, hub_writer) =
+            start_hub(&cfg, sources, &snapshots, &mut tasks).await?;
         tasks.push(tokio::spawn(writeback::run(
             snapshots.clone(),
             sources.fleet.clone(),
@@ -85,7 +86,7 @@ impl App {
             snapshots.clone(),
             sources.fleet.clone(),
             leadership.clone(),
-            sources.hub.clone(),
+            sources.hub.clone().zip(hub_writer),
             propagation.clone(),
             PropagationMetrics::new(metrics.sub_registry_with_prefix("propagation")),
         )));
@@ -200,13 +201,14 @@ async fn start_geo(
     Ok(())
 }
 
-/// Starts the hub source (and, for a Kubernetes hub, leader election and the status writer).
+/// Starts the hub source (and, for a Kubernetes hub, leader election and the status writer);
+/// returns what a Kubernetes hub's fenced writer client is made from.
 async fn start_hub(
     cfg: &Config,
     mut sources: Sources,
     snapshots: &watch::Receiver<Arc<Snapshot>>,
     tasks: &mut Vec<JoinHandle<()>>,
-) -> Result<(Sources, Leadership)> {
+) -> Result<(Sources, Leadership, Option<connect::Writer>)> {
     match &cfg.hub {
         Hub::Directory(dir) => {
             if let Some(why) = directory::not_a_directory(dir) {
@@ -216,18 +218,19 @@ async fn start_hub(
                 dir.clone(),
                 sources.clone(),
             )));
-            Ok((sources, Leadership::always(&cfg.leader.identity)))
+            Ok((sources, Leadership::always(&cfg.leader.identity), None))
         }
         Hub::Kubernetes {
             kubeconfig,
             context,
             namespace,
         } => {
-            let client = match kubeconfig {
+            let connected = match kubeconfig {
                 Some(path) => connect::from_kubeconfig(path, context.as_deref()).await,
                 None => connect::in_cluster(),
             }
             .context("the hub")?;
+            let client = connected.client;
             sources.hub = Some(client.clone());
             tasks.push(tokio::spawn(hub::run(client.clone(), sources.clone())));
             let (leadership, election) = leader::start(
@@ -242,13 +245,18 @@ async fn start_hub(
                 },
             );
             tasks.push(election);
+            // The status writer only writes: through the fenced writer client.
+            let writer = connected
+                .writer
+                .client(&leadership)
+                .context("the hub's writer client")?;
             tasks.push(tokio::spawn(status::run(
-                client,
+                writer,
                 snapshots.clone(),
                 sources.fleet.clone(),
                 leadership.clone(),
             )));
-            Ok((sources, leadership))
+            Ok((sources, leadership, Some(connected.writer)))
         }
     }
 }

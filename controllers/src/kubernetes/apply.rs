@@ -229,6 +229,9 @@ struct Kind {
 /// cache is what saves a request per kind.
 pub struct Applier {
     client: Client,
+    /// Writes go here: a fenced writer client (`fence::writer`) when one was given, `client`
+    /// otherwise.
+    writer: Option<Client>,
     /// Asked before every request, never once per pass.
     leadership: Leadership,
     /// For logs: which member this applier writes into.
@@ -251,9 +254,26 @@ impl Applier {
     pub fn new(client: Client, leadership: Leadership, cluster: ClusterId) -> Self {
         Self {
             client,
+            writer: None,
             leadership,
             cluster,
             kinds: Mutex::default(),
+        }
+    }
+
+    /// Writes through `writer` (the cluster's fenced writer client) from now on.
+    pub fn with_writer(mut self, writer: Client) -> Self {
+        self.writer = Some(writer);
+        self
+    }
+
+    /// A failed write, as a replica that no longer leads reports it: a write its fenced
+    /// connection refused (or that failed for any reason) once leadership lapsed is NotLeader.
+    fn write_error(&self, id: &ObjectId, e: kube::Error) -> Error {
+        if self.leadership.is_leader() {
+            Error::from_kube(id, e)
+        } else {
+            Error::NotLeader
         }
     }
 
@@ -295,7 +315,7 @@ impl Applier {
         } else {
             api.patch(&id.name, &params, &patch).await
         };
-        stored.map_err(|e| Error::from_kube(id, e))
+        stored.map_err(|e| self.write_error(id, e))
     }
 
     /// Creates `body` as `id` unless an object of that name exists (None then): unlike an
@@ -312,7 +332,7 @@ impl Applier {
         match api.create(&kube::api::PostParams::default(), &object).await {
             Ok(o) => Ok(Some(o)),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
-            Err(e) => Err(Error::from_kube(id, e)),
+            Err(e) => Err(self.write_error(id, e)),
         }
     }
 
@@ -337,7 +357,7 @@ impl Applier {
         let api = self.write_api(id).await?;
         api.patch(&id.name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-            .map_err(|e| Error::from_kube(id, e))
+            .map_err(|e| self.write_error(id, e))
     }
 
     /// What discovery says of a kind: its resource, and whether it is namespaced (to watch
@@ -366,7 +386,7 @@ impl Applier {
         match api.delete(&id.name, &DeleteParams::background()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(Error::from_kube(id, e)),
+            Err(e) => Err(self.write_error(id, e)),
         }
     }
 
@@ -421,15 +441,20 @@ impl Applier {
     /// list, a watch's discovery — need no leadership).
     async fn write_api(&self, id: &ObjectId) -> Result<Api<DynamicObject>> {
         self.leading()?;
-        let api = self.object_api(id).await?;
+        let writer = self.writer.as_ref().unwrap_or(&self.client);
+        let api = self.api_with(writer, id).await?;
         self.leading()?;
         Ok(api)
     }
 
     /// An Api for `id`'s kind, scoped to its namespace when the kind is namespaced.
     async fn object_api(&self, id: &ObjectId) -> Result<Api<DynamicObject>> {
+        self.api_with(&self.client, id).await
+    }
+
+    async fn api_with(&self, client: &Client, id: &ObjectId) -> Result<Api<DynamicObject>> {
         let k = self.kind(&id.api_version, &id.kind).await?;
-        let client = self.client.clone();
+        let client = client.clone();
         // A cluster-scoped object has no namespace: one given anyway is ignored, as kubectl
         // does.
         match (k.namespaced, &id.namespace) {

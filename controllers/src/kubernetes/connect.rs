@@ -87,8 +87,33 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A cluster's client, and what its fenced writer client is built from.
+#[derive(Clone)]
+pub struct Connected {
+    pub client: Client,
+    pub writer: Writer,
+}
+
+/// The config a cluster's client was made from: its writer (`fence::writer`) is made the
+/// same way, once the Leadership that fences it is known.
+#[derive(Clone)]
+pub struct Writer(std::sync::Arc<Config>);
+
+impl Writer {
+    /// A client for writes only, whose connections carry nothing once `leadership` lapses.
+    pub fn client(&self, leadership: &super::leader::Leadership) -> Result<Client> {
+        super::fence::writer(&self.0, leadership.clone()).map_err(Error::Client)
+    }
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Writer").field(&self.0.cluster_url).finish()
+    }
+}
+
 /// A client from a kubeconfig file (its current context unless `context`).
-pub async fn from_kubeconfig(path: &Path, context: Option<&str>) -> Result<Client> {
+pub async fn from_kubeconfig(path: &Path, context: Option<&str>) -> Result<Connected> {
     from_parsed(
         read_kubeconfig(path)?,
         context,
@@ -99,7 +124,7 @@ pub async fn from_kubeconfig(path: &Path, context: Option<&str>) -> Result<Clien
 }
 
 /// The in-cluster service account's client (`KUBERNETES_SERVICE_HOST`).
-pub fn in_cluster() -> Result<Client> {
+pub fn in_cluster() -> Result<Connected> {
     let config = Config::incluster().map_err(Error::InCluster)?;
     client(config, WatchTimeout::default())
 }
@@ -109,7 +134,7 @@ pub async fn member_client(
     access: &KubeAccess,
     hub: Option<&Client>,
     timeout: WatchTimeout,
-) -> Result<Client> {
+) -> Result<Connected> {
     let endpoint = access.api_endpoint.as_deref();
     match &access.credentials {
         Credentials::Kubeconfig { path, context } => {
@@ -183,7 +208,7 @@ async fn from_parsed(
     context: Option<&str>,
     endpoint: Option<&str>,
     timeout: WatchTimeout,
-) -> Result<Client> {
+) -> Result<Connected> {
     let options = KubeConfigOptions {
         context: context.map(str::to_string),
         ..KubeConfigOptions::default()
@@ -200,7 +225,7 @@ async fn from_parsed(
     client(config, timeout)
 }
 
-fn client(mut config: Config, timeout: WatchTimeout) -> Result<Client> {
+fn client(mut config: Config, timeout: WatchTimeout) -> Result<Connected> {
     // So audit logs tell meridian's requests apart.
     config.headers.push((
         http::header::USER_AGENT,
@@ -209,5 +234,9 @@ fn client(mut config: Config, timeout: WatchTimeout) -> Result<Client> {
     config.read_timeout = Some(timeout.read_timeout());
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.write_timeout = Some(CONNECT_TIMEOUT);
-    Client::try_from(config).map_err(Error::Client)
+    let client = Client::try_from(config.clone()).map_err(Error::Client)?;
+    Ok(Connected {
+        client,
+        writer: Writer(std::sync::Arc::new(config)),
+    })
 }

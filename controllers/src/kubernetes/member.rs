@@ -59,7 +59,7 @@ pub async fn run(
     // member may have left a failure behind, which the first report clears.
     let mut reported = Some(String::from("unknown"));
     loop {
-        let Some(client) = connect(
+        let Some(connected) = connect(
             &cluster,
             &access,
             hub.as_ref(),
@@ -71,7 +71,8 @@ pub async fn run(
         else {
             return;
         };
-        fleet.update(&cluster, |f| f.connect(client.clone()));
+        let client = connected.client.clone();
+        fleet.update(&cluster, |f| f.connect(connected));
         // Starts set: the first successful heartbeat, like one after an outage, is reported
         // only once the first full list is in, so a member counts as synced (DESIGN §4: SERVFAIL
         // until then, never NXDOMAIN) only with its objects.
@@ -294,11 +295,11 @@ async fn connect(
     heartbeat: Duration,
     tx: &mpsc::Sender<SourceEvent>,
     watch_timeout: WatchTimeout,
-) -> Option<Client> {
+) -> Option<connect::Connected> {
     let mut backoff = Duration::from_millis(500);
     loop {
         match connect::member_client(access, hub, watch_timeout).await {
-            Ok(client) => return Some(client),
+            Ok(connected) => return Some(connected),
             Err(e) => {
                 let reason = crate::reason_of(&e);
                 warn!(reason = %reason, "cannot connect to the member");

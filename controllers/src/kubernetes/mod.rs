@@ -18,6 +18,7 @@
 
 pub mod apply;
 pub mod connect;
+pub mod fence;
 pub mod hub;
 pub mod leader;
 pub mod member;
@@ -35,6 +36,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use kube::Client;
+
+use leader::Leadership;
 use meridian_core::{ClusterId, ObjectKey};
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -75,6 +78,8 @@ pub(crate) fn name_hash(seed: &str) -> u64 {
 #[derive(Clone, Default)]
 pub struct MemberFacts {
     pub client: Option<Client>,
+    /// What the member's fenced writer client is made from (see `fence`).
+    pub writer: Option<connect::Writer>,
     /// Which client: every client a source sets gets a number no other client had, so a
     /// writer knows to rebuild what it built on the last one (a `Client` has no identity).
     pub connection: u64,
@@ -91,10 +96,19 @@ pub struct MemberFacts {
 }
 
 impl MemberFacts {
-    /// The source connected (again) with `client`.
-    pub fn connect(&mut self, client: Client) {
+    /// The applier of this member's current client, writing through its fenced writer client
+    /// (`fence`); None before the source connected.
+    pub fn applier(&self, leadership: &Leadership, cluster: &ClusterId) -> Option<apply::Applier> {
+        let applier =
+            apply::Applier::new(self.client.clone()?, leadership.clone(), cluster.clone());
+        Some(with_writer(applier, self.writer.as_ref(), leadership))
+    }
+
+    /// The source connected (again).
+    pub fn connect(&mut self, connected: connect::Connected) {
         static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
-        self.client = Some(client);
+        self.client = Some(connected.client);
+        self.writer = Some(connected.writer);
         self.connection = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -180,5 +194,22 @@ pub(crate) struct AbortOnDrop<T>(pub(crate) JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// `applier` writing through `writer`'s fenced client; unfenced (through its own client) when
+/// there is none or it cannot be made (said in the log).
+pub fn with_writer(
+    applier: apply::Applier,
+    writer: Option<&connect::Writer>,
+    leadership: &Leadership,
+) -> apply::Applier {
+    match writer.map(|w| w.client(leadership)) {
+        Some(Ok(client)) => applier.with_writer(client),
+        Some(Err(e)) => {
+            tracing::warn!(cluster = %applier.cluster(), error = %e, "cannot make the fenced writer client: writing through the reader's");
+            applier
+        }
+        None => applier,
     }
 }

@@ -44,6 +44,7 @@ use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
 use super::apply::{self, Applier, ApplyOptions, ObjectId, Written};
+use super::connect;
 use super::leader::Leadership;
 use super::{AbortOnDrop, Fleet, MANAGED_BY};
 use crate::metrics::PropagationMetrics;
@@ -214,9 +215,9 @@ struct Member {
 }
 
 impl Member {
-    fn new(client: Client, leadership: Leadership, cluster: ClusterId, connection: u64) -> Self {
+    fn new(applier: Applier, connection: u64) -> Self {
         Self {
-            applier: Applier::new(client, leadership, cluster),
+            applier,
             connection,
             written: Written::default(),
             admitted: BTreeMap::new(),
@@ -397,18 +398,22 @@ struct Pass<'a> {
 }
 
 /// Writes placed objects into every Kubernetes member while this replica leads; `hub` (a
-/// Kubernetes hub) also gets the Placement records and the templates' aggregated status.
+/// Kubernetes hub's client, and what its fenced writer is made from) also gets the Placement
+/// records, the templates' aggregated status and the policies' status.
 pub async fn run(
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
     fleet: Fleet,
     leadership: Leadership,
-    hub: Option<Client>,
+    hub: Option<(Client, connect::Writer)>,
     view: PropagationView,
     metrics: PropagationMetrics,
 ) {
     let wake = Arc::new(Notify::new());
     // One applier for the hub, kept for its discovery cache.
-    let hub = hub.map(|c| Applier::new(c, leadership.clone(), ClusterId::new("hub")));
+    let hub = hub.map(|(client, writer)| {
+        let applier = Applier::new(client, leadership.clone(), ClusterId::new("hub"));
+        super::with_writer(applier, Some(&writer), &leadership)
+    });
     let mut members: BTreeMap<ClusterId, Member> = BTreeMap::new();
     let mut rollouts: BTreeMap<TemplateKey, Rollout> = BTreeMap::new();
     let mut settings: BTreeMap<TemplateKey, Propagation> = BTreeMap::new();
@@ -446,11 +451,10 @@ pub async fn run(
                 .is_some_and(|f| f.client.is_some() && f.connection == m.connection)
         });
         for (id, f) in &facts {
-            if let (Some(client), None) = (&f.client, members.get(id)) {
-                members.insert(
-                    id.clone(),
-                    Member::new(client.clone(), leadership.clone(), id.clone(), f.connection),
-                );
+            if !members.contains_key(id)
+                && let Some(applier) = f.applier(&leadership, id)
+            {
+                members.insert(id.clone(), Member::new(applier, f.connection));
             }
             if let Some(m) = members.get_mut(id) {
                 m.namespaces.clone_from(&f.namespaces);

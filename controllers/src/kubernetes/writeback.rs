@@ -20,7 +20,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::Client;
 use meridian_core::{ClusterId, ObjectKey, Port, Protocol, Snapshot, select};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -405,9 +404,9 @@ struct MemberWrites {
 }
 
 impl MemberWrites {
-    fn new(client: Client, leadership: Leadership, cluster: ClusterId, connection: u64) -> Self {
+    fn new(applier: Applier, connection: u64) -> Self {
         Self {
-            applier: Applier::new(client, leadership, cluster),
+            applier,
             connection,
             objects: Written::default(),
             exports: Written::default(),
@@ -452,24 +451,21 @@ pub async fn run(
             if f.retired {
                 let applier = match writes.remove(id) {
                     Some(w) if w.connection == f.connection => Some(w.applier),
-                    _ => f
-                        .client
-                        .clone()
-                        .map(|c| Applier::new(c, leadership.clone(), id.clone())),
+                    _ => f.applier(&leadership, id),
                 };
                 retire(applier, id, &fleet).await;
                 continue;
             }
-            let (Some(client), true) = (&f.client, f.listed) else {
+            if f.client.is_none() || !f.listed {
                 continue;
-            };
+            }
             let Some(member) = snapshot.cluster_index(id.as_str()) else {
                 continue;
             };
-            if writes.get(id).is_none_or(|w| w.connection != f.connection) {
-                let fresh =
-                    MemberWrites::new(client.clone(), leadership.clone(), id.clone(), f.connection);
-                writes.insert(id.clone(), fresh);
+            if writes.get(id).is_none_or(|w| w.connection != f.connection)
+                && let Some(applier) = f.applier(&leadership, id)
+            {
+                writes.insert(id.clone(), MemberWrites::new(applier, f.connection));
             }
             let Some(state) = writes.get_mut(id) else {
                 continue;

@@ -33,7 +33,10 @@ fn nulls_are_left_out_of_what_is_applied() {
 use crate::kubernetes::mock::{ApiServer, Reply, Seen, status};
 
 fn member(client: Client) -> Member {
-    Member::new(client, Leadership::always("test"), ClusterId::new("m1"), 0)
+    Member::new(
+        Applier::new(client, Leadership::always("test"), ClusterId::new("m1")),
+        0,
+    )
 }
 
 fn web() -> (TemplateKey, ObjectId, Value) {

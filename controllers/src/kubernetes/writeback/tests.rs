@@ -309,8 +309,8 @@ use tokio::sync::watch as leadership_watch;
 
 use crate::kubernetes::mock::{ApiServer, Seen, status};
 
-fn writes(client: Client, leadership: Leadership) -> MemberWrites {
-    MemberWrites::new(client, leadership, ClusterId::new("m2"), 1)
+fn writes(client: kube::Client, leadership: Leadership) -> MemberWrites {
+    MemberWrites::new(Applier::new(client, leadership, ClusterId::new("m2")), 1)
 }
 
 fn patched(server: &ApiServer) -> Vec<Seen> {
