@@ -95,6 +95,11 @@ if i:
     pl = i["placements_on_hub"]
     print(f"  Placements on the hub: {pl['count']} of {i['templates']} (first at {pl['first_s']} s, last at {pl['last_s']} s)")
     print(f"  applies: {i['applies']}; counted as drift reverted: {i['drift_reverted']}")
+    p = i.get("plan_ms_per_pass") or {}
+    settled = next((v for k, v in p.items() if k.startswith("settled_") and k != "settled_passes"), None)
+    print(f"  one pass's deciding over {i['templates']} templates x 3 members (meridian_propagation_plan_seconds, "
+          f"mean): {p.get('initial')} ms during the initial phase, {settled} ms settled "
+          f"({p.get('settled_passes')} passes)")
 lp = r["meridian_log"]
 print(f"meridian log: {lp['counts']['ERROR']} ERROR, {lp['counts']['WARN']} WARN lines; "
       f"still running: {r['meridian_running']}")
