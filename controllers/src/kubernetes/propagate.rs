@@ -1713,28 +1713,10 @@ fn conditions(view: &TemplateView) -> Vec<Value> {
         .filter(|(_, v)| !v.ready)
         .map(|(c, _)| c.to_string())
         .collect();
-    let mut out = vec![
-        if errors.is_empty() {
-            condition(
-                "Applied",
-                true,
-                "Applied",
-                "every placed copy is written".into(),
-            )
-        } else {
-            condition("Applied", false, "ApplyFailed", errors.join("; "))
-        },
-        if not_ready.is_empty() {
-            condition("Ready", true, "Ready", "every copy is ready".into())
-        } else {
-            condition(
-                "Ready",
-                false,
-                "NotReady",
-                format!("not ready in {}", not_ready.join(", ")),
-            )
-        },
-    ];
+    let errors = (!errors.is_empty()).then(|| errors.join("; "));
+    let not_ready =
+        (!not_ready.is_empty()).then(|| format!("not ready in {}", not_ready.join(", ")));
+    let mut out = applied_and_ready(errors, not_ready).to_vec();
     if !view.conflicts.is_empty() {
         let clusters: Vec<&str> = view.conflicts.iter().map(ClusterId::as_str).collect();
         out.push(condition(
@@ -1748,6 +1730,26 @@ fn conditions(view: &TemplateView) -> Vec<Value> {
         ));
     }
     out
+}
+
+/// `Applied` and `Ready`: true, or false with what failed (the copies' errors) and what is
+/// not ready, each already worded.
+fn applied_and_ready(errors: Option<String>, not_ready: Option<String>) -> [Value; 2] {
+    [
+        match errors {
+            None => condition(
+                "Applied",
+                true,
+                "Applied",
+                "every placed copy is written".into(),
+            ),
+            Some(errors) => condition("Applied", false, "ApplyFailed", errors),
+        },
+        match not_ready {
+            None => condition("Ready", true, "Ready", "every copy is ready".into()),
+            Some(not_ready) => condition("Ready", false, "NotReady", not_ready),
+        },
+    ]
 }
 
 /// One status condition, without `lastTransitionTime` (see [`stamp`]).

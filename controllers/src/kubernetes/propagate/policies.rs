@@ -13,7 +13,7 @@ use meridian_core::ObjectKey;
 use meridian_core::placement::{Outcome, TemplateKey};
 use serde_json::{Value, json};
 
-use super::{ObjectId, Pass, TemplateView, condition};
+use super::{ObjectId, Pass, TemplateView, applied_and_ready, condition};
 
 pub(super) const KIND: &str = "ClusterSchedulingPolicy";
 const API_VERSION: &str = "meridian.io/v1alpha1";
@@ -179,27 +179,9 @@ fn placement_conditions(
         .filter(|(_, _, copy)| !copy.ready)
         .map(|(t, c, _)| format!("{t} in {c}"))
         .collect();
-    vec![
-        scheduled,
-        if errors.is_empty() {
-            condition(
-                "Applied",
-                true,
-                "Applied",
-                "every placed copy is written".into(),
-            )
-        } else {
-            condition("Applied", false, "ApplyFailed", listed(&errors, "; "))
-        },
-        if not_ready.is_empty() {
-            condition("Ready", true, "Ready", "every copy is ready".into())
-        } else {
-            condition(
-                "Ready",
-                false,
-                "NotReady",
-                format!("not ready: {}", listed(&not_ready, ", ")),
-            )
-        },
-    ]
+    let errors = (!errors.is_empty()).then(|| listed(&errors, "; "));
+    let not_ready =
+        (!not_ready.is_empty()).then(|| format!("not ready: {}", listed(&not_ready, ", ")));
+    let [applied, ready] = applied_and_ready(errors, not_ready);
+    vec![scheduled, applied, ready]
 }
