@@ -24,7 +24,7 @@
 //! drain waits for its replacement (or the grace period), nothing moves until the rollout
 //! says so. What meridian placed there and no longer wants is deleted when it returns.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -186,6 +186,10 @@ struct Member {
     /// answer): what drift is measured against.
     admitted: BTreeMap<ObjectId, Value>,
     reverts: BTreeMap<ObjectId, Reverts>,
+    /// Per copy, the inputs of the last pass that found nothing to write (see `plan`).
+    quiet: HashMap<ObjectId, u64>,
+    /// Per copy, by the live object's resourceVersion: its replica count and readiness.
+    held: HashMap<ObjectId, (Option<String>, Option<u32>, bool)>,
     /// Per object, for observedGeneration gating.
     applied: BTreeMap<ObjectId, Applied>,
     watches: BTreeMap<(String, String), PlacedWatch>,
@@ -222,6 +226,8 @@ impl Member {
             written: Written::default(),
             admitted: BTreeMap::new(),
             reverts: BTreeMap::new(),
+            quiet: HashMap::new(),
+            held: HashMap::new(),
             applied: BTreeMap::new(),
             watches: BTreeMap::new(),
             hpas: None,
@@ -315,6 +321,8 @@ impl Member {
     /// Forgets what was written of `id` (it was deleted or released).
     fn forget(&mut self, id: &ObjectId) {
         self.written.forget(id);
+        self.quiet.remove(id);
+        self.held.remove(id);
         self.admitted.remove(id);
         self.reverts.remove(id);
         self.applied.remove(id);
@@ -335,6 +343,11 @@ impl Member {
                     .contains(&(ns.clone(), v, kind.clone(), name.clone()))
             })
     }
+}
+
+/// A fingerprint of anything serializable.
+fn print_of(value: &(impl Serialize + ?Sized)) -> u64 {
+    apply::fingerprint(&serde_json::to_value(value).unwrap_or(Value::Null))
 }
 
 /// The object as JSON, with its metadata (DynamicObject keeps them apart).
@@ -395,6 +408,8 @@ struct Pass<'a> {
     snapshot: &'a Snapshot,
     templates: BTreeMap<&'a TemplateKey, &'a Template>,
     now: Instant,
+    /// A fingerprint of every OverridePolicy (what a render reads besides its template).
+    overrides_print: u64,
 }
 
 /// Writes placed objects into every Kubernetes member while this replica leads; `hub` (a
@@ -465,6 +480,7 @@ pub async fn run(
             templates: snapshot.templates.iter().map(|t| (&t.key, t)).collect(),
             snapshot: &snapshot,
             now: Instant::now(),
+            overrides_print: print_of(&*snapshot.overrides),
         };
         for (key, d) in &snapshot.placements.decisions {
             settings.insert(key.clone(), snapshot.placements.propagation_of(d));
@@ -493,7 +509,7 @@ pub async fn run(
                 .get(&key)
                 .cloned()
                 .unwrap_or_else(|| settings_from_copies(&members, &key));
-            let held = held_copies(&members, &key, decision);
+            let held = held_copies(&mut members, &key, decision);
             let rollout = rollouts.entry(key.clone()).or_default();
             let step = rollout.step(decision, &held, &propagation, pass.now);
             if let Some(d) = step.deadline {
@@ -766,26 +782,32 @@ fn settings_from_copies(members: &BTreeMap<ClusterId, Member>, key: &TemplateKey
 
 /// What each member holds of `key`'s template.
 fn held_copies(
-    members: &BTreeMap<ClusterId, Member>,
+    members: &mut BTreeMap<ClusterId, Member>,
     key: &TemplateKey,
     decision: Option<&Decision>,
 ) -> BTreeMap<ClusterId, Held> {
     let id = object_id(key);
     members
-        .iter()
+        .iter_mut()
         .filter_map(|(cluster, m)| {
             let live = m.live(&id)?;
-            let object = as_json(&live);
+            // Read again only when the live object changed.
+            let rv = live.metadata.resource_version.clone();
+            let (count, ready) = match m.held.get(&id) {
+                Some((seen, count, ready)) if rv.is_some() && *seen == rv => (*count, *ready),
+                _ => {
+                    let object = as_json(&live);
+                    let count = replica_count(&id, &object);
+                    let ready = status::ready(&key.kind, &object, None);
+                    m.held.insert(id.clone(), (rv, count, ready));
+                    (count, ready)
+                }
+            };
             let decided = decision
                 .and_then(|d| d.replicas_in(cluster))
                 .and_then(|p| p.replicas);
             // Under an HPA the member owns the count: the rollout compares the decision's.
-            let replicas = if m.scaled_by_hpa(key) {
-                decided
-            } else {
-                replica_count(&id, &object)
-            };
-            let ready = status::ready(&key.kind, &object, None);
+            let replicas = if m.scaled_by_hpa(key) { decided } else { count };
             Some((cluster.clone(), Held { replicas, ready }))
         })
         .collect()
@@ -844,6 +866,15 @@ fn plan(
     let id = object_id(key);
     let decision = pass.snapshot.placements.decisions.get(key);
     let template = pass.templates.get(key).copied();
+    // What a copy's job is decided from, besides the live object: the same inputs as a pass
+    // that found nothing to do give nothing to do (no render, no drift walk).
+    let inputs = template.map(|t| {
+        (
+            apply::fingerprint(&t.body),
+            pass.overrides_print,
+            print_of(propagation),
+        )
+    });
     for w in &step.writes {
         let (Some(m), Some(template), Some(placed)) = (
             members.get_mut(&w.cluster),
@@ -873,13 +904,26 @@ fn plan(
             replicas: w.replicas,
             ..placed.clone()
         };
-        if m.live(&id).is_some() {
+        let live = m.live(&id);
+        if live.is_some() {
             m.seen.insert(id.clone());
         }
+        let quiet = print_of(&json!([
+            inputs,
+            placed,
+            m.scaled_by_hpa(key),
+            live.as_ref().map(|o| o.metadata.resource_version.clone()),
+        ]));
+        if m.quiet.get(&id) == Some(&quiet) {
+            m.errors.remove(&id);
+            continue;
+        }
+        m.quiet.remove(&id);
         match copy_job(pass, m, template, &placed, propagation) {
             Ok(Some(job)) => jobs.entry(w.cluster.clone()).or_default().push(job),
             Ok(None) => {
                 m.errors.remove(&id);
+                m.quiet.insert(id.clone(), quiet);
             }
             Err(e) => {
                 m.errors.insert(id.clone(), e);

@@ -251,6 +251,7 @@ async fn cleanup(labels: Value, pods: usize, placed_here: bool) -> Vec<String> {
         snapshot: &snapshot,
         templates: BTreeMap::new(),
         now: Instant::now(),
+        overrides_print: 0,
     };
     clean_namespaces(&mut m, &pass).await;
     let deleted = summary(&server.calls())
@@ -424,6 +425,7 @@ mod policy_status {
             snapshot: &snapshot,
             templates: BTreeMap::new(),
             now: Instant::now(),
+            overrides_print: 0,
         };
         let statuses = policies::statuses(&pass, &views);
         let names: Vec<&str> = statuses.iter().map(|(id, _)| id.name.as_str()).collect();
