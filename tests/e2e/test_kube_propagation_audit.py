@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 import pytest
 
-from kube_fleet import API_VERSIONS, CORE, DEFAULT_MEMBERS, FROM, MANAGED, MERIDIAN, NAMESPACE, WRITE_VERBS, started, wait_for
+from kube_fleet import API_VERSIONS, AUDIT_POLICY, CORE, DEFAULT_MEMBERS, FROM, MANAGED, MERIDIAN, NAMESPACE, WRITE_VERBS, started, wait_for
 from kube_cluster import resource_path  # noqa: I001 - on sys.path once kube_fleet is imported
 from test_kube_leader import (
     A,
@@ -47,17 +47,12 @@ from test_kube_propagation import condition, deployment, divided, member_deploym
 
 MEMBERS = tuple(m for m in DEFAULT_MEMBERS if m.name in ("m1", "m2"))
 NAMES = [m.name for m in MEMBERS]
-AUDIT = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [
-        {"level": "Metadata", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
-        {"level": "None", "verbs": ["get", "list", "watch"]},
-        {"level": "Request", "resources": [{"group": "apps", "resources": ["deployments"], "resourceNames": ["web"]}]},
-        {"level": "Metadata"},
-    ],
-}
+# kube_fleet's policy, and the request bodies of Deployment web (the replica counts sent).
+AUDIT = {**AUDIT_POLICY, "rules": [
+    *AUDIT_POLICY["rules"][:-1],
+    {"level": "Request", "resources": [{"group": "apps", "resources": ["deployments"], "resourceNames": ["web"]}]},
+    AUDIT_POLICY["rules"][-1],
+]}
 TIMEOUT = 30  # generous: a busy 2-core machine
 
 
