@@ -384,6 +384,11 @@ impl Snapshot {
         self.cluster_ids.get(id).copied()
     }
 
+    /// The view of cluster `id`, if the fleet has it.
+    pub fn cluster_view(&self, id: &ClusterId) -> Option<&ClusterView> {
+        self.clusters.get(self.cluster_by_id(id)?)
+    }
+
     pub fn service(&self, namespace: &str, name: &str) -> Option<&Arc<ServiceView>> {
         self.services.get(namespace)?.get(name)
     }

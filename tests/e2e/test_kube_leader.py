@@ -301,29 +301,34 @@ RECEIVED_POLICY = {
 }
 
 
+def tail_lines(f, timeout):
+    """The whole lines written to the open file `f` from where it stands, as they come, for
+    `timeout` seconds (an audit log, read closely enough to freeze a replica mid-request)."""
+    deadline = time.monotonic() + timeout
+    buf = ""
+    while time.monotonic() < deadline:
+        chunk = f.read()
+        if not chunk:
+            time.sleep(0.0005)
+            continue
+        buf += chunk
+        *lines, buf = buf.split("\n")
+        yield from lines
+
+
 def freeze_on_received(fleet, cluster, user, proc, timeout=20.0):
     """Tails a cluster's audit log and SIGSTOPs `proc` as soon as the API server receives a
     ServiceImport patch (not its status) from `user`: the process is then frozen waiting for
     the answer. Returns that event."""
-    path = fleet.audit_log(cluster)
-    deadline = time.monotonic() + timeout
-    with open(path) as f:
-        f.seek(0, os.SEEK_END)
-        buf = ""
-        while time.monotonic() < deadline:
-            chunk = f.read()
-            if not chunk:
-                time.sleep(0.0005)
-                continue
-            buf += chunk
-            *lines, buf = buf.split("\n")
-            for line in lines:
-                if ('"RequestReceived"' in line and '"serviceimports"' in line and '"subresource"' not in line
-                        and f'"username":"{user}"' in line):
-                    os.kill(proc.pid, signal.SIGSTOP)
-                    import json
+    import json
 
-                    return json.loads(line)
+    with open(fleet.audit_log(cluster)) as f:
+        f.seek(0, os.SEEK_END)
+        for line in tail_lines(f, timeout):
+            if ('"RequestReceived"' in line and '"serviceimports"' in line and '"subresource"' not in line
+                    and f'"username":"{user}"' in line):
+                os.kill(proc.pid, signal.SIGSTOP)
+                return json.loads(line)
     raise AssertionError(f"no ServiceImport patch by {user} in {cluster} within {timeout} s")
 
 

@@ -42,6 +42,7 @@ from test_kube_leader import (
     lease_terms,
     leader_metric,
     received,
+    tail_lines,
 )
 from test_kube_propagation import condition, deployment, divided, member_deployment, member_replicas, placement, write_status
 
@@ -189,25 +190,17 @@ def freeze_after(fleet, f, cluster, user, resource, count, proc, timeout=TIMEOUT
     """Reads the audit log of `cluster` from the open file `f` on, and SIGSTOPs `proc` as soon
     as `count` successful writes of `resource` by `user` have completed. Returns the wall
     time of the freeze."""
-    deadline = time.monotonic() + timeout
-    buf, seen = "", 0
-    while time.monotonic() < deadline:
-        chunk = f.read()
-        if not chunk:
-            time.sleep(0.0005)
+    seen = 0
+    for line in tail_lines(f, timeout):
+        if f'"username":"{user}"' not in line or f'"resource":"{resource}"' not in line:
             continue
-        buf += chunk
-        *lines, buf = buf.split("\n")
-        for line in lines:
-            if f'"username":"{user}"' not in line or f'"resource":"{resource}"' not in line:
-                continue
-            e = json.loads(line)
-            if (e.get("stage") == "ResponseComplete" and e["verb"] in ("create", "patch", "update")
-                    and 200 <= (code(e) or 0) < 300 and not (e.get("objectRef") or {}).get("subresource")):
-                seen += 1
-                if seen >= count:
-                    os.kill(proc.pid, signal.SIGSTOP)
-                    return time.time()
+        e = json.loads(line)
+        if (e.get("stage") == "ResponseComplete" and e["verb"] in ("create", "patch", "update")
+                and 200 <= (code(e) or 0) < 300 and not (e.get("objectRef") or {}).get("subresource")):
+            seen += 1
+            if seen >= count:
+                os.kill(proc.pid, signal.SIGSTOP)
+                return time.time()
     raise AssertionError(f"fewer than {count} {resource} writes by {user} in {cluster} within {timeout} s")
 
 

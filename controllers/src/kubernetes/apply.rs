@@ -261,9 +261,15 @@ impl Applier {
         }
     }
 
-    /// Writes through `writer` (the cluster's fenced writer client) from now on.
-    pub fn with_writer(mut self, writer: Client) -> Self {
-        self.writer = Some(writer);
+    /// Writes through the cluster's fenced writer client (`fence`) from now on; through its
+    /// own client still when that cannot be made (said in the log).
+    pub fn fenced_by(mut self, writer: &super::connect::Writer) -> Self {
+        match writer.client(&self.leadership) {
+            Ok(client) => self.writer = Some(client),
+            Err(e) => {
+                tracing::warn!(cluster = %self.cluster, error = %e, "cannot make the fenced writer client: writing through the reader's")
+            }
+        }
         self
     }
 

@@ -101,7 +101,10 @@ impl MemberFacts {
     pub fn applier(&self, leadership: &Leadership, cluster: &ClusterId) -> Option<apply::Applier> {
         let applier =
             apply::Applier::new(self.client.clone()?, leadership.clone(), cluster.clone());
-        Some(with_writer(applier, self.writer.as_ref(), leadership))
+        Some(match &self.writer {
+            Some(writer) => applier.fenced_by(writer),
+            None => applier,
+        })
     }
 
     /// The source connected (again).
@@ -194,22 +197,5 @@ pub(crate) struct AbortOnDrop<T>(pub(crate) JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// `applier` writing through `writer`'s fenced client; unfenced (through its own client) when
-/// there is none or it cannot be made (said in the log).
-pub fn with_writer(
-    applier: apply::Applier,
-    writer: Option<&connect::Writer>,
-    leadership: &Leadership,
-) -> apply::Applier {
-    match writer.map(|w| w.client(leadership)) {
-        Some(Ok(client)) => applier.with_writer(client),
-        Some(Err(e)) => {
-            tracing::warn!(cluster = %applier.cluster(), error = %e, "cannot make the fenced writer client: writing through the reader's");
-            applier
-        }
-        None => applier,
     }
 }

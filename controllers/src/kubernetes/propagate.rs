@@ -426,8 +426,7 @@ pub async fn run(
     let wake = Arc::new(Notify::new());
     // One applier for the hub, kept for its discovery cache.
     let hub = hub.map(|(client, writer)| {
-        let applier = Applier::new(client, leadership.clone(), ClusterId::new("hub"));
-        super::with_writer(applier, Some(&writer), &leadership)
+        Applier::new(client, leadership.clone(), ClusterId::new("hub")).fenced_by(&writer)
     });
     let mut members: BTreeMap<ClusterId, Member> = BTreeMap::new();
     let mut rollouts: BTreeMap<TemplateKey, Rollout> = BTreeMap::new();
@@ -608,22 +607,23 @@ impl Converging {
     }
 }
 
-fn member_cluster_id(cluster: &ClusterId) -> ObjectId {
-    ObjectId::new(
-        "meridian.io/v1alpha1",
-        "MemberCluster",
-        None,
-        cluster.as_str(),
-    )
-}
-
-/// The MemberCluster of `cluster` as meridian applies it: its name, and the finalizer or not.
-fn member_cluster_body(cluster: &ClusterId, finalizer: bool) -> Value {
+/// Applies meridian's part of `cluster`'s MemberCluster: its finalizer, or (`finalizer`
+/// false) nothing, which lets go of it. The rest of the object stays the user's.
+async fn apply_finalizer(
+    hub: &Applier,
+    cluster: &ClusterId,
+    finalizer: bool,
+) -> Result<(), apply::Error> {
+    let (api_version, kind) = ("meridian.io/v1alpha1", "MemberCluster");
     let mut metadata = json!({"name": cluster.as_str()});
     if finalizer {
         metadata["finalizers"] = json!([MEMBER_FINALIZER]);
     }
-    json!({"apiVersion": "meridian.io/v1alpha1", "kind": "MemberCluster", "metadata": metadata})
+    let body = json!({"apiVersion": api_version, "kind": kind, "metadata": metadata});
+    let id = ObjectId::new(api_version, kind, None, cluster.as_str());
+    hub.apply(&id, &body, ApplyOptions::default())
+        .await
+        .map(drop)
 }
 
 /// Puts the finalizer on the MemberCluster of every member about to get a write, once per
@@ -641,12 +641,8 @@ async fn hold_members(
         if m.finalizer || !writes {
             continue;
         }
-        let body = member_cluster_body(cluster, true);
-        match hub
-            .apply(&member_cluster_id(cluster), &body, ApplyOptions::default())
-            .await
-        {
-            Ok(_) => m.finalizer = true,
+        match apply_finalizer(hub, cluster, true).await {
+            Ok(()) => m.finalizer = true,
             Err(apply::Error::NotLeader) => return,
             Err(e) => {
                 warn!(cluster = %cluster, error = %e, "cannot put meridian's finalizer on the MemberCluster: deleting it would leave the copies placed there");
@@ -664,11 +660,7 @@ async fn release_retired(
     snapshot: &Snapshot,
 ) {
     for (cluster, m) in members.iter_mut() {
-        let retiring = snapshot
-            .cluster_by_id(cluster)
-            .and_then(|i| snapshot.clusters.get(i))
-            .is_some_and(|c| c.spec.retiring);
-        if !retiring || m.released {
+        if !retiring(snapshot, cluster) || m.released {
             continue;
         }
         let emptied = m.listed()
@@ -678,16 +670,12 @@ async fn release_retired(
         if !emptied && !unreachable {
             continue;
         }
-        let body = member_cluster_body(cluster, false);
-        match hub
-            .apply(&member_cluster_id(cluster), &body, ApplyOptions::default())
-            .await
-        {
-            Ok(_) if unreachable => {
+        match apply_finalizer(hub, cluster, false).await {
+            Ok(()) if unreachable => {
                 m.released = true;
                 warn!(cluster = %cluster, left = m.holdings().len(), "a retiring member cannot be reached: let go, with what meridian placed there left in it");
             }
-            Ok(_) => {
+            Ok(()) => {
                 m.released = true;
                 info!(cluster = %cluster, "a retiring member holds none of meridian's copies: let go");
             }
@@ -701,9 +689,15 @@ async fn release_retired(
 
 fn reachable(snapshot: &Snapshot, cluster: &ClusterId) -> bool {
     snapshot
-        .cluster_by_id(cluster)
-        .and_then(|i| snapshot.clusters.get(i))
+        .cluster_view(cluster)
         .is_some_and(|c| c.health != meridian_core::registry::Health::Unreachable)
+}
+
+/// Its MemberCluster is being deleted.
+fn retiring(snapshot: &Snapshot, cluster: &ClusterId) -> bool {
+    snapshot
+        .cluster_view(cluster)
+        .is_some_and(|c| c.spec.retiring)
 }
 
 /// A watch for every kind placed in the member (and on its HPAs), started on first use; in a
@@ -711,11 +705,7 @@ fn reachable(snapshot: &Snapshot, cluster: &ClusterId) -> bool {
 /// replica that starts leading now must still find what it holds before letting it go).
 async fn ensure_watches(m: &mut Member, pass: &Pass<'_>, wake: &Arc<Notify>) {
     let cluster = m.applier.cluster();
-    let retiring = pass
-        .snapshot
-        .cluster_by_id(cluster)
-        .and_then(|i| pass.snapshot.clusters.get(i))
-        .is_some_and(|c| c.spec.retiring);
+    let retiring = retiring(pass.snapshot, cluster);
     let kinds: BTreeSet<(String, String)> = pass
         .snapshot
         .placements
@@ -1699,8 +1689,7 @@ fn placement_record(
     });
     let health = |c: &ClusterId| {
         pass.snapshot
-            .cluster_by_id(c)
-            .and_then(|i| pass.snapshot.clusters.get(i))
+            .cluster_view(c)
             .map_or("Unknown", |v| v.health.as_str())
     };
     let copies: Vec<Value> = view
