@@ -522,6 +522,14 @@ pub fn member_cluster(
                 gateway,
                 taints,
                 health,
+                cost: spec.cost.as_ref().map(|c| {
+                    core::Cost::new(
+                        c.cpu_core_hour.unwrap_or(0.0),
+                        c.memory_gib_hour.unwrap_or(0.0),
+                        c.egress_gib.unwrap_or(0.0),
+                        c.spot_ratio.unwrap_or(0.0),
+                    )
+                }),
                 render_path: spec
                     .source
                     .directory

@@ -135,10 +135,18 @@ pub enum TaintEffectSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CostSpec {
+    /// The price of one CPU core for an hour, in the fleet's one currency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_core_hour: Option<f64>,
+    /// The price of one GiB of memory for an hour.
+    #[serde(default, rename = "memoryGiBHour", skip_serializing_if = "Option::is_none")]
+    pub memory_gib_hour: Option<f64>,
+    /// The price of one GiB sent out of the cluster.
     #[serde(default, rename = "egressGiB", skip_serializing_if = "Option::is_none")]
     pub egress_gib: Option<f64>,
+    /// The share of the cluster's capacity that is spot (0 to 1), priced lower.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot_ratio: Option<f64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -347,6 +355,99 @@ pub struct PlacementSpec {
     /// always retained.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retain: Vec<String>,
+    /// Plugin weights for ordering candidates (ResourceBalance, Cost, DataLocality,
+    /// WorkloadAffinity, ClusterAffinity, TaintToleration, Webhook, Script). Without it every
+    /// plugin this placement configures weighs 1, the others 0.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scoring: Vec<ScoringSpec>,
+    /// Where the template's data is: such clusters score 100, their region 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_locality: Option<DataLocalitySpec>,
+    /// Run next to other workloads (templates of this namespace matching the selector).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_affinity: Vec<WorkloadTermSpec>,
+    /// Run apart from other workloads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_anti_affinity: Vec<WorkloadTermSpec>,
+    /// Soft cluster preferences, scored by weight (the tiers stay `clusterAffinities`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred_cluster_affinities: Vec<PreferredClusterAffinitySpec>,
+    /// Scoring webhooks: a JSON POST per decision, answering scores and filter verdicts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<ScoringWebhookSpec>,
+    /// A Lua policy defining `filter(cluster, workload)` and/or `score(cluster, workload)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<ScriptSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScoringSpec {
+    pub plugin: String,
+    pub weight: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataLocalitySpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelectorSpec>,
+    /// A template annotation listing cluster names and `region=`/`zone=` entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_annotation: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadTermSpec {
+    /// Selects other templates (workloads) of the policy's namespace by their labels.
+    pub label_selector: LabelSelectorSpec,
+    pub topology: SpreadByFieldSpec,
+    /// A hard term: filters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<bool>,
+    /// A soft term, scored with this weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreferredClusterAffinitySpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelectorSpec>,
+    pub weight: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScoringWebhookSpec {
+    /// `https://…` (or `http://` to loopback only).
+    pub url: String,
+    /// PEM certificates the webhook's server certificate must chain to (default: system roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<String>,
+    /// Default 1000, at most 30000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_millis: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<FailurePolicySpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum FailurePolicySpec {
+    Ignore,
+    Fail,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScriptSpec {
+    pub lua: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

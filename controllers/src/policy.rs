@@ -9,10 +9,15 @@ use meridian_core as core;
 use crate::convert::{created_secs, key_of, taint_effect};
 use crate::crd::{
     ClusterSchedulingPolicy, ConflictResolutionSpec, DivisionPreferenceSpec, DynamicWeightSpec,
-    LabelSelectorSpec, PlacementSpec, PurgeModeSpec, ReplicaSchedulingSpec,
+    FailurePolicySpec, LabelSelectorSpec, PlacementSpec, PurgeModeSpec, ReplicaSchedulingSpec,
     ReplicaSchedulingTypeSpec, SpreadByFieldSpec, SpreadConstraintSpec, TolerationOperatorSpec,
-    TolerationSpec, TrafficModeSpec,
+    TolerationSpec, TrafficModeSpec, WorkloadTermSpec,
 };
+
+/// The longest a scoring webhook may be given to answer.
+const MAX_WEBHOOK_TIMEOUT_MILLIS: u64 = 30_000;
+/// A scoring webhook's timeout when the policy gives none.
+const DEFAULT_WEBHOOK_TIMEOUT_MILLIS: u64 = 1_000;
 
 pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, Vec<String>> {
     let mut problems = Vec::new();
@@ -231,7 +236,165 @@ fn placement_policy(
         failover_after_seconds: placement.failover.as_ref().map(|f| f.after_seconds),
         failback_after_seconds: placement.failback_after_seconds.unwrap_or(0),
         propagation: propagation(placement, problems),
+        scoring: scoring(placement, problems),
     })
+}
+
+/// The scoring part: plugin weights, what the plugins read, the programs.
+fn scoring(placement: &PlacementSpec, problems: &mut Vec<String>) -> core::placement::Scoring {
+    use core::placement::{
+        DataLocality, FailurePolicy, Plugin, PreferredAffinity, Script, Scoring, Webhook,
+    };
+    let mut weights = Vec::new();
+    for (i, s) in placement.scoring.iter().enumerate() {
+        let at = format!("placement.scoring[{i}]");
+        match Plugin::parse(&s.plugin) {
+            Some(p) if weights.iter().any(|(q, _)| *q == p) => {
+                problems.push(format!("{at}: plugin {p} is listed twice"));
+            }
+            Some(p) => weights.push((p, s.weight)),
+            None => problems.push(format!(
+                "{at}: unknown plugin {:?} ({})",
+                s.plugin,
+                Plugin::ALL.map(Plugin::name).join(", ")
+            )),
+        }
+    }
+    let data_locality = placement.data_locality.as_ref().map(|d| {
+        let at = "placement.dataLocality";
+        if d.cluster_names.is_empty() && d.label_selector.is_none() && d.from_annotation.is_none()
+        {
+            problems.push(format!(
+                "{at}: clusterNames, labelSelector or fromAnnotation is required"
+            ));
+        }
+        DataLocality {
+            cluster_names: d.cluster_names.clone(),
+            selector: d
+                .label_selector
+                .as_ref()
+                .and_then(|s| label_selector(s, &format!("{at}.labelSelector"), problems)),
+            from_annotation: d.from_annotation.clone(),
+        }
+    });
+    let preferred_affinities = placement
+        .preferred_cluster_affinities
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| {
+            let at = format!("placement.preferredClusterAffinities[{i}]");
+            let clusters =
+                cluster_set(&a.cluster_names, a.label_selector.as_ref(), &at, problems)?;
+            Some(PreferredAffinity {
+                clusters,
+                weight: a.weight,
+            })
+        })
+        .collect();
+    let webhooks = placement
+        .webhooks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| {
+            let at = format!("placement.webhooks[{i}]");
+            webhook_url_problem(&w.url).map(|p| problems.push(format!("{at}.url: {p}")));
+            let timeout = w.timeout_millis.unwrap_or(DEFAULT_WEBHOOK_TIMEOUT_MILLIS);
+            if timeout == 0 || timeout > MAX_WEBHOOK_TIMEOUT_MILLIS {
+                problems.push(format!(
+                    "{at}.timeoutMillis: {timeout} is outside 1..={MAX_WEBHOOK_TIMEOUT_MILLIS}"
+                ));
+            }
+            Some(Arc::new(Webhook {
+                url: w.url.clone(),
+                ca_bundle: w.ca_bundle.clone(),
+                timeout_millis: timeout,
+                failure_policy: match w.failure_policy {
+                    Some(FailurePolicySpec::Fail) => FailurePolicy::Fail,
+                    Some(FailurePolicySpec::Ignore) | None => FailurePolicy::Ignore,
+                },
+            }))
+        })
+        .collect();
+    let script = placement.script.as_ref().map(|s| {
+        if let Err(why) = meridian_script::check(&s.lua) {
+            problems.push(format!("placement.script.lua: {why}"));
+        }
+        Arc::new(Script {
+            lua: Arc::from(s.lua.as_str()),
+        })
+    });
+    Scoring {
+        weights,
+        data_locality,
+        workload_affinity: workload_terms(&placement.workload_affinity, "workloadAffinity", problems),
+        workload_anti_affinity: workload_terms(
+            &placement.workload_anti_affinity,
+            "workloadAntiAffinity",
+            problems,
+        ),
+        preferred_affinities,
+        webhooks,
+        script,
+    }
+}
+
+/// Why `url` cannot be a scoring webhook's (None: it can): HTTPS anywhere, plain HTTP only to
+/// a loopback address.
+fn webhook_url_problem(url: &str) -> Option<String> {
+    if url.starts_with("https://") {
+        return None;
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Some(format!("{url:?} is neither https:// nor http://"));
+    };
+    let host = rest.split(['/', '?']).next().unwrap_or("");
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    (!loopback).then(|| format!("{url:?}: plain http:// is allowed to loopback addresses only"))
+}
+
+fn workload_terms(
+    specs: &[WorkloadTermSpec],
+    field: &str,
+    problems: &mut Vec<String>,
+) -> Vec<core::placement::WorkloadTerm> {
+    specs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            let at = format!("placement.{field}[{i}]");
+            let preferred = match (t.required.unwrap_or(false), t.weight) {
+                (true, None) => None,
+                (false, Some(w)) if w > 0 => Some(w),
+                (false, Some(_)) => {
+                    problems.push(format!("{at}: weight must be at least 1"));
+                    return None;
+                }
+                (true, Some(_)) => {
+                    problems.push(format!("{at}: required and weight exclude each other"));
+                    return None;
+                }
+                (false, None) => {
+                    problems.push(format!("{at}: say required: true or give a weight"));
+                    return None;
+                }
+            };
+            let selector = label_selector(&t.label_selector, &format!("{at}.labelSelector"), problems)?;
+            Some(core::placement::WorkloadTerm {
+                selector,
+                topology: match t.topology {
+                    SpreadByFieldSpec::Cluster => core::SpreadBy::Cluster,
+                    SpreadByFieldSpec::Region => core::SpreadBy::Region,
+                    SpreadByFieldSpec::Zone => core::SpreadBy::Zone,
+                },
+                preferred,
+            })
+        })
+        .collect()
 }
 
 /// How the placed objects reach the members.

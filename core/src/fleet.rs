@@ -23,7 +23,7 @@ use crate::geo::GeoTable;
 use crate::index::{Index, Kind, Object};
 use crate::model::{ClusterId, ClusterObjects, ClusterSpec, ObjectKey};
 use crate::placement::{
-    self, Capacity, ClusterInput, Inputs, OverridePolicy, Placements, Placer, Template,
+    self, Capacity, ClusterInput, Inputs, OverridePolicy, Placements, Placer, Runner, Template,
 };
 use crate::policy::{Policies, Policy};
 use crate::problem::Problem;
@@ -81,6 +81,9 @@ pub enum Event {
         templates: Vec<Template>,
         overrides: Vec<OverridePolicy>,
     },
+    /// A policy's program (a scoring webhook) answered, or its answer expired: placement
+    /// decides again.
+    ProgramsAnswered,
     /// The geo ranges for DNS clients outside the fleet (config and file merged, built once
     /// by the source) and the ranges it rejected; replaces the previous table and problems.
     Geo {
@@ -170,9 +173,17 @@ struct Federation {
     deadline: Option<Instant>,
     /// Policies that select a template an older policy places.
     conflicts: Vec<Problem>,
+    /// Runs the policies' scripts and scoring webhooks.
+    programs: Runner,
 }
 
 impl Fleet {
+    /// Sets what runs the policies' scripts and scoring webhooks (none until then).
+    pub fn set_programs(&mut self, programs: Arc<dyn crate::placement::Programs>) {
+        self.federation.programs = Runner(programs);
+        self.federation.dirty = true;
+    }
+
     /// An empty fleet started at `now`; readiness waits at most `sync_deadline` for members.
     pub fn new(now: Instant, sync_deadline: Duration) -> Self {
         Self {
@@ -251,6 +262,13 @@ impl Fleet {
                 Outcome {
                     changed: !transitions.is_empty(),
                     transitions,
+                    ..Outcome::default()
+                }
+            }
+            Event::ProgramsAnswered => {
+                self.federation.dirty = true;
+                Outcome {
+                    changed: true,
                     ..Outcome::default()
                 }
             }
@@ -507,6 +525,7 @@ impl Fleet {
         snapshot.overrides = self.federation.overrides.clone();
         snapshot.capacities = self.federation.capacities.clone();
         snapshot.placer = self.federation.remembered.clone();
+        snapshot.programs = self.federation.programs.clone();
         snapshot
             .problems
             .extend(unschedulable(&snapshot.placements));
@@ -548,6 +567,7 @@ impl Fleet {
                 policies: self.policies.as_slice(),
                 overrides: &f.overrides,
                 clusters: &clusters,
+                programs: &*f.programs.0,
             },
             now,
         );

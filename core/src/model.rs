@@ -234,6 +234,52 @@ pub struct ClusterSpec {
     /// placed there moves out the graceful way (replacement first, traffic next, the old copy
     /// last) before the member is let go.
     pub retiring: bool,
+    /// `spec.cost`: what running here costs, for the Cost score.
+    pub cost: Option<Cost>,
+}
+
+/// `MemberCluster.spec.cost`, in one currency across the fleet. Prices are kept in millionths
+/// (so the spec stays `Eq`); [`Cost::cpu_core_hour`] and the others give them back as `f64`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Cost {
+    pub cpu_core_hour_micros: u64,
+    pub memory_gib_hour_micros: u64,
+    pub egress_gib_micros: u64,
+    /// The share of the cluster's capacity that is spot, in thousandths.
+    pub spot_permille: u32,
+}
+
+impl Cost {
+    /// From prices and a spot share in [0, 1] (negative or non-finite values count as 0).
+    pub fn new(cpu_core_hour: f64, memory_gib_hour: f64, egress_gib: f64, spot_ratio: f64) -> Self {
+        let micros = |v: f64| if v.is_finite() && v > 0.0 { (v * 1e6).round() as u64 } else { 0 };
+        Self {
+            cpu_core_hour_micros: micros(cpu_core_hour),
+            memory_gib_hour_micros: micros(memory_gib_hour),
+            egress_gib_micros: micros(egress_gib),
+            spot_permille: if spot_ratio.is_finite() {
+                (spot_ratio.clamp(0.0, 1.0) * 1000.0).round() as u32
+            } else {
+                0
+            },
+        }
+    }
+
+    pub fn cpu_core_hour(&self) -> f64 {
+        self.cpu_core_hour_micros as f64 / 1e6
+    }
+
+    pub fn memory_gib_hour(&self) -> f64 {
+        self.memory_gib_hour_micros as f64 / 1e6
+    }
+
+    pub fn egress_gib(&self) -> f64 {
+        self.egress_gib_micros as f64 / 1e6
+    }
+
+    pub fn spot_ratio(&self) -> f64 {
+        f64::from(self.spot_permille) / 1000.0
+    }
 }
 
 impl ClusterSpec {
@@ -251,6 +297,7 @@ impl ClusterSpec {
             health: HealthTimings::default(),
             render_path: None,
             retiring: false,
+            cost: None,
         }
     }
 }

@@ -44,12 +44,18 @@ mod decide;
 mod divide;
 mod filter;
 mod rollout;
+pub mod score;
 mod spread;
 #[cfg(test)]
 mod tests;
 
 pub use decide::{Placer, decide};
 pub use rollout::{Drain, Held, Rollout, Step, Write};
+pub use score::{
+    ClusterScore, DataLocality, FailurePolicy, Judgement, NoPrograms, Plugin, PluginScore,
+    PreferredAffinity, Program, ProgramReport, Programs, Runner, Scores, Scoring, Script, Verdict,
+    Webhook, WorkloadTerm,
+};
 
 /// A template's identity; displayed as `<apiVersion>/<Kind>/<namespace>/<name>` (the
 /// `meridian.io/template` annotation of what is rendered from it).
@@ -263,6 +269,8 @@ pub struct PlacementPolicy {
     pub failback_after_seconds: u64,
     /// How what placement decided reaches the members (DESIGN §10).
     pub propagation: Propagation,
+    /// How candidates are scored and what else filters them (workload terms, programs).
+    pub scoring: Scoring,
 }
 
 impl Default for PlacementPolicy {
@@ -274,6 +282,7 @@ impl Default for PlacementPolicy {
             failover_after_seconds: None,
             failback_after_seconds: 0,
             propagation: Propagation::default(),
+            scoring: Scoring::default(),
         }
     }
 }
@@ -439,6 +448,8 @@ pub struct Inputs<'a> {
     pub policies: &'a [Policy],
     pub overrides: &'a [OverridePolicy],
     pub clusters: &'a [ClusterInput<'a>],
+    /// Runs the policies' scripts and scoring webhooks.
+    pub programs: &'a dyn Programs,
 }
 
 /// Why a cluster runs no copy of a template.
@@ -466,6 +477,14 @@ pub enum PlacementFilter {
     CapacityUnknown,
     /// Left out by a spread constraint's `maxGroups`.
     SpreadMaxGroups,
+    /// Breaks required `workloadAffinity` term `term` (index): no matching workload runs in
+    /// its topology domain.
+    WorkloadAffinity { term: usize },
+    /// Breaks required `workloadAntiAffinity` term `term`: a matching workload runs in its
+    /// topology domain.
+    WorkloadAntiAffinity { term: usize },
+    /// A program's filter verdict.
+    Rejected { program: String, reason: String },
     /// The static weights give it 0.
     WeightZero,
     /// A `PreferNoSchedule` taint the policy does not tolerate (key), and the tier's other
@@ -547,6 +566,9 @@ pub struct Decision {
     pub placed: Vec<Placed>,
     /// The clusters left out, in name order, and why.
     pub excluded: Vec<Excluded>,
+    /// How the candidates scored (a policy that scores or runs programs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scores: Option<Box<Scores>>,
 }
 
 impl Placements {

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::geo::{ClientPlace, GeoTable};
 use crate::index::{ClusterState, Dirty, Index, IndexSizes};
 use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
-use crate::placement::{Capacity, OverridePolicy, Placements, Placer, Template};
+use crate::placement::{Capacity, OverridePolicy, Placements, Placer, Runner, Template};
 use crate::policy::{Policies, TrafficPolicy};
 use crate::prefix::PrefixTable;
 use crate::problem::{ObjectRef, Origin, Problem};
@@ -170,6 +170,9 @@ pub struct Snapshot {
     /// splits): a what-if continues from it without touching the fleet's own.
     #[serde(skip)]
     pub placer: Arc<Placer>,
+    /// The scripts and scoring webhooks placement asked (a what-if asks them too).
+    #[serde(skip)]
+    pub programs: Runner,
     /// Problems found while merging, by service, so a rebuild replaces only its services'.
     #[serde(skip)]
     export_problems: BTreeMap<ObjectKey, Vec<Problem>>,

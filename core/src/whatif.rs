@@ -430,6 +430,7 @@ fn place(base: &Snapshot, snapshot: &mut Snapshot, changed_now: bool, now: Insta
             policies: snapshot.policies.as_slice(),
             overrides: &snapshot.overrides,
             clusters: &clusters,
+            programs: &*snapshot.programs.0,
         };
         let round = |t: Instant, placer: &mut Option<crate::placement::Placer>| {
             placer

@@ -8,7 +8,8 @@ use anyhow::{Result, anyhow};
 use meridian_controllers::kubernetes::propagate::TemplateView;
 use meridian_core::Snapshot;
 use meridian_core::placement::{
-    Decision, Outcome, PlacedReason, PlacementFilter, SpreadBy, TemplateKey,
+    Decision, Judgement, Outcome, PlacedReason, PlacementFilter, Scores, SpreadBy, TemplateKey,
+    score,
 };
 use meridian_dns::Answerer;
 use meridian_xds::Xds;
@@ -178,6 +179,9 @@ fn placement_words(d: &Decision) -> Vec<String> {
             excluded_words(&e.reason)
         ));
     }
+    if let Some(scores) = &d.scores {
+        words.extend(score_words(scores));
+    }
     words
 }
 
@@ -236,7 +240,55 @@ fn excluded_words(reason: &PlacementFilter) -> String {
                 .map_or("(all clusters)".into(), |t| format!("{t:?}"))
         ),
         PlacementFilter::NoReplicas => "feasible, but the division gave it none".into(),
+        PlacementFilter::WorkloadAffinity { term } => format!(
+            "required workloadAffinity[{term}]: no matching workload runs in its topology domain"
+        ),
+        PlacementFilter::WorkloadAntiAffinity { term } => format!(
+            "required workloadAntiAffinity[{term}]: a matching workload runs in its topology domain"
+        ),
+        PlacementFilter::Rejected { program, reason } => {
+            format!("filtered out by the {program}: {reason}")
+        }
     }
+}
+
+/// What each program answered, then every candidate best first with each plugin's score.
+fn score_words(scores: &Scores) -> Vec<String> {
+    let mut words = Vec::new();
+    for r in &scores.programs {
+        words.push(match &r.judgement {
+            Judgement::Answered(verdicts) => {
+                let rejected = verdicts.iter().filter(|v| v.rejected.is_some()).count();
+                let scored = verdicts.iter().filter(|v| v.score.is_some()).count();
+                format!(
+                    "{}: answered for {} clusters ({scored} scored, {rejected} filtered out)",
+                    r.program,
+                    verdicts.len()
+                )
+            }
+            Judgement::Pending => format!("{}: no answer yet", r.program),
+            Judgement::Failed(why) => format!("{}: failed, ignored (failurePolicy Ignore): {why}", r.program),
+        });
+    }
+    for (rank, c) in scores.order.iter().enumerate() {
+        let parts: Vec<String> = c
+            .plugins
+            .iter()
+            .map(|p| match p.score {
+                Some(s) => format!("{} {s}×{}", p.plugin, p.weight),
+                None => format!("{} (no data: {})×{}", p.plugin, score::NEUTRAL, p.weight),
+            })
+            .collect();
+        words.push(format!(
+            "score #{}: {} {}.{:02} = {}",
+            rank + 1,
+            c.cluster,
+            c.total / 100,
+            c.total % 100,
+            parts.join(" + ")
+        ));
+    }
+    words
 }
 
 /// Every decision, for `/debug/placements`.

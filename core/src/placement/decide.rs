@@ -55,10 +55,12 @@ use crate::policy::Policy;
 
 use super::divide::{self, Fnv, Party, Room};
 use super::filter::{ClusterMemory, Fleet, Plan, earliest};
+use super::score::{self, ClusterScore, Facts, Neighbours, PluginScore, ProgramReport, Scores};
 use super::spread::spread;
 use super::{
-    Decision, Division, Excluded, Inputs, Outcome, OverridePolicy, Placed, PlacedReason,
-    PlacementFilter, Placements, ReplicaScheduling, Template, TemplateKey,
+    ClusterInput, Decision, Division, Excluded, FailurePolicy, Inputs, Judgement, Outcome,
+    OverridePolicy, Placed, PlacedReason, PlacementFilter, Placements, Plugin, Program,
+    Programs, ReplicaScheduling, Template, TemplateKey,
 };
 
 /// The memory placement keeps between rounds: the only state a decision depends on besides
@@ -106,12 +108,34 @@ impl Placer {
         for plan in plans.iter().flatten() {
             next_deadline = earliest(next_deadline, plan.deadline);
         }
-        for (t, g) in inputs.templates.iter().zip(&governing) {
-            let Some(plan) = g.and_then(|g| plans[g].as_ref()) else {
+        for i in workload_terms_last(inputs.templates, &governing, &plans) {
+            let t = &inputs.templates[i];
+            let Some(plan) = governing[i].and_then(|g| plans[g].as_ref()) else {
                 continue;
             };
+            let neighbours = if plan.placement.scoring.reads_workloads() {
+                let at = |placed: &[Placed]| -> Vec<usize> {
+                    placed
+                        .iter()
+                        .filter_map(|p| fleet.position(&p.cluster))
+                        .collect()
+                };
+                score::neighbours(&t.key, inputs.templates, |k| {
+                    decisions
+                        .get(k)
+                        .map(|d: &Decision| at(&d.placed))
+                        .or_else(|| self.previous.get(k).map(|p| at(&p.placed)))
+                })
+            } else {
+                Neighbours::default()
+            };
             let prev = self.previous.get(&t.key);
-            let (decision, failed_over) = decide_template(&fleet, plan, t, prev, &overrides);
+            let judge = Judge {
+                neighbours: &neighbours,
+                programs: inputs.programs,
+            };
+            let (decision, failed_over) =
+                decide_template(&fleet, plan, t, prev, &overrides, &judge);
             if decision.is_scheduled() {
                 remember(&mut self.previous, &decision, failed_over);
             }
@@ -161,6 +185,23 @@ impl Placer {
             })
             .collect()
     }
+}
+
+/// The order templates are decided in: those whose policy has workload (anti-)affinity
+/// terms last, so they see where this round put the others (in template order otherwise).
+fn workload_terms_last(
+    templates: &[Template],
+    governing: &[Option<usize>],
+    plans: &[Option<Plan<'_>>],
+) -> Vec<usize> {
+    let reads = |i: usize| {
+        governing[i]
+            .and_then(|g| plans[g].as_ref())
+            .is_some_and(|p| p.placement.scoring.reads_workloads())
+    };
+    let mut order: Vec<usize> = (0..templates.len()).collect();
+    order.sort_by_key(|&i| reads(i));
+    order
 }
 
 /// Which of `count` policies govern a template.
@@ -263,12 +304,46 @@ struct Ctx<'f, 'a> {
     /// Per cluster position, the template's replicas there last time: (running, standby).
     prev: Vec<(u64, u64)>,
     object: Fnv,
+    /// What the template's own filters and the scores say (empty for a policy that neither
+    /// scores nor filters per template).
+    judged: Judged,
 }
 
 impl Ctx<'_, '_> {
+    /// The division tie order: the better score first when the policy scores, then the
+    /// per-object name order.
     fn tie(&self, p: usize) -> u64 {
-        divide::tie_key(self.object, self.fleet.id(p).as_str())
+        let names = divide::tie_key(self.object, self.fleet.id(p).as_str());
+        match self.judged.score.get(p) {
+            Some(&s) => (u64::from(10_000 - s.min(10_000)) << 48) | (names >> 16),
+            None => names,
+        }
     }
+
+    /// The cluster's combined score (0 unscored).
+    fn rank(&self, p: usize) -> u64 {
+        self.judged.score.get(p).map_or(0, |&s| u64::from(s))
+    }
+
+    fn rejected(&self, p: usize) -> Option<&PlacementFilter> {
+        self.judged.rejected.get(p).and_then(Option::as_ref)
+    }
+}
+
+/// What a decision asks outside its plan: where other workloads run, and the programs.
+pub(super) struct Judge<'j> {
+    neighbours: &'j Neighbours<'j>,
+    programs: &'j dyn Programs,
+}
+
+/// The template's own filters and scores, per cluster position (both empty when the policy
+/// has none).
+#[derive(Default)]
+struct Judged {
+    rejected: Vec<Option<PlacementFilter>>,
+    /// Combined scores in hundredths; empty when the policy scores nothing.
+    score: Vec<u32>,
+    report: Option<Box<Scores>>,
 }
 
 /// What one tier gives a template: the clusters selected, and those it left out and why.
@@ -284,10 +359,29 @@ fn decide_template(
     t: &Template,
     prev: Option<&Previous>,
     overrides: &Overrides<'_>,
+    judge: &Judge<'_>,
 ) -> (Decision, Vec<ClusterId>) {
     let split = Split::of(plan, t.replicas);
-    let ctx = context(fleet, t, prev, split);
+    let mut ctx = context(fleet, t, prev, split);
     let n = fleet.len();
+    let failed_over: Vec<ClusterId> = (0..n)
+        .filter(|&p| {
+            matches!(
+                plan.clusters[p].filter,
+                Some(PlacementFilter::FailedOver { .. } | PlacementFilter::FailingBack { .. })
+            )
+        })
+        .map(|p| fleet.id(p).clone())
+        .collect();
+    match judge_template(fleet, plan, t, judge) {
+        Ok(judged) => ctx.judged = judged,
+        Err(why) => {
+            let untried = vec![None; plan.tiers.len()];
+            let mut decision = unschedulable(fleet, plan, t, prev, vec![None; n], &untried);
+            decision.outcome = Outcome::Unschedulable { reason: why };
+            return (decision, failed_over);
+        }
+    }
     let mut reasons: Vec<Option<PlacementFilter>> = vec![None; n];
     let mut tier_errors: Vec<Option<Arc<str>>> = vec![None; plan.tiers.len()];
     let no_exclusions = vec![false; n];
@@ -313,17 +407,9 @@ fn decide_template(
             }
         }
     }
-    let failed_over: Vec<ClusterId> = (0..n)
-        .filter(|&p| {
-            matches!(
-                plan.clusters[p].filter,
-                Some(PlacementFilter::FailedOver { .. } | PlacementFilter::FailingBack { .. })
-            )
-        })
-        .map(|p| fleet.id(p).clone())
-        .collect();
     let Some((ti, choice)) = used else {
-        let decision = unschedulable(fleet, plan, t, prev, reasons, &tier_errors);
+        let mut decision = unschedulable(fleet, plan, t, prev, reasons, &tier_errors);
+        decision.scores = ctx.judged.report.take();
         return (decision, failed_over);
     };
     let mut assigned: Vec<Option<(Option<u32>, PlacedReason)>> = vec![None; n];
@@ -348,8 +434,160 @@ fn decide_template(
         standby_tier: standby_tier.and_then(|s| plan.tiers[s].name.clone()),
         placed,
         excluded,
+        scores: ctx.judged.report.take(),
     };
     (decision, failed_over)
+}
+
+/// The template's own filters — required workload terms, the programs' verdicts — and the
+/// scores of the candidates left (clusters the plan does not filter out). Err: the template
+/// cannot be decided now (a script failed, a webhook with failurePolicy Fail failed, or an
+/// answer is still pending), with the reason.
+fn judge_template(
+    fleet: &Fleet<'_>,
+    plan: &Plan<'_>,
+    t: &Template,
+    judge: &Judge<'_>,
+) -> Result<Judged, String> {
+    let scoring = &plan.placement.scoring;
+    let programs = scoring.programs();
+    if !scoring.scores() && !scoring.reads_workloads() && programs.is_empty() {
+        return Ok(Judged::default());
+    }
+    let n = fleet.len();
+    let facts = Facts {
+        clusters: &fleet.clusters,
+        regions: &fleet.regions,
+        zones: &fleet.zones,
+    };
+    let mut rejected: Vec<Option<PlacementFilter>> = vec![None; n];
+    let mut candidates: Vec<usize> = Vec::new();
+    for p in 0..n {
+        let c = &plan.clusters[p];
+        if c.filter.is_some() || c.first_tier.is_none() {
+            continue;
+        }
+        match score::required_unmet(scoring, &facts, p, judge.neighbours) {
+            Some(why) => rejected[p] = Some(why),
+            None => candidates.push(p),
+        }
+    }
+    let mut reports = Vec::with_capacity(programs.len());
+    // Per program plugin, per candidate: the sum and count of the scores given.
+    let mut given: BTreeMap<Plugin, Vec<(u64, u64)>> = BTreeMap::new();
+    for program in &programs {
+        let inputs: Vec<ClusterInput<'_>> = candidates.iter().map(|&p| fleet.clusters[p]).collect();
+        let judgement = checked(judge.programs.judge(program, t, &inputs), &inputs);
+        match &judgement {
+            Judgement::Answered(verdicts) => {
+                let sums = given
+                    .entry(program.plugin())
+                    .or_insert_with(|| vec![(0, 0); candidates.len()]);
+                for ((&p, v), sum) in candidates.iter().zip(verdicts).zip(sums.iter_mut()) {
+                    if let Some(reason) = &v.rejected {
+                        rejected[p] = Some(PlacementFilter::Rejected {
+                            program: program.to_string(),
+                            reason: reason.clone(),
+                        });
+                    }
+                    if let Some(s) = v.score {
+                        *sum = (sum.0 + u64::from(s), sum.1 + 1);
+                    }
+                }
+            }
+            Judgement::Pending => return Err(format!("waiting for the {program}")),
+            Judgement::Failed(why) => match program {
+                Program::Script(_) => return Err(format!("script: {why}")),
+                Program::Webhook(w) if w.failure_policy == FailurePolicy::Fail => {
+                    return Err(format!("{program} failed (failurePolicy Fail): {why}"));
+                }
+                Program::Webhook(_) => {}
+            },
+        }
+        reports.push(ProgramReport {
+            program: program.to_string(),
+            judgement,
+        });
+    }
+    let builtin = score::builtin(
+        scoring,
+        &plan.policy.traffic.tolerations,
+        &facts,
+        t,
+        &candidates,
+        judge.neighbours,
+    );
+    let mut score = vec![0u32; n];
+    let mut order = Vec::with_capacity(candidates.len());
+    for (i, &p) in candidates.iter().enumerate() {
+        if rejected[p].is_some() {
+            continue;
+        }
+        let plugins: Vec<PluginScore> = Plugin::ALL
+            .into_iter()
+            .filter_map(|plugin| {
+                let weight = scoring.weight(plugin);
+                if weight == 0 {
+                    return None;
+                }
+                let value = match plugin {
+                    Plugin::Webhook | Plugin::Script => given.get(&plugin).and_then(|sums| {
+                        let (sum, count) = sums[i];
+                        (count > 0).then(|| u32::try_from(sum / count).unwrap_or(100))
+                    }),
+                    _ => builtin
+                        .iter()
+                        .find(|(b, _)| *b == plugin)
+                        .and_then(|(_, scores)| scores[i]),
+                };
+                Some(PluginScore {
+                    plugin,
+                    weight,
+                    score: value,
+                })
+            })
+            .collect();
+        let total = score::combine(&plugins);
+        score[p] = total;
+        order.push(ClusterScore {
+            cluster: fleet.id(p).clone(),
+            total,
+            plugins,
+        });
+    }
+    order.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.cluster.cmp(&b.cluster)));
+    Ok(Judged {
+        rejected,
+        score: if scoring.scores() { score } else { Vec::new() },
+        report: Some(Box::new(Scores {
+            order,
+            programs: reports,
+        })),
+    })
+}
+
+/// A program's answer, with a wrong count of verdicts or an out-of-range score turned into a
+/// failure.
+fn checked(judgement: Judgement, candidates: &[ClusterInput<'_>]) -> Judgement {
+    let Judgement::Answered(verdicts) = &judgement else {
+        return judgement;
+    };
+    if verdicts.len() != candidates.len() {
+        return Judgement::Failed(format!(
+            "{} verdicts for {} candidate clusters",
+            verdicts.len(),
+            candidates.len()
+        ));
+    }
+    for (v, c) in verdicts.iter().zip(candidates) {
+        if let Some(s) = v.score.filter(|&s| s > 100) {
+            return Judgement::Failed(format!(
+                "score {s} for cluster {} is outside [0, 100]",
+                c.view.spec.id
+            ));
+        }
+    }
+    judgement
 }
 
 /// The per-template context: the object's tie-break seed, and for capacity divisions each
@@ -404,6 +642,7 @@ fn context<'f, 'a>(
         avail,
         prev: before,
         object,
+        judged: Judged::default(),
     }
 }
 
@@ -471,6 +710,10 @@ fn try_tier(
         if excluded[p] {
             continue;
         }
+        if let Some(why) = ctx.rejected(p) {
+            dropped.push((p, why.clone()));
+            continue;
+        }
         if split.by_capacity() {
             match ctx.avail[p] {
                 None => dropped.push((p, PlacementFilter::CapacityUnknown)),
@@ -532,6 +775,7 @@ fn finish(
     members: &[usize],
 ) -> Result<Choice, TierError> {
     let score = |p: usize| match split {
+        _ if !ctx.judged.score.is_empty() => ctx.rank(p),
         Split::Capacity(_) | Split::Aggregated(_) => ctx.avail[p].unwrap_or(0),
         Split::Weights(_) => u64::from(plan.clusters[p].weight),
         _ => 1,
@@ -621,6 +865,7 @@ fn divide_into(
                         ctx.prev[p].0
                     },
                     tie: ctx.tie(p),
+                    rank: ctx.rank(p),
                 })
                 .collect();
             let chosen: Vec<usize> = if matches!(split, Split::Aggregated(_)) && r > 0 {
@@ -789,6 +1034,7 @@ fn unschedulable(
         standby_tier: None,
         placed: prev.map(|p| p.placed.clone()).unwrap_or_default(),
         excluded,
+        scores: None,
     }
 }
 
@@ -905,6 +1151,7 @@ fn follow_dependencies(
             standby_tier: None,
             placed,
             excluded: Vec::new(),
+            scores: None,
         };
         decisions.insert(dep.clone(), decision);
     }

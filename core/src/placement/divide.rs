@@ -150,6 +150,9 @@ pub(super) struct Room {
     /// The template's replicas it holds from the previous decision (this role).
     pub base: u64,
     pub tie: u64,
+    /// Its score (higher first for Aggregated, after the clusters holding replicas; 0 when
+    /// the policy scores nothing).
+    pub rank: u64,
 }
 
 /// Divides `total` by available capacity. Fresh (or without a previous split): in
@@ -205,6 +208,7 @@ pub(super) fn aggregate(rooms: &[Room], total: u64, fresh: bool) -> Vec<usize> {
     order.sort_by(|&a, &b| {
         holds(b)
             .cmp(&holds(a))
+            .then(rooms[b].rank.cmp(&rooms[a].rank))
             .then(rooms[b].avail.cmp(&rooms[a].avail))
             .then(rooms[a].tie.cmp(&rooms[b].tie))
             .then(a.cmp(&b))

@@ -267,6 +267,7 @@ mod tests {
                     reason: reason.clone(),
                 })
                 .collect(),
+            scores: None,
         }
     }
 

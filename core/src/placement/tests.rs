@@ -13,6 +13,7 @@ use crate::testing::{cluster, deployment, healthy, placing, secs};
 mod divide;
 mod props;
 mod rules;
+mod scoring;
 
 /// Everything a round reads, owned.
 #[derive(Clone)]
@@ -23,6 +24,7 @@ struct World {
     templates: Vec<Template>,
     policies: Vec<Policy>,
     overrides: Vec<OverridePolicy>,
+    programs: Arc<dyn Programs>,
 }
 
 impl World {
@@ -43,6 +45,7 @@ impl World {
             templates: Vec::new(),
             policies: Vec::new(),
             overrides: Vec::new(),
+            programs: Arc::new(NoPrograms),
         }
     }
 
@@ -113,6 +116,7 @@ impl World {
                 policies: &self.policies,
                 overrides: &self.overrides,
                 clusters: &clusters,
+                programs: &*self.programs,
             },
             self.at(at),
         )

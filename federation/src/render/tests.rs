@@ -301,6 +301,7 @@ fn decision(template: &Template, outcome: Outcome, placed: Vec<Placed>) -> Decis
         standby_tier: None,
         placed,
         excluded: Vec::new(),
+        scores: None,
     }
 }
 

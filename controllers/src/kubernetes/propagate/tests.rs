@@ -282,6 +282,7 @@ fn placed_in_m1() -> Snapshot {
             overrides: Vec::new(),
         }],
         excluded: Vec::new(),
+        scores: None,
     };
     Arc::make_mut(&mut snapshot.placements)
         .decisions

@@ -211,6 +211,7 @@ fn rooms(avail: &[u64], base: &[u64]) -> Vec<Room> {
             avail,
             base,
             tie: i as u64,
+            rank: 0,
         })
         .collect()
 }

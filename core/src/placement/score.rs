@@ -1,0 +1,665 @@
+//! The score step: after the filter, every candidate cluster of a template gets a score in
+//! [0, 100] from each plugin its policy weighs, and one combined score (the weighted mean, in
+//! hundredths, so 0..=10000) that orders the clusters of a tier.
+//!
+//! Built-in plugins (pure, from the round's inputs):
+//! - `ResourceBalance`: 100 × the share of CPU and memory left free once one more replica is
+//!   placed (requests over allocatable, from Nodes and Pods), averaged; with a ResourceQuota
+//!   in the template's namespace, its free share is averaged in too. No capacity: no score.
+//! - `Cost`: the hourly price of one replica — its CPU and memory requests at the cluster's
+//!   `cpuCoreHour` and `memoryGiBHour`, spot capacity (`spotRatio`) counted at
+//!   [`SPOT_PRICE_SHARE`] of that — plus egress: `egressGiB` × the template's
+//!   `meridian.io/egress-gib-hour` (default [`DEFAULT_EGRESS_GIB_HOUR`]) × the share of the
+//!   fleet's other clusters outside the candidate's region (their clients' traffic crosses
+//!   regions to reach it). The cheapest candidate scores 100, the dearest 0, linearly between;
+//!   a cluster without `spec.cost` has no score.
+//! - `DataLocality`: clusters holding the data (`placement.dataLocality`: names, a label
+//!   selector, or a template annotation listing cluster names and `region=`/`zone=` entries)
+//!   100, the same region as one of them 50, the rest 0. Data location unknown: no score.
+//! - `WorkloadAffinity`: the preferred `workloadAffinity` / `workloadAntiAffinity` terms: each
+//!   term's weight counts for (affinity) or against (anti-affinity) a cluster whose topology
+//!   domain (cluster, region, zone) runs a matching template; normalised to [0, 100] over the
+//!   terms' weights, 50 when no term applies either way.
+//! - `ClusterAffinity`: `preferredClusterAffinities`: the share of their weights whose cluster
+//!   set contains the cluster.
+//! - `TaintToleration`: 0 with a `PreferNoSchedule` taint the policy does not tolerate, else
+//!   100 (such clusters stay a tier's last resort as well, whatever the weights).
+//! - `Webhook`, `Script`: the scores a program gave ([`Programs`]); a program may also filter.
+//!
+//! A plugin with no score for a cluster (no data) counts as [`NEUTRAL`] for it, so missing data
+//! neither wins nor loses a cluster its place. With no `scoring` list, every plugin the policy
+//! configures weighs 1 (DataLocality with `dataLocality`, WorkloadAffinity with preferred terms,
+//! ClusterAffinity with preferred affinities, Webhook with webhooks, Script with a script) and
+//! ResourceBalance, Cost and TaintToleration weigh 0: they read fleet-wide data, and a policy
+//! that asks for nothing keeps the order it had.
+//!
+//! Scores order, never overrule: they pick the groups `maxGroups` keeps, the clusters
+//! Aggregated fills first (after those already holding replicas, so it stays steady), and break
+//! division ties (before the per-object name order). Required workload terms and the programs'
+//! filter verdicts filter ([`super::PlacementFilter`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::model::{ClusterId, TaintEffect};
+use crate::policy::{ClusterSet, LabelSelector, toleration_for};
+
+
+use super::{ClusterInput, Resources, SpreadBy, Template, TemplateKey};
+
+/// What a plugin without data for a cluster counts as.
+pub const NEUTRAL: u32 = 50;
+/// The share of the on-demand price spot capacity costs (spot is typically 60–90 % cheaper).
+pub const SPOT_PRICE_SHARE: f64 = 0.3;
+/// The egress a replica is assumed to send per hour without `meridian.io/egress-gib-hour`.
+pub const DEFAULT_EGRESS_GIB_HOUR: f64 = 0.0;
+/// The template annotation giving a replica's egress in GiB per hour.
+pub const EGRESS_ANNOTATION: &str = "meridian.io/egress-gib-hour";
+
+/// One scoring plugin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Plugin {
+    ResourceBalance,
+    Cost,
+    DataLocality,
+    WorkloadAffinity,
+    ClusterAffinity,
+    TaintToleration,
+    Webhook,
+    Script,
+}
+
+impl Plugin {
+    pub const ALL: [Plugin; 8] = [
+        Plugin::ResourceBalance,
+        Plugin::Cost,
+        Plugin::DataLocality,
+        Plugin::WorkloadAffinity,
+        Plugin::ClusterAffinity,
+        Plugin::TaintToleration,
+        Plugin::Webhook,
+        Plugin::Script,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Plugin::ResourceBalance => "ResourceBalance",
+            Plugin::Cost => "Cost",
+            Plugin::DataLocality => "DataLocality",
+            Plugin::WorkloadAffinity => "WorkloadAffinity",
+            Plugin::ClusterAffinity => "ClusterAffinity",
+            Plugin::TaintToleration => "TaintToleration",
+            Plugin::Webhook => "Webhook",
+            Plugin::Script => "Script",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Plugin> {
+        Plugin::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl fmt::Display for Plugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where a template's data is (`placement.dataLocality`); any of the three may be given.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DataLocality {
+    pub cluster_names: Vec<String>,
+    pub selector: Option<LabelSelector>,
+    /// A template annotation (e.g. `meridian.io/data-location`) whose value lists cluster
+    /// names, `region=<r>` and `zone=<z>`, comma-separated.
+    pub from_annotation: Option<String>,
+}
+
+/// One `workloadAffinity` / `workloadAntiAffinity` term: templates of the policy's namespace
+/// whose labels `selector` matches, compared by `topology`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WorkloadTerm {
+    pub selector: LabelSelector,
+    pub topology: SpreadBy,
+    /// Required terms filter; preferred ones (`Some(weight)`) score.
+    pub preferred: Option<u32>,
+}
+
+/// One of `preferredClusterAffinities`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PreferredAffinity {
+    pub clusters: ClusterSet,
+    pub weight: u32,
+}
+
+/// What a webhook's failure (timeout, refused, malformed or out-of-range answer) does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum FailurePolicy {
+    /// Decided by the other scores, as if the webhook were not there.
+    #[default]
+    Ignore,
+    /// The template is unschedulable with the reason (and keeps its last placement).
+    Fail,
+}
+
+/// One of `placement.webhooks`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Webhook {
+    pub url: String,
+    /// PEM; None: the system roots.
+    #[serde(skip)]
+    pub ca_bundle: Option<String>,
+    pub timeout_millis: u64,
+    pub failure_policy: FailurePolicy,
+}
+
+/// `placement.script`: a Lua chunk defining `filter(cluster, workload)` and/or
+/// `score(cluster, workload)`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Script {
+    pub lua: Arc<str>,
+}
+
+/// A program a policy runs for each decision, outside the pure core ([`Programs`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Program {
+    Webhook(Arc<Webhook>),
+    Script(Arc<Script>),
+}
+
+impl Program {
+    pub fn plugin(&self) -> Plugin {
+        match self {
+            Program::Webhook(_) => Plugin::Webhook,
+            Program::Script(_) => Plugin::Script,
+        }
+    }
+}
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Program::Webhook(w) => write!(f, "webhook {}", w.url),
+            Program::Script(_) => f.write_str("script"),
+        }
+    }
+}
+
+/// A program's answer for one candidate.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// Some(reason): the program filters the cluster out.
+    pub rejected: Option<String>,
+    /// Its score, in [0, 100]; None: the program gave none.
+    pub score: Option<u32>,
+}
+
+/// What a program answered for one decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "answer", content = "detail", rename_all = "snake_case")]
+pub enum Judgement {
+    /// One verdict per candidate, in the candidates' order.
+    Answered(Vec<Verdict>),
+    /// Asked, not answered yet (a webhook call in flight): the template waits, keeping its last
+    /// placement, and is decided again when the answer comes.
+    Pending,
+    /// The program failed: a script's error (with its line), a webhook's timeout or malformed
+    /// answer.
+    Failed(String),
+}
+
+/// Runs the programs of policies: scripts and scoring webhooks live outside the pure core
+/// (meridian-script, the webhook client in meridian-controllers); the decision asks them for
+/// their verdicts on the candidates it has left after filtering.
+pub trait Programs: Send + Sync + fmt::Debug {
+    fn judge(
+        &self,
+        program: &Program,
+        template: &Template,
+        candidates: &[ClusterInput<'_>],
+    ) -> Judgement;
+}
+
+/// The [`Programs`] a fleet (and every snapshot, for what-ifs) runs; none by default.
+#[derive(Clone, Debug)]
+pub struct Runner(pub Arc<dyn Programs>);
+
+impl Default for Runner {
+    fn default() -> Self {
+        Self(Arc::new(NoPrograms))
+    }
+}
+
+/// No programs can run (e.g. an offline render): every program fails with that reason.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoPrograms;
+
+impl Programs for NoPrograms {
+    fn judge(&self, program: &Program, _: &Template, _: &[ClusterInput<'_>]) -> Judgement {
+        Judgement::Failed(format!("no {} runner in this process", program.plugin()))
+    }
+}
+
+/// A policy's scoring: the weights and what the plugins read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Scoring {
+    /// `placement.scoring[]`, as given; empty: the defaults ([`Scoring::weight`]).
+    pub weights: Vec<(Plugin, u32)>,
+    pub data_locality: Option<DataLocality>,
+    pub workload_affinity: Vec<WorkloadTerm>,
+    pub workload_anti_affinity: Vec<WorkloadTerm>,
+    pub preferred_affinities: Vec<PreferredAffinity>,
+    pub webhooks: Vec<Arc<Webhook>>,
+    pub script: Option<Arc<Script>>,
+}
+
+impl Scoring {
+    /// The weight of `plugin`: as listed, else the default (module docs).
+    pub fn weight(&self, plugin: Plugin) -> u32 {
+        if !self.weights.is_empty() {
+            return self
+                .weights
+                .iter()
+                .find(|(p, _)| *p == plugin)
+                .map_or(0, |(_, w)| *w);
+        }
+        let configured = match plugin {
+            Plugin::ResourceBalance | Plugin::Cost | Plugin::TaintToleration => false,
+            Plugin::DataLocality => self.data_locality.is_some(),
+            Plugin::WorkloadAffinity => self
+                .workload_affinity
+                .iter()
+                .chain(&self.workload_anti_affinity)
+                .any(|t| t.preferred.is_some()),
+            Plugin::ClusterAffinity => !self.preferred_affinities.is_empty(),
+            Plugin::Webhook => !self.webhooks.is_empty(),
+            Plugin::Script => self.script.is_some(),
+        };
+        u32::from(configured)
+    }
+
+    /// Whether any plugin weighs anything: without, the decision is the unscored one.
+    pub fn scores(&self) -> bool {
+        Plugin::ALL.into_iter().any(|p| self.weight(p) > 0)
+    }
+
+    /// The programs to ask, in the order they run: the webhooks as listed, then the script.
+    pub fn programs(&self) -> Vec<Program> {
+        self.webhooks
+            .iter()
+            .cloned()
+            .map(Program::Webhook)
+            .chain(self.script.iter().cloned().map(Program::Script))
+            .collect()
+    }
+
+    /// Whether the decision needs to know where other templates run.
+    pub fn reads_workloads(&self) -> bool {
+        !self.workload_affinity.is_empty() || !self.workload_anti_affinity.is_empty()
+    }
+}
+
+/// One plugin's part of a cluster's score.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PluginScore {
+    pub plugin: Plugin,
+    pub weight: u32,
+    /// None: no data for this cluster (counted as [`NEUTRAL`]).
+    pub score: Option<u32>,
+}
+
+/// A candidate's scores, for explain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClusterScore {
+    pub cluster: ClusterId,
+    /// The weighted mean in hundredths of a point (0..=10000).
+    pub total: u32,
+    pub plugins: Vec<PluginScore>,
+}
+
+/// What a program said for one decision, for explain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProgramReport {
+    pub program: String,
+    pub judgement: Judgement,
+}
+
+/// A decision's scoring, for explain: every candidate best first, and what each program
+/// answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Scores {
+    pub order: Vec<ClusterScore>,
+    pub programs: Vec<ProgramReport>,
+}
+
+/// Where other workloads run, for workload (anti-)affinity: `(template labels, cluster
+/// positions)` of every other workload (template with replicas) of the namespace placed
+/// somewhere.
+#[derive(Default)]
+pub(super) struct Neighbours<'n> {
+    pub placed: Vec<(&'n BTreeMap<String, String>, Vec<usize>)>,
+}
+
+/// Everything the built-in plugins read of the fleet, per cluster position.
+pub(super) struct Facts<'f> {
+    pub clusters: &'f [ClusterInput<'f>],
+    pub regions: &'f [Option<u32>],
+    pub zones: &'f [Option<u32>],
+}
+
+impl Facts<'_> {
+    fn domain(&self, by: SpreadBy, p: usize) -> Option<u32> {
+        match by {
+            SpreadBy::Cluster => u32::try_from(p).ok(),
+            SpreadBy::Region => self.regions[p],
+            SpreadBy::Zone => self.zones[p],
+        }
+    }
+}
+
+/// The plugins' scores of `candidates` (positions) for template `t`: per plugin with a
+/// weight, one score per candidate.
+pub(super) fn builtin(
+    scoring: &Scoring,
+    tolerations: &[crate::policy::Toleration],
+    facts: &Facts<'_>,
+    t: &Template,
+    candidates: &[usize],
+    neighbours: &Neighbours<'_>,
+) -> Vec<(Plugin, Vec<Option<u32>>)> {
+    let mut out = Vec::new();
+    for plugin in Plugin::ALL {
+        if scoring.weight(plugin) == 0 {
+            continue;
+        }
+        let scores = match plugin {
+            Plugin::ResourceBalance => candidates
+                .iter()
+                .map(|&p| resource_balance(facts.clusters[p].capacity, &t.requests))
+                .collect(),
+            Plugin::Cost => cost(facts, t, candidates),
+            Plugin::DataLocality => match &scoring.data_locality {
+                Some(d) => data_locality(d, facts, t, candidates),
+                None => vec![None; candidates.len()],
+            },
+            Plugin::WorkloadAffinity => candidates
+                .iter()
+                .map(|&p| workload_preference(scoring, facts, p, neighbours))
+                .collect(),
+            Plugin::ClusterAffinity => candidates
+                .iter()
+                .map(|&p| preferred_affinity(&scoring.preferred_affinities, facts, p))
+                .collect(),
+            Plugin::TaintToleration => candidates
+                .iter()
+                .map(|&p| Some(taint_toleration(tolerations, &facts.clusters[p])))
+                .collect(),
+            // Filled in from the programs' verdicts.
+            Plugin::Webhook | Plugin::Script => continue,
+        };
+        out.push((plugin, scores));
+    }
+    out
+}
+
+/// The weighted mean of `parts` in hundredths (missing scores count as [`NEUTRAL`]).
+pub(super) fn combine(parts: &[PluginScore]) -> u32 {
+    let total: u64 = parts.iter().map(|s| u64::from(s.weight)).sum();
+    if total == 0 {
+        return 0;
+    }
+    let sum: u64 = parts
+        .iter()
+        .map(|s| u64::from(s.weight) * u64::from(s.score.unwrap_or(NEUTRAL).min(100)) * 100)
+        .sum();
+    u32::try_from(sum / total).unwrap_or(10_000)
+}
+
+/// Free share of CPU and memory after one more replica, and of the namespace's quota.
+pub fn resource_balance(capacity: Option<&super::Capacity>, per: &Resources) -> Option<u32> {
+    let c = capacity?;
+    let free_share = |alloc: u64, used: u64, want: u64| -> Option<f64> {
+        (alloc > 0).then(|| {
+            let left = alloc.saturating_sub(used.saturating_add(want));
+            left as f64 / alloc as f64
+        })
+    };
+    let mut shares = Vec::with_capacity(3);
+    shares.extend(free_share(
+        c.allocatable.cpu_millis,
+        c.requested.cpu_millis,
+        per.cpu_millis,
+    ));
+    shares.extend(free_share(
+        c.allocatable.memory_bytes,
+        c.requested.memory_bytes,
+        per.memory_bytes,
+    ));
+    if shares.is_empty() {
+        return None;
+    }
+    let mean = shares.iter().sum::<f64>() / shares.len() as f64;
+    Some(to_points(mean))
+}
+
+fn to_points(share: f64) -> u32 {
+    (share.clamp(0.0, 1.0) * 100.0).round() as u32
+}
+
+/// One replica's hourly price in `cluster`, in the cost's currency; None without a cost.
+pub fn hourly_price(
+    facts_cost: Option<&crate::model::Cost>,
+    per: &Resources,
+    egress_gib_hour: f64,
+    remote_share: f64,
+) -> Option<f64> {
+    let cost = facts_cost?;
+    let cores = per.cpu_millis as f64 / 1000.0;
+    let gib = per.memory_bytes as f64 / f64::from(1u32 << 30);
+    let compute = cores * cost.cpu_core_hour() + gib * cost.memory_gib_hour();
+    let compute = compute * (1.0 - cost.spot_ratio() * (1.0 - SPOT_PRICE_SHARE));
+    Some(compute + cost.egress_gib() * egress_gib_hour * remote_share)
+}
+
+fn cost(facts: &Facts<'_>, t: &Template, candidates: &[usize]) -> Vec<Option<u32>> {
+    let egress = annotation(t, EGRESS_ANNOTATION)
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .unwrap_or(DEFAULT_EGRESS_GIB_HOUR);
+    let n = facts.clusters.len();
+    let prices: Vec<Option<f64>> = candidates
+        .iter()
+        .map(|&p| {
+            let others = n.saturating_sub(1);
+            let remote = (0..n)
+                .filter(|&q| q != p && (facts.regions[q].is_none() || facts.regions[q] != facts.regions[p]))
+                .count();
+            let share = if others == 0 {
+                0.0
+            } else {
+                remote as f64 / others as f64
+            };
+            hourly_price(
+                facts.clusters[p].view.spec.cost.as_ref(),
+                &t.requests,
+                egress,
+                share,
+            )
+        })
+        .collect();
+    relative_cheapness(&prices)
+}
+
+/// The cheapest 100, the dearest 0, linear between; all equal: 100.
+pub fn relative_cheapness(prices: &[Option<f64>]) -> Vec<Option<u32>> {
+    let known = prices.iter().flatten().copied();
+    let (lo, hi) = known.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+        (lo.min(p), hi.max(p))
+    });
+    prices
+        .iter()
+        .map(|p| {
+            p.map(|p| {
+                if hi - lo <= f64::EPSILON {
+                    100
+                } else {
+                    to_points((hi - p) / (hi - lo))
+                }
+            })
+        })
+        .collect()
+}
+
+fn annotation<'t>(t: &'t Template, key: &str) -> Option<&'t str> {
+    t.body
+        .get("metadata")?
+        .get("annotations")?
+        .get(key)?
+        .as_str()
+}
+
+fn data_locality(
+    d: &DataLocality,
+    facts: &Facts<'_>,
+    t: &Template,
+    candidates: &[usize],
+) -> Vec<Option<u32>> {
+    let listed: Option<Vec<&str>> = d
+        .from_annotation
+        .as_deref()
+        .and_then(|key| annotation(t, key))
+        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect());
+    let by_annotation = |p: usize| -> bool {
+        let spec = &facts.clusters[p].view.spec;
+        listed.as_ref().is_some_and(|entries| {
+            entries.iter().any(|e| match e.split_once('=') {
+                Some(("region", r)) => spec.locality.region.as_deref() == Some(r),
+                Some(("zone", z)) => spec.locality.zone.as_deref() == Some(z),
+                _ => *e == spec.id.as_str(),
+            })
+        })
+    };
+    let n = facts.clusters.len();
+    let holds: Vec<bool> = (0..n)
+        .map(|p| {
+            let spec = &facts.clusters[p].view.spec;
+            d.cluster_names.iter().any(|c| c == spec.id.as_str())
+                || d.selector.as_ref().is_some_and(|s| s.matches(&spec.labels))
+                || by_annotation(p)
+        })
+        .collect();
+    if !holds.iter().any(|h| *h) {
+        return vec![None; candidates.len()];
+    }
+    candidates
+        .iter()
+        .map(|&p| {
+            if holds[p] {
+                return Some(100);
+            }
+            let region = facts.regions[p];
+            let near = region.is_some() && (0..n).any(|q| holds[q] && facts.regions[q] == region);
+            Some(if near { 50 } else { 0 })
+        })
+        .collect()
+}
+
+/// Whether cluster `p` shares `term`'s topology domain with a placed template it matches.
+fn term_met(term: &WorkloadTerm, facts: &Facts<'_>, p: usize, neighbours: &Neighbours<'_>) -> bool {
+    let Some(domain) = facts.domain(term.topology, p) else {
+        return false;
+    };
+    neighbours.placed.iter().any(|(labels, clusters)| {
+        term.selector.matches(labels)
+            && clusters
+                .iter()
+                .any(|&q| facts.domain(term.topology, q) == Some(domain))
+    })
+}
+
+/// The first required term cluster `p` breaks, as a filter reason.
+pub(super) fn required_unmet(
+    scoring: &Scoring,
+    facts: &Facts<'_>,
+    p: usize,
+    neighbours: &Neighbours<'_>,
+) -> Option<super::PlacementFilter> {
+    for (i, term) in scoring.workload_affinity.iter().enumerate().filter(|(_, t)| t.preferred.is_none()) {
+        if !term_met(term, facts, p, neighbours) {
+            return Some(super::PlacementFilter::WorkloadAffinity { term: i });
+        }
+    }
+    for (i, term) in scoring.workload_anti_affinity.iter().enumerate().filter(|(_, t)| t.preferred.is_none()) {
+        if term_met(term, facts, p, neighbours) {
+            return Some(super::PlacementFilter::WorkloadAntiAffinity { term: i });
+        }
+    }
+    None
+}
+
+fn workload_preference(
+    scoring: &Scoring,
+    facts: &Facts<'_>,
+    p: usize,
+    neighbours: &Neighbours<'_>,
+) -> Option<u32> {
+    let mut total = 0i64;
+    let mut net = 0i64;
+    for (terms, sign) in [
+        (&scoring.workload_affinity, 1i64),
+        (&scoring.workload_anti_affinity, -1i64),
+    ] {
+        for term in terms.iter() {
+            let Some(w) = term.preferred else { continue };
+            total += i64::from(w);
+            if term_met(term, facts, p, neighbours) {
+                net += sign * i64::from(w);
+            }
+        }
+    }
+    if total == 0 {
+        return None;
+    }
+    // net in [-total, total] → [0, 100], 50 when nothing applies.
+    Some(u32::try_from((net + total) * 50 / total).unwrap_or(0))
+}
+
+fn preferred_affinity(terms: &[PreferredAffinity], facts: &Facts<'_>, p: usize) -> Option<u32> {
+    let total: u64 = terms.iter().map(|t| u64::from(t.weight)).sum();
+    if total == 0 {
+        return None;
+    }
+    let spec = &facts.clusters[p].view.spec;
+    let met: u64 = terms
+        .iter()
+        .filter(|t| t.clusters.contains(spec))
+        .map(|t| u64::from(t.weight))
+        .sum();
+    u32::try_from(met * 100 / total).ok()
+}
+
+fn taint_toleration(tolerations: &[crate::policy::Toleration], c: &ClusterInput<'_>) -> u32 {
+    let untolerated = c.view.spec.taints.iter().any(|t| {
+        t.effect == TaintEffect::PreferNoSchedule && toleration_for(tolerations, t).is_none()
+    });
+    if untolerated { 0 } else { 100 }
+}
+
+/// The templates of `t`'s namespace, other than `t`, and where they run.
+pub(super) fn neighbours<'n>(
+    t: &TemplateKey,
+    templates: &'n [Template],
+    placed: impl Fn(&TemplateKey) -> Option<Vec<usize>>,
+) -> Neighbours<'n> {
+    Neighbours {
+        placed: templates
+            .iter()
+            .filter(|o| o.key != *t && o.key.namespace == t.namespace && o.replicas.is_some())
+            .filter_map(|o| Some((&o.labels, placed(&o.key)?)))
+            .filter(|(_, c)| !c.is_empty())
+            .collect(),
+    }
+}
