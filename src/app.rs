@@ -28,6 +28,7 @@ use tracing::info;
 
 use crate::admin::{self, AdminState, FleetCollector};
 use crate::config::{Config, Guard, Hub};
+use crate::programs::Runners;
 use crate::store::Store;
 
 /// A running meridian.
@@ -63,9 +64,15 @@ impl App {
         };
         let (publish, snapshots) = watch::channel(Arc::new(Snapshot::empty()));
         let (events_tx, events_rx) = mpsc::channel(1024);
-        let fleet = Fleet::new(Instant::now(), cfg.sync_deadline);
+        let mut fleet = Fleet::new(Instant::now(), cfg.sync_deadline);
+        let (runners, webhook_calls) =
+            Runners::serving(events_tx.clone(), metrics.sub_registry_with_prefix("placement"));
+        fleet.set_programs(Arc::new(runners));
         let store = Store::new(fleet, publish, &mut metrics);
-        let mut tasks = vec![tokio::spawn(store.run(events_rx))];
+        let mut tasks = vec![
+            tokio::spawn(store.run(events_rx)),
+            tokio::spawn(webhook_calls),
+        ];
         let sources = Sources {
             watch_timeout: WatchTimeout(cfg.watch_timeout_seconds),
             limits: cfg.directory.clone(),

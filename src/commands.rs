@@ -210,6 +210,7 @@ fn read_once(cfg: &config::Config, what: &str) -> Result<ReadOnce> {
     let hub = directory::read_hub(hub_directory).context("the hub")?;
     let now = Instant::now();
     let mut fleet = Fleet::new(now, cfg.sync_deadline);
+    fleet.set_programs(std::sync::Arc::new(crate::programs::Runners::offline()));
     fleet.apply(
         SourceEvent::Members {
             specs: hub.members.iter().map(|m| m.spec.clone()).collect(),

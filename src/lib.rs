@@ -25,5 +25,6 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod explain;
+pub mod programs;
 pub mod store;
 pub mod whatif;

@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod overrides;
 pub mod policy;
 pub mod render;
+pub mod scoring;
 pub mod validate;
 
 pub use manifest::ManifestError;

@@ -296,3 +296,28 @@ def kube_fleet(kube_fleet_session):
 def kube_meridian(kube_fleet):
     """`meridian serve` with the Kubernetes fleet's hub (one replica, named "meridian")."""
     return kube_fleet.start_meridian()
+
+
+def _openssl(*args, cwd):
+    r = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    assert r.returncode == 0, f"openssl {' '.join(args)}: {r.stderr}"
+
+
+def make_certs(d):
+    """A self-signed CA and a server certificate for IP 127.0.0.1 (clients check the
+    subjectAltName), with openssl as kube_cluster.py makes the API servers'. Returns
+    (ca.crt, server.crt, server.key)."""
+    d.mkdir(parents=True, exist_ok=True)
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key", cwd=d)
+    _openssl("req", "-x509", "-new", "-key", "ca.key", "-sha256", "-days", "2", "-subj", "/CN=meridian-e2e-webhook-ca",
+             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+             "-out", "ca.crt", cwd=d)
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "server.key", cwd=d)
+    _openssl("req", "-new", "-key", "server.key", "-subj", "/CN=127.0.0.1", "-out", "server.csr", cwd=d)
+    (d / "server.ext").write_text("basicConstraints=critical,CA:FALSE\n"
+                                  "keyUsage=critical,digitalSignature,keyEncipherment\n"
+                                  "extendedKeyUsage=serverAuth\n"
+                                  "subjectAltName=IP:127.0.0.1\n")
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-sha256",
+             "-days", "2", "-extfile", "server.ext", "-out", "server.crt", cwd=d)
+    return d / "ca.crt", d / "server.crt", d / "server.key"

@@ -1,0 +1,58 @@
+//! The programs placement runs for a policy (DESIGN §9: scores from webhooks and scripts):
+//! each kind to its runner.
+
+use std::sync::Arc;
+
+use meridian_controllers::SourceEvent;
+use meridian_controllers::scoring::{Settings, Webhooks};
+use meridian_core::placement::{ClusterInput, Judgement, NoPrograms, Program, Programs, Template};
+use prometheus_client::registry::Registry;
+use tokio::sync::mpsc;
+
+/// Webhooks to the scoring webhook client, scripts to the Lua sandbox.
+#[derive(Debug)]
+pub struct Runners {
+    webhooks: Option<Webhooks>,
+    scripts: Arc<dyn Programs>,
+}
+
+impl Runners {
+    /// Scripts only: for commands that decide once and make no calls (render, validate).
+    pub fn offline() -> Self {
+        Self {
+            webhooks: None,
+            scripts: Arc::new(NoPrograms),
+        }
+    }
+
+    /// Scripts and webhooks; the returned task makes the webhook calls, and each answer that
+    /// changes something is sent as an event so the fleet decides again.
+    pub fn serving(
+        events: mpsc::Sender<SourceEvent>,
+        registry: &mut Registry,
+    ) -> (Self, impl std::future::Future<Output = ()> + Send + 'static) {
+        let (webhooks, task) = Webhooks::new(Settings::default(), events, registry);
+        let runners = Self {
+            webhooks: Some(webhooks),
+            ..Self::offline()
+        };
+        (runners, task)
+    }
+}
+
+impl Programs for Runners {
+    fn judge(
+        &self,
+        program: &Program,
+        template: &Template,
+        candidates: &[ClusterInput<'_>],
+    ) -> Judgement {
+        match (program, &self.webhooks) {
+            (Program::Script(_), _) => self.scripts.judge(program, template, candidates),
+            (Program::Webhook(_), Some(webhooks)) => webhooks.judge(program, template, candidates),
+            (Program::Webhook(_), None) => Judgement::Failed(
+                "scoring webhooks are called only while serving (not by render or validate)".into(),
+            ),
+        }
+    }
+}

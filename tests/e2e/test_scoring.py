@@ -1,0 +1,248 @@
+"""Scoring webhooks end to end (issue 14), on the directory fleet of examples/federation: a
+real HTTPS server started by the test (its own CA in the policy's caBundle) answers
+`placement.webhooks` calls, and `meridian serve` decides from its scores and filter verdicts.
+
+The Deployment (6 replicas of 500m) is placed Aggregated — as few clusters as fit — so the
+scores decide which: without them the roomiest (us-1, 16 free) takes all six; a webhook
+preferring the EU puts them on eu-1 (4 free) and eu-2 (2 free). A timeout follows the
+failurePolicy (Ignore: the other scores decide; Fail: unschedulable with the reason); a
+malformed answer is a failure too; meanwhile the other policy's template keeps being decided
+and DNS keeps answering.
+"""
+
+import json
+import shutil
+import ssl
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from conftest import BIN, ROOT, Fleet, Meridian, make_certs, require_tool
+
+EXAMPLE = ROOT / "examples" / "federation"
+
+POLICY = """apiVersion: meridian.io/v1alpha1
+kind: ClusterSchedulingPolicy
+metadata: {{name: web, namespace: shop}}
+spec:
+  resourceSelectors:
+    - {{apiVersion: apps/v1, kind: Deployment, name: web}}
+  placement:
+    replicaScheduling: {{type: Divided, divisionPreference: Aggregated}}
+    webhooks:
+      - url: https://127.0.0.1:{port}{path}
+        timeoutMillis: {timeout}
+        failurePolicy: {failure}
+        caBundle: |
+{ca}
+---
+# Another policy's template: decided whatever the webhook does.
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: flags, namespace: shop}}
+data: {{a: "1"}}
+---
+apiVersion: meridian.io/v1alpha1
+kind: ClusterSchedulingPolicy
+metadata: {{name: flags, namespace: shop}}
+spec:
+  resourceSelectors: [{{apiVersion: v1, kind: ConfigMap, name: flags}}]
+"""
+
+
+class ScoringWebhook:
+    """An HTTPS scoring webhook on 127.0.0.1 (a thread of the test process). `answers` maps a
+    path to what it does: a dict {cluster: score | (False, reason)}, "slow" (no answer for
+    3 s), or raw bytes. Every request body is kept in `requests` as (path, body)."""
+
+    def __init__(self, certs_dir):
+        self.ca, cert, key = make_certs(certs_dir)
+        self.lock = threading.Lock()
+        self.requests = []
+        self.answers = {}
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = 30
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                with hook.lock:
+                    hook.requests.append((self.path, body))
+                    answer = hook.answers.get(self.path)
+                if answer == "slow":
+                    time.sleep(3)
+                    answer = {}
+                if isinstance(answer, bytes):
+                    data = answer
+                else:
+                    clusters = []
+                    for name, verdict in (answer or {}).items():
+                        if isinstance(verdict, tuple):
+                            clusters.append({"name": name, "filter": verdict[0], "reason": verdict[1]})
+                        else:
+                            clusters.append({"name": name, "score": verdict})
+                    data = json.dumps({"clusters": clusters}).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+                    pass  # the caller gave up (its timeout): what a slow webhook sees
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(cert), str(key))
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True, do_handshake_on_connect=False)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, name="scoring-webhook", daemon=True).start()
+
+    def calls(self, path):
+        with self.lock:
+            return [b for p, b in self.requests if p == path]
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def webhook(tmp_path):
+    hook = ScoringWebhook(tmp_path / "certs")
+    yield hook
+    hook.stop()
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    root = tmp_path / "federation"
+    shutil.copytree(EXAMPLE, root)
+    f = Fleet(root)
+    f.set_health(heartbeat=1, unreachable=3, withdraw=30)
+    return f
+
+
+def use_webhook(fleet, webhook, path, *, timeout=1000, failure="Ignore"):
+    ca = "\n".join("          " + line for line in webhook.ca.read_text().strip().splitlines())
+    fleet.write("hub/placement.yaml", POLICY.format(port=webhook.port, path=path, timeout=timeout,
+                                                    failure=failure, ca=ca))
+
+
+def decisions(m):
+    body = json.loads(m.http("/debug/placements")[1])
+    return {d["template"]["name"]: d for d in body["decisions"]}
+
+
+def placed(m, name="web"):
+    d = decisions(m).get(name)
+    return d and {p["cluster"]: p["replicas"] for p in d["placed"]}
+
+
+def outcome(m, name="web"):
+    d = decisions(m).get(name)
+    return d and d["outcome"]
+
+
+def test_webhook_scores_choose_the_clusters_and_answers_are_reused(fleet, webhook):
+    webhook.answers["/eu"] = {"eu-1": 100, "eu-2": 50, "us-1": 0}
+    webhook.answers["/us"] = {"eu-1": 0, "eu-2": 0, "us-1": 100}
+    use_webhook(fleet, webhook, "/eu")
+    m = Meridian(fleet)
+    try:
+        m.wait_for(lambda: placed(m) == {"eu-1": 4, "eu-2": 2}, timeout=15, what="the EU-scored placement")
+        body = webhook.calls("/eu")[0]
+        assert body["kind"] == "ScoringRequest"
+        assert body["workload"]["name"] == "web" and body["workload"]["replicas"] == 6
+        assert body["workload"]["requests"]["cpuMillis"] == 500
+        names = sorted(c["name"] for c in body["clusters"])
+        assert names == ["eu-1", "eu-2", "us-1"]
+        us1 = [c for c in body["clusters"] if c["name"] == "us-1"][0]
+        assert us1["region"] == "us" and us1["capacity"]["allocatable"]["cpuMillis"] == 8000
+        scores = decisions(m)["web"]["scores"]
+        assert [c["cluster"] for c in scores["order"]] == ["eu-1", "eu-2", "us-1"]
+        assert scores["order"][0]["total"] == 10000
+        assert scores["programs"][0]["judgement"]["answer"] == "answered"
+
+        # Nothing the call sends changed: later decisions reuse the answer, no new call.
+        calls = len(webhook.calls("/eu"))
+        fleet.write("hub/other.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: shop}\n")
+        time.sleep(3)
+        assert len(webhook.calls("/eu")) == calls, "an unchanged input is answered from the cache"
+
+        # Another webhook, preferring the US: the replicas move there.
+        use_webhook(fleet, webhook, "/us")
+        m.wait_for(lambda: placed(m) == {"us-1": 6}, timeout=15, what="the US-scored placement")
+
+        p = subprocess.run([str(BIN), "explain", "Deployment/web", "-n", "shop", "--admin",
+                            f"127.0.0.1:{m.admin_port}"], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        assert f"webhook https://127.0.0.1:{webhook.port}/us: answered for 3 clusters (3 scored, 0 filtered out)" in p.stdout, p.stdout
+        assert "score #1: us-1 100.00 = Webhook 100×1" in p.stdout, p.stdout
+        metrics = m.http("/metrics")[1]
+        assert 'meridian_placement_webhook_calls_total{result="ok"}' in metrics, metrics
+    finally:
+        m.stop()
+
+
+def test_a_webhook_filter_verdict_excludes_a_cluster_with_its_reason(fleet, webhook):
+    webhook.answers["/filter"] = {"us-1": (False, "no GPUs here"), "eu-1": 10, "eu-2": 90}
+    use_webhook(fleet, webhook, "/filter")
+    m = Meridian(fleet)
+    try:
+        # eu-2 (2 free) first, then eu-1 (4 free): six fit; us-1 is filtered out.
+        m.wait_for(lambda: placed(m) == {"eu-1": 4, "eu-2": 2}, timeout=15, what="the filtered placement")
+        excluded = {e["cluster"]: e["reason"] for e in decisions(m)["web"]["excluded"]}
+        assert excluded["us-1"]["reason"] == "Rejected", excluded
+        assert excluded["us-1"]["detail"]["reason"] == "no GPUs here"
+    finally:
+        m.stop()
+
+
+def test_a_timeout_follows_the_failure_policy_and_everything_else_keeps_working(fleet, webhook):
+    require_tool("dig")
+    webhook.answers["/slow"] = "slow"
+    use_webhook(fleet, webhook, "/slow", timeout=300, failure="Ignore")
+    m = Meridian(fleet)
+    try:
+        # Ignore: decided as if there were no webhook — Aggregated by room, us-1 takes all.
+        m.wait_for(lambda: placed(m) == {"us-1": 6}, timeout=15, what="the placement without the webhook")
+        report = decisions(m)["web"]["scores"]["programs"][0]["judgement"]
+        assert report["answer"] == "failed" and "no answer within 300 ms" in report["detail"], report
+
+        # Fail: unschedulable with the reason; the last placement stays, the other policy's
+        # template stays scheduled, DNS answers.
+        use_webhook(fleet, webhook, "/slow", timeout=300, failure="Fail")
+        m.wait_for(lambda: (outcome(m) or {}).get("result") == "unschedulable", timeout=15, what="unschedulable")
+        reason = outcome(m)["reason"]
+        assert "failed (failurePolicy Fail): no answer within 300 ms" in reason, reason
+        assert placed(m) == {"us-1": 6}, "an unschedulable template keeps its last placement"
+        assert outcome(m, "flags")["result"] == "scheduled"
+        dig = subprocess.run(["dig", "+short", "+time=2", "+tries=1", "-p", str(m.dns_port), "@127.0.0.1",
+                              "global", "SOA"], capture_output=True, text=True, timeout=10)
+        assert dig.returncode == 0 and dig.stdout.strip(), f"DNS answers meanwhile: {dig.stdout}{dig.stderr}"
+    finally:
+        m.stop()
+
+
+def test_a_malformed_answer_is_a_failure_with_what_is_wrong(fleet, webhook):
+    webhook.answers["/bad"] = json.dumps({"clusters": [{"name": "eu-1", "score": 140}]}).encode()
+    use_webhook(fleet, webhook, "/bad", failure="Fail")
+    m = Meridian(fleet)
+    try:
+        m.wait_for(lambda: (outcome(m) or {}).get("result") == "unschedulable", timeout=15, what="unschedulable")
+        reason = outcome(m)["reason"]
+        assert "score 140 is not a number in [0, 100]" in reason, reason
+        assert placed(m) == {}, "a template never scheduled places nothing"
+        metrics = m.http("/metrics")[1]
+        assert 'meridian_placement_webhook_calls_total{result="malformed"}' in metrics, metrics
+    finally:
+        m.stop()
