@@ -59,8 +59,8 @@ use super::score::{self, ClusterScore, Facts, Neighbours, PluginScore, ProgramRe
 use super::spread::spread;
 use super::{
     ClusterInput, Decision, Division, Excluded, FailurePolicy, Inputs, Judgement, Outcome,
-    OverridePolicy, Placed, PlacedReason, PlacementFilter, Placements, Plugin, Program,
-    Programs, ReplicaScheduling, Template, TemplateKey,
+    OverridePolicy, Placed, PlacedReason, PlacementFilter, Placements, Plugin, Program, Programs,
+    ReplicaScheduling, Template, TemplateKey,
 };
 
 /// The memory placement keeps between rounds: the only state a decision depends on besides
@@ -555,7 +555,11 @@ fn judge_template(
             plugins,
         });
     }
-    order.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.cluster.cmp(&b.cluster)));
+    order.sort_by(|a, b| {
+        b.total
+            .cmp(&a.total)
+            .then_with(|| a.cluster.cmp(&b.cluster))
+    });
     Ok(Judged {
         rejected,
         score: if scoring.scores() { score } else { Vec::new() },

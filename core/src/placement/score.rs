@@ -47,7 +47,6 @@ use serde::Serialize;
 use crate::model::{ClusterId, TaintEffect};
 use crate::policy::{ClusterSet, LabelSelector, toleration_for};
 
-
 use super::{ClusterInput, Resources, SpreadBy, Template, TemplateKey};
 
 /// What a plugin without data for a cluster counts as.
@@ -475,7 +474,9 @@ fn cost(facts: &Facts<'_>, t: &Template, candidates: &[usize]) -> Vec<Option<u32
         .map(|&p| {
             let others = n.saturating_sub(1);
             let remote = (0..n)
-                .filter(|&q| q != p && (facts.regions[q].is_none() || facts.regions[q] != facts.regions[p]))
+                .filter(|&q| {
+                    q != p && (facts.regions[q].is_none() || facts.regions[q] != facts.regions[p])
+                })
                 .count();
             let share = if others == 0 {
                 0.0
@@ -531,7 +532,12 @@ fn data_locality(
         .from_annotation
         .as_deref()
         .and_then(|key| annotation(t, key))
-        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect());
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect()
+        });
     let by_annotation = |p: usize| -> bool {
         let spec = &facts.clusters[p].view.spec;
         listed.as_ref().is_some_and(|entries| {
@@ -587,12 +593,22 @@ pub(super) fn required_unmet(
     p: usize,
     neighbours: &Neighbours<'_>,
 ) -> Option<super::PlacementFilter> {
-    for (i, term) in scoring.workload_affinity.iter().enumerate().filter(|(_, t)| t.preferred.is_none()) {
+    for (i, term) in scoring
+        .workload_affinity
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.preferred.is_none())
+    {
         if !term_met(term, facts, p, neighbours) {
             return Some(super::PlacementFilter::WorkloadAffinity { term: i });
         }
     }
-    for (i, term) in scoring.workload_anti_affinity.iter().enumerate().filter(|(_, t)| t.preferred.is_none()) {
+    for (i, term) in scoring
+        .workload_anti_affinity
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.preferred.is_none())
+    {
         if term_met(term, facts, p, neighbours) {
             return Some(super::PlacementFilter::WorkloadAntiAffinity { term: i });
         }
