@@ -778,27 +778,24 @@ fn finish(
     split: Split,
     members: &[usize],
 ) -> Result<Choice, TierError> {
-    let score = |p: usize| match split {
-        _ if !ctx.judged.score.is_empty() => ctx.rank(p),
-        Split::Capacity(_) | Split::Aggregated(_) => ctx.avail[p].unwrap_or(0),
-        Split::Weights(_) => u64::from(plan.clusters[p].weight),
-        _ => 1,
-    };
-    let spread = spread(ctx.fleet, &plan.placement.spread, members, score)
+    let room = |p: usize| ctx.avail[p].unwrap_or(0);
+    let score = spread_score(ctx, plan, split, members);
+    let spread = spread(ctx.fleet, &plan.placement.spread, members, &score)
         .map_err(|why| (why, Vec::new()))?;
     if spread.kept.is_empty() {
         return Err(("no feasible cluster".to_owned(), spread.dropped));
     }
+    // Room is free replicas, whatever orders the clusters: a score is no capacity.
     if split.by_capacity() {
-        let room: u64 = spread.kept.iter().map(|&p| score(p)).sum();
-        if room < split.replicas() {
+        let free: u64 = spread.kept.iter().map(|&p| room(p)).sum();
+        if free < split.replicas() {
             let each: Vec<String> = spread
                 .kept
                 .iter()
-                .map(|&p| format!("{}: {}", ctx.fleet.id(p), score(p)))
+                .map(|&p| format!("{}: {}", ctx.fleet.id(p), room(p)))
                 .collect();
             let why = format!(
-                "needs {} replicas, {room} free ({})",
+                "needs {} replicas, {free} free ({})",
                 split.replicas(),
                 each.join(", ")
             );
@@ -809,6 +806,35 @@ fn finish(
         kept: spread.kept,
         dropped: spread.dropped,
     })
+}
+
+/// What spread ranks `members` by for `maxGroups`. Unscored: free replicas when dividing by
+/// capacity, the static weight under weights, else one per cluster. Scored: the combined
+/// score first and the unscored measure among equal scores — in one `u64` (scores ≤ 10 000
+/// above bit 32), as spread sums it per group. When every member scores the same (no plugin
+/// has data, an ignored webhook failed), the scores say nothing and the unscored order
+/// stands: missing data is neutral, it must not replace capacity by a count of clusters.
+fn spread_score<'c>(
+    ctx: &'c Ctx<'_, '_>,
+    plan: &'c Plan<'_>,
+    split: Split,
+    members: &[usize],
+) -> impl Fn(usize) -> u64 + 'c {
+    let plain = move |p: usize| match split {
+        Split::Capacity(_) | Split::Aggregated(_) => ctx.avail[p].unwrap_or(0),
+        Split::Weights(_) => u64::from(plan.clusters[p].weight),
+        _ => 1,
+    };
+    let first = members.first().map(|&p| ctx.rank(p));
+    let scored =
+        !ctx.judged.score.is_empty() && members.iter().any(|&p| Some(ctx.rank(p)) != first);
+    move |p: usize| {
+        if scored {
+            (ctx.rank(p) << 32) | plain(p).min(u64::from(u32::MAX))
+        } else {
+            plain(p)
+        }
+    }
 }
 
 /// Divides `split` over `kept` into `assigned` (standby: the standby role's replicas);
