@@ -563,10 +563,13 @@ fn judge_template(
     Ok(Judged {
         rejected,
         score: if scoring.scores() { score } else { Vec::new() },
-        report: Some(Box::new(Scores {
-            order,
-            programs: reports,
-        })),
+        // Decision::scores: for a policy that scores or runs programs only.
+        report: (scoring.scores() || !programs.is_empty()).then(|| {
+            Box::new(Scores {
+                order,
+                programs: reports,
+            })
+        }),
     })
 }
 
@@ -732,11 +735,7 @@ fn try_tier(
         let why = if dropped.is_empty() {
             "no feasible cluster".to_owned()
         } else {
-            format!(
-                "needs {} replicas, no feasible cluster has room ({} without capacity)",
-                split.replicas(),
-                dropped.len()
-            )
+            none_left(ctx.fleet, split, &dropped)
         };
         return Err((why, dropped));
     }
@@ -769,6 +768,56 @@ fn try_tier(
             Err((why, dropped))
         }
     }
+}
+
+/// Why a tier whose feasible clusters the template's own filters (or, dividing by
+/// capacity, their room) all took is unusable: each filter with the clusters it took, so
+/// the reason says what to change — not "no room" when a workload term or a program took
+/// them.
+fn none_left(fleet: &Fleet<'_>, split: Split, dropped: &[(usize, PlacementFilter)]) -> String {
+    let no_room = |why: &PlacementFilter| {
+        matches!(
+            why,
+            PlacementFilter::NoCapacity | PlacementFilter::CapacityUnknown
+        )
+    };
+    if dropped.iter().all(|(_, why)| no_room(why)) {
+        return format!(
+            "needs {} replicas, no feasible cluster has room ({} without capacity)",
+            split.replicas(),
+            dropped.len()
+        );
+    }
+    // (filter, its clusters) in the order first met; `dropped` is in name order.
+    let mut by_filter: Vec<(&PlacementFilter, Vec<&str>)> = Vec::new();
+    for (p, why) in dropped {
+        let id = fleet.id(*p).as_str();
+        match by_filter.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, clusters)) => clusters.push(id),
+            None => by_filter.push((why, vec![id])),
+        }
+    }
+    let parts: Vec<String> = by_filter
+        .iter()
+        .map(|(why, clusters)| {
+            let clusters = clusters.join(", ");
+            match why {
+                PlacementFilter::WorkloadAffinity { term } => {
+                    format!("workloadAffinity term {term} excludes {clusters}")
+                }
+                PlacementFilter::WorkloadAntiAffinity { term } => {
+                    format!("workloadAntiAffinity term {term} excludes {clusters}")
+                }
+                PlacementFilter::Rejected { program, reason } => {
+                    format!("the {program} rejects {clusters}: {reason}")
+                }
+                PlacementFilter::NoCapacity => format!("no room in {clusters}"),
+                PlacementFilter::CapacityUnknown => format!("no capacity known for {clusters}"),
+                other => format!("{other:?} excludes {clusters}"),
+            }
+        })
+        .collect();
+    format!("no feasible cluster left ({})", parts.join("; "))
 }
 
 /// Spread and the capacity check over `members`.

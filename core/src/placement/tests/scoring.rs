@@ -1065,3 +1065,169 @@ fn scores_never_stand_in_for_capacity() {
     let d = world.decide(&mut Placer::new(), 0, "web");
     assert_eq!(counts(&d), vec![("b", 1)], "{d:?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Required workload terms.
+
+fn term(app: &str, topology: SpreadBy) -> WorkloadTerm {
+    WorkloadTerm {
+        selector: match_labels(&[("app", app)]),
+        topology,
+        preferred: None,
+    }
+}
+
+/// web (placed by `p` with `scoring`, Duplicated, in `tiers`) and db (`app: db`, placed by
+/// its own policy in `db_in`), web listed first.
+fn web_and_db(
+    clusters: &[&str],
+    tiers: Vec<AffinityTier>,
+    scoring: Scoring,
+    db_in: &[&str],
+) -> World {
+    let mut world = World::new(clusters)
+        .policy(tiers, duplicated(scoring))
+        .policy_for(
+            "db",
+            "db",
+            vec![tier("db", db_in)],
+            PlacementPolicy::default(),
+        )
+        .deployment("web", Some(1))
+        .deployment("db", Some(1));
+    label(&mut world, "db", "db");
+    world
+}
+
+struct TermCase {
+    name: &'static str,
+    scoring: Scoring,
+    placed: &'static [&'static str],
+    excluded: Vec<(&'static str, PlacementFilter)>,
+}
+
+#[test]
+fn required_workload_terms_filter() {
+    use PlacementFilter::{WorkloadAffinity, WorkloadAntiAffinity};
+    let cases = [
+        TermCase {
+            name: "affinity by region: db's region",
+            scoring: Scoring {
+                workload_affinity: vec![term("db", SpreadBy::Region)],
+                ..Scoring::default()
+            },
+            placed: &["eu-1", "eu-2"],
+            excluded: vec![("us-1", WorkloadAffinity { term: 0 })],
+        },
+        TermCase {
+            name: "anti-affinity by zone: anywhere but db's zone",
+            scoring: Scoring {
+                workload_anti_affinity: vec![term("db", SpreadBy::Zone)],
+                ..Scoring::default()
+            },
+            placed: &["eu-2", "us-1"],
+            excluded: vec![("eu-1", WorkloadAntiAffinity { term: 0 })],
+        },
+        TermCase {
+            name: "the term's index counts the preferred terms before it",
+            scoring: Scoring {
+                workload_affinity: vec![
+                    WorkloadTerm {
+                        preferred: Some(1),
+                        ..term("cache", SpreadBy::Zone)
+                    },
+                    term("db", SpreadBy::Cluster),
+                ],
+                ..Scoring::default()
+            },
+            placed: &["eu-1"],
+            excluded: vec![
+                ("eu-2", WorkloadAffinity { term: 1 }),
+                ("us-1", WorkloadAffinity { term: 1 }),
+            ],
+        },
+        TermCase {
+            name: "a selector matching no workload's labels: affinity nowhere, anti-affinity anywhere",
+            scoring: Scoring {
+                workload_anti_affinity: vec![term("cache", SpreadBy::Cluster)],
+                ..Scoring::default()
+            },
+            placed: &["eu-1", "eu-2", "us-1"],
+            excluded: vec![],
+        },
+    ];
+    for c in cases {
+        let scores = c.scoring.scores();
+        let world = web_and_db(&["eu-1", "eu-2", "us-1"], vec![], c.scoring, &["eu-1"]);
+        let d = world.decide(&mut Placer::new(), 0, "web");
+        assert_eq!(placed(&d), c.placed, "{}: {d:?}", c.name);
+        assert_eq!(excluded(&d), c.excluded, "{}", c.name);
+        assert_eq!(
+            d.scores.is_some(),
+            scores,
+            "{}: required terms filter, only preferred ones score",
+            c.name
+        );
+    }
+}
+
+#[test]
+fn unsatisfiable_anti_affinity_is_unschedulable_naming_the_tiers() {
+    let world = web_and_db(
+        &["eu-1", "eu-2", "us-1"],
+        vec![tier("eu", &["eu-1", "eu-2"]), tier("us", &["us-1"])],
+        Scoring {
+            workload_anti_affinity: vec![term("db", SpreadBy::Cluster)],
+            ..Scoring::default()
+        },
+        &["eu-1", "eu-2", "us-1"],
+    );
+    let d = world.decide(&mut Placer::new(), 0, "web");
+    assert_eq!(
+        unschedulable_reason(&d),
+        "tier eu: no feasible cluster left (workloadAntiAffinity term 0 excludes eu-1, eu-2); \
+         tier us: no feasible cluster left (workloadAntiAffinity term 0 excludes us-1)"
+    );
+    assert!(
+        d.excluded
+            .iter()
+            .all(|e| e.reason == PlacementFilter::WorkloadAntiAffinity { term: 0 }),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn workload_terms_are_decided_after_the_others_and_follow_them() {
+    // web is listed before db, yet sees where db runs in the same round.
+    let mut world = web_and_db(
+        &["eu-1", "eu-2", "us-1"],
+        vec![],
+        Scoring {
+            workload_affinity: vec![term("db", SpreadBy::Zone)],
+            ..Scoring::default()
+        },
+        &["eu-1"],
+    );
+    let mut placer = Placer::new();
+    let round = world.place(&mut placer, 0);
+    let web = round
+        .decisions
+        .values()
+        .find(|d| &*d.template.name == "web");
+    assert_eq!(web.map(placed), Some(vec!["eu-1"]), "{round:?}");
+    // db moves to us-1: web follows it in that same round.
+    let db = &mut world.policies[0];
+    let mut traffic = (*db.traffic).clone();
+    traffic.affinities = vec![tier("db", &["us-1"])];
+    db.traffic = Arc::new(traffic);
+    let round = world.place(&mut placer, 1);
+    let placed_of = |name: &str| {
+        round
+            .decisions
+            .values()
+            .find(|d| &*d.template.name == name)
+            .map(placed)
+    };
+    assert_eq!(placed_of("db"), Some(vec!["us-1"]));
+    assert_eq!(placed_of("web"), Some(vec!["us-1"]));
+}
