@@ -376,8 +376,10 @@ fn decide_template(
     match judge_template(fleet, plan, t, judge) {
         Ok(judged) => ctx.judged = judged,
         Err(why) => {
-            let untried = vec![None; plan.tiers.len()];
-            let mut decision = unschedulable(fleet, plan, t, prev, vec![None; n], &untried);
+            // No tier was tried: each is unusable for that one reason, which then explains
+            // every cluster the plan keeps (not "given no replica").
+            let waiting = vec![Some(Arc::<str>::from(why.as_str())); plan.tiers.len()];
+            let mut decision = unschedulable(fleet, plan, t, prev, vec![None; n], &waiting);
             decision.outcome = Outcome::Unschedulable { reason: why };
             return (decision, failed_over);
         }
@@ -454,16 +456,14 @@ fn judge_template(
     if !scoring.scores() && !scoring.reads_workloads() && programs.is_empty() {
         return Ok(Judged::default());
     }
-    let n = fleet.len();
     let facts = Facts {
         clusters: &fleet.clusters,
         regions: &fleet.regions,
         zones: &fleet.zones,
     };
-    let mut rejected: Vec<Option<PlacementFilter>> = vec![None; n];
+    let mut rejected: Vec<Option<PlacementFilter>> = vec![None; fleet.len()];
     let mut candidates: Vec<usize> = Vec::new();
-    for p in 0..n {
-        let c = &plan.clusters[p];
+    for (p, c) in plan.clusters.iter().enumerate() {
         if c.filter.is_some() || c.first_tier.is_none() {
             continue;
         }
@@ -472,89 +472,21 @@ fn judge_template(
             None => candidates.push(p),
         }
     }
-    let mut reports = Vec::with_capacity(programs.len());
-    // Per program plugin, per candidate: the sum and count of the scores given.
-    let mut given: BTreeMap<Plugin, Vec<(u64, u64)>> = BTreeMap::new();
-    for program in &programs {
-        let inputs: Vec<ClusterInput<'_>> = candidates.iter().map(|&p| fleet.clusters[p]).collect();
-        let judgement = checked(judge.programs.judge(program, t, &inputs), &inputs);
-        match &judgement {
-            Judgement::Answered(verdicts) => {
-                let sums = given
-                    .entry(program.plugin())
-                    .or_insert_with(|| vec![(0, 0); candidates.len()]);
-                for ((&p, v), sum) in candidates.iter().zip(verdicts).zip(sums.iter_mut()) {
-                    if let Some(reason) = &v.rejected {
-                        rejected[p] = Some(PlacementFilter::Rejected {
-                            program: program.to_string(),
-                            reason: reason.clone(),
-                        });
-                    }
-                    if let Some(s) = v.score {
-                        *sum = (sum.0 + u64::from(s), sum.1 + 1);
-                    }
-                }
-            }
-            Judgement::Pending => return Err(format!("waiting for the {program}")),
-            Judgement::Failed(why) => match program {
-                Program::Script(_) => return Err(format!("script: {why}")),
-                Program::Webhook(w) if w.failure_policy == FailurePolicy::Fail => {
-                    return Err(format!("{program} failed (failurePolicy Fail): {why}"));
-                }
-                Program::Webhook(_) => {}
-            },
-        }
-        reports.push(ProgramReport {
-            program: program.to_string(),
-            judgement,
-        });
+    let asked = ask_programs(fleet, t, judge.programs, &programs, &candidates)?;
+    for (p, why) in asked.rejected {
+        rejected[p] = Some(why);
     }
-    let builtin = score::builtin(
-        scoring,
-        &plan.policy.traffic.tolerations,
-        &facts,
-        t,
-        &candidates,
-        judge.neighbours,
-    );
-    let mut score = vec![0u32; n];
-    let mut order = Vec::with_capacity(candidates.len());
-    for (i, &p) in candidates.iter().enumerate() {
-        if rejected[p].is_some() {
-            continue;
-        }
-        let plugins: Vec<PluginScore> = Plugin::ALL
-            .into_iter()
-            .filter_map(|plugin| {
-                let weight = scoring.weight(plugin);
-                if weight == 0 {
-                    return None;
-                }
-                let value = match plugin {
-                    Plugin::Webhook | Plugin::Script => given.get(&plugin).and_then(|sums| {
-                        let (sum, count) = sums[i];
-                        (count > 0).then(|| u32::try_from(sum / count).unwrap_or(100))
-                    }),
-                    _ => builtin
-                        .iter()
-                        .find(|(b, _)| *b == plugin)
-                        .and_then(|(_, scores)| scores[i]),
-                };
-                Some(PluginScore {
-                    plugin,
-                    weight,
-                    score: value,
-                })
-            })
-            .collect();
-        let total = score::combine(&plugins);
-        score[p] = total;
-        order.push(ClusterScore {
-            cluster: fleet.id(p).clone(),
-            total,
-            plugins,
-        });
+    // What is left is what the plugins score: Cost's cheapest is the cheapest of these.
+    let left: Vec<usize> = candidates
+        .into_iter()
+        .filter(|&p| rejected[p].is_none())
+        .collect();
+    let order = score_left(plan, &facts, t, &left, &asked.given, judge.neighbours);
+    let mut score = vec![0u32; fleet.len()];
+    for (&p, c) in left.iter().zip(&order) {
+        score[p] = c.total;
     }
+    let mut order = order;
     order.sort_by(|a, b| {
         b.total
             .cmp(&a.total)
@@ -567,10 +499,121 @@ fn judge_template(
         report: (scoring.scores() || !programs.is_empty()).then(|| {
             Box::new(Scores {
                 order,
-                programs: reports,
+                programs: asked.reports,
             })
         }),
     })
+}
+
+/// What the programs said about a template's candidates.
+struct Asked {
+    /// The candidates a program rejected (the last program's reason when several did).
+    rejected: Vec<(usize, PlacementFilter)>,
+    /// Per program plugin, per cluster position: the sum and count of the scores given.
+    given: BTreeMap<Plugin, HashMap<usize, (u64, u64)>>,
+    reports: Vec<ProgramReport>,
+}
+
+/// Asks each program about `candidates`; Err when one is pending or failed and its failure
+/// is not ignored.
+fn ask_programs(
+    fleet: &Fleet<'_>,
+    t: &Template,
+    runner: &dyn Programs,
+    programs: &[Program],
+    candidates: &[usize],
+) -> Result<Asked, String> {
+    let mut asked = Asked {
+        rejected: Vec::new(),
+        given: BTreeMap::new(),
+        reports: Vec::with_capacity(programs.len()),
+    };
+    let inputs: Vec<ClusterInput<'_>> = candidates.iter().map(|&p| fleet.clusters[p]).collect();
+    for program in programs {
+        let judgement = checked(runner.judge(program, t, &inputs), &inputs);
+        match &judgement {
+            Judgement::Answered(verdicts) => {
+                let sums = asked.given.entry(program.plugin()).or_default();
+                for (&p, v) in candidates.iter().zip(verdicts) {
+                    if let Some(reason) = &v.rejected {
+                        let why = PlacementFilter::Rejected {
+                            program: program.to_string(),
+                            reason: reason.clone(),
+                        };
+                        asked.rejected.push((p, why));
+                    }
+                    if let Some(s) = v.score {
+                        let sum = sums.entry(p).or_default();
+                        *sum = (sum.0 + u64::from(s), sum.1 + 1);
+                    }
+                }
+            }
+            Judgement::Pending => return Err(format!("waiting for the {program}")),
+            Judgement::Failed(why) => match program {
+                Program::Script(_) => return Err(format!("script: {why}")),
+                Program::Webhook(w) if w.failure_policy == FailurePolicy::Fail => {
+                    return Err(format!("{program} failed (failurePolicy Fail): {why}"));
+                }
+                // Ignored: as if the webhook were not there (its plugin has no data).
+                Program::Webhook(_) => {}
+            },
+        }
+        asked.reports.push(ProgramReport {
+            program: program.to_string(),
+            judgement,
+        });
+    }
+    Ok(asked)
+}
+
+/// Each plugin's score of the clusters `left` and their combination, in `left`'s order.
+fn score_left(
+    plan: &Plan<'_>,
+    facts: &Facts<'_>,
+    t: &Template,
+    left: &[usize],
+    given: &BTreeMap<Plugin, HashMap<usize, (u64, u64)>>,
+    neighbours: &Neighbours<'_>,
+) -> Vec<ClusterScore> {
+    let scoring = &plan.placement.scoring;
+    let tolerations = &plan.policy.traffic.tolerations;
+    let builtin = score::builtin(scoring, tolerations, facts, t, left, neighbours);
+    let weighed: Vec<(Plugin, u32)> = Plugin::ALL
+        .into_iter()
+        .map(|plugin| (plugin, scoring.weight(plugin)))
+        .filter(|(_, weight)| *weight > 0)
+        .collect();
+    left.iter()
+        .enumerate()
+        .map(|(i, &p)| {
+            let plugins: Vec<PluginScore> = weighed
+                .iter()
+                .map(|&(plugin, weight)| {
+                    let score = match plugin {
+                        // The mean of what the programs of this kind gave.
+                        Plugin::Webhook | Plugin::Script => given
+                            .get(&plugin)
+                            .and_then(|sums| sums.get(&p))
+                            .map(|&(sum, count)| u32::try_from(sum / count).unwrap_or(100)),
+                        _ => builtin
+                            .iter()
+                            .find(|(b, _)| *b == plugin)
+                            .and_then(|(_, scores)| scores[i]),
+                    };
+                    PluginScore {
+                        plugin,
+                        weight,
+                        score,
+                    }
+                })
+                .collect();
+            ClusterScore {
+                cluster: facts.clusters[p].view.spec.id.clone(),
+                total: score::combine(&plugins),
+                plugins,
+            }
+        })
+        .collect()
 }
 
 /// A program's answer, with a wrong count of verdicts or an out-of-range score turned into a
@@ -671,18 +714,24 @@ fn stay_on_scale_down(
         return None;
     }
     let ti = plan.tiers.iter().position(|t| t.name == prev.tier)?;
-    let held: Vec<usize> = plan.tiers[ti]
-        .feasible
-        .iter()
-        .copied()
-        .filter(|&p| ctx.prev[p].0 > 0 && ctx.avail[p].is_some_and(|a| a > 0))
-        .collect();
+    // The template's own filters (workload terms, programs) hold on a scale-down too.
+    let mut rejected = Vec::new();
+    let mut held = Vec::new();
+    for &p in &plan.tiers[ti].feasible {
+        if let Some(why) = ctx.rejected(p) {
+            rejected.push((p, why.clone()));
+        } else if ctx.prev[p].0 > 0 && ctx.avail[p].is_some_and(|a| a > 0) {
+            held.push(p);
+        }
+    }
     let score = |p: usize| ctx.avail[p].unwrap_or(0);
     let spread = spread(ctx.fleet, &plan.placement.spread, &held, score).ok()?;
     let kept: u64 = spread.kept.iter().map(|&p| ctx.prev[p].0).sum();
+    let mut dropped = spread.dropped;
+    dropped.extend(rejected);
     let choice = Choice {
         kept: spread.kept,
-        dropped: spread.dropped,
+        dropped,
     };
     (kept >= split.replicas() && !choice.kept.is_empty()).then_some((ti, choice))
 }

@@ -1231,3 +1231,441 @@ fn workload_terms_are_decided_after_the_others_and_follow_them() {
     assert_eq!(placed_of("db"), Some(vec!["us-1"]));
     assert_eq!(placed_of("web"), Some(vec!["us-1"]));
 }
+
+// ---------------------------------------------------------------------------------------
+// Programs: webhooks and scripts, through a fake runner.
+
+const HOOK_NAME: &str = "webhook https://score.example/v1";
+
+/// eu-1, eu-2, us-1; web Duplicated into the best-scored cluster (spread by cluster,
+/// maxGroups 1), with `scoring`; `programs` answer.
+fn judged(scoring: Scoring, programs: &Arc<Canned>) -> World {
+    let mut world = World::new(&["eu-1", "eu-2", "us-1"])
+        .policy(
+            vec![],
+            PlacementPolicy {
+                spread: spread_by(SpreadBy::Cluster, 1),
+                scoring,
+                ..PlacementPolicy::default()
+            },
+        )
+        .deployment("web", Some(1));
+    world.programs = programs.clone();
+    world
+}
+
+fn hooked(failure_policy: FailurePolicy) -> Scoring {
+    Scoring {
+        webhooks: vec![webhook(failure_policy)],
+        ..Scoring::default()
+    }
+}
+
+fn usual_verdicts() -> Answer {
+    Answer::Verdicts(vec![
+        ("eu-1", rejected("too hot")),
+        ("eu-2", scored(20)),
+        ("us-1", scored(90)),
+    ])
+}
+
+#[test]
+fn answered_verdicts_filter_and_score() {
+    let programs = Canned::new(vec![(HOOK_NAME, usual_verdicts())]);
+    let world = judged(hooked(FailurePolicy::Ignore), &programs);
+    let d = world.decide(&mut Placer::new(), 0, "web");
+    assert_eq!(placed(&d), vec!["us-1"]);
+    assert_eq!(
+        excluded(&d),
+        vec![
+            (
+                "eu-1",
+                PlacementFilter::Rejected {
+                    program: HOOK_NAME.into(),
+                    reason: "too hot".into()
+                }
+            ),
+            ("eu-2", PlacementFilter::SpreadMaxGroups),
+        ]
+    );
+    assert_eq!(ranking(&d), vec![("us-1", 9000), ("eu-2", 2000)]);
+    assert_eq!(
+        report(&d).programs,
+        vec![ProgramReport {
+            program: HOOK_NAME.into(),
+            judgement: Judgement::Answered(vec![rejected("too hot"), scored(20), scored(90)]),
+        }]
+    );
+}
+
+#[test]
+fn programs_are_asked_about_the_candidates_left_after_the_filters() {
+    // us-1 is in no tier, eu-3 has an untolerated NoSchedule taint, db's eu-1 breaks the
+    // required anti-affinity: the webhook hears of eu-2 and eu-4 only, in name order.
+    let programs = Canned::new(vec![(HOOK_NAME, Answer::Verdicts(vec![]))]);
+    let mut world = web_and_db(
+        &["eu-1", "eu-2", "eu-3", "eu-4", "us-1"],
+        vec![tier("eu", &["eu-1", "eu-2", "eu-3", "eu-4"])],
+        Scoring {
+            workload_anti_affinity: vec![term("db", SpreadBy::Cluster)],
+            ..hooked(FailurePolicy::Ignore)
+        },
+        &["eu-1"],
+    );
+    world.programs = programs.clone();
+    world
+        .spec("eu-3")
+        .taints
+        .push(taint("t", TaintEffect::NoSchedule));
+    let d = world.decide(&mut Placer::new(), 0, "web");
+    assert_eq!(
+        programs.asked(),
+        vec![(HOOK_NAME.to_owned(), vec!["eu-2".into(), "eu-4".into()])]
+    );
+    assert_eq!(placed(&d), vec!["eu-2", "eu-4"]);
+    assert_eq!(
+        ranking(&d),
+        vec![("eu-2", NEUTRAL * 100), ("eu-4", NEUTRAL * 100)],
+        "answers without scores: no data"
+    );
+}
+
+#[test]
+fn scores_list_every_candidate_best_first_with_each_plugins_score() {
+    let programs = Canned::new(vec![
+        (HOOK_NAME, usual_verdicts()),
+        (
+            "script",
+            Answer::Verdicts(vec![("eu-2", scored(100)), ("us-1", scored(0))]),
+        ),
+    ]);
+    let scoring = Scoring {
+        preferred_affinities: prefer(&[(&["eu-2"], 1)]),
+        script: Some(script()),
+        ..hooked(FailurePolicy::Ignore)
+    };
+    let d = judged(scoring, &programs).decide(&mut Placer::new(), 0, "web");
+    let part = |plugin, score| PluginScore {
+        plugin,
+        weight: 1,
+        score,
+    };
+    assert_eq!(
+        report(&d).order,
+        vec![
+            ClusterScore {
+                cluster: ClusterId::new("eu-2"),
+                // (100 + 20 + 100) / 3
+                total: 7333,
+                plugins: vec![
+                    part(Plugin::ClusterAffinity, Some(100)),
+                    part(Plugin::Webhook, Some(20)),
+                    part(Plugin::Script, Some(100)),
+                ],
+            },
+            ClusterScore {
+                cluster: ClusterId::new("us-1"),
+                total: 3000,
+                plugins: vec![
+                    part(Plugin::ClusterAffinity, Some(0)),
+                    part(Plugin::Webhook, Some(90)),
+                    part(Plugin::Script, Some(0)),
+                ],
+            },
+        ]
+    );
+    assert_eq!(placed(&d), vec!["eu-2"]);
+    let asked: Vec<String> = programs.asked().into_iter().map(|(p, _)| p).collect();
+    assert_eq!(
+        asked,
+        vec![HOOK_NAME, "script"],
+        "webhooks first, then the script"
+    );
+}
+
+#[test]
+fn pending_waits_keeping_the_last_placement() {
+    let programs = Canned::new(vec![(HOOK_NAME, usual_verdicts())]);
+    let world = judged(hooked(FailurePolicy::Fail), &programs);
+    let mut placer = Placer::new();
+    let d = world.decide(&mut placer, 0, "web");
+    assert_eq!(placed(&d), vec!["us-1"]);
+    programs.set(HOOK_NAME, Answer::Pending);
+    let d = world.decide(&mut placer, 1, "web");
+    assert_eq!(
+        unschedulable_reason(&d),
+        "waiting for the webhook https://score.example/v1"
+    );
+    assert_eq!(placed(&d), vec!["us-1"], "the last placement stays");
+    for e in &d.excluded {
+        assert_eq!(
+            e.reason,
+            PlacementFilter::TierUnusable {
+                tier: None,
+                why: "waiting for the webhook https://score.example/v1".into()
+            },
+            "{}: says why, not that it is given no replica",
+            e.cluster
+        );
+    }
+    // The answer comes: decided by it.
+    programs.set(
+        HOOK_NAME,
+        Answer::Verdicts(vec![("eu-2", scored(95)), ("us-1", scored(10))]),
+    );
+    let d = world.decide(&mut placer, 2, "web");
+    assert_eq!(placed(&d), vec!["eu-2"]);
+}
+
+struct FailureCase {
+    name: &'static str,
+    scoring: Scoring,
+    program: &'static str,
+    answer: Answer,
+    /// None: scheduled by the other scores, the report listing the failure (this message).
+    unschedulable: Option<&'static str>,
+    failure: &'static str,
+}
+
+#[test]
+fn failures_of_programs() {
+    let wrong_count = || {
+        Answer::Raw(Judgement::Answered(vec![
+            rejected("everything"),
+            scored(10),
+        ]))
+    };
+    let out_of_range = || {
+        Answer::Raw(Judgement::Answered(vec![
+            rejected("eu-1"),
+            scored(140),
+            scored(10),
+        ]))
+    };
+    let ignore = || Scoring {
+        preferred_affinities: prefer(&[(&["eu-2"], 1)]),
+        ..hooked(FailurePolicy::Ignore)
+    };
+    let fail = || Scoring {
+        preferred_affinities: prefer(&[(&["eu-2"], 1)]),
+        ..hooked(FailurePolicy::Fail)
+    };
+    let scripted = || Scoring {
+        preferred_affinities: prefer(&[(&["eu-2"], 1)]),
+        script: Some(script()),
+        ..Scoring::default()
+    };
+    let cases = [
+        FailureCase {
+            name: "a script's error: unschedulable with its message",
+            scoring: scripted(),
+            program: "script",
+            answer: Answer::Failed("line 3: attempt to index a nil value"),
+            unschedulable: Some("script: line 3: attempt to index a nil value"),
+            failure: "",
+        },
+        FailureCase {
+            name: "a webhook failing, failurePolicy Ignore: the other scores decide",
+            scoring: ignore(),
+            program: HOOK_NAME,
+            answer: Answer::Failed("timeout after 500ms"),
+            unschedulable: None,
+            failure: "timeout after 500ms",
+        },
+        FailureCase {
+            name: "a webhook failing, failurePolicy Fail",
+            scoring: fail(),
+            program: HOOK_NAME,
+            answer: Answer::Failed("timeout after 500ms"),
+            unschedulable: Some(
+                "webhook https://score.example/v1 failed (failurePolicy Fail): timeout after 500ms",
+            ),
+            failure: "",
+        },
+        FailureCase {
+            name: "too few verdicts are a failure (Ignore): none of them applies",
+            scoring: ignore(),
+            program: HOOK_NAME,
+            answer: wrong_count(),
+            unschedulable: None,
+            failure: "2 verdicts for 3 candidate clusters",
+        },
+        FailureCase {
+            name: "too few verdicts are a failure (Fail)",
+            scoring: fail(),
+            program: HOOK_NAME,
+            answer: wrong_count(),
+            unschedulable: Some(
+                "webhook https://score.example/v1 failed (failurePolicy Fail): \
+                 2 verdicts for 3 candidate clusters",
+            ),
+            failure: "",
+        },
+        FailureCase {
+            name: "a score above 100 is a failure (Ignore)",
+            scoring: ignore(),
+            program: HOOK_NAME,
+            answer: out_of_range(),
+            unschedulable: None,
+            failure: "score 140 for cluster eu-2 is outside [0, 100]",
+        },
+        FailureCase {
+            name: "a script's wrong count",
+            scoring: scripted(),
+            program: "script",
+            answer: wrong_count(),
+            unschedulable: Some("script: 2 verdicts for 3 candidate clusters"),
+            failure: "",
+        },
+    ];
+    for c in cases {
+        let programs = Canned::new(vec![(c.program, usual_verdicts())]);
+        let world = judged(c.scoring, &programs);
+        let mut placer = Placer::new();
+        // A first round answered: eu-2 (the affinity's 100 and the program's 20: 60) beats
+        // us-1 (0 and 90: 45).
+        let first = world.decide(&mut placer, 0, "web");
+        assert_eq!(placed(&first), vec!["eu-2"], "{}", c.name);
+        programs.set(c.program, c.answer);
+        let d = world.decide(&mut placer, 1, "web");
+        match c.unschedulable {
+            Some(reason) => {
+                assert_eq!(unschedulable_reason(&d), reason, "{}", c.name);
+                assert_eq!(
+                    placed(&d),
+                    vec!["eu-2"],
+                    "{}: the last placement stays",
+                    c.name
+                );
+            }
+            None => {
+                assert!(d.is_scheduled(), "{}: {d:?}", c.name);
+                assert_eq!(
+                    report(&d).programs,
+                    vec![ProgramReport {
+                        program: c.program.into(),
+                        judgement: Judgement::Failed(c.failure.into()),
+                    }],
+                    "{}",
+                    c.name
+                );
+                assert_eq!(placed(&d), vec!["eu-2"], "{}: the affinity decides", c.name);
+                assert!(
+                    !d.excluded
+                        .iter()
+                        .any(|e| matches!(e.reason, PlacementFilter::Rejected { .. })),
+                    "{}: a failed answer rejects nothing: {d:?}",
+                    c.name
+                );
+                assert_eq!(
+                    plugin_scores(&d, Plugin::Webhook),
+                    vec![("eu-1", None), ("eu-2", None), ("us-1", None)],
+                    "{}: no data",
+                    c.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn an_ignored_failing_webhook_alone_decides_as_no_webhook() {
+    for (name, placement, replicas) in placements() {
+        let programs = Canned::new(vec![(HOOK_NAME, Answer::Failed("refused"))]);
+        let plain = compare_world(placement.clone(), replicas);
+        let mut hooked = compare_world(with(placement, hooked(FailurePolicy::Ignore)), replicas);
+        hooked.programs = programs;
+        let before = plain.decide(&mut Placer::new(), 0, "web");
+        let after = hooked.decide(&mut Placer::new(), 0, "web");
+        assert_eq!(
+            (&after.outcome, &after.placed, &after.excluded),
+            (&before.outcome, &before.placed, &before.excluded),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn cost_is_relative_to_the_candidates_the_programs_left() {
+    // The script rejects eu-1, the cheapest: eu-2 is the cheapest candidate left.
+    let programs = Canned::new(vec![(
+        "script",
+        Answer::Verdicts(vec![("eu-1", rejected("no GPUs"))]),
+    )]);
+    let mut world = judged(
+        Scoring {
+            weights: vec![(Plugin::Cost, 1)],
+            script: Some(script()),
+            ..Scoring::default()
+        },
+        &programs,
+    );
+    for (name, price) in [("eu-1", 0.02), ("eu-2", 0.04), ("us-1", 0.08)] {
+        world.spec(name).cost = Some(Cost::new(price, 0.0, 0.0, 0.0));
+    }
+    let d = world.decide(&mut Placer::new(), 0, "web");
+    assert_eq!(
+        plugin_scores(&d, Plugin::Cost),
+        vec![("eu-2", Some(100)), ("us-1", Some(0))]
+    );
+}
+
+#[test]
+fn a_scale_down_leaves_a_cluster_a_program_now_rejects() {
+    let programs = Canned::new(vec![(HOOK_NAME, Answer::Verdicts(vec![]))]);
+    let mut world = World::new(&["a", "b", "c"])
+        .pods(&[5, 5, 5])
+        .policy(
+            vec![],
+            with(
+                divided(Division::AvailableCapacity),
+                hooked(FailurePolicy::Ignore),
+            ),
+        )
+        .deployment("web", Some(6));
+    world.programs = programs.clone();
+    let mut placer = Placer::new();
+    let d = world.decide(&mut placer, 0, "web");
+    assert_eq!(counts(&d), vec![("a", 2), ("b", 2), ("c", 2)]);
+    programs.set(
+        HOOK_NAME,
+        Answer::Verdicts(vec![("a", rejected("draining"))]),
+    );
+    world.replicas("web", 3);
+    let d = world.decide(&mut placer, 1, "web");
+    assert_eq!(
+        reason_of(&d, "a"),
+        PlacementFilter::Rejected {
+            program: HOOK_NAME.into(),
+            reason: "draining".into()
+        },
+        "{d:?}"
+    );
+    assert_eq!(counts(&d).iter().map(|c| c.1).sum::<u32>(), 3);
+}
+
+#[test]
+fn a_tier_the_programs_and_room_empty_names_both() {
+    let programs = Canned::new(vec![(
+        HOOK_NAME,
+        Answer::Verdicts(vec![("a", rejected("too hot"))]),
+    )]);
+    let mut world = World::new(&["a", "b", "c"])
+        .pods(&[5, 0, 0])
+        .policy(
+            vec![],
+            with(
+                divided(Division::AvailableCapacity),
+                hooked(FailurePolicy::Ignore),
+            ),
+        )
+        .deployment("web", Some(2));
+    world.capacities[2] = None;
+    world.programs = programs;
+    let d = world.decide(&mut Placer::new(), 0, "web");
+    assert_eq!(
+        unschedulable_reason(&d),
+        "no feasible cluster left (the webhook https://score.example/v1 rejects a: too hot; \
+         no room in b; no capacity known for c)"
+    );
+}
