@@ -4,8 +4,9 @@
 //!  Fleet::new      clusters in name order, region/zone ids, memory observed (health, taints)
 //!  Plan::new       once per policy that places something: the filter of every cluster,
 //!                  tier membership, static weights, deadlines (failover, failback, taints)
-//!  per template:   governing policy (the oldest that places it) ─► tiers ─► spread
-//!                  ─► divide ─► overrides ─► Decision (placed / excluded in name order)
+//!  per template:   governing policy (the oldest that places it) ─► judge (required
+//!                  workload terms, programs, scores) ─► tiers ─► spread ─► divide
+//!                  ─► overrides ─► Decision (placed / excluded in name order)
 //!  dependencies:   templates no policy places follow the workloads that name them
 //! ```
 //!
@@ -38,9 +39,10 @@
 //! divided: every selected cluster is placed with 0. A selected cluster the division gives
 //! no replica is excluded (`NoReplicas`).
 //!
-//! **Unschedulable.** When no tier can take the template, `placed` keeps the last scheduled
-//! decision's placements (nothing is removed for want of a better place), and `excluded`
-//! explains every cluster.
+//! **Unschedulable.** When no tier can take the template — or it cannot be judged now (a
+//! program pending, a script failed, a webhook with failurePolicy Fail failed) — `placed`
+//! keeps the last scheduled decision's placements (nothing is removed for want of a better
+//! place), and `excluded` explains every cluster.
 //!
 //! **Dependencies.** A template no policy places, that placed workloads name in their
 //! `dependencies`, is placed whole in the union of their clusters (one level: what a

@@ -33,10 +33,13 @@
 //! ResourceBalance, Cost and TaintToleration weigh 0: they read fleet-wide data, and a policy
 //! that asks for nothing keeps the order it had.
 //!
-//! Scores order, never overrule: they pick the groups `maxGroups` keeps, the clusters
-//! Aggregated fills first (after those already holding replicas, so it stays steady), and break
-//! division ties (before the per-object name order). Required workload terms and the programs'
-//! filter verdicts filter ([`super::PlacementFilter`]).
+//! Scores order, never overrule: they pick the groups `maxGroups` keeps (the unscored order —
+//! free replicas, static weights — decides among equal scores, and alone when every candidate
+//! scores the same), the clusters Aggregated fills first (after those already holding replicas,
+//! so it stays steady), and break division ties (before the per-object name order). A score is
+//! never room: capacity checks count free replicas. Required workload terms and the programs'
+//! filter verdicts filter ([`super::PlacementFilter`]), on a scale-down too; the plugins score
+//! the candidates the filters left (Cost's cheapest is the cheapest of those).
 
 use std::collections::BTreeMap;
 use std::fmt;
