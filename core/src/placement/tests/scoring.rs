@@ -1155,19 +1155,34 @@ fn required_workload_terms_filter() {
             placed: &["eu-1", "eu-2", "us-1"],
             excluded: vec![],
         },
+        TermCase {
+            name: "a template does not repel itself",
+            scoring: Scoring {
+                workload_anti_affinity: vec![term("web", SpreadBy::Cluster)],
+                ..Scoring::default()
+            },
+            placed: &["eu-1", "eu-2", "us-1"],
+            excluded: vec![],
+        },
     ];
     for c in cases {
         let scores = c.scoring.scores();
-        let world = web_and_db(&["eu-1", "eu-2", "us-1"], vec![], c.scoring, &["eu-1"]);
-        let d = world.decide(&mut Placer::new(), 0, "web");
-        assert_eq!(placed(&d), c.placed, "{}: {d:?}", c.name);
-        assert_eq!(excluded(&d), c.excluded, "{}", c.name);
-        assert_eq!(
-            d.scores.is_some(),
-            scores,
-            "{}: required terms filter, only preferred ones score",
-            c.name
-        );
+        let mut world = web_and_db(&["eu-1", "eu-2", "us-1"], vec![], c.scoring, &["eu-1"]);
+        label(&mut world, "web", "web");
+        // Twice: the second round sees where the first put web (and it must not repel
+        // itself).
+        let mut placer = Placer::new();
+        for round in 0..2 {
+            let d = world.decide(&mut placer, round, "web");
+            assert_eq!(placed(&d), c.placed, "{}, round {round}: {d:?}", c.name);
+            assert_eq!(excluded(&d), c.excluded, "{}, round {round}", c.name);
+            assert_eq!(
+                d.scores.is_some(),
+                scores,
+                "{}: required terms filter, only preferred ones score",
+                c.name
+            );
+        }
     }
 }
 
