@@ -10,9 +10,11 @@
 //!     heartbeat_failed(name, after) / tick(after) / at(after)
 //!     snapshot() / snapshot_with(default TrafficPolicy) ─► Snapshot
 //!
-//!   placement: healthy / unreachable(spec, since) ─► ClusterView; pods_free(n) ─► Capacity;
-//!     deployment(name, replicas) / config_map(name) ─► Template;
-//!     placing(name, created, tiers, PlacementPolicy) ─► Policy; tier(name, clusters)
+//!   placement: healthy / unreachable(spec, since) ─► ClusterView; pods_free(n) /
+//!     capacity(cpu, memory, used…) ─► Capacity;
+//!     deployment(name, replicas) / config_map(name), annotated(t, key, value) ─► Template;
+//!     placing(name, created, tiers, PlacementPolicy) ─► Policy; tier(name, clusters);
+//!     match_labels(pairs) ─► LabelSelector
 //! ```
 //!
 //! Every object a builder makes lives in namespace `shop`.
@@ -29,7 +31,7 @@ use crate::model::{
 use crate::placement::{
     Capacity, PlacementPolicy, Resources, Template, TemplateKey, TemplateSelector,
 };
-use crate::policy::{AffinityTier, ClusterSet, Policies, Policy, TrafficPolicy};
+use crate::policy::{AffinityTier, ClusterSet, LabelSelector, Policies, Policy, TrafficPolicy};
 use crate::registry::{Health, Registry};
 use crate::snapshot::{ClusterView, Snapshot};
 
@@ -349,6 +351,30 @@ pub fn pods_free(pods: u64) -> Capacity {
     }
 }
 
+/// `cpu_millis` and `memory_mib` allocatable, of which `used_cpu_millis` and
+/// `used_memory_mib` are requested already (and room for 110 pods, none used).
+pub fn capacity(
+    cpu_millis: u64,
+    memory_mib: u64,
+    used_cpu_millis: u64,
+    used_memory_mib: u64,
+) -> Capacity {
+    Capacity {
+        allocatable: Resources {
+            cpu_millis,
+            memory_bytes: memory_mib << 20,
+            gpus: 0,
+            pods: 110,
+        },
+        requested: Resources {
+            cpu_millis: used_cpu_millis,
+            memory_bytes: used_memory_mib << 20,
+            gpus: 0,
+            pods: 0,
+        },
+    }
+}
+
 /// The Deployment `shop/<name>` with `replicas` (None: a kind placed whole), each pod
 /// requesting 100m cpu and 128 MiB.
 pub fn deployment(name: &str, replicas: Option<u32>) -> Template {
@@ -375,6 +401,29 @@ pub fn config_map(name: &str) -> Template {
         replicas: None,
         requests: Resources::default(),
         ..deployment(name, None)
+    }
+}
+
+/// `t` with the annotation `key: value` in its body's `metadata.annotations` (what the
+/// plugins that read annotations look at).
+pub fn annotated(mut t: Template, key: &str, value: &str) -> Template {
+    let mut body = (*t.body).clone();
+    if !body.is_object() {
+        body = serde_json::json!({});
+    }
+    body["metadata"]["annotations"][key] = serde_json::Value::from(value);
+    t.body = Arc::new(body);
+    t
+}
+
+/// A selector of `matchLabels` only.
+pub fn match_labels(pairs: &[(&str, &str)]) -> LabelSelector {
+    LabelSelector {
+        match_labels: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        match_expressions: Vec::new(),
     }
 }
 

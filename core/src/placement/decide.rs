@@ -4,8 +4,9 @@
 //!  Fleet::new      clusters in name order, region/zone ids, memory observed (health, taints)
 //!  Plan::new       once per policy that places something: the filter of every cluster,
 //!                  tier membership, static weights, deadlines (failover, failback, taints)
-//!  per template:   governing policy (the oldest that places it) ─► tiers ─► spread
-//!                  ─► divide ─► overrides ─► Decision (placed / excluded in name order)
+//!  per template:   governing policy (the oldest that places it) ─► judge (required
+//!                  workload terms, programs, scores) ─► tiers ─► spread ─► divide
+//!                  ─► overrides ─► Decision (placed / excluded in name order)
 //!  dependencies:   templates no policy places follow the workloads that name them
 //! ```
 //!
@@ -38,9 +39,10 @@
 //! divided: every selected cluster is placed with 0. A selected cluster the division gives
 //! no replica is excluded (`NoReplicas`).
 //!
-//! **Unschedulable.** When no tier can take the template, `placed` keeps the last scheduled
-//! decision's placements (nothing is removed for want of a better place), and `excluded`
-//! explains every cluster.
+//! **Unschedulable.** When no tier can take the template — or it cannot be judged now (a
+//! program pending, a script failed, a webhook with failurePolicy Fail failed) — `placed`
+//! keeps the last scheduled decision's placements (nothing is removed for want of a better
+//! place), and `excluded` explains every cluster.
 //!
 //! **Dependencies.** A template no policy places, that placed workloads name in their
 //! `dependencies`, is placed whole in the union of their clusters (one level: what a
@@ -59,8 +61,8 @@ use super::score::{self, ClusterScore, Facts, Neighbours, PluginScore, ProgramRe
 use super::spread::spread;
 use super::{
     ClusterInput, Decision, Division, Excluded, FailurePolicy, Inputs, Judgement, Outcome,
-    OverridePolicy, Placed, PlacedReason, PlacementFilter, Placements, Plugin, Program,
-    Programs, ReplicaScheduling, Template, TemplateKey,
+    OverridePolicy, Placed, PlacedReason, PlacementFilter, Placements, Plugin, Program, Programs,
+    ReplicaScheduling, Template, TemplateKey,
 };
 
 /// The memory placement keeps between rounds: the only state a decision depends on besides
@@ -376,8 +378,10 @@ fn decide_template(
     match judge_template(fleet, plan, t, judge) {
         Ok(judged) => ctx.judged = judged,
         Err(why) => {
-            let untried = vec![None; plan.tiers.len()];
-            let mut decision = unschedulable(fleet, plan, t, prev, vec![None; n], &untried);
+            // No tier was tried: each is unusable for that one reason, which then explains
+            // every cluster the plan keeps (not "given no replica").
+            let waiting = vec![Some(Arc::<str>::from(why.as_str())); plan.tiers.len()];
+            let mut decision = unschedulable(fleet, plan, t, prev, vec![None; n], &waiting);
             decision.outcome = Outcome::Unschedulable { reason: why };
             return (decision, failed_over);
         }
@@ -454,16 +458,14 @@ fn judge_template(
     if !scoring.scores() && !scoring.reads_workloads() && programs.is_empty() {
         return Ok(Judged::default());
     }
-    let n = fleet.len();
     let facts = Facts {
         clusters: &fleet.clusters,
         regions: &fleet.regions,
         zones: &fleet.zones,
     };
-    let mut rejected: Vec<Option<PlacementFilter>> = vec![None; n];
+    let mut rejected: Vec<Option<PlacementFilter>> = vec![None; fleet.len()];
     let mut candidates: Vec<usize> = Vec::new();
-    for p in 0..n {
-        let c = &plan.clusters[p];
+    for (p, c) in plan.clusters.iter().enumerate() {
         if c.filter.is_some() || c.first_tier.is_none() {
             continue;
         }
@@ -472,25 +474,78 @@ fn judge_template(
             None => candidates.push(p),
         }
     }
-    let mut reports = Vec::with_capacity(programs.len());
-    // Per program plugin, per candidate: the sum and count of the scores given.
-    let mut given: BTreeMap<Plugin, Vec<(u64, u64)>> = BTreeMap::new();
-    for program in &programs {
-        let inputs: Vec<ClusterInput<'_>> = candidates.iter().map(|&p| fleet.clusters[p]).collect();
-        let judgement = checked(judge.programs.judge(program, t, &inputs), &inputs);
+    let asked = ask_programs(fleet, t, judge.programs, &programs, &candidates)?;
+    for (p, why) in asked.rejected {
+        rejected[p] = Some(why);
+    }
+    // What is left is what the plugins score: Cost's cheapest is the cheapest of these.
+    let left: Vec<usize> = candidates
+        .into_iter()
+        .filter(|&p| rejected[p].is_none())
+        .collect();
+    let order = score_left(plan, &facts, t, &left, &asked.given, judge.neighbours);
+    let mut score = vec![0u32; fleet.len()];
+    for (&p, c) in left.iter().zip(&order) {
+        score[p] = c.total;
+    }
+    let mut order = order;
+    order.sort_by(|a, b| {
+        b.total
+            .cmp(&a.total)
+            .then_with(|| a.cluster.cmp(&b.cluster))
+    });
+    Ok(Judged {
+        rejected,
+        score: if scoring.scores() { score } else { Vec::new() },
+        // Decision::scores: for a policy that scores or runs programs only.
+        report: (scoring.scores() || !programs.is_empty()).then(|| {
+            Box::new(Scores {
+                order,
+                programs: asked.reports,
+            })
+        }),
+    })
+}
+
+/// What the programs said about a template's candidates.
+struct Asked {
+    /// The candidates a program rejected (the last program's reason when several did).
+    rejected: Vec<(usize, PlacementFilter)>,
+    /// Per program plugin, per cluster position: the sum and count of the scores given.
+    given: BTreeMap<Plugin, HashMap<usize, (u64, u64)>>,
+    reports: Vec<ProgramReport>,
+}
+
+/// Asks each program about `candidates`; Err when one is pending or failed and its failure
+/// is not ignored.
+fn ask_programs(
+    fleet: &Fleet<'_>,
+    t: &Template,
+    runner: &dyn Programs,
+    programs: &[Program],
+    candidates: &[usize],
+) -> Result<Asked, String> {
+    let mut asked = Asked {
+        rejected: Vec::new(),
+        given: BTreeMap::new(),
+        reports: Vec::with_capacity(programs.len()),
+    };
+    let inputs: Vec<ClusterInput<'_>> = candidates.iter().map(|&p| fleet.clusters[p]).collect();
+    for program in programs {
+        let judgement = checked(runner.judge(program, t, &inputs), &inputs);
         match &judgement {
             Judgement::Answered(verdicts) => {
-                let sums = given
-                    .entry(program.plugin())
-                    .or_insert_with(|| vec![(0, 0); candidates.len()]);
-                for ((&p, v), sum) in candidates.iter().zip(verdicts).zip(sums.iter_mut()) {
+                let sums = asked.given.entry(program.plugin()).or_default();
+                for (&p, v) in candidates.iter().zip(verdicts) {
                     if let Some(reason) = &v.rejected {
-                        rejected[p] = Some(PlacementFilter::Rejected {
+                        let why = PlacementFilter::Rejected {
                             program: program.to_string(),
                             reason: reason.clone(),
-                        });
+                        };
+                        asked.rejected.push((p, why));
                     }
                     if let Some(s) = v.score {
+                        let sum = sums.entry(p).or_default();
                         *sum = (sum.0 + u64::from(s), sum.1 + 1);
                     }
                 }
@@ -501,69 +556,66 @@ fn judge_template(
                 Program::Webhook(w) if w.failure_policy == FailurePolicy::Fail => {
                     return Err(format!("{program} failed (failurePolicy Fail): {why}"));
                 }
+                // Ignored: as if the webhook were not there (its plugin has no data).
                 Program::Webhook(_) => {}
             },
         }
-        reports.push(ProgramReport {
+        asked.reports.push(ProgramReport {
             program: program.to_string(),
             judgement,
         });
     }
-    let builtin = score::builtin(
-        scoring,
-        &plan.policy.traffic.tolerations,
-        &facts,
-        t,
-        &candidates,
-        judge.neighbours,
-    );
-    let mut score = vec![0u32; n];
-    let mut order = Vec::with_capacity(candidates.len());
-    for (i, &p) in candidates.iter().enumerate() {
-        if rejected[p].is_some() {
-            continue;
-        }
-        let plugins: Vec<PluginScore> = Plugin::ALL
-            .into_iter()
-            .filter_map(|plugin| {
-                let weight = scoring.weight(plugin);
-                if weight == 0 {
-                    return None;
-                }
-                let value = match plugin {
-                    Plugin::Webhook | Plugin::Script => given.get(&plugin).and_then(|sums| {
-                        let (sum, count) = sums[i];
-                        (count > 0).then(|| u32::try_from(sum / count).unwrap_or(100))
-                    }),
-                    _ => builtin
-                        .iter()
-                        .find(|(b, _)| *b == plugin)
-                        .and_then(|(_, scores)| scores[i]),
-                };
-                Some(PluginScore {
-                    plugin,
-                    weight,
-                    score: value,
+    Ok(asked)
+}
+
+/// Each plugin's score of the clusters `left` and their combination, in `left`'s order.
+fn score_left(
+    plan: &Plan<'_>,
+    facts: &Facts<'_>,
+    t: &Template,
+    left: &[usize],
+    given: &BTreeMap<Plugin, HashMap<usize, (u64, u64)>>,
+    neighbours: &Neighbours<'_>,
+) -> Vec<ClusterScore> {
+    let scoring = &plan.placement.scoring;
+    let tolerations = &plan.policy.traffic.tolerations;
+    let builtin = score::builtin(scoring, tolerations, facts, t, left, neighbours);
+    let weighed: Vec<(Plugin, u32)> = Plugin::ALL
+        .into_iter()
+        .map(|plugin| (plugin, scoring.weight(plugin)))
+        .filter(|(_, weight)| *weight > 0)
+        .collect();
+    left.iter()
+        .enumerate()
+        .map(|(i, &p)| {
+            let plugins: Vec<PluginScore> = weighed
+                .iter()
+                .map(|&(plugin, weight)| {
+                    let score = match plugin {
+                        // The mean of what the programs of this kind gave.
+                        Plugin::Webhook | Plugin::Script => given
+                            .get(&plugin)
+                            .and_then(|sums| sums.get(&p))
+                            .map(|&(sum, count)| u32::try_from(sum / count).unwrap_or(100)),
+                        _ => builtin
+                            .iter()
+                            .find(|(b, _)| *b == plugin)
+                            .and_then(|(_, scores)| scores[i]),
+                    };
+                    PluginScore {
+                        plugin,
+                        weight,
+                        score,
+                    }
                 })
-            })
-            .collect();
-        let total = score::combine(&plugins);
-        score[p] = total;
-        order.push(ClusterScore {
-            cluster: fleet.id(p).clone(),
-            total,
-            plugins,
-        });
-    }
-    order.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.cluster.cmp(&b.cluster)));
-    Ok(Judged {
-        rejected,
-        score: if scoring.scores() { score } else { Vec::new() },
-        report: Some(Box::new(Scores {
-            order,
-            programs: reports,
-        })),
-    })
+                .collect();
+            ClusterScore {
+                cluster: facts.clusters[p].view.spec.id.clone(),
+                total: score::combine(&plugins),
+                plugins,
+            }
+        })
+        .collect()
 }
 
 /// A program's answer, with a wrong count of verdicts or an out-of-range score turned into a
@@ -664,18 +716,24 @@ fn stay_on_scale_down(
         return None;
     }
     let ti = plan.tiers.iter().position(|t| t.name == prev.tier)?;
-    let held: Vec<usize> = plan.tiers[ti]
-        .feasible
-        .iter()
-        .copied()
-        .filter(|&p| ctx.prev[p].0 > 0 && ctx.avail[p].is_some_and(|a| a > 0))
-        .collect();
+    // The template's own filters (workload terms, programs) hold on a scale-down too.
+    let mut rejected = Vec::new();
+    let mut held = Vec::new();
+    for &p in &plan.tiers[ti].feasible {
+        if let Some(why) = ctx.rejected(p) {
+            rejected.push((p, why.clone()));
+        } else if ctx.prev[p].0 > 0 && ctx.avail[p].is_some_and(|a| a > 0) {
+            held.push(p);
+        }
+    }
     let score = |p: usize| ctx.avail[p].unwrap_or(0);
     let spread = spread(ctx.fleet, &plan.placement.spread, &held, score).ok()?;
     let kept: u64 = spread.kept.iter().map(|&p| ctx.prev[p].0).sum();
+    let mut dropped = spread.dropped;
+    dropped.extend(rejected);
     let choice = Choice {
         kept: spread.kept,
-        dropped: spread.dropped,
+        dropped,
     };
     (kept >= split.replicas() && !choice.kept.is_empty()).then_some((ti, choice))
 }
@@ -728,11 +786,7 @@ fn try_tier(
         let why = if dropped.is_empty() {
             "no feasible cluster".to_owned()
         } else {
-            format!(
-                "needs {} replicas, no feasible cluster has room ({} without capacity)",
-                split.replicas(),
-                dropped.len()
-            )
+            none_left(ctx.fleet, split, &dropped)
         };
         return Err((why, dropped));
     }
@@ -767,6 +821,56 @@ fn try_tier(
     }
 }
 
+/// Why a tier whose feasible clusters the template's own filters (or, dividing by
+/// capacity, their room) all took is unusable: each filter with the clusters it took, so
+/// the reason says what to change — not "no room" when a workload term or a program took
+/// them.
+fn none_left(fleet: &Fleet<'_>, split: Split, dropped: &[(usize, PlacementFilter)]) -> String {
+    let no_room = |why: &PlacementFilter| {
+        matches!(
+            why,
+            PlacementFilter::NoCapacity | PlacementFilter::CapacityUnknown
+        )
+    };
+    if dropped.iter().all(|(_, why)| no_room(why)) {
+        return format!(
+            "needs {} replicas, no feasible cluster has room ({} without capacity)",
+            split.replicas(),
+            dropped.len()
+        );
+    }
+    // (filter, its clusters) in the order first met; `dropped` is in name order.
+    let mut by_filter: Vec<(&PlacementFilter, Vec<&str>)> = Vec::new();
+    for (p, why) in dropped {
+        let id = fleet.id(*p).as_str();
+        match by_filter.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, clusters)) => clusters.push(id),
+            None => by_filter.push((why, vec![id])),
+        }
+    }
+    let parts: Vec<String> = by_filter
+        .iter()
+        .map(|(why, clusters)| {
+            let clusters = clusters.join(", ");
+            match why {
+                PlacementFilter::WorkloadAffinity { term } => {
+                    format!("workloadAffinity term {term} excludes {clusters}")
+                }
+                PlacementFilter::WorkloadAntiAffinity { term } => {
+                    format!("workloadAntiAffinity term {term} excludes {clusters}")
+                }
+                PlacementFilter::Rejected { program, reason } => {
+                    format!("the {program} rejects {clusters}: {reason}")
+                }
+                PlacementFilter::NoCapacity => format!("no room in {clusters}"),
+                PlacementFilter::CapacityUnknown => format!("no capacity known for {clusters}"),
+                other => format!("{other:?} excludes {clusters}"),
+            }
+        })
+        .collect();
+    format!("no feasible cluster left ({})", parts.join("; "))
+}
+
 /// Spread and the capacity check over `members`.
 fn finish(
     ctx: &Ctx<'_, '_>,
@@ -774,27 +878,24 @@ fn finish(
     split: Split,
     members: &[usize],
 ) -> Result<Choice, TierError> {
-    let score = |p: usize| match split {
-        _ if !ctx.judged.score.is_empty() => ctx.rank(p),
-        Split::Capacity(_) | Split::Aggregated(_) => ctx.avail[p].unwrap_or(0),
-        Split::Weights(_) => u64::from(plan.clusters[p].weight),
-        _ => 1,
-    };
-    let spread = spread(ctx.fleet, &plan.placement.spread, members, score)
+    let room = |p: usize| ctx.avail[p].unwrap_or(0);
+    let score = spread_score(ctx, plan, split, members);
+    let spread = spread(ctx.fleet, &plan.placement.spread, members, &score)
         .map_err(|why| (why, Vec::new()))?;
     if spread.kept.is_empty() {
         return Err(("no feasible cluster".to_owned(), spread.dropped));
     }
+    // Room is free replicas, whatever orders the clusters: a score is no capacity.
     if split.by_capacity() {
-        let room: u64 = spread.kept.iter().map(|&p| score(p)).sum();
-        if room < split.replicas() {
+        let free: u64 = spread.kept.iter().map(|&p| room(p)).sum();
+        if free < split.replicas() {
             let each: Vec<String> = spread
                 .kept
                 .iter()
-                .map(|&p| format!("{}: {}", ctx.fleet.id(p), score(p)))
+                .map(|&p| format!("{}: {}", ctx.fleet.id(p), room(p)))
                 .collect();
             let why = format!(
-                "needs {} replicas, {room} free ({})",
+                "needs {} replicas, {free} free ({})",
                 split.replicas(),
                 each.join(", ")
             );
@@ -805,6 +906,35 @@ fn finish(
         kept: spread.kept,
         dropped: spread.dropped,
     })
+}
+
+/// What spread ranks `members` by for `maxGroups`. Unscored: free replicas when dividing by
+/// capacity, the static weight under weights, else one per cluster. Scored: the combined
+/// score first and the unscored measure among equal scores — in one `u64` (scores ≤ 10 000
+/// above bit 32), as spread sums it per group. When every member scores the same (no plugin
+/// has data, an ignored webhook failed), the scores say nothing and the unscored order
+/// stands: missing data is neutral, it must not replace capacity by a count of clusters.
+fn spread_score<'c>(
+    ctx: &'c Ctx<'_, '_>,
+    plan: &'c Plan<'_>,
+    split: Split,
+    members: &[usize],
+) -> impl Fn(usize) -> u64 + 'c {
+    let plain = move |p: usize| match split {
+        Split::Capacity(_) | Split::Aggregated(_) => ctx.avail[p].unwrap_or(0),
+        Split::Weights(_) => u64::from(plan.clusters[p].weight),
+        _ => 1,
+    };
+    let first = members.first().map(|&p| ctx.rank(p));
+    let scored =
+        !ctx.judged.score.is_empty() && members.iter().any(|&p| Some(ctx.rank(p)) != first);
+    move |p: usize| {
+        if scored {
+            (ctx.rank(p) << 32) | plain(p).min(u64::from(u32::MAX))
+        } else {
+            plain(p)
+        }
+    }
 }
 
 /// Divides `split` over `kept` into `assigned` (standby: the standby role's replicas);

@@ -33,10 +33,13 @@
 //! ResourceBalance, Cost and TaintToleration weigh 0: they read fleet-wide data, and a policy
 //! that asks for nothing keeps the order it had.
 //!
-//! Scores order, never overrule: they pick the groups `maxGroups` keeps, the clusters
-//! Aggregated fills first (after those already holding replicas, so it stays steady), and break
-//! division ties (before the per-object name order). Required workload terms and the programs'
-//! filter verdicts filter ([`super::PlacementFilter`]).
+//! Scores order, never overrule: they pick the groups `maxGroups` keeps (the unscored order —
+//! free replicas, static weights — decides among equal scores, and alone when every candidate
+//! scores the same), the clusters Aggregated fills first (after those already holding replicas,
+//! so it stays steady), and break division ties (before the per-object name order). A score is
+//! never room: capacity checks count free replicas. Required workload terms and the programs'
+//! filter verdicts filter ([`super::PlacementFilter`]), on a scale-down too; the plugins score
+//! the candidates the filters left (Cost's cheapest is the cheapest of those).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -46,7 +49,6 @@ use serde::Serialize;
 
 use crate::model::{ClusterId, TaintEffect};
 use crate::policy::{ClusterSet, LabelSelector, toleration_for};
-
 
 use super::{ClusterInput, Resources, SpreadBy, Template, TemplateKey};
 
@@ -475,7 +477,9 @@ fn cost(facts: &Facts<'_>, t: &Template, candidates: &[usize]) -> Vec<Option<u32
         .map(|&p| {
             let others = n.saturating_sub(1);
             let remote = (0..n)
-                .filter(|&q| q != p && (facts.regions[q].is_none() || facts.regions[q] != facts.regions[p]))
+                .filter(|&q| {
+                    q != p && (facts.regions[q].is_none() || facts.regions[q] != facts.regions[p])
+                })
                 .count();
             let share = if others == 0 {
                 0.0
@@ -531,7 +535,12 @@ fn data_locality(
         .from_annotation
         .as_deref()
         .and_then(|key| annotation(t, key))
-        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect());
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect()
+        });
     let by_annotation = |p: usize| -> bool {
         let spec = &facts.clusters[p].view.spec;
         listed.as_ref().is_some_and(|entries| {
@@ -587,12 +596,22 @@ pub(super) fn required_unmet(
     p: usize,
     neighbours: &Neighbours<'_>,
 ) -> Option<super::PlacementFilter> {
-    for (i, term) in scoring.workload_affinity.iter().enumerate().filter(|(_, t)| t.preferred.is_none()) {
+    for (i, term) in scoring
+        .workload_affinity
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.preferred.is_none())
+    {
         if !term_met(term, facts, p, neighbours) {
             return Some(super::PlacementFilter::WorkloadAffinity { term: i });
         }
     }
-    for (i, term) in scoring.workload_anti_affinity.iter().enumerate().filter(|(_, t)| t.preferred.is_none()) {
+    for (i, term) in scoring
+        .workload_anti_affinity
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.preferred.is_none())
+    {
         if term_met(term, facts, p, neighbours) {
             return Some(super::PlacementFilter::WorkloadAntiAffinity { term: i });
         }

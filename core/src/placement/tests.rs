@@ -78,6 +78,49 @@ impl World {
         self
     }
 
+    /// A policy `name` placing only the template `template`, ahead of (older than) the
+    /// others, so it governs that template whatever the others select.
+    fn policy_for(
+        mut self,
+        name: &str,
+        template: &str,
+        tiers: Vec<AffinityTier>,
+        placement: PlacementPolicy,
+    ) -> Self {
+        let mut policy = placing(name, -1, tiers, placement);
+        policy.templates[0].name = Some(template.to_owned());
+        self.policies.insert(0, policy);
+        self
+    }
+
+    /// `name`'s capacity.
+    fn capacity(mut self, name: &str, capacity: Capacity) -> Self {
+        let at = self
+            .views
+            .iter()
+            .position(|v| v.spec.id.as_str() == name)
+            .unwrap_or_else(|| panic!("no cluster {name}"));
+        self.capacities[at] = Some(capacity);
+        self
+    }
+
+    /// The placement of policy `name`, to change between rounds.
+    fn placement(&mut self, name: &str) -> &mut PlacementPolicy {
+        let policy = self
+            .policies
+            .iter_mut()
+            .find(|p| &*p.key.name == name)
+            .unwrap_or_else(|| panic!("no policy {name}"));
+        Arc::make_mut(policy.placement.as_mut().expect("a placing policy"))
+    }
+
+    fn template(&mut self, name: &str) -> &mut Template {
+        self.templates
+            .iter_mut()
+            .find(|t| &*t.key.name == name)
+            .unwrap_or_else(|| panic!("no template {name}"))
+    }
+
     fn deployment(mut self, name: &str, replicas: Option<u32>) -> Self {
         self.templates.push(deployment(name, replicas));
         self
