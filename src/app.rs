@@ -65,8 +65,10 @@ impl App {
         let (publish, snapshots) = watch::channel(Arc::new(Snapshot::empty()));
         let (events_tx, events_rx) = mpsc::channel(1024);
         let mut fleet = Fleet::new(Instant::now(), cfg.sync_deadline);
-        let (runners, webhook_calls) =
-            Runners::serving(events_tx.clone(), metrics.sub_registry_with_prefix("placement"));
+        let (runners, webhook_calls) = Runners::serving(
+            events_tx.clone(),
+            metrics.sub_registry_with_prefix("placement"),
+        );
         fleet.set_programs(Arc::new(runners));
         let store = Store::new(fleet, publish, &mut metrics);
         let mut tasks = vec![

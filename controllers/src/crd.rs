@@ -139,7 +139,11 @@ pub struct CostSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_core_hour: Option<f64>,
     /// The price of one GiB of memory for an hour.
-    #[serde(default, rename = "memoryGiBHour", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "memoryGiBHour",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub memory_gib_hour: Option<f64>,
     /// The price of one GiB sent out of the cluster.
     #[serde(default, rename = "egressGiB", skip_serializing_if = "Option::is_none")]

@@ -243,7 +243,7 @@ fn placement_policy(
 /// The scoring part: plugin weights, what the plugins read, the programs.
 fn scoring(placement: &PlacementSpec, problems: &mut Vec<String>) -> core::placement::Scoring {
     use core::placement::{
-        DataLocality, FailurePolicy, Plugin, PreferredAffinity, Script, Scoring, Webhook,
+        DataLocality, FailurePolicy, Plugin, PreferredAffinity, Scoring, Script, Webhook,
     };
     let mut weights = Vec::new();
     for (i, s) in placement.scoring.iter().enumerate() {
@@ -262,8 +262,7 @@ fn scoring(placement: &PlacementSpec, problems: &mut Vec<String>) -> core::place
     }
     let data_locality = placement.data_locality.as_ref().map(|d| {
         let at = "placement.dataLocality";
-        if d.cluster_names.is_empty() && d.label_selector.is_none() && d.from_annotation.is_none()
-        {
+        if d.cluster_names.is_empty() && d.label_selector.is_none() && d.from_annotation.is_none() {
             problems.push(format!(
                 "{at}: clusterNames, labelSelector or fromAnnotation is required"
             ));
@@ -283,8 +282,7 @@ fn scoring(placement: &PlacementSpec, problems: &mut Vec<String>) -> core::place
         .enumerate()
         .filter_map(|(i, a)| {
             let at = format!("placement.preferredClusterAffinities[{i}]");
-            let clusters =
-                cluster_set(&a.cluster_names, a.label_selector.as_ref(), &at, problems)?;
+            let clusters = cluster_set(&a.cluster_names, a.label_selector.as_ref(), &at, problems)?;
             Some(PreferredAffinity {
                 clusters,
                 weight: a.weight,
@@ -326,7 +324,11 @@ fn scoring(placement: &PlacementSpec, problems: &mut Vec<String>) -> core::place
     Scoring {
         weights,
         data_locality,
-        workload_affinity: workload_terms(&placement.workload_affinity, "workloadAffinity", problems),
+        workload_affinity: workload_terms(
+            &placement.workload_affinity,
+            "workloadAffinity",
+            problems,
+        ),
         workload_anti_affinity: workload_terms(
             &placement.workload_anti_affinity,
             "workloadAntiAffinity",
@@ -383,7 +385,8 @@ fn workload_terms(
                     return None;
                 }
             };
-            let selector = label_selector(&t.label_selector, &format!("{at}.labelSelector"), problems)?;
+            let selector =
+                label_selector(&t.label_selector, &format!("{at}.labelSelector"), problems)?;
             Some(core::placement::WorkloadTerm {
                 selector,
                 topology: match t.topology {

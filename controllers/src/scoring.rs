@@ -28,7 +28,9 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use meridian_core::placement::{ClusterInput, Judgement, Program, Programs, Template, Verdict, Webhook};
+use meridian_core::placement::{
+    ClusterInput, Judgement, Program, Programs, Template, Verdict, Webhook,
+};
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -90,7 +92,11 @@ impl Metrics {
             seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             cache_hits: Counter::default(),
         };
-        registry.register("webhook_calls", "Scoring webhook calls by result", m.calls.clone());
+        registry.register(
+            "webhook_calls",
+            "Scoring webhook calls by result",
+            m.calls.clone(),
+        );
         registry.register(
             "webhook_call_seconds",
             "Scoring webhook call duration",
@@ -161,7 +167,12 @@ impl Webhooks {
     }
 
     /// The cached judgement for `key`, asking (again) when there is none or it is stale.
-    fn lookup(&self, key: u64, webhook: &Arc<Webhook>, request: impl FnOnce() -> (Bytes, Vec<String>)) -> Judgement {
+    fn lookup(
+        &self,
+        key: u64,
+        webhook: &Arc<Webhook>,
+        request: impl FnOnce() -> (Bytes, Vec<String>),
+    ) -> Judgement {
         let now = Instant::now();
         let mut cache = self.cache.lock();
         let entry = cache.entries.entry(key).or_insert(Entry {
@@ -264,9 +275,7 @@ impl Programs for Webhooks {
 
 /// What a webhook is sent: the workload and the candidates.
 pub fn request_body(t: &Template, candidates: &[ClusterInput<'_>]) -> Value {
-    let resources = |r: &meridian_core::Resources| {
-        json!({"cpuMillis": r.cpu_millis, "memoryBytes": r.memory_bytes, "gpus": r.gpus, "pods": r.pods})
-    };
+    let resources = |r: &meridian_core::Resources| json!({"cpuMillis": r.cpu_millis, "memoryBytes": r.memory_bytes, "gpus": r.gpus, "pods": r.pods});
     let clusters: Vec<Value> = candidates
         .iter()
         .map(|c| {
@@ -348,7 +357,11 @@ pub fn parse_answer(answer: &[u8], names: &[String]) -> Result<Vec<Verdict>, Str
                     .unwrap_or("filtered out by the webhook");
                 verdicts[at].rejected = Some(reason.to_owned());
             }
-            Some(v) => return Err(format!("clusters[{i}] ({name}): filter {v} is not a boolean")),
+            Some(v) => {
+                return Err(format!(
+                    "clusters[{i}] ({name}): filter {v} is not a boolean"
+                ));
+            }
         }
     }
     Ok(verdicts)
@@ -362,7 +375,11 @@ fn score_of(v: &Value) -> Option<u32> {
 type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// Makes the queued calls, at most `concurrency` at once.
-async fn caller(webhooks: Webhooks, mut queued: mpsc::Receiver<Call>, events: mpsc::Sender<SourceEvent>) {
+async fn caller(
+    webhooks: Webhooks,
+    mut queued: mpsc::Receiver<Call>,
+    events: mpsc::Sender<SourceEvent>,
+) {
     let slots = Arc::new(Semaphore::new(webhooks.settings.concurrency.max(1)));
     let mut clients: HashMap<Option<String>, Result<Client<Https, Full<Bytes>>, String>> =
         HashMap::new();
@@ -382,8 +399,15 @@ async fn caller(webhooks: Webhooks, mut queued: mpsc::Receiver<Call>, events: mp
                 Ok(client) => ask(&client, &call).await,
                 Err(why) => (Judgement::Failed(why), "unreachable"),
             };
-            webhooks.metrics.seconds.observe(started.elapsed().as_secs_f64());
-            webhooks.metrics.calls.get_or_create(&CallLabels { result }).inc();
+            webhooks
+                .metrics
+                .seconds
+                .observe(started.elapsed().as_secs_f64());
+            webhooks
+                .metrics
+                .calls
+                .get_or_create(&CallLabels { result })
+                .inc();
             if let Judgement::Failed(why) = &judgement {
                 tracing::warn!(url = %call.webhook.url, %why, "scoring webhook failed");
             }
@@ -444,10 +468,12 @@ async fn ask(client: &Client<Https, Full<Bytes>>, call: &Call) -> (Judgement, &'
         Err(e) => return (Judgement::Failed(format!("bad URL: {e}")), "unreachable"),
     };
     let exchange = async {
-        let response = client
-            .request(request)
-            .await
-            .map_err(|e| (format!("cannot reach it: {}", crate::reason_of(&e)), "unreachable"))?;
+        let response = client.request(request).await.map_err(|e| {
+            (
+                format!("cannot reach it: {}", crate::reason_of(&e)),
+                "unreachable",
+            )
+        })?;
         let status = response.status();
         let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
             .collect()
@@ -464,7 +490,10 @@ async fn ask(client: &Client<Https, Full<Bytes>>, call: &Call) -> (Judgement, &'
         Ok(Ok(verdicts)) => (Judgement::Answered(verdicts), "ok"),
         Ok(Err((why, result))) => (Judgement::Failed(why), result),
         Err(_) => (
-            Judgement::Failed(format!("no answer within {} ms", call.webhook.timeout_millis)),
+            Judgement::Failed(format!(
+                "no answer within {} ms",
+                call.webhook.timeout_millis
+            )),
             "timeout",
         ),
     }
@@ -498,12 +527,30 @@ mod tests {
             (b"not json", "not JSON"),
             (br#"{"scores":{}}"#, "no \"clusters\" list"),
             (br#"{"clusters":[{"score":1}]}"#, "has no name"),
-            (br#"{"clusters":[{"name":"z","score":1}]}"#, "not a candidate"),
-            (br#"{"clusters":[{"name":"a","score":140}]}"#, "not a number in [0, 100]"),
-            (br#"{"clusters":[{"name":"a","score":-1}]}"#, "not a number in [0, 100]"),
-            (br#"{"clusters":[{"name":"a","score":"high"}]}"#, "not a number"),
-            (br#"{"clusters":[{"name":"a","filter":"no"}]}"#, "not a boolean"),
-            (br#"{"clusters":[{"name":"a"},{"name":"a"}]}"#, "answered twice"),
+            (
+                br#"{"clusters":[{"name":"z","score":1}]}"#,
+                "not a candidate",
+            ),
+            (
+                br#"{"clusters":[{"name":"a","score":140}]}"#,
+                "not a number in [0, 100]",
+            ),
+            (
+                br#"{"clusters":[{"name":"a","score":-1}]}"#,
+                "not a number in [0, 100]",
+            ),
+            (
+                br#"{"clusters":[{"name":"a","score":"high"}]}"#,
+                "not a number",
+            ),
+            (
+                br#"{"clusters":[{"name":"a","filter":"no"}]}"#,
+                "not a boolean",
+            ),
+            (
+                br#"{"clusters":[{"name":"a"},{"name":"a"}]}"#,
+                "answered twice",
+            ),
         ];
         for (body, want) in cases {
             let err = parse_answer(body, &n).unwrap_err();

@@ -252,7 +252,13 @@ pub struct Cost {
 impl Cost {
     /// From prices and a spot share in [0, 1] (negative or non-finite values count as 0).
     pub fn new(cpu_core_hour: f64, memory_gib_hour: f64, egress_gib: f64, spot_ratio: f64) -> Self {
-        let micros = |v: f64| if v.is_finite() && v > 0.0 { (v * 1e6).round() as u64 } else { 0 };
+        let micros = |v: f64| {
+            if v.is_finite() && v > 0.0 {
+                (v * 1e6).round() as u64
+            } else {
+                0
+            }
+        };
         Self {
             cpu_core_hour_micros: micros(cpu_core_hour),
             memory_gib_hour_micros: micros(memory_gib_hour),

@@ -267,7 +267,10 @@ fn score_words(scores: &Scores) -> Vec<String> {
                 )
             }
             Judgement::Pending => format!("{}: no answer yet", r.program),
-            Judgement::Failed(why) => format!("{}: failed, ignored (failurePolicy Ignore): {why}", r.program),
+            Judgement::Failed(why) => format!(
+                "{}: failed, ignored (failurePolicy Ignore): {why}",
+                r.program
+            ),
         });
     }
     for (rank, c) in scores.order.iter().enumerate() {
