@@ -31,7 +31,7 @@ spec:
   resourceSelectors:
     - {{apiVersion: apps/v1, kind: Deployment, name: web}}
   placement:
-    replicaScheduling: {{type: Divided, divisionPreference: Aggregated}}
+{scheduling}
     webhooks:
       - url: https://127.0.0.1:{port}{path}
         timeoutMillis: {timeout}
@@ -131,10 +131,17 @@ def fleet(tmp_path):
     return f
 
 
-def use_webhook(fleet, webhook, path, *, timeout=1000, failure="Ignore"):
+AGGREGATED = "    replicaScheduling: {type: Divided, divisionPreference: Aggregated}"
+# Every replica in the one best-scored cluster, decided afresh each time (Aggregated is steady:
+# it keeps replicas where they run).
+BEST_ONE = ("    replicaScheduling: {type: Duplicated}\n"
+            "    spreadConstraints: [{spreadByField: cluster, maxGroups: 1}]")
+
+
+def use_webhook(fleet, webhook, path, *, timeout=1000, failure="Ignore", scheduling=AGGREGATED):
     ca = "\n".join("          " + line for line in webhook.ca.read_text().strip().splitlines())
     fleet.write("hub/placement.yaml", POLICY.format(port=webhook.port, path=path, timeout=timeout,
-                                                    failure=failure, ca=ca))
+                                                    failure=failure, ca=ca, scheduling=scheduling))
 
 
 def decisions(m):
@@ -159,7 +166,8 @@ def test_webhook_scores_choose_the_clusters_and_answers_are_reused(fleet, webhoo
     m = Meridian(fleet)
     try:
         m.wait_for(lambda: placed(m) == {"eu-1": 4, "eu-2": 2}, timeout=15, what="the EU-scored placement")
-        body = webhook.calls("/eu")[0]
+        # The last call: the first ones may predate the members' capacity.
+        body = webhook.calls("/eu")[-1]
         assert body["kind"] == "ScoringRequest"
         assert body["workload"]["name"] == "web" and body["workload"]["replicas"] == 6
         assert body["workload"]["requests"]["cpuMillis"] == 500
@@ -178,9 +186,14 @@ def test_webhook_scores_choose_the_clusters_and_answers_are_reused(fleet, webhoo
         time.sleep(3)
         assert len(webhook.calls("/eu")) == calls, "an unchanged input is answered from the cache"
 
-        # Another webhook, preferring the US: the replicas move there.
-        use_webhook(fleet, webhook, "/us")
+        # The scores change the chosen cluster: the one best-scored cluster takes every
+        # replica, first by the EU-preferring webhook, then by one preferring the US.
+        use_webhook(fleet, webhook, "/eu", scheduling=BEST_ONE)
+        m.wait_for(lambda: placed(m) == {"eu-1": 6}, timeout=15, what="the best EU cluster alone")
+        use_webhook(fleet, webhook, "/us", scheduling=BEST_ONE)
         m.wait_for(lambda: placed(m) == {"us-1": 6}, timeout=15, what="the US-scored placement")
+        excluded = {e["cluster"]: e["reason"]["reason"] for e in decisions(m)["web"]["excluded"]}
+        assert excluded == {"eu-1": "SpreadMaxGroups", "eu-2": "SpreadMaxGroups"}, excluded
 
         p = subprocess.run([str(BIN), "explain", "Deployment/web", "-n", "shop", "--admin",
                             f"127.0.0.1:{m.admin_port}"], capture_output=True, text=True, timeout=30)
@@ -221,8 +234,10 @@ def test_a_timeout_follows_the_failure_policy_and_everything_else_keeps_working(
         # Fail: unschedulable with the reason; the last placement stays, the other policy's
         # template stays scheduled, DNS answers.
         use_webhook(fleet, webhook, "/slow", timeout=300, failure="Fail")
-        m.wait_for(lambda: (outcome(m) or {}).get("result") == "unschedulable", timeout=15, what="unschedulable")
+        # Until the call times out the template waits ("waiting for the webhook …").
+        m.wait_for(lambda: "failed" in (outcome(m) or {}).get("reason", ""), timeout=15, what="the failure")
         reason = outcome(m)["reason"]
+        assert outcome(m)["result"] == "unschedulable"
         assert "failed (failurePolicy Fail): no answer within 300 ms" in reason, reason
         assert placed(m) == {"us-1": 6}, "an unschedulable template keeps its last placement"
         assert outcome(m, "flags")["result"] == "scheduled"
@@ -238,7 +253,7 @@ def test_a_malformed_answer_is_a_failure_with_what_is_wrong(fleet, webhook):
     use_webhook(fleet, webhook, "/bad", failure="Fail")
     m = Meridian(fleet)
     try:
-        m.wait_for(lambda: (outcome(m) or {}).get("result") == "unschedulable", timeout=15, what="unschedulable")
+        m.wait_for(lambda: "failed" in (outcome(m) or {}).get("reason", ""), timeout=15, what="the failure")
         reason = outcome(m)["reason"]
         assert "score 140 is not a number in [0, 100]" in reason, reason
         assert placed(m) == {}, "a template never scheduled places nothing"
