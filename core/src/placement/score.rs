@@ -4,8 +4,8 @@
 //!
 //! Built-in plugins (pure, from the round's inputs):
 //! - `ResourceBalance`: 100 × the share of CPU and memory left free once one more replica is
-//!   placed (requests over allocatable, from Nodes and Pods), averaged; with a ResourceQuota
-//!   in the template's namespace, its free share is averaged in too. No capacity: no score.
+//!   placed (requests over allocatable, from Nodes and Pods), averaged. No capacity: no
+//!   score. (ResourceQuotas are not read yet: quota use does not count.)
 //! - `Cost`: the hourly price of one replica — its CPU and memory requests at the cluster's
 //!   `cpuCoreHour` and `memoryGiBHour`, spot capacity (`spotRatio`) counted at
 //!   [`SPOT_PRICE_SHARE`] of that — plus egress: `egressGiB` × the template's
@@ -420,7 +420,7 @@ pub(super) fn combine(parts: &[PluginScore]) -> u32 {
     u32::try_from(sum / total).unwrap_or(10_000)
 }
 
-/// Free share of CPU and memory after one more replica, and of the namespace's quota.
+/// The free share of CPU and memory after one more replica, in points.
 pub fn resource_balance(capacity: Option<&super::Capacity>, per: &Resources) -> Option<u32> {
     let c = capacity?;
     let free_share = |alloc: u64, used: u64, want: u64| -> Option<f64> {
