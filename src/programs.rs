@@ -6,14 +6,27 @@ use std::sync::Arc;
 use meridian_controllers::SourceEvent;
 use meridian_controllers::scoring::{Settings, Webhooks};
 use meridian_core::placement::{ClusterInput, Judgement, NoPrograms, Program, Programs, Template};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JudgementLabels {
+    /// script, webhook.
+    program: &'static str,
+    /// answered, pending, failed.
+    result: &'static str,
+}
 
 /// Webhooks to the scoring webhook client, scripts to the Lua sandbox.
 #[derive(Debug)]
 pub struct Runners {
     webhooks: Option<Webhooks>,
     scripts: Arc<dyn Programs>,
+    /// `meridian_placement_program_judgements_total{program, result}`.
+    judgements: Family<JudgementLabels, Counter>,
 }
 
 impl Runners {
@@ -22,6 +35,7 @@ impl Runners {
         Self {
             webhooks: None,
             scripts: Arc::new(NoPrograms),
+            judgements: Family::default(),
         }
     }
 
@@ -30,12 +44,17 @@ impl Runners {
     pub fn serving(
         events: mpsc::Sender<SourceEvent>,
         registry: &mut Registry,
-    ) -> (Self, impl std::future::Future<Output = ()> + Send + 'static) {
+    ) -> (Self, impl std::future::Future<Output = ()> + Send + use<>) {
         let (webhooks, task) = Webhooks::new(Settings::default(), events, registry);
         let runners = Self {
             webhooks: Some(webhooks),
             ..Self::offline()
         };
+        registry.register(
+            "program_judgements",
+            "Answers of placement scripts and scoring webhooks, by result",
+            runners.judgements.clone(),
+        );
         (runners, task)
     }
 }
@@ -47,12 +66,25 @@ impl Programs for Runners {
         template: &Template,
         candidates: &[ClusterInput<'_>],
     ) -> Judgement {
-        match (program, &self.webhooks) {
+        let judgement = match (program, &self.webhooks) {
             (Program::Script(_), _) => self.scripts.judge(program, template, candidates),
             (Program::Webhook(_), Some(webhooks)) => webhooks.judge(program, template, candidates),
             (Program::Webhook(_), None) => Judgement::Failed(
                 "scoring webhooks are called only while serving (not by render or validate)".into(),
             ),
-        }
+        };
+        let labels = JudgementLabels {
+            program: match program {
+                Program::Script(_) => "script",
+                Program::Webhook(_) => "webhook",
+            },
+            result: match &judgement {
+                Judgement::Answered(_) => "answered",
+                Judgement::Pending => "pending",
+                Judgement::Failed(_) => "failed",
+            },
+        };
+        self.judgements.get_or_create(&labels).inc();
+        judgement
     }
 }

@@ -154,7 +154,7 @@ impl Webhooks {
         settings: Settings,
         events: mpsc::Sender<SourceEvent>,
         registry: &mut Registry,
-    ) -> (Self, impl std::future::Future<Output = ()> + Send + 'static) {
+    ) -> (Self, impl std::future::Future<Output = ()> + Send + use<>) {
         let (calls, queued) = mpsc::channel(settings.queue.max(1));
         let webhooks = Self {
             cache: Arc::default(),
