@@ -293,16 +293,18 @@ fn scoring(placement: &PlacementSpec, problems: &mut Vec<String>) -> core::place
         .webhooks
         .iter()
         .enumerate()
-        .filter_map(|(i, w)| {
+        .map(|(i, w)| {
             let at = format!("placement.webhooks[{i}]");
-            webhook_url_problem(&w.url).map(|p| problems.push(format!("{at}.url: {p}")));
+            if let Some(p) = webhook_url_problem(&w.url) {
+                problems.push(format!("{at}.url: {p}"));
+            }
             let timeout = w.timeout_millis.unwrap_or(DEFAULT_WEBHOOK_TIMEOUT_MILLIS);
             if timeout == 0 || timeout > MAX_WEBHOOK_TIMEOUT_MILLIS {
                 problems.push(format!(
                     "{at}.timeoutMillis: {timeout} is outside 1..={MAX_WEBHOOK_TIMEOUT_MILLIS}"
                 ));
             }
-            Some(Arc::new(Webhook {
+            Arc::new(Webhook {
                 url: w.url.clone(),
                 ca_bundle: w.ca_bundle.clone(),
                 timeout_millis: timeout,
@@ -310,7 +312,7 @@ fn scoring(placement: &PlacementSpec, problems: &mut Vec<String>) -> core::place
                     Some(FailurePolicySpec::Fail) => FailurePolicy::Fail,
                     Some(FailurePolicySpec::Ignore) | None => FailurePolicy::Ignore,
                 },
-            }))
+            })
         })
         .collect();
     let script = placement.script.as_ref().map(|s| {

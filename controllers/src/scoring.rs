@@ -373,6 +373,7 @@ fn score_of(v: &Value) -> Option<u32> {
 }
 
 type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+type HttpsClient = Client<Https, Full<Bytes>>;
 
 /// Makes the queued calls, at most `concurrency` at once.
 async fn caller(
@@ -381,8 +382,7 @@ async fn caller(
     events: mpsc::Sender<SourceEvent>,
 ) {
     let slots = Arc::new(Semaphore::new(webhooks.settings.concurrency.max(1)));
-    let mut clients: HashMap<Option<String>, Result<Client<Https, Full<Bytes>>, String>> =
-        HashMap::new();
+    let mut clients: HashMap<Option<String>, Result<HttpsClient, String>> = HashMap::new();
     while let Some(call) = queued.recv().await {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             return;
@@ -420,7 +420,7 @@ async fn caller(
 }
 
 /// An HTTPS (and loopback HTTP) client trusting `ca_bundle`, else the system roots.
-fn client_for(ca_bundle: Option<&str>) -> Result<Client<Https, Full<Bytes>>, String> {
+fn client_for(ca_bundle: Option<&str>) -> Result<HttpsClient, String> {
     let mut roots = rustls::RootCertStore::empty();
     match ca_bundle {
         Some(pem) => {
@@ -457,7 +457,7 @@ fn client_for(ca_bundle: Option<&str>) -> Result<Client<Https, Full<Bytes>>, Str
 }
 
 /// One call, bounded by the webhook's timeout: the judgement and the metric's result.
-async fn ask(client: &Client<Https, Full<Bytes>>, call: &Call) -> (Judgement, &'static str) {
+async fn ask(client: &HttpsClient, call: &Call) -> (Judgement, &'static str) {
     let timeout = Duration::from_millis(call.webhook.timeout_millis);
     let request = match http::Request::post(&call.webhook.url)
         .header(http::header::CONTENT_TYPE, "application/json")

@@ -28,10 +28,6 @@ use crate::directory::{
 };
 use crate::members::{MemberTasks, Sources};
 
-#[expect(
-    clippy::large_enum_variant,
-    reason = "an event lives for one loop iteration; boxing would cost an allocation per object"
-)]
 enum HubEvent {
     Member(Event<MemberCluster>),
     Policy(Event<ClusterSchedulingPolicy>),
