@@ -10,13 +10,20 @@ use mlua::{Function, Lua, Result, Table};
 
 /// A cluster's table (its read-only view) and the inputs it was built from: reused while they
 /// are equal, so a decision builds only the tables of clusters that changed since the last one.
+/// What changes all the time (health, endpoints, capacity) is written into the tables behind
+/// the view in place; the rest (a new label, a new price) builds the table again.
 #[derive(Debug)]
 pub(crate) struct Proto {
     spec: ClusterSpec,
     health: Health,
     endpoints: usize,
     capacity: Option<Capacity>,
+    /// The view the script gets.
     pub(crate) table: Table,
+    /// The cluster table behind the view, for [`Proto::refresh`].
+    raw: Table,
+    /// The capacity table and its `allocatable` and `requested` tables behind their views.
+    raw_capacity: Option<[Table; 3]>,
     /// The decision that last used it, for eviction.
     pub(crate) seen: u64,
 }
@@ -29,12 +36,15 @@ impl Proto {
         c: &ClusterInput<'_>,
         seen: u64,
     ) -> Result<Self> {
+        let (raw, raw_capacity) = cluster(lua, c)?;
         Ok(Self {
             spec: c.view.spec.clone(),
             health: c.view.health,
             endpoints: c.view.endpoints,
             capacity: c.capacity.copied(),
-            table: freeze.call(cluster(lua, c)?)?,
+            table: freeze.call(&raw)?,
+            raw,
+            raw_capacity,
             seen,
         })
     }
@@ -46,10 +56,36 @@ impl Proto {
             && self.capacity.as_ref() == c.capacity
             && self.spec == c.view.spec
     }
+
+    /// Brings the table up to `c` in place when only its health, endpoints or capacity
+    /// amounts changed (no decision runs meanwhile: the script's state is locked). False: the
+    /// table must be built again.
+    pub(crate) fn refresh(&mut self, c: &ClusterInput<'_>) -> Result<bool> {
+        if self.spec != c.view.spec || self.capacity.is_some() != c.capacity.is_some() {
+            return Ok(false);
+        }
+        if self.health != c.view.health {
+            self.raw.raw_set("health", c.view.health.as_str())?;
+            self.health = c.view.health;
+        }
+        if self.endpoints != c.view.endpoints {
+            self.raw.raw_set("endpoints", c.view.endpoints)?;
+            self.endpoints = c.view.endpoints;
+        }
+        if let (Some(cap), Some([free, allocatable, requested])) = (c.capacity, &self.raw_capacity)
+            && self.capacity.as_ref() != Some(cap)
+        {
+            set_resources(free, &cap.allocatable.saturating_sub(cap.requested))?;
+            set_resources(allocatable, &cap.allocatable)?;
+            set_resources(requested, &cap.requested)?;
+            self.capacity = Some(*cap);
+        }
+        Ok(true)
+    }
 }
 
-/// The table of `cluster`, as lib.rs documents it.
-fn cluster(lua: &Lua, c: &ClusterInput<'_>) -> Result<Table> {
+/// The table of `cluster`, as lib.rs documents it, and its capacity tables.
+fn cluster(lua: &Lua, c: &ClusterInput<'_>) -> Result<(Table, Option<[Table; 3]>)> {
     let spec = &c.view.spec;
     let t = lua.create_table_with_capacity(0, 10)?;
     t.raw_set("name", spec.id.as_str())?;
@@ -68,11 +104,15 @@ fn cluster(lua: &Lua, c: &ClusterInput<'_>) -> Result<Table> {
         taints.raw_set(i + 1, x)?;
     }
     t.raw_set("taints", taints)?;
+    let mut raw_capacity = None;
     if let Some(cap) = c.capacity {
         let free = resources(lua, &cap.allocatable.saturating_sub(cap.requested))?;
-        free.raw_set("allocatable", resources(lua, &cap.allocatable)?)?;
-        free.raw_set("requested", resources(lua, &cap.requested)?)?;
-        t.raw_set("capacity", free)?;
+        let allocatable = resources(lua, &cap.allocatable)?;
+        let requested = resources(lua, &cap.requested)?;
+        free.raw_set("allocatable", &allocatable)?;
+        free.raw_set("requested", &requested)?;
+        t.raw_set("capacity", &free)?;
+        raw_capacity = Some([free, allocatable, requested]);
     }
     if let Some(cost) = &spec.cost {
         let x = lua.create_table_with_capacity(0, 4)?;
@@ -82,7 +122,7 @@ fn cluster(lua: &Lua, c: &ClusterInput<'_>) -> Result<Table> {
         x.raw_set("spot_ratio", cost.spot_ratio())?;
         t.raw_set("cost", x)?;
     }
-    Ok(t)
+    Ok((t, raw_capacity))
 }
 
 /// The `workload` table of a decision.
@@ -120,12 +160,17 @@ fn strings(lua: &Lua, map: &BTreeMap<String, String>) -> Result<Table> {
 }
 
 fn resources(lua: &Lua, r: &Resources) -> Result<Table> {
+    let t = lua.create_table_with_capacity(0, 4)?;
+    set_resources(&t, r)?;
+    Ok(t)
+}
+
+fn set_resources(t: &Table, r: &Resources) -> Result<()> {
     // Lua integers are i64; no real amount comes near the edge, so saturate.
     let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let t = lua.create_table_with_capacity(0, 4)?;
     t.raw_set("cpu_millis", int(r.cpu_millis))?;
     t.raw_set("memory_bytes", int(r.memory_bytes))?;
     t.raw_set("gpus", int(r.gpus))?;
     t.raw_set("pods", int(r.pods))?;
-    Ok(t)
+    Ok(())
 }

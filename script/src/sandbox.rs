@@ -253,16 +253,19 @@ impl Sandbox {
     fn set_protos(&mut self, candidates: &[ClusterInput<'_>]) -> mlua::Result<()> {
         let stamp = self.decisions;
         for (i, c) in candidates.iter().enumerate() {
-            let proto = match self.clusters.get_mut(&c.view.spec.id) {
-                Some(p) if p.is_for(c) => p,
-                _ => {
-                    let p = Proto::build(&self.lua, &self.freeze, c, stamp)?;
-                    self.clusters.insert(c.view.spec.id.clone(), p);
-                    self.clusters
-                        .get_mut(&c.view.spec.id)
-                        .expect("inserted above")
-                }
+            let id = &c.view.spec.id;
+            let fresh = match self.clusters.get_mut(id) {
+                Some(p) => p.is_for(c) || p.refresh(c)?,
+                None => false,
             };
+            if !fresh {
+                let p = Proto::build(&self.lua, &self.freeze, c, stamp)?;
+                self.clusters.insert(id.clone(), p);
+            }
+            let proto = self
+                .clusters
+                .get_mut(id)
+                .expect("present or inserted above");
             proto.seen = stamp;
             self.protos.raw_set(i + 1, &proto.table)?;
         }

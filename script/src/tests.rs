@@ -273,16 +273,39 @@ fn a_placed_whole_kind_has_no_replicas() {
 #[test]
 fn a_changed_cluster_is_seen_by_the_next_decision() {
     let runner = ScriptRunner::default();
+    let lua = r#"
+function filter(c)
+  local cap = c.capacity
+  return false, table.concat({ tostring(c.labels.tier), c.health, c.endpoints,
+    cap and (cap.pods .. "/" .. cap.allocatable.pods .. "/" .. cap.requested.pods) or "-" }, " ")
+end
+"#;
     let mut members = fleet();
-    let first = answered(judge(&runner, BY_TIER, &workload("web"), &members));
-    assert_eq!(first[1], rejected("tier silver is not gold"));
+    let first = answered(judge(&runner, lua, &workload("web"), &members));
+    assert_eq!(first[1], rejected("silver Healthy 0 5/5/0"));
+    // Health, endpoints and capacity: written into the cached table in place.
+    members[1].view.health = Health::Unreachable;
+    members[1].view.endpoints = 7;
+    members[1].capacity = Some(Capacity {
+        requested: meridian_core::Resources {
+            pods: 2,
+            ..Default::default()
+        },
+        ..pods_free(5)
+    });
+    let second = answered(judge(&runner, lua, &workload("web"), &members));
+    assert_eq!(second[1], rejected("silver Unreachable 7 3/5/2"));
+    // A label (and capacity gone): the table is built again.
     members[1]
         .view
         .spec
         .labels
         .insert("tier".into(), "gold".into());
-    let second = answered(judge(&runner, BY_TIER, &workload("web"), &members));
-    assert_eq!(second[1], kept(None));
+    members[1].capacity = None;
+    let third = answered(judge(&runner, lua, &workload("web"), &members));
+    assert_eq!(third[1], rejected("gold Unreachable 7 -"));
+    // The other clusters did not move.
+    assert_eq!(first[0], third[0]);
 }
 
 #[test]
