@@ -1,11 +1,10 @@
 //! The programs placement runs for a policy (DESIGN §9: scores from webhooks and scripts):
 //! each kind to its runner.
 
-use std::sync::Arc;
-
 use meridian_controllers::SourceEvent;
 use meridian_controllers::scoring::{Settings, Webhooks};
-use meridian_core::placement::{ClusterInput, Judgement, NoPrograms, Program, Programs, Template};
+use meridian_core::placement::{ClusterInput, Judgement, Program, Programs, Template};
+use meridian_script::ScriptRunner;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -24,7 +23,7 @@ struct JudgementLabels {
 #[derive(Debug)]
 pub struct Runners {
     webhooks: Option<Webhooks>,
-    scripts: Arc<dyn Programs>,
+    scripts: ScriptRunner,
     /// `meridian_placement_program_judgements_total{program, result}`.
     judgements: Family<JudgementLabels, Counter>,
 }
@@ -34,7 +33,7 @@ impl Runners {
     pub fn offline() -> Self {
         Self {
             webhooks: None,
-            scripts: Arc::new(NoPrograms),
+            scripts: ScriptRunner::default(),
             judgements: Family::default(),
         }
     }

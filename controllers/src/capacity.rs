@@ -1,11 +1,61 @@
 //! A member's capacity for placement: its Nodes' allocatable, minus the requests of the pods
-//! bound to them (DESIGN §9, "divide by available capacity"). Read from Node and Pod
-//! manifests in a directory member. Pod requests are counted as the scheduler counts them,
-//! by the same function that sizes a template's replicas (meridian-federation).
+//! bound to them (DESIGN §9, "divide by available capacity"), and its ResourceQuotas' use per
+//! namespace (the ResourceBalance score). Read from Node, Pod and ResourceQuota manifests in a
+//! directory member, and from the same watches of a Kubernetes member. Pod requests are counted
+//! as the scheduler counts them, by the same function that sizes a template's replicas
+//! (meridian-federation).
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use meridian_core::{Capacity, Resources};
-use meridian_federation::template;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use meridian_core::{Capacity, Quota, Resources};
+use meridian_federation::{quantity, template};
+
+/// What a ResourceQuota allows and what is used of it: `status.hard` and `status.used` (a
+/// quota the API has not counted yet: `spec.hard`, none used). CPU and memory are its
+/// `requests.cpu` (else `cpu`) and `requests.memory` (else `memory`).
+pub fn quota(q: &ResourceQuota) -> Result<Quota, String> {
+    let status = q.status.as_ref();
+    let hard = status
+        .and_then(|s| s.hard.as_ref())
+        .or_else(|| q.spec.as_ref().and_then(|s| s.hard.as_ref()));
+    let used = status.and_then(|s| s.used.as_ref());
+    Ok(Quota {
+        hard: quota_amounts("hard", hard)?,
+        used: quota_amounts("used", used)?,
+    })
+}
+
+fn quota_amounts(at: &str, map: Option<&BTreeMap<String, Quantity>>) -> Result<Resources, String> {
+    let Some(map) = map else {
+        return Ok(Resources::default());
+    };
+    let parse = |keys: [&'static str; 2], f: fn(&str) -> Result<u64, quantity::QuantityError>| {
+        let Some((k, q)) = keys.into_iter().find_map(|k| Some((k, map.get(k)?))) else {
+            return Ok(0);
+        };
+        f(&q.0).map_err(|e| format!("{at}.{k}: {}", meridian_federation::describe(&e)))
+    };
+    Ok(Resources {
+        cpu_millis: parse(["requests.cpu", "cpu"], quantity::cpu_millis)?,
+        memory_bytes: parse(["requests.memory", "memory"], quantity::whole)?,
+        gpus: 0,
+        pods: parse(["pods", "count/pods"], quantity::whole)?,
+    })
+}
+
+/// Quotas by namespace, from `(namespace, quota)` pairs.
+pub fn by_namespace<'q>(
+    quotas: impl IntoIterator<Item = (&'q str, Quota)>,
+) -> Arc<BTreeMap<String, Vec<Quota>>> {
+    let mut out: BTreeMap<String, Vec<Quota>> = BTreeMap::new();
+    for (namespace, q) in quotas {
+        out.entry(namespace.to_owned()).or_default().push(q);
+    }
+    Arc::new(out)
+}
 
 /// What a Node adds to its cluster's allocatable (nothing when cordoned).
 pub fn node(n: &Node) -> Result<Resources, String> {
@@ -30,6 +80,7 @@ pub fn pod(p: &Pod) -> Result<Resources, String> {
 pub fn of(
     nodes: impl IntoIterator<Item = Resources>,
     pods: impl IntoIterator<Item = Resources>,
+    quotas: Arc<BTreeMap<String, Vec<Quota>>>,
 ) -> Option<Capacity> {
     let mut nodes = nodes.into_iter().peekable();
     nodes.peek()?;
@@ -38,6 +89,7 @@ pub fn of(
         requested: pods
             .into_iter()
             .fold(Resources::default(), Resources::saturating_add),
+        quotas,
     })
 }
 
@@ -136,6 +188,7 @@ mod tests {
         let c = of(
             nodes.iter().map(|n| super::node(n).unwrap()),
             pods.iter().map(|p| super::pod(p).unwrap()),
+            Arc::default(),
         )
         .unwrap();
         assert_eq!(
@@ -166,6 +219,45 @@ mod tests {
 
     #[test]
     fn no_nodes_is_unknown_capacity() {
-        assert_eq!(of([], []), None);
+        assert_eq!(of([], [], Arc::default()), None);
+    }
+
+    fn resource_quota(v: serde_json::Value) -> ResourceQuota {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_quota_counts_requests_else_the_plain_names_and_its_status_first() {
+        let q = quota(&resource_quota(serde_json::json!({
+            "metadata": {"name": "q", "namespace": "shop"},
+            "spec": {"hard": {"cpu": "100"}},
+            "status": {
+                "hard": {"requests.cpu": "4", "cpu": "64", "memory": "8Gi", "pods": "10"},
+                "used": {"requests.cpu": "1500m", "memory": "2Gi", "pods": "3"}
+            }
+        })))
+        .unwrap();
+        assert_eq!(
+            (q.hard.cpu_millis, q.hard.memory_bytes, q.hard.pods),
+            (4000, 8 << 30, 10)
+        );
+        assert_eq!(
+            (q.used.cpu_millis, q.used.memory_bytes, q.used.pods),
+            (1500, 2 << 30, 3)
+        );
+        // Not yet counted by the API: the spec, nothing used.
+        let fresh = quota(&resource_quota(serde_json::json!({
+            "metadata": {"name": "q"}, "spec": {"hard": {"requests.memory": "1Gi"}}
+        })))
+        .unwrap();
+        assert_eq!(
+            (fresh.hard.memory_bytes, fresh.used),
+            (1 << 30, Resources::default())
+        );
+        let bad = quota(&resource_quota(serde_json::json!({
+            "metadata": {"name": "q"}, "status": {"hard": {"cpu": "lots"}}
+        })))
+        .unwrap_err();
+        assert!(bad.contains("hard.cpu"), "{bad}");
     }
 }

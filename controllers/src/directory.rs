@@ -385,7 +385,7 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> MemberRead {
         .into_iter()
         .map(|e| e.into_problem(origin.clone()))
         .collect();
-    let (mut nodes, mut pods) = (Vec::new(), Vec::new());
+    let (mut nodes, mut pods, mut quotas) = (Vec::new(), Vec::new(), Vec::new());
     for (file, m) in loaded.manifests {
         let err = |object: ObjectRef, reason: String| {
             Problem::in_file(origin.clone(), file.clone(), object, reason)
@@ -428,6 +428,19 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> MemberRead {
                     format!("{e}; not counted in the capacity"),
                 )),
             },
+            Manifest::ResourceQuota(q) => match crate::capacity::quota(&q) {
+                Ok(r) => quotas.push((
+                    q.metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into()),
+                    r,
+                )),
+                Err(e) => errors.push(err(
+                    named("ResourceQuota", &q.metadata),
+                    format!("{e}; not counted"),
+                )),
+            },
             Manifest::Other(o) => warnings.push(err(
                 o.object.clone(),
                 format!(
@@ -443,7 +456,8 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> MemberRead {
             )),
         }
     }
-    let capacity = crate::capacity::of(nodes, pods);
+    let quotas = crate::capacity::by_namespace(quotas.iter().map(|(ns, q)| (ns.as_str(), *q)));
+    let capacity = crate::capacity::of(nodes, pods, quotas);
     MemberRead {
         objects,
         capacity,

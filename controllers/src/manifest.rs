@@ -12,7 +12,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use meridian_core::{ObjectRef, Origin, Problem, Subject};
 use serde::de::DeserializeOwned;
@@ -42,9 +42,10 @@ pub enum Manifest {
     ServiceExport(Box<ServiceExport>),
     ServiceImport(Box<ServiceImport>),
     OverridePolicy(Box<OverridePolicy>),
-    /// A member directory's Nodes and Pods give its capacity.
+    /// A member directory's Nodes and Pods give its capacity; its ResourceQuotas their use.
     Node(Box<Node>),
     Pod(Box<Pod>),
+    ResourceQuota(Box<ResourceQuota>),
     /// Any other kind, as written: in a hub directory a resource template, elsewhere ignored.
     Other(Box<OtherObject>),
 }
@@ -79,6 +80,7 @@ impl Manifest {
             Manifest::OverridePolicy(m) => of(m.as_ref()),
             Manifest::Node(m) => of(m.as_ref()),
             Manifest::Pod(m) => of(m.as_ref()),
+            Manifest::ResourceQuota(m) => of(m.as_ref()),
             Manifest::Other(o) => o.object.clone(),
         }
     }
@@ -267,6 +269,9 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
         }
         ("", "Node") => typed::<Node>(value).map(|(v, u)| (Manifest::Node(Box::new(v)), u)),
         ("", "Pod") => typed::<Pod>(value).map(|(v, u)| (Manifest::Pod(Box::new(v)), u)),
+        ("", "ResourceQuota") => {
+            typed::<ResourceQuota>(value).map(|(v, u)| (Manifest::ResourceQuota(Box::new(v)), u))
+        }
         ("meridian.io", _) => {
             out.errors.push(err(format!(
                     "{api_version} {kind} is not a meridian.io kind (MemberCluster, ClusterSchedulingPolicy, OverridePolicy)"

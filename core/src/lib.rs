@@ -44,8 +44,8 @@ pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;
 pub use placement::{
     Capacity, ConflictResolution, Division, OverridePolicy, PlacementPolicy, Placements,
-    Propagation, PurgeMode, ReplicaScheduling, Resources, SpreadBy, SpreadConstraint, Template,
-    TemplateKey, TemplateSelector,
+    Propagation, PurgeMode, Quota, ReplicaScheduling, Resources, SpreadBy, SpreadConstraint,
+    Template, TemplateKey, TemplateSelector,
 };
 pub use policy::{
     AffinityTier, ClusterSet, LabelSelector, Mode, Operator, Policies, Policy, Requirement,

@@ -138,11 +138,21 @@ impl Resources {
 }
 
 /// What a cluster can still run: its Nodes' allocatable, and the requests of the pods bound
-/// to them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+/// to them; and how much of their ResourceQuotas each namespace uses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Capacity {
     pub allocatable: Resources,
     pub requested: Resources,
+    /// ResourceQuotas by namespace (every quota of a namespace binds); shared until one changes.
+    pub quotas: Arc<BTreeMap<String, Vec<Quota>>>,
+}
+
+/// One ResourceQuota: what it allows (`hard`) and what is used. CPU and memory are the
+/// quota's `requests.cpu` / `cpu` and `requests.memory` / `memory`; 0 in `hard`: not limited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Quota {
+    pub hard: Resources,
+    pub used: Resources,
 }
 
 impl Capacity {

@@ -348,6 +348,7 @@ pub fn pods_free(pods: u64) -> Capacity {
             pods,
         },
         requested: Resources::default(),
+        quotas: Arc::default(),
     }
 }
 
@@ -372,6 +373,7 @@ pub fn capacity(
             gpus: 0,
             pods: 0,
         },
+        quotas: Arc::default(),
     }
 }
 

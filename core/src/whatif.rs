@@ -292,7 +292,7 @@ fn derive(
         base.capacities
             .iter()
             .filter(|(id, _)| !removed.contains(id))
-            .map(|(id, c)| (id.clone(), *c))
+            .map(|(id, c)| (id.clone(), c.clone()))
             .collect(),
     );
     snapshot.set_clusters(clusters);

@@ -41,7 +41,7 @@ impl Proto {
             spec: c.view.spec.clone(),
             health: c.view.health,
             endpoints: c.view.endpoints,
-            capacity: c.capacity.copied(),
+            capacity: c.capacity.cloned(),
             table: freeze.call(&raw)?,
             raw,
             raw_capacity,
@@ -78,7 +78,7 @@ impl Proto {
             set_resources(free, &cap.allocatable.saturating_sub(cap.requested))?;
             set_resources(allocatable, &cap.allocatable)?;
             set_resources(requested, &cap.requested)?;
-            self.capacity = Some(*cap);
+            self.capacity = Some(cap.clone());
         }
         Ok(true)
     }

@@ -17,6 +17,7 @@ import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -261,3 +262,130 @@ def test_a_malformed_answer_is_a_failure_with_what_is_wrong(fleet, webhook):
         assert 'meridian_placement_webhook_calls_total{result="malformed"}' in metrics, metrics
     finally:
         m.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# Built-in scores and Lua scripts, through `meridian render` (no calls, one decision) and
+# `serve`.
+
+SCORED = """apiVersion: meridian.io/v1alpha1
+kind: ClusterSchedulingPolicy
+metadata: {{name: web, namespace: shop}}
+spec:
+  resourceSelectors:
+    - {{apiVersion: apps/v1, kind: Deployment, name: web}}
+  placement:
+    replicaScheduling: {{type: Duplicated}}
+    spreadConstraints: [{{spreadByField: cluster, maxGroups: 1}}]
+{extra}
+"""
+
+COSTS = {"eu-1": "{cpuCoreHour: 0.05, memoryGiBHour: 0.01}",
+         "eu-2": "{cpuCoreHour: 0.02, memoryGiBHour: 0.004}",
+         "us-1": "{cpuCoreHour: 0.04, memoryGiBHour: 0.008, spotRatio: 0.0}"}
+
+
+def render(fleet, out):
+    return subprocess.run([str(BIN), "render", "--config", str(fleet.config), "--out", str(out)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def rendered_clusters(out):
+    return sorted(p.parts[-3] for p in out.glob("*/shop/Deployment.web.yaml"))
+
+
+def with_costs(fleet):
+    text = (fleet.hub / "members.yaml").read_text()
+    for name, cost in COSTS.items():
+        text = text.replace(f"  source: {{directory: {{path: ../clusters/{name}}}}}",
+                            f"  source: {{directory: {{path: ../clusters/{name}}}}}\n  cost: {cost}")
+    fleet.write("hub/members.yaml", text)
+
+
+def test_resource_balance_counts_a_namespace_quota(fleet, tmp_path):
+    fleet.write("hub/placement.yaml", SCORED.format(extra="    scoring: [{plugin: ResourceBalance, weight: 1}]"))
+    p = render(fleet, tmp_path / "a")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert rendered_clusters(tmp_path / "a") == ["us-1"], "the emptiest cluster (8 cores) scores best"
+    # A quota in us-1's shop namespace nearly used up: us-1 is no longer the best balanced.
+    fleet.write("clusters/us-1/quota.yaml", """apiVersion: v1
+kind: ResourceQuota
+metadata: {name: compute, namespace: shop}
+spec: {hard: {requests.cpu: "1"}}
+status: {hard: {requests.cpu: "1"}, used: {requests.cpu: 900m}}
+""")
+    p = render(fleet, tmp_path / "b")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert rendered_clusters(tmp_path / "b") == ["eu-1"], p.stdout
+
+
+def test_a_lua_script_filters_by_label_and_scores_by_cost(fleet, tmp_path):
+    with_costs(fleet)
+    members = (fleet.hub / "members.yaml").read_text().replace(
+        "labels: {topology.kubernetes.io/region: eu, topology.kubernetes.io/zone: eu-2a}",
+        "labels: {topology.kubernetes.io/region: eu, topology.kubernetes.io/zone: eu-2a, pci: 'no'}")
+    fleet.write("hub/members.yaml", members)
+    script = """    script:
+      lua: |
+        function filter(cluster, workload)
+          return cluster.labels["pci"] ~= "no", "not PCI compliant"
+        end
+        function score(cluster, workload)
+          if cluster.cost == nil then return 0 end
+          return 100 - cluster.cost.cpu_core_hour * 1000
+        end"""
+    fleet.write("hub/placement.yaml", SCORED.format(extra=script))
+    p = render(fleet, tmp_path / "out")
+    assert p.returncode == 0, p.stdout + p.stderr
+    # eu-2 is the cheapest but filtered out; us-1 (0.04) beats eu-1 (0.05).
+    assert rendered_clusters(tmp_path / "out") == ["us-1"], p.stdout
+
+
+def test_a_script_that_does_not_compile_is_an_invalid_policy_with_its_line(fleet):
+    fleet.write("hub/placement.yaml", SCORED.format(extra="""    script:
+      lua: |
+        function score(cluster, workload)
+          return cluster.cost.
+        end"""))
+    p = subprocess.run([str(BIN), "validate", "--config", str(fleet.config)], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    out = p.stdout + p.stderr
+    assert "placement.script.lua" in out and "script:3:" in out, out
+
+
+HOSTILE = {
+    "loop": ("function score(c, w) while true do end end", "exceeded its budget of 1000000 instructions"),
+    "huge string": ("function score(c, w) local s = string.rep('x', 2^30) return 1 end",
+                    "string.rep would build 1073741824"),
+    "os.execute": ("function score(c, w) os.execute('touch /tmp/meridian-pwned') return 1 end",
+                   "attempt to index a nil value (global 'os')"),
+    "io.open": ("function score(c, w) io.open('/etc/passwd') return 1 end",
+                "attempt to index a nil value (global 'io')"),
+    "runtime error": ("function score(c, w)\n  local x = nil\n  return x.y\nend",
+                      "script:3: attempt to index a nil value (local 'x')"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_script_is_stopped_with_its_reason_and_the_rest_keeps_serving(fleet, case):
+    require_tool("dig")
+    source, reason = HOSTILE[case]
+    lua = "\n".join("        " + line for line in source.splitlines())
+    policy = SCORED.format(extra=f"    script:\n      lua: |\n{lua}")
+    # The flags ConfigMap of POLICY's second half: another policy, unaffected.
+    fleet.write("hub/placement.yaml", policy + "---\n" + POLICY.split("---\n", 1)[1].format())
+    m = Meridian(fleet)
+    try:
+        m.wait_for(lambda: "script" in (outcome(m) or {}).get("reason", ""), timeout=15, what="the script's failure")
+        got = outcome(m)
+        assert got["result"] == "unschedulable" and reason in got["reason"], got
+        assert outcome(m, "flags")["result"] == "scheduled"
+        dig = subprocess.run(["dig", "+short", "+time=2", "+tries=1", "-p", str(m.dns_port), "@127.0.0.1",
+                              "global", "SOA"], capture_output=True, text=True, timeout=10)
+        assert dig.returncode == 0 and dig.stdout.strip(), f"DNS answers meanwhile: {dig.stdout}{dig.stderr}"
+        assert m.proc.poll() is None
+        metrics = m.http("/metrics")[1]
+        assert 'meridian_placement_program_judgements_total{program="script",result="failed"}' in metrics, metrics
+    finally:
+        m.stop()
+    assert not Path("/tmp/meridian-pwned").exists()

@@ -210,6 +210,11 @@ impl Watching<'_> {
                     debug!(error = %e, "pods cannot be listed");
                     self.state.pods_refused(e);
                 }
+                Err(("resourcequotas", e)) if is_forbidden(&e) || is_not_served(&e) => {
+                    // Quota use only refines a score; the member is not degraded for it.
+                    debug!(error = %e, "resourcequotas cannot be listed");
+                    self.state.quotas_refused(e);
+                }
                 Err((kind, e)) => {
                     if is_expired(&e) {
                         info!(
@@ -281,6 +286,10 @@ fn failed_checks(body: &str) -> String {
 
 fn is_forbidden(error: &str) -> bool {
     error.contains("403") || error.contains("Forbidden") || error.contains("forbidden")
+}
+
+fn is_not_served(error: &str) -> bool {
+    error.contains("404") || error.contains("NotFound") || error.contains("not found")
 }
 
 fn is_expired(error: &str) -> bool {
@@ -446,6 +455,7 @@ fn kind_of(event: &MemberEvent) -> &'static str {
         MemberEvent::Node(_) => "nodes",
         MemberEvent::Namespace(_) => "namespaces",
         MemberEvent::Pod(_) => "pods",
+        MemberEvent::Quota(_) => "resourcequotas",
     }
 }
 
@@ -490,6 +500,12 @@ fn watch_all(client: &Client, timeout: WatchTimeout) -> SelectAll<BoxStream<'sta
             config.clone(),
             MemberEvent::Namespace,
             "namespaces",
+        ),
+        watch(
+            Api::all(client.clone()),
+            config.clone(),
+            MemberEvent::Quota,
+            "resourcequotas",
         ),
         // Finished pods hold nothing; the API leaves them out.
         watch(

@@ -9,13 +9,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 use meridian_core::{
     Capacity, ClusterId, ClusterObjects, Kind, Object, ObjectKey, ObjectRef, Origin, Problem,
-    Resources, Source, Subject,
+    Quota, Resources, Source, Subject,
 };
 
 use crate::convert::{self, key_of};
@@ -145,6 +145,7 @@ pub enum MemberEvent {
     Node(Event<Node>),
     Namespace(Event<Namespace>),
     Pod(Event<Pod>),
+    Quota(Event<ResourceQuota>),
 }
 
 /// Everything known about one member from its watches.
@@ -163,6 +164,10 @@ pub struct MemberState {
     pods: Table<Resources>,
     /// Why the member's Pods cannot be listed (its RBAC forbids it): capacity is unknown.
     pods_refused: Option<String>,
+    /// Each ResourceQuota's allowance and use, for the ResourceBalance score.
+    quotas: Table<Quota>,
+    /// Why ResourceQuotas cannot be listed (forbidden, or not served): none count then.
+    quotas_refused: Option<String>,
     /// The capacity last sent to the store (None: nothing sent yet).
     capacity_sent: Option<Option<Capacity>>,
     pending: Vec<Change>,
@@ -183,6 +188,8 @@ impl MemberState {
             namespaces: Table::default(),
             pods: Table::default(),
             pods_refused: None,
+            quotas: Table::default(),
+            quotas_refused: None,
             capacity_sent: None,
             pending: Vec::new(),
             reset_due: true,
@@ -262,6 +269,15 @@ impl MemberState {
                 self.pods
                     .apply(e, |p| &p.metadata, |p| Ok::<_, Infallible>(pod_requests(p)));
             }
+            MemberEvent::Quota(e) => {
+                self.quotas_refused = None;
+                // The API validated its quantities; one it could not have is no limit.
+                self.quotas.apply(
+                    e,
+                    |q| &q.metadata,
+                    |q| Ok::<_, Infallible>(crate::capacity::quota(q).unwrap_or_default()),
+                );
+            }
         }
         // A problem fixed or added with no object change still has to reach the store.
         self.problems_changed |= before != self.problem_count();
@@ -290,29 +306,43 @@ impl MemberState {
         self.pods_refused = Some(reason);
     }
 
+    /// ResourceQuotas cannot be listed (`reason`: forbidden, or not served): no quota counts.
+    pub fn quotas_refused(&mut self, reason: String) {
+        self.quotas_refused = Some(reason);
+    }
+
     /// The capacity for placement: Nodes' allocatable minus the requests of the pods bound
-    /// to them; None (unknown) without Nodes or when the Pods cannot be listed. Not known
-    /// yet (`None` outside) until Nodes and Pods have listed once.
+    /// to them, and the namespaces' quotas; None (unknown) without Nodes or when the Pods
+    /// cannot be listed. Not known yet (`None` outside) until Nodes, Pods and ResourceQuotas
+    /// (unless refused) have listed once.
     pub fn placement_capacity(&self) -> Option<Option<Capacity>> {
         if self.pods_refused.is_some() {
             return self.nodes.listed.then_some(None);
         }
-        if !self.nodes.listed || !self.pods.listed {
+        let quotas_known = self.quotas.listed || self.quotas_refused.is_some();
+        if !self.nodes.listed || !self.pods.listed || !quotas_known {
             return None;
         }
+        let quotas = match self.quotas_refused {
+            Some(_) => Default::default(),
+            None => crate::capacity::by_namespace(
+                self.quotas.live.iter().map(|(k, q)| (&*k.namespace, *q)),
+            ),
+        };
         Some(crate::capacity::of(
             self.nodes.live.values().map(|n| n.placement),
             self.pods.live.values().copied(),
+            quotas,
         ))
     }
 
     /// The capacity event for the store when the capacity changed since the last one sent.
     pub fn take_capacity(&mut self) -> Option<SourceEvent> {
         let now = self.placement_capacity()?;
-        if self.capacity_sent == Some(now) {
+        if self.capacity_sent.as_ref() == Some(&now) {
             return None;
         }
-        self.capacity_sent = Some(now);
+        self.capacity_sent = Some(now.clone());
         Some(SourceEvent::Capacity {
             cluster: self.cluster.clone(),
             capacity: now,

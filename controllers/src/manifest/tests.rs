@@ -28,6 +28,7 @@ fn multi_document_files_and_lists_are_read() {
             Manifest::OverridePolicy(_) => "OverridePolicy",
             Manifest::Node(_) => "Node",
             Manifest::Pod(_) => "Pod",
+            Manifest::ResourceQuota(_) => "ResourceQuota",
             Manifest::Other(_) => "other",
         })
         .collect();

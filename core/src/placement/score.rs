@@ -4,8 +4,9 @@
 //!
 //! Built-in plugins (pure, from the round's inputs):
 //! - `ResourceBalance`: 100 × the share of CPU and memory left free once one more replica is
-//!   placed (requests over allocatable, from Nodes and Pods), averaged. No capacity: no
-//!   score. (ResourceQuotas are not read yet: quota use does not count.)
+//!   placed (requests over allocatable, from Nodes and Pods) and — with ResourceQuotas in the
+//!   template's namespace — of the tightest quota's CPU and memory, averaged. No capacity: no
+//!   score.
 //! - `Cost`: the hourly price of one replica — its CPU and memory requests at the cluster's
 //!   `cpuCoreHour` and `memoryGiBHour`, spot capacity (`spotRatio`) counted at
 //!   [`SPOT_PRICE_SHARE`] of that — plus egress: `egressGiB` × the template's
@@ -380,7 +381,9 @@ pub(super) fn builtin(
         let scores = match plugin {
             Plugin::ResourceBalance => candidates
                 .iter()
-                .map(|&p| resource_balance(facts.clusters[p].capacity, &t.requests))
+                .map(|&p| {
+                    resource_balance(facts.clusters[p].capacity, &t.key.namespace, &t.requests)
+                })
                 .collect(),
             Plugin::Cost => cost(facts, t, candidates),
             Plugin::DataLocality => match &scoring.data_locality {
@@ -420,16 +423,15 @@ pub(super) fn combine(parts: &[PluginScore]) -> u32 {
     u32::try_from(sum / total).unwrap_or(10_000)
 }
 
-/// The free share of CPU and memory after one more replica, in points.
-pub fn resource_balance(capacity: Option<&super::Capacity>, per: &Resources) -> Option<u32> {
+/// The free share of CPU and memory after one more replica, of the cluster and of the
+/// namespace's quotas, in points.
+pub fn resource_balance(
+    capacity: Option<&super::Capacity>,
+    namespace: &str,
+    per: &Resources,
+) -> Option<u32> {
     let c = capacity?;
-    let free_share = |alloc: u64, used: u64, want: u64| -> Option<f64> {
-        (alloc > 0).then(|| {
-            let left = alloc.saturating_sub(used.saturating_add(want));
-            left as f64 / alloc as f64
-        })
-    };
-    let mut shares = Vec::with_capacity(3);
+    let mut shares = Vec::with_capacity(4);
     shares.extend(free_share(
         c.allocatable.cpu_millis,
         c.requested.cpu_millis,
@@ -440,11 +442,32 @@ pub fn resource_balance(capacity: Option<&super::Capacity>, per: &Resources) -> 
         c.requested.memory_bytes,
         per.memory_bytes,
     ));
+    if let Some(quotas) = c.quotas.get(namespace) {
+        // Every quota of the namespace binds: the tightest one counts, per resource.
+        let tightest = |share: fn(&super::Quota, &Resources) -> Option<f64>| {
+            quotas
+                .iter()
+                .filter_map(|q| share(q, per))
+                .min_by(f64::total_cmp)
+        };
+        shares.extend(tightest(|q, per| {
+            free_share(q.hard.cpu_millis, q.used.cpu_millis, per.cpu_millis)
+        }));
+        shares.extend(tightest(|q, per| {
+            free_share(q.hard.memory_bytes, q.used.memory_bytes, per.memory_bytes)
+        }));
+    }
     if shares.is_empty() {
         return None;
     }
     let mean = shares.iter().sum::<f64>() / shares.len() as f64;
     Some(to_points(mean))
+}
+
+/// The share of `total` left once `used` and `want` are taken (None: `total` is 0, nothing
+/// to share).
+fn free_share(total: u64, used: u64, want: u64) -> Option<f64> {
+    (total > 0).then(|| total.saturating_sub(used.saturating_add(want)) as f64 / total as f64)
 }
 
 fn to_points(share: f64) -> u32 {

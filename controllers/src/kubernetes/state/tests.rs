@@ -355,7 +355,22 @@ fn capacity_is_allocatable_minus_pod_requests_sent_once_per_change() {
     s.apply(MemberEvent::Pod(Event::Init));
     s.apply(MemberEvent::Pod(Event::InitApply(pod("p", "a", "500m"))));
     s.apply(MemberEvent::Pod(Event::InitDone));
+    assert_eq!(
+        capacity_of(s.take_capacity()),
+        None,
+        "nothing before the ResourceQuotas have listed"
+    );
+    s.apply(MemberEvent::Quota(Event::Init));
+    s.apply(MemberEvent::Quota(Event::InitApply(quota(
+        "shop", "q", "4", "1",
+    ))));
+    s.apply(MemberEvent::Quota(Event::InitDone));
     let c = capacity_of(s.take_capacity()).unwrap().unwrap();
+    let shop = &c.quotas["shop"];
+    assert_eq!(
+        (shop[0].hard.cpu_millis, shop[0].used.cpu_millis),
+        (4000, 1000)
+    );
     assert_eq!(c.allocatable.cpu_millis, 1500);
     assert_eq!(c.requested.cpu_millis, 500);
     assert_eq!(c.requested.pods, 1);
@@ -376,6 +391,38 @@ fn capacity_is_allocatable_minus_pod_requests_sent_once_per_change() {
     let c = capacity_of(s.take_capacity()).unwrap().unwrap();
     assert_eq!(c.requested.cpu_millis, 900);
     assert_eq!(capacity_of(s.take_capacity()), None);
+    // A quota's use changes: the capacity is sent again.
+    s.apply(MemberEvent::Quota(Event::Apply(quota(
+        "shop", "q", "4", "3",
+    ))));
+    let c = capacity_of(s.take_capacity()).unwrap().unwrap();
+    assert_eq!(c.quotas["shop"][0].used.cpu_millis, 3000);
+}
+
+#[test]
+fn quotas_that_cannot_be_listed_count_as_none_and_capacity_is_still_known() {
+    let mut s = MemberState::new(ClusterId::new("m1"));
+    for e in [
+        Event::Init,
+        Event::InitApply(node("a", "2", "4Gi")),
+        Event::InitDone,
+    ] {
+        s.apply(MemberEvent::Node(e));
+    }
+    s.apply(MemberEvent::Pod(Event::Init));
+    s.apply(MemberEvent::Pod(Event::InitDone));
+    s.quotas_refused("resourcequotas is forbidden: 403".into());
+    let c = capacity_of(s.take_capacity()).unwrap().unwrap();
+    assert!(c.quotas.is_empty());
+    assert_eq!(c.allocatable.cpu_millis, 1500);
+}
+
+fn quota(namespace: &str, name: &str, hard_cpu: &str, used_cpu: &str) -> ResourceQuota {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": namespace},
+        "status": {"hard": {"requests.cpu": hard_cpu}, "used": {"requests.cpu": used_cpu}}
+    }))
+    .unwrap()
 }
 
 #[test]
@@ -402,6 +449,8 @@ fn pods_that_cannot_be_listed_make_capacity_unknown_and_a_problem_only() {
     // The RBAC is fixed: the pods list, the problem goes, the capacity is known.
     s.apply(MemberEvent::Pod(Event::Init));
     s.apply(MemberEvent::Pod(Event::InitDone));
+    s.apply(MemberEvent::Quota(Event::Init));
+    s.apply(MemberEvent::Quota(Event::InitDone));
     assert!(capacity_of(s.take_capacity()).unwrap().is_some());
     assert!(changes(s.take_event()).1.is_empty());
 }

@@ -227,6 +227,28 @@ struct BalanceCase {
     expect: Option<u32>,
 }
 
+/// `capacity` with ResourceQuotas in `namespace`: `(hard cpu millis, hard memory MiB, used cpu
+/// millis, used memory MiB)` each.
+fn with_quotas(mut c: Capacity, namespace: &str, quotas: &[(u64, u64, u64, u64)]) -> Capacity {
+    let list = quotas
+        .iter()
+        .map(|&(cpu, mem, used_cpu, used_mem)| Quota {
+            hard: Resources {
+                cpu_millis: cpu,
+                memory_bytes: mem << 20,
+                ..Resources::default()
+            },
+            used: Resources {
+                cpu_millis: used_cpu,
+                memory_bytes: used_mem << 20,
+                ..Resources::default()
+            },
+        })
+        .collect();
+    c.quotas = Arc::new(BTreeMap::from([(namespace.to_owned(), list)]));
+    c
+}
+
 #[test]
 fn resource_balance_is_the_free_share_after_one_more_replica() {
     // One replica requests 100m and 128 MiB.
@@ -267,10 +289,37 @@ fn resource_balance_is_the_free_share_after_one_more_replica() {
             capacity: Some(capacity(1000, 0, 500, 0)),
             expect: Some(40),
         },
+        BalanceCase {
+            name: "an empty node, a quota of 1 core and 1 GiB half used in shop: (90 + 87.5 + 40 + 37.5) / 4",
+            capacity: Some(with_quotas(
+                capacity(1000, 1024, 0, 0),
+                "shop",
+                &[(1000, 1024, 500, 512)],
+            )),
+            expect: Some(64),
+        },
+        BalanceCase {
+            name: "the tightest of two quotas binds: cpu 0 % (full), memory 87.5 % of the looser",
+            capacity: Some(with_quotas(
+                capacity(1000, 1024, 0, 0),
+                "shop",
+                &[(1000, 0, 1000, 0), (0, 1024, 0, 0)],
+            )),
+            expect: Some(66),
+        },
+        BalanceCase {
+            name: "a quota of another namespace does not count",
+            capacity: Some(with_quotas(
+                capacity(1000, 1024, 0, 0),
+                "billing",
+                &[(1000, 1024, 1000, 1024)],
+            )),
+            expect: Some(89),
+        },
     ];
     for c in cases {
         assert_eq!(
-            resource_balance(c.capacity.as_ref(), &per),
+            resource_balance(c.capacity.as_ref(), "shop", &per),
             c.expect,
             "{}",
             c.name
