@@ -321,3 +321,19 @@ def make_certs(d):
     _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-sha256",
              "-days", "2", "-extfile", "server.ext", "-out", "server.crt", cwd=d)
     return d / "ca.crt", d / "server.crt", d / "server.key"
+
+
+def https_server(handler, cert, key, name):
+    """A ThreadingHTTPServer on 127.0.0.1 serving `handler` over TLS with `cert`/`key`, in a
+    daemon thread of the test process. Returns (server, port); `server.shutdown()` stops it."""
+    import ssl
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    # The handshake happens in the handler's thread (on its first read), not in accept().
+    server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    threading.Thread(target=server.serve_forever, name=name, daemon=True).start()
+    return server, server.server_address[1]

@@ -18,14 +18,13 @@ import base64
 import hashlib
 import json
 import re
-import ssl
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from conftest import make_certs
+from conftest import https_server, make_certs
 from kube_fleet import NAMESPACE, wait_for
 from kube_cluster import resource_path
 from test_kube_propagation import (  # noqa: F401 - propagation_rbac is an autouse fixture
@@ -86,14 +85,7 @@ class DigestWebhook:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(str(cert), str(key))
-        # The handshake happens in the handler's thread (on its first read), not in accept().
-        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True, do_handshake_on_connect=False)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, name="digest-webhook", daemon=True)
-        self.thread.start()
+        self.server, self.port = https_server(Handler, cert, key, "digest-webhook")
 
     def review(self, review: dict) -> dict:
         req = review["request"]

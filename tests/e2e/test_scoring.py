@@ -16,12 +16,12 @@ import ssl
 import subprocess
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-from conftest import BIN, ROOT, Fleet, Meridian, make_certs, require_tool
+from conftest import BIN, ROOT, Fleet, Meridian, https_server, make_certs, require_tool
 
 EXAMPLE = ROOT / "examples" / "federation"
 
@@ -100,12 +100,7 @@ class ScoringWebhook:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(str(cert), str(key))
-        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True, do_handshake_on_connect=False)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, name="scoring-webhook", daemon=True).start()
+        self.server, self.port = https_server(Handler, cert, key, "scoring-webhook")
 
     def calls(self, path):
         with self.lock:
