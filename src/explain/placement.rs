@@ -291,6 +291,13 @@ fn score_words(scores: &Scores) -> Vec<String> {
             parts.join(" + ")
         ));
     }
+    if scores.candidates > scores.order.len() {
+        words.push(format!(
+            "… and {} more candidates (the best {} are kept)",
+            scores.candidates - scores.order.len(),
+            scores.order.len()
+        ));
+    }
     words
 }
 

@@ -122,7 +122,8 @@ impl Placer {
                         .filter_map(|p| fleet.position(&p.cluster))
                         .collect()
                 };
-                score::neighbours(&t.key, inputs.templates, |k| {
+                let scoring = &plan.placement.scoring;
+                score::neighbours(scoring, &t.key, inputs.templates, &facts(&fleet), |k| {
                     decisions
                         .get(k)
                         .map(|d: &Decision| at(&d.placed))
@@ -334,7 +335,7 @@ impl Ctx<'_, '_> {
 
 /// What a decision asks outside its plan: where other workloads run, and the programs.
 pub(super) struct Judge<'j> {
-    neighbours: &'j Neighbours<'j>,
+    neighbours: &'j Neighbours,
     programs: &'j dyn Programs,
 }
 
@@ -458,11 +459,7 @@ fn judge_template(
     if !scoring.scores() && !scoring.reads_workloads() && programs.is_empty() {
         return Ok(Judged::default());
     }
-    let facts = Facts {
-        clusters: &fleet.clusters,
-        regions: &fleet.regions,
-        zones: &fleet.zones,
-    };
+    let facts = facts(fleet);
     let mut rejected: Vec<Option<PlacementFilter>> = vec![None; fleet.len()];
     let mut candidates: Vec<usize> = Vec::new();
     for (p, c) in plan.clusters.iter().enumerate() {
@@ -499,8 +496,12 @@ fn judge_template(
         score: if scoring.scores() { score } else { Vec::new() },
         // Decision::scores: for a policy that scores or runs programs only.
         report: (scoring.scores() || !programs.is_empty()).then(|| {
+            let candidates = order.len();
+            let mut order = order;
+            order.truncate(score::REPORTED);
             Box::new(Scores {
                 order,
+                candidates,
                 programs: asked.reports,
             })
         }),
@@ -575,7 +576,7 @@ fn score_left(
     t: &Template,
     left: &[usize],
     given: &BTreeMap<Plugin, HashMap<usize, (u64, u64)>>,
-    neighbours: &Neighbours<'_>,
+    neighbours: &Neighbours,
 ) -> Vec<ClusterScore> {
     let scoring = &plan.placement.scoring;
     let tolerations = &plan.policy.traffic.tolerations;
@@ -616,6 +617,16 @@ fn score_left(
             }
         })
         .collect()
+}
+
+/// What the built-in plugins read of the round's fleet.
+fn facts<'f>(fleet: &'f Fleet<'_>) -> Facts<'f> {
+    Facts {
+        clusters: &fleet.clusters,
+        regions: &fleet.regions,
+        zones: &fleet.zones,
+        region_peers: &fleet.region_peers,
+    }
 }
 
 /// A program's answer, with a wrong count of verdicts or an out-of-range score turned into a

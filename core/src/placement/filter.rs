@@ -92,6 +92,8 @@ pub(super) struct Fleet<'a> {
     /// ids compares names); None without the label.
     pub regions: Vec<Option<u32>>,
     pub zones: Vec<Option<u32>>,
+    /// Per cluster, how many other clusters share its region (0 without one).
+    pub region_peers: Vec<usize>,
     /// Per cluster, what placement remembers of it (after this round's observation).
     pub memory: Vec<ClusterMemory>,
 }
@@ -118,10 +120,12 @@ impl<'a> Fleet<'a> {
             .collect();
         let regions = intern(&sorted, |c| c.view.spec.locality.region.as_deref());
         let zones = intern(&sorted, |c| c.view.spec.locality.zone.as_deref());
+        let region_peers = peers(&regions);
         Self {
             clusters: sorted,
             regions,
             zones,
+            region_peers,
             memory: remembered,
         }
     }
@@ -140,6 +144,18 @@ impl<'a> Fleet<'a> {
             .binary_search_by(|c| c.view.spec.id.cmp(id))
             .ok()
     }
+}
+
+/// Per cluster, how many others share its (interned) group.
+fn peers(groups: &[Option<u32>]) -> Vec<usize> {
+    let mut sizes = vec![0usize; groups.len()];
+    for g in groups.iter().flatten() {
+        sizes[*g as usize] += 1;
+    }
+    groups
+        .iter()
+        .map(|g| g.map_or(0, |g| sizes[g as usize] - 1))
+        .collect()
 }
 
 fn intern<'a>(

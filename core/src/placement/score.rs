@@ -334,16 +334,23 @@ pub struct ProgramReport {
 /// answered.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Scores {
+    /// The best [`REPORTED`] candidates, best first (every decision of a large fleet keeps
+    /// this, so it is bounded).
     pub order: Vec<ClusterScore>,
+    /// How many candidates were scored in all.
+    pub candidates: usize,
     pub programs: Vec<ProgramReport>,
 }
 
-/// Where other workloads run, for workload (anti-)affinity: `(template labels, cluster
-/// positions)` of every other workload (template with replicas) of the namespace placed
-/// somewhere.
+/// How many of a decision's scored candidates its report keeps.
+pub const REPORTED: usize = 32;
+
+/// Where other workloads run, for workload (anti-)affinity: per term (in the policy's order),
+/// the topology domains (indexed by domain id) where a workload it selects runs.
 #[derive(Default)]
-pub(super) struct Neighbours<'n> {
-    pub placed: Vec<(&'n BTreeMap<String, String>, Vec<usize>)>,
+pub(super) struct Neighbours {
+    affinity: Vec<Vec<bool>>,
+    anti_affinity: Vec<Vec<bool>>,
 }
 
 /// Everything the built-in plugins read of the fleet, per cluster position.
@@ -351,6 +358,8 @@ pub(super) struct Facts<'f> {
     pub clusters: &'f [ClusterInput<'f>],
     pub regions: &'f [Option<u32>],
     pub zones: &'f [Option<u32>],
+    /// Per cluster, how many other clusters share its region (0 without one).
+    pub region_peers: &'f [usize],
 }
 
 impl Facts<'_> {
@@ -371,7 +380,7 @@ pub(super) fn builtin(
     facts: &Facts<'_>,
     t: &Template,
     candidates: &[usize],
-    neighbours: &Neighbours<'_>,
+    neighbours: &Neighbours,
 ) -> Vec<(Plugin, Vec<Option<u32>>)> {
     let mut out = Vec::new();
     for plugin in Plugin::ALL {
@@ -494,20 +503,14 @@ fn cost(facts: &Facts<'_>, t: &Template, candidates: &[usize]) -> Vec<Option<u32
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|v| v.is_finite() && *v >= 0.0)
         .unwrap_or(DEFAULT_EGRESS_GIB_HOUR);
-    let n = facts.clusters.len();
+    let others = facts.clusters.len().saturating_sub(1);
     let prices: Vec<Option<f64>> = candidates
         .iter()
         .map(|&p| {
-            let others = n.saturating_sub(1);
-            let remote = (0..n)
-                .filter(|&q| {
-                    q != p && (facts.regions[q].is_none() || facts.regions[q] != facts.regions[p])
-                })
-                .count();
             let share = if others == 0 {
                 0.0
             } else {
-                remote as f64 / others as f64
+                (others - facts.region_peers[p]) as f64 / others as f64
             };
             hourly_price(
                 facts.clusters[p].view.spec.cost.as_ref(),
@@ -586,30 +589,31 @@ fn data_locality(
     if !holds.iter().any(|h| *h) {
         return vec![None; candidates.len()];
     }
+    // Region ids are interned below the cluster count.
+    let mut held_regions = vec![false; n];
+    for (p, _) in holds.iter().enumerate().filter(|(_, h)| **h) {
+        if let Some(r) = facts.regions[p] {
+            held_regions[r as usize] = true;
+        }
+    }
     candidates
         .iter()
         .map(|&p| {
-            if holds[p] {
-                return Some(100);
-            }
-            let region = facts.regions[p];
-            let near = region.is_some() && (0..n).any(|q| holds[q] && facts.regions[q] == region);
-            Some(if near { 50 } else { 0 })
+            let near = facts.regions[p].is_some_and(|r| held_regions[r as usize]);
+            Some(match (holds[p], near) {
+                (true, _) => 100,
+                (false, true) => 50,
+                (false, false) => 0,
+            })
         })
         .collect()
 }
 
-/// Whether cluster `p` shares `term`'s topology domain with a placed template it matches.
-fn term_met(term: &WorkloadTerm, facts: &Facts<'_>, p: usize, neighbours: &Neighbours<'_>) -> bool {
-    let Some(domain) = facts.domain(term.topology, p) else {
-        return false;
-    };
-    neighbours.placed.iter().any(|(labels, clusters)| {
-        term.selector.matches(labels)
-            && clusters
-                .iter()
-                .any(|&q| facts.domain(term.topology, q) == Some(domain))
-    })
+/// Whether cluster `p`'s domain by `term` holds a workload the term selects.
+fn term_met(term: &WorkloadTerm, occupied: &[bool], facts: &Facts<'_>, p: usize) -> bool {
+    facts
+        .domain(term.topology, p)
+        .is_some_and(|d| occupied.get(d as usize).copied().unwrap_or(false))
 }
 
 /// The first required term cluster `p` breaks, as a filter reason.
@@ -617,47 +621,49 @@ pub(super) fn required_unmet(
     scoring: &Scoring,
     facts: &Facts<'_>,
     p: usize,
-    neighbours: &Neighbours<'_>,
+    neighbours: &Neighbours,
 ) -> Option<super::PlacementFilter> {
-    for (i, term) in scoring
-        .workload_affinity
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| t.preferred.is_none())
+    let required = |terms: &'_ [WorkloadTerm], occupied: &'_ [Vec<bool>]| {
+        terms
+            .iter()
+            .zip(occupied)
+            .enumerate()
+            .filter(|(_, (t, _))| t.preferred.is_none())
+            .map(|(i, (t, o))| (i, term_met(t, o, facts, p)))
+            .collect::<Vec<_>>()
+    };
+    if let Some((term, _)) = required(&scoring.workload_affinity, &neighbours.affinity)
+        .into_iter()
+        .find(|(_, met)| !met)
     {
-        if !term_met(term, facts, p, neighbours) {
-            return Some(super::PlacementFilter::WorkloadAffinity { term: i });
-        }
+        return Some(super::PlacementFilter::WorkloadAffinity { term });
     }
-    for (i, term) in scoring
-        .workload_anti_affinity
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| t.preferred.is_none())
-    {
-        if term_met(term, facts, p, neighbours) {
-            return Some(super::PlacementFilter::WorkloadAntiAffinity { term: i });
-        }
-    }
-    None
+    required(&scoring.workload_anti_affinity, &neighbours.anti_affinity)
+        .into_iter()
+        .find(|(_, met)| *met)
+        .map(|(term, _)| super::PlacementFilter::WorkloadAntiAffinity { term })
 }
 
 fn workload_preference(
     scoring: &Scoring,
     facts: &Facts<'_>,
     p: usize,
-    neighbours: &Neighbours<'_>,
+    neighbours: &Neighbours,
 ) -> Option<u32> {
     let mut total = 0i64;
     let mut net = 0i64;
-    for (terms, sign) in [
-        (&scoring.workload_affinity, 1i64),
-        (&scoring.workload_anti_affinity, -1i64),
+    for (terms, occupied, sign) in [
+        (&scoring.workload_affinity, &neighbours.affinity, 1i64),
+        (
+            &scoring.workload_anti_affinity,
+            &neighbours.anti_affinity,
+            -1i64,
+        ),
     ] {
-        for term in terms.iter() {
+        for (term, occupied) in terms.iter().zip(occupied) {
             let Some(w) = term.preferred else { continue };
             total += i64::from(w);
-            if term_met(term, facts, p, neighbours) {
+            if term_met(term, occupied, facts, p) {
                 net += sign * i64::from(w);
             }
         }
@@ -690,18 +696,36 @@ fn taint_toleration(tolerations: &[crate::policy::Toleration], c: &ClusterInput<
     if untolerated { 0 } else { 100 }
 }
 
-/// The templates of `t`'s namespace, other than `t`, and where they run.
-pub(super) fn neighbours<'n>(
+/// For each of `scoring`'s workload terms, the domains where a workload it selects runs: the
+/// other templates with replicas of `t`'s namespace, placed where `placed` says.
+pub(super) fn neighbours(
+    scoring: &Scoring,
     t: &TemplateKey,
-    templates: &'n [Template],
+    templates: &[Template],
+    facts: &Facts<'_>,
     placed: impl Fn(&TemplateKey) -> Option<Vec<usize>>,
-) -> Neighbours<'n> {
+) -> Neighbours {
+    let others: Vec<&Template> = templates
+        .iter()
+        .filter(|o| o.key != *t && o.key.namespace == t.namespace && o.replicas.is_some())
+        .collect();
+    let occupied = |term: &WorkloadTerm| {
+        let mut seen = vec![false; facts.clusters.len()];
+        for o in others.iter().filter(|o| term.selector.matches(&o.labels)) {
+            for q in placed(&o.key).unwrap_or_default() {
+                if let Some(d) = facts.domain(term.topology, q) {
+                    seen[d as usize] = true;
+                }
+            }
+        }
+        seen
+    };
     Neighbours {
-        placed: templates
+        affinity: scoring.workload_affinity.iter().map(occupied).collect(),
+        anti_affinity: scoring
+            .workload_anti_affinity
             .iter()
-            .filter(|o| o.key != *t && o.key.namespace == t.namespace && o.replicas.is_some())
-            .filter_map(|o| Some((&o.labels, placed(&o.key)?)))
-            .filter(|(_, c)| !c.is_empty())
+            .map(occupied)
             .collect(),
     }
 }
