@@ -42,7 +42,6 @@
 //! filter verdicts filter ([`super::PlacementFilter`]), on a scale-down too; the plugins score
 //! the candidates the filters left (Cost's cheapest is the cheapest of those).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
