@@ -26,8 +26,8 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             app::serve(config::load(&args)?).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Validate(args) => validate(&args),
-        Command::Render(args) => render_command(&args),
+        Command::Validate(args) => validate(&args).await,
+        Command::Render(args) => render_command(&args).await,
         Command::Status(args) => status(&args).await,
         Command::Resolve(args) => resolve(&args).await,
         Command::Explain(args) => explain(&args).await,
@@ -201,7 +201,13 @@ struct ReadOnce {
     placement_took: std::time::Duration,
 }
 
-fn read_once(cfg: &config::Config, what: &str) -> Result<ReadOnce> {
+/// How long `render` waits for scoring webhooks (more than the longest timeoutMillis).
+const WEBHOOK_WAIT: std::time::Duration = std::time::Duration::from_secs(35);
+
+/// Reads the hub and the directory members once and decides. With `call_webhooks`, scoring
+/// webhooks are called and the placement decided again until none is waiting for an answer
+/// (at most [`WEBHOOK_WAIT`]); without, they fail and their failurePolicy applies.
+async fn read_once(cfg: &config::Config, what: &str, call_webhooks: bool) -> Result<ReadOnce> {
     let config::Hub::Directory(hub_directory) = &cfg.hub else {
         bail!(
             "{what} reads a hub directory; a Kubernetes hub validates its objects itself (the CRD schemas)"
@@ -210,7 +216,16 @@ fn read_once(cfg: &config::Config, what: &str) -> Result<ReadOnce> {
     let hub = directory::read_hub(hub_directory).context("the hub")?;
     let now = Instant::now();
     let mut fleet = Fleet::new(now, cfg.sync_deadline);
-    fleet.set_programs(std::sync::Arc::new(crate::programs::Runners::offline()));
+    let (answers_tx, mut answers) = tokio::sync::mpsc::channel(1024);
+    let runners = std::sync::Arc::new(if call_webhooks {
+        let mut unused = prometheus_client::registry::Registry::default();
+        let (runners, calls) = crate::programs::Runners::serving(answers_tx, &mut unused);
+        tokio::spawn(calls);
+        runners
+    } else {
+        crate::programs::Runners::offline()
+    });
+    fleet.set_programs(runners.clone());
     fleet.apply(
         SourceEvent::Members {
             specs: hub.members.iter().map(|m| m.spec.clone()).collect(),
@@ -258,6 +273,16 @@ fn read_once(cfg: &config::Config, what: &str) -> Result<ReadOnce> {
     let placing = Instant::now();
     fleet.place(&empty, &mut snapshot, now);
     let placement_took = placing.elapsed();
+    let give_up = Instant::now() + WEBHOOK_WAIT;
+    while runners.calls_in_flight() > 0 && Instant::now() < give_up {
+        while runners.calls_in_flight() > 0 && Instant::now() < give_up {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        while answers.try_recv().is_ok() {}
+        fleet.apply(SourceEvent::ProgramsAnswered, now);
+        snapshot = fleet.build_snapshot(&empty, now).snapshot;
+        fleet.place(&empty, &mut snapshot, now);
+    }
     Ok(ReadOnce {
         placement_took,
         hub_directory: hub_directory.clone(),
@@ -284,9 +309,9 @@ fn render_problems(rendered: &meridian_federation::render::Rendered) -> Vec<Stri
 }
 
 /// Checks the config and every manifest it reaches. Prints one line per problem.
-fn validate(args: &ServeArgs) -> Result<ExitCode> {
+async fn validate(args: &ServeArgs) -> Result<ExitCode> {
     let cfg = config::load(args)?;
-    let read = read_once(&cfg, "validate")?;
+    let read = read_once(&cfg, "validate", false).await?;
     let snapshot = &read.snapshot;
     for w in &snapshot.warnings {
         println!("warning: {w}");
@@ -330,9 +355,9 @@ fn validate(args: &ServeArgs) -> Result<ExitCode> {
 /// removing the files it wrote earlier that are no longer placed. Exits non-zero, naming each
 /// problem, when any template is unschedulable or any override cannot apply; the objects
 /// that could be rendered are written all the same.
-fn render_command(args: &RenderArgs) -> Result<ExitCode> {
+async fn render_command(args: &RenderArgs) -> Result<ExitCode> {
     let cfg = config::load(&args.serve)?;
-    let read = read_once(&cfg, "render")?;
+    let read = read_once(&cfg, "render", true).await?;
     let rendered = render::render_snapshot(&read.snapshot);
     let synced = render::sync_dir(&args.out, &rendered.files)
         .with_context(|| format!("writing {}", args.out.display()))?;

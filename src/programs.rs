@@ -29,7 +29,7 @@ pub struct Runners {
 }
 
 impl Runners {
-    /// Scripts only: for commands that decide once and make no calls (render, validate).
+    /// Scripts only: for commands that make no calls (validate).
     pub fn offline() -> Self {
         Self {
             webhooks: None,
@@ -58,6 +58,13 @@ impl Runners {
     }
 }
 
+impl Runners {
+    /// Webhook calls asked for and not answered yet (0 offline).
+    pub fn calls_in_flight(&self) -> usize {
+        self.webhooks.as_ref().map_or(0, Webhooks::in_flight)
+    }
+}
+
 impl Programs for Runners {
     fn judge(
         &self,
@@ -68,9 +75,9 @@ impl Programs for Runners {
         let judgement = match (program, &self.webhooks) {
             (Program::Script(_), _) => self.scripts.judge(program, template, candidates),
             (Program::Webhook(_), Some(webhooks)) => webhooks.judge(program, template, candidates),
-            (Program::Webhook(_), None) => Judgement::Failed(
-                "scoring webhooks are called only while serving (not by render or validate)".into(),
-            ),
+            (Program::Webhook(_), None) => {
+                Judgement::Failed("scoring webhooks are not called by validate".into())
+            }
         };
         let labels = JudgementLabels {
             program: match program {

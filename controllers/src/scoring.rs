@@ -218,6 +218,16 @@ impl Webhooks {
         }
     }
 
+    /// Calls asked for and not answered yet.
+    pub fn in_flight(&self) -> usize {
+        self.cache
+            .lock()
+            .entries
+            .values()
+            .filter(|e| e.asking)
+            .count()
+    }
+
     fn store(&self, key: u64, judgement: Judgement) -> bool {
         let mut cache = self.cache.lock();
         let Some(entry) = cache.entries.get_mut(&key) else {

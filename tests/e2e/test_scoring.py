@@ -384,3 +384,20 @@ def test_a_hostile_script_is_stopped_with_its_reason_and_the_rest_keeps_serving(
     finally:
         m.stop()
     assert not Path("/tmp/meridian-pwned").exists()
+
+
+def test_render_calls_the_webhooks_and_waits_for_their_answers(fleet, webhook, tmp_path):
+    webhook.answers["/eu"] = {"eu-1": 100, "eu-2": 50, "us-1": 0}
+    use_webhook(fleet, webhook, "/eu")
+    p = render(fleet, tmp_path / "out")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert rendered_clusters(tmp_path / "out") == ["eu-1", "eu-2"], p.stdout
+    assert webhook.calls("/eu"), "render asked the webhook"
+    # A webhook that does not answer in time, with failurePolicy Fail: render names the
+    # template it could not place and exits non-zero.
+    webhook.answers["/slow"] = "slow"
+    use_webhook(fleet, webhook, "/slow", timeout=300, failure="Fail")
+    p = render(fleet, tmp_path / "slow")
+    assert p.returncode != 0, p.stdout
+    out = p.stdout + p.stderr
+    assert "failed (failurePolicy Fail): no answer within 300 ms" in out, out
