@@ -162,8 +162,13 @@ def test_webhook_scores_choose_the_clusters_and_answers_are_reused(fleet, webhoo
     m = Meridian(fleet)
     try:
         m.wait_for(lambda: placed(m) == {"eu-1": 4, "eu-2": 2}, timeout=15, what="the EU-scored placement")
-        # The last call: the first ones may predate the members' capacity.
-        body = webhook.calls("/eu")[-1]
+        # A call sent once every member's capacity was known (the first ones may predate it;
+        # each member's capacity arriving is a new input, so a new call).
+        def with_capacity():
+            full = [b for b in webhook.calls("/eu") if all(c["capacity"] for c in b["clusters"])]
+            return full[-1] if full else None
+
+        body = m.wait_for(with_capacity, timeout=15, what="a call with every member's capacity")
         assert body["kind"] == "ScoringRequest"
         assert body["workload"]["name"] == "web" and body["workload"]["replicas"] == 6
         assert body["workload"]["requests"]["cpuMillis"] == 500
