@@ -622,25 +622,27 @@ pub(super) fn required_unmet(
     p: usize,
     neighbours: &Neighbours,
 ) -> Option<super::PlacementFilter> {
-    let required = |terms: &'_ [WorkloadTerm], occupied: &'_ [Vec<bool>]| {
-        terms
-            .iter()
-            .zip(occupied)
-            .enumerate()
-            .filter(|(_, (t, _))| t.preferred.is_none())
-            .map(|(i, (t, o))| (i, term_met(t, o, facts, p)))
-            .collect::<Vec<_>>()
-    };
-    if let Some((term, _)) = required(&scoring.workload_affinity, &neighbours.affinity)
-        .into_iter()
-        .find(|(_, met)| !met)
-    {
+    let affinity = &scoring.workload_affinity;
+    let anti = &scoring.workload_anti_affinity;
+    if let Some(term) = first_required(affinity, &neighbours.affinity, facts, p, false) {
         return Some(super::PlacementFilter::WorkloadAffinity { term });
     }
-    required(&scoring.workload_anti_affinity, &neighbours.anti_affinity)
-        .into_iter()
-        .find(|(_, met)| *met)
-        .map(|(term, _)| super::PlacementFilter::WorkloadAntiAffinity { term })
+    first_required(anti, &neighbours.anti_affinity, facts, p, true)
+        .map(|term| super::PlacementFilter::WorkloadAntiAffinity { term })
+}
+
+/// The index of the first required term whose being met at `p` is `met`.
+fn first_required(
+    terms: &[WorkloadTerm],
+    occupied: &[Vec<bool>],
+    facts: &Facts<'_>,
+    p: usize,
+    met: bool,
+) -> Option<usize> {
+    terms
+        .iter()
+        .zip(occupied)
+        .position(|(t, o)| t.preferred.is_none() && term_met(t, o, facts, p) == met)
 }
 
 fn workload_preference(
