@@ -6,6 +6,7 @@ it before pytest starts.
 """
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -29,14 +30,26 @@ FROM_US1 = "127.0.3.1"
 FROM_UNKNOWN = "127.0.9.9"
 
 
+def _ephemeral_range():
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
-    """A port free for both UDP and TCP on 127.0.0.1."""
-    for _ in range(50):
+    """A port free for both UDP and TCP on 127.0.0.1, chosen below the kernel's ephemeral range:
+    a port the kernel handed out for bind(0) may be handed out again as the local port of some
+    other process's outgoing connection (API servers, etcd, clients) before meridian binds it."""
+    low, _ = _ephemeral_range()
+    candidates = range(10000, low) if low > 12000 else range(low, 65536)
+    for _ in range(200):
+        port = random.choice(candidates)
         tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        tcp.bind(("127.0.0.1", 0))
-        port = tcp.getsockname()[1]
         udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
+            tcp.bind(("127.0.0.1", port))
             udp.bind(("127.0.0.1", port))
         except OSError:
             continue
@@ -86,8 +99,23 @@ class Meridian:
                  ready_timeout=20):
         self.fleet = fleet
         self.config = Path(config) if config is not None else fleet.config
-        self.dns_port, self.admin_port, self.xds_port = ports or (free_port(), free_port(), free_port())
         self.log = Path(log) if log is not None else fleet.root / "meridian.log"
+        # Ports chosen here may still be taken by another process between the choice and the
+        # bind; then meridian exits at once saying so, and it is started again on new ports.
+        attempts = 1 if ports else 3
+        for attempt in range(attempts):
+            self.dns_port, self.admin_port, self.xds_port = ports or (free_port(), free_port(), free_port())
+            self._start(extra_args, env)
+            try:
+                self.wait_ready(ready_timeout)
+                return
+            except RuntimeError:
+                if attempt + 1 == attempts or "Address already in use" not in self.log.read_text():
+                    raise
+                self.proc.kill()
+                self.proc.wait()
+
+    def _start(self, extra_args, env):
         args = [
             str(BIN), "serve", "--config", str(self.config),
             "--dns-listen", f"127.0.0.1:{self.dns_port}",
@@ -99,7 +127,6 @@ class Meridian:
             args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
             env={**os.environ, "MERIDIAN_LOG": "debug,hickory_server=info", **(env or {})},
         )
-        self.wait_ready(ready_timeout)
 
     def url(self, path):
         return f"http://127.0.0.1:{self.admin_port}{path}"
