@@ -24,6 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::store::Heartbeats;
 use crate::whatif::ScenarioRequest;
 
 #[derive(Clone)]
@@ -38,6 +39,8 @@ pub struct AdminState {
     pub listeners: meridian_listen::Health,
     /// What each member holds of every placed template (the leader's propagation).
     pub propagation: PropagationView,
+    /// When each member last answered a heartbeat (the status page shows how long ago).
+    pub heartbeats: Heartbeats,
 }
 
 /// A listener failing to accept for this long makes meridian unready: long enough to ride
@@ -110,6 +113,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/debug/placements", get(debug_placements))
         .route("/debug/xds", get(debug_xds))
         .route("/debug/xds/dump", get(debug_xds_dump))
+        .merge(crate::ui::routes())
         .with_state(state)
 }
 
@@ -149,6 +153,7 @@ async fn metrics(State(s): State<AdminState>) -> Response {
 async fn debug_index() -> Json<Value> {
     Json(json!({
         "endpoints": {
+            "/ui": "the status page: members, where each service's traffic goes from a chosen cluster, placements, problems (live)",
             "/debug/clusters": "member clusters, health, withdrawal, locality, network",
             "/debug/kubernetes": "this replica's leadership, and per Kubernetes member: connected, listed, API version, last heartbeat, capacity, namespaces, ServiceExports",
             "/debug/services": "exported services merged across clusters, with conflicts",

@@ -29,7 +29,7 @@ use tracing::info;
 use crate::admin::{self, AdminState, FleetCollector};
 use crate::config::{Config, Guard, Hub};
 use crate::programs::Runners;
-use crate::store::Store;
+use crate::store::{Heartbeats, Store};
 
 /// A running meridian.
 pub struct App {
@@ -45,6 +45,9 @@ pub struct App {
 impl App {
     pub async fn start(cfg: Config) -> Result<Self> {
         let bounds = descriptor_bounds(&cfg)?;
+        // Every socket first: a port in use stops meridian before any source starts, with
+        // every listener that could not bind named at once.
+        let sockets = bind_listeners(&cfg).await?;
         let mut metrics = Registry::with_prefix("meridian");
         let listener_metrics = ListenerMetrics::new(metrics.sub_registry_with_prefix("listener"));
         let health = Health::default();
@@ -70,7 +73,8 @@ impl App {
             metrics.sub_registry_with_prefix("placement"),
         );
         fleet.set_programs(Arc::new(runners));
-        let store = Store::new(fleet, publish, &mut metrics);
+        let heartbeats = Heartbeats::default();
+        let store = Store::new(fleet, publish, heartbeats.clone(), &mut metrics);
         let mut tasks = vec![
             tokio::spawn(store.run(events_rx)),
             tokio::spawn(webhook_calls),
@@ -121,12 +125,12 @@ impl App {
             handshake_timeout: dns_tcp_idle,
             idle_timeout: dns_tcp_idle,
         };
-        let dns_listeners = meridian_dns::serve(dns.clone(), cfg.dns_listen, |tcp| {
+        let dns_listeners = meridian_dns::serve(dns.clone(), sockets.dns, |tcp| {
             guarded("dns_tcp", tcp, bounds.dns_tcp, dns_guard, 14)
         })
         .await
-        .with_context(|| format!("cannot listen for DNS on {}", cfg.dns_listen))?;
-        let xds_tcp = bind_xds(&cfg).await?;
+        .with_context(|| format!("cannot serve DNS on {}", cfg.dns_listen))?;
+        let xds_tcp = sockets.xds;
         // 24 bytes: the HTTP/2 preface (or a TLS hello) is what a real client sends first.
         let xds_listener = guarded("xds", xds_tcp, bounds.xds, cfg.listeners.xds, 24);
         let (xds, xds_addr, xds_task) =
@@ -136,9 +140,7 @@ impl App {
             snapshots: snapshots.clone(),
             leadership: leadership.clone(),
         }));
-        let admin_listener = tokio::net::TcpListener::bind(cfg.admin_listen)
-            .await
-            .with_context(|| format!("cannot listen for admin HTTP on {}", cfg.admin_listen))?;
+        let admin_listener = sockets.admin;
         let admin_addr = admin_listener.local_addr()?;
         // 16 bytes: less than any request line; a slowloris stays evictable until the
         // header-read timeout ends it.
@@ -158,6 +160,7 @@ impl App {
             metrics: Arc::new(metrics),
             listeners: health.clone(),
             propagation,
+            heartbeats,
         });
         tasks.push(tokio::spawn(admin::serve(
             admin_listener,
@@ -290,13 +293,36 @@ fn descriptor_bounds(cfg: &Config) -> Result<Bounds> {
 }
 
 /// Binds the xDS listener: a taken port fails start-up.
-async fn bind_xds(cfg: &Config) -> Result<tokio::net::TcpListener> {
+/// The sockets of every listener, bound.
+struct Sockets {
+    dns: meridian_dns::Bound,
+    xds: tokio::net::TcpListener,
+    admin: tokio::net::TcpListener,
+}
+
+/// Binds DNS, xDS and admin, each tried whatever the others did, so that one error names
+/// every listener that cannot listen.
+async fn bind_listeners(cfg: &Config) -> Result<Sockets> {
     if let Some(tls) = &cfg.xds.tls {
         meridian_xds::server::check_tls(tls).context("xds.tls")?;
     }
-    tokio::net::TcpListener::bind(cfg.xds_listen)
-        .await
-        .with_context(|| format!("cannot listen for xDS on {}", cfg.xds_listen))
+    let dns = meridian_dns::bind(cfg.dns_listen).await;
+    let xds = tokio::net::TcpListener::bind(cfg.xds_listen).await;
+    let admin = tokio::net::TcpListener::bind(cfg.admin_listen).await;
+    match (dns, xds, admin) {
+        (Ok(dns), Ok(xds), Ok(admin)) => Ok(Sockets { dns, xds, admin }),
+        (dns, xds, admin) => {
+            let failed: Vec<String> = [
+                ("DNS (UDP and TCP)", cfg.dns_listen, dns.err()),
+                ("xDS", cfg.xds_listen, xds.err()),
+                ("admin HTTP", cfg.admin_listen, admin.err()),
+            ]
+            .into_iter()
+            .filter_map(|(what, addr, e)| e.map(|e| format!("{what} on {addr}: {e}")))
+            .collect();
+            bail!("cannot listen: {}", failed.join("; "))
+        }
+    }
 }
 
 /// Serves ADS and CSDS on the xDS listener.

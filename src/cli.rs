@@ -6,10 +6,18 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ipnet::IpNet;
 
+/// The version and the commit it was built from (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MERIDIAN_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "meridian",
-    version,
+    version = VERSION,
     about = "One control plane for a fleet of Kubernetes clusters: authoritative DNS and xDS from one scheduling core"
 )]
 pub struct Cli {
@@ -47,6 +55,13 @@ pub enum Command {
     /// Print the CustomResourceDefinitions of meridian's kinds (MemberCluster,
     /// ClusterSchedulingPolicy, OverridePolicy) as YAML, generated from the types meridian reads.
     Crds,
+    /// Print a shell completion script, e.g. `source <(meridian completions bash)`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print meridian's version and the git commit it was built from.
+    Version,
 }
 
 #[derive(Debug, Clone, Copy, Default, ValueEnum)]
@@ -80,7 +95,8 @@ pub struct ServeArgs {
     /// before it answers without them (default 30, at most 3600).
     #[arg(long = "sync-deadline-seconds", env = "MERIDIAN_SYNC_DEADLINE_SECONDS")]
     pub sync_deadline_seconds: Option<u64>,
-    /// Admin HTTP listen address: /healthz, /readyz, /metrics, /debug/*.
+    /// Admin HTTP listen address: /healthz, /readyz, /metrics, /debug/*, /ui (default
+    /// 127.0.0.1:9180).
     #[arg(long, env = "MERIDIAN_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,
     #[command(flatten)]
@@ -89,22 +105,25 @@ pub struct ServeArgs {
     /// member connections and files (default: half the limit, at most 1024).
     #[arg(long = "reserved-descriptors", env = "MERIDIAN_RESERVED_DESCRIPTORS")]
     pub reserved_descriptors: Option<u64>,
+    /// Log lines as plain text (coloured only on a terminal) or as one JSON object per line,
+    /// for a log collector. Levels and targets: MERIDIAN_LOG (e.g. `debug,kube=info`).
     #[arg(long, env = "MERIDIAN_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
 }
 
 #[derive(Debug, Args)]
 pub struct DnsArgs {
-    /// DNS listen address (UDP and TCP).
+    /// DNS listen address, UDP and TCP (default 127.0.0.1:1053).
     #[arg(long = "dns-listen", env = "MERIDIAN_DNS_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// A zone as NAME[:global|clusterset[:NAMESPACE]]; repeat for several (replaces the file's).
+    /// A zone as NAME[:global|clusterset[:NAMESPACE]]; repeat for several (replaces the file's;
+    /// default global and clusterset.local).
     #[arg(long = "dns-zone", env = "MERIDIAN_DNS_ZONES", value_delimiter = ',')]
     pub zones: Vec<String>,
-    /// TTL of answers (and SOA minimum) unless a policy sets one.
+    /// TTL of answers (and SOA minimum) unless a policy sets one (default 5).
     #[arg(long = "dns-ttl", env = "MERIDIAN_DNS_TTL")]
     pub ttl: Option<u32>,
-    /// Cap on A/AAAA answers; 0 means no cap.
+    /// Cap on A/AAAA answers; 0 means no cap (default 0).
     #[arg(long = "dns-max-answers", env = "MERIDIAN_DNS_MAX_ANSWERS")]
     pub max_answers: Option<u32>,
     /// CIDRs allowed to AXFR (default: none).
@@ -128,10 +147,10 @@ pub struct DnsArgs {
         env = "MERIDIAN_DNS_TCP_MAX_CONNECTIONS"
     )]
     pub tcp_max_connections: Option<u64>,
-    /// Threads serving UDP.
+    /// Threads serving UDP (default 1).
     #[arg(long = "dns-udp-workers", env = "MERIDIAN_DNS_UDP_WORKERS")]
     pub udp_workers: Option<usize>,
-    /// Answer-cache capacity in entries.
+    /// Answer-cache capacity in entries (default 100000).
     #[arg(long = "dns-cache-entries", env = "MERIDIAN_DNS_CACHE_ENTRIES")]
     pub cache_entries: Option<u64>,
 }
@@ -215,16 +234,16 @@ pub struct LeaseArgs {
 
 #[derive(Debug, Args)]
 pub struct XdsArgs {
-    /// xDS listen address (ADS and CSDS over gRPC).
+    /// xDS listen address, ADS and CSDS over gRPC (default 127.0.0.1:18000).
     #[arg(id = "xds_listen", long = "xds-listen", env = "MERIDIAN_XDS_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// Server certificate (PEM) for TLS on the xDS listener.
+    /// Server certificate (PEM) for TLS on the xDS listener (default: plaintext).
     #[arg(long = "xds-tls-cert", env = "MERIDIAN_XDS_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
     /// Server private key (PEM).
     #[arg(long = "xds-tls-key", env = "MERIDIAN_XDS_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
-    /// CA (PEM) that client certificates must chain to; makes TLS mutual.
+    /// CA (PEM) that client certificates must chain to; makes TLS mutual (default: none).
     #[arg(long = "xds-tls-client-ca", env = "MERIDIAN_XDS_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
     /// Quiet time before a change is pushed, in milliseconds (default 100).

@@ -366,7 +366,18 @@ pub fn load(args: &ServeArgs) -> Result<Config> {
 pub fn read_file(path: &Path) -> Result<File> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config {}", path.display()))?;
-    serde_yaml_ng::from_str(&text).with_context(|| format!("{}: invalid config", path.display()))
+    parse_file(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// A config file's text: YAML that does not parse is said to be malformed YAML (with its
+/// line), apart from YAML that parses but does not say what a config can say.
+fn parse_file(text: &str) -> Result<File> {
+    serde_yaml_ng::from_str(text).map_err(|typed| {
+        match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
+            Err(syntax) => anyhow::anyhow!("malformed YAML: {syntax}"),
+            Ok(_) => anyhow::anyhow!("invalid config: {typed}"),
+        }
+    })
 }
 
 fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
@@ -791,7 +802,20 @@ mod tests {
     }
 
     fn parse(yaml: &str) -> Result<File> {
-        Ok(serde_yaml_ng::from_str(yaml)?)
+        parse_file(yaml)
+    }
+
+    #[test]
+    fn a_syntax_error_is_malformed_yaml_with_its_line_and_a_bad_value_is_an_invalid_config() {
+        let syntax =
+            parse("hub:\n  directory: hub\ndns: {ttl: 5\nxds:\n  listen: x\n").unwrap_err();
+        let syntax = format!("{syntax:#}");
+        assert!(syntax.starts_with("malformed YAML: "), "{syntax}");
+        assert!(syntax.contains("line 3"), "{syntax}");
+        let typed = parse("hub:\n  directory: hub\ndns:\n  ttl: five\n").unwrap_err();
+        let typed = format!("{typed:#}");
+        assert!(typed.starts_with("invalid config: "), "{typed}");
+        assert!(typed.contains("ttl") && typed.contains("line 4"), "{typed}");
     }
 
     #[test]

@@ -85,14 +85,7 @@ pub fn explain(
         role: Role::Envoy,
     };
     let feed = seen.resources(xds, &group);
-    let prefix = format!("{name}.{ns}.global:");
-    let eds: Vec<Value> = feed["resources"][Kind::Endpoint.short()]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
-        .cloned()
-        .collect();
+    let eds = service_assignments(&feed, &ns, &name);
     let policy = &view.policy;
     let policy_json = json!({
         "source": policy.source,
@@ -133,6 +126,14 @@ pub fn explain(
         },
         dns.rcode
     ));
+    if !eds.is_empty() {
+        words.push(format!(
+            "EDS as an Envoy in {} receives it; a proxyless gRPC client there cannot use a \
+             gateway, so clusters reached only through one are left out of its priorities \
+             (`meridian xds dump --role proxyless` shows its own)",
+            from_cluster.unwrap_or("no member cluster")
+        ));
+    }
     for assignment in &eds {
         words.push(format!(
             "EDS {}:",
@@ -166,8 +167,21 @@ pub fn explain(
         "decision": dns.decision,
         "dns": {"name": dns.name, "rcode": dns.rcode, "answers": dns.answers},
         "eds": eds,
+        "edsClient": "envoy",
         "words": words,
     }))
+}
+
+/// The EDS resources of service `ns/name` (one per port) in a described feed.
+pub(crate) fn service_assignments(feed: &Value, ns: &str, name: &str) -> Vec<Value> {
+    let prefix = format!("{name}.{ns}.global:");
+    feed["resources"][Kind::Endpoint.short()]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+        .cloned()
+        .collect()
 }
 
 fn decision_words(d: &Decision) -> Vec<String> {
@@ -211,7 +225,7 @@ fn decision_words(d: &Decision) -> Vec<String> {
     words
 }
 
-fn filter_words(reason: &FilterReason) -> String {
+pub(crate) fn filter_words(reason: &FilterReason) -> String {
     match reason {
         FilterReason::Withdrawn => "unreachable past its withdraw time".into(),
         FilterReason::NoExecuteTaint(key) => {
@@ -232,7 +246,7 @@ fn filter_words(reason: &FilterReason) -> String {
     }
 }
 
-fn tier_words(reason: &TierReason) -> String {
+pub(crate) fn tier_words(reason: &TierReason) -> String {
     match reason {
         TierReason::ClientCluster => "the client's own cluster".into(),
         TierReason::SameZone => "same zone".into(),

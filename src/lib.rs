@@ -16,7 +16,7 @@
 //!   DNS listeners   xDS: debounce,     write-back into the   MemberCluster status   admin HTTP
 //!   (meridian-dns)  ADS, CSDS          Kubernetes members    (Kubernetes hub)       (admin,
 //!                   (meridian-xds)     (leader only)         (leader only)          explain,
-//!                                                                                 whatif)
+//!                                                                                 whatif, ui)
 //! ```
 
 pub mod admin;
@@ -27,4 +27,5 @@ pub mod config;
 pub mod explain;
 pub mod programs;
 pub mod store;
+pub mod ui;
 pub mod whatif;

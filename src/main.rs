@@ -1,5 +1,7 @@
 //! meridian: one control plane for a fleet of Kubernetes clusters. See README.md.
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 use meridian::cli::{Cli, Command, LogFormat};
 use meridian::commands;
@@ -21,7 +23,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(cli.command)) {
+    let result = runtime.block_on(commands::run(cli.command));
+    // Tasks still running stop first, so the error is the last line printed.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -35,8 +40,12 @@ fn init_tracing(format: LogFormat) {
     // lines are debug detail here; its warnings and errors still show.
     let filter = tracing_subscriber::EnvFilter::try_from_env("MERIDIAN_LOG")
         .unwrap_or_else(|_| "info,hickory_server=warn".into());
+    // Colour only for a person at a terminal: a pipe, a file or a log collector gets plain
+    // text (and NO_COLOR is honoured, as https://no-color.org asks).
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Plain => builder.init(),

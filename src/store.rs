@@ -3,12 +3,13 @@
 //! new snapshot on the watch channel. The fleet is owned by this task, so nothing is ever
 //! locked across an `.await`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use meridian_controllers::SourceEvent;
 use meridian_core::fleet::{Fleet, Outcome};
-use meridian_core::{Health, Snapshot, Transition};
+use meridian_core::{ClusterId, Health, Snapshot, Transition};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -80,10 +81,32 @@ pub struct Store {
     publish: watch::Sender<Arc<Snapshot>>,
     /// Counted here, not in the fleet: core knows nothing of Prometheus.
     metrics: StoreMetrics,
+    heartbeats: Heartbeats,
+}
+
+/// When each member last answered a heartbeat, in wall-clock time, for the status page. Kept
+/// beside the snapshot, not in it: a heartbeat that changes nothing must not publish one.
+#[derive(Clone, Debug, Default)]
+pub struct Heartbeats(Arc<parking_lot::Mutex<HashMap<ClusterId, SystemTime>>>);
+
+impl Heartbeats {
+    fn record(&self, cluster: &ClusterId, at: SystemTime) {
+        self.0.lock().insert(cluster.clone(), at);
+    }
+
+    /// The last good heartbeat of `cluster`, if it ever answered one.
+    pub fn last(&self, cluster: &ClusterId) -> Option<SystemTime> {
+        self.0.lock().get(cluster).copied()
+    }
 }
 
 impl Store {
-    pub fn new(fleet: Fleet, publish: watch::Sender<Arc<Snapshot>>, metrics: &mut Metrics) -> Self {
+    pub fn new(
+        fleet: Fleet,
+        publish: watch::Sender<Arc<Snapshot>>,
+        heartbeats: Heartbeats,
+        metrics: &mut Metrics,
+    ) -> Self {
         let m = StoreMetrics::default();
         metrics.register(
             "registry_transitions",
@@ -124,6 +147,7 @@ impl Store {
             fleet,
             publish,
             metrics: m,
+            heartbeats,
         }
     }
 
@@ -160,6 +184,13 @@ impl Store {
 
     /// Returns whether the snapshot must be rebuilt.
     fn apply(&mut self, event: SourceEvent) -> bool {
+        if let SourceEvent::Heartbeat {
+            cluster,
+            result: Ok(()),
+        } = &event
+        {
+            self.heartbeats.record(cluster, SystemTime::now());
+        }
         let outcome = self.fleet.apply(event, Instant::now());
         self.report(outcome)
     }

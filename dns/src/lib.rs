@@ -27,4 +27,4 @@ pub mod wire;
 
 pub use answer::{Answerer, Client, Response, Transport};
 pub use config::{DnsConfig, Style, ZoneConfig, ZoneError};
-pub use server::{Dns, Listeners, serve};
+pub use server::{Bound, Dns, Listeners, bind, serve};

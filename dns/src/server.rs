@@ -330,16 +330,28 @@ impl Listeners {
 /// How often a UDP worker looks up from a blocking receive to check for shutdown.
 const UDP_POLL: Duration = Duration::from_millis(250);
 
-/// Binds UDP and TCP on `listen` (port 0 picks one port free on both) and starts serving.
-/// `guard` wraps the bound TCP socket in the listener that bounds and times out its
-/// connections: the wiring chooses the bound (a share of the descriptor limit, like the
-/// other listeners') and registers it with the same readiness and metrics.
+/// The UDP and TCP sockets DNS serves on, bound before anything starts so that every
+/// listener that cannot bind is reported together.
+pub struct Bound {
+    udp: std::net::UdpSocket,
+    tcp: tokio::net::TcpListener,
+}
+
+/// Binds UDP and TCP on `listen` (port 0 picks one port free on both).
+pub async fn bind(listen: SocketAddr) -> io::Result<Bound> {
+    let (udp, tcp) = bind_pair(listen).await?;
+    Ok(Bound { udp, tcp })
+}
+
+/// Starts serving on the bound sockets. `guard` wraps the TCP socket in the listener that
+/// bounds and times out its connections: the wiring chooses the bound (a share of the
+/// descriptor limit, like the other listeners') and registers it with the same readiness
+/// and metrics.
 pub async fn serve(
     dns: Arc<Dns>,
-    listen: SocketAddr,
+    Bound { udp, tcp }: Bound,
     guard: impl FnOnce(tokio::net::TcpListener) -> Listener,
 ) -> io::Result<Listeners> {
-    let (udp, tcp) = bind_pair(listen).await?;
     let udp_addr = udp.local_addr()?;
     let tcp_addr = tcp.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));

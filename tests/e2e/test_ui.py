@@ -1,0 +1,178 @@
+"""The status page at /ui in a real headless Chromium (Debian chromium and chromium-driver,
+driven by Selenium): it loads without console errors, shows the quickstart's clusters and
+services, follows the fleet live (a member made Unreachable on disk shows without a reload),
+and its picture of a service for eu-1 is what `meridian resolve` answers.
+
+Screenshots are saved under the test's temporary directory (printed on failure) and, when
+MERIDIAN_UI_SCREENSHOTS names a directory, copied there too (for notes and reviews)."""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, require_tool
+
+CHROMIUM = ("chromium", "chromium-browser")
+
+
+def chromium_binary():
+    for name in CHROMIUM:
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail("chromium is not installed; tests/run installs it (apt-get install chromium chromium-driver)")
+
+
+@pytest.fixture
+def browser(tmp_path):
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as e:
+        pytest.fail(f"selenium is not installed ({e}); tests/run installs tests/requirements.txt")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium_binary()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1800", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # The driver is the Debian one: Selenium Manager is never asked to download one.
+    service = Service(executable_path=require_tool("chromedriver"), log_output=str(tmp_path / "chromedriver.log"))
+    driver = webdriver.Chrome(service=service, options=options)
+    driver.set_page_load_timeout(20)
+    yield driver
+    driver.quit()
+
+
+def screenshot(driver, tmp_path, name):
+    path = tmp_path / f"{name}.png"
+    driver.save_screenshot(str(path))
+    keep = os.environ.get("MERIDIAN_UI_SCREENSHOTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(keep) / path.name)
+    return path
+
+
+def wait_until(what, condition, timeout):
+    deadline = time.time() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.time() > deadline:
+            pytest.fail(f"not within {timeout} s: {what}")
+        time.sleep(0.1)
+
+
+# The page redraws as the fleet changes: every read is one script run, so nothing read is
+# half of one drawing and half of the next.
+CARDS = """return Array.from(document.querySelectorAll('#clusters .cluster'),
+    c => [c.dataset.name, c.querySelector('.health').textContent, c.className]);"""
+
+PICTURE = """const s = document.querySelector('#services .service[data-service="' + arguments[0] + '"]');
+if (!s) return null;
+return {
+  client: s.querySelector('.client').textContent,
+  tiers: Array.from(s.querySelectorAll('.tier[data-priority]'), t =>
+    Array.from(t.querySelectorAll('.member'), m => [m.dataset.cluster, Number(m.dataset.weight)])),
+  answers: s.querySelector('.dns .answers').textContent.split(' ').filter(a => a),
+};"""
+
+
+def cards(driver):
+    """{cluster: health} as the page shows it."""
+    return {name: health for name, health, _ in driver.execute_script(CARDS)}
+
+
+def card_classes(driver):
+    return {name: classes for name, _, classes in driver.execute_script(CARDS)}
+
+
+def severe_console_entries(driver):
+    return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def test_page_shows_the_fleet_and_follows_it_live(meridian, fleet, browser, tmp_path):
+    """The page lists the quickstart's members and services with no console error; eu-1's
+    directory removed on disk, its card turns Unreachable within 5 s, without a reload."""
+    from selenium.webdriver.common.by import By
+
+    fleet.set_health(heartbeat=1, unreachable=2, withdraw=30)
+    meridian.wait_for(lambda: '"health":"Healthy"' in meridian.http("/debug/clusters")[1].replace(" ", ""),
+                      what="members healthy with the short health timings")
+    browser.get(meridian.url("/ui"))
+    shown = wait_until("the three clusters on the page", lambda: cards(browser) if len(cards(browser)) == 3 else None, 10)
+    assert shown == {"eu-1": "Healthy", "eu-2": "Healthy", "us-1": "Healthy"}
+    services = set(browser.execute_script(
+        "return Array.from(document.querySelectorAll('#services .service'), s => s.dataset.service)"))
+    assert {"shop/payments", "shop/db"} <= services, services
+    assert browser.find_element(By.ID, "live").get_attribute("class") == "live on"
+    screenshot(browser, tmp_path, "ui-healthy")
+    assert severe_console_entries(browser) == []
+
+    loaded_at = browser.execute_script("return performance.timeOrigin")
+    shutil.rmtree(fleet.cluster_dir("eu-1"))
+    started = time.time()
+    wait_until("eu-1 Unreachable on the page", lambda: cards(browser).get("eu-1") == "Unreachable", 5)
+    took = time.time() - started
+    assert "Unreachable" in card_classes(browser)["eu-1"].split()
+    assert cards(browser)["eu-2"] == "Healthy"
+    # The same document: the page followed the fleet by itself.
+    assert browser.execute_script("return performance.timeOrigin") == loaded_at
+    screenshot(browser, tmp_path, "ui-eu-1-unreachable")
+    assert severe_console_entries(browser) == []
+    print(f"eu-1 shown Unreachable {took:.1f} s after its directory was removed")
+
+
+def resolve(meridian, name, cluster):
+    run = subprocess.run([str(BIN), "resolve", name, "--from-cluster", cluster, "--json",
+                          "--admin", f"127.0.0.1:{meridian.admin_port}"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def test_a_services_picture_for_eu_1_is_what_resolve_answers(meridian, browser, tmp_path):
+    """Chosen client eu-1: payments' picture has the tiers and weights of `meridian resolve
+    --from-cluster eu-1`, in order, and the same DNS addresses."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(meridian.url("/ui"))
+    wait_until("the clusters on the page", lambda: len(cards(browser)) == 3, 10)
+    Select(browser.find_element(By.ID, "client")).select_by_value("eu-1")
+
+    def picture():
+        p = browser.execute_script(PICTURE, "shop/payments")
+        if p is None or p["client"] != "eu-1":
+            return None
+        return [[tuple(m) for m in t] for t in p["tiers"]], p["answers"]
+
+    tiers, answers = wait_until("payments drawn for a client in eu-1", picture, 10)
+    want = resolve(meridian, "payments.shop.global", "eu-1")
+    want_tiers = [[(m["cluster"], m["weight"]) for m in t["clusters"]] for t in want["decision"]["tiers"]]
+    want_answers = [r.split()[-1] for r in want["answers"]]
+    assert tiers == want_tiers
+    assert sorted(answers) == sorted(want_answers) and answers
+    assert tiers[0][0][0] == "eu-1"
+    screenshot(browser, tmp_path, "ui-payments-from-eu-1")
+    assert severe_console_entries(browser) == []
+
+
+def test_state_refuses_an_unknown_client_cluster(meridian):
+    """/ui/state and /ui/events name the cluster they do not know (400), and the page keeps
+    serving."""
+    for path in ("/ui/state?cluster=mars-1", "/ui/events?cluster=mars-1"):
+        status, body = meridian.http(path)
+        assert status == 400, (path, status, body)
+        assert json.loads(body)["error"] == 'no member cluster "mars-1"'
+    status, body = meridian.http("/ui")
+    assert status == 200 and "/ui/app.js" in body
+    status, body = meridian.http("/ui/state?cluster=eu-2")
+    assert status == 200 and json.loads(body)["clientCluster"] == "eu-2"
