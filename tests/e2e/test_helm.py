@@ -68,7 +68,8 @@ HUB_VALUES_FILE = {
     "service": {"dns": {"type": "LoadBalancer", "port": 53, "externalTrafficPolicy": "Local",
                         "annotations": {"example.com/lb": "internal"}}},
     "rbac": {"extraSubjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "meridian"}],
-             "extraRules": [{"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get", "list", "watch"]}]},
+             "extraRules": [{"apiGroups": ["example.com"], "resources": ["widgets"],
+                             "verbs": ["get", "list", "watch"]}]},
     "podDisruptionBudget": {"enabled": True, "minAvailable": 2},
     "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}},
     "networkPolicy": {"enabled": True, "dnsFrom": [{"ipBlock": {"cidr": "10.0.0.0/8"}}],
@@ -128,7 +129,8 @@ def helm(tmp_path_factory):
 
 def ok(result):
     """The stdout of a Helm run that must succeed; fails with its output otherwise."""
-    assert result.returncode == 0, f"{' '.join(result.args)} exited {result.returncode}:\n{result.stdout}{result.stderr}"
+    assert result.returncode == 0, (
+        f"{' '.join(result.args)} exited {result.returncode}:\n{result.stdout}{result.stderr}")
     return result.stdout
 
 
@@ -214,8 +216,10 @@ BAD_VALUES = [
 # What the schema cannot relate (one value against another): the templates refuse it, in
 # meridian's own words (src/config.rs would refuse the config at start-up).
 BAD_COMBINATIONS = [
-    (["--set", "leaderElection.renewDeadlineSeconds=20"], "renewDeadlineSeconds (20) must be below leaseDurationSeconds (15)"),
-    (["--set", "leaderElection.retryPeriodSeconds=10"], "retryPeriodSeconds (10) must be below renewDeadlineSeconds (10)"),
+    (["--set", "leaderElection.renewDeadlineSeconds=20"],
+     "renewDeadlineSeconds (20) must be below leaseDurationSeconds (15)"),
+    (["--set", "leaderElection.retryPeriodSeconds=10"],
+     "retryPeriodSeconds (10) must be below renewDeadlineSeconds (10)"),
     (["--set", "xds.debounceMaxMillis=50"], "debounceMaxMillis (50) is shorter than debounceMillis (100)"),
     (["--set", "xds.port=9180"], "dns.port, xds.port and admin.port must differ"),
 ]
@@ -475,7 +479,8 @@ def test_installed_charts_serve_dns_for_a_member_service(helm, bare_fleet, cored
     ok(helm("install", "meridian-member", MEMBER_CHART, "--namespace", MEMBER_NAMESPACE,
             "--set", f"coredns.forwardTo={{127.0.0.1:{dns_port}}}", kubeconfig=m1.admin_kubeconfig))
     for name, ns, c in (("meridian", RELEASE_NAMESPACE, hub), ("meridian-member", MEMBER_NAMESPACE, m1)):
-        status = json.loads(ok(helm("status", name, "--namespace", ns, "--output", "json", kubeconfig=c.admin_kubeconfig)))
+        status = json.loads(ok(helm("status", name, "--namespace", ns, "--output", "json",
+                                    kubeconfig=c.admin_kubeconfig)))
         assert status["info"]["status"] == "deployed", status["info"]
     hub.wait_crds_established(crd_names(HUB_CHART))
     m1.wait_crds_established(crd_names(MEMBER_CHART))
@@ -489,7 +494,8 @@ def test_installed_charts_serve_dns_for_a_member_service(helm, bare_fleet, cored
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert sorted((p["protocol"], p["port"], p["targetPort"]) for p in dns_service["spec"]["ports"]) == [
         ("TCP", 53, "dns-tcp"), ("UDP", 53, "dns-udp")]
-    assert dns_service["spec"]["clusterIP"] and dns_service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert dns_service["spec"]["clusterIP"]
+    assert dns_service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert pod["serviceAccountName"] == "meridian"
     sc = container["securityContext"]
     assert (sc["readOnlyRootFilesystem"], sc["runAsNonRoot"], sc["allowPrivilegeEscalation"], sc["capabilities"]) == (
@@ -500,7 +506,8 @@ def test_installed_charts_serve_dns_for_a_member_service(helm, bare_fleet, cored
     config_path = args[args.index("--config") + 1]
     mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
     volume = next(v for v in pod["volumes"] if v["name"] == "config")
-    assert volume["configMap"]["name"] == cm["metadata"]["name"] and config_path == f"{mount['mountPath']}/meridian.yaml"
+    assert volume["configMap"]["name"] == cm["metadata"]["name"]
+    assert config_path == f"{mount['mountPath']}/meridian.yaml"
     config = yaml.safe_load(cm["data"]["meridian.yaml"])
     assert config["hub"] == {"inCluster": True, "namespace": RELEASE_NAMESPACE}
     assert (config["dns"]["listen"], config["xds"]["listen"], config["admin"]["listen"]) == (
