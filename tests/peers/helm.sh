@@ -52,8 +52,11 @@ fail() {
 echo "helm.sh: building Helm $VERSION (log: $LOG); the first build takes a few minutes" >&2
 start=$(date +%s)
 # The Kubernetes version Helm's Makefile links in: client-go v0.X.Y is Kubernetes 1.X.
-MOD_DIR=$(go mod download -json "$MODULE@$VERSION" 2>>"$LOG" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') ||
+if ! go mod download -json "$MODULE@$VERSION" >"$DIR/module.json" 2>>"$LOG"; then
+    cat "$DIR/module.json" >>"$LOG" # the reason is in its "Error" field
     fail "cannot download $MODULE@$VERSION"
+fi
+MOD_DIR=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "$DIR/module.json")
 [ -f "$MOD_DIR/go.mod" ] || fail "downloaded $MODULE@$VERSION but found no go.mod (in '$MOD_DIR')"
 CLIENT_GO=$(sed -n 's/^[[:space:]]*k8s.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$MOD_DIR/go.mod")
 [ -n "$CLIENT_GO" ] || fail "no k8s.io/client-go v0.X requirement in $MOD_DIR/go.mod"
