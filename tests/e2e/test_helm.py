@@ -551,9 +551,12 @@ def test_installed_charts_serve_dns_for_a_member_service(helm, bare_fleet, cored
                          timeout=20, what="the Lease held", log=m)
         assert lease == POD_NAME
         # The leader writes into the member (the member chart's RBAC) and the hub's status.
-        si = wait_for(lambda: (s := bare_fleet.service_import("m1", SERVICE)) and s["spec"].get("ips") and s,
-                      timeout=20, what="the ServiceImport in m1", log=m)
-        assert [c["cluster"] for c in si["status"]["clusters"]] == ["m1"]
+        # (spec and status are two writes: the status subresource comes second.)
+        def imported():
+            si = bare_fleet.service_import("m1", SERVICE) or {}
+            clusters = [c["cluster"] for c in (si.get("status") or {}).get("clusters") or []]
+            return si if si.get("spec", {}).get("ips") and clusters == ["m1"] else None
+        wait_for(imported, timeout=20, what="the ServiceImport in m1, with ips and status.clusters [m1]", log=m)
         wait_for(lambda: bare_fleet.member_status("m1").get("health") == "Healthy", timeout=20,
                  what="MemberCluster m1's status Healthy", log=m)
         problems = json.loads(m.http("/debug/problems")[1])
