@@ -1,0 +1,125 @@
+"""The rough edges a new user meets first: shell completions, `meridian version`, logs to a
+pipe without colour codes, `serve --help`, a config that is not YAML, and ports in use."""
+
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+from conftest import BIN, free_port, require_tool
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def run(*args, timeout=30, **kw):
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def test_bash_completions_load():
+    """`source <(meridian completions bash)` registers a completion for meridian that
+    offers its subcommands."""
+    bash = require_tool("bash")
+    script = run("completions", "bash")
+    assert script.returncode == 0, script.stderr
+    probe = subprocess.run(
+        [bash, "-c", 'source /dev/stdin; complete -p meridian; '
+                     'COMP_WORDS=(meridian st); COMP_CWORD=1; COMP_LINE="meridian st"; COMP_POINT=11; '
+                     '_meridian meridian st meridian; printf "%s\\n" "${COMPREPLY[@]}"'],
+        input=script.stdout, capture_output=True, text=True, timeout=30)
+    assert probe.returncode == 0, probe.stderr
+    lines = probe.stdout.splitlines()
+    assert lines[0].startswith("complete ") and lines[0].endswith(" meridian"), lines[0]
+    assert "status" in lines[1:], lines
+    for shell in ("zsh", "fish"):
+        out = run("completions", shell)
+        assert out.returncode == 0 and "meridian" in out.stdout, (shell, out.stderr)
+
+
+def test_version_names_the_commit():
+    """`meridian version` and `--version` print the version and the git commit built from."""
+    out = run("version")
+    assert out.returncode == 0, out.stderr
+    match = re.fullmatch(r"meridian (\d+\.\d+\.\d+) \(commit ([0-9a-f]{12}|unknown)\)\n", out.stdout)
+    assert match, out.stdout
+    assert match.group(2) != "unknown", "built in a git checkout, the commit is known"
+    # The binary may be older than HEAD, but its commit is one of this repository's.
+    known = subprocess.run(["git", "cat-file", "-t", match.group(2)], capture_output=True, text=True,
+                           cwd=Path(__file__).parent)
+    assert known.stdout.strip() == "commit", (match.group(2), known.stderr)
+    assert run("--version").stdout == out.stdout
+
+
+def test_logs_to_a_pipe_have_no_colour_codes(meridian):
+    """Its stderr is a file here (not a terminal): not one escape code in the log."""
+    meridian.query("payments.shop.global")
+    log = meridian.log.read_text()
+    assert "meridian started" in log
+    assert not ANSI.search(log), ANSI.search(log)
+
+
+def test_serve_help_shows_defaults_and_the_log_format():
+    help_text = run("serve", "--help").stdout
+    for default in ("default 127.0.0.1:1053", "default 127.0.0.1:9180", "default 127.0.0.1:18000",
+                    "default 5)", "[default: plain]"):
+        assert default in help_text, default
+    assert "--log-format <LOG_FORMAT>" in help_text and "JSON object per line" in help_text
+
+
+def test_a_config_that_is_not_yaml_says_so_with_its_line(fleet):
+    """A YAML syntax error is reported as malformed YAML with its line; a value of the wrong
+    type as an invalid config naming the field."""
+    text = fleet.config.read_text()
+    fleet.config.write_text(text + "unclosed: [1, 2\n")
+    out = run("validate", "--config", str(fleet.config))
+    assert out.returncode == 1
+    line = len(text.splitlines()) + 2
+    assert "malformed YAML" in out.stderr and f"line {line}" in out.stderr, out.stderr
+    assert "invalid config" not in out.stderr
+
+    fleet.config.write_text("hub:\n  directory: hub\nadmin:\n  listen: not-an-address\n")
+    out = run("validate", "--config", str(fleet.config))
+    assert out.returncode == 1
+    assert "invalid config" in out.stderr and "admin.listen" in out.stderr and "line 4" in out.stderr, out.stderr
+
+
+def test_ports_in_use_are_all_named_and_nothing_is_logged_after_the_error(fleet):
+    """DNS and admin ports taken: one error names both listeners (xDS, free, is not named),
+    it is the last line, and meridian exits at once."""
+    taken_tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken_tcp.bind(("127.0.0.1", 0))
+    taken_tcp.listen()
+    admin = taken_tcp.getsockname()[1]
+    taken_udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dns_port = free_port()
+    taken_udp.bind(("127.0.0.1", dns_port))
+    try:
+        out = run("serve", "--config", str(fleet.config),
+                  "--dns-listen", f"127.0.0.1:{dns_port}", "--admin-listen", f"127.0.0.1:{admin}",
+                  "--xds-listen", f"127.0.0.1:{free_port()}", timeout=20)
+    finally:
+        taken_tcp.close()
+        taken_udp.close()
+    assert out.returncode == 1
+    lines = [ANSI.sub("", l) for l in out.stderr.strip().splitlines()]
+    last = lines[-1]
+    assert last.startswith("error: cannot listen: "), lines
+    assert f"DNS (UDP and TCP) on 127.0.0.1:{dns_port}" in last and f"admin HTTP on 127.0.0.1:{admin}" in last, last
+    assert "xDS" not in last
+    assert "Address already in use" in last
+    assert not any("meridian started" in l for l in lines)
+
+
+def test_status_columns_line_up(meridian):
+    """`meridian status` against the quickstart: every row's columns start where the
+    header's do."""
+    out = run("status", "--admin", f"127.0.0.1:{meridian.admin_port}")
+    assert out.returncode == 0, out.stderr
+    header, *rows = out.stdout.splitlines()[1:]
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    assert header.split() == ["CLUSTER", "HEALTH", "WITHDRAWN", "REGION", "ZONE", "NETWORK", "ENDPOINTS", "REASON"]
+    assert len(rows) == 3
+    for row in rows:
+        cells = [m.start() for m in re.finditer(r"\S+", row)]
+        # Left-aligned columns start with the header's; ENDPOINTS ends with it; REASON is "-".
+        assert cells[:6] == starts[:6], (header, row)
+        assert row.endswith(" -")
