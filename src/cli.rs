@@ -414,6 +414,31 @@ pub enum XdsCommand {
     Dump(XdsDumpArgs),
     /// Print the connected xDS clients and what they ACKed or NACKed (as CSDS reports it).
     Clients(ClientArgs),
+    /// Connect as an xDS client (a node of a cluster) and print every update the xDS server
+    /// sends, live: clusters, then the endpoints of each, by priority. Each update is ACKed.
+    Watch(XdsWatchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct XdsWatchArgs {
+    /// The xDS server (meridian's --xds-listen).
+    #[arg(long, default_value = "127.0.0.1:18000")]
+    pub xds: SocketAddr,
+    /// The node's id.
+    #[arg(long, default_value = "meridian-xds-watch")]
+    pub node_id: String,
+    /// The node's cluster (its CLUSTER_ID).
+    #[arg(long)]
+    pub node_cluster: Option<String>,
+    /// The node's network (NETWORK); default: its cluster's.
+    #[arg(long)]
+    pub node_network: Option<String>,
+    /// What the node is.
+    #[arg(long, value_enum, default_value = "envoy")]
+    pub role: NodeRole,
+    /// Stop after this many updates (default: watch until interrupted).
+    #[arg(long)]
+    pub count: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -34,6 +34,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Simulate(args) => simulate(&args).await,
         Command::Xds(XdsCommand::Dump(args)) => xds_dump(&args).await,
         Command::Xds(XdsCommand::Clients(args)) => xds_clients(&args).await,
+        Command::Xds(XdsCommand::Watch(args)) => crate::xds_watch::watch(&args).await,
         Command::Crds => {
             print!("{}", meridian_controllers::crd::meridian_crds_yaml()?);
             Ok(ExitCode::SUCCESS)
@@ -189,9 +190,9 @@ async fn xds_clients(args: &ClientArgs) -> Result<ExitCode> {
                 text(&c["protocol"]),
                 kind,
                 t["sent"].as_object().map_or(0, |m| m.len()),
-                text(&t["sent_version"]),
-                text(&t["acked_version"]),
-                text(&t["last_error"]),
+                text(&t["sentVersion"]),
+                text(&t["ackedVersion"]),
+                text(&t["lastError"]),
             );
         }
     }
@@ -488,7 +489,7 @@ async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let from = body["client_cluster"]
+    let from = body["clientCluster"]
         .as_str()
         .unwrap_or("an unknown cluster");
     println!(
@@ -537,7 +538,7 @@ async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
                 text(&m["cluster"]),
                 m["weight"],
                 m["ready"],
-                if m["via_gateway"] == true {
+                if m["viaGateway"] == true {
                     " via its east-west gateway"
                 } else {
                     ""

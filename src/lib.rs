@@ -29,3 +29,4 @@ pub mod programs;
 pub mod store;
 pub mod ui;
 pub mod whatif;
+pub mod xds_watch;

@@ -95,6 +95,7 @@ impl Protocol {
 
 /// A Service port (or an EndpointSlice port: then `port` is the target port).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Port {
     pub name: Option<String>,
     pub port: u16,
@@ -136,6 +137,7 @@ impl Endpoint {
 
 /// A Service as meridian needs it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Service {
     pub headless: bool,
     pub external_name: bool,
@@ -200,6 +202,7 @@ pub struct Gateway {
 
 /// Health timings of a member (MemberCluster `spec.health`), in seconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct HealthTimings {
     pub heartbeat_seconds: u64,
     pub unreachable_after_seconds: u64,
@@ -218,6 +221,7 @@ impl Default for HealthTimings {
 
 /// A member cluster as registered on the hub (MemberCluster spec and labels).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {
     pub id: ClusterId,
     pub labels: BTreeMap<String, String>,
@@ -241,6 +245,7 @@ pub struct ClusterSpec {
 /// `MemberCluster.spec.cost`, in one currency across the fleet. Prices are kept in millionths
 /// (so the spec stays `Eq`); [`Cost::cpu_core_hour`] and the others give them back as `f64`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Cost {
     pub cpu_core_hour_micros: u64,
     pub memory_gib_hour_micros: u64,

@@ -60,6 +60,7 @@ pub use score::{
 /// A template's identity; displayed as `<apiVersion>/<Kind>/<namespace>/<name>` (the
 /// `meridian.io/template` annotation of what is rendered from it).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TemplateKey {
     pub api_version: Arc<str>,
     pub kind: Arc<str>,
@@ -109,6 +110,7 @@ impl fmt::Debug for TemplateKey {
 /// Amounts of the resources placement divides by. A pod's requests, or a cluster's
 /// allocatable and requested sums.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Resources {
     pub cpu_millis: u64,
     pub memory_bytes: u64,
@@ -190,6 +192,7 @@ pub struct Template {
 
 /// One of a policy's `resourceSelectors` for templates: every field given must match.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TemplateSelector {
     pub api_version: Option<String>,
     pub kind: Option<String>,
@@ -238,6 +241,7 @@ pub enum SpreadBy {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SpreadConstraint {
     pub by: SpreadBy,
     pub min_groups: u32,
@@ -266,6 +270,7 @@ pub enum ReplicaScheduling {
 /// The placement part of a ClusterSchedulingPolicy. Its tiers and tolerations are the
 /// traffic part's (`TrafficPolicy::affinities`, `tolerations`): one list each, read by both.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PlacementPolicy {
     pub spread: Vec<SpreadConstraint>,
     pub replicas: ReplicaScheduling,
@@ -321,6 +326,7 @@ pub enum PurgeMode {
 
 /// The propagation settings of a policy that places templates.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Propagation {
     pub conflict_resolution: ConflictResolution,
     pub purge_mode: PurgeMode,
@@ -376,6 +382,7 @@ pub struct OverrideRule {
 
 /// What one rule changes, applied in this field order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Overriders {
     pub image: Vec<ImageOverrider>,
     pub command: Vec<ArgsOverrider>,
@@ -401,6 +408,7 @@ pub enum OverrideOperator {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ImageOverrider {
     /// None or empty: every container.
     pub container_names: Vec<String>,
@@ -411,6 +419,7 @@ pub struct ImageOverrider {
 
 /// `command` and `args`: add appends, remove drops every listed value.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ArgsOverrider {
     pub container_name: String,
     pub operator: OverrideOperator,
@@ -418,6 +427,7 @@ pub struct ArgsOverrider {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct EnvOverrider {
     pub container_name: String,
     pub operator: OverrideOperator,
@@ -563,6 +573,7 @@ pub enum Outcome {
 
 /// The decision for one template.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Decision {
     pub template: TemplateKey,
     /// The ClusterSchedulingPolicy that placed it; None for a dependency following workloads.
@@ -607,6 +618,7 @@ impl Decision {
 /// Every decision of one round, by template, and when a decision changes with time alone
 /// (a failover, failback or tolerationSeconds window ends).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Placements {
     pub decisions: BTreeMap<TemplateKey, Decision>,
     /// The propagation settings of every policy that placed something this round.

@@ -12,6 +12,7 @@ use crate::placement::{PlacementPolicy, Template, TemplateSelector};
 
 /// A Kubernetes label selector: every `matchLabels` pair and every expression must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LabelSelector {
     pub match_labels: BTreeMap<String, String>,
     pub match_expressions: Vec<Requirement>,
@@ -242,6 +243,7 @@ pub fn toleration_for<'t>(tolerations: &'t [Toleration], taint: &Taint) -> Optio
 /// The traffic part of a ClusterSchedulingPolicy; the default applies to services no policy
 /// selects.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TrafficPolicy {
     /// The ClusterSchedulingPolicy (`namespace/name`) this comes from; None for the default.
     pub source: Option<String>,

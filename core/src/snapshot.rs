@@ -21,6 +21,7 @@ use crate::registry::{Health, Registry};
 
 /// A member as DNS and xDS see it.
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ClusterView {
     pub spec: ClusterSpec,
     pub health: Health,
@@ -36,6 +37,7 @@ pub struct ClusterView {
 
 /// One cluster's part of an exported service.
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Backend {
     /// Index into `Snapshot::clusters`.
     pub cluster: usize,
@@ -78,6 +80,7 @@ pub struct Conflict {
 
 /// An exported service merged across clusters.
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ServiceView {
     pub key: ServiceKey,
     pub headless: bool,
@@ -125,6 +128,7 @@ impl ServiceView {
 pub type ClientTable = PrefixTable<usize>;
 
 #[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Snapshot {
     pub version: u64,
     /// Every member has synced or failed once; before that DNS answers SERVFAIL.

@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::answer::{Answerer, Client, Transport};
 
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Explanation {
     pub name: String,
     pub qtype: String,
@@ -50,6 +51,7 @@ pub struct TierView {
 }
 
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MemberView {
     pub cluster: String,
     pub weight: u32,

@@ -113,8 +113,8 @@ def test_a_source_address_in_a_geo_range_gets_that_region(geo):
     status, body = geo.http("/debug/resolve?name=payments.shop.global&from=127.0.50.1")
     assert status == 200, body
     explained = json.loads(body)
-    assert explained["client_geo"] == {"region": "eu", "zone": "eu-1a"}, explained
-    assert explained["client_cluster"] is None
+    assert explained["clientGeo"] == {"region": "eu", "zone": "eu-1a"}, explained
+    assert explained["clientCluster"] is None
     assert sorted(a.split()[-1] for a in explained["answers"]) == EU1, explained
     assert [t["reasons"] for t in explained["decision"]["tiers"]] == [["SameZone"], ["SameRegion"], ["Remote"]]
 

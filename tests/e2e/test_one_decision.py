@@ -330,7 +330,7 @@ def test_proxyless_client_spills_past_a_gateway_it_cannot_use(spill_fleet, spill
     # halves: home's own tier (1 ready) merged with the same-zone one, across through its
     # gateway.
     decision = explained["decision"]
-    assert [(t["reasons"], sorted((c["cluster"], c["via_gateway"]) for c in t["clusters"]))
+    assert [(t["reasons"], sorted((c["cluster"], c["viaGateway"]) for c in t["clusters"]))
             for t in decision["tiers"]] == [
         (["ClientCluster", "SameZone"], [("across", True), ("home", False)]),
         (["SameRegion"], [("near", False)]),

@@ -57,8 +57,8 @@ def test_clients_debug_and_metrics_show_a_connected_node(meridian):
         status, body = meridian.http("/debug/xds")
         clients = json.loads(body)["clients"]
         mine = next(c for c in clients if c["node"]["id"] == "cli-test-node")
-        assert mine["types"]["CDS"]["acked_version"] == mine["types"]["CDS"]["sent_version"]
-        assert mine["types"]["EDS"]["last_error"] == "endpoint rejected by test"
+        assert mine["types"]["CDS"]["ackedVersion"] == mine["types"]["CDS"]["sentVersion"]
+        assert mine["types"]["EDS"]["lastError"] == "endpoint rejected by test"
         _, metrics = meridian.http("/metrics")
         for needle in ('meridian_xds_streams{protocol="sotw",cluster="eu-2"} 1',
                        'meridian_xds_nacks_total{resource="EDS"} 1',
@@ -92,3 +92,26 @@ def test_explain_puts_the_decision_dns_and_eds_side_by_side(meridian):
     assert 'meridian_xds_decisions_total{first_tier="client_cluster"}' in metrics
     for name in ("meridian_dns_spills_total", "meridian_xds_failing_back_total", "meridian_cluster_withdrawn"):
         assert name in metrics, name
+
+
+def test_watch_prints_the_updates_a_node_receives(meridian):
+    """`meridian xds watch` as an Envoy in eu-1: the clusters, then payments' endpoints by
+    priority (eu-1 first, us-1 through its gateway last), as a real ADS stream sends them."""
+    run = subprocess.run([str(BIN), "xds", "watch", "--xds", f"127.0.0.1:{meridian.xds_port}",
+                          "--node-cluster", "eu-1", "--node-network", "n1", "--count", "2"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("CDS version ") and "  payments.shop.global:8080" in lines
+    eds = lines.index("  payments.shop.global:8080", lines.index(next(l for l in lines if l.startswith("EDS version "))))
+    assert lines[eds + 1].startswith("    priority 0 eu-1 weight 2: 127.1.1.1:8080")
+    assert lines[eds + 3] == "    priority 2 us-1 weight 2: 127.0.3.100:15443"
+    status, body = meridian.http("/debug/xds")
+    assert status == 200
+
+
+def test_watch_names_a_server_it_cannot_reach():
+    run = subprocess.run([str(BIN), "xds", "watch", "--xds", "127.0.0.1:1", "--count", "1"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 1
+    assert "cannot connect to the xDS server at 127.0.0.1:1" in run.stderr

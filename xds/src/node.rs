@@ -32,6 +32,7 @@ pub struct Group {
 
 /// A node as the control plane sees it.
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeInfo {
     pub id: String,
     pub user_agent: String,

@@ -119,6 +119,7 @@ const ERROR_DETAIL_LIMIT: usize = 1024;
 
 /// What the client has been told about one type and how it answered.
 #[derive(Debug, Default, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TypeStatus {
     /// Set once the client asked for this type.
     pub requested: bool,
@@ -283,6 +284,7 @@ fn truncate(s: &str, limit: usize) -> String {
 
 /// What a stream reports to CSDS and `/debug/xds`.
 #[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct StreamStatus {
     pub node: Option<NodeInfo>,
     pub protocol: &'static str,

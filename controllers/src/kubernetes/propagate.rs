@@ -106,6 +106,7 @@ pub struct TemplateView {
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CopyView {
     pub replicas: Option<u32>,
     pub ready: bool,

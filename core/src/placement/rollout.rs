@@ -43,6 +43,7 @@ pub struct Held {
 
 /// A copy to write into a cluster.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Write {
     pub cluster: ClusterId,
     /// The replica count to write: the decision's, or the count held while a shrink waits.
@@ -53,6 +54,7 @@ pub struct Write {
 
 /// A copy the decision no longer places, kept for now.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Drain {
     pub cluster: ClusterId,
     /// Why the decision left the cluster out (None: the decision names no reason, e.g.

@@ -112,6 +112,7 @@ impl fmt::Display for Plugin {
 
 /// Where a template's data is (`placement.dataLocality`); any of the three may be given.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct DataLocality {
     pub cluster_names: Vec<String>,
     pub selector: Option<LabelSelector>,
@@ -149,6 +150,7 @@ pub enum FailurePolicy {
 
 /// One of `placement.webhooks`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Webhook {
     pub url: String,
     /// PEM; None: the system roots.
@@ -247,6 +249,7 @@ impl Programs for NoPrograms {
 
 /// A policy's scoring: the weights and what the plugins read.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Scoring {
     /// `placement.scoring[]`, as given; empty: the defaults ([`Scoring::weight`]).
     pub weights: Vec<(Plugin, u32)>,
