@@ -3,13 +3,15 @@
 
 promtool checks the rules and runs their unit tests (meridian-rules.test.yaml). Then meridian
 serves the quickstart fleet (plus the federation example's placed Deployment, so placement has
-something to decide) and does some work: DNS over UDP and TCP, two xDS streams (ACKs and one
-NACK), a member's directory removed so it turns Unreachable and is withdrawn. Every metric
-name the dashboard and the rules use must be on its /metrics; a Prometheus started here
-scrapes it every second with the rules loaded, every dashboard query (Grafana's variables
-substituted) must parse and return data, the template variables must find the job and the
-instance, the rules must be loaded and healthy, and the alerts about the removed member and
-the NACK must be pending for exactly those, and no other alert.
+something to decide) and does some work, in two rounds with scrapes between them: DNS over
+UDP and TCP, two xDS streams (one ACKs, one NACKs each EDS version), a member's directory
+removed so it turns Unreachable and is withdrawn. Every metric name the dashboard and the
+rules use must be on its /metrics (but one that only Kubernetes members give series, see
+KUBERNETES_ONLY); a Prometheus started here scrapes it every second with the rules loaded,
+every dashboard query (Grafana's variables substituted) must parse and return data, the
+template variables must find the job and the instance, the rules must be loaded and healthy,
+and the alerts about the removed member and the NACKs must be pending for exactly those, and
+no other alert.
 
 prometheus and promtool come from tests/peers/prometheus.sh: PROMETHEUS_DIR names the
 directory holding them (tests/run sets it).
@@ -201,8 +203,10 @@ def test_dashboard_shape():
 
 
 class Prometheus:
+    """A real Prometheus on a free loopback port, scraping `target` every second with the
+    rules loaded; its data and log (prometheus.log) in `workdir`."""
+
     def __init__(self, binary, workdir: Path, target: str):
-        self.port = free_port()
         self.log = workdir / "prometheus.log"
         config = workdir / "prometheus.yml"
         config.write_text(yaml.safe_dump({
@@ -211,11 +215,23 @@ class Prometheus:
             "rule_files": [str(RULES)],
             "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}]}],
         }))
-        self.proc = subprocess.Popen(
-            [str(binary), f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=info"],
-            stdout=open(self.log, "w"), stderr=subprocess.STDOUT, cwd=workdir,
-        )
+        # As with meridian: a port chosen free may be taken before Prometheus binds it.
+        for attempt in range(3):
+            self.port = free_port()
+            self.proc = subprocess.Popen(
+                [str(binary), f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=info"],
+                stdout=open(self.log, "w"), stderr=subprocess.STDOUT, cwd=workdir,
+            )
+            try:
+                self._wait_ready()
+                return
+            except RuntimeError:
+                if attempt == 2 or "address already in use" not in self.log.read_text():
+                    raise
+                stop_process(self.proc)
+
+    def _wait_ready(self):
         deadline = time.time() + 30
         while True:
             if self.proc.poll() is not None:
@@ -334,31 +350,34 @@ def observed(tmp_path_factory, prometheus_bin):
     prom = None
     streams = []
     try:
-        target = f"127.0.0.1:{m.admin_port}"
-        prom = Prometheus(prometheus_bin, work, target)
-        prom.wait_for(f'up{{job="{JOB}"}} == 1', "meridian scraped")
-        started = time.time()
-        # Two rounds of work with scrapes between them: meridian creates a labelled series
-        # (a zone's rcode, a type's NACKs) when it first counts in it, and a rate sees only
-        # what a series gained after Prometheus first saw it, as with steady traffic.
-        dns_work(m)
-        xds = XdsWork(m, streams)
-        prom.wait_for(f'meridian_xds_nacks_total{{job="{JOB}",resource="{NACKED}"}} >= 1', "the first NACK scraped")
-        prom.wait_for(f'meridian_dns_queries_total{{job="{JOB}",rcode="NXDOMAIN"}} >= 1', "the first queries scraped")
-        # Then a member goes: Unreachable after 2 s, withdrawn after 3 s; the new EDS version
-        # eu-1 is sent is NACKed too.
-        shutil.rmtree(fleet.cluster_dir(GONE))
-        dns_work(m)
-        xds.nack_next()
-        prom.wait_for(f'meridian_cluster_withdrawn{{job="{JOB}",cluster="{GONE}"}} == 1', f"{GONE} withdrawn")
-        prom.wait_for(f'meridian_xds_nacks_total{{job="{JOB}",resource="{NACKED}"}} >= 2', "the second NACK scraped")
-        dns_work(m)
-        # Two more scrapes, so that every counter's last increase is inside a rate window.
-        time.sleep(2 * SCRAPE_SECONDS + 0.5)
-        status, metrics_text = m.http("/metrics")
-        assert status == 200, metrics_text
+        try:
+            target = f"127.0.0.1:{m.admin_port}"
+            prom = Prometheus(prometheus_bin, work, target)
+            prom.wait_for(f'up{{job="{JOB}"}} == 1', "meridian scraped")
+            started = time.time()
+            # Two rounds of work with scrapes between them: meridian creates a labelled series
+            # (a zone's rcode, a type's NACKs) when it first counts in it, and a rate sees only
+            # what a series gained after Prometheus first saw it, as with steady traffic.
+            dns_work(m)
+            xds = XdsWork(m, streams)
+            prom.wait_for(f'meridian_xds_nacks_total{{job="{JOB}",resource="{NACKED}"}} >= 1', "the first NACK scraped")
+            prom.wait_for(f'meridian_dns_queries_total{{job="{JOB}",rcode="NXDOMAIN"}} >= 1', "the first queries scraped")
+            # Then a member goes: Unreachable after 2 s, withdrawn after 3 s; the new EDS version
+            # eu-1 is sent is NACKed too.
+            shutil.rmtree(fleet.cluster_dir(GONE))
+            dns_work(m)
+            xds.nack_next()
+            prom.wait_for(f'meridian_cluster_withdrawn{{job="{JOB}",cluster="{GONE}"}} == 1', f"{GONE} withdrawn")
+            prom.wait_for(f'meridian_xds_nacks_total{{job="{JOB}",resource="{NACKED}"}} >= 2', "the second NACK scraped")
+            dns_work(m)
+            # Two more scrapes, so that every counter's last increase is inside a rate window.
+            time.sleep(2 * SCRAPE_SECONDS + 0.5)
+            status, metrics_text = m.http("/metrics")
+            assert status == 200, metrics_text
+        except (AssertionError, TimeoutError, RuntimeError, OSError) as e:
+            raise AssertionError(f"{e}\n--- meridian log tail ({m.log}) ---\n{m.log_tail()}") from e
         yield {"meridian": m, "prometheus": prom, "target": target, "metrics": metrics_text,
-               "started": started, "nacked": NACKED}
+               "started": started, "nacked": NACKED, "work": work}
     finally:
         for s in streams:
             s.close()
@@ -495,7 +514,7 @@ def test_dashboard_queries_see_the_work(observed):
     assert acked.get("CDS", 0) >= 2 and acked.get("EDS", 0) >= 1, acked
     health = instant(f"sum by (cluster, state) (meridian_cluster_health{{{sel}}}) == 1")
     assert {dict(k)["cluster"]: dict(k)["state"] for k in health} == {
-        "eu-1": "Healthy", GONE: "Unreachable", "us-1": "Healthy"}, health
+        "eu-1": "Healthy", GONE: "Unreachable", "us-1": "Healthy"}, f"{health}\n{observed['meridian'].log_tail()}"
     withdrawals = instant(f"sum by (cluster, to) (meridian_registry_withdrawals_total{{{sel}}})")
     assert {(dict(k)["cluster"], dict(k)["to"]) for k in withdrawals} == {(GONE, "withdrawn")}, withdrawals
     leader = instant(f"max(meridian_leader{{{sel}}})")
@@ -546,7 +565,8 @@ def test_rules_are_loaded_healthy_and_alert_on_the_work(observed):
     while set(active()) != want and time.time() < deadline:
         time.sleep(0.2)
     alerts = active()
-    assert set(alerts) == want, {k: a["state"] for k, a in alerts.items()}
+    assert set(alerts) == want, (f"active alerts {({k: a['state'] for k, a in alerts.items()})}\n"
+                                 f"--- meridian log tail ---\n{observed['meridian'].log_tail()}")
     for key, a in alerts.items():
         assert a["state"] in {"pending", "firing"}, (key, a["state"])
         assert a["labels"]["job"] == JOB and a["labels"]["instance"] == observed["target"], a["labels"]
