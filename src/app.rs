@@ -13,7 +13,7 @@ use meridian_controllers::kubernetes::leader::{self, Leadership, LeaseConfig};
 use meridian_controllers::kubernetes::propagate::{self, PropagationView};
 use meridian_controllers::kubernetes::{hub, status, writeback};
 use meridian_controllers::members::Sources;
-use meridian_controllers::metrics::PropagationMetrics;
+use meridian_controllers::metrics::{PropagationMetrics, WritebackMetrics};
 use meridian_core::Snapshot;
 use meridian_core::fleet::Fleet;
 use meridian_dns::{Dns, Listeners};
@@ -92,6 +92,7 @@ impl App {
             snapshots.clone(),
             sources.fleet.clone(),
             leadership.clone(),
+            WritebackMetrics::new(metrics.sub_registry_with_prefix("writeback")),
         )));
         // Kubernetes members get what is placed in them; a Kubernetes hub the Placements.
         let propagation = PropagationView::default();

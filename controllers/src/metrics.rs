@@ -1,10 +1,12 @@
-//! Propagation metrics, registered under `meridian_propagation_`. Labels are member names
-//! (bounded by the hub's MemberClusters) and a fixed result, never an object name.
+//! Propagation metrics, registered under `meridian_propagation_`, and write-back metrics under
+//! `meridian_writeback_`. Labels are member names (bounded by the hub's MemberClusters) and a
+//! fixed result, never an object name.
 
 use meridian_core::ClusterId;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -84,5 +86,67 @@ impl PropagationMetrics {
                 result,
             })
             .inc();
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLabels {
+    pub cluster: String,
+}
+
+/// MCS write-back metrics, registered under `meridian_writeback_`: per member, how its rounds
+/// end, and whether its last round failed (what an alert watches).
+#[derive(Clone, Debug, Default)]
+pub struct WritebackMetrics {
+    pub rounds: Family<ApplyLabels, Counter>,
+    pub failing: Family<MemberLabels, Gauge>,
+}
+
+impl WritebackMetrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "rounds",
+            "Write-back rounds into a member (ServiceImports, derived Services and EndpointSlices, export conditions), by member and result",
+            m.rounds.clone(),
+        );
+        registry.register(
+            "failing",
+            "1 while the member's last write-back round failed (it is retried), else 0",
+            m.failing.clone(),
+        );
+        m
+    }
+
+    pub fn round(&self, cluster: &ClusterId, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        for r in ["ok", "error"] {
+            // Both series exist from a member's first round, so a rate sees the first error.
+            let counter = self.rounds.get_or_create(&ApplyLabels {
+                cluster: cluster.to_string(),
+                result: r,
+            });
+            if r == result {
+                counter.inc();
+            }
+        }
+        self.failing
+            .get_or_create(&MemberLabels {
+                cluster: cluster.to_string(),
+            })
+            .set(i64::from(!ok));
+    }
+
+    /// A member gone from the hub: its series go too.
+    pub fn forget(&self, cluster: &ClusterId) {
+        for result in ["ok", "error"] {
+            self.rounds.remove(&ApplyLabels {
+                cluster: cluster.to_string(),
+                result,
+            });
+        }
+        self.failing.remove(&MemberLabels {
+            cluster: cluster.to_string(),
+        });
     }
 }

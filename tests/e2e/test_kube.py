@@ -7,6 +7,7 @@ EndpointSlices in the other members must follow, and everything meridian wrote m
 the service is unexported.
 """
 
+import re
 import ads
 from kube_fleet import FROM, wait_for
 
@@ -79,6 +80,14 @@ def test_services_created_through_the_api_are_answered_and_imported(kube_fleet, 
     valid = wait_for(lambda: kube_fleet.export_condition("m1", "payments", "Valid"), what="Valid condition")
     assert valid["status"] == "True"
     assert kube_fleet.export_condition("m1", "payments", "Conflict")["status"] == "False"
+
+    # Write-back is counted per member: rounds that ended well, and none failing now.
+    _, metrics = m.http("/metrics")
+    for member in ("m1", "m2", "m3"):
+        assert f'meridian_writeback_failing{{cluster="{member}"}} 0' in metrics, member
+        ok = re.search(rf'meridian_writeback_rounds_total{{cluster="{member}",result="ok"}} (\d+)', metrics)
+        assert ok and int(ok.group(1)) > 0, member
+        assert f'meridian_writeback_rounds_total{{cluster="{member}",result="error"}} 0' in metrics, member
 
     # An endpoint change follows through DNS, xDS and the derived slices.
     kube_fleet.endpoint_slice("m1", "payments", ["10.1.0.9"], ports=[{"name": "http", "port": 8080, "protocol": "TCP"}])

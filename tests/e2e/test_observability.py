@@ -61,6 +61,12 @@ KUBERNETES_ONLY = {
                        ("controllers/src/metrics.rs", r'registry\.register\(\s*"applies",'),
                        ("controllers/src/metrics.rs", r"pub applies: Family<ApplyLabels, Counter>")],
     },
+    "meridian_writeback_failing": {
+        "why": "MCS write-back rounds into Kubernetes members, by member",
+        "registered": [("src/app.rs", r'WritebackMetrics::new\(metrics\.sub_registry_with_prefix\("writeback"\)\)'),
+                       ("controllers/src/metrics.rs", r'registry\.register\(\s*"failing",'),
+                       ("controllers/src/metrics.rs", r"pub failing: Family<MemberLabels, Gauge>")],
+    },
     "meridian_propagation_converge_seconds_bucket": {
         "why": "observed when every copy is applied and ready in Kubernetes members (the buckets are there, all 0)",
         "registered": None,

@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 use super::apply::{self, Applier, ApplyOptions, ObjectId, Written, label_managed};
 use super::leader::Leadership;
 use super::{Fleet, MANAGED_BY_SELECTOR, bounded_name, name_hash};
+use crate::metrics::WritebackMetrics;
 
 pub const MCS_API_VERSION: &str = "multicluster.x-k8s.io/v1alpha1";
 pub const MCS_SERVICE_NAME: &str = "multicluster.kubernetes.io/service-name";
@@ -429,6 +430,7 @@ pub async fn run(
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
     fleet: Fleet,
     leadership: Leadership,
+    metrics: WritebackMetrics,
 ) {
     let mut writes: BTreeMap<ClusterId, MemberWrites> = BTreeMap::new();
     let mut facts_changed = fleet.subscribe();
@@ -446,7 +448,13 @@ pub async fn run(
         }
         let snapshot = snapshots.borrow_and_update().clone();
         let facts = fleet.all();
-        writes.retain(|id, _| facts.contains_key(id));
+        writes.retain(|id, _| {
+            let kept = facts.contains_key(id);
+            if !kept {
+                metrics.forget(id);
+            }
+            kept
+        });
         for (id, f) in &facts {
             if f.retired {
                 let applier = match writes.remove(id) {
@@ -472,7 +480,9 @@ pub async fn run(
             };
             let desired = desired_objects(&snapshot, member, &f.namespaces, Instant::now());
             let conditions = export_conditions(&snapshot, member, &f.exports);
-            if let Err(e) = reconcile_member(state, desired, conditions).await {
+            let result = reconcile_member(state, desired, conditions).await;
+            metrics.round(id, result.is_ok());
+            if let Err(e) = result {
                 warn!(cluster = %id, error = %e, "write-back incomplete; retrying");
                 state.resynced = None;
             }
