@@ -115,3 +115,23 @@ def test_watch_names_a_server_it_cannot_reach():
                          capture_output=True, text=True, timeout=30)
     assert run.returncode == 1
     assert "cannot connect to the xDS server at 127.0.0.1:1" in run.stderr
+
+
+def test_the_tls_certificates_expiry_is_a_metric(fleet, start_meridian, tmp_path):
+    """With xDS over TLS, /metrics says when the served certificate expires: its notAfter as
+    openssl reads it (what MeridianCertificateExpiresSoon watches). Without TLS there is no
+    such series (a 0 would look expired)."""
+    from conftest import make_certs
+
+    _, cert, key = make_certs(tmp_path / "pki")
+    end = subprocess.run(["openssl", "x509", "-in", str(cert), "-noout", "-enddate"],
+                         capture_output=True, text=True, check=True).stdout.strip().split("=", 1)[1]
+    want = int(subprocess.run(["date", "-d", end, "+%s"], capture_output=True, text=True, check=True).stdout)
+    m = start_meridian(fleet, "--xds-tls-cert", str(cert), "--xds-tls-key", str(key))
+    _, metrics = m.http("/metrics")
+    assert f"meridian_xds_tls_certificate_expiry_timestamp_seconds {want}" in metrics.splitlines()
+
+
+def test_no_expiry_series_without_tls(meridian):
+    _, metrics = meridian.http("/metrics")
+    assert "meridian_xds_tls_certificate_expiry_timestamp_seconds" not in metrics

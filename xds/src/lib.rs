@@ -14,6 +14,7 @@
 //! `meridian_core::select_for` where traffic goes and what each cluster resolves to for the
 //! node (endpoints or gateway), the same decision DNS reads; it only encodes that result.
 
+pub mod certificate;
 pub mod csds;
 pub mod describe;
 pub mod extra;

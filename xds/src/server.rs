@@ -108,6 +108,9 @@ impl Xds {
         snapshots: watch::Receiver<Arc<Snapshot>>,
         registry: &mut Registry,
     ) -> Arc<Self> {
+        if let Some(tls) = &config.tls {
+            register_certificate_expiry(tls, registry);
+        }
         let (tx, views) = watch::channel(snapshots.borrow().clone());
         let latest_snapshot = snapshots.clone();
         tokio::spawn(debounce(
@@ -572,6 +575,31 @@ fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig, XdsError> {
         tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
     }
     Ok(tls)
+}
+
+/// `meridian_xds_tls_certificate_expiry_timestamp_seconds`: when the served certificate stops
+/// being valid, for an alert well before it does. Only with TLS: a 0 would look expired.
+fn register_certificate_expiry(tls: &TlsFiles, registry: &mut Registry) {
+    let expiry = std::fs::read(&tls.cert)
+        .map_err(|e| e.to_string())
+        .and_then(|pem| crate::certificate::not_after(&pem).map_err(|e| e.to_string()));
+    match expiry {
+        Ok(at) => {
+            let seconds = at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let gauge = prometheus_client::metrics::gauge::Gauge::<i64>::default();
+            gauge.set(i64::try_from(seconds).unwrap_or(i64::MAX));
+            registry.register(
+                "tls_certificate_expiry_timestamp_seconds",
+                "When the xDS server's TLS certificate expires (its notAfter), in Unix seconds",
+                gauge,
+            );
+        }
+        Err(e) => {
+            tracing::warn!(cert = %tls.cert.display(), error = %e, "cannot read the xDS certificate's expiry; no expiry metric");
+        }
+    }
 }
 
 /// Checks that TLS files are readable before the server starts, for a clear start-up error.
