@@ -123,3 +123,15 @@ def test_status_columns_line_up(meridian):
         # Left-aligned columns start with the header's; ENDPOINTS ends with it; REASON is "-".
         assert cells[:6] == starts[:6], (header, row)
         assert row.endswith(" -")
+
+
+def test_problems_name_list_items_by_their_index(fleet):
+    """The second endpoint of a slice is `endpoints[1]`, as kubectl and the API server name
+    it, and only that endpoint is left out."""
+    db = fleet.cluster_dir("eu-1") / "db.yaml"
+    db.write_text(db.read_text().replace("[127.1.1.12], hostname: db-1", "[999.1.1.12], hostname: db-1"))
+    out = run("validate", "--config", str(fleet.config))
+    assert out.returncode == 1
+    assert ('EndpointSlice shop/db-x1: endpoints[1].addresses[0]: "999.1.1.12" is not an IP address; '
+            "endpoint left out") in out.stdout, out.stdout
+    assert "1 error(s)" in out.stdout
