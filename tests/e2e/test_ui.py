@@ -112,6 +112,8 @@ def test_page_shows_the_fleet_and_follows_it_live(meridian, fleet, browser, tmp_
     services = set(browser.execute_script(
         "return Array.from(document.querySelectorAll('#services .service'), s => s.dataset.service)"))
     assert {"shop/payments", "shop/db"} <= services, services
+    # The quickstart places nothing: no Placements section.
+    assert browser.execute_script("return document.getElementById('placements-section').hidden") is True
     assert browser.find_element(By.ID, "live").get_attribute("class") == "live on"
     screenshot(browser, tmp_path, "ui-healthy")
     assert severe_console_entries(browser) == []
@@ -176,3 +178,28 @@ def test_state_refuses_an_unknown_client_cluster(meridian):
     assert status == 200 and "/ui/app.js" in body
     status, body = meridian.http("/ui/state?cluster=eu-2")
     assert status == 200 and json.loads(body)["clientCluster"] == "eu-2"
+
+
+PLACEMENTS = """return Array.from(document.querySelectorAll('#placements .placement'), p =>
+    [p.dataset.template, Array.from(p.querySelectorAll('.replica'), r => r.textContent)]);"""
+
+
+def test_placements_show_the_replicas_per_cluster(tmp_path, start_meridian, browser):
+    """The federation example: the page's Placements show web's Deployment with eu-1: 4 and
+    eu-2: 2, as /debug/placements decides; the section is hidden on a fleet placing nothing."""
+    from conftest import ROOT, Fleet
+
+    root = tmp_path / "federation"
+    shutil.copytree(ROOT / "examples" / "federation", root)
+    m = start_meridian(Fleet(root))
+    decisions = json.loads(m.http("/debug/placements")[1])["decisions"]
+    web = next(d for d in decisions if d["template"]["kind"] == "Deployment")
+    want = sorted(f'{p["cluster"]}: {p["replicas"]}' for p in web["placed"])
+    assert want == ["eu-1: 4", "eu-2: 2"]
+    browser.get(m.url("/ui"))
+    shown = wait_until("the placements on the page",
+                       lambda: dict((t, sorted(r)) for t, r in browser.execute_script(PLACEMENTS)) or None, 10)
+    assert shown["Deployment shop/web"] == want, shown
+    assert browser.execute_script("return document.getElementById('placements-section').hidden") is False
+    screenshot(browser, tmp_path, "ui-placements")
+    assert severe_console_entries(browser) == []
