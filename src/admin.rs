@@ -172,19 +172,24 @@ pub fn clusters_json(snap: &Snapshot) -> Value {
     json!({
         "version": snap.version,
         "synced": snap.synced,
-        "clusters": snap.clusters.iter().map(|c| json!({
-            "name": c.spec.id,
-            "health": c.health,
-            "withdrawn": c.withdrawn,
-            "reason": c.reason,
-            "region": c.spec.locality.region,
-            "zone": c.spec.locality.zone,
-            "network": c.spec.network,
-            "gateway": c.spec.gateway,
-            "dnsClientCIDRs": c.spec.dns_client_cidrs,
-            "taints": c.spec.taints,
-            "endpoints": c.endpoints,
-        })).collect::<Vec<_>>(),
+        "clusters": snap.clusters.iter().map(cluster_json).collect::<Vec<_>>(),
+    })
+}
+
+/// One member as `/debug/clusters` and the status page show it.
+pub fn cluster_json(c: &meridian_core::ClusterView) -> Value {
+    json!({
+        "name": c.spec.id,
+        "health": c.health,
+        "withdrawn": c.withdrawn,
+        "reason": c.reason,
+        "region": c.spec.locality.region,
+        "zone": c.spec.locality.zone,
+        "network": c.spec.network,
+        "gateway": c.spec.gateway,
+        "dnsClientCIDRs": c.spec.dns_client_cidrs,
+        "taints": c.spec.taints,
+        "endpoints": c.endpoints,
     })
 }
 

@@ -427,15 +427,8 @@ pub struct XdsWatchArgs {
     /// The node's id.
     #[arg(long, default_value = "meridian-xds-watch")]
     pub node_id: String,
-    /// The node's cluster (its CLUSTER_ID).
-    #[arg(long)]
-    pub node_cluster: Option<String>,
-    /// The node's network (NETWORK); default: its cluster's.
-    #[arg(long)]
-    pub node_network: Option<String>,
-    /// What the node is.
-    #[arg(long, value_enum, default_value = "envoy")]
-    pub role: NodeRole,
+    #[command(flatten)]
+    pub node: NodeArgs,
     /// Stop after this many updates (default: watch until interrupted).
     #[arg(long)]
     pub count: Option<u64>,
@@ -443,6 +436,15 @@ pub struct XdsWatchArgs {
 
 #[derive(Debug, Args)]
 pub struct XdsDumpArgs {
+    #[command(flatten)]
+    pub node: NodeArgs,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Who an xDS node is: what the server places it by.
+#[derive(Debug, Args)]
+pub struct NodeArgs {
     /// The node's cluster (its CLUSTER_ID).
     #[arg(long)]
     pub node_cluster: Option<String>,
@@ -452,8 +454,6 @@ pub struct XdsDumpArgs {
     /// What the node is.
     #[arg(long, value_enum, default_value = "envoy")]
     pub role: NodeRole,
-    #[command(flatten)]
-    pub client: ClientArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

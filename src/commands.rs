@@ -149,16 +149,16 @@ fn template_ref(arg: &str) -> Option<(&str, &str)> {
 
 /// Prints what a node would receive: JSON, decoded from the bytes meridian would send.
 async fn xds_dump(args: &XdsDumpArgs) -> Result<ExitCode> {
-    let role = match args.role {
+    let role = match args.node.role {
         NodeRole::Envoy => "envoy",
         NodeRole::Proxyless => "proxyless",
         NodeRole::EastwestGateway => "eastwest-gateway",
     };
     let mut path = format!("/debug/xds/dump?role={role}");
-    if let Some(c) = &args.node_cluster {
+    if let Some(c) = &args.node.node_cluster {
         path.push_str(&format!("&cluster={}", encode(c)));
     }
-    if let Some(n) = &args.node_network {
+    if let Some(n) = &args.node.node_network {
         path.push_str(&format!("&network={}", encode(n)));
     }
     let body = get_json(args.client.admin, &path).await?;

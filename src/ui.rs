@@ -210,22 +210,14 @@ fn clusters(s: &AdminState, snap: &Snapshot) -> Vec<Value> {
         .iter()
         .map(|c| {
             let heartbeat = s.heartbeats.last(&c.spec.id);
-            json!({
-                "name": c.spec.id,
-                "health": c.health,
-                "withdrawn": c.withdrawn,
-                "reason": c.reason,
-                "region": c.spec.locality.region,
-                "zone": c.spec.locality.zone,
-                "network": c.spec.network,
-                "gateway": c.spec.gateway,
-                "taints": c.spec.taints,
-                "endpoints": c.endpoints,
-                "lastHeartbeat": heartbeat.map(millis_since_epoch),
-                "secondsSinceHeartbeat": heartbeat
+            let mut card = crate::admin::cluster_json(c);
+            card["lastHeartbeat"] = json!(heartbeat.map(millis_since_epoch));
+            card["secondsSinceHeartbeat"] = json!(
+                heartbeat
                     .and_then(|t| now.duration_since(t).ok())
-                    .map(|d| d.as_secs()),
-            })
+                    .map(|d| d.as_secs())
+            );
+            card
         })
         .collect()
 }

@@ -86,24 +86,24 @@ fn node(args: &XdsWatchArgs) -> Node {
         kind: Some(value::Kind::StringValue(s.to_owned())),
     };
     let mut metadata = Struct::default();
-    if let Some(c) = &args.node_cluster {
+    if let Some(c) = &args.node.node_cluster {
         metadata.fields.insert("CLUSTER_ID".into(), text(c));
     }
-    if let Some(n) = &args.node_network {
+    if let Some(n) = &args.node.node_network {
         metadata.fields.insert("NETWORK".into(), text(n));
     }
-    if let NodeRole::EastwestGateway = args.role {
+    if let NodeRole::EastwestGateway = args.node.role {
         metadata
             .fields
             .insert("ROLE".into(), text("eastwest-gateway"));
     }
-    let user_agent = match args.role {
+    let user_agent = match args.node.role {
         NodeRole::Proxyless => "gRPC (meridian xds watch)",
         NodeRole::Envoy | NodeRole::EastwestGateway => "envoy",
     };
     Node {
         id: args.node_id.clone(),
-        cluster: args.node_cluster.clone().unwrap_or_default(),
+        cluster: args.node.node_cluster.clone().unwrap_or_default(),
         metadata: Some(metadata),
         user_agent_name: user_agent.into(),
         ..Default::default()
