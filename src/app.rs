@@ -293,7 +293,6 @@ fn descriptor_bounds(cfg: &Config) -> Result<Bounds> {
     Ok(bounds)
 }
 
-/// Binds the xDS listener: a taken port fails start-up.
 /// The sockets of every listener, bound.
 struct Sockets {
     dns: meridian_dns::Bound,
