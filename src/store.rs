@@ -94,6 +94,10 @@ impl Heartbeats {
         self.0.lock().insert(cluster.clone(), at);
     }
 
+    fn forget(&self, cluster: &ClusterId) {
+        self.0.lock().remove(cluster);
+    }
+
     /// The last good heartbeat of `cluster`, if it ever answered one.
     pub fn last(&self, cluster: &ClusterId) -> Option<SystemTime> {
         self.0.lock().get(cluster).copied()
@@ -202,6 +206,7 @@ impl Store {
         }
         for id in &outcome.removed {
             info!(cluster = %id, "member removed from the hub");
+            self.heartbeats.forget(id);
         }
         for t in &outcome.transitions {
             self.report_transition(t);
