@@ -288,6 +288,26 @@ def xds_clients():
         client.stop()
 
 
+def built_peer(env_var, script, what, timeout=1800):
+    """The executable a tests/peers script builds: `env_var` when tests/run passed it, else
+    the script is run (a first build downloads and compiles). Fails, never skips."""
+    given = os.environ.get(env_var)
+    if given:
+        if not os.access(given, os.X_OK):
+            pytest.fail(f"{env_var}={given} is not an executable file")
+        return given
+    try:
+        out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{script} did not finish within {timeout}s")
+    if out.returncode != 0:
+        pytest.fail(f"cannot build {what} with {script} (exit {out.returncode}):\n{out.stderr[-4000:]}")
+    path = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    if not path or not os.access(path, os.X_OK):
+        pytest.fail(f"{script} printed no executable path: {out.stdout!r}\n{out.stderr[-2000:]}")
+    return path
+
+
 def require_tool(name):
     """Fails loudly (never skips) when a test peer is missing."""
     path = shutil.which(name)

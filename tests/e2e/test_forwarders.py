@@ -29,7 +29,7 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from conftest import FROM_EU1, FROM_US1, FROM_UNKNOWN, ROOT, free_port, require_tool, stop_process
+from conftest import FROM_EU1, FROM_US1, FROM_UNKNOWN, ROOT, built_peer, free_port, require_tool, stop_process
 
 PAYMENTS = "payments.shop.global"
 PAYMENTS_CLUSTERSET = "payments.shop.svc.clusterset.local"
@@ -115,21 +115,7 @@ class Peer:
 def coredns_bin():
     """CoreDNS built from its Go module by tests/peers/coredns.sh (fails, never skips).
     tests/run builds it first and passes the path in COREDNS_BIN."""
-    given = os.environ.get("COREDNS_BIN")
-    if given:
-        if not os.access(given, os.X_OK):
-            pytest.fail(f"COREDNS_BIN={given} is not an executable file")
-        return given
-    try:
-        out = subprocess.run(["bash", str(COREDNS_SCRIPT)], capture_output=True, text=True,
-                             timeout=COREDNS_BUILD_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{COREDNS_SCRIPT} did not finish within {COREDNS_BUILD_TIMEOUT}s")
-    if out.returncode != 0:
-        pytest.fail(f"cannot build CoreDNS with {COREDNS_SCRIPT} (exit {out.returncode}):\n{out.stderr[-4000:]}")
-    path = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
-    if not path or not os.access(path, os.X_OK):
-        pytest.fail(f"{COREDNS_SCRIPT} printed no executable path: {out.stdout!r}\n{out.stderr[-2000:]}")
+    path = built_peer("COREDNS_BIN", COREDNS_SCRIPT, "CoreDNS", COREDNS_BUILD_TIMEOUT)
     version = subprocess.run([path, "-version"], capture_output=True, text=True, timeout=10).stdout.strip()
     print(f"\nCoreDNS: {path} ({version.splitlines()[0] if version else 'unknown version'})")
     return path

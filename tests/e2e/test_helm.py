@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, ROOT, Meridian, free_port
+from conftest import BIN, ROOT, Meridian, built_peer, free_port
 from kube_fleet import CORE, COORDINATION, KubeFleet, Member, start_all, wait_for
 from test_forwarders import Peer, addresses_of, ask, coredns_bin  # noqa: F401 - coredns_bin is a fixture
 
@@ -97,21 +97,7 @@ def helm(tmp_path_factory):
     """Runs the Helm that tests/peers/helm.sh built (HELM_BIN, else the script builds it),
     with its cache, config and data in a directory of this test run's own:
     helm(*args, kubeconfig=None) -> CompletedProcess (text, stdout and stderr captured)."""
-    path = os.environ.get("HELM_BIN")
-    if path:
-        if not os.access(path, os.X_OK):
-            pytest.fail(f"HELM_BIN={path} is not an executable file")
-    else:
-        try:
-            out = subprocess.run(["bash", str(HELM_SCRIPT)], capture_output=True, text=True,
-                                 timeout=HELM_BUILD_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{HELM_SCRIPT} did not finish within {HELM_BUILD_TIMEOUT}s")
-        if out.returncode != 0:
-            pytest.fail(f"cannot build Helm with {HELM_SCRIPT} (exit {out.returncode}):\n{out.stderr[-4000:]}")
-        path = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
-        if not path or not os.access(path, os.X_OK):
-            pytest.fail(f"{HELM_SCRIPT} printed no executable path: {out.stdout!r}\n{out.stderr[-2000:]}")
+    path = built_peer("HELM_BIN", HELM_SCRIPT, "Helm", HELM_BUILD_TIMEOUT)
     home = tmp_path_factory.mktemp("helm-home")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_") and k != "KUBECONFIG"}
     env.update(HELM_CACHE_HOME=str(home / "cache"), HELM_CONFIG_HOME=str(home / "config"),

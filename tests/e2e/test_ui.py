@@ -120,16 +120,13 @@ def test_page_shows_the_fleet_and_follows_it_live(meridian, fleet, browser, tmp_
 
     loaded_at = browser.execute_script("return performance.timeOrigin")
     shutil.rmtree(fleet.cluster_dir("eu-1"))
-    started = time.time()
     wait_until("eu-1 Unreachable on the page", lambda: cards(browser).get("eu-1") == "Unreachable", 5)
-    took = time.time() - started
     assert "Unreachable" in card_classes(browser)["eu-1"].split()
     assert cards(browser)["eu-2"] == "Healthy"
     # The same document: the page followed the fleet by itself.
     assert browser.execute_script("return performance.timeOrigin") == loaded_at
     screenshot(browser, tmp_path, "ui-eu-1-unreachable")
     assert severe_console_entries(browser) == []
-    print(f"eu-1 shown Unreachable {took:.1f} s after its directory was removed")
 
 
 def resolve(meridian, name, cluster):
