@@ -302,6 +302,8 @@ impl Store {
             full = built.full,
             "snapshot built"
         );
+        // Last, right before publishing: it retires what the readers of `prev` cache.
+        built.snapshot.restamp(&prev, started);
         self.metrics.snapshots.inc();
         self.publish.send_replace(Arc::new(built.snapshot));
     }

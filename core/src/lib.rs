@@ -56,4 +56,4 @@ pub use registry::{Health, MemberHealth, Registry, Transition};
 pub use select::{
     Client, FilterReason, Member, Selection, Target, Tier, TierReason, select, select_for,
 };
-pub use snapshot::{Backend, ClusterView, Conflict, ServiceView, Snapshot};
+pub use snapshot::{Backend, ClusterView, Conflict, ServiceView, Snapshot, Stamp};

@@ -19,6 +19,10 @@ use crate::prefix::PrefixTable;
 use crate::problem::{ObjectRef, Origin, Problem};
 use crate::registry::{Health, Registry};
 
+mod stamp;
+pub use stamp::Stamp;
+use stamp::{Remerged, service_deadline};
+
 /// A member as DNS and xDS see it.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -99,6 +103,9 @@ pub struct ServiceView {
     /// Addresses that more than one backend reports, sorted: the decision answers each of
     /// them once (`select`), and skips that work for the many services where this is empty.
     pub shared_addresses: Vec<IpAddr>,
+    /// Until when answers decided from this view hold (`stamp.rs`).
+    #[serde(skip)]
+    pub stamp: Arc<Stamp>,
 }
 
 impl ServiceView {
@@ -131,6 +138,17 @@ pub type ClientTable = PrefixTable<usize>;
 #[serde(rename_all = "camelCase")]
 pub struct Snapshot {
     pub version: u64,
+    /// The version that last added or removed a service (what negative answers depend on);
+    /// the version itself until the snapshot is restamped.
+    pub names_version: u64,
+    /// Restamped against the snapshot published before it (`stamp.rs`): its services' stamps
+    /// say how long answers hold. Otherwise answers hold for this version only.
+    pub stamped: bool,
+    #[serde(skip)]
+    stamped_at: Option<Instant>,
+    /// The views this build merged anew, for `restamp`.
+    #[serde(skip)]
+    remerged: Remerged,
     /// Every member has synced or failed once; before that DNS answers SERVFAIL.
     pub synced: bool,
     pub clusters: Vec<ClusterView>,
@@ -235,6 +253,7 @@ impl Snapshot {
             Some(&dirty.services),
         );
         snapshot.insert_services(merged);
+        snapshot.remerged = Remerged::Services(dirty.services.iter().cloned().collect());
         snapshot.collect_problems();
         snapshot.policies = shared_policies(Some(prev), policies);
         snapshot
@@ -270,41 +289,16 @@ impl Snapshot {
     /// The next time a decision changes with no event: a failback window or a policy's
     /// withdraw time ending. The store republishes then, so cached answers follow.
     pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
-        let mut next: Option<Instant> = None;
-        let mut consider = |t: Instant| {
-            if t > now {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
-        };
-        for service in self.services() {
-            let policy = &service.policy;
-            if !policy.depends_on_time() {
-                continue;
-            }
-            for backend in &service.backends {
-                let cluster = &self.clusters[backend.cluster];
-                if policy.failback_after_seconds > 0 {
-                    for at in [cluster.recovered_at, backend.recovered_at]
-                        .into_iter()
-                        .flatten()
-                    {
-                        consider(policy.failback_done(at));
-                    }
-                }
-                if let (Some(after), Some(since)) =
-                    (policy.withdraw_after_seconds, cluster.unreachable_since)
-                {
-                    consider(since + std::time::Duration::from_secs(after));
-                }
-            }
-        }
-        next
+        self.all_services()
+            .filter_map(|service| service_deadline(&self.clusters, service, now))
+            .min()
     }
 
     /// Clusters, client table and sizes; no services yet.
     fn clusters_only(version: u64, index: &Index, registry: &Registry) -> Self {
         let mut snapshot = Snapshot {
             version,
+            names_version: version,
             synced: registry.all_settled(),
             sizes: index.sizes(),
             ..Snapshot::default()
@@ -626,6 +620,7 @@ fn merge_one(
         conflicts,
         policy: governing.traffic.clone(),
         labels: cands[0].export.labels.clone(),
+        stamp: Arc::default(),
     }
 }
 

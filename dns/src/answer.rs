@@ -15,7 +15,8 @@ use hickory_proto::rr::rdata::{A, AAAA, HINFO, NS, SOA, SRV, TXT};
 use hickory_proto::rr::{DNSClass, LowerName, Name, RData, Record, RecordType};
 use hickory_server::zone_handler::MessageRequest;
 use meridian_core::{
-    ClientPlace, Endpoint, FilterReason, Member, Selection, ServiceView, Snapshot, select_for,
+    ClientPlace, Endpoint, FilterReason, Member, Selection, ServiceView, Snapshot, Stamp,
+    select_for,
 };
 
 use crate::config::{DnsConfig, Style, ZoneConfig};
@@ -51,6 +52,8 @@ pub struct Response {
     pub zone: Option<usize>,
     /// Further messages of a zone transfer (TCP only).
     pub continuation: Vec<Vec<Record>>,
+    /// What a cacheable answer was decided from: how long the cache may keep it.
+    pub depends: Depends,
     /// Whether the reply repeats the question. Not for malformed questions (more than one,
     /// or a compression pointer, which in a question can only point into the header).
     pub echo_question: bool,
@@ -68,6 +71,7 @@ impl Response {
             rotations: 1,
             zone: None,
             continuation: Vec::new(),
+            depends: Depends::Snapshot,
             echo_question: true,
         }
     }
@@ -76,6 +80,17 @@ impl Response {
         self.metadata.response_code = code;
         self
     }
+}
+
+/// What an answer was decided from, so a cache keeps it exactly as long as that holds.
+#[derive(Clone, Debug)]
+pub enum Depends {
+    /// The whole snapshot: the apex SOA (its serial), anything not tied to one service.
+    Snapshot,
+    /// Only which names exist: a name that is no service's (NXDOMAIN, empty non-terminals).
+    Names,
+    /// One service's decision: its view, the clusters it spans, its policy, the time.
+    Service(Arc<Stamp>),
 }
 
 struct Zone {
@@ -311,6 +326,7 @@ impl Answerer {
             return self.negative(resp, snap, zone, ResponseCode::NXDomain);
         };
         let target = names::parse(&labels, zone.cfg.style, zone.cfg.namespace.as_deref());
+        resp.depends = depends_of(snap, &target);
         let lookup_type = if qtype == RecordType::ANY {
             RecordType::A
         } else {
@@ -357,14 +373,9 @@ impl Answerer {
         let (_, zone) = self.zone_of(&lower)?;
         let name = Name::from(&lower);
         let labels = relative_labels(&name, zone.labels)?;
-        match names::parse(&labels, zone.cfg.style, zone.cfg.namespace.as_deref()) {
-            Target::Service { ns, svc }
-            | Target::Cluster { ns, svc, .. }
-            | Target::Endpoint { ns, svc, .. }
-            | Target::SrvProto { ns, svc, .. }
-            | Target::Srv { ns, svc, .. } => Some((ns.to_string(), svc.to_string())),
-            _ => None,
-        }
+        names::parse(&labels, zone.cfg.style, zone.cfg.namespace.as_deref())
+            .service()
+            .map(|(ns, svc)| (ns.to_string(), svc.to_string()))
     }
 
     /// Whether a service's names exist for this client: in the clusterset style a headless
@@ -840,6 +851,18 @@ impl Answerer {
 }
 
 /// Whether the first name in wire-format `bytes` uses a compression pointer.
+/// What the answer about `target` is decided from: a name below an exported service is that
+/// service's business; any other name but the apex only depends on which names exist.
+fn depends_of(snap: &Snapshot, target: &Target<'_>) -> Depends {
+    match target.service() {
+        Some((ns, svc)) => snap
+            .service(ns, svc)
+            .map_or(Depends::Names, |view| Depends::Service(view.stamp.clone())),
+        None if *target == Target::Apex => Depends::Snapshot,
+        None => Depends::Names,
+    }
+}
+
 fn has_compression_pointer(bytes: &[u8]) -> bool {
     let mut pos = 0;
     while let Some(&len) = bytes.get(pos) {

@@ -52,6 +52,20 @@ pub(crate) enum Target<'a> {
     Unknown,
 }
 
+impl<'a> Target<'a> {
+    /// The service (`namespace`, `name`) a name is about, if any.
+    pub(crate) fn service(&self) -> Option<(&'a str, &'a str)> {
+        match *self {
+            Target::Service { ns, svc }
+            | Target::Cluster { ns, svc, .. }
+            | Target::Endpoint { ns, svc, .. }
+            | Target::SrvProto { ns, svc, .. }
+            | Target::Srv { ns, svc, .. } => Some((ns, svc)),
+            _ => None,
+        }
+    }
+}
+
 /// Parses the labels left of the zone apex (leftmost first, lower-case).
 pub(crate) fn parse<'a>(labels: &[&'a str], style: Style, fixed_ns: Option<&'a str>) -> Target<'a> {
     let n = labels.len();

@@ -4,7 +4,7 @@
 //! same answer function and encode with `wire.rs`.
 //!
 //! ```text
-//!  UDP ─► hot_query (no alloc) ─► moka hit, same snapshot version? ─► copy, patch ID + case ─► send
+//!  UDP ─► hot_query (no alloc) ─► moka hit, still holds? ─► copy, patch ID + case ─► send
 //!                                   │ miss
 //!                                   ▼
 //!                 Request::from_bytes ─► Answerer::respond ─► wire::encode ─► cache ─► send
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use hickory_proto::op::{MessageType, ResponseCode};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
-use meridian_core::Snapshot;
+use meridian_core::{Snapshot, Stamp};
 use meridian_listen::Listener;
 use moka::sync::Cache;
 use nix::errno::Errno;
@@ -34,18 +34,48 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
-use crate::answer::{Answerer, Response, Transport};
+use crate::answer::{Answerer, Depends, Response, Transport};
 use crate::config::DnsConfig;
 use crate::metrics::{CounterSlot, DnsMetrics};
 use crate::{tcp, wire};
 
-/// Encoded answers to one question, for one snapshot version.
+/// Encoded answers to one question, for as long as what decided them holds.
 struct CachedAnswer {
-    version: u64,
+    holds: Holds,
     next: AtomicUsize,
     /// One slot per rotation of the answer, filled on first use.
     variants: Box<[OnceLock<Box<[u8]>>]>,
     slot: CounterSlot,
+}
+
+/// How long a cached answer holds: an answer about one service survives snapshots that
+/// change other services (`meridian_core::Stamp`), a negative answer survives snapshots that
+/// add or remove no service, anything else lives for its snapshot version.
+enum Holds {
+    Version(u64),
+    Names(u64),
+    Service(Arc<Stamp>),
+}
+
+impl Holds {
+    fn of(depends: Depends, snap: &Snapshot) -> Self {
+        match depends {
+            // Nobody retires the stamps of a snapshot that was not restamped.
+            _ if !snap.stamped => Holds::Version(snap.version),
+            Depends::Snapshot => Holds::Version(snap.version),
+            Depends::Names => Holds::Names(snap.names_version),
+            Depends::Service(stamp) => Holds::Service(stamp),
+        }
+    }
+
+    fn at(&self, snap: &Snapshot) -> bool {
+        match self {
+            Holds::Version(v) => *v == snap.version,
+            // A snapshot nobody restamped retired nothing, so only its version can tell.
+            Holds::Names(v) => snap.stamped && *v == snap.names_version,
+            Holds::Service(stamp) => snap.stamped && stamp.holds_at(snap.version),
+        }
+    }
 }
 
 /// What the full path did, for the cache.
@@ -53,6 +83,7 @@ struct Answered {
     slot: CounterSlot,
     cacheable: bool,
     rotations: usize,
+    depends: Depends,
 }
 
 /// Everything the DNS listeners share.
@@ -119,7 +150,7 @@ impl Dns {
         let cached = self
             .cache
             .get(hot.key.as_bytes())
-            .filter(|e| e.version == snap.version);
+            .filter(|e| e.holds.at(&snap));
         if let Some(entry) = &cached {
             if entry.variants.len() > 1 {
                 rotation = entry.next.fetch_add(1, Ordering::Relaxed) % entry.variants.len();
@@ -146,7 +177,7 @@ impl Dns {
                 Some(entry) => entry,
                 None => {
                     let entry = Arc::new(CachedAnswer {
-                        version: snap.version,
+                        holds: Holds::of(answered.depends, &snap),
                         next: AtomicUsize::new(1),
                         variants: (0..answered.rotations.max(1))
                             .map(|_| OnceLock::new())
@@ -226,6 +257,7 @@ impl Dns {
                     slot,
                     cacheable: false,
                     rotations: 1,
+                    depends: Depends::Snapshot,
                 }));
             }
         };
@@ -247,6 +279,7 @@ impl Dns {
             slot,
             cacheable: resp.cacheable,
             rotations: resp.rotations,
+            depends: resp.depends.clone(),
         }
     }
 

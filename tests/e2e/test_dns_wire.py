@@ -1358,6 +1358,40 @@ def test_cache_follows_snapshot_changes(fleet, start_meridian):
     m.wait_for(lambda: addrs(dns.message.from_wire(udp_raw(m, wire))) == ["127.1.1.19"], what="the cached answer to change")
 
 
+def test_a_change_to_one_service_keeps_every_other_answer_cached(fleet, start_meridian):
+    """Answers are cached per service, not per snapshot: rewriting db's endpoints re-decides
+    db only; payments' answers (every rotation) and an NXDOMAIN keep coming from the cache."""
+    m = start_meridian(fleet)
+    db = query_wire("db-0.eu-1.db.shop.global", qid=9, edns_payload=1232)
+    payments = query_wire("payments.shop.global", qid=10, edns_payload=1232)
+    nope = query_wire("nope.shop.global", qid=11, edns_payload=1232)
+    # Every rotation of payments' answer cached (there are at most 16).
+    before = {udp_raw(m, payments, FROM_EU1) for _ in range(16)}
+    assert dns.message.from_wire(udp_raw(m, nope, FROM_EU1)).rcode() == dns.rcode.NXDOMAIN
+    assert addrs(dns.message.from_wire(udp_raw(m, db, FROM_EU1))) == ["127.1.1.11"]
+    path = fleet.cluster_dir("eu-1") / "db.yaml"
+    fleet.write("clusters/eu-1/db.yaml", path.read_text().replace("127.1.1.11", "127.1.1.19"))
+    m.wait_for(lambda: addrs(dns.message.from_wire(udp_raw(m, db, FROM_EU1))) == ["127.1.1.19"],
+               what="db's answer to change")
+    hits, misses = (metric(metrics(m), f"meridian_dns_answer_cache_{k}_total") for k in ("hits", "misses"))
+    for _ in range(16):
+        assert udp_raw(m, payments, FROM_EU1) in before, "payments' answer is one it gave before"
+    assert dns.message.from_wire(udp_raw(m, nope, FROM_EU1)).rcode() == dns.rcode.NXDOMAIN
+    after = metrics(m)
+    assert metric(after, "meridian_dns_answer_cache_misses_total") == misses, "nothing but db was re-decided"
+    assert metric(after, "meridian_dns_answer_cache_hits_total") == hits + 17
+
+
+def test_an_nxdomain_is_not_replayed_once_its_name_exists(fleet, start_meridian):
+    m = start_meridian(fleet)
+    late = query_wire("late.shop.global", qid=12, edns_payload=1232)
+    for _ in range(2):
+        assert dns.message.from_wire(udp_raw(m, late, FROM_EU1)).rcode() == dns.rcode.NXDOMAIN
+    fleet.write("clusters/eu-1/late.yaml", exported_service_yaml("late") + slice_yaml("late", ["127.1.1.77"]))
+    m.wait_for(lambda: addrs(dns.message.from_wire(udp_raw(m, late, FROM_EU1))) == ["127.1.1.77"],
+               what="late.shop.global to resolve")
+
+
 # ---------------------------------------------------------------------------------------
 # SERVFAIL before the first sync.
 

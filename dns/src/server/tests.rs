@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RData, RecordType};
 use meridian_core::ClusterSpec;
-use meridian_core::testing::{FleetBuilder, cluster, geo_table};
+use meridian_core::testing::{FleetBuilder, cluster, geo_table, http_ep, svc};
 
 use super::*;
 
@@ -134,4 +134,136 @@ fn a_cached_answer_is_replayed_only_to_clients_of_the_same_place() {
             dns.metrics.cache_hits.get()
         );
     }
+}
+
+// ---- how long cached answers hold ----
+
+/// A fleet whose snapshots are published as the store publishes them (rebuilt from what
+/// changed, restamped against the previous one), and a server reading them.
+struct Churn {
+    fleet: FleetBuilder,
+    tx: watch::Sender<Arc<Snapshot>>,
+    dns: Arc<Dns>,
+    version: u64,
+}
+
+impl Churn {
+    /// eu-1 exports shop/web (10.0.0.1) and shop/api (10.0.1.1).
+    fn new() -> Self {
+        let mut fleet = FleetBuilder::with_members(&["eu-1"]);
+        for (name, address) in [("web", "10.0.0.1"), ("api", "10.0.1.1")] {
+            fleet
+                .export("eu-1", name, svc(false, &[("http", 80)]), 1)
+                .slice("eu-1", name, name, vec![http_ep(address, true)]);
+        }
+        let (tx, rx) = watch::channel(Arc::new(Snapshot::empty()));
+        let dns = Dns::new(DnsConfig::default(), 1, rx, &mut Registry::default());
+        let mut churn = Self {
+            fleet,
+            tx,
+            dns,
+            version: 0,
+        };
+        churn.publish(true);
+        churn
+    }
+
+    /// Publishes what changed; `restamp: false` publishes as a test or a what-if would.
+    fn publish(&mut self, restamp: bool) {
+        self.version += 1;
+        let prev = self.tx.borrow().clone();
+        let mut next = Snapshot::rebuild(
+            &prev,
+            &self.fleet.index.take_dirty(),
+            self.version,
+            &self.fleet.index,
+            &self.fleet.registry,
+            &Default::default(),
+            self.fleet.t0,
+        );
+        if restamp {
+            next.restamp(&prev, self.fleet.t0);
+        }
+        self.tx.send_replace(Arc::new(next));
+    }
+
+    fn set(&mut self, name: &str, address: &str) {
+        self.fleet
+            .slice("eu-1", name, name, vec![http_ep(address, true)]);
+    }
+
+    /// The addresses and rcode `name.shop.global A` gets, and whether it came from the cache.
+    fn ask(&self, name: &str) -> (Vec<String>, ResponseCode, bool) {
+        let hits = self.dns.metrics.cache_hits.get();
+        let mut m = Message::new(7, MessageType::Query, OpCode::Query);
+        m.add_query(Query::query(
+            Name::from_ascii(format!("{name}.shop.global.")).unwrap(),
+            RecordType::A,
+        ));
+        let mut out = Vec::new();
+        let src = SocketAddr::new("192.0.2.1".parse().unwrap(), 5353);
+        assert!(self.dns.handle_udp(&m.to_vec().unwrap(), src, &mut out));
+        let reply = Message::from_vec(&out).unwrap();
+        let addresses = addresses(&out).iter().map(IpAddr::to_string).collect();
+        let hit = self.dns.metrics.cache_hits.get() > hits;
+        (addresses, reply.metadata.response_code, hit)
+    }
+}
+
+#[test]
+fn a_change_to_one_service_keeps_every_other_services_cached_answers() {
+    let mut churn = Churn::new();
+    for name in ["web", "api", "cart"] {
+        churn.ask(name);
+    }
+    assert!(churn.ask("api").2, "api is cached");
+    for (round, address) in ["10.0.0.2", "10.0.0.3", "10.0.0.4"].into_iter().enumerate() {
+        churn.set("web", address);
+        churn.publish(true);
+        assert_eq!(
+            churn.ask("web"),
+            (vec![address.to_string()], ResponseCode::NoError, false),
+            "round {round}: web's new address, decided afresh"
+        );
+        assert_eq!(
+            churn.ask("api"),
+            (vec!["10.0.1.1".to_string()], ResponseCode::NoError, true),
+            "round {round}: api did not change and stays cached"
+        );
+        assert_eq!(
+            churn.ask("cart"),
+            (vec![], ResponseCode::NXDomain, true),
+            "round {round}: no service came or went, the NXDOMAIN holds"
+        );
+    }
+}
+
+#[test]
+fn an_nxdomain_is_not_replayed_once_the_name_appears() {
+    let mut churn = Churn::new();
+    churn.ask("web");
+    assert_eq!(churn.ask("cart").1, ResponseCode::NXDomain);
+    assert!(churn.ask("cart").2, "the NXDOMAIN is cached");
+    churn
+        .fleet
+        .export("eu-1", "cart", svc(false, &[("http", 80)]), 2)
+        .slice("eu-1", "cart", "cart", vec![http_ep("10.0.2.1", true)]);
+    churn.publish(true);
+    assert_eq!(
+        churn.ask("cart"),
+        (vec!["10.0.2.1".to_string()], ResponseCode::NoError, false)
+    );
+    assert!(churn.ask("web").2, "web's answer outlives cart's arrival");
+}
+
+#[test]
+fn a_snapshot_nobody_restamped_holds_answers_for_its_version_only() {
+    let mut churn = Churn::new();
+    churn.ask("api");
+    churn.ask("web");
+    churn.set("web", "10.0.0.9");
+    churn.publish(false);
+    assert_eq!(churn.ask("web").0, ["10.0.0.9"]);
+    assert!(!churn.ask("api").2, "a new unstamped version keeps nothing");
+    assert!(churn.ask("api").2, "within one version, answers are cached");
 }
