@@ -957,6 +957,9 @@ mod incremental {
                         fleet.t0,
                     );
                     prop_assert_eq!(fingerprint(&next), fingerprint(&full), "after {:?}", dirty);
+                    let mut next = next;
+                    next.restamp(&prev, fleet.t0);
+                    kept_stamps_hide_no_change(&prev, &next, dirty.all)?;
                     prev = next;
                 }
                 Change::Delete {
@@ -1014,6 +1017,51 @@ mod incremental {
             }
         }
         Ok(partial)
+    }
+
+    /// What a cache keeps across `prev` → `next` is still right: every service whose stamp
+    /// still holds is decided alike for every client (the clusters' states do not change in
+    /// these runs, so the same view means the same decisions), and the names version moves
+    /// when a service came or went, and otherwise only on a full re-merge.
+    fn kept_stamps_hide_no_change(
+        prev: &Snapshot,
+        next: &Snapshot,
+        full: bool,
+    ) -> Result<(), TestCaseError> {
+        for view in prev.services() {
+            if !view.stamp.holds_at(next.version) {
+                continue;
+            }
+            let now = next.service(&view.key.namespace, &view.key.name);
+            prop_assert!(now.is_some(), "{} is gone but its stamp holds", view.key);
+            let now = now.unwrap();
+            prop_assert_eq!(
+                format!("{view:?}"),
+                format!("{now:?}"),
+                "{} changed",
+                view.key
+            );
+            for client in std::iter::once(None).chain((0..next.clusters.len()).map(Some)) {
+                let at = Instant::now();
+                prop_assert_eq!(
+                    format!("{:?}", crate::select::select(prev, view, client, at)),
+                    format!("{:?}", crate::select::select(next, now, client, at)),
+                    "{} from {:?}",
+                    view.key,
+                    client
+                );
+            }
+        }
+        let keys = |s: &Snapshot| s.services().map(|v| v.key.clone()).collect::<Vec<_>>();
+        let names_moved = next.names_version == next.version;
+        let names_changed = keys(prev) != keys(next);
+        prop_assert!(!names_changed || names_moved, "a service came or went");
+        let everything = full || !prev.stamped || !next.same_clusters_as(prev);
+        prop_assert!(
+            names_changed || !names_moved || everything,
+            "names moved for nothing"
+        );
+        Ok(())
     }
 
     #[test]
