@@ -16,13 +16,15 @@
 //!  member dir ──load──► ClusterObjects ──► SourceEvent::Reset + Heartbeat ──► (store: Index)
 //! ```
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
+use meridian_core::fleet::Change;
 use meridian_core::{
-    Capacity, ClusterId, ClusterObjects, ClusterSpec, ObjectRef, Origin, OverridePolicy, Policy,
-    Problem, Source, Template,
+    Capacity, ClusterId, ClusterObjects, ClusterSpec, Kind, Object, ObjectKey, ObjectRef, Origin,
+    OverridePolicy, Policy, Problem, Quota, Resources, Source, Template,
 };
 use notify::{RecursiveMode, Watcher};
 use parking_lot::Mutex;
@@ -373,6 +375,52 @@ pub struct MemberRead {
 /// Converts what a member directory held into the cluster's objects; problems name the file
 /// and the object.
 pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> MemberRead {
+    let converted = convert_manifests(cluster, loaded);
+    MemberRead {
+        capacity: converted.capacity(),
+        objects: converted.objects,
+        problems: converted.problems,
+        warnings: converted.warnings,
+    }
+}
+
+/// Manifests converted: the cluster's objects, what its capacity is summed from, and the
+/// problems and warnings, each naming file and object.
+#[derive(Debug, Default)]
+struct Converted {
+    objects: ClusterObjects,
+    nodes: Vec<Resources>,
+    pods: Vec<Resources>,
+    quotas: Vec<(String, Quota)>,
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+impl Converted {
+    fn capacity(&self) -> Option<Capacity> {
+        capacity_of([self])
+    }
+}
+
+/// The capacity of a member whose manifests were converted in `parts` (one per file).
+fn capacity_of<'a>(parts: impl IntoIterator<Item = &'a Converted> + Clone) -> Option<Capacity> {
+    let quotas = crate::capacity::by_namespace(
+        parts
+            .clone()
+            .into_iter()
+            .flat_map(|c| c.quotas.iter().map(|(ns, q)| (ns.as_str(), *q))),
+    );
+    crate::capacity::of(
+        parts
+            .clone()
+            .into_iter()
+            .flat_map(|c| c.nodes.iter().copied()),
+        parts.into_iter().flat_map(|c| c.pods.iter().copied()),
+        quotas,
+    )
+}
+
+fn convert_manifests(cluster: &ClusterId, loaded: Loaded) -> Converted {
     let origin = Origin::Member(cluster.clone());
     let mut objects = ClusterObjects::default();
     let mut errors: Vec<Problem> = loaded
@@ -456,11 +504,11 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> MemberRead {
             )),
         }
     }
-    let quotas = crate::capacity::by_namespace(quotas.iter().map(|(ns, q)| (ns.as_str(), *q)));
-    let capacity = crate::capacity::of(nodes, pods, quotas);
-    MemberRead {
+    Converted {
         objects,
-        capacity,
+        nodes,
+        pods,
+        quotas,
         problems: errors,
         warnings,
     }
@@ -504,10 +552,14 @@ struct Reading {
 
 impl Reading {
     fn new(limits: Limits) -> Self {
+        Self::with(DirReader::new(limits))
+    }
+
+    fn with(reader: DirReader) -> Self {
         // A file has `read_timeout`; the whole directory gets twice that before it is reported.
-        let budget = limits.read_timeout * 2;
+        let budget = reader.limits().read_timeout * 2;
         Self {
-            reader: Arc::new(Mutex::new(DirReader::new(limits))),
+            reader: Arc::new(Mutex::new(reader)),
             budget,
             in_flight: None,
         }
@@ -819,6 +871,160 @@ fn member_events(
     ]
 }
 
+/// One object's identity in a member.
+type ObjectId = (Kind, ObjectKey);
+
+fn id_of(object: &Object) -> ObjectId {
+    match object {
+        Object::Service(key, _) => (Kind::Service, key.clone()),
+        Object::Export(key, _) => (Kind::Export, key.clone()),
+        Object::Slice(key, _) => (Kind::Slice, key.clone()),
+        Object::Import(key, _) => (Kind::Import, key.clone()),
+    }
+}
+
+/// One file of a member directory, converted.
+struct FileObjects {
+    /// The reader's version of the content it was converted from.
+    version: u64,
+    /// Its objects (of two with one identity in the file, the later).
+    objects: HashMap<ObjectId, Object>,
+    /// Capacity inputs, problems and warnings (`objects` moved out).
+    rest: Converted,
+}
+
+impl FileObjects {
+    fn convert(cluster: &ClusterId, version: u64, loaded: &Loaded) -> Self {
+        let mut rest = convert_manifests(
+            cluster,
+            Loaded {
+                manifests: loaded.manifests.clone(),
+                errors: loaded.errors.clone(),
+                warnings: loaded.warnings.clone(),
+            },
+        );
+        let objects = std::mem::take(&mut rest.objects);
+        let objects = (objects.services.into_iter())
+            .map(|(k, v)| Object::Service(k, v))
+            .chain(
+                objects
+                    .exports
+                    .into_iter()
+                    .map(|(k, v)| Object::Export(k, v)),
+            )
+            .chain(objects.slices.into_iter().map(|(k, v)| Object::Slice(k, v)))
+            .chain(
+                objects
+                    .imports
+                    .into_iter()
+                    .map(|(k, v)| Object::Import(k, v)),
+            )
+            .map(|o| (id_of(&o), o))
+            .collect();
+        Self {
+            version,
+            objects,
+            rest,
+        }
+    }
+}
+
+/// A member directory's files, converted one by one and kept between reads, so that an edit
+/// of one file converts that file only and reaches the fleet as the changes it makes, not as a
+/// relist of the whole member (whose cost grows with the member, on every edit). The first
+/// read, a read after the directory was missing, and any change of warnings (which only a
+/// relist carries) are relists.
+#[derive(Default)]
+struct MemberFiles {
+    /// Per file, in path order (as the reader serves them: of two files defining one object,
+    /// the later wins, as in a relist).
+    files: BTreeMap<PathBuf, FileObjects>,
+    /// The warnings the fleet holds; None until a relist was sent.
+    sent_warnings: Option<Vec<Problem>>,
+}
+
+impl MemberFiles {
+    /// The events for what `reader` serves now (it just read the directory and found it
+    /// changed).
+    fn events(&mut self, cluster: &ClusterId, reader: &DirReader) -> Vec<SourceEvent> {
+        let mut touched: HashSet<ObjectId> = HashSet::new();
+        let mut files = BTreeMap::new();
+        for (path, version, loaded) in reader.served_files() {
+            let kept = self.files.remove(path).filter(|f| f.version == version);
+            let file = kept.unwrap_or_else(|| {
+                let file = FileObjects::convert(cluster, version, loaded);
+                touched.extend(file.objects.keys().cloned());
+                file
+            });
+            files.insert(path.to_path_buf(), file);
+        }
+        // What is left was changed (and converted again above) or removed.
+        for old in std::mem::take(&mut self.files).into_values() {
+            touched.extend(old.objects.into_keys());
+        }
+        self.files = files;
+        let problems: Vec<Problem> = self.parts().flat_map(|c| c.problems.clone()).collect();
+        let warnings: Vec<Problem> = self.parts().flat_map(|c| c.warnings.clone()).collect();
+        let capacity = SourceEvent::Capacity {
+            cluster: cluster.clone(),
+            capacity: capacity_of(self.parts()),
+        };
+        let list = if self.sent_warnings.as_ref() == Some(&warnings) {
+            SourceEvent::Changes {
+                cluster: cluster.clone(),
+                changes: self.changes(touched),
+                problems,
+            }
+        } else {
+            self.sent_warnings = Some(warnings.clone());
+            SourceEvent::Reset {
+                cluster: cluster.clone(),
+                objects: self.objects(),
+                problems,
+                warnings,
+            }
+        };
+        vec![list, capacity]
+    }
+
+    /// The directory could not be read: it is relisted in full when it is back.
+    fn forget(&mut self) {
+        self.files.clear();
+        self.sent_warnings = None;
+    }
+
+    fn parts(&self) -> impl Iterator<Item = &Converted> + Clone {
+        self.files.values().map(|f| &f.rest)
+    }
+
+    /// Each touched object as the files hold it now (the last file defining it), or deleted.
+    fn changes(&self, touched: HashSet<ObjectId>) -> Vec<Change> {
+        touched
+            .into_iter()
+            .map(
+                |id| match self.files.values().rev().find_map(|f| f.objects.get(&id)) {
+                    Some(object) => Change::Upsert(object.clone()),
+                    None => Change::Delete(id.0, id.1),
+                },
+            )
+            .collect()
+    }
+
+    /// Everything, for a relist: later files win, as in the Index.
+    fn objects(&self) -> ClusterObjects {
+        let mut objects = ClusterObjects::default();
+        for object in self.files.values().flat_map(|f| f.objects.values()) {
+            match object.clone() {
+                Object::Service(k, v) => objects.services.push((k, v)),
+                Object::Export(k, v) => objects.exports.push((k, v)),
+                Object::Slice(k, v) => objects.slices.push((k, v)),
+                Object::Import(k, v) => objects.imports.push((k, v)),
+            }
+        }
+        objects
+    }
+}
+
 /// A heartbeat for a directory that is not there (or cannot be listed).
 fn missing(cluster: &ClusterId, dir: &Path, e: &manifest::Error) -> SourceEvent {
     SourceEvent::Heartbeat {
@@ -864,7 +1070,8 @@ pub async fn run_member(
     tx: mpsc::Sender<SourceEvent>,
 ) {
     let mut watch = DirWatch::new(dir.clone());
-    let mut reading = Reading::new(limits);
+    let mut reading = Reading::with(DirReader::per_file(limits));
+    let mut files = MemberFiles::default();
     let poll = Duration::from_secs(heartbeat_seconds.max(1));
     loop {
         watch.arm();
@@ -872,13 +1079,31 @@ pub async fn run_member(
         let events = match reading.read(&dir).await {
             Outcome::Read(read) => {
                 again_in = read.as_ref().ok().and_then(|r| r.again_in);
-                member_events(&cluster, &dir, read)
+                match read {
+                    Ok(read) if read.changed && !read.first_read_pending => {
+                        let mut events = files.events(&cluster, &reading.reader.lock());
+                        events.push(SourceEvent::Heartbeat {
+                            cluster: cluster.clone(),
+                            result: Ok(()),
+                        });
+                        events
+                    }
+                    read => {
+                        if read.is_err() {
+                            files.forget();
+                        }
+                        member_events(&cluster, &dir, read)
+                    }
+                }
             }
             Outcome::Overran(budget) => vec![overran(&cluster, &dir, budget)],
-            Outcome::Failed(reason) => vec![SourceEvent::Heartbeat {
-                cluster: cluster.clone(),
-                result: Err(reason),
-            }],
+            Outcome::Failed(reason) => {
+                files.forget();
+                vec![SourceEvent::Heartbeat {
+                    cluster: cluster.clone(),
+                    result: Err(reason),
+                }]
+            }
         };
         for event in events {
             log_read(&event);
@@ -951,5 +1176,141 @@ mod tests {
         // Deleted: gone.
         let read = keep_last_valid_policies(hub(vec![], vec![]), &mut served);
         assert!(read.policies.is_empty());
+    }
+
+    fn service_yaml(name: &str, address: &str, slice: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n---\n\
+             apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {{name: {name}, namespace: shop}}\n---\n\
+             apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{name: {slice}, namespace: shop, labels: {{kubernetes.io/service-name: {name}}}}}\n\
+             addressType: IPv4\nports: [{{name: http, port: 80}}]\nendpoints: [{{addresses: [{address}]}}]\n"
+        )
+    }
+
+    /// What the fleet serves of member `m` after `events`, beside what a relist of the
+    /// directory serves: they must be equal.
+    fn served_after(
+        fleet: &mut meridian_core::testing::FleetBuilder,
+        events: &[SourceEvent],
+    ) -> String {
+        for event in events {
+            match event {
+                SourceEvent::Reset { objects, .. } => {
+                    fleet.reset("m", objects.clone());
+                }
+                SourceEvent::Changes { changes, .. } => {
+                    for change in changes {
+                        match change.clone() {
+                            Change::Upsert(object) => {
+                                fleet.apply("m", object);
+                            }
+                            Change::Delete(kind, key) => {
+                                fleet.index.delete(&ClusterId::new("m"), kind, &key);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        format!("{:?}", fleet.snapshot().services().collect::<Vec<_>>())
+    }
+
+    fn relisted(dir: &Path) -> String {
+        let mut fleet = meridian_core::testing::FleetBuilder::with_members(&["m"]);
+        let read = member_objects(
+            &ClusterId::new("m"),
+            DirReader::new(Limits::default().once())
+                .read(dir, Instant::now())
+                .unwrap()
+                .loaded,
+        );
+        fleet.reset("m", read.objects);
+        format!("{:?}", fleet.snapshot().services().collect::<Vec<_>>())
+    }
+
+    fn changed_ids(events: &[SourceEvent]) -> Option<Vec<String>> {
+        let SourceEvent::Changes { changes, .. } = &events[0] else {
+            return None;
+        };
+        let mut ids: Vec<String> = changes
+            .iter()
+            .map(|c| match c {
+                Change::Upsert(o) => format!("upsert {:?} {}", id_of(o).0, id_of(o).1),
+                Change::Delete(kind, key) => format!("delete {kind:?} {key}"),
+            })
+            .collect();
+        ids.sort();
+        Some(ids)
+    }
+
+    #[test]
+    fn an_edit_of_one_file_reaches_the_fleet_as_its_changes_and_serves_what_a_relist_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |file: &str, text: String| std::fs::write(dir.path().join(file), text).unwrap();
+        write("a.yaml", service_yaml("s1", "10.0.0.1", "s1-a"));
+        write("b.yaml", service_yaml("s2", "10.0.0.2", "s2-b"));
+        // c.yaml defines s1's slice again, later in path order: it wins, as in a relist.
+        write("c.yaml", service_yaml("s1", "10.0.0.3", "s1-a"));
+        let cluster = ClusterId::new("m");
+        let mut reader = DirReader::per_file(Limits::default().once());
+        let mut files = MemberFiles::default();
+        let mut fleet = meridian_core::testing::FleetBuilder::with_members(&["m"]);
+        let mut step = |reader: &mut DirReader, files: &mut MemberFiles| {
+            let read = reader.read(dir.path(), Instant::now()).unwrap();
+            assert!(read.changed && read.loaded.manifests.is_empty());
+            let events = files.events(&cluster, reader);
+            assert_eq!(served_after(&mut fleet, &events), relisted(dir.path()));
+            events
+        };
+        let first = step(&mut reader, &mut files);
+        assert!(
+            matches!(first[0], SourceEvent::Reset { .. }),
+            "the first read is a relist"
+        );
+        assert!(matches!(first[1], SourceEvent::Capacity { .. }));
+
+        write("b.yaml", service_yaml("s2", "10.0.0.9", "s2-b"));
+        let events = step(&mut reader, &mut files);
+        assert_eq!(
+            changed_ids(&events).expect("an edit is a change, not a relist"),
+            [
+                "upsert Export shop/s2",
+                "upsert Service shop/s2",
+                "upsert Slice shop/s2-b"
+            ]
+        );
+
+        std::fs::remove_file(dir.path().join("c.yaml")).unwrap();
+        let events = step(&mut reader, &mut files);
+        assert_eq!(
+            changed_ids(&events).unwrap(),
+            [
+                "upsert Export shop/s1",
+                "upsert Service shop/s1",
+                "upsert Slice shop/s1-a"
+            ],
+            "a.yaml's s1 serves again"
+        );
+
+        std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+        let events = step(&mut reader, &mut files);
+        assert_eq!(
+            changed_ids(&events).unwrap(),
+            [
+                "delete Export shop/s2",
+                "delete Service shop/s2",
+                "delete Slice shop/s2-b"
+            ]
+        );
+
+        // A warning appears (a kind meridian does not read): only a relist carries warnings.
+        write(
+            "d.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: shop}\n".into(),
+        );
+        let events = step(&mut reader, &mut files);
+        assert!(matches!(&events[0], SourceEvent::Reset { warnings, .. } if warnings.len() == 1));
     }
 }

@@ -20,6 +20,9 @@ pub struct DirReader {
     files: BTreeMap<PathBuf, Track<FileRead>>,
     /// The versions the previous read served, to tell the source whether anything changed.
     last: Option<Vec<(PathBuf, u64)>>,
+    /// `DirRead::loaded` holds every file's manifests (else the caller takes what changed
+    /// from `served_files`).
+    assemble: bool,
 }
 
 /// What one file served.
@@ -52,7 +55,25 @@ impl DirReader {
             limits,
             files: BTreeMap::new(),
             last: None,
+            assemble: true,
         }
+    }
+
+    /// A reader whose reads leave `DirRead::loaded` empty: the caller looks at each file
+    /// through `served_files` and converts only those whose version changed.
+    pub fn per_file(limits: Limits) -> Self {
+        Self {
+            assemble: false,
+            ..Self::new(limits)
+        }
+    }
+
+    /// What each file serves now, in path order, with the version of that content (a new
+    /// version whenever it changes).
+    pub fn served_files(&self) -> impl Iterator<Item = (&Path, u64, &Loaded)> {
+        self.files
+            .iter()
+            .filter_map(|(path, t)| Some((path.as_path(), t.version(), &t.served()?.loaded)))
     }
 
     pub fn limits(&self) -> &Limits {
@@ -96,7 +117,7 @@ impl DirReader {
         let changed = self.last.as_ref() != Some(&versions);
         self.last = Some(versions);
         let mut loaded = Loaded::default();
-        if changed {
+        if changed && self.assemble {
             for served in self
                 .files
                 .values()
