@@ -950,15 +950,19 @@ impl MemberFiles {
         let mut touched: HashSet<ObjectId> = HashSet::new();
         let mut files = BTreeMap::new();
         for (path, version, loaded) in reader.served_files() {
-            let kept = self.files.remove(path).filter(|f| f.version == version);
-            let file = kept.unwrap_or_else(|| {
-                let file = FileObjects::convert(cluster, version, loaded);
-                touched.extend(file.objects.keys().cloned());
-                file
-            });
+            let file = match self.files.remove(path) {
+                Some(same) if same.version == version => same,
+                before => {
+                    // What the file held before and holds now may both have changed.
+                    let file = FileObjects::convert(cluster, version, loaded);
+                    touched.extend(file.objects.keys().cloned());
+                    touched.extend(before.into_iter().flat_map(|b| b.objects.into_keys()));
+                    file
+                }
+            };
             files.insert(path.to_path_buf(), file);
         }
-        // What is left was changed (and converted again above) or removed.
+        // What is left was removed.
         for old in std::mem::take(&mut self.files).into_values() {
             touched.extend(old.objects.into_keys());
         }
@@ -1281,6 +1285,22 @@ mod tests {
                 "upsert Slice shop/s2-b"
             ]
         );
+
+        // An edit that drops an object from its file deletes it.
+        let s2 = service_yaml("s2", "10.0.0.9", "s2-b");
+        let without_slice = &s2[..s2.find("---\napiVersion: discovery.k8s.io/v1").unwrap()];
+        write("b.yaml", without_slice.to_string());
+        let events = step(&mut reader, &mut files);
+        assert_eq!(
+            changed_ids(&events).unwrap(),
+            [
+                "delete Slice shop/s2-b",
+                "upsert Export shop/s2",
+                "upsert Service shop/s2"
+            ]
+        );
+        write("b.yaml", service_yaml("s2", "10.0.0.9", "s2-b"));
+        step(&mut reader, &mut files);
 
         std::fs::remove_file(dir.path().join("c.yaml")).unwrap();
         let events = step(&mut reader, &mut files);
