@@ -1043,14 +1043,27 @@ fn missing(cluster: &ClusterId, dir: &Path, e: &manifest::Error) -> SourceEvent 
 
 /// Logs what a read rejected or served with a caveat, once per read.
 fn log_read(event: &SourceEvent) {
-    let SourceEvent::Reset {
-        objects,
-        problems,
-        warnings,
-        ..
-    } = event
-    else {
-        return;
+    let (problems, warnings): (&[Problem], &[Problem]) = match event {
+        SourceEvent::Reset {
+            objects,
+            problems,
+            warnings,
+            ..
+        } => {
+            debug!(
+                services = objects.services.len(),
+                slices = objects.slices.len(),
+                "member directory read"
+            );
+            (problems, warnings)
+        }
+        SourceEvent::Changes {
+            changes, problems, ..
+        } => {
+            debug!(changes = changes.len(), "member directory edited");
+            (problems, &[])
+        }
+        _ => return,
     };
     for p in problems {
         warn!(file = %file_of(p), object = %p.subject, reason = %p.reason, "member manifest rejected");
@@ -1058,11 +1071,6 @@ fn log_read(event: &SourceEvent) {
     for w in warnings {
         warn!(file = %file_of(w), object = %w.subject, reason = %w.reason, "member manifest warning");
     }
-    debug!(
-        services = objects.services.len(),
-        slices = objects.slices.len(),
-        "member directory read"
-    );
 }
 
 /// One directory member: reads it on every change, heartbeats every `heartbeat_seconds`.
