@@ -2,7 +2,7 @@
 //! `(cluster, namespace, name)`. Plain and synchronous: callers convert their input before they
 //! take the lock, and a relist replaces one cluster's slice in one step (`reset`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -33,28 +33,88 @@ pub(crate) struct ClusterState {
     pub(crate) exports: HashMap<ObjectKey, Export>,
     /// Keyed by the slice's own name; `Slice::service` names the service it belongs to.
     /// Shared with the snapshots built from it, so a rebuild copies pointers, not endpoints.
-    pub(crate) slices: HashMap<ObjectKey, Arc<Slice>>,
+    /// Private: `slices_of` and `endpoints` are kept in step with it by `put_slice` and
+    /// `remove_slice`.
+    slices: HashMap<ObjectKey, Arc<Slice>>,
+    /// Service → the keys of its slices, so re-merging one service reads its slices only.
+    slices_of: HashMap<ObjectKey, BTreeSet<ObjectKey>>,
+    /// The endpoints of every slice, counted as slices come and go (the sizes are read on
+    /// every snapshot; summing them would touch every slice).
+    endpoints: usize,
     pub(crate) imports: HashMap<ObjectKey, Import>,
 }
 
 impl ClusterState {
     fn from_objects(objects: ClusterObjects) -> Self {
-        Self {
+        let mut state = Self {
             services: objects.services.into_iter().collect(),
             exports: objects.exports.into_iter().collect(),
-            slices: objects
-                .slices
-                .into_iter()
-                .map(|(k, v)| (k, Arc::new(v)))
-                .collect(),
             imports: objects.imports.into_iter().collect(),
+            ..Self::default()
+        };
+        for (key, slice) in objects.slices {
+            state.put_slice(key, Arc::new(slice));
+        }
+        state
+    }
+
+    /// Adds or replaces a slice; returns the one it replaced.
+    fn put_slice(&mut self, key: ObjectKey, slice: Arc<Slice>) -> Option<Arc<Slice>> {
+        self.endpoints += slice.endpoints.len();
+        self.slices_of
+            .entry(service_of(&key, &slice))
+            .or_default()
+            .insert(key.clone());
+        let old = self.slices.insert(key.clone(), slice);
+        if let Some(old) = &old {
+            self.forget_slice(&key, old);
+        }
+        old
+    }
+
+    fn remove_slice(&mut self, key: &ObjectKey) -> Option<Arc<Slice>> {
+        let old = self.slices.remove(key)?;
+        self.forget_slice(key, &old);
+        Some(old)
+    }
+
+    /// Takes a slice that is gone (or replaced) out of the counts and the service's set, unless
+    /// its replacement belongs to the same service.
+    fn forget_slice(&mut self, key: &ObjectKey, old: &Slice) {
+        self.endpoints -= old.endpoints.len();
+        let service = service_of(key, old);
+        if self
+            .slices
+            .get(key)
+            .is_some_and(|now| now.service == old.service)
+        {
+            return;
+        }
+        if let Some(keys) = self.slices_of.get_mut(&service) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.slices_of.remove(&service);
+            }
         }
     }
 
-    fn endpoint_count(&self) -> usize {
-        self.slices.values().map(|s| s.endpoints.len()).sum()
+    /// The slices of one service, in slice-name order.
+    pub(crate) fn slices_of(&self, service: &ObjectKey) -> impl Iterator<Item = NamedSlice<'_>> {
+        self.slices_of
+            .get(service)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| Some((key, self.slices.get(key)?)))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn slices(&self) -> &HashMap<ObjectKey, Arc<Slice>> {
+        &self.slices
     }
 }
+
+/// A slice with its own name (the name orders slices, so answers are stable).
+pub(crate) type NamedSlice<'a> = (&'a ObjectKey, &'a Arc<Slice>);
 
 /// Object counts, reported to Prometheus at scrape time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -110,15 +170,15 @@ impl Index {
             Object::Export(key, v) => upsert(&mut state.exports, key, v, dirty),
             Object::Import(key, v) => upsert(&mut state.imports, key, v, dirty),
             Object::Slice(key, v) => {
-                let service = service_of(&key, &v);
-                let old = state.slices.get(&key).map(|s| service_of(&key, s));
-                let changed = upsert(&mut state.slices, key, Arc::new(v), &mut HashSet::new());
-                if changed {
-                    // A slice relabelled to another service changes both.
-                    dirty.extend(old);
-                    dirty.insert(service);
+                if state.slices.get(&key).is_some_and(|current| **current == v) {
+                    return false;
                 }
-                changed
+                let service = service_of(&key, &v);
+                let old = state.put_slice(key.clone(), Arc::new(v));
+                // A slice relabelled to another service changes both.
+                dirty.extend(old.map(|s| service_of(&key, &s)));
+                dirty.insert(service);
+                true
             }
         }
     }
@@ -131,7 +191,7 @@ impl Index {
         let service = match kind {
             Kind::Service => state.services.remove(key).map(|_| key.clone()),
             Kind::Export => state.exports.remove(key).map(|_| key.clone()),
-            Kind::Slice => state.slices.remove(key).map(|s| service_of(key, &s)),
+            Kind::Slice => state.remove_slice(key).map(|s| service_of(key, &s)),
             Kind::Import => state.imports.remove(key).map(|_| key.clone()),
         };
         let removed = service.is_some();
@@ -183,7 +243,7 @@ impl Index {
             sizes.exports += state.exports.len();
             sizes.slices += state.slices.len();
             sizes.imports += state.imports.len();
-            sizes.endpoints += state.endpoint_count();
+            sizes.endpoints += state.endpoints;
         }
         sizes
     }
@@ -192,7 +252,7 @@ impl Index {
     pub fn endpoints_of(&self, cluster: &ClusterId) -> usize {
         self.clusters
             .get(cluster)
-            .map_or(0, ClusterState::endpoint_count)
+            .map_or(0, |state| state.endpoints)
     }
 }
 

@@ -3,7 +3,7 @@
 //! everything from scratch); DNS and xDS only ever read a Snapshot (the wiring publishes it on
 //! a `tokio::sync::watch`, so this crate stays free of tokio).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::geo::{ClientPlace, GeoTable};
-use crate::index::{ClusterState, Dirty, Index, IndexSizes};
+use crate::index::{Dirty, Index, IndexSizes, NamedSlice};
 use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
 use crate::placement::{Capacity, OverridePolicy, Placements, Placer, Runner, Template};
 use crate::policy::{Policies, TrafficPolicy};
@@ -198,6 +198,11 @@ pub struct Snapshot {
     /// Problems found while merging, by service, so a rebuild replaces only its services'.
     #[serde(skip)]
     export_problems: BTreeMap<ObjectKey, Vec<Problem>>,
+    /// The services whose governing policy depends on time (failback, withdraw windows): the
+    /// only ones with deadlines, kept from build to build so finding the next deadline reads
+    /// these and not every service.
+    #[serde(skip)]
+    timed: Arc<BTreeSet<ObjectKey>>,
 }
 
 impl Snapshot {
@@ -252,6 +257,7 @@ impl Snapshot {
             &mut snapshot.export_problems,
             Some(&dirty.services),
         );
+        snapshot.timed = timed_after(&prev.timed, &dirty.services, &merged);
         snapshot.insert_services(merged);
         snapshot.remerged = Remerged::Services(dirty.services.iter().cloned().collect());
         snapshot.collect_problems();
@@ -280,6 +286,7 @@ impl Snapshot {
             &mut snapshot.export_problems,
             None,
         );
+        snapshot.timed = Arc::new(timed_keys(&merged).cloned().collect());
         snapshot.insert_services(merged);
         snapshot.collect_problems();
         snapshot.policies = shared_policies(prev, policies);
@@ -289,7 +296,7 @@ impl Snapshot {
     /// The next time a decision changes with no event: a failback window or a policy's
     /// withdraw time ending. The store republishes then, so cached answers follow.
     pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
-        self.all_services()
+        self.timed_services()
             .filter_map(|service| service_deadline(&self.clusters, service, now))
             .min()
     }
@@ -337,7 +344,11 @@ impl Snapshot {
         self.clusters = clusters;
     }
 
+    /// Adds a view (or replaces the one of its service, under the same policy).
     pub(crate) fn insert_service(&mut self, view: Arc<ServiceView>) {
+        if view.policy.depends_on_time() && !self.timed.contains(&view.key) {
+            Arc::make_mut(&mut self.timed).insert(view.key.clone());
+        }
         self.services
             .entry(view.key.namespace.clone())
             .or_default()
@@ -428,6 +439,35 @@ impl Snapshot {
     }
 }
 
+/// The keys of the views whose policy depends on time.
+fn timed_keys(views: &[ServiceView]) -> impl Iterator<Item = &ObjectKey> {
+    views
+        .iter()
+        .filter(|view| view.policy.depends_on_time())
+        .map(|view| &view.key)
+}
+
+/// `prev`'s timed services after re-merging `dirty` into `merged` (shared when unchanged).
+fn timed_after(
+    prev: &Arc<BTreeSet<ObjectKey>>,
+    dirty: &HashSet<ObjectKey>,
+    merged: &[ServiceView],
+) -> Arc<BTreeSet<ObjectKey>> {
+    let now_timed: BTreeSet<&ObjectKey> = timed_keys(merged).collect();
+    let unchanged = dirty
+        .iter()
+        .all(|key| prev.contains(key) == now_timed.contains(key));
+    if unchanged {
+        return Arc::clone(prev);
+    }
+    let mut timed = BTreeSet::clone(prev);
+    for key in dirty {
+        timed.remove(key);
+    }
+    timed.extend(now_timed.into_iter().cloned());
+    Arc::new(timed)
+}
+
 /// One cluster's candidate export of a service, before conflicts are resolved.
 struct Candidate<'a> {
     cluster: usize,
@@ -454,7 +494,8 @@ struct MergeContext<'a> {
     now: Instant,
 }
 
-/// Merges every service's exports across clusters, or only those in `only`.
+/// Merges every service's exports across clusters, or only those in `only`: then each cluster
+/// is asked for those services' objects by key, so the cost follows what changed, not the fleet.
 fn merge_services(
     cluster_ids: &HashMap<ClusterId, usize>,
     index: &Index,
@@ -462,7 +503,6 @@ fn merge_services(
     problems: &mut BTreeMap<ObjectKey, Vec<Problem>>,
     only: Option<&HashSet<ObjectKey>>,
 ) -> Vec<ServiceView> {
-    let wanted = |key: &ObjectKey| only.is_none_or(|o| o.contains(key));
     let mut candidates: BTreeMap<&ObjectKey, Vec<Candidate<'_>>> = BTreeMap::new();
     let mut imports: HashMap<&ObjectKey, Vec<(usize, Vec<IpAddr>)>> = HashMap::new();
     for (id, state) in &index.clusters {
@@ -470,25 +510,15 @@ fn merge_services(
         let Some(&cluster) = cluster_ids.get(id) else {
             continue;
         };
-        if only.is_some_and(|o| {
-            !o.iter()
-                .any(|k| state.exports.contains_key(k) || state.imports.contains_key(k))
-        }) {
-            continue;
-        }
-        let mut slices = slices_by_service(state, only);
-        for (key, import) in &state.imports {
-            if wanted(key) && !import.headless && !import.ips.is_empty() {
+        for (key, import) in wanted_of(&state.imports, only) {
+            if !import.headless && !import.ips.is_empty() {
                 imports
                     .entry(key)
                     .or_default()
                     .push((cluster, import.ips.clone()));
             }
         }
-        for (key, export) in &state.exports {
-            if !wanted(key) {
-                continue;
-            }
+        for (key, export) in wanted_of(&state.exports, only) {
             let Some(service) = state.services.get(key) else {
                 // MCS: an export without its Service is not served (no Valid condition yet).
                 continue;
@@ -510,9 +540,7 @@ fn merge_services(
                 export,
                 created: export.created,
                 service,
-                slices: slices
-                    .remove(&(&*key.namespace, &*key.name))
-                    .unwrap_or_default(),
+                slices: state.slices_of(key).collect(),
             });
         }
     }
@@ -525,6 +553,18 @@ fn merge_services(
             merge_one(key, &cands, imports, ctx, problems)
         })
         .collect()
+}
+
+/// The entries of `map` to merge: all of them, or those of the services in `only` (looked up,
+/// not scanned for).
+fn wanted_of<'a, V>(
+    map: &'a HashMap<ObjectKey, V>,
+    only: Option<&'a HashSet<ObjectKey>>,
+) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a V)> + 'a> {
+    match only {
+        None => Box::new(map.iter()),
+        Some(keys) => Box::new(keys.iter().filter_map(|key| map.get_key_value(key))),
+    }
 }
 
 fn merge_one(
@@ -643,33 +683,6 @@ fn shared_addresses(backends: &[Backend]) -> Vec<IpAddr> {
     shared.sort_unstable();
     shared.dedup();
     shared
-}
-
-/// A slice with its own name (the name orders slices, so answers are stable).
-type NamedSlice<'a> = (&'a ObjectKey, &'a Arc<Slice>);
-
-/// Groups a cluster's slices by the service they belong to (those in `only`, if given), so
-/// merging is linear.
-fn slices_by_service<'a>(
-    state: &'a ClusterState,
-    only: Option<&HashSet<ObjectKey>>,
-) -> HashMap<(&'a str, &'a str), Vec<NamedSlice<'a>>> {
-    let mut by_service: HashMap<(&str, &str), Vec<NamedSlice<'_>>> = HashMap::new();
-    for (key, slice) in &state.slices {
-        if only.is_some_and(|o| {
-            !o.contains(&ObjectKey {
-                namespace: key.namespace.clone(),
-                name: slice.service.clone(),
-            })
-        }) {
-            continue;
-        }
-        by_service
-            .entry((&*key.namespace, &*slice.service))
-            .or_default()
-            .push((key, slice));
-    }
-    by_service
 }
 
 /// A service's slices in one cluster, in name order, without duplicate addresses (a pod can

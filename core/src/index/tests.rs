@@ -252,10 +252,10 @@ fn reset_replaces_a_clusters_slice_in_one_step() {
         "objects missing from the list are gone"
     );
     assert!(!state.exports.contains_key(&key("shop", "stale")));
-    assert!(!state.slices.contains_key(&key("shop", "stale-1")));
+    assert!(!state.slices().contains_key(&key("shop", "stale-1")));
     assert_eq!(state.services.len(), 2);
     assert_eq!(state.exports.len(), 1);
-    assert_eq!(state.slices.len(), 2);
+    assert_eq!(state.slices().len(), 2);
     assert_eq!(state.imports.len(), 1);
     assert_eq!(index.endpoints_of(&c), 3);
 
@@ -344,4 +344,95 @@ fn endpoints_of_counts_one_clusters_endpoints() {
     assert_eq!(index.endpoints_of(&a), 2);
     index.remove_cluster(&a);
     assert_eq!(index.endpoints_of(&a), 0);
+}
+
+/// The endpoint count and the service → slices lookup, recomputed from the slices themselves.
+fn recounted(state: &ClusterState) -> (usize, BTreeMap<ObjectKey, BTreeSet<ObjectKey>>) {
+    let mut by_service: BTreeMap<ObjectKey, BTreeSet<ObjectKey>> = BTreeMap::new();
+    for (k, s) in state.slices() {
+        by_service
+            .entry(service_of(k, s))
+            .or_default()
+            .insert(k.clone());
+    }
+    let endpoints = state.slices().values().map(|s| s.endpoints.len()).sum();
+    (endpoints, by_service)
+}
+
+fn kept(state: &ClusterState) -> (usize, BTreeMap<ObjectKey, BTreeSet<ObjectKey>>) {
+    let by_service = state
+        .slices_of
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    (state.endpoints, by_service)
+}
+
+#[test]
+fn endpoint_counts_and_slices_by_service_follow_every_change() {
+    let c = id("c1");
+    let mut index = Index::new();
+    let steps: Vec<Box<dyn Fn(&mut Index)>> = vec![
+        Box::new(|i| {
+            i.apply(
+                &c,
+                Object::Slice(key("shop", "web-a"), slice("web", &["10.0.0.1"])),
+            );
+        }),
+        // Grows in place.
+        Box::new(|i| {
+            i.apply(
+                &c,
+                Object::Slice(
+                    key("shop", "web-a"),
+                    slice("web", &["10.0.0.1", "10.0.0.2"]),
+                ),
+            );
+        }),
+        Box::new(|i| {
+            i.apply(
+                &c,
+                Object::Slice(key("shop", "web-b"), slice("web", &["10.0.0.3"])),
+            );
+        }),
+        // Relabelled to another service: leaves web's set, joins api's.
+        Box::new(|i| {
+            i.apply(
+                &c,
+                Object::Slice(key("shop", "web-a"), slice("api", &["10.0.0.9"])),
+            );
+        }),
+        Box::new(|i| {
+            i.delete(&c, Kind::Slice, &key("shop", "web-b"));
+        }),
+        Box::new(|i| {
+            i.reset(
+                &c,
+                ClusterObjects {
+                    slices: vec![
+                        (key("shop", "x-1"), slice("x", &["10.1.0.1", "10.1.0.2"])),
+                        (key("shop", "x-2"), slice("x", &["10.1.0.3"])),
+                    ],
+                    ..ClusterObjects::default()
+                },
+            );
+        }),
+        Box::new(|i| {
+            i.delete(&c, Kind::Slice, &key("shop", "x-1"));
+        }),
+    ];
+    for (n, step) in steps.iter().enumerate() {
+        step(&mut index);
+        let state = &index.clusters[&c];
+        assert_eq!(kept(state), recounted(state), "after step {n}");
+        assert_eq!(index.sizes().endpoints, state.endpoints, "after step {n}");
+        assert_eq!(index.endpoints_of(&c), state.endpoints, "after step {n}");
+    }
+    let state = &index.clusters[&c];
+    let x: Vec<_> = state
+        .slices_of(&key("shop", "x"))
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert_eq!(x, vec![key("shop", "x-2")]);
+    assert_eq!(state.endpoints, 1);
 }

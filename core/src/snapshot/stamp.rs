@@ -136,10 +136,16 @@ impl Snapshot {
                     service_deadline(clusters, view, since).is_some_and(|d| d <= now)
                 })
         };
-        if any_moved || !placed_elsewhere.is_empty() || since.is_some() {
-            let renewed = self.collect_renewals(stale);
-            self.replace_views(renewed);
-        }
+        // Only timed services have deadlines: without a cluster or placement change, they are
+        // the only ones that may be stale.
+        let renewed = if any_moved || !placed_elsewhere.is_empty() {
+            self.collect_renewals(self.all_services(), stale)
+        } else if since.is_some() {
+            self.collect_renewals(self.timed_services(), stale)
+        } else {
+            Vec::new()
+        };
+        self.replace_views(renewed);
     }
 
     /// Whether every answer may differ: another set of clusters (services refer to them by
@@ -184,12 +190,16 @@ impl Snapshot {
 
     /// Gives every view `stale` picks a fresh stamp, retiring its old one.
     fn renew(&mut self, stale: impl Fn(&Arc<ServiceView>) -> bool) {
-        let renewed = self.collect_renewals(|view| stale(view));
+        let renewed = self.collect_renewals(self.all_services(), |view| stale(view));
         self.replace_views(renewed);
     }
 
-    fn collect_renewals(&self, stale: impl Fn(&Arc<ServiceView>) -> bool) -> Vec<Arc<ServiceView>> {
-        self.all_services()
+    fn collect_renewals<'a>(
+        &self,
+        views: impl Iterator<Item = &'a Arc<ServiceView>>,
+        stale: impl Fn(&Arc<ServiceView>) -> bool,
+    ) -> Vec<Arc<ServiceView>> {
+        views
             .filter(|view| stale(view))
             .map(|view| {
                 view.stamp.retire(self.version);
@@ -210,6 +220,13 @@ impl Snapshot {
     /// Every service, in no particular order.
     pub(crate) fn all_services(&self) -> impl Iterator<Item = &Arc<ServiceView>> {
         self.services.values().flat_map(|by_name| by_name.values())
+    }
+
+    /// The services whose policy depends on time (the only ones with deadlines).
+    pub(crate) fn timed_services(&self) -> impl Iterator<Item = &Arc<ServiceView>> {
+        self.timed
+            .iter()
+            .filter_map(|key| self.service(&key.namespace, &key.name))
     }
 }
 

@@ -993,14 +993,15 @@ mod incremental {
                         }
                     }
                     let state = relisted.clusters.remove(&id).unwrap_or_default();
+                    let slices = state
+                        .slices()
+                        .iter()
+                        .map(|(k, v)| (k.clone(), (**v).clone()))
+                        .collect();
                     let objects = ClusterObjects {
                         services: state.services.into_iter().collect(),
                         exports: state.exports.into_iter().collect(),
-                        slices: state
-                            .slices
-                            .into_iter()
-                            .map(|(k, v)| (k, (*v).clone()))
-                            .collect(),
+                        slices,
                         imports: state.imports.into_iter().collect(),
                     };
                     fleet.index.reset(&id, objects);
