@@ -30,7 +30,8 @@
 #      work (the syscalls) is not counted, which is why the CPU split is printed too.
 #
 # Knobs (environment): ROUNDS=3 DURATION=10 LAT_DURATION=10 CG_QUERIES=50000 CG_RATE=3000
-# SERVER_CPU=1 LOAD_CPU=0 KEEP=1 (keep the work directory).
+# SERVER_CPU=1 LOAD_CPU=0 MERIDIAN=path (skip the cargo build and use that binary) KEEP=1 (keep
+# the work directory).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -46,6 +47,7 @@ NX_PERCENT=10
 QUERY_LINES=100000
 
 source "$ROOT/bench/lib.sh"
+source "$ROOT/bench/dns-lib.sh"
 
 # --- prerequisites -----------------------------------------------------------------------
 missing=()
@@ -63,70 +65,14 @@ if ((${#missing[@]})); then
 fi
 [[ $(nproc) -ge 2 ]] || log "warning: fewer than 2 cores; server and load generator share a core"
 
-log "building meridian (release)"
-cargo build --release --quiet --bin meridian
-MERIDIAN=$ROOT/target/release/meridian
-[[ -x $MERIDIAN ]] || die "no $MERIDIAN after the build"
+meridian_binary
 
 # --- work directory and cleanup ------------------------------------------------------------
 bench_workdir dns
 
 # --- the fleet, the zone and the queries ---------------------------------------------------
 log "generating $N_SERVICES services x 3 clusters, the Knot zone and the query files in $WORK"
-python3 - "$WORK" "$N_SERVICES" "$NX_PERCENT" "$QUERY_LINES" "$CG_QUERIES" <<'EOF'
-import os, random, sys
-work, n, nx_pct, lines, cg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-clusters = [("c1", "eu", "eu-1a"), ("c2", "eu", "eu-2a"), ("c3", "us", "us-1a")]
-os.makedirs(f"{work}/fleet/hub")
-with open(f"{work}/fleet/hub/members.yaml", "w") as f:
-    for i, (name, region, zone) in enumerate(clusters, 1):
-        # Clients of each cluster live in 100.64.i.0/24: nobody claims 127.0.0.1.
-        f.write(f"""---
-apiVersion: meridian.io/v1alpha1
-kind: MemberCluster
-metadata: {{name: {name}, labels: {{topology.kubernetes.io/region: {region}, topology.kubernetes.io/zone: {zone}}}}}
-spec:
-  source: {{directory: {{path: ../clusters/{name}}}}}
-  network: {{name: n1, dnsClientCIDRs: [100.64.{i}.0/24]}}
-""")
-def addr(c, s):
-    return f"10.{c}.{s // 250}.{s % 250 + 1}"
-for c, (name, _, zone) in enumerate(clusters, 1):
-    os.makedirs(f"{work}/fleet/clusters/{name}")
-    with open(f"{work}/fleet/clusters/{name}/services.yaml", "w") as f:
-        for s in range(n):
-            f.write(
-                f"---\n{{apiVersion: v1, kind: Service, metadata: {{name: s{s}, namespace: bench}}, spec: {{ports: [{{name: http, port: 80, protocol: TCP}}]}}}}\n"
-                f"---\n{{apiVersion: multicluster.x-k8s.io/v1alpha1, kind: ServiceExport, metadata: {{name: s{s}, namespace: bench}}}}\n"
-                f"---\n{{apiVersion: discovery.k8s.io/v1, kind: EndpointSlice, metadata: {{name: s{s}-{name}, namespace: bench, labels: {{kubernetes.io/service-name: s{s}}}}}, "
-                f"addressType: IPv4, ports: [{{name: http, port: 80, protocol: TCP}}], endpoints: [{{addresses: [{addr(c, s)}], conditions: {{ready: true}}, zone: {zone}}}]}}\n"
-            )
-with open(f"{work}/global.zone", "w") as f:
-    # Same SOA timers and TTL as meridian's (ttl 5; refresh 60, retry 10, expire 3600, minimum = ttl).
-    f.write("$ORIGIN global.\n$TTL 5\n@ SOA ns.global. hostmaster.global. 1 60 10 3600 5\n@ NS ns.global.\nns A 127.0.0.1\n")
-    for s in range(n):
-        for c in range(1, len(clusters) + 1):
-            f.write(f"s{s}.bench A {addr(c, s)}\n")
-rng = random.Random(42)
-def query():
-    if rng.randrange(100) < nx_pct:
-        return f"x{rng.randrange(n)}.bench.global A\n"
-    return f"s{rng.randrange(n)}.bench.global A\n"
-with open(f"{work}/queries.txt", "w") as f:
-    f.writelines(query() for _ in range(lines))
-# Callgrind: one pass over every distinct name of queries.txt (cold cache), then a run of
-# exactly `cg` queries from the same distribution (warm).
-with open(f"{work}/queries.txt") as f:
-    distinct = sorted(set(f))
-with open(f"{work}/cg-cold.txt", "w") as f:
-    f.writelines(distinct)
-# Two more passes: meridian caches one encoded variant per rotation of a 3-address answer.
-with open(f"{work}/cg-fill.txt", "w") as f:
-    f.writelines(distinct + distinct)
-with open(f"{work}/cg-warm.txt", "w") as f:
-    f.writelines(query() for _ in range(cg))
-print(len(distinct), file=open(f"{work}/distinct", "w"))
-EOF
+python3 bench/dns_fleet.py "$WORK" "$N_SERVICES" 0 "$NX_PERCENT" "$QUERY_LINES" "$CG_QUERIES"
 N_DISTINCT=$(cat "$WORK/distinct")
 cat >"$WORK/fleet/meridian.yaml" <<EOF
 hub: {directory: hub}
@@ -140,137 +86,6 @@ MPORT=$(free_port)
 MADMIN=$(free_port)
 KPORT=$(free_port)
 [[ $MPORT != "$KPORT" && $MPORT != "$MADMIN" && $KPORT != "$MADMIN" ]] || die "port clash"
-
-write_knot_conf() { # dir port
-    mkdir -p "$1"
-    cp "$WORK/global.zone" "$1/global.zone"
-    cat >"$1/knot.conf" <<EOF
-server:
-    rundir: "$1"
-    listen: 127.0.0.1@$2
-    udp-workers: 1
-    tcp-workers: 1
-    background-workers: 1
-log:
-  - target: stderr
-    any: warning
-database:
-    storage: "$1"
-template:
-  - id: default
-    storage: "$1"
-    file: "%s.zone"
-    zonefile-sync: -1
-    zonefile-load: whole
-    journal-content: none
-    semantic-checks: off
-zone:
-  - domain: global
-EOF
-}
-
-# start_meridian / start_knot [WRAPPER...]: start in the background on $SERVER_CPU (through
-# WRAPPER, e.g. valgrind); set SERVER_PID.
-start_meridian() { # [wrapper...]
-    MERIDIAN_LOG=warn taskset -c "$SERVER_CPU" "$@" "$MERIDIAN" serve --config "$WORK/fleet/meridian.yaml" \
-        --dns-listen "127.0.0.1:$MPORT" --admin-listen "127.0.0.1:$MADMIN" --dns-udp-workers 1 \
-        >>"$WORK/meridian.log" 2>&1 &
-    SERVER_PID=$!
-    PIDS+=("$SERVER_PID")
-}
-start_knot() { # [wrapper...]
-    write_knot_conf "$WORK/knot" "$KPORT"
-    taskset -c "$SERVER_CPU" "$@" knotd -c "$WORK/knot/knot.conf" >>"$WORK/knot.log" 2>&1 &
-    SERVER_PID=$!
-    PIDS+=("$SERVER_PID")
-}
-stop_server() { # pid
-    kill -TERM "$1" 2>/dev/null || true
-    for _ in $(seq 600); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-    local p keep=()
-    for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
-    PIDS=("${keep[@]}")
-}
-
-# wait_answer PORT PID LOG TIMEOUT: until s0.bench.global A gets NOERROR with 3 addresses.
-wait_answer() {
-    local port=$1 pid=$2 logf=$3 timeout=$4 start=$SECONDS out
-    while ((SECONDS - start < timeout)); do
-        kill -0 "$pid" 2>/dev/null || { tail -20 "$logf" >&2; die "server (pid $pid) exited while starting; log above"; }
-        out=$(kdig @127.0.0.1 -p "$port" +notcp +time=1 +retry=0 +noall +answer s0.bench.global A 2>/dev/null || true)
-        if [[ $(grep -c 'IN[[:space:]]*A[[:space:]]' <<<"$out") == 3 ]]; then return 0; fi
-        sleep 0.2
-    done
-    tail -20 "$logf" >&2
-    die "server on port $port did not answer s0.bench.global with 3 addresses within ${timeout}s"
-}
-
-# Knot pins its UDP worker threads to CPUs itself (worker i on CPU i), which overrides
-# taskset: re-pin every thread of a server once it answers, and check.
-pin_all() { # pid
-    taskset -a -c -p "$SERVER_CPU" "$1" >/dev/null
-    local t bad=0
-    for t in /proc/"$1"/task/*; do
-        [[ $(taskset -c -p "${t##*/}" 2>/dev/null | awk '{print $NF}') == "$SERVER_CPU" ]] || bad=$((bad + 1))
-    done
-    ((bad == 0)) || log "  warning: $bad thread(s) of pid $1 are not on cpu $SERVER_CPU"
-}
-
-check_answers() { # label port qname: answer and authority as sorted "owner type data" words
-    local a
-    a=$(kdig @127.0.0.1 -p "$2" +notcp +norec +noall +answer +authority "$3" A 2>&1 | awk '{print $1, $4, $5}' | sort | tr '\n' ' ')
-    echo "$a"
-}
-
-cpu_ticks() { awk '{print $14 + $15, $14}' "/proc/$1/stat"; }  # "user+system user"
-CLK_TCK=$(getconf CLK_TCK)
-# core_ticks CPU: "busy irq+softirq total" jiffies of one core (/proc/stat).
-core_ticks() { awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9, $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
-sample() { # pid -> "server_ticks|core|load_core|time"
-    echo "$(cpu_ticks "$1")|$(core_ticks "$SERVER_CPU")|$(core_ticks "$LOAD_CPU")|$(date +%s.%N)"
-}
-
-# run_load PID PORT OUT [dnsperf args...]: dnsperf on $LOAD_CPU; prints
-# "qps server_cpu% lost completed server_core_busy% server_core_irq% load_core_busy% server_user%".
-# With -l L (L >= 4) the CPU figures cover seconds 1 .. L-1 of the run (steady state, without
-# start-up and the wait for lost queries at the end); else the whole run.
-run_load() {
-    local pid=$1 port=$2 out=$3; shift 3
-    local dur="" prev="" arg a b dp
-    for arg in "$@"; do [[ $prev == -l ]] && dur=$arg; prev=$arg; done
-    if [[ -n $dur ]] && ((dur >= 4)); then
-        taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "$port" -c 4 -q 200 -t 2 "$@" >"$out" 2>&1 &
-        dp=$!
-        sleep 1
-        a=$(sample "$pid")
-        sleep $((dur - 2))
-        b=$(sample "$pid")
-        wait "$dp" || true
-    else
-        a=$(sample "$pid")
-        taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "$port" -c 4 -q 200 -t 2 "$@" >"$out" 2>&1 || true
-        b=$(sample "$pid")
-    fi
-    local qps lost completed
-    qps=$(awk '/Queries per second:/ {print $4}' "$out")
-    lost=$(awk '/Queries lost:/ {print $3}' "$out")
-    completed=$(awk '/Queries completed:/ {print $3}' "$out")
-    [[ -n $qps ]] || { cat "$out" >&2; die "dnsperf failed (output above)"; }
-    awk -v a="$a" -v b="$b" -v hz="$CLK_TCK" -v q="$qps" -v l="$lost" -v n="$completed" '
-        BEGIN {
-            split(a, x, "|"); split(b, y, "|")
-            split(x[1], px, " "); split(y[1], py, " ")
-            split(x[2], sx, " "); split(y[2], sy, " "); split(x[3], lx, " "); split(y[3], ly, " ")
-            st = sy[3] - sx[3]; lt = ly[3] - lx[3]; dt = (y[4] - x[4]) * hz
-            printf "%.0f %.1f %s %s %.1f %.1f %.1f %.1f\n", q, 100 * (py[1] - px[1]) / dt, l, n,
-                ((st > 0) ? 100 * (sy[1] - sx[1]) / st : 0), ((st > 0) ? 100 * (sy[2] - sx[2]) / st : 0),
-                ((lt > 0) ? 100 * (ly[1] - lx[1]) / lt : 0), 100 * (py[2] - px[2]) / dt
-        }'
-}
-
-median() { sort -g | awk '{a[NR] = $1} END { if (NR == 0) { print "nan"; exit } if (NR % 2) print a[(NR + 1) / 2]; else printf "%.6g\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 # --- 0. how busy is the box already? start both, check they answer the same -------------
 busy_now() { # seconds -> "cpu0% cpu1%" busy over that time
@@ -298,8 +113,8 @@ pin_all "$KPID"
 log "meridian answered after ${M_READY}s"
 
 for name in s0.bench.global s4242.bench.global x1.bench.global; do
-    m=$(check_answers meridian "$MPORT" "$name")
-    k=$(check_answers knot "$KPORT" "$name")
+    m=$(check_answers "$MPORT" "$name")
+    k=$(check_answers "$KPORT" "$name")
     # Compare names, types and addresses (SOA serials differ; compare the first fields only).
     ms=$(kdig @127.0.0.1 -p "$MPORT" +notcp +norec "$name" A | awk '/status:/ {print $6}')
     ks=$(kdig @127.0.0.1 -p "$KPORT" +notcp +norec "$name" A | awk '/status:/ {print $6}')
@@ -500,7 +315,6 @@ for fn, ir in sorted(rows.items(), key=lambda kv: -kv[1])[:n]:
 
 # --- report ------------------------------------------------------------------------------------
 fmt() { awk -v x="$1" 'BEGIN { if (x == "inf") print "inf"; else printf "%.3f", x }'; }
-pf() { if awk "BEGIN { exit !($1) }"; then echo PASS; else echo FAIL; fi; }
 ratio_or_inf() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "inf") print "inf"; else if (b == "inf") print 0; else printf "%.2f", a / b }'; }
 LAT_RATIO=$(ratio_or_inf "$MH_P99" "$KH_P99")
 

@@ -2,11 +2,10 @@
 """Helpers of bench/dns-churn.sh.
 
   dns_churn.py fleet WORK N_SERVICES CHURNED NX_PERCENT QUERY_LINES
-      The fleet of bench/dns.sh (N services x 3 directory members, a hub of MemberClusters),
-      the Knot zone `global.` with the same A records, and the query file; the c1 documents of
-      services s0..s{CHURNED-1} live in files of their own, c1/churn-s<i>.yaml, so a change
-      rewrites one small file. Writes WORK/state-meridian.json and WORK/state-knot.json: the
-      current c1 address of each churned service.
+      The fleet, zone and queries of bench/dns_fleet.py, the c1 documents of services
+      s0..s{CHURNED-1} in files of their own (c1/churn-s<i>.yaml), so a change rewrites one
+      small file. Writes WORK/state-meridian.json and WORK/state-knot.json: the current c1
+      address of each churned service.
 
   dns_churn.py drive meridian|knot STATE RATE DURATION (C1_DIR | KNOT_SOCKET) MAX_BATCH
       Changes one churned service's c1 address RATE times a second for DURATION seconds,
@@ -23,19 +22,11 @@
 import json
 import math
 import os
-import random
 import signal
 import sys
 import time
 
-CLUSTERS = [("c1", "eu", "eu-1a"), ("c2", "eu", "eu-2a"), ("c3", "us", "us-1a")]
-ZONE = "global"
-NS = "bench"
-
-
-def addr(c, s):
-    """The address of service s's endpoint in cluster c (1-based), as bench/dns.sh has it."""
-    return f"10.{c}.{s // 250}.{s % 250 + 1}"
+from dns_fleet import CLUSTERS, NS, ZONE, addr, fleet as dns_fleet, write_churn_file
 
 
 def churn_addr(n):
@@ -43,66 +34,8 @@ def churn_addr(n):
     return f"10.{100 + (n // 62500) % 100}.{(n // 250) % 250}.{n % 250 + 1}"
 
 
-def service_docs(s, cluster, zone, address):
-    return (
-        f"---\n{{apiVersion: v1, kind: Service, metadata: {{name: s{s}, namespace: {NS}}}, spec: {{ports: [{{name: http, port: 80, protocol: TCP}}]}}}}\n"
-        f"---\n{{apiVersion: multicluster.x-k8s.io/v1alpha1, kind: ServiceExport, metadata: {{name: s{s}, namespace: {NS}}}}}\n"
-        f"---\n{{apiVersion: discovery.k8s.io/v1, kind: EndpointSlice, metadata: {{name: s{s}-{cluster}, namespace: {NS}, labels: {{kubernetes.io/service-name: s{s}}}}}, "
-        f"addressType: IPv4, ports: [{{name: http, port: 80, protocol: TCP}}], endpoints: [{{addresses: [{address}], conditions: {{ready: true}}, zone: {zone}}}]}}\n"
-    )
-
-
-def churn_file(c1_dir, s):
-    return os.path.join(c1_dir, f"churn-s{s}.yaml")
-
-
-def write_churn_file(c1_dir, s, address):
-    path = churn_file(c1_dir, s)
-    tmp = os.path.join(c1_dir, f".churn-s{s}.yaml.tmp")
-    with open(tmp, "w") as f:
-        f.write(service_docs(s, CLUSTERS[0][0], CLUSTERS[0][2], address))
-    os.replace(tmp, path)
-
-
 def fleet(work, n, churned, nx_pct, lines):
-    os.makedirs(f"{work}/fleet/hub")
-    with open(f"{work}/fleet/hub/members.yaml", "w") as f:
-        for i, (name, region, zone) in enumerate(CLUSTERS, 1):
-            # Clients of each cluster live in 100.64.i.0/24: nobody claims 127.0.0.1.
-            f.write(f"""---
-apiVersion: meridian.io/v1alpha1
-kind: MemberCluster
-metadata: {{name: {name}, labels: {{topology.kubernetes.io/region: {region}, topology.kubernetes.io/zone: {zone}}}}}
-spec:
-  source: {{directory: {{path: ../clusters/{name}}}}}
-  network: {{name: n1, dnsClientCIDRs: [100.64.{i}.0/24]}}
-""")
-    for c, (name, _, zone) in enumerate(CLUSTERS, 1):
-        d = f"{work}/fleet/clusters/{name}"
-        os.makedirs(d)
-        with open(f"{d}/services.yaml", "w") as f:
-            for s in range(n):
-                if c == 1 and s < churned:
-                    continue
-                f.write(service_docs(s, name, zone, addr(c, s)))
-        if c == 1:
-            for s in range(churned):
-                write_churn_file(d, s, addr(c, s))
-    with open(f"{work}/global.zone", "w") as f:
-        # Same SOA timers and TTL as meridian's (ttl 5; refresh 60, retry 10, expire 3600, minimum = ttl).
-        f.write("$ORIGIN global.\n$TTL 5\n@ SOA ns.global. hostmaster.global. 1 60 10 3600 5\n@ NS ns.global.\nns A 127.0.0.1\n")
-        for s in range(n):
-            for c in range(1, len(CLUSTERS) + 1):
-                f.write(f"s{s}.bench A {addr(c, s)}\n")
-    rng = random.Random(42)
-
-    def query():
-        if rng.randrange(100) < nx_pct:
-            return f"x{rng.randrange(n)}.bench.global A\n"
-        return f"s{rng.randrange(n)}.bench.global A\n"
-
-    with open(f"{work}/queries.txt", "w") as f:
-        f.writelines(query() for _ in range(lines))
+    dns_fleet(work, n, churned, nx_pct, lines)
     state = {"changes": 0, "next": 0, "c1": {str(s): addr(1, s) for s in range(churned)},
              # Addresses of the other clusters: the whole answer a churned name should get.
              "others": {str(s): [addr(c, s) for c in range(2, len(CLUSTERS) + 1)] for s in range(churned)}}
