@@ -97,6 +97,8 @@ struct Zone {
     cfg: ZoneConfig,
     text: String,
     apex: Name,
+    /// The apex in wire format, lower-case, with its root label (`answer::fast`).
+    apex_wire: Box<[u8]>,
     ns_name: Name,
     soa_rname: Name,
     labels: usize,
@@ -178,6 +180,7 @@ impl Answerer {
                     ns_name: child("ns"),
                     soa_rname: child("hostmaster"),
                     labels: usize::from(apex.num_labels()),
+                    apex_wire: wire_name(&apex),
                     apex,
                 }
             })
@@ -405,8 +408,13 @@ impl Answerer {
         resp.rcode(code)
     }
 
+    /// The SOA serial of a snapshot: it grows with every snapshot and across restarts.
+    fn serial(&self, snap: &Snapshot) -> u32 {
+        self.serial_base.wrapping_add(snap.version as u32)
+    }
+
     fn soa(&self, snap: &Snapshot, zone: &Zone) -> Record {
-        let serial = self.serial_base.wrapping_add(snap.version as u32);
+        let serial = self.serial(snap);
         Record::from_rdata(
             zone.apex.clone(),
             self.cfg.ttl,
@@ -427,8 +435,8 @@ impl Answerer {
             snap,
             zone,
             client,
-            rotation,
             now,
+            ..
         } = ask;
         let ttl = self.cfg.ttl;
         match target {
@@ -473,26 +481,7 @@ impl Answerer {
                     return Found::nodata();
                 }
                 let ttl = view.policy.ttl.unwrap_or(ttl);
-                let import = client
-                    .and_then(ClientPlace::cluster)
-                    .and_then(|c| view.import_of(c));
-                if let (Style::Clusterset, false, Some(ips)) =
-                    (zone.cfg.style, view.headless, import)
-                {
-                    return Found::answers(
-                        ips.iter()
-                            .filter_map(|ip| address_record(name, ttl, *ip, qtype))
-                            .collect(),
-                    );
-                }
-                let groups = first_tier_addresses(view, &sel, qtype);
-                let n: usize = groups.iter().map(|(_, a)| a.len()).sum();
-                let rotations = n.clamp(1, MAX_ROTATIONS);
-                let mut addrs = weighted_rotation(&groups, rotation % rotations, rotations);
-                let cap = view.policy.max_answers.unwrap_or(self.cfg.max_answers) as usize;
-                if cap > 0 {
-                    addrs.truncate(cap);
-                }
+                let (addrs, rotations) = self.service_addresses(ask, view, &sel, qtype);
                 Found::Records {
                     answers: addrs
                         .into_iter()
@@ -632,6 +621,35 @@ impl Answerer {
                 }
             }
         }
+    }
+
+    /// What a service name answers A or AAAA with for this client (both families may be in
+    /// the list: the caller keeps the asked one), in rotation `ask.rotation`, and how many
+    /// rotations the answer has. MCS: a client cluster that imports a ClusterSetIP service
+    /// gets the import's addresses.
+    fn service_addresses(
+        &self,
+        ask: Ask<'_>,
+        view: &ServiceView,
+        sel: &Selection,
+        qtype: RecordType,
+    ) -> (Vec<IpAddr>, usize) {
+        let import = ask
+            .client
+            .and_then(ClientPlace::cluster)
+            .and_then(|c| view.import_of(c));
+        if let (Style::Clusterset, false, Some(ips)) = (ask.zone.cfg.style, view.headless, import) {
+            return (ips.to_vec(), 1);
+        }
+        let groups = first_tier_addresses(view, sel, qtype);
+        let n: usize = groups.iter().map(|(_, a)| a.len()).sum();
+        let rotations = n.clamp(1, MAX_ROTATIONS);
+        let mut addrs = weighted_rotation(&groups, ask.rotation % rotations, rotations);
+        let cap = view.policy.max_answers.unwrap_or(self.cfg.max_answers) as usize;
+        if cap > 0 {
+            addrs.truncate(cap);
+        }
+        (addrs, rotations)
     }
 
     /// MCS: a ClusterSetIP service's SRV points at the service name itself.
@@ -890,6 +908,17 @@ fn relative_labels(name: &Name, zone_labels: usize) -> Option<Vec<&str>> {
         .collect()
 }
 
+/// A name in wire format, lower-case, uncompressed.
+fn wire_name(name: &Name) -> Box<[u8]> {
+    let mut wire = Vec::new();
+    for label in name.iter() {
+        wire.push(label.len() as u8);
+        wire.extend(label.iter().map(u8::to_ascii_lowercase));
+    }
+    wire.push(0);
+    wire.into_boxed_slice()
+}
+
 fn is_address(qtype: RecordType) -> bool {
     matches!(qtype, RecordType::A | RecordType::AAAA)
 }
@@ -1053,6 +1082,8 @@ fn select(
 ) -> Selection {
     select_for(snap, view, &meridian_core::Client::at(snap, client), now)
 }
+
+mod fast;
 
 #[cfg(test)]
 mod tests;

@@ -39,6 +39,8 @@ pub struct DnsMetrics {
     slots: Vec<OnceLock<Counter>>,
     pub cache_hits: Counter,
     pub cache_misses: Counter,
+    /// Misses the fast encoder answered (`answer::fast`); the others took the full path.
+    pub quick_answers: Counter,
     dropped: Family<ReasonLabels, Counter>,
     /// TCP connections meridian closed, by reason: the listener's metrics count its own
     /// deadlines; these are the protocol's (a query not whole in time, a reply not taken,
@@ -105,6 +107,7 @@ impl DnsMetrics {
             queries: Family::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
+            quick_answers: Counter::default(),
             dropped: Family::default(),
             tcp_closed: Family::default(),
         };
@@ -122,6 +125,11 @@ impl DnsMetrics {
             "answer_cache_misses",
             "UDP queries that had to be answered in full",
             metrics.cache_misses.clone(),
+        );
+        registry.register(
+            "answer_quick",
+            "UDP cache misses answered by the fast encoder (address questions and NXDOMAIN); the other misses take the full path",
+            metrics.quick_answers.clone(),
         );
         registry.register(
             "dropped",

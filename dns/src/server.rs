@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use hickory_proto::op::{MessageType, ResponseCode};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
-use meridian_core::{Snapshot, Stamp};
+use meridian_core::{ClientPlace, Snapshot, Stamp};
 use meridian_listen::Listener;
 use moka::sync::Cache;
 use nix::errno::Errno;
@@ -167,9 +167,12 @@ impl Dns {
             }
         }
         self.metrics.cache_misses.inc();
-        let Some(answered) = self.answer_full(&snap, raw, src.ip(), Transport::Udp, rotation, out)
-        else {
-            return false;
+        let answered = match self.answer_quick(&snap, raw, &hot, client, rotation, out) {
+            Some(answered) => answered,
+            None => match self.answer_full(&snap, raw, src.ip(), Transport::Udp, rotation, out) {
+                Some(answered) => answered,
+                None => return false,
+            },
         };
         if answered.cacheable {
             // An entry of this version whose rotation was missing gets it filled in.
@@ -194,6 +197,37 @@ impl Dns {
             }
         }
         true
+    }
+
+    /// The common miss (an address question about a service, or NXDOMAIN), decided as the
+    /// full path decides and encoded without hickory (`answer::fast`); `None` leaves the
+    /// request to the full path.
+    fn answer_quick(
+        &self,
+        snap: &Snapshot,
+        raw: &[u8],
+        hot: &wire::HotQuery,
+        client: Option<ClientPlace>,
+        rotation: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<Answered> {
+        let quick =
+            self.answerer
+                .respond_quick(snap, raw, hot, client, rotation, Instant::now(), out)?;
+        let slot = self.metrics.slot(
+            Some(quick.zone),
+            Some(quick.qtype),
+            quick.rcode,
+            Transport::Udp,
+        );
+        self.metrics.count(slot);
+        self.metrics.quick_answers.inc();
+        Some(Answered {
+            slot,
+            cacheable: true,
+            rotations: quick.rotations,
+            depends: quick.depends,
+        })
     }
 
     /// The full path for one datagram: parse, answer, encode. Also what the fuzz target drives.

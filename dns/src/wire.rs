@@ -180,6 +180,39 @@ pub struct HotQuery {
     pub name_end: usize,
 }
 
+impl HotQuery {
+    /// The question name in wire format, lower-case, with its root label.
+    pub fn name(&self) -> &[u8] {
+        &self.key.buf[..self.name_end - 12]
+    }
+
+    fn u16_at(&self, at: usize) -> u16 {
+        u16::from_be_bytes([self.key.buf[at], self.key.buf[at + 1]])
+    }
+
+    pub fn qtype(&self) -> u16 {
+        self.u16_at(self.name_end - 12)
+    }
+
+    pub fn qclass(&self) -> u16 {
+        self.u16_at(self.name_end - 12 + 2)
+    }
+
+    /// The UDP size limit of the reply: the client's EDNS payload clamped to 512..=1232, or
+    /// 512 without EDNS.
+    pub fn limit(&self) -> u16 {
+        match self.u16_at(self.name_end - 12 + 5) {
+            0 => 512,
+            limit => limit,
+        }
+    }
+
+    /// Whether the request had an OPT record (the reply then carries one).
+    pub fn has_edns(&self) -> bool {
+        self.u16_at(self.name_end - 12 + 5) != 0
+    }
+}
+
 /// Parses a plain query — one question, no compression, at most an OPT record without
 /// EDNS Client Subnet — into a cache key. Anything else returns `None` and takes the full
 /// path.

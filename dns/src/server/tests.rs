@@ -267,3 +267,90 @@ fn a_snapshot_nobody_restamped_holds_answers_for_its_version_only() {
     assert!(!churn.ask("api").2, "a new unstamped version keeps nothing");
     assert!(churn.ask("api").2, "within one version, answers are cached");
 }
+
+/// shop/web in eu-1 (2 addresses) and us-1 (3); shop/dual in eu-1 with an IPv4 and an IPv6
+/// endpoint; shop/db, headless, in us-1.
+fn quick_fleet() -> Snapshot {
+    let mut fleet = FleetBuilder::new();
+    let eu = ClusterSpec {
+        dns_client_cidrs: vec!["127.0.1.0/24".parse().unwrap()],
+        ..cluster("eu-1", "eu", "eu-1a")
+    };
+    let us = ClusterSpec {
+        dns_client_cidrs: vec!["127.0.3.0/24".parse().unwrap()],
+        ..cluster("us-1", "us", "us-1a")
+    };
+    fleet.add(eu, 2).add(us, 3);
+    fleet
+        .export("eu-1", "dual", svc(false, &[("http", 80)]), 0)
+        .slice(
+            "eu-1",
+            "dual-1",
+            "dual",
+            vec![http_ep("10.9.0.1", true), http_ep("fd00::9", true)],
+        )
+        .export("us-1", "db", svc(true, &[("tcp", 5432)]), 0)
+        .slice("us-1", "db-1", "db", vec![http_ep("10.8.0.1", true)]);
+    fleet.snapshot()
+}
+
+/// A query with the given flags and, with `payload`, an OPT record.
+fn raw_query(name: &str, qtype: RecordType, rd: bool, cd: bool, payload: Option<u16>) -> Vec<u8> {
+    let mut m = Message::new(0x4242, MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+    if let Some(payload) = payload {
+        let mut edns = hickory_proto::op::Edns::new();
+        edns.set_max_payload(payload);
+        m.edns = Some(edns);
+    }
+    let mut raw = m.to_vec().unwrap();
+    raw[2] = (raw[2] & !0x01) | u8::from(rd);
+    raw[3] = (raw[3] & !0x10) | if cd { 0x10 } else { 0 };
+    raw
+}
+
+#[test]
+fn a_quick_miss_gives_the_full_paths_bytes() {
+    let snap = Arc::new(quick_fleet());
+    // (name, whether the fast encoder covers it)
+    let names = [
+        ("web.shop.global.", true),
+        ("WeB.sHoP.GLOBAL.", true),
+        ("dual.shop.global.", true),
+        ("web.shop.svc.clusterset.local.", true),
+        ("db.shop.svc.clusterset.local.", true),
+        ("nothere.shop.global.", true),
+        ("nothere.shop.svc.clusterset.local.", true),
+        ("a.b.global.", true),
+        // A cluster's name, a name too deep for a service, the apex: the full path.
+        ("eu-1.web.shop.global.", false),
+        ("a.b.c.d.e.global.", false),
+        ("global.", false),
+    ];
+    let mut quick = 0;
+    for (name, covered) in names {
+        for qtype in [RecordType::A, RecordType::AAAA, RecordType::SRV] {
+            for payload in [None, Some(512), Some(4096)] {
+                for (rd, cd) in [(true, false), (false, true)] {
+                    for from in ["127.0.1.9", "127.0.3.4", "192.0.2.1"] {
+                        let (_tx, rx) = watch::channel(snap.clone());
+                        let dns = Dns::new(DnsConfig::default(), 1, rx, &mut Registry::default());
+                        let raw = raw_query(name, qtype, rd, cd, payload);
+                        let src = SocketAddr::new(from.parse().unwrap(), 5353);
+                        let mut out = Vec::new();
+                        assert!(dns.handle_udp(&raw, src, &mut out));
+                        let full = dns.answer_bytes(&raw, src.ip()).unwrap();
+                        let what =
+                            format!("{name} {qtype} edns {payload:?} rd {rd} cd {cd} from {from}");
+                        assert_eq!(out, full, "{what}: the quick and the full path differ");
+                        let was_quick = dns.metrics.quick_answers.get() == 1;
+                        let expected = covered && qtype != RecordType::SRV;
+                        assert_eq!(was_quick, expected, "{what}: answered quick?");
+                        quick += u64::from(was_quick);
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(quick, 8 * 2 * 3 * 2 * 3);
+}
