@@ -26,10 +26,12 @@
 #      query of each name, meridian's cache-miss path), after two more passes (fills meridian's
 #      one-cache-slot-per-rotation; not reported) and after $CG_QUERIES queries drawn like the
 #      query file (warm: the steady state the rate rounds see; this one is held against the
-#      budget). Ir = user-space instructions of all threads, idle threads included; kernel
+#      budget); then, from a fresh start, $CG_MIX_A random queries and $CG_MIX_B more (cold
+#      mix: a quarter of them a name's first question; issue 11's budget). Ir = user-space instructions of all threads, idle threads included; kernel
 #      work (the syscalls) is not counted, which is why the CPU split is printed too.
 #
-# Knobs (environment): ROUNDS=3 DURATION=10 LAT_DURATION=10 CG_QUERIES=50000 CG_RATE=3000
+# Knobs (environment): ROUNDS=3 DURATION=10 LAT_DURATION=10 CG_QUERIES=50000 CG_MIX_A=5000
+# CG_MIX_B=20000 CG_RATE=3000
 # SERVER_CPU=1 LOAD_CPU=0 MERIDIAN=path (skip the cargo build and use that binary) KEEP=1 (keep
 # the work directory).
 set -euo pipefail
@@ -41,6 +43,8 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 LAT_DURATION=${LAT_DURATION:-10}
 CG_QUERIES=${CG_QUERIES:-50000}
+CG_MIX_A=${CG_MIX_A:-5000}
+CG_MIX_B=${CG_MIX_B:-20000}
 SERVER_CPU=${SERVER_CPU:-1}
 LOAD_CPU=${LOAD_CPU:-0}
 NX_PERCENT=10
@@ -72,7 +76,7 @@ bench_workdir dns
 
 # --- the fleet, the zone and the queries ---------------------------------------------------
 log "generating $N_SERVICES services x 3 clusters, the Knot zone and the query files in $WORK"
-python3 bench/dns_fleet.py "$WORK" "$N_SERVICES" 0 "$NX_PERCENT" "$QUERY_LINES" "$CG_QUERIES"
+python3 bench/dns_fleet.py "$WORK" "$N_SERVICES" 0 "$NX_PERCENT" "$QUERY_LINES" "$CG_QUERIES" "$CG_MIX_A" "$CG_MIX_B"
 N_DISTINCT=$(cat "$WORK/distinct")
 cat >"$WORK/fleet/meridian.yaml" <<EOF
 hub: {directory: hub}
@@ -229,11 +233,21 @@ stop_server "$KPID"
 
 # --- 3. instructions per query under callgrind ----------------------------------------------
 # A server under callgrind is ~50x slower: queries go at a modest rate so none is lost.
-# Counters are dumped (and zeroed) with callgrind_control: .1 start-up until the first answer,
-# .2 cold pass (first query of every distinct name: meridian's miss path), .3 two more passes
-# (fills meridian's per-rotation cache slots; not reported), .4 the warm run of $CG_QUERIES.
+# Counters are dumped (and zeroed) with callgrind_control after each phase; .1 is the start-up
+# until the first answer. Two runs per server:
+#   run 1: .2 cold pass (first query of every distinct name: meridian's miss path), .3 two more
+#          passes (fills meridian's per-rotation cache slots; not reported), .4 the warm run of
+#          $CG_QUERIES (the steady state the rate rounds see);
+#   run 2, from a fresh start: .2 the first $CG_MIX_A random queries, .3 the next $CG_MIX_B
+#          (cold mix: the difference between a run of $CG_MIX_A and one of $((CG_MIX_A + CG_MIX_B))
+#          queries drawn like the query file, so about a quarter are a name's first question).
 CG_RATE=${CG_RATE:-3000}
 cg_total() { awk '/^(summary|totals):/ {print $2; exit}' "$1"; }
+# The answer cache's misses and the misses the fast encoder took, from meridian's metrics.
+cache_counters() {
+    curl -s --max-time 30 "http://127.0.0.1:$MADMIN/metrics" |
+        awk '{ v[$1] = $2 } END { printf "%d %d\n", v["meridian_dns_answer_cache_misses_total"], v["meridian_dns_answer_quick_total"] }'
+}
 cg_phase() { # pid dir name queries-file -> completed count; then dumps
     local pid=$1 dir=$2 phase=$3 file=$4 n lost
     read -r _ _ lost n _ < <(run_load "$pid" "$PORT_CG" "$dir/$phase.txt" -d "$file" -n 1 -Q "$CG_RATE" -t 10)
@@ -242,47 +256,69 @@ cg_phase() { # pid dir name queries-file -> completed count; then dumps
     [[ $lost == 0 ]] || log "  warning: $lost queries lost in the $phase phase (not counted)"
     echo "$n"
 }
-# callgrind_measure NAME START_FN PORT: writes "startup_ir cold_ir cold_n warm_ir warm_n" to
-# $WORK/cg-NAME/result (runs in the main shell, so the EXIT trap knows the server's pid).
+# callgrind_measure NAME START_FN PORT PHASE...: one server run under callgrind, queried with
+# $WORK/cg-PHASE.txt for each PHASE in turn; writes "startup_ir" then "ir queries misses quick"
+# per phase (misses and quick: meridian's counters over the phase, 0 for Knot) to
+# $WORK/cg-NAME-RUN/result, RUN being the first phase (runs in the main shell, so the EXIT
+# trap knows the server's pid).
 callgrind_measure() {
-    local name=$1 start=$2 dir="$WORK/cg-$1" logf
+    local name=$1 start=$2 dir="$WORK/cg-$1-$4" logf phase
     PORT_CG=$3
+    shift 3
     mkdir -p "$dir"
     $start valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" --dump-instr=no --collect-jumps=no
     local pid=$SERVER_PID
     if [[ $name == meridian ]]; then logf="$WORK/meridian.log"; else logf="$WORK/knot.log"; fi
-    wait_answer "$PORT_CG" "$pid" "$logf" 500
+    wait_answer "$PORT_CG" "$pid" "$logf" 1500
     pin_all "$pid"
     callgrind_control --dump=startup "$pid" >/dev/null
     sleep 1
-    local cold_n warm_n
-    cold_n=$(cg_phase "$pid" "$dir" cold "$WORK/cg-cold.txt")
-    cg_phase "$pid" "$dir" fill "$WORK/cg-fill.txt" >/dev/null
-    warm_n=$(cg_phase "$pid" "$dir" warm "$WORK/cg-warm.txt")
+    local counts=() before after n
+    for phase in "$@"; do
+        before="0 0" after="0 0"
+        [[ $name == meridian ]] && before=$(cache_counters)
+        n=$(cg_phase "$pid" "$dir" "$phase" "$WORK/cg-$phase.txt")
+        [[ $name == meridian ]] && after=$(cache_counters)
+        counts+=("$n $(awk -v a="$before" -v b="$after" 'BEGIN { split(a, x, " "); split(b, y, " "); print y[1] - x[1], y[2] - x[2] }')")
+    done
     stop_server "$pid"
-    local startup cold warm
-    startup=$(cg_total "$dir/callgrind.out.1")
-    cold=$(cg_total "$dir/callgrind.out.2")
-    warm=$(cg_total "$dir/callgrind.out.4")
-    [[ -n $startup && -n $cold && -n $warm ]] || { ls -l "$dir" >&2; die "callgrind dumps missing for $name"; }
-    echo "$startup $cold $cold_n $warm $warm_n" >"$dir/result"
+    local i=1 result total
+    result=$(cg_total "$dir/callgrind.out.1")
+    [[ -n $result ]] || { ls -l "$dir" >&2; die "callgrind start-up dump missing for $name"; }
+    for n in "${counts[@]}"; do
+        i=$((i + 1))
+        total=$(cg_total "$dir/callgrind.out.$i")
+        [[ -n $total ]] || { ls -l "$dir" >&2; die "callgrind dump $i missing for $name"; }
+        result+=" $total $n"
+    done
+    echo "$result" >"$dir/result"
 }
 log "callgrind: meridian (start-up; cold pass over $N_DISTINCT names; 2 fill passes; $CG_QUERIES warm queries; at $CG_RATE q/s)"
-callgrind_measure meridian start_meridian "$MPORT"
-read -r MCG_START MCG_COLD MCG_COLD_N MCG_WARM MCG_WARM_N <"$WORK/cg-meridian/result"
+callgrind_measure meridian start_meridian "$MPORT" cold fill warm
+read -r MCG_START MCG_COLD MCG_COLD_N _ _ _ _ _ _ MCG_WARM MCG_WARM_N _ <"$WORK/cg-meridian-cold/result"
 log "  meridian: start-up $MCG_START Ir; cold $MCG_COLD Ir / $MCG_COLD_N; warm $MCG_WARM Ir / $MCG_WARM_N"
-log "callgrind: knot"
-callgrind_measure knot start_knot "$KPORT"
-read -r KCG_START KCG_COLD KCG_COLD_N KCG_WARM KCG_WARM_N <"$WORK/cg-knot/result"
-log "  knot: start-up $KCG_START Ir; cold $KCG_COLD Ir / $KCG_COLD_N; warm $KCG_WARM Ir / $KCG_WARM_N"
+log "callgrind: meridian again (start-up; $CG_MIX_A then $CG_MIX_B random queries)"
+callgrind_measure meridian start_meridian "$MPORT" mix-a mix-b
+read -r _ _ _ _ _ MCG_MIX MCG_MIX_N MCG_MIX_MISSES MCG_MIX_QUICK <"$WORK/cg-meridian-mix-a/result"
+log "  meridian: cold mix $MCG_MIX Ir / $MCG_MIX_N ($MCG_MIX_MISSES misses, $MCG_MIX_QUICK of them by the fast encoder)"
+log "callgrind: knot (the same two runs)"
+callgrind_measure knot start_knot "$KPORT" cold fill warm
+read -r KCG_START KCG_COLD KCG_COLD_N _ _ _ _ _ _ KCG_WARM KCG_WARM_N _ <"$WORK/cg-knot-cold/result"
+callgrind_measure knot start_knot "$KPORT" mix-a mix-b
+read -r _ _ _ _ _ KCG_MIX KCG_MIX_N _ _ <"$WORK/cg-knot-mix-a/result"
+log "  knot: start-up $KCG_START Ir; cold $KCG_COLD Ir / $KCG_COLD_N; warm $KCG_WARM Ir / $KCG_WARM_N; cold mix $KCG_MIX Ir / $KCG_MIX_N"
 per() { awk -v ir="$1" -v n="$2" 'BEGIN { printf "%.0f", ir / n }'; }
 M_IPQ=$(per "$MCG_WARM" "$MCG_WARM_N"); M_IPQ_COLD=$(per "$MCG_COLD" "$MCG_COLD_N")
 K_IPQ=$(per "$KCG_WARM" "$KCG_WARM_N"); K_IPQ_COLD=$(per "$KCG_COLD" "$KCG_COLD_N")
+M_IPQ_MIX=$(per "$MCG_MIX" "$MCG_MIX_N"); K_IPQ_MIX=$(per "$KCG_MIX" "$KCG_MIX_N")
 # What a naive "total Ir / queries" would say for a run of start-up + $CG_QUERIES queries.
 M_IPQ_ALL=$(awk -v a="$MCG_START" -v c="$MCG_WARM" -v m="$MCG_WARM_N" 'BEGIN { printf "%.0f", (a + c) / m }')
 K_IPQ_ALL=$(awk -v a="$KCG_START" -v c="$KCG_WARM" -v m="$KCG_WARM_N" 'BEGIN { printf "%.0f", (a + c) / m }')
 IPQ_RATIO=$(awk -v m="$M_IPQ" -v k="$K_IPQ" 'BEGIN { printf "%.2f", m / k }')
 IPQ_RATIO_COLD=$(awk -v m="$M_IPQ_COLD" -v k="$K_IPQ_COLD" 'BEGIN { printf "%.2f", m / k }')
+IPQ_RATIO_MIX=$(awk -v m="$M_IPQ_MIX" -v k="$K_IPQ_MIX" 'BEGIN { printf "%.2f", m / k }')
+# A miss's own cost in the cold mix: what the mix cost beyond its hits at the warm rate.
+M_PER_MISS=$(awk -v ir="$MCG_MIX" -v n="$MCG_MIX_N" -v m="$MCG_MIX_MISSES" -v w="$M_IPQ" 'BEGIN { printf "%.0f", (m > 0) ? (ir - (n - m) * w) / m : 0 }')
 
 # callgrind_annotate counts the "calls=0" records callgrind writes for frames that were on the
 # stack at a dump as self cost (it shows e.g. clone() with 100 %): make them ordinary call
@@ -333,6 +369,9 @@ printf '%-52s %15s %15s\n' "load-generator core busy, %" "$M_LCORE" "$K_LCORE"
 printf '%-52s %15s %15s %8s\n' "answers per server CPU-second (median of rounds)" "$M_EFF" "$K_EFF" "$EFF_RATIO"
 printf '%-52s %15s %15s %8s\n' "Ir/query, warm ($MCG_WARM_N queries)" "$M_IPQ" "$K_IPQ" "$IPQ_RATIO"
 printf '%-52s %15s %15s %8s\n' "Ir/query, cold (first query of each of $N_DISTINCT names)" "$M_IPQ_COLD" "$K_IPQ_COLD" "$IPQ_RATIO_COLD"
+printf '%-52s %15s %15s %8s\n' "Ir/query, cold mix (queries $((CG_MIX_A + 1))..$((CG_MIX_A + CG_MIX_B)) from start)" "$M_IPQ_MIX" "$K_IPQ_MIX" "$IPQ_RATIO_MIX"
+printf '%-52s %15s\n' "  meridian: misses in it / by the fast encoder" "$MCG_MIX_MISSES / $MCG_MIX_QUICK"
+printf '%-52s %15s %15s\n' "  Ir per miss (beyond the warm rate), Knot's query" "$M_PER_MISS" "$K_IPQ_MIX"
 printf '%-52s %15s %15s\n' "Ir, start-up until the first answer" "$MCG_START" "$KCG_START"
 printf '%-52s %15s %15s\n' "Ir/query, (start-up + warm run) / warm queries" "$M_IPQ_ALL" "$K_IPQ_ALL"
 printf '%-52s %15s %15s\n' "p50 / p99 ms at 80 % of meridian's top ($L80 q/s)" "$(fmt "$M80_P50") / $(fmt "$M80_P99")" "-"
@@ -344,14 +383,15 @@ echo "DESIGN §8 budgets:"
 if ((INCONCLUSIVE)); then rate_note="; a server core was not saturated (see notes), so also compare per server CPU-second: $EFF_RATIO x [$(pf "$EFF_RATIO >= 0.8")]"; else rate_note="; per server CPU-second $EFF_RATIO x"; fi
 echo "  [$(pf "$RATE_RATIO >= 0.8")] DNS answers per second, one server core, 10k services x 3 endpoints: >= 0.8 x Knot   ($RATE_RATIO x$rate_note)"
 echo "  [$(pf "$IPQ_RATIO <= 1.25")] DNS user-space instructions per query (callgrind): <= 1.25 x Knot's   ($IPQ_RATIO x warm; cold $IPQ_RATIO_COLD x)"
+echo "  [$(pf "$IPQ_RATIO_MIX <= 1.25")] DNS user-space instructions per query, cold mix (issue 11): <= 1.25 x Knot's   ($IPQ_RATIO_MIX x)"
 if [[ $LAT_RATIO == inf ]]; then lat_pf=FAIL; else lat_pf=$(pf "$LAT_RATIO <= 1.5"); fi
 echo "  [$lat_pf] DNS latency at half of Knot's top rate: p99 <= 1.5 x Knot's p99 at the same rate   ($LAT_RATIO x)"
 echo
 echo "meridian, top 15 functions by self Ir, warm run:"
-top_functions "$WORK/cg-meridian/callgrind.out.4" 15
+top_functions "$WORK/cg-meridian-cold/callgrind.out.4" 15
 echo "meridian, top 15 functions by self Ir, cold pass (miss path):"
-top_functions "$WORK/cg-meridian/callgrind.out.2" 15
+top_functions "$WORK/cg-meridian-cold/callgrind.out.2" 15
 echo "meridian, top 10 functions by self Ir, start-up:"
-top_functions "$WORK/cg-meridian/callgrind.out.1" 10
+top_functions "$WORK/cg-meridian-cold/callgrind.out.1" 10
 echo "knot, top 10 functions by self Ir, warm run:"
-top_functions "$WORK/cg-knot/callgrind.out.4" 10
+top_functions "$WORK/cg-knot-cold/callgrind.out.4" 10

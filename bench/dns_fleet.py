@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The DNS benchmarks' fleet (bench/dns.sh, bench/dns-churn.sh).
 
-  dns_fleet.py WORK N_SERVICES CHURNED NX_PERCENT QUERY_LINES [CG_QUERIES]
+  dns_fleet.py WORK N_SERVICES CHURNED NX_PERCENT QUERY_LINES [CG_QUERIES MIX_A MIX_B]
 
 N services in namespace `bench`, each exported from three directory members (c1, c2, c3) with
 one endpoint per cluster, and a hub of MemberClusters whose DNS clients live in 100.64.i.0/24
@@ -15,7 +15,8 @@ one endpoint per cluster, and a hub of MemberClusters whose DNS clients live in 
     that do not exist, type A;
   - with CG_QUERIES, the callgrind query files of bench/dns.sh: cg-cold.txt (every distinct
     name of queries.txt once), cg-fill.txt (twice more), cg-warm.txt (CG_QUERIES queries drawn
-    like queries.txt), and WORK/distinct (their count).
+    like queries.txt), cg-mix-a.txt and cg-mix-b.txt (MIX_A, then MIX_B more, drawn the same
+    way: the cold mix), and WORK/distinct (their count).
 """
 
 import os
@@ -91,7 +92,7 @@ def write_zone(work, n):
                 f.write(f"s{s}.bench A {addr(c, s)}\n")
 
 
-def write_queries(work, n, nx_pct, lines, cg):
+def write_queries(work, n, nx_pct, lines, cg, mix):
     rng = random.Random(42)
 
     def query():
@@ -112,25 +113,30 @@ def write_queries(work, n, nx_pct, lines, cg):
         f.writelines(distinct + distinct)
     with open(f"{work}/cg-warm.txt", "w") as f:
         f.writelines(query() for _ in range(cg))
+    for part, count in zip(("a", "b"), mix):
+        with open(f"{work}/cg-mix-{part}.txt", "w") as f:
+            f.writelines(query() for _ in range(count))
     with open(f"{work}/distinct", "w") as f:
         print(len(distinct), file=f)
 
 
-def fleet(work, n, churned, nx_pct, lines, cg=None):
+def fleet(work, n, churned, nx_pct, lines, cg=None, mix=(0, 0)):
     write_members(work)
     write_clusters(work, n, churned)
     write_zone(work, n)
-    write_queries(work, n, nx_pct, lines, cg)
+    write_queries(work, n, nx_pct, lines, cg, mix)
 
 
 def main():
-    if len(sys.argv) not in (6, 7):
+    if len(sys.argv) not in (6, 9):
         sys.exit(__doc__)
     work, n, churned, nx, lines = sys.argv[1], *map(int, sys.argv[2:6])
-    cg = int(sys.argv[6]) if len(sys.argv) == 7 else None
+    cg, mix = None, (0, 0)
+    if len(sys.argv) == 9:
+        cg, mix = int(sys.argv[6]), (int(sys.argv[7]), int(sys.argv[8]))
     if not 0 <= churned <= n:
         sys.exit(f"CHURNED must be 0..{n}")
-    fleet(work, n, churned, nx, lines, cg)
+    fleet(work, n, churned, nx, lines, cg, mix)
 
 
 if __name__ == "__main__":

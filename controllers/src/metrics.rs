@@ -100,6 +100,16 @@ pub struct MemberLabels {
 pub struct WritebackMetrics {
     pub rounds: Family<ApplyLabels, Counter>,
     pub failing: Family<MemberLabels, Gauge>,
+    /// Services whose objects a round built: every one in a full round, else those that
+    /// changed since the member's last complete round.
+    pub services: Family<ScopeLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabels {
+    pub cluster: String,
+    /// full, changed.
+    pub scope: &'static str,
 }
 
 impl WritebackMetrics {
@@ -115,7 +125,25 @@ impl WritebackMetrics {
             "1 while the member's last write-back round failed (it is retried), else 0",
             m.failing.clone(),
         );
+        registry.register(
+            "services",
+            "Services whose objects a write-back round built, by member and scope (full: every service; changed: those whose views changed since the member's last complete round)",
+            m.services.clone(),
+        );
         m
+    }
+
+    /// A round is about to build the objects of `services` services.
+    pub fn scope(&self, cluster: &ClusterId, full: bool, services: usize) {
+        for scope in ["full", "changed"] {
+            let counter = self.services.get_or_create(&ScopeLabels {
+                cluster: cluster.to_string(),
+                scope,
+            });
+            if scope == if full { "full" } else { "changed" } {
+                counter.inc_by(services as u64);
+            }
+        }
     }
 
     pub fn round(&self, cluster: &ClusterId, ok: bool) {
@@ -148,5 +176,11 @@ impl WritebackMetrics {
         self.failing.remove(&MemberLabels {
             cluster: cluster.to_string(),
         });
+        for scope in ["full", "changed"] {
+            self.services.remove(&ScopeLabels {
+                cluster: cluster.to_string(),
+                scope,
+            });
+        }
     }
 }

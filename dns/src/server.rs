@@ -7,6 +7,9 @@
 //!  UDP ─► hot_query (no alloc) ─► moka hit, still holds? ─► copy, patch ID + case ─► send
 //!                                   │ miss
 //!                                   ▼
+//!           an address question or NXDOMAIN? ─► Answerer::respond_quick (answer::fast:
+//!                                   │ no         the same decision, encoded by hand) ─► cache ─► send
+//!                                   ▼
 //!                 Request::from_bytes ─► Answerer::respond ─► wire::encode ─► cache ─► send
 //!  TCP ─► meridian_listen::Listener (bound) ─► tcp::serve_conn (2-byte framing, pipelining,
 //!         per-query and write deadlines) ─► Request::from_bytes ─► Answerer::respond

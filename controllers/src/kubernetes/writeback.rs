@@ -20,7 +20,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use meridian_core::{ClusterId, ObjectKey, Port, Protocol, Snapshot, select};
+use meridian_core::{ClusterId, ObjectKey, Port, Protocol, ServiceView, Snapshot, select};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -53,6 +53,8 @@ pub struct Desired {
     /// Which of the three kinds, for the order they are written in.
     pub kind: WrittenKind,
     pub id: ObjectId,
+    /// The exported service it is written for.
+    pub service: ObjectKey,
     /// The object, as server-side apply takes it, with meridian's label.
     pub body: Value,
 }
@@ -60,7 +62,7 @@ pub struct Desired {
 impl Desired {
     fn new(
         kind: WrittenKind,
-        namespace: &str,
+        service: &ObjectKey,
         name: &str,
         mut body: Value,
         labels: &[(&str, &str)],
@@ -68,10 +70,44 @@ impl Desired {
         label_managed(&mut body, labels);
         Self {
             kind,
-            id: kind.id(namespace, name),
+            id: kind.id(&service.namespace, name),
+            service: service.clone(),
             body,
         }
     }
+}
+
+/// Which services a pass writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every exported service; strays are looked for among everything written.
+    Full,
+    /// Only these: the services whose views changed since the snapshot of the member's last
+    /// complete pass (gone ones included), so a change costs its services, not the fleet.
+    Services(BTreeSet<ObjectKey>),
+}
+
+/// The services whose views differ between two snapshots the store published (a view is
+/// renewed whenever anything that decides about its service changes: `Snapshot::restamp`),
+/// or `None` when a snapshot was never restamped and the views cannot say.
+pub fn changed_services(prev: &Snapshot, next: &Snapshot) -> Option<BTreeSet<ObjectKey>> {
+    if !prev.stamped || !next.stamped {
+        return None;
+    }
+    let mut changed: BTreeSet<ObjectKey> = next
+        .services()
+        .filter(|view| {
+            prev.service(&view.key.namespace, &view.key.name)
+                .is_none_or(|before| !Arc::ptr_eq(before, view))
+        })
+        .map(|view| view.key.clone())
+        .collect();
+    changed.extend(
+        prev.services()
+            .filter(|view| next.service(&view.key.namespace, &view.key.name).is_none())
+            .map(|view| view.key.clone()),
+    );
+    Some(changed)
 }
 
 /// What the write-back writes, in the order it writes them (and deletes them in reverse).
@@ -156,63 +192,97 @@ pub fn desired_objects(
 ) -> Vec<Desired> {
     let mut out = Vec::new();
     for view in snapshot.services() {
-        let ns = view.key.namespace.to_string();
-        if !namespaces.contains(&ns) {
-            continue;
+        if namespaces.contains(view.key.namespace.as_ref()) {
+            service_objects(snapshot, view, member, now, &mut out);
         }
-        let name = view.key.name.to_string();
-        let clusters: Vec<Value> = view
-            .backends
-            .iter()
-            .filter_map(|b| snapshot.clusters.get(b.cluster))
-            .map(|c| json!({ "cluster": c.spec.id.as_str() }))
-            .collect();
-        let ports: Vec<Value> = view.ports.iter().map(port_json).collect();
-        out.push(Desired::new(
-            WrittenKind::ServiceImport,
-            &ns,
-            &name,
-            json!({
-                "apiVersion": MCS_API_VERSION,
-                "kind": "ServiceImport",
-                "metadata": { "name": name, "namespace": ns },
-                "spec": {
-                    "type": if view.headless { "Headless" } else { "ClusterSetIP" },
-                    "ports": ports,
-                },
-                "status": { "clusters": clusters },
-            }),
-            &[(MCS_SERVICE_NAME, &name)],
-        ));
-        if view.headless {
-            continue;
-        }
-        let derived = derived_name(&name);
-        let service_ports: Vec<Value> = view
-            .ports
-            .iter()
-            .map(|p| {
-                let mut v = port_json(p);
-                // Selector-less: the slices say where each named port goes.
-                v["targetPort"] = json!(p.port);
-                v
-            })
-            .collect();
-        out.push(Desired::new(
-            WrittenKind::Service,
-            &ns,
-            &derived,
-            json!({
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": { "name": derived, "namespace": ns },
-                "spec": { "type": "ClusterIP", "ports": service_ports },
-            }),
-            &[(MCS_SERVICE_NAME, &name)],
-        ));
-        out.extend(derived_slices(snapshot, view, member, &derived, now));
     }
     out
+}
+
+/// `desired_objects` for the services in `scope` only.
+pub fn desired_objects_in(
+    snapshot: &Snapshot,
+    member: usize,
+    namespaces: &BTreeSet<String>,
+    now: Instant,
+    scope: &Scope,
+) -> Vec<Desired> {
+    let Scope::Services(keys) = scope else {
+        return desired_objects(snapshot, member, namespaces, now);
+    };
+    let mut out = Vec::new();
+    for key in keys {
+        if !namespaces.contains(key.namespace.as_ref()) {
+            continue;
+        }
+        if let Some(view) = snapshot.service(&key.namespace, &key.name) {
+            service_objects(snapshot, view, member, now, &mut out);
+        }
+    }
+    out
+}
+
+/// What one service puts into a member: its ServiceImport and, unless headless, its derived
+/// Service and slices.
+fn service_objects(
+    snapshot: &Snapshot,
+    view: &ServiceView,
+    member: usize,
+    now: Instant,
+    out: &mut Vec<Desired>,
+) {
+    let ns = view.key.namespace.to_string();
+    let name = view.key.name.to_string();
+    let clusters: Vec<Value> = view
+        .backends
+        .iter()
+        .filter_map(|b| snapshot.clusters.get(b.cluster))
+        .map(|c| json!({ "cluster": c.spec.id.as_str() }))
+        .collect();
+    let ports: Vec<Value> = view.ports.iter().map(port_json).collect();
+    out.push(Desired::new(
+        WrittenKind::ServiceImport,
+        &view.key,
+        &name,
+        json!({
+            "apiVersion": MCS_API_VERSION,
+            "kind": "ServiceImport",
+            "metadata": { "name": name, "namespace": ns },
+            "spec": {
+                "type": if view.headless { "Headless" } else { "ClusterSetIP" },
+                "ports": ports,
+            },
+            "status": { "clusters": clusters },
+        }),
+        &[(MCS_SERVICE_NAME, &name)],
+    ));
+    if view.headless {
+        return;
+    }
+    let derived = derived_name(&name);
+    let service_ports: Vec<Value> = view
+        .ports
+        .iter()
+        .map(|p| {
+            let mut v = port_json(p);
+            // Selector-less: the slices say where each named port goes.
+            v["targetPort"] = json!(p.port);
+            v
+        })
+        .collect();
+    out.push(Desired::new(
+        WrittenKind::Service,
+        &view.key,
+        &derived,
+        json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": { "name": derived, "namespace": ns },
+            "spec": { "type": "ClusterIP", "ports": service_ports },
+        }),
+        &[(MCS_SERVICE_NAME, &name)],
+    ));
+    out.extend(derived_slices(snapshot, view, member, &derived, now));
 }
 
 /// What one derived slice holds: (source cluster, IPv6, ports as (name, port, protocol)).
@@ -321,7 +391,7 @@ fn derived_slices(
                 .collect();
             Desired::new(
                 WrittenKind::EndpointSlice,
-                &ns,
+                &view.key,
                 &name,
                 json!({
                     "apiVersion": "discovery.k8s.io/v1",
@@ -402,6 +472,17 @@ struct MemberWrites {
     /// For the ServiceImports' `spec.ips` and the slices' owner references.
     derived: Derived,
     resynced: Option<Instant>,
+    /// What was written for each service (for its strays when only it is written again).
+    by_service: BTreeMap<ObjectKey, Vec<ObjectId>>,
+    /// What the last complete pass was made from; `None` until one completes.
+    settled: Option<Settled>,
+}
+
+/// The inputs of a member's last complete pass: the next pass writes only what changed since.
+struct Settled {
+    snapshot: Arc<Snapshot>,
+    namespaces: BTreeSet<String>,
+    exports: BTreeSet<ObjectKey>,
 }
 
 impl MemberWrites {
@@ -413,6 +494,8 @@ impl MemberWrites {
             exports: Written::default(),
             derived: Derived::new(),
             resynced: None,
+            by_service: BTreeMap::new(),
+            settled: None,
         }
     }
 
@@ -422,6 +505,34 @@ impl MemberWrites {
         self.exports.clear();
         self.derived.clear();
         self.resynced = None;
+        self.by_service.clear();
+        self.settled = None;
+    }
+
+    fn resync_due(&self) -> bool {
+        self.resynced.is_none_or(|t| t.elapsed() >= RESYNC)
+    }
+
+    /// What the next pass must write: the services that changed since the last complete pass,
+    /// or everything after a failed pass, at a resync, or when the member's namespaces or
+    /// exports, or the fleet's problems (export conditions), are not what they were.
+    fn scope(
+        &self,
+        snapshot: &Snapshot,
+        namespaces: &BTreeSet<String>,
+        exports: &BTreeSet<ObjectKey>,
+    ) -> Scope {
+        let Some(s) = &self.settled else {
+            return Scope::Full;
+        };
+        if self.resync_due()
+            || s.namespaces != *namespaces
+            || s.exports != *exports
+            || s.snapshot.problems != snapshot.problems
+        {
+            return Scope::Full;
+        }
+        changed_services(&s.snapshot, snapshot).map_or(Scope::Full, Scope::Services)
     }
 }
 
@@ -478,13 +589,32 @@ pub async fn run(
             let Some(state) = writes.get_mut(id) else {
                 continue;
             };
-            let desired = desired_objects(&snapshot, member, &f.namespaces, Instant::now());
-            let conditions = export_conditions(&snapshot, member, &f.exports);
-            let result = reconcile_member(state, desired, conditions).await;
+            let scope = state.scope(&snapshot, &f.namespaces, &f.exports);
+            let desired =
+                desired_objects_in(&snapshot, member, &f.namespaces, Instant::now(), &scope);
+            let conditions = match &scope {
+                Scope::Full => export_conditions(&snapshot, member, &f.exports),
+                Scope::Services(keys) => export_conditions(&snapshot, member, &(&f.exports & keys)),
+            };
+            match &scope {
+                Scope::Full => metrics.scope(id, true, snapshot.service_count()),
+                Scope::Services(keys) => metrics.scope(id, false, keys.len()),
+            }
+            let result = reconcile_member(state, desired, conditions, &scope).await;
             metrics.round(id, result.is_ok());
-            if let Err(e) = result {
-                warn!(cluster = %id, error = %e, "write-back incomplete; retrying");
-                state.resynced = None;
+            match result {
+                Ok(()) => {
+                    state.settled = Some(Settled {
+                        snapshot: snapshot.clone(),
+                        namespaces: f.namespaces.clone(),
+                        exports: f.exports.clone(),
+                    })
+                }
+                Err(e) => {
+                    warn!(cluster = %id, error = %e, "write-back incomplete; retrying");
+                    state.resynced = None;
+                    state.settled = None;
+                }
             }
         }
     }
@@ -542,8 +672,9 @@ async fn reconcile_member(
     state: &mut MemberWrites,
     desired: Vec<Desired>,
     conditions: Vec<ExportConditions>,
+    scope: &Scope,
 ) -> Result<(), apply::Error> {
-    match reconcile_pass(state, desired, conditions).await {
+    match reconcile_pass(state, desired, conditions, scope).await {
         // Leadership lapsed in the middle of the pass: stop writing, quietly; the next term
         // starts with a full resync.
         Err(apply::Error::NotLeader) => Ok(()),
@@ -555,15 +686,18 @@ async fn reconcile_pass(
     state: &mut MemberWrites,
     mut desired: Vec<Desired>,
     conditions: Vec<ExportConditions>,
+    scope: &Scope,
 ) -> Result<(), apply::Error> {
     let cluster = state.applier.cluster().clone();
-    let resync = state.resynced.is_none_or(|t| t.elapsed() >= RESYNC);
+    // A resync writes everything: a narrower scope never comes with one (`MemberWrites::scope`).
+    let resync = *scope == Scope::Full && state.resync_due();
     if resync {
         state.objects.clear();
         state.exports.clear();
     }
     desired.sort_by_key(|d| d.kind);
     let wanted: BTreeSet<ObjectId> = desired.iter().map(|d| d.id.clone()).collect();
+    let written = written_by_service(&desired);
     // One object the API refuses must not hold up the others: the first error is returned
     // after the pass (and the next pass tries again).
     let mut first_error = None;
@@ -586,14 +720,27 @@ async fn reconcile_pass(
             }
         }
     }
-    // Strays: what was written before and is no longer wanted; on a resync, whatever carries
-    // our label in the member.
-    let mut strays: Vec<ObjectId> = state
-        .objects
-        .ids()
-        .filter(|id| !wanted.contains(*id))
-        .cloned()
-        .collect();
+    // Strays: what was written before (for the services in scope) and is no longer wanted; on
+    // a resync, whatever carries our label in the member.
+    let mut strays: Vec<ObjectId> = match scope {
+        Scope::Full => state.objects.ids().cloned().collect(),
+        Scope::Services(keys) => keys
+            .iter()
+            .filter_map(|key| state.by_service.get(key))
+            .flatten()
+            .cloned()
+            .collect(),
+    };
+    strays.retain(|id| !wanted.contains(id));
+    match scope {
+        Scope::Full => state.by_service = written,
+        Scope::Services(keys) => {
+            for key in keys {
+                state.by_service.remove(key);
+            }
+            state.by_service.extend(written);
+        }
+    }
     if resync {
         strays.extend(
             list_managed(&state.applier)
@@ -642,6 +789,18 @@ async fn reconcile_pass(
         state.resynced = Some(Instant::now());
     }
     Ok(())
+}
+
+/// The ids of `desired`, by the service each is written for.
+fn written_by_service(desired: &[Desired]) -> BTreeMap<ObjectKey, Vec<ObjectId>> {
+    let mut by_service: BTreeMap<ObjectKey, Vec<ObjectId>> = BTreeMap::new();
+    for d in desired {
+        by_service
+            .entry(d.service.clone())
+            .or_default()
+            .push(d.id.clone());
+    }
+    by_service
 }
 
 /// A ServiceImport gets its derived Service's ClusterIP as `spec.ips`; a slice gets the

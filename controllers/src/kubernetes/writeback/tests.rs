@@ -344,7 +344,7 @@ fn m2_desired() -> Vec<Desired> {
 async fn derived_services_go_first_and_fill_the_import_and_the_slices() {
     let (client, server) = ApiServer::start(allocating);
     let mut state = writes(client, Leadership::always("test"));
-    reconcile_member(&mut state, m2_desired(), vec![])
+    reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full)
         .await
         .unwrap();
     let sent = patched(&server);
@@ -401,7 +401,7 @@ async fn derived_services_go_first_and_fill_the_import_and_the_slices() {
 
     // Nothing changed: nothing is sent, not even discovery again.
     let before = server.requests().len();
-    reconcile_member(&mut state, m2_desired(), vec![])
+    reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full)
         .await
         .unwrap();
     assert_eq!(
@@ -425,7 +425,7 @@ async fn one_refused_object_does_not_hold_up_the_others() {
         allocating(r)
     });
     let mut state = writes(client, Leadership::always("test"));
-    let err = reconcile_member(&mut state, m2_desired(), vec![])
+    let err = reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full)
         .await
         .unwrap_err();
     assert!(err.is_invalid(), "{err:?}");
@@ -442,7 +442,7 @@ async fn one_refused_object_does_not_hold_up_the_others() {
     // A pass with an error is no completed resync: the next pass writes everything again,
     // the refused import included.
     let before = patched(&server).len();
-    let _ = reconcile_member(&mut state, m2_desired(), vec![]).await;
+    let _ = reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full).await;
     let again: Vec<String> = patched(&server)[before..]
         .iter()
         .map(|r| r.path.clone())
@@ -461,7 +461,7 @@ async fn leadership_lapsing_between_an_import_and_its_status_stops_the_pass() {
         allocating(r)
     });
     let mut state = writes(client, Leadership::following(until));
-    reconcile_member(&mut state, m2_desired(), vec![])
+    reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full)
         .await
         .unwrap();
     let paths: Vec<String> = patched(&server).into_iter().map(|r| r.path).collect();
@@ -486,7 +486,7 @@ async fn what_is_no_longer_wanted_is_deleted_slices_first() {
         allocating(r)
     });
     let mut state = writes(client, Leadership::always("test"));
-    reconcile_member(&mut state, m2_desired(), vec![])
+    reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full)
         .await
         .unwrap();
     let deleted = |server: &ApiServer| -> Vec<String> {
@@ -502,7 +502,9 @@ async fn what_is_no_longer_wanted_is_deleted_slices_first() {
         ["/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/left-over"]
     );
     // The service is no longer exported: everything written for it goes, slices first.
-    reconcile_member(&mut state, vec![], vec![]).await.unwrap();
+    reconcile_member(&mut state, vec![], vec![], &Scope::Full)
+        .await
+        .unwrap();
     let gone = deleted(&server);
     assert_eq!(gone.len(), 4, "{gone:?}");
     assert!(gone[1].contains("/endpointslices/"), "{gone:?}");
@@ -528,7 +530,7 @@ async fn export_conditions_go_to_the_export_status_and_a_missing_export_is_no_er
         (r.path == ghost).then(|| status(404, "NotFound", "serviceexports \"ghost\" not found"))
     });
     let mut state = writes(client, Leadership::always("test"));
-    reconcile_member(&mut state, vec![], conditions.clone())
+    reconcile_member(&mut state, vec![], conditions.clone(), &Scope::Full)
         .await
         .unwrap();
     let sent = patched(&server);
@@ -544,8 +546,129 @@ async fn export_conditions_go_to_the_export_status_and_a_missing_export_is_no_er
     assert_eq!(payments.body["status"]["conditions"][1]["type"], "Conflict");
     assert_eq!(sent.len(), 2, "both exports: {sent:?}");
     // Unchanged conditions are not written again, though the time would differ.
-    reconcile_member(&mut state, vec![], conditions)
+    reconcile_member(&mut state, vec![], conditions, &Scope::Full)
         .await
         .unwrap();
     assert_eq!(patched(&server).len(), 2);
+}
+
+/// m1 exports payments and orders; m2 exports nothing. Built as the store builds and
+/// publishes: each snapshot re-merges what changed since the one before and is restamped
+/// against it.
+struct Published {
+    fleet: FleetBuilder,
+    last: Snapshot,
+}
+
+impl Published {
+    fn new() -> Self {
+        let mut fleet = FleetBuilder::new();
+        fleet
+            .member(on_network(cluster("m1", "eu", "eu-m1"), "net1", false))
+            .reset(
+                "m1",
+                objects(&[
+                    ("payments", false, 80, vec!["10.1.0.1"]),
+                    ("orders", false, 80, vec!["10.1.0.7"]),
+                ]),
+            )
+            .member(on_network(cluster("m2", "eu", "eu-m2"), "net1", false));
+        let mut last = fleet.snapshot();
+        last.restamp(&Snapshot::empty(), fleet.t0);
+        fleet.index.take_dirty();
+        Self { fleet, last }
+    }
+
+    /// The next snapshot after m1 lists `services` instead.
+    fn relist(&mut self, services: &[(&str, bool, u16, Vec<&str>)]) -> Snapshot {
+        self.fleet.reset("m1", objects(services));
+        let dirty = self.fleet.index.take_dirty();
+        let policies = meridian_core::Policies::new(Arc::default(), vec![]);
+        let mut next = Snapshot::rebuild(
+            &self.last,
+            &dirty,
+            self.last.version + 1,
+            &self.fleet.index,
+            &self.fleet.registry,
+            &policies,
+            self.fleet.t0,
+        );
+        next.restamp(&self.last, self.fleet.t0);
+        std::mem::replace(&mut self.last, next)
+    }
+}
+
+#[test]
+fn changed_services_are_those_whose_views_were_renewed_or_went() {
+    let mut p = Published::new();
+    let first = p.relist(&[
+        ("payments", false, 80, vec!["10.1.0.1"]),
+        ("orders", false, 80, vec!["10.1.0.8"]),
+    ]);
+    assert_eq!(
+        changed_services(&first, &p.last),
+        Some([ObjectKey::new("shop", "orders")].into()),
+        "orders' endpoint moved; payments is untouched"
+    );
+    let second = p.relist(&[("payments", false, 80, vec!["10.1.0.1"])]);
+    assert_eq!(
+        changed_services(&second, &p.last),
+        Some([ObjectKey::new("shop", "orders")].into()),
+        "orders is no longer exported"
+    );
+    assert_eq!(changed_services(&second, &second), Some(BTreeSet::new()));
+    // A snapshot nobody restamped cannot say what changed.
+    assert_eq!(changed_services(&fleet(), &p.last), None);
+}
+
+#[tokio::test]
+async fn a_pass_over_changed_services_writes_and_deletes_only_theirs() {
+    let mut p = Published::new();
+    let (client, server) = ApiServer::start(|_| None);
+    let mut state = writes(client, Leadership::always("test"));
+    let m2 = p.last.cluster_index("m2").unwrap();
+    let first = desired_objects(&p.last, m2, &shop(), Instant::now());
+    reconcile_member(&mut state, first, vec![], &Scope::Full)
+        .await
+        .unwrap();
+    let before = server.calls().len();
+
+    // orders' endpoint moves: only orders' slice is written again.
+    let was = p.relist(&[
+        ("payments", false, 80, vec!["10.1.0.1"]),
+        ("orders", false, 80, vec!["10.1.0.8"]),
+    ]);
+    let scope = Scope::Services(changed_services(&was, &p.last).unwrap());
+    let desired = desired_objects_in(&p.last, m2, &shop(), Instant::now(), &scope);
+    assert!(
+        desired.iter().all(|d| d.service.name.as_ref() == "orders"),
+        "{desired:?}"
+    );
+    reconcile_member(&mut state, desired, vec![], &scope)
+        .await
+        .unwrap();
+    let sent: Vec<Seen> = server.calls()[before..].to_vec();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(
+        sent[0].path.contains("/endpointslices/derived-orders-"),
+        "{sent:?}"
+    );
+    let before = server.calls().len();
+
+    // orders goes: its three objects are deleted, payments' stay.
+    let was = p.relist(&[("payments", false, 80, vec!["10.1.0.1"])]);
+    let scope = Scope::Services(changed_services(&was, &p.last).unwrap());
+    let desired = desired_objects_in(&p.last, m2, &shop(), Instant::now(), &scope);
+    assert!(desired.is_empty(), "{desired:?}");
+    reconcile_member(&mut state, desired, vec![], &scope)
+        .await
+        .unwrap();
+    let sent: Vec<Seen> = server.calls()[before..].to_vec();
+    assert!(sent.iter().all(|r| r.method == "DELETE"), "{sent:?}");
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert!(sent.iter().all(|r| r.path.contains("orders")), "{sent:?}");
+    assert_eq!(
+        state.by_service.keys().cloned().collect::<Vec<_>>(),
+        [ObjectKey::new("shop", "payments")]
+    );
 }
