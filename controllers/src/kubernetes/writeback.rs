@@ -15,7 +15,7 @@
 //! [`Applier`] (server-side apply, leadership asked before each request) and is skipped when
 //! [`Written`] says it is unchanged since the last write.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -518,7 +518,7 @@ impl MemberWrites {
     /// exports, or the fleet's problems (export conditions), are not what they were.
     fn scope(
         &self,
-        snapshot: &Snapshot,
+        changes: &mut Changes<'_>,
         namespaces: &BTreeSet<String>,
         exports: &BTreeSet<ObjectKey>,
     ) -> Scope {
@@ -528,11 +528,36 @@ impl MemberWrites {
         if self.resync_due()
             || s.namespaces != *namespaces
             || s.exports != *exports
-            || s.snapshot.problems != snapshot.problems
+            || s.snapshot.problems != changes.next.problems
         {
             return Scope::Full;
         }
-        changed_services(&s.snapshot, snapshot).map_or(Scope::Full, Scope::Services)
+        changes
+            .since(&s.snapshot)
+            .map_or(Scope::Full, |keys| Scope::Services(keys.clone()))
+    }
+}
+
+/// `changed_services` from earlier snapshots to a round's, worked out once per round for each
+/// snapshot members settled at (usually one), not once per member.
+struct Changes<'a> {
+    next: &'a Snapshot,
+    since: HashMap<u64, Option<BTreeSet<ObjectKey>>>,
+}
+
+impl<'a> Changes<'a> {
+    fn new(next: &'a Snapshot) -> Self {
+        Self {
+            next,
+            since: HashMap::new(),
+        }
+    }
+
+    fn since(&mut self, prev: &Snapshot) -> Option<&BTreeSet<ObjectKey>> {
+        self.since
+            .entry(prev.version)
+            .or_insert_with(|| changed_services(prev, self.next))
+            .as_ref()
     }
 }
 
@@ -559,6 +584,7 @@ pub async fn run(
         }
         let snapshot = snapshots.borrow_and_update().clone();
         let facts = fleet.all();
+        let mut changes = Changes::new(&snapshot);
         writes.retain(|id, _| {
             let kept = facts.contains_key(id);
             if !kept {
@@ -589,7 +615,7 @@ pub async fn run(
             let Some(state) = writes.get_mut(id) else {
                 continue;
             };
-            let scope = state.scope(&snapshot, &f.namespaces, &f.exports);
+            let scope = state.scope(&mut changes, &f.namespaces, &f.exports);
             let desired =
                 desired_objects_in(&snapshot, member, &f.namespaces, Instant::now(), &scope);
             let conditions = match &scope {
