@@ -372,42 +372,44 @@ fn kept(state: &ClusterState) -> (usize, BTreeMap<ObjectKey, BTreeSet<ObjectKey>
 fn endpoint_counts_and_slices_by_service_follow_every_change() {
     let c = id("c1");
     let mut index = Index::new();
-    let steps: Vec<Box<dyn Fn(&mut Index)>> = vec![
-        Box::new(|i| {
+    /// One change to cluster `c` of the Index.
+    type Step = fn(&mut Index, &ClusterId);
+    let steps: Vec<Step> = vec![
+        |i, c| {
             i.apply(
-                &c,
+                c,
                 Object::Slice(key("shop", "web-a"), slice("web", &["10.0.0.1"])),
             );
-        }),
+        },
         // Grows in place.
-        Box::new(|i| {
+        |i, c| {
             i.apply(
-                &c,
+                c,
                 Object::Slice(
                     key("shop", "web-a"),
                     slice("web", &["10.0.0.1", "10.0.0.2"]),
                 ),
             );
-        }),
-        Box::new(|i| {
+        },
+        |i, c| {
             i.apply(
-                &c,
+                c,
                 Object::Slice(key("shop", "web-b"), slice("web", &["10.0.0.3"])),
             );
-        }),
+        },
         // Relabelled to another service: leaves web's set, joins api's.
-        Box::new(|i| {
+        |i, c| {
             i.apply(
-                &c,
+                c,
                 Object::Slice(key("shop", "web-a"), slice("api", &["10.0.0.9"])),
             );
-        }),
-        Box::new(|i| {
-            i.delete(&c, Kind::Slice, &key("shop", "web-b"));
-        }),
-        Box::new(|i| {
+        },
+        |i, c| {
+            i.delete(c, Kind::Slice, &key("shop", "web-b"));
+        },
+        |i, c| {
             i.reset(
-                &c,
+                c,
                 ClusterObjects {
                     slices: vec![
                         (key("shop", "x-1"), slice("x", &["10.1.0.1", "10.1.0.2"])),
@@ -416,13 +418,13 @@ fn endpoint_counts_and_slices_by_service_follow_every_change() {
                     ..ClusterObjects::default()
                 },
             );
-        }),
-        Box::new(|i| {
-            i.delete(&c, Kind::Slice, &key("shop", "x-1"));
-        }),
+        },
+        |i, c| {
+            i.delete(c, Kind::Slice, &key("shop", "x-1"));
+        },
     ];
     for (n, step) in steps.iter().enumerate() {
-        step(&mut index);
+        step(&mut index, &c);
         let state = &index.clusters[&c];
         assert_eq!(kept(state), recounted(state), "after step {n}");
         assert_eq!(index.sizes().endpoints, state.endpoints, "after step {n}");
