@@ -641,10 +641,9 @@ impl Answerer {
         if let (Style::Clusterset, false, Some(ips)) = (ask.zone.cfg.style, view.headless, import) {
             return (ips.to_vec(), 1);
         }
-        let groups = first_tier_addresses(view, sel, qtype);
-        let n: usize = groups.iter().map(|(_, a)| a.len()).sum();
-        let rotations = n.clamp(1, MAX_ROTATIONS);
-        let mut addrs = weighted_rotation(&groups, ask.rotation % rotations, rotations);
+        let weighted = first_tier_addresses(view, sel, qtype);
+        let rotations = weighted.addrs.len().clamp(1, MAX_ROTATIONS);
+        let mut addrs = weighted_rotation(weighted, ask.rotation % rotations, rotations);
         let cap = view.policy.max_answers.unwrap_or(self.cfg.max_answers) as usize;
         if cap > 0 {
             addrs.truncate(cap);
@@ -943,27 +942,33 @@ fn address_record(name: &Name, ttl: u32, ip: IpAddr, qtype: RecordType) -> Optio
     }
 }
 
-/// The first tier's addresses of the asked family, per cluster with its weight, heaviest
-/// first (a cluster on another network: its gateway).
-fn first_tier_addresses(
-    view: &ServiceView,
-    sel: &Selection,
-    qtype: RecordType,
-) -> Vec<(u32, Vec<IpAddr>)> {
+/// The first tier's addresses of the asked family, cluster after cluster in the tier's order
+/// (a cluster on another network: its gateway), with each cluster's weight and how many of the
+/// addresses are its. One flat list: this is on every cache miss.
+#[derive(Debug, Default)]
+struct Weighted {
+    addrs: Vec<IpAddr>,
+    /// (weight, number of addresses), one per cluster that has any.
+    groups: Vec<(u32, usize)>,
+}
+
+fn first_tier_addresses(view: &ServiceView, sel: &Selection, qtype: RecordType) -> Weighted {
+    let mut weighted = Weighted::default();
     let Some(tier) = sel.tiers.first() else {
-        return Vec::new();
+        return weighted;
     };
     let want_v4 = qtype == RecordType::A;
-    tier.members
-        .iter()
-        .map(|member| {
-            let addrs: Vec<IpAddr> = member_addresses(view, sel, member)
-                .filter(|ip| ip.is_ipv4() == want_v4)
-                .collect();
-            (member.weight, addrs)
-        })
-        .filter(|(_, addrs)| !addrs.is_empty())
-        .collect()
+    for member in &tier.members {
+        let before = weighted.addrs.len();
+        weighted
+            .addrs
+            .extend(member_addresses(view, sel, member).filter(|ip| ip.is_ipv4() == want_v4));
+        let n = weighted.addrs.len() - before;
+        if n > 0 {
+            weighted.groups.push((member.weight, n));
+        }
+    }
+    weighted
 }
 
 /// What a member of the decision answers with: its gateway's address, or the addresses of
@@ -984,30 +989,29 @@ fn member_addresses<'v>(
 /// addresses are spread over the clusters in proportion to their weights (smooth weighted
 /// round-robin), and over each cluster's addresses in turn. A client that takes the first
 /// address (or a `maxAnswers` cap) so splits traffic by weight, as EDS locality weights do.
-fn weighted_rotation(groups: &[(u32, Vec<IpAddr>)], r: usize, rotations: usize) -> Vec<IpAddr> {
-    let all: Vec<IpAddr> = groups.iter().flat_map(|(_, a)| a.iter().copied()).collect();
-    if all.len() < 2 {
-        return all;
+fn weighted_rotation(weighted: Weighted, r: usize, rotations: usize) -> Vec<IpAddr> {
+    let Weighted { mut addrs, groups } = weighted;
+    if addrs.len() < 2 {
+        return addrs;
     }
     let total: i64 = groups.iter().map(|(w, _)| i64::from(*w)).sum();
-    let mut current = vec![0i64; groups.len()];
-    let mut turns = vec![0usize; groups.len()];
+    // Per cluster: its current credit and how many rotations it started.
+    let mut state = vec![(0i64, 0usize); groups.len()];
     let mut pick = 0;
     for _ in 0..=r.min(rotations) {
-        for (c, (w, _)) in current.iter_mut().zip(groups) {
-            *c += i64::from(*w);
+        for ((credit, _), (w, _)) in state.iter_mut().zip(&groups) {
+            *credit += i64::from(*w);
         }
         pick = (0..groups.len())
-            .max_by_key(|&i| (current[i], std::cmp::Reverse(i)))
+            .max_by_key(|&i| (state[i].0, std::cmp::Reverse(i)))
             .expect("groups is not empty");
-        current[pick] -= total;
-        turns[pick] += 1;
+        state[pick].0 -= total;
+        state[pick].1 += 1;
     }
-    let offset: usize = groups[..pick].iter().map(|(_, a)| a.len()).sum();
-    let start = offset + (turns[pick] - 1) % groups[pick].1.len();
-    let mut out = all;
-    out.rotate_left(start);
-    out
+    let offset: usize = groups[..pick].iter().map(|(_, n)| n).sum();
+    let start = offset + (state[pick].1 - 1) % groups[pick].1;
+    addrs.rotate_left(start);
+    addrs
 }
 
 /// The DNS label of an endpoint: its hostname, else its first address with dashes

@@ -95,7 +95,7 @@ pub struct Dns {
     snapshots: watch::Receiver<Arc<Snapshot>>,
     /// Keyed by the exact bytes of `wire::HotKey` (boxed to their length, so an entry costs
     /// its key, not the key's 266-byte parse buffer).
-    cache: Cache<Box<[u8]>, Arc<CachedAnswer>>,
+    cache: Cache<Box<[u8]>, Arc<CachedAnswer>, ahash::RandomState>,
     metrics: DnsMetrics,
     /// Rotates answers that are not served from the cache (TCP, ECS): the cache keeps its
     /// own counter per question.
@@ -117,7 +117,7 @@ impl Dns {
         Arc::new(Self {
             cache: Cache::builder()
                 .max_capacity(answerer.config().cache_entries)
-                .build(),
+                .build_with_hasher(ahash::RandomState::new()),
             metrics: DnsMetrics::new(zones, registry),
             answerer,
             snapshots,

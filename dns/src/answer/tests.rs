@@ -617,13 +617,14 @@ fn max_answers_caps_and_rotation_changes_the_order() {
 
 #[test]
 fn rotations_start_at_clusters_in_proportion_to_their_weights() {
-    let groups = vec![
-        (70, vec![ip("10.1.0.1"), ip("10.1.0.2")]),
-        (15, vec![ip("10.2.0.1")]),
-        (15, vec![ip("10.3.0.1")]),
-    ];
+    let groups = || Weighted {
+        addrs: ["10.1.0.1", "10.1.0.2", "10.2.0.1", "10.3.0.1"]
+            .map(ip)
+            .to_vec(),
+        groups: vec![(70, 2), (15, 1), (15, 1)],
+    };
     let firsts: Vec<IpAddr> = (0..16)
-        .map(|r| weighted_rotation(&groups, r, 16)[0])
+        .map(|r| weighted_rotation(groups(), r, 16)[0])
         .collect();
     let count = |prefix: &str| {
         firsts
@@ -642,7 +643,7 @@ fn rotations_start_at_clusters_in_proportion_to_their_weights() {
     let first = firsts.iter().filter(|a| **a == ip("10.1.0.1")).count();
     assert!(first.abs_diff(count("10.1.") - first) <= 1, "{firsts:?}");
     // Every rotation still holds every address.
-    assert!((0..16).all(|r| weighted_rotation(&groups, r, 16).len() == 4));
+    assert!((0..16).all(|r| weighted_rotation(groups(), r, 16).len() == 4));
 }
 
 #[test]
