@@ -49,8 +49,10 @@ KNOT
 # start_meridian / start_knot [WRAPPER...]: start in the background on $SERVER_CPU (through
 # WRAPPER, e.g. valgrind); set SERVER_PID.
 start_meridian() {
+    # xDS on a free port too: the default one may be another meridian's (a test suite's).
+    MXDS=${MXDS:-$(free_port)}
     MERIDIAN_LOG=warn taskset -c "$SERVER_CPU" "$@" "$MERIDIAN" serve --config "$WORK/fleet/meridian.yaml" \
-        --dns-listen "127.0.0.1:$MPORT" --admin-listen "127.0.0.1:$MADMIN" --dns-udp-workers 1 \
+        --dns-listen "127.0.0.1:$MPORT" --admin-listen "127.0.0.1:$MADMIN" --xds-listen "127.0.0.1:$MXDS" --dns-udp-workers 1 \
         >>"$WORK/meridian.log" 2>&1 &
     SERVER_PID=$!
     PIDS+=("$SERVER_PID")
