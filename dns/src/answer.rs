@@ -623,10 +623,8 @@ impl Answerer {
         }
     }
 
-    /// What a service name answers A or AAAA with for this client (both families may be in
-    /// the list: the caller keeps the asked one), in rotation `ask.rotation`, and how many
-    /// rotations the answer has. MCS: a client cluster that imports a ClusterSetIP service
-    /// gets the import's addresses.
+    /// What a service name answers A or AAAA with for this client (addresses of the asked
+    /// family), in rotation `ask.rotation`, and how many rotations the answer has.
     fn service_addresses(
         &self,
         ask: Ask<'_>,
@@ -634,21 +632,48 @@ impl Answerer {
         sel: &Selection,
         qtype: RecordType,
     ) -> (Vec<IpAddr>, usize) {
+        let answer = self.service_answer(ask, view, sel, qtype);
+        (
+            answer.rotation(ask.rotation % answer.rotations),
+            answer.rotations,
+        )
+    }
+
+    /// Every rotation of a service name's A or AAAA answer for this client, decided once.
+    /// MCS: a client cluster that imports a ClusterSetIP service gets the import's addresses.
+    fn service_answer(
+        &self,
+        ask: Ask<'_>,
+        view: &ServiceView,
+        sel: &Selection,
+        qtype: RecordType,
+    ) -> Rotations {
         let import = ask
             .client
             .and_then(ClientPlace::cluster)
             .and_then(|c| view.import_of(c));
         if let (Style::Clusterset, false, Some(ips)) = (ask.zone.cfg.style, view.headless, import) {
-            return (ips.to_vec(), 1);
+            let v4 = qtype == RecordType::A;
+            let addrs: Vec<IpAddr> = ips
+                .iter()
+                .copied()
+                .filter(|ip| ip.is_ipv4() == v4)
+                .collect();
+            return Rotations {
+                weighted: Weighted {
+                    groups: vec![(1, addrs.len())],
+                    addrs,
+                },
+                rotations: 1,
+                cap: 0,
+            };
         }
         let weighted = first_tier_addresses(view, sel, qtype);
-        let rotations = weighted.addrs.len().clamp(1, MAX_ROTATIONS);
-        let mut addrs = weighted_rotation(weighted, ask.rotation % rotations, rotations);
-        let cap = view.policy.max_answers.unwrap_or(self.cfg.max_answers) as usize;
-        if cap > 0 {
-            addrs.truncate(cap);
+        Rotations {
+            rotations: weighted.addrs.len().clamp(1, MAX_ROTATIONS),
+            weighted,
+            cap: view.policy.max_answers.unwrap_or(self.cfg.max_answers) as usize,
         }
-        (addrs, rotations)
     }
 
     /// MCS: a ClusterSetIP service's SRV points at the service name itself.
@@ -985,12 +1010,33 @@ fn member_addresses<'v>(
     gateway.into_iter().chain(endpoints)
 }
 
+/// An address answer in each of its rotations.
+#[derive(Debug)]
+struct Rotations {
+    weighted: Weighted,
+    rotations: usize,
+    /// At most this many addresses (0: all).
+    cap: usize,
+}
+
+impl Rotations {
+    /// Rotation `r` (below `rotations`), capped.
+    fn rotation(&self, r: usize) -> Vec<IpAddr> {
+        let mut addrs = weighted_rotation(&self.weighted, r, self.rotations);
+        if self.cap > 0 {
+            addrs.truncate(self.cap);
+        }
+        addrs
+    }
+}
+
 /// Every address, starting where rotation `r` of `rotations` starts: the rotations' first
 /// addresses are spread over the clusters in proportion to their weights (smooth weighted
 /// round-robin), and over each cluster's addresses in turn. A client that takes the first
 /// address (or a `maxAnswers` cap) so splits traffic by weight, as EDS locality weights do.
-fn weighted_rotation(weighted: Weighted, r: usize, rotations: usize) -> Vec<IpAddr> {
-    let Weighted { mut addrs, groups } = weighted;
+fn weighted_rotation(weighted: &Weighted, r: usize, rotations: usize) -> Vec<IpAddr> {
+    let Weighted { addrs, groups } = weighted;
+    let mut addrs = addrs.clone();
     if addrs.len() < 2 {
         return addrs;
     }
@@ -999,7 +1045,7 @@ fn weighted_rotation(weighted: Weighted, r: usize, rotations: usize) -> Vec<IpAd
     let mut state = vec![(0i64, 0usize); groups.len()];
     let mut pick = 0;
     for _ in 0..=r.min(rotations) {
-        for ((credit, _), (w, _)) in state.iter_mut().zip(&groups) {
+        for ((credit, _), (w, _)) in state.iter_mut().zip(groups) {
             *credit += i64::from(*w);
         }
         pick = (0..groups.len())

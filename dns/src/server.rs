@@ -170,10 +170,13 @@ impl Dns {
             }
         }
         self.metrics.cache_misses.inc();
-        let answered = match self.answer_quick(&snap, raw, &hot, client, rotation, out) {
-            Some(answered) => answered,
+        let (answered, variants) = match self.answer_quick(&snap, raw, &hot, client) {
+            Some((answered, variants)) => {
+                out.clone_from(&variants[rotation % variants.len()]);
+                (answered, variants)
+            }
             None => match self.answer_full(&snap, raw, src.ip(), Transport::Udp, rotation, out) {
-                Some(answered) => answered,
+                Some(answered) => (answered, Vec::new()),
                 None => return false,
             },
         };
@@ -195,28 +198,32 @@ impl Dns {
                     entry
                 }
             };
-            if let Some(cell) = entry.variants.get(rotation) {
-                let _ = cell.set(out.clone().into_boxed_slice());
+            if variants.is_empty() {
+                if let Some(cell) = entry.variants.get(rotation) {
+                    let _ = cell.set(out.clone().into_boxed_slice());
+                }
+            } else {
+                for (cell, bytes) in entry.variants.iter().zip(variants) {
+                    let _ = cell.set(bytes.into_boxed_slice());
+                }
             }
         }
         true
     }
 
     /// The common miss (an address question about a service, or NXDOMAIN), decided as the
-    /// full path decides and encoded without hickory (`answer::fast`); `None` leaves the
-    /// request to the full path.
+    /// full path decides and encoded without hickory (`answer::fast`), in every rotation of
+    /// the answer; `None` leaves the request to the full path.
     fn answer_quick(
         &self,
         snap: &Snapshot,
         raw: &[u8],
         hot: &wire::HotQuery,
         client: Option<ClientPlace>,
-        rotation: usize,
-        out: &mut Vec<u8>,
-    ) -> Option<Answered> {
-        let quick =
-            self.answerer
-                .respond_quick(snap, raw, hot, client, rotation, Instant::now(), out)?;
+    ) -> Option<(Answered, Vec<Vec<u8>>)> {
+        let quick = self
+            .answerer
+            .respond_quick(snap, raw, hot, client, Instant::now())?;
         let slot = self.metrics.slot(
             Some(quick.zone),
             Some(quick.qtype),
@@ -225,12 +232,13 @@ impl Dns {
         );
         self.metrics.count(slot);
         self.metrics.quick_answers.inc();
-        Some(Answered {
+        let answered = Answered {
             slot,
             cacheable: true,
-            rotations: quick.rotations,
+            rotations: quick.variants.len(),
             depends: quick.depends,
-        })
+        };
+        Some((answered, quick.variants))
     }
 
     /// The full path for one datagram: parse, answer, encode. Also what the fuzz target drives.

@@ -29,7 +29,7 @@ use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 use meridian_core::{ClientPlace, Snapshot};
 
-use super::{Ask, Depends, EDNS_PAYLOAD, Zone, exists_in};
+use super::{Ask, Depends, EDNS_PAYLOAD, Rotations, Zone, exists_in};
 use crate::answer::Answerer;
 use crate::names::{self, Target};
 use crate::wire::HotQuery;
@@ -47,16 +47,17 @@ pub(crate) struct Quick {
     pub zone: usize,
     pub qtype: RecordType,
     pub rcode: ResponseCode,
-    pub rotations: usize,
+    /// The reply in each rotation of the answer, decided once: a name's first miss fills
+    /// every rotation's cache slot (a 3-address name is then one miss, not three).
+    pub variants: Vec<Vec<u8>>,
     pub depends: Depends,
 }
 
 /// The answer before encoding.
 enum Reply {
     Addresses {
-        addrs: Vec<IpAddr>,
+        answer: Rotations,
         ttl: u32,
-        rotations: usize,
         depends: Depends,
     },
     Negative {
@@ -66,17 +67,14 @@ enum Reply {
 }
 
 impl Answerer {
-    /// Answers `raw` (whose cache key is `hot`) into `out` when the fast path covers it.
-    #[allow(clippy::too_many_arguments)]
+    /// Answers `raw` (whose cache key is `hot`) in every rotation when the fast path covers it.
     pub(crate) fn respond_quick(
         &self,
         snap: &Snapshot,
         raw: &[u8],
         hot: &HotQuery,
         client: Option<ClientPlace>,
-        rotation: usize,
         now: Instant,
-        out: &mut Vec<u8>,
     ) -> Option<Quick> {
         let qtype = match (hot.qclass(), hot.qtype()) {
             (CLASS_IN, 1) => RecordType::A,
@@ -94,30 +92,36 @@ impl Answerer {
             snap,
             zone,
             client,
-            rotation,
+            rotation: 0,
             now,
         };
         let reply = self.decide_quick(ask, target, qtype)?;
-        let (rcode, rotations, depends) = match reply {
+        let (rcode, variants, depends) = match reply {
             Reply::Addresses {
-                addrs,
+                answer,
                 ttl,
-                rotations,
                 depends,
             } => {
-                encode_addresses(raw, hot, &addrs, ttl, qtype, out)?;
-                (ResponseCode::NoError, rotations, depends)
+                let variants = (0..answer.rotations)
+                    .map(|r| {
+                        let mut out = Vec::new();
+                        encode_addresses(raw, hot, &answer.rotation(r), ttl, qtype, &mut out)?;
+                        Some(out)
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                (ResponseCode::NoError, variants, depends)
             }
             Reply::Negative { rcode, depends } => {
-                self.encode_negative(raw, hot, snap, zone, rcode, out)?;
-                (rcode, 1, depends)
+                let mut out = Vec::new();
+                self.encode_negative(raw, hot, snap, zone, rcode, &mut out)?;
+                (rcode, vec![out], depends)
             }
         };
         Some(Quick {
             zone: zi,
             qtype,
             rcode,
-            rotations,
+            variants,
             depends,
         })
     }
@@ -148,18 +152,16 @@ impl Answerer {
                 depends,
             });
         }
-        let (mut addrs, rotations) = self.service_addresses(ask, view, &sel, qtype);
-        addrs.retain(|ip| ip.is_ipv4() == (qtype == RecordType::A));
-        if addrs.is_empty() {
+        let answer = self.service_answer(ask, view, &sel, qtype);
+        if answer.weighted.addrs.is_empty() {
             return Some(Reply::Negative {
                 rcode: ResponseCode::NoError,
                 depends,
             });
         }
         Some(Reply::Addresses {
-            addrs,
+            answer,
             ttl: view.policy.ttl.unwrap_or(self.cfg.ttl),
-            rotations,
             depends,
         })
     }

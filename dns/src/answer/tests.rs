@@ -624,7 +624,7 @@ fn rotations_start_at_clusters_in_proportion_to_their_weights() {
         groups: vec![(70, 2), (15, 1), (15, 1)],
     };
     let firsts: Vec<IpAddr> = (0..16)
-        .map(|r| weighted_rotation(groups(), r, 16)[0])
+        .map(|r| weighted_rotation(&groups(), r, 16)[0])
         .collect();
     let count = |prefix: &str| {
         firsts
@@ -643,7 +643,7 @@ fn rotations_start_at_clusters_in_proportion_to_their_weights() {
     let first = firsts.iter().filter(|a| **a == ip("10.1.0.1")).count();
     assert!(first.abs_diff(count("10.1.") - first) <= 1, "{firsts:?}");
     // Every rotation still holds every address.
-    assert!((0..16).all(|r| weighted_rotation(groups(), r, 16).len() == 4));
+    assert!((0..16).all(|r| weighted_rotation(&groups(), r, 16).len() == 4));
 }
 
 #[test]

@@ -347,6 +347,26 @@ fn a_quick_miss_gives_the_full_paths_bytes() {
                         let expected = covered && qtype != RecordType::SRV;
                         assert_eq!(was_quick, expected, "{what}: answered quick?");
                         quick += u64::from(was_quick);
+                        // The next askers get the other rotations, which the quick miss made
+                        // too: each the full path's bytes for that rotation.
+                        for rotation in 1..=4 {
+                            let mut hit = Vec::new();
+                            assert!(dns.handle_udp(&raw, src, &mut hit));
+                            let mut full = Vec::new();
+                            dns.answer_full(
+                                &snap,
+                                &raw,
+                                src.ip(),
+                                Transport::Udp,
+                                rotation,
+                                &mut full,
+                            )
+                            .unwrap();
+                            assert_eq!(hit, full, "{what}: rotation {rotation} differs");
+                        }
+                        if was_quick {
+                            assert_eq!(dns.metrics.cache_misses.get(), 1, "{what}: one miss");
+                        }
                     }
                 }
             }
