@@ -3,19 +3,6 @@
 # bench/dns_fleet.py in $WORK (run from the repository root). Uses $MERIDIAN, $MPORT, $MADMIN (meridian's DNS and admin
 # ports) and $KPORT (Knot's; its control socket is $WORK/knot/knot.sock).
 
-# Sets $MERIDIAN: the binary given in $MERIDIAN, else a release build (in $CARGO_TARGET_DIR).
-meridian_binary() {
-    if [[ -n ${MERIDIAN:-} ]]; then
-        [[ -x $MERIDIAN ]] || die "MERIDIAN=$MERIDIAN is not an executable"
-        log "using meridian at $MERIDIAN"
-        return
-    fi
-    log "building meridian (release)"
-    cargo build --release --quiet --bin meridian
-    MERIDIAN=${CARGO_TARGET_DIR:-$PWD/target}/release/meridian
-    [[ -x $MERIDIAN ]] || die "no $MERIDIAN after the build"
-}
-
 write_knot_conf() { # dir port
     mkdir -p "$1"
     cp "$WORK/global.zone" "$1/global.zone"

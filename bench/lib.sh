@@ -25,6 +25,19 @@ bench_cleanup() {
     if [[ ${KEEP:-0} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
 }
 
+# Sets $MERIDIAN: the binary given in $MERIDIAN, else a release build (in $CARGO_TARGET_DIR).
+meridian_binary() {
+    if [[ -n ${MERIDIAN:-} ]]; then
+        [[ -x $MERIDIAN ]] || die "MERIDIAN=$MERIDIAN is not an executable"
+        log "using meridian at $MERIDIAN"
+        return
+    fi
+    log "building meridian (release)"
+    cargo build --release --quiet --bin meridian
+    MERIDIAN=${CARGO_TARGET_DIR:-$PWD/target}/release/meridian
+    [[ -x $MERIDIAN ]] || die "no $MERIDIAN after the build"
+}
+
 free_port() {
     python3 - <<'PY'
 import socket

@@ -79,14 +79,7 @@ max_streams=$(tr ' ' '\n' <<<"$STREAMS" | sort -n | tail -1)
 ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 (($(ulimit -n) >= max_streams + 1024)) || die "open-file limit $(ulimit -n) is too low for $max_streams streams (ulimit -n)"
 
-if [[ -n ${MERIDIAN:-} ]]; then
-    [[ -x $MERIDIAN ]] || die "MERIDIAN=$MERIDIAN is not an executable"
-    log "using meridian at $MERIDIAN"
-else
-    log "building meridian (release)"
-    cargo build --release --quiet --bin meridian
-    MERIDIAN=$ROOT/target/release/meridian
-fi
+meridian_binary
 "$MERIDIAN" serve --help 2>&1 | grep -q -- --xds-listen || die "$MERIDIAN serve has no --xds-listen: no xDS server in this build"
 
 # gcp-server and xds-load: built once per source hash into a cache outside the repository.
