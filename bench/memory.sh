@@ -50,9 +50,7 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-log "building meridian (release)"
-cargo build --release --quiet --bin meridian
-MERIDIAN=$ROOT/target/release/meridian
+meridian_binary
 
 bench_workdir mem
 

@@ -24,6 +24,7 @@ use crate::crd::{
 
 mod depth;
 mod dir;
+mod docs;
 pub(crate) mod file;
 mod limits;
 pub(crate) mod settle;
@@ -155,34 +156,39 @@ pub fn parse_str(file: &Path, text: &str, out: &mut Loaded) {
 /// deeper than `max_depth`, rejects only itself.
 pub fn parse_str_within(file: &Path, text: &str, max_depth: usize, out: &mut Loaded) {
     for doc in split::split(text) {
-        let malformed = |reason: String| ManifestError {
-            file: file.to_path_buf(),
-            object: Subject::Input(format!("document {}", doc.number)),
-            reason,
-        };
-        if let Err(e) = depth::check(doc.text, max_depth) {
-            let line = e.line + doc.first_line - 1;
-            out.errors.push(malformed(format!(
-                "nesting deeper than {} levels at line {line}; the document is not parsed",
-                e.limit
-            )));
-            continue;
-        }
-        let value = match serde_yaml_ng::from_str::<Value>(doc.text) {
-            Ok(v) => v,
-            Err(e) => {
-                out.errors.push(malformed(format!(
-                    "malformed YAML: {}",
-                    in_file_lines(&e, doc.first_line)
-                )));
-                continue;
-            }
-        };
-        if value.is_null() {
-            continue;
-        }
-        parse_value(file, value, doc.number, out);
+        parse_document(file, &doc, max_depth, out);
     }
+}
+
+/// Parses one document of `file`, adding what it holds (or why it holds nothing) to `out`.
+fn parse_document(file: &Path, doc: &split::Document<'_>, max_depth: usize, out: &mut Loaded) {
+    let malformed = |reason: String| ManifestError {
+        file: file.to_path_buf(),
+        object: Subject::Input(format!("document {}", doc.number)),
+        reason,
+    };
+    if let Err(e) = depth::check(doc.text, max_depth) {
+        let line = e.line + doc.first_line - 1;
+        out.errors.push(malformed(format!(
+            "nesting deeper than {} levels at line {line}; the document is not parsed",
+            e.limit
+        )));
+        return;
+    }
+    let value = match serde_yaml_ng::from_str::<Value>(doc.text) {
+        Ok(v) => v,
+        Err(e) => {
+            out.errors.push(malformed(format!(
+                "malformed YAML: {}",
+                in_file_lines(&e, doc.first_line)
+            )));
+            return;
+        }
+    };
+    if value.is_null() {
+        return;
+    }
+    parse_value(file, value, doc.number, out);
 }
 
 /// A parser error with the line numbers of the file, not of the document (libyaml names

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::model::{ClusterId, ClusterObjects, Export, Import, ObjectKey, Service, Slice};
 
 /// One object of a kind the Index holds.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Object {
     Service(ObjectKey, Service),
     Export(ObjectKey, Export),

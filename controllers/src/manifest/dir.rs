@@ -10,8 +10,9 @@ use meridian_core::Subject;
 use tracing::debug;
 
 use super::file::{self, ReadError};
+use super::docs::{Spans, parse_reusing};
 use super::settle::{Look, Stamp, Summary, Track};
-use super::{Error, Limits, Loaded, ManifestError, Result, parse_str_within};
+use super::{Error, Limits, Loaded, ManifestError, Result};
 
 /// One directory's files and what each serves; kept from one read to the next.
 #[derive(Debug)]
@@ -32,6 +33,8 @@ struct FileRead {
     /// The bytes actually read (0 for a file skipped or refused): what counts against the
     /// directory's byte limit.
     bytes: u64,
+    /// What each document gave, so that the next read parses only the documents that changed.
+    spans: Spans,
 }
 
 /// One read of a directory.
@@ -162,7 +165,7 @@ fn look_and_read(
         Look::Wait(d) => return Some(expires.map_or(d, |e| e.min(d))),
         Look::Read => {}
     }
-    let read = match read_file(limits, path, meta.as_ref(), stamp, used) {
+    let read = match read_file(limits, path, meta.as_ref(), stamp, used, track.served()) {
         Ok(read) => read,
         Err(ReadError::Moved(now_stamp)) => {
             track.moved(now_stamp, now);
@@ -177,6 +180,7 @@ fn look_and_read(
         Err(e) => FileRead {
             loaded: one_error(path, crate::reason_of(&e)),
             bytes: 0,
+            spans: Spans::default(),
         },
     };
     let loaded = &read.loaded;
@@ -192,13 +196,14 @@ fn look_and_read(
 }
 
 /// Reads and parses one file within the limits; `used` is what the directory's files before
-/// it already take.
+/// it already take, `served` what the file serves now (its unchanged documents are copied).
 fn read_file(
     limits: &Limits,
     path: &Path,
     meta: Option<&std::fs::Metadata>,
     stamp: Stamp,
     used: u64,
+    served: Option<&FileRead>,
 ) -> std::result::Result<FileRead, ReadError> {
     let meta = meta.ok_or_else(|| {
         ReadError::Io(
@@ -218,6 +223,7 @@ fn read_file(
     if used + stamp.len > limits.max_member_bytes {
         return Ok(FileRead {
             bytes: 0,
+            spans: Spans::default(),
             loaded: one_error(
                 path,
                 format!(
@@ -229,14 +235,22 @@ fn read_file(
     }
     let bytes = file::read(path, stamp, limits.max_file_bytes, limits.read_timeout)?;
     let read = bytes.len() as u64;
-    let mut loaded = Loaded::default();
-    match String::from_utf8(bytes) {
-        Ok(text) => parse_str_within(path, &text, limits.max_depth, &mut loaded),
-        Err(e) => loaded = one_error(path, format!("is not UTF-8 text: {}", e.utf8_error())),
-    }
+    let (loaded, spans) = match String::from_utf8(bytes) {
+        Ok(text) => parse_reusing(
+            path,
+            &text,
+            limits.max_depth,
+            served.map(|s| (&s.loaded, &s.spans)),
+        ),
+        Err(e) => (
+            one_error(path, format!("is not UTF-8 text: {}", e.utf8_error())),
+            Spans::default(),
+        ),
+    };
     Ok(FileRead {
         loaded,
         bytes: read,
+        spans,
     })
 }
 
