@@ -149,6 +149,10 @@ pub struct Snapshot {
     /// The views this build merged anew, for `restamp`.
     #[serde(skip)]
     remerged: Remerged,
+    /// After `restamp`: the version of the snapshot it was restamped against and the services
+    /// whose views differ from that one's (none when every view may differ).
+    #[serde(skip)]
+    changed: Option<(u64, Arc<[ObjectKey]>)>,
     /// Every member has synced or failed once; before that DNS answers SERVFAIL.
     pub synced: bool,
     pub clusters: Vec<ClusterView>,
@@ -291,6 +295,21 @@ impl Snapshot {
         snapshot.collect_problems();
         snapshot.policies = shared_policies(prev, policies);
         snapshot
+    }
+
+    /// The services whose views differ from those of snapshot `version`, if this one was
+    /// restamped against it and not every view changed: a consumer holding what it built from
+    /// `version` renews those (and the timed ones, `timed_keys`) instead of comparing every view.
+    pub fn changed_since(&self, version: u64) -> Option<&[ObjectKey]> {
+        self.changed
+            .as_ref()
+            .filter(|(since, _)| *since == version)
+            .map(|(_, keys)| &**keys)
+    }
+
+    /// The services whose policy depends on time: their decisions change with no event.
+    pub fn timed_keys(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.timed.iter()
     }
 
     /// The next time a decision changes with no event: a failback window or a policy's

@@ -3,7 +3,7 @@
 //! that is a hash of its bytes, so equal content has equal versions across streams, restarts
 //! and replicas (which is what delta reconnects with `initial_resource_versions` rely on).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -90,15 +90,21 @@ pub struct Resource {
     pub body: Any,
 }
 
+/// One kind of resources by name, in name order. Persistent (structure shared between
+/// copies): the next build for a group starts as a copy of the previous one in O(1) and pays
+/// only for the services that changed, which at a million endpoints is the difference between
+/// copying 60,000 entries per snapshot and a few.
+pub type NameMap = rpds::RedBlackTreeMapSync<Arc<str>, Arc<Resource>>;
+
 /// Everything one node group receives, by kind and name.
 #[derive(Debug, Default)]
 pub struct Resources {
     pub snapshot_version: u64,
     pub synced: bool,
-    by_kind: [BTreeMap<Arc<str>, Arc<Resource>>; 4],
+    by_kind: [NameMap; 4],
     /// What each service contributed, kept so that the next build for this group reuses the
     /// resources of every service that did not change (same `ServiceView`, same clusters).
-    per_service: HashMap<ObjectKey, ServiceItems>,
+    per_service: rpds::HashTrieMapSync<ObjectKey, ServiceItems>,
     /// A hash of everything about the clusters that the selection reads.
     clusters_fingerprint: u64,
     /// The decisions this build made (services it reused made none), for metrics.
@@ -137,12 +143,12 @@ struct ServiceItems {
 type Items = Arc<[(Kind, Arc<Resource>)]>;
 
 impl Resources {
-    pub fn of(&self, kind: Kind) -> &BTreeMap<Arc<str>, Arc<Resource>> {
+    pub fn of(&self, kind: Kind) -> &NameMap {
         &self.by_kind[kind.index()]
     }
 
     pub fn len(&self) -> usize {
-        self.by_kind.iter().map(BTreeMap::len).sum()
+        self.by_kind.iter().map(NameMap::size).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -151,21 +157,19 @@ impl Resources {
 
     fn insert<M: Message + Name>(&mut self, kind: Kind, name: String, message: &M) {
         let resource = encode(name, message);
-        self.by_kind[kind.index()].insert(resource.name.clone(), resource);
+        self.by_kind[kind.index()].insert_mut(resource.name.clone(), resource);
     }
 
     /// Puts a service's items in (replacing what it had), or takes them out (`None`).
     fn set_service(&mut self, view: &Arc<ServiceView>, items: Option<Items>) {
-        if let Some(old) = self.per_service.remove(&view.key) {
-            self.remove_items(&old.items);
-        }
+        self.remove_service(&view.key);
         let Some(items) = items else {
             return;
         };
         for (kind, resource) in items.iter() {
-            self.by_kind[kind.index()].insert(resource.name.clone(), resource.clone());
+            self.by_kind[kind.index()].insert_mut(resource.name.clone(), resource.clone());
         }
-        self.per_service.insert(
+        self.per_service.insert_mut(
             view.key.clone(),
             ServiceItems {
                 view: view.clone(),
@@ -174,9 +178,14 @@ impl Resources {
         );
     }
 
-    fn remove_items(&mut self, items: &Items) {
-        for (kind, resource) in items.iter() {
-            self.by_kind[kind.index()].remove(&resource.name);
+    /// Takes a service's items out.
+    fn remove_service(&mut self, key: &ObjectKey) {
+        let Some(old) = self.per_service.get(key).map(|e| e.items.clone()) else {
+            return;
+        };
+        self.per_service.remove_mut(key);
+        for (kind, resource) in old.iter() {
+            self.by_kind[kind.index()].remove_mut(&resource.name);
         }
     }
 
@@ -199,6 +208,38 @@ impl Resources {
         };
         self.by_kind = prev.by_kind.clone();
         self.per_service = prev.per_service.clone();
+        match snapshot.changed_since(prev.snapshot_version) {
+            Some(changed) => self.renew_changed(snapshot, changed, make),
+            None => self.renew_all(snapshot, make),
+        }
+    }
+
+    /// Renews the services `changed` names (the only views that differ from the snapshot
+    /// `self` was copied from) and those whose policy depends on time.
+    fn renew_changed(
+        &mut self,
+        snapshot: &Snapshot,
+        changed: &[ObjectKey],
+        mut make: impl FnMut(&Arc<ServiceView>) -> Option<Items>,
+    ) {
+        for key in changed.iter().chain(snapshot.timed_keys()) {
+            match snapshot.service(&key.namespace, &key.name) {
+                Some(service) => {
+                    let items = make(service);
+                    self.set_service(service, items);
+                }
+                None => self.remove_service(key),
+            }
+        }
+    }
+
+    /// Renews every service whose view is not the one `self` was built from (or whose policy
+    /// depends on time), and drops those that are gone.
+    fn renew_all(
+        &mut self,
+        snapshot: &Snapshot,
+        mut make: impl FnMut(&Arc<ServiceView>) -> Option<Items>,
+    ) {
         let mut with_items = 0;
         for service in snapshot.services() {
             // A policy with failback or withdraw windows decides differently as time passes.
@@ -215,7 +256,7 @@ impl Resources {
         }
         // Every service of the snapshot that has items is in `per_service`: equal counts mean
         // no other (removed) service is, which spares a lookup per service.
-        if with_items == self.per_service.len() {
+        if with_items == self.per_service.size() {
             return;
         }
         let gone: Vec<ObjectKey> = self
@@ -225,9 +266,7 @@ impl Resources {
             .cloned()
             .collect();
         for key in gone {
-            if let Some(old) = self.per_service.remove(&key) {
-                self.remove_items(&old.items);
-            }
+            self.remove_service(&key);
         }
     }
 }
@@ -452,7 +491,7 @@ fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize, prev: Opt
         .keys()
         .map(|sni| passthrough_chain(sni))
         .collect();
-    out.by_kind[Kind::Listener.index()].clear();
+    out.by_kind[Kind::Listener.index()] = NameMap::default();
     // Envoy refuses a listener without filter chains: no local services, no listener.
     if !chains.is_empty() {
         let name = format!("eastwest-gateway:{}", gateway.port);
@@ -842,7 +881,7 @@ impl Resources {
                     value: content.as_bytes().to_vec(),
                 },
             };
-            out.by_kind[kind.index()].insert(Arc::from(*name), Arc::new(resource));
+            out.by_kind[kind.index()].insert_mut(Arc::from(*name), Arc::new(resource));
         }
         out
     }

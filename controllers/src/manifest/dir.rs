@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 use meridian_core::Subject;
 use tracing::debug;
 
-use super::file::{self, ReadError};
 use super::docs::{Spans, parse_reusing};
+use super::file::{self, ReadError};
 use super::settle::{Look, Stamp, Summary, Track};
 use super::{Error, Limits, Loaded, ManifestError, Result};
 

@@ -85,7 +85,8 @@ pub(crate) fn parse_reusing(
 fn copy_span(from: &Loaded, span: &Span, out: &mut Loaded) {
     out.manifests
         .extend_from_slice(&from.manifests[span.manifests.clone()]);
-    out.errors.extend_from_slice(&from.errors[span.errors.clone()]);
+    out.errors
+        .extend_from_slice(&from.errors[span.errors.clone()]);
     out.warnings
         .extend_from_slice(&from.warnings[span.warnings.clone()]);
 }
@@ -159,6 +160,10 @@ mod tests {
         let (loaded, spans) = parse_reusing(path, &first, MAX_DEPTH, None);
         let (again, _) = parse_reusing(path, &appended, MAX_DEPTH, Some((&loaded, &spans)));
         assert_eq!(again.errors.len(), 1, "{:?}", again.errors);
-        assert!(again.errors[0].to_string().contains("document 2"), "{}", again.errors[0]);
+        assert!(
+            again.errors[0].to_string().contains("document 2"),
+            "{}",
+            again.errors[0]
+        );
     }
 }

@@ -145,7 +145,10 @@ impl Snapshot {
         } else {
             Vec::new()
         };
+        let mut changed = keys;
+        changed.extend(renewed.iter().map(|view| view.key.clone()));
         self.replace_views(renewed);
+        self.changed = Some((prev.version, changed.into()));
     }
 
     /// Whether every answer may differ: another set of clusters (services refer to them by

@@ -84,6 +84,24 @@ impl Fleet {
         self.prev = next;
         copy
     }
+
+    /// The next version rebuilt from `prev` and restamped against it, as the store publishes.
+    fn publish_after(&mut self, prev: &Snapshot) -> Snapshot {
+        let m = &mut self.members;
+        m.version += 1;
+        let dirty = m.index.take_dirty();
+        let mut next = Snapshot::rebuild(
+            prev,
+            &dirty,
+            m.version,
+            &m.index,
+            &m.registry,
+            &Policies::default(),
+            m.t0,
+        );
+        next.restamp(prev, m.t0);
+        next
+    }
 }
 
 fn versions(r: &Resources) -> Vec<(Kind, String, String)> {
@@ -174,4 +192,50 @@ fn a_cluster_change_rebuilds_everything() {
     let fresh = build(&s2, &group, now + Duration::from_secs(3600));
     assert_eq!(versions(&reused), versions(&fresh));
     assert_ne!(versions(&reused), versions(&base), "b was withdrawn");
+}
+
+#[test]
+fn a_restamped_snapshot_renews_only_the_services_it_names_and_equals_building_from_scratch() {
+    for group in groups() {
+        let mut f = Fleet::new();
+        let now = f.members.t0;
+        let s1 = f.publish_after(&Snapshot::empty());
+        let base = build_from(&s1, &group, now, None);
+        f.export("a", "web", 1, 9);
+        for c in ["a", "b", "c"] {
+            f.members.index.delete(
+                &ClusterId::new(c),
+                meridian_core::Kind::Export,
+                &ObjectKey::new("shop", "api"),
+            );
+        }
+        let s2 = f.publish_after(&s1);
+        let mut changed = s2.changed_since(s1.version).expect("restamped").to_vec();
+        changed.sort();
+        assert_eq!(
+            changed,
+            [ObjectKey::new("shop", "api"), ObjectKey::new("shop", "web")]
+        );
+        assert!(s2.changed_since(s1.version + 1).is_none());
+        let reused = build_from(&s2, &group, now, Some(&base));
+        assert_eq!(
+            versions(&reused),
+            versions(&build(&s2, &group, now)),
+            "{group}"
+        );
+        let endpoints = |r: &Resources, service: &str| {
+            r.of(Kind::Endpoint)
+                .values()
+                .find(|x| x.name.contains(service))
+                .cloned()
+        };
+        assert!(endpoints(&reused, "api").is_none(), "{group}: api is gone");
+        assert!(
+            Arc::ptr_eq(
+                &endpoints(&reused, "db").unwrap(),
+                &endpoints(&base, "db").unwrap()
+            ),
+            "{group}: an unchanged service is reused, not re-encoded"
+        );
+    }
 }
