@@ -160,7 +160,9 @@ pub struct Snapshot {
     pub(crate) cluster_ids: HashMap<ClusterId, usize>,
     /// namespace → name → service. Nested so that lookups by `&str` need no allocation.
     #[serde(skip)]
-    pub(crate) services: HashMap<Arc<str>, BTreeMap<Arc<str>, Arc<ServiceView>>>,
+    /// Each namespace's map is shared with the previous snapshot until a service of it changes,
+    /// so a rebuild copies (and later frees) one entry per namespace, not one per service.
+    pub(crate) services: HashMap<Arc<str>, Arc<BTreeMap<Arc<str>, Arc<ServiceView>>>>,
     #[serde(skip)]
     pub client_table: ClientTable,
     /// Geo ranges for DNS clients outside the fleet: the fleet's one table, shared (never
@@ -243,7 +245,9 @@ impl Snapshot {
         for key in &dirty.services {
             snapshot.export_problems.remove(key);
             if let Some(by_name) = snapshot.services.get_mut(&key.namespace) {
-                by_name.remove(&key.name);
+                if by_name.contains_key(&key.name) {
+                    Arc::make_mut(by_name).remove(&key.name);
+                }
                 if by_name.is_empty() {
                     snapshot.services.remove(&key.namespace);
                 }
@@ -368,18 +372,14 @@ impl Snapshot {
         if view.policy.depends_on_time() && !self.timed.contains(&view.key) {
             Arc::make_mut(&mut self.timed).insert(view.key.clone());
         }
-        self.services
-            .entry(view.key.namespace.clone())
-            .or_default()
-            .insert(view.key.name.clone(), view);
+        let by_name = self.services.entry(view.key.namespace.clone()).or_default();
+        Arc::make_mut(by_name).insert(view.key.name.clone(), view);
     }
 
     fn insert_services(&mut self, merged: Vec<ServiceView>) {
         for view in merged {
-            self.services
-                .entry(view.key.namespace.clone())
-                .or_default()
-                .insert(view.key.name.clone(), Arc::new(view));
+            let by_name = self.services.entry(view.key.namespace.clone()).or_default();
+            Arc::make_mut(by_name).insert(view.key.name.clone(), Arc::new(view));
         }
     }
 
@@ -443,7 +443,7 @@ impl Snapshot {
     }
 
     pub fn service_count(&self) -> usize {
-        self.services.values().map(BTreeMap::len).sum()
+        self.services.values().map(|by_name| by_name.len()).sum()
     }
 
     /// The client's cluster from its address.
