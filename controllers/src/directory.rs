@@ -375,7 +375,7 @@ pub struct MemberRead {
 /// Converts what a member directory held into the cluster's objects; problems name the file
 /// and the object.
 pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> MemberRead {
-    let converted = convert_manifests(cluster, loaded);
+    let converted = convert_manifests(cluster, &loaded);
     MemberRead {
         capacity: converted.capacity(),
         objects: converted.objects,
@@ -420,21 +420,17 @@ fn capacity_of<'a>(parts: impl IntoIterator<Item = &'a Converted> + Clone) -> Op
     )
 }
 
-fn convert_manifests(cluster: &ClusterId, loaded: Loaded) -> Converted {
+fn convert_manifests(cluster: &ClusterId, loaded: &Loaded) -> Converted {
     let origin = Origin::Member(cluster.clone());
     let mut objects = ClusterObjects::default();
-    let mut errors: Vec<Problem> = loaded
-        .errors
-        .into_iter()
+    let mut errors: Vec<Problem> = (loaded.errors.iter().cloned())
         .map(|e| e.into_problem(origin.clone()))
         .collect();
-    let mut warnings: Vec<Problem> = loaded
-        .warnings
-        .into_iter()
+    let mut warnings: Vec<Problem> = (loaded.warnings.iter().cloned())
         .map(|e| e.into_problem(origin.clone()))
         .collect();
     let (mut nodes, mut pods, mut quotas) = (Vec::new(), Vec::new(), Vec::new());
-    for (file, m) in loaded.manifests {
+    for (file, m) in &loaded.manifests {
         let err = |object: ObjectRef, reason: String| {
             Problem::in_file(origin.clone(), file.clone(), object, reason)
         };
@@ -895,14 +891,7 @@ struct FileObjects {
 
 impl FileObjects {
     fn convert(cluster: &ClusterId, version: u64, loaded: &Loaded) -> Self {
-        let mut rest = convert_manifests(
-            cluster,
-            Loaded {
-                manifests: loaded.manifests.clone(),
-                errors: loaded.errors.clone(),
-                warnings: loaded.warnings.clone(),
-            },
-        );
+        let mut rest = convert_manifests(cluster, loaded);
         let objects = std::mem::take(&mut rest.objects);
         let objects = (objects.services.into_iter())
             .map(|(k, v)| Object::Service(k, v))

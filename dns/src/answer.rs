@@ -1133,7 +1133,7 @@ fn select(
     select_for(snap, view, &meridian_core::Client::at(snap, client), now)
 }
 
-mod fast;
+pub(crate) mod fast;
 
 #[cfg(test)]
 mod tests;

@@ -170,9 +170,16 @@ impl Dns {
             }
         }
         self.metrics.cache_misses.inc();
-        let (answered, variants) = match self.answer_quick(&snap, raw, &hot, client) {
-            Some((answered, variants)) => {
-                out.clone_from(&variants[rotation % variants.len()]);
+        let quick = self
+            .answer_quick(&snap, raw, &hot, client, rotation)
+            .and_then(|(answered, variants)| {
+                let asked = rotation % answered.rotations.max(1);
+                let at = variants.iter().position(|(r, _)| *r == asked)?;
+                Some((answered, variants, at))
+            });
+        let (answered, variants) = match quick {
+            Some((answered, variants, at)) => {
+                out.clone_from(&variants[at].1);
                 (answered, variants)
             }
             None => match self.answer_full(&snap, raw, src.ip(), Transport::Udp, rotation, out) {
@@ -203,8 +210,10 @@ impl Dns {
                     let _ = cell.set(out.clone().into_boxed_slice());
                 }
             } else {
-                for (cell, bytes) in entry.variants.iter().zip(variants) {
-                    let _ = cell.set(bytes.into_boxed_slice());
+                for (r, bytes) in variants {
+                    if let Some(cell) = entry.variants.get(r) {
+                        let _ = cell.set(bytes.into_boxed_slice());
+                    }
                 }
             }
         }
@@ -212,18 +221,20 @@ impl Dns {
     }
 
     /// The common miss (an address question about a service, or NXDOMAIN), decided as the
-    /// full path decides and encoded without hickory (`answer::fast`), in every rotation of
-    /// the answer; `None` leaves the request to the full path.
+    /// full path decides and encoded without hickory (`answer::fast`), in `rotation` and,
+    /// when they are few, every other rotation of the answer; `None` leaves the request to
+    /// the full path.
     fn answer_quick(
         &self,
         snap: &Snapshot,
         raw: &[u8],
         hot: &wire::HotQuery,
         client: Option<ClientPlace>,
-    ) -> Option<(Answered, Vec<Vec<u8>>)> {
-        let quick = self
-            .answerer
-            .respond_quick(snap, raw, hot, client, Instant::now())?;
+        rotation: usize,
+    ) -> Option<(Answered, Vec<(usize, Vec<u8>)>)> {
+        let quick =
+            self.answerer
+                .respond_quick(snap, raw, hot, client, rotation, Instant::now())?;
         let slot = self.metrics.slot(
             Some(quick.zone),
             Some(quick.qtype),
@@ -235,7 +246,7 @@ impl Dns {
         let answered = Answered {
             slot,
             cacheable: true,
-            rotations: quick.variants.len(),
+            rotations: quick.rotations,
             depends: quick.depends,
         };
         Some((answered, quick.variants))

@@ -38,6 +38,8 @@ use crate::wire::HotQuery;
 const MAX_RELATIVE_LABELS: usize = 4;
 /// Above this many answers the full path decides (hickory stops compressing after 120 names).
 const MAX_ANSWERS: usize = 100;
+/// The most rotations a miss encodes at once (see [`Quick::variants`]).
+pub(crate) const EAGER_ROTATIONS: usize = 4;
 const CLASS_IN: u16 = 1;
 const TYPE_SOA: u16 = 6;
 const TYPE_OPT: u16 = 41;
@@ -47,9 +49,13 @@ pub(crate) struct Quick {
     pub zone: usize,
     pub qtype: RecordType,
     pub rcode: ResponseCode,
-    /// The reply in each rotation of the answer, decided once: a name's first miss fills
-    /// every rotation's cache slot (a 3-address name is then one miss, not three).
-    pub variants: Vec<Vec<u8>>,
+    /// How many rotations the answer has.
+    pub rotations: usize,
+    /// Replies by rotation, decided once: with up to [`EAGER_ROTATIONS`] rotations, a name's
+    /// first miss encodes every rotation (a 3-address name is then one miss, not three);
+    /// beyond, only the asked one, so that a cached name with dozens of addresses does not
+    /// hold dozens of copies of its reply that may never be asked for.
+    pub variants: Vec<(usize, Vec<u8>)>,
     pub depends: Depends,
 }
 
@@ -67,13 +73,15 @@ enum Reply {
 }
 
 impl Answerer {
-    /// Answers `raw` (whose cache key is `hot`) in every rotation when the fast path covers it.
+    /// Answers `raw` (whose cache key is `hot`) in `rotation` (and in the others too when they
+    /// are few) when the fast path covers it.
     pub(crate) fn respond_quick(
         &self,
         snap: &Snapshot,
         raw: &[u8],
         hot: &HotQuery,
         client: Option<ClientPlace>,
+        rotation: usize,
         now: Instant,
     ) -> Option<Quick> {
         let qtype = match (hot.qclass(), hot.qtype()) {
@@ -96,31 +104,39 @@ impl Answerer {
             now,
         };
         let reply = self.decide_quick(ask, target, qtype)?;
-        let (rcode, variants, depends) = match reply {
+        let (rcode, rotations, variants, depends) = match reply {
             Reply::Addresses {
                 answer,
                 ttl,
                 depends,
             } => {
-                let variants = (0..answer.rotations)
+                let rotations = answer.rotations.max(1);
+                let wanted: Vec<usize> = if rotations <= EAGER_ROTATIONS {
+                    (0..rotations).collect()
+                } else {
+                    vec![rotation % rotations]
+                };
+                let variants = wanted
+                    .into_iter()
                     .map(|r| {
                         let mut out = Vec::new();
                         encode_addresses(raw, hot, &answer.rotation(r), ttl, qtype, &mut out)?;
-                        Some(out)
+                        Some((r, out))
                     })
                     .collect::<Option<Vec<_>>>()?;
-                (ResponseCode::NoError, variants, depends)
+                (ResponseCode::NoError, rotations, variants, depends)
             }
             Reply::Negative { rcode, depends } => {
                 let mut out = Vec::new();
                 self.encode_negative(raw, hot, snap, zone, rcode, &mut out)?;
-                (rcode, vec![out], depends)
+                (rcode, 1, vec![(0, out)], depends)
             }
         };
         Some(Quick {
             zone: zi,
             qtype,
             rcode,
+            rotations,
             variants,
             depends,
         })
