@@ -435,11 +435,11 @@ fn convert_manifests(cluster: &ClusterId, loaded: &Loaded) -> Converted {
             Problem::in_file(origin.clone(), file.clone(), object, reason)
         };
         match m {
-            Manifest::Service(s) => match convert::service(&s) {
+            Manifest::Service(s) => match convert::service(s) {
                 Ok(v) => objects.services.push(v),
                 Err(e) => errors.push(err(named("Service", &s.metadata), e.to_string())),
             },
-            Manifest::EndpointSlice(es) => match convert::slice(&es, Validation::Directory) {
+            Manifest::EndpointSlice(es) => match convert::slice(es, Validation::Directory) {
                 Ok((key, slice, problems)) => {
                     errors.extend(
                         problems
@@ -454,25 +454,25 @@ fn convert_manifests(cluster: &ClusterId, loaded: &Loaded) -> Converted {
                 Ok(v) => objects.exports.push(v),
                 Err(e) => errors.push(err(named("ServiceExport", &se.metadata), e.to_string())),
             },
-            Manifest::ServiceImport(si) => match convert::import(&si) {
+            Manifest::ServiceImport(si) => match convert::import(si) {
                 Ok(v) => objects.imports.push(v),
                 Err(e) => errors.push(err(named("ServiceImport", &si.metadata), e.to_string())),
             },
-            Manifest::Node(n) => match crate::capacity::node(&n) {
+            Manifest::Node(n) => match crate::capacity::node(n) {
                 Ok(r) => nodes.push(r),
                 Err(e) => errors.push(err(
                     ObjectRef::cluster_scoped("Node", n.metadata.name.as_deref().unwrap_or("?")),
                     format!("{e}; not counted in the capacity"),
                 )),
             },
-            Manifest::Pod(p) => match crate::capacity::pod(&p) {
+            Manifest::Pod(p) => match crate::capacity::pod(p) {
                 Ok(r) => pods.push(r),
                 Err(e) => errors.push(err(
                     named("Pod", &p.metadata),
                     format!("{e}; not counted in the capacity"),
                 )),
             },
-            Manifest::ResourceQuota(q) => match crate::capacity::quota(&q) {
+            Manifest::ResourceQuota(q) => match crate::capacity::quota(q) {
                 Ok(r) => quotas.push((
                     q.metadata
                         .namespace

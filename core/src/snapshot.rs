@@ -129,6 +129,9 @@ impl ServiceView {
     }
 }
 
+/// One namespace's services by name (shared between snapshots until one of them changes).
+pub(crate) type ByName = Arc<BTreeMap<Arc<str>, Arc<ServiceView>>>;
+
 /// Which cluster a client address belongs to: longest-prefix match over every cluster's
 /// `dnsClientCIDRs` and `podCIDRs`; a tie between clusters at the longest prefix means unknown
 /// (an ambiguous entry), unless a geo range holds the address (`crate::geo::locate`).
@@ -162,7 +165,7 @@ pub struct Snapshot {
     #[serde(skip)]
     /// Each namespace's map is shared with the previous snapshot until a service of it changes,
     /// so a rebuild copies (and later frees) one entry per namespace, not one per service.
-    pub(crate) services: HashMap<Arc<str>, Arc<BTreeMap<Arc<str>, Arc<ServiceView>>>>,
+    pub(crate) services: HashMap<Arc<str>, ByName>,
     #[serde(skip)]
     pub client_table: ClientTable,
     /// Geo ranges for DNS clients outside the fleet: the fleet's one table, shared (never

@@ -231,7 +231,7 @@ impl Dns {
         hot: &wire::HotQuery,
         client: Option<ClientPlace>,
         rotation: usize,
-    ) -> Option<(Answered, Vec<(usize, Vec<u8>)>)> {
+    ) -> Option<(Answered, crate::answer::fast::Variants)> {
         let quick =
             self.answerer
                 .respond_quick(snap, raw, hot, client, rotation, Instant::now())?;

@@ -44,6 +44,9 @@ const CLASS_IN: u16 = 1;
 const TYPE_SOA: u16 = 6;
 const TYPE_OPT: u16 = 41;
 
+/// Encoded replies, each with the rotation it is.
+pub(crate) type Variants = Vec<(usize, Vec<u8>)>;
+
 /// What the fast path answered, for the server to count and cache.
 pub(crate) struct Quick {
     pub zone: usize,
@@ -55,7 +58,7 @@ pub(crate) struct Quick {
     /// first miss encodes every rotation (a 3-address name is then one miss, not three);
     /// beyond, only the asked one, so that a cached name with dozens of addresses does not
     /// hold dozens of copies of its reply that may never be asked for.
-    pub variants: Vec<(usize, Vec<u8>)>,
+    pub variants: Variants,
     pub depends: Depends,
 }
 
