@@ -37,10 +37,11 @@ fn main() {
     }
     let now = fleet.t0;
     let empty = Snapshot::empty();
-    let first = publish(&mut fleet, &empty, now);
+    let policies = Policies::default();
+    let first = fleet.publish_after(&empty, &policies);
     // One service's endpoints change in one member.
     export(&mut fleet, 7, (7 * SPREAD) % members, 1);
-    let second = publish(&mut fleet, &first, now);
+    let second = fleet.publish_after(&first, &policies);
 
     let namespaces: BTreeSet<String> = (0..services.div_ceil(PER_NAMESPACE))
         .map(namespace)
@@ -97,23 +98,6 @@ fn export(fleet: &mut FleetBuilder, s: usize, m: usize, seed: u8) {
                 },
             ),
         );
-}
-
-/// The next snapshot, rebuilt from `prev` and restamped against it, as the store publishes.
-fn publish(fleet: &mut FleetBuilder, prev: &Snapshot, now: Instant) -> Snapshot {
-    fleet.version += 1;
-    let dirty = fleet.index.take_dirty();
-    let mut next = Snapshot::rebuild(
-        prev,
-        &dirty,
-        fleet.version,
-        &fleet.index,
-        &fleet.registry,
-        &Policies::default(),
-        now,
-    );
-    next.restamp(prev, now);
-    next
 }
 
 /// One round: every member's desired objects in `scope`; its time and the objects counted.

@@ -299,6 +299,24 @@ impl FleetBuilder {
         self.t0 + secs(after)
     }
 
+    /// The next version, rebuilt from `prev` with what changed since and restamped against
+    /// it at `t0`, as the store publishes.
+    pub fn publish_after(&mut self, prev: &Snapshot, policies: &Policies) -> Snapshot {
+        self.version += 1;
+        let dirty = self.index.take_dirty();
+        let mut next = Snapshot::rebuild(
+            prev,
+            &dirty,
+            self.version,
+            &self.index,
+            &self.registry,
+            policies,
+            self.t0,
+        );
+        next.restamp(prev, self.t0);
+        next
+    }
+
     /// A snapshot with the default TrafficPolicy and no policy objects.
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot_with(TrafficPolicy::default())

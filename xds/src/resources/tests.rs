@@ -85,23 +85,25 @@ impl Fleet {
         copy
     }
 
-    /// The next version rebuilt from `prev` and restamped against it, as the store publishes.
-    fn publish_after(&mut self, prev: &Snapshot) -> Snapshot {
-        let m = &mut self.members;
-        m.version += 1;
-        let dirty = m.index.take_dirty();
-        let mut next = Snapshot::rebuild(
-            prev,
-            &dirty,
-            m.version,
-            &m.index,
-            &m.registry,
-            &Policies::default(),
-            m.t0,
-        );
-        next.restamp(prev, m.t0);
-        next
+    /// `shop/web` in a changes its endpoints and `shop/api` is unexported everywhere.
+    fn change_web_and_unexport_api(&mut self) {
+        self.export("a", "web", 1, 9);
+        for c in ["a", "b", "c"] {
+            self.members.index.delete(
+                &ClusterId::new(c),
+                meridian_core::Kind::Export,
+                &ObjectKey::new("shop", "api"),
+            );
+        }
     }
+}
+
+/// The first resource of `kind` whose name mentions `service`.
+fn resource_of(r: &Resources, kind: Kind, service: &str) -> Option<Arc<Resource>> {
+    r.of(kind)
+        .values()
+        .find(|x| x.name.contains(service))
+        .cloned()
 }
 
 fn versions(r: &Resources) -> Vec<(Kind, String, String)> {
@@ -140,15 +142,8 @@ fn reusing_the_previous_build_equals_building_from_scratch() {
         let mut f = Fleet::new();
         let s1b = f.publish();
         let base = build_from(&s1b, &group, now, None);
-        f.export("a", "web", 1, 9);
         // … and one service is unexported everywhere: its resources go.
-        for c in ["a", "b", "c"] {
-            f.members.index.delete(
-                &ClusterId::new(c),
-                meridian_core::Kind::Export,
-                &ObjectKey::new("shop", "api"),
-            );
-        }
+        f.change_web_and_unexport_api();
         let s2 = f.publish();
         let reused = build_from(&s2, &group, now, Some(&base));
         let fresh = build(&s2, &group, now);
@@ -157,13 +152,7 @@ fn reusing_the_previous_build_equals_building_from_scratch() {
             !versions(&reused).iter().any(|v| v.1.contains("api")),
             "{group}: an unexported service is gone"
         );
-        let db = |r: &Resources, kind: Kind| {
-            r.of(kind)
-                .values()
-                .find(|x| x.name.contains("db"))
-                .cloned()
-                .expect("db resources")
-        };
+        let db = |r: &Resources, kind: Kind| resource_of(r, kind, "db").expect("db resources");
         assert!(
             Arc::ptr_eq(&db(&reused, Kind::Endpoint), &db(&base, Kind::Endpoint)),
             "{group}: an unchanged service is reused, not re-encoded"
@@ -199,17 +188,11 @@ fn a_restamped_snapshot_renews_only_the_services_it_names_and_equals_building_fr
     for group in groups() {
         let mut f = Fleet::new();
         let now = f.members.t0;
-        let s1 = f.publish_after(&Snapshot::empty());
+        let policies = Policies::default();
+        let s1 = f.members.publish_after(&Snapshot::empty(), &policies);
         let base = build_from(&s1, &group, now, None);
-        f.export("a", "web", 1, 9);
-        for c in ["a", "b", "c"] {
-            f.members.index.delete(
-                &ClusterId::new(c),
-                meridian_core::Kind::Export,
-                &ObjectKey::new("shop", "api"),
-            );
-        }
-        let s2 = f.publish_after(&s1);
+        f.change_web_and_unexport_api();
+        let s2 = f.members.publish_after(&s1, &policies);
         let mut changed = s2.changed_since(s1.version).expect("restamped").to_vec();
         changed.sort();
         assert_eq!(
@@ -223,12 +206,7 @@ fn a_restamped_snapshot_renews_only_the_services_it_names_and_equals_building_fr
             versions(&build(&s2, &group, now)),
             "{group}"
         );
-        let endpoints = |r: &Resources, service: &str| {
-            r.of(Kind::Endpoint)
-                .values()
-                .find(|x| x.name.contains(service))
-                .cloned()
-        };
+        let endpoints = |r: &Resources, service: &str| resource_of(r, Kind::Endpoint, service);
         assert!(endpoints(&reused, "api").is_none(), "{group}: api is gone");
         assert!(
             Arc::ptr_eq(
