@@ -26,6 +26,7 @@ use tokio::sync::watch;
 
 use crate::store::Heartbeats;
 use crate::whatif::ScenarioRequest;
+use meridian_controllers::kubernetes::shard::ShardView;
 
 #[derive(Clone)]
 pub struct AdminState {
@@ -41,6 +42,8 @@ pub struct AdminState {
     pub propagation: PropagationView,
     /// When each member last answered a heartbeat (the status page shows how long ago).
     pub heartbeats: Heartbeats,
+    /// The sharded writers' view (None: the leader writes every member).
+    pub shards: Option<ShardView>,
 }
 
 /// A listener failing to accept for this long makes meridian unready: long enough to ride
@@ -111,6 +114,7 @@ pub fn router(state: AdminState) -> Router {
             get(debug_simulate).post(debug_simulate_post),
         )
         .route("/debug/placements", get(debug_placements))
+        .route("/debug/shards", get(debug_shards))
         .route("/debug/xds", get(debug_xds))
         .route("/debug/xds/dump", get(debug_xds_dump))
         .merge(crate::ui::routes())
@@ -162,6 +166,7 @@ async fn debug_index() -> Json<Value> {
             "/debug/explain?service=S&cluster=C": "the scheduling decision for service S (name.namespace) from cluster C: filtered clusters and why, tiers, weights, spill-over, the DNS answer and the EDS priorities, in words and JSON",
             "/debug/explain?kind=K&name=N&namespace=NS&cluster=C": "the placement decision for template K NS/N: policy, tier, per cluster the replicas and why, the clusters left out and why, the overrides applied; and the traffic decision of the Services the same policy governs",
             "/debug/placements": "every placement decision, and what each member holds of it (propagation)",
+            "/debug/shards": "sharded writers: live replicas, which members this replica writes, each member's claim and owner, and every replica's view of unreachable members (quorum health)",
             "/debug/xds": "connected xDS clients: node, subscriptions, versions sent, ACKed and NACKed (with the last error)",
             "/debug/xds/dump?cluster=C&network=N&role=R": "what a node (envoy, proxyless, eastwest-gateway) in cluster C receives over ADS",
         }
@@ -220,6 +225,18 @@ async fn debug_kubernetes(State(s): State<AdminState>) -> Json<Value> {
         "leader": s.leadership.is_leader(),
         "members": members,
     }))
+}
+
+async fn debug_shards(State(s): State<AdminState>) -> Json<Value> {
+    match &s.shards {
+        Some(view) => Json(json!({ "sharded": true, "shards": view.get() })),
+        None => Json(json!({
+            "sharded": false,
+            "identity": s.leadership.identity(),
+            "leader": s.leadership.is_leader(),
+            "note": "not sharded: the leader writes every member (leaderElection.shards, --shards)",
+        })),
+    }
 }
 
 async fn debug_clusters(State(s): State<AdminState>) -> Json<Value> {

@@ -1,6 +1,7 @@
 //! Wiring: sources → store → snapshot watch → DNS listeners, the xDS server, the Kubernetes
 //! writers (write-back, and status on a Kubernetes hub) and the admin server.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -11,11 +12,12 @@ use meridian_controllers::geo::{GeoMetrics, GeoSource};
 use meridian_controllers::kubernetes::connect::{self, WatchTimeout};
 use meridian_controllers::kubernetes::leader::{self, Leadership, LeaseConfig};
 use meridian_controllers::kubernetes::propagate::{self, PropagationView};
+use meridian_controllers::kubernetes::shard::{self, ShardConfig, ShardMetrics, ShardView};
 use meridian_controllers::kubernetes::{hub, status, writeback};
 use meridian_controllers::members::Sources;
 use meridian_controllers::metrics::{PropagationMetrics, WritebackMetrics};
-use meridian_core::Snapshot;
 use meridian_core::fleet::Fleet;
+use meridian_core::{ClusterId, Snapshot};
 use meridian_dns::{Dns, Listeners};
 use meridian_listen::{
     Bounds, DescriptorLimit, Health, Listener, ListenerMetrics, ListenerSettings,
@@ -75,6 +77,7 @@ impl App {
         fleet.set_programs(Arc::new(runners));
         let heartbeats = Heartbeats::default();
         let store = Store::new(fleet, publish, heartbeats.clone(), &mut metrics);
+        let unreachable_here = store.unreachable_here();
         let mut tasks = vec![
             tokio::spawn(store.run(events_rx)),
             tokio::spawn(webhook_calls),
@@ -86,8 +89,15 @@ impl App {
         };
         // Geo ranges first, so they are in the fleet before the hub makes it synced.
         start_geo(&cfg, &sources, &mut metrics, &mut tasks).await?;
-        let (sources, leadership, hub_writer) =
-            start_hub(&cfg, sources, &snapshots, &mut tasks).await?;
+        let (sources, leadership, hub_writer, shards) = start_hub(
+            &cfg,
+            sources,
+            &snapshots,
+            unreachable_here,
+            &mut metrics,
+            &mut tasks,
+        )
+        .await?;
         tasks.push(tokio::spawn(writeback::run(
             snapshots.clone(),
             sources.fleet.clone(),
@@ -162,6 +172,7 @@ impl App {
             listeners: health.clone(),
             propagation,
             heartbeats,
+            shards,
         });
         tasks.push(tokio::spawn(admin::serve(
             admin_listener,
@@ -214,14 +225,22 @@ async fn start_geo(
     Ok(())
 }
 
-/// Starts the hub source (and, for a Kubernetes hub, leader election and the status writer);
-/// returns what a Kubernetes hub's fenced writer client is made from.
+/// Starts the hub source (and, for a Kubernetes hub, leader election, the shards if asked
+/// for, and the status writer); returns what a Kubernetes hub's fenced writer client is made
+/// from.
 async fn start_hub(
     cfg: &Config,
     mut sources: Sources,
     snapshots: &watch::Receiver<Arc<Snapshot>>,
+    unreachable_here: watch::Receiver<Arc<BTreeSet<ClusterId>>>,
+    metrics: &mut Registry,
     tasks: &mut Vec<JoinHandle<()>>,
-) -> Result<(Sources, Leadership, Option<connect::Writer>)> {
+) -> Result<(
+    Sources,
+    Leadership,
+    Option<connect::Writer>,
+    Option<ShardView>,
+)> {
     match &cfg.hub {
         Hub::Directory(dir) => {
             if let Some(why) = directory::not_a_directory(dir) {
@@ -231,7 +250,12 @@ async fn start_hub(
                 dir.clone(),
                 sources.clone(),
             )));
-            Ok((sources, Leadership::always(&cfg.leader.identity), None))
+            Ok((
+                sources,
+                Leadership::always(&cfg.leader.identity),
+                None,
+                None,
+            ))
         }
         Hub::Kubernetes {
             kubeconfig,
@@ -258,10 +282,30 @@ async fn start_hub(
                 },
             );
             tasks.push(election);
+            let (leadership, shards) = if cfg.leader.shards {
+                let (held, view, task) = shard::start(
+                    client.clone(),
+                    ShardConfig {
+                        namespace: namespace.clone(),
+                        group: cfg.leader.lease_name.clone(),
+                        identity: cfg.leader.identity.clone(),
+                        lease_duration: cfg.leader.lease_duration,
+                        renew_deadline: cfg.leader.renew_deadline,
+                        retry_period: cfg.leader.retry_period,
+                    },
+                    unreachable_here,
+                    sources.tx.clone(),
+                    ShardMetrics::new(metrics.sub_registry_with_prefix("shard")),
+                );
+                tasks.push(task);
+                (leadership.sharded(held), Some(view))
+            } else {
+                (leadership, None)
+            };
             // The status writer only writes: through the fenced writer client.
             let writer = connected
                 .writer
-                .client(&leadership)
+                .client(&leadership.for_shard())
                 .context("the hub's writer client")?;
             tasks.push(tokio::spawn(status::run(
                 writer,
@@ -269,7 +313,7 @@ async fn start_hub(
                 sources.fleet.clone(),
                 leadership.clone(),
             )));
-            Ok((sources, leadership, Some(connected.writer)))
+            Ok((sources, leadership, Some(connected.writer), shards))
         }
     }
 }

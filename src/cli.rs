@@ -230,6 +230,11 @@ pub struct LeaseArgs {
     /// This replica's name in the Lease (default: hostname and process id).
     #[arg(long = "identity", env = "MERIDIAN_IDENTITY")]
     pub identity: Option<String>,
+    /// Shard the member writes over the replicas (a Lease each; a Kubernetes hub only):
+    /// each member is written by one live replica, and a member is withdrawn only when a
+    /// majority of the replicas cannot reach it.
+    #[arg(long = "shards", env = "MERIDIAN_SHARDS")]
+    pub shards: bool,
 }
 
 #[derive(Debug, Args)]

@@ -411,7 +411,63 @@ async fn status(args: &ClientArgs) -> Result<ExitCode> {
         }
     );
     print!("{}", status_table(&body));
+    // An older meridian has no /debug/shards: the table is the whole status then.
+    if let Ok(shards) = get_json(args.admin, "/debug/shards").await {
+        print!("{}", shards_summary(&shards));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Who writes which member (sharded writers), as this replica sees it; empty when not
+/// sharded.
+fn shards_summary(body: &Value) -> String {
+    if body["sharded"] != true {
+        return String::new();
+    }
+    let s = &body["shards"];
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect::<Vec<_>>()
+    };
+    let live = names(&s["liveReplicas"]);
+    let mut out = format!(
+        "\nshards: this replica {}, {} live replica(s) ({}), hub {}\n",
+        text(&s["identity"]),
+        live.len(),
+        live.join(", "),
+        if s["hubReadable"] == true {
+            "readable"
+        } else {
+            "NOT readable: members unreachable from here are served stale, never withdrawn"
+        }
+    );
+    let mut by_writer: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for (member, m) in s["members"].as_object().into_iter().flatten() {
+        let writer = match text(&m["claim"]) {
+            w if w.is_empty() || w == "-" => "(nobody yet)".to_string(),
+            w => w,
+        };
+        by_writer.entry(writer).or_default().push(member.clone());
+    }
+    for (writer, members) in by_writer {
+        out.push_str(&format!(
+            "  {writer} writes {}: {}\n",
+            members.len(),
+            members.join(", ")
+        ));
+    }
+    for (member, c) in s["confirmations"].as_object().into_iter().flatten() {
+        if c["confirmation"] != "confirmed" {
+            out.push_str(&format!(
+                "  {member}: unreachable from this replica only ({}): served, not withdrawn\n",
+                text(&c["confirmation"])
+            ));
+        }
+    }
+    out
 }
 
 /// The members as a table whose columns are as wide as their widest cell, `-` for nothing.
@@ -625,7 +681,25 @@ async fn exchange(admin: SocketAddr, request: &[u8]) -> Result<Value> {
 mod tests {
     use serde_json::json;
 
-    use super::status_table;
+    use super::{shards_summary, status_table};
+
+    #[test]
+    fn the_shards_summary_names_each_writer_and_the_members_served_stale() {
+        assert_eq!(shards_summary(&json!({"sharded": false})), "");
+        let body = json!({"sharded": true, "shards": {
+            "identity": "a", "liveReplicas": ["a", "b"], "hubReadable": true,
+            "members": {"m1": {"claim": "a"}, "m2": {"claim": "b"}, "m3": {"claim": "a"},
+                        "m4": {"claim": null}},
+            "confirmations": {"m2": {"confirmation": "minority", "unreachable": 1, "live": 2},
+                              "m5": {"confirmation": "confirmed"}},
+        }});
+        assert_eq!(
+            shards_summary(&body),
+            "\nshards: this replica a, 2 live replica(s) (a, b), hub readable\n  \
+             (nobody yet) writes 1: m4\n  a writes 2: m1, m3\n  b writes 1: m2\n  \
+             m2: unreachable from this replica only (minority): served, not withdrawn\n"
+        );
+    }
 
     /// A wide name, an empty reason, a missing zone: every column still lines up, and the
     /// table is the golden one byte for byte.

@@ -88,6 +88,9 @@ pub struct LeaderSection {
     pub renew_deadline_seconds: Option<u64>,
     pub retry_period_seconds: Option<u64>,
     pub identity: Option<String>,
+    /// Members are written by the replica holding them (a Lease per replica), not all by the
+    /// leader (DESIGN §13); a Kubernetes hub only.
+    pub shards: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -135,6 +138,8 @@ pub struct LeaderConfig {
     pub renew_deadline: Duration,
     pub retry_period: Duration,
     pub identity: String,
+    /// Sharded writers and quorum health (DESIGN §13).
+    pub shards: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -384,6 +389,11 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
     let hub = resolve_hub(&file.hub, base, args)?;
     let listeners = resolve_listeners(&file, args)?;
     let leader = resolve_leader(&file.leader_election, args)?;
+    if leader.shards && matches!(hub, Hub::Directory(_)) {
+        bail!(
+            "leaderElection.shards needs a Kubernetes hub (its Leases coordinate the replicas); a directory hub has one replica"
+        );
+    }
     let zones = match (&args.dns.zones, &file.dns.zones) {
         (z, _) if !z.is_empty() => z
             .iter()
@@ -683,6 +693,7 @@ fn resolve_leader(file: &LeaderSection, args: &ServeArgs) -> Result<LeaderConfig
             .clone()
             .or_else(|| file.identity.clone())
             .unwrap_or_else(default_identity),
+        shards: flags.shards || file.shards.unwrap_or(false),
     };
     if leader.retry_period.is_zero() || leader.retry_period >= leader.renew_deadline {
         bail!("leaderElection: retryPeriodSeconds must be positive and below renewDeadlineSeconds");

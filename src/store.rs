@@ -3,7 +3,7 @@
 //! new snapshot on the watch channel. The fleet is owned by this task, so nothing is ever
 //! locked across an `.await`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -82,6 +82,9 @@ pub struct Store {
     /// Counted here, not in the fleet: core knows nothing of Prometheus.
     metrics: StoreMetrics,
     heartbeats: Heartbeats,
+    /// The members this replica cannot reach, whether or not other replicas confirm it: what
+    /// the shard task reports to them (DESIGN §13).
+    unreachable_here: watch::Sender<Arc<BTreeSet<ClusterId>>>,
 }
 
 /// When each member last answered a heartbeat, in wall-clock time, for the status page. Kept
@@ -152,7 +155,13 @@ impl Store {
             publish,
             metrics: m,
             heartbeats,
+            unreachable_here: watch::channel(Arc::default()).0,
         }
+    }
+
+    /// Follows the members this replica cannot reach (see `Registry`'s `unreachable_here`).
+    pub fn unreachable_here(&self) -> watch::Receiver<Arc<BTreeSet<ClusterId>>> {
+        self.unreachable_here.subscribe()
     }
 
     /// Applies events until every source is gone.
@@ -177,7 +186,25 @@ impl Store {
             if changed {
                 self.publish_snapshot();
             }
+            self.publish_unreachable_here();
         }
+    }
+
+    fn publish_unreachable_here(&self) {
+        let now: BTreeSet<ClusterId> = self
+            .fleet
+            .registry()
+            .members()
+            .filter(|(_, h)| h.unreachable_here)
+            .map(|(spec, _)| spec.id.clone())
+            .collect();
+        self.unreachable_here.send_if_modified(|was| {
+            let changed = **was != now;
+            if changed {
+                *was = Arc::new(now);
+            }
+            changed
+        });
     }
 
     fn next_deadline(&self, now: Instant) -> Instant {

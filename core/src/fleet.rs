@@ -7,7 +7,7 @@
 //! ```text
 //!  Event::Members ─► registry upsert/remove, policies, hub problems ─┐
 //!  Event::Reset | Changes ─► Index, member problems ─────────────────┤ Outcome { changed,
-//!  Event::Heartbeat | WatchHealth ─► Registry transitions ───────────┤  transitions, … }
+//!  Event::Heartbeat | WatchHealth | Confirmations ─► Registry ───────┤  transitions, … }
 //!  Event::Geo ─► the geo table (shared by every snapshot), geo problems ┤
 //!  tick(now) ─► Registry transitions, sync deadline, decision windows ┘
 //!                  build_snapshot(prev, now) ─► Snapshot (synced, problems, warnings)
@@ -29,6 +29,7 @@ use crate::policy::{Policies, Policy};
 use crate::problem::Problem;
 use crate::problem::{ObjectRef, Origin};
 use crate::registry::{Registry, Transition};
+use crate::shard::Confirmation;
 use crate::snapshot::Snapshot;
 
 /// What sources report. One writer applies these, so sources never take a lock.
@@ -81,6 +82,10 @@ pub enum Event {
         templates: Vec<Template>,
         overrides: Vec<OverridePolicy>,
     },
+    /// What the other replicas say of members this replica sees (DESIGN §13): whether a
+    /// member unreachable from here is unreachable for a majority of them. Members left out
+    /// keep what they had.
+    Confirmations(Vec<(ClusterId, Confirmation)>),
     /// A policy's program (a scoring webhook) answered, or its answer expired: placement
     /// decides again.
     ProgramsAnswered,
@@ -258,6 +263,17 @@ impl Fleet {
                     .registry
                     .watch_status(&cluster, now, failure)
                     .into_iter()
+                    .collect();
+                Outcome {
+                    changed: !transitions.is_empty(),
+                    transitions,
+                    ..Outcome::default()
+                }
+            }
+            Event::Confirmations(confirmations) => {
+                let transitions: Vec<Transition> = confirmations
+                    .into_iter()
+                    .filter_map(|(cluster, c)| self.registry.confirm(&cluster, now, c))
                     .collect();
                 Outcome {
                     changed: !transitions.is_empty(),

@@ -34,6 +34,7 @@ pub mod prefix;
 pub mod problem;
 pub mod registry;
 pub mod select;
+pub mod shard;
 pub mod snapshot;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

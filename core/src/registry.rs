@@ -7,6 +7,11 @@
 //!   Unreachable for withdrawAfterSeconds ──► withdrawn (endpoints leave DNS and xDS)
 //! ```
 //!
+//! With several replicas (DESIGN §13) "no good heartbeat" is only this replica's view: until a
+//! majority of the live replicas confirm it ([`Registry::confirm`], `shard::confirm`), a member
+//! this replica cannot reach stays Degraded — its last endpoints served, never withdrawn. A
+//! single replica's members are always confirmed: today's behaviour.
+//!
 //! Time is passed in (`now`), so the machine is tested with a fake clock.
 
 use std::collections::BTreeMap;
@@ -15,6 +20,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::model::{ClusterId, ClusterSpec};
+use crate::shard::Confirmation;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Health {
@@ -50,6 +56,11 @@ pub struct MemberHealth {
     pub withdrawn: bool,
     /// When the member last came back from Unreachable (failback waits from here).
     pub recovered_at: Option<Instant>,
+    /// No good heartbeat for unreachableAfterSeconds, as this replica sees it (whether or not
+    /// the other replicas confirm it): what this replica reports to them.
+    pub unreachable_here: bool,
+    /// What the other replicas say of `unreachable_here`.
+    pub confirmation: Confirmation,
     heartbeat_failing: bool,
     watch_failing: bool,
 }
@@ -92,6 +103,8 @@ impl Registry {
                 reason: Some("not yet synced".into()),
                 withdrawn: false,
                 recovered_at: None,
+                unreachable_here: false,
+                confirmation: Confirmation::Confirmed,
                 heartbeat_failing: false,
                 watch_failing: false,
             });
@@ -177,6 +190,21 @@ impl Registry {
         self.evaluate(id, now)
     }
 
+    /// What the other replicas say of a member this replica may not reach.
+    pub fn confirm(
+        &mut self,
+        id: &ClusterId,
+        now: Instant,
+        confirmation: Confirmation,
+    ) -> Option<Transition> {
+        let h = self.health.get_mut(id)?;
+        if h.confirmation == confirmation {
+            return None;
+        }
+        h.confirmation = confirmation;
+        self.evaluate(id, now)
+    }
+
     /// Re-evaluates every member against the clock; returns the transitions.
     pub fn tick(&mut self, now: Instant) -> Vec<Transition> {
         let ids: Vec<ClusterId> = self.specs.keys().cloned().collect();
@@ -192,6 +220,8 @@ impl Registry {
                     Some(h.since + secs(spec.health.withdraw_after_seconds))
                 }
                 Health::Unreachable => None,
+                // Unreachable here, unconfirmed: the next confirmation decides, not the clock.
+                _ if h.unreachable_here => None,
                 _ if h.heartbeat_failing || !h.synced_once => {
                     Some(h.last_ok + secs(spec.health.unreachable_after_seconds))
                 }
@@ -204,9 +234,10 @@ impl Registry {
         let timings = self.specs.get(id)?.health;
         let h = self.health.get_mut(id)?;
         let silent_for = now.saturating_duration_since(h.last_ok);
-        let next = if (h.heartbeat_failing || !h.synced_once)
-            && silent_for >= secs(timings.unreachable_after_seconds)
-        {
+        h.unreachable_here = (h.heartbeat_failing || !h.synced_once)
+            && silent_for >= secs(timings.unreachable_after_seconds);
+        let unconfirmed = h.confirmation.why_served().filter(|_| h.unreachable_here);
+        let next = if h.unreachable_here && unconfirmed.is_none() {
             Health::Unreachable
         } else if h.heartbeat_failing || h.watch_failing || !h.synced_once {
             Health::Degraded
@@ -232,8 +263,24 @@ impl Registry {
             to: next,
             withdrawn,
             was_withdrawn,
-            reason: h.reason.clone(),
+            reason: h.shown_reason(),
         })
+    }
+}
+
+impl MemberHealth {
+    /// The reason to show: the last failure, and why the member is still served if this
+    /// replica alone cannot reach it.
+    pub fn shown_reason(&self) -> Option<String> {
+        let unconfirmed = self
+            .confirmation
+            .why_served()
+            .filter(|_| self.unreachable_here && self.health != Health::Unreachable);
+        match (unconfirmed, &self.reason) {
+            (Some(why), Some(failure)) => Some(format!("{why} (last failure: {failure})")),
+            (Some(why), None) => Some(why),
+            (None, failure) => failure.clone(),
+        }
     }
 }
 
@@ -253,6 +300,56 @@ mod tests {
         spec.health.withdraw_after_seconds = 120;
         reg.upsert(spec, t0);
         (reg, ClusterId::new("eu-1"), t0)
+    }
+
+    #[test]
+    fn a_member_unreachable_from_this_replica_alone_is_served_and_never_withdrawn() {
+        let (mut reg, id, t0) = fixture();
+        reg.heartbeat_ok(&id, t0);
+        let at = |s| t0 + Duration::from_secs(s);
+        reg.heartbeat_failed(&id, at(1), "connection refused");
+        // The others still reach it: Degraded, saying why, with no deadline to wake for.
+        let minority = Confirmation::Minority {
+            unreachable: 1,
+            live: 3,
+        };
+        reg.confirm(&id, at(2), minority);
+        let t = reg.tick(at(16));
+        let h = reg.health(&id).unwrap();
+        assert!(t.is_empty(), "{t:?}");
+        assert!(h.unreachable_here);
+        assert_eq!(h.health, Health::Degraded);
+        let reason = h.shown_reason().unwrap();
+        assert!(
+            reason.contains("only 1 of 3") && reason.contains("connection refused"),
+            "{reason}"
+        );
+        assert_eq!(reg.next_deadline(), None);
+        reg.tick(at(500));
+        assert!(
+            !reg.health(&id).unwrap().withdrawn,
+            "withdrawn on this replica's view alone"
+        );
+        // Cut off from the hub too: still served.
+        reg.confirm(&id, at(501), Confirmation::HubUnreadable);
+        assert_eq!(reg.health(&id).unwrap().health, Health::Degraded);
+        // A majority confirms: Unreachable from then, withdrawn a grace later.
+        let t = reg.confirm(&id, at(502), Confirmation::Confirmed).unwrap();
+        assert_eq!(
+            (t.from, t.to, t.withdrawn),
+            (Health::Degraded, Health::Unreachable, false)
+        );
+        assert_eq!(reg.next_deadline(), Some(at(622)));
+        let t = reg.tick(at(622));
+        assert!(t[0].withdrawn);
+        // The majority reaches it again (our view unchanged): served, not withdrawn.
+        let t = reg.confirm(&id, at(630), minority).unwrap();
+        assert_eq!((t.to, t.withdrawn), (Health::Degraded, false));
+        // And our own heartbeat recovers it.
+        reg.heartbeat_ok(&id, at(631));
+        let h = reg.health(&id).unwrap();
+        assert_eq!((h.health, h.unreachable_here), (Health::Healthy, false));
+        assert_eq!(h.shown_reason(), None);
     }
 
     #[test]

@@ -344,7 +344,7 @@ impl Snapshot {
                 withdrawn: health.withdrawn,
                 unreachable_since: (health.health == Health::Unreachable).then_some(health.since),
                 recovered_at: health.recovered_at,
-                reason: health.reason.clone(),
+                reason: health.shown_reason(),
                 endpoints: index.endpoints_of(&spec.id),
             })
             .collect();

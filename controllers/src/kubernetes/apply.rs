@@ -7,7 +7,7 @@
 //!     ▼
 //!  Applier (one per member client)
 //!     ├─ discovery cache: (apiVersion, kind) → (ApiResource, namespaced), asked once per kind
-//!     ├─ Leadership::is_leader()? ──no──► Error::NotLeader, no request
+//!     ├─ Leadership::may_write()? ──no──► Error::NotLeader, no request
 //!     └─ PATCH application/apply-patch+yaml ?fieldManager=meridian[&force=true]
 //!           └─► the object the API returned (uid, resourceVersion, defaulted fields)
 //! ```
@@ -99,7 +99,9 @@ impl fmt::Display for ObjectId {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("not the leader: nothing was sent")]
+    #[error(
+        "not this cluster's writer now (leadership or the member's shard lapsed): nothing was sent"
+    )]
     NotLeader,
     #[error("the API server serves no kind {kind} in {api_version}")]
     UnknownKind { api_version: String, kind: String },
@@ -276,7 +278,7 @@ impl Applier {
     /// A failed write, as a replica that no longer leads reports it: a write its fenced
     /// connection refused (or that failed for any reason) once leadership lapsed is NotLeader.
     fn write_error(&self, id: &ObjectId, e: kube::Error) -> Error {
-        if self.leadership.is_leader() {
+        if self.leadership.may_write() {
             Error::from_kube(id, e)
         } else {
             Error::NotLeader
@@ -434,7 +436,7 @@ impl Applier {
     }
 
     fn leading(&self) -> Result<()> {
-        if self.leadership.is_leader() {
+        if self.leadership.may_write() {
             Ok(())
         } else {
             Err(Error::NotLeader)

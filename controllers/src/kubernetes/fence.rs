@@ -1,7 +1,7 @@
 //! Fenced writer clients: a second client per cluster, used only for writes, whose
 //! connections refuse to put a byte on the wire once this replica's leadership has lapsed.
 //!
-//! Asking `Leadership::is_leader` before a request is not enough: a request that passed the
+//! Asking `Leadership::may_write` before a request is not enough: a request that passed the
 //! check can sit in kube's `tower::buffer` or inside hyper while the process is frozen (a GC
 //! pause elsewhere, a stopped VM, SIGSTOP), and go out when it resumes — past the renew
 //! deadline, over the new leader's writes. Here the check runs in the connection itself, at
@@ -13,7 +13,7 @@
 //!  Applier writes ─► kube Client ─► base URI, auth, headers ─► hyper ─► timeouts ─► TLS
 //!                                                                  └─► Fenced TCP stream:
 //!                                                                      poll_write asks
-//!                                                                      Leadership::is_leader
+//!                                                                      Leadership::may_write
 //! ```
 //!
 //! Reads (watches, discovery, gets) keep the ordinary client: a replica that does not lead
@@ -98,7 +98,7 @@ impl<T> Fenced<T> {
     fn fenced() -> io::Error {
         io::Error::new(
             io::ErrorKind::PermissionDenied,
-            "not leader: a write after the renew deadline is fenced off",
+            "not the writer: a write after the renew deadline (or the member's handover) is fenced off",
         )
     }
 }
@@ -120,7 +120,7 @@ impl<T: Write + Unpin> Write for Fenced<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if !this.leadership.is_leader() {
+        if !this.leadership.may_write() {
             return Poll::Ready(Err(Self::fenced()));
         }
         Pin::new(&mut this.inner).poll_write(cx, buf)

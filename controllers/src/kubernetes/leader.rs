@@ -1,5 +1,6 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease in the hub. Every replica watches and
-//! serves; only the leader writes.
+//! serves; only the leader writes what is hub-wide, and — unless writes are sharded
+//! (`shard`) — every member.
 //!
 //! A replica counts itself leader until `renew_deadline` after it *sent* its last successful
 //! acquire or renew, measured on its own monotonic clock. Another replica takes the lease over
@@ -8,6 +9,7 @@
 //! send, we stop writing before the lease can be taken over — also when this process was
 //! frozen (SIGSTOP) and wakes up late: the monotonic clock kept running.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Client};
+use meridian_core::ClusterId;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -29,12 +32,46 @@ pub struct LeaseConfig {
     pub retry_period: Duration,
 }
 
-/// Whether this replica may write now. Cheap to clone and to ask.
+/// Whether this replica may write now, and where. Cheap to clone and to ask.
+///
+/// Hub-wide writes ask the leader-election Lease ([`Leadership::is_leader`]). With sharded
+/// writers (`shard`), a member's writes ask whether this replica holds that member
+/// ([`Leadership::may_write_to`]); without, the leader writes every member. A handle can be
+/// scoped ([`Leadership::for_member`], [`Leadership::for_shard`]) so that an applier or a
+/// fenced connection asks the right question with [`Leadership::may_write`].
 #[derive(Clone, Debug)]
 pub struct Leadership {
     /// Leader until this instant (None inside: not leader); no receiver: always leader.
     until: Option<watch::Receiver<Option<Instant>>>,
     identity: Arc<str>,
+    /// The members this replica holds (sharded writers); None: the leader writes them all.
+    shards: Option<watch::Receiver<Arc<Held>>>,
+    scope: Scope,
+}
+
+/// What a scoped [`Leadership`] answers for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Scope {
+    /// Hub-wide writes: the leader's.
+    Hub,
+    /// Writes into (or about) one member: its holder's.
+    Member(ClusterId),
+    /// Writes about any member this replica holds (the hub's status writer connection; each
+    /// request asks for its member).
+    Shard,
+}
+
+/// The members a replica holds, and until when (its shard Lease's renew deadline).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    pub until: Option<Instant>,
+    pub members: BTreeSet<ClusterId>,
+}
+
+impl Held {
+    fn valid(&self) -> bool {
+        self.until.is_some_and(|t| Instant::now() < t)
+    }
 }
 
 impl Leadership {
@@ -43,6 +80,8 @@ impl Leadership {
         Self {
             until: None,
             identity: Arc::from(identity),
+            shards: None,
+            scope: Scope::Hub,
         }
     }
 
@@ -53,13 +92,68 @@ impl Leadership {
         Self {
             until: Some(until),
             identity: Arc::from("test"),
+            shards: None,
+            scope: Scope::Hub,
         }
     }
 
+    /// Members are written by the replica that holds them, as `held` says, not by the leader.
+    pub fn sharded(mut self, held: watch::Receiver<Arc<Held>>) -> Self {
+        self.shards = Some(held);
+        self
+    }
+
+    /// Whether writes are sharded.
+    pub fn is_sharded(&self) -> bool {
+        self.shards.is_some()
+    }
+
+    /// What this replica holds now (everything, as leader, when not sharded: None).
+    pub fn held(&self) -> Option<Arc<Held>> {
+        self.shards.as_ref().map(|h| h.borrow().clone())
+    }
+
+    /// Hub-wide writes: this replica holds the leader-election Lease.
     pub fn is_leader(&self) -> bool {
         match &self.until {
             None => true,
             Some(until) => until.borrow().is_some_and(|t| Instant::now() < t),
+        }
+    }
+
+    /// Writes into or about `cluster`: this replica holds it (or leads, when not sharded).
+    pub fn may_write_to(&self, cluster: &ClusterId) -> bool {
+        match &self.shards {
+            None => self.is_leader(),
+            Some(held) => {
+                let held = held.borrow();
+                held.valid() && held.members.contains(cluster)
+            }
+        }
+    }
+
+    /// The same, scoped to one member's writes.
+    pub fn for_member(&self, cluster: &ClusterId) -> Self {
+        Self {
+            scope: Scope::Member(cluster.clone()),
+            ..self.clone()
+        }
+    }
+
+    /// The same, scoped to writes about whichever members this replica holds.
+    pub fn for_shard(&self) -> Self {
+        Self {
+            scope: Scope::Shard,
+            ..self.clone()
+        }
+    }
+
+    /// Whether a write in this handle's scope may go out now.
+    pub fn may_write(&self) -> bool {
+        match (&self.scope, &self.shards) {
+            (Scope::Member(cluster), _) => self.may_write_to(cluster),
+            (Scope::Shard, Some(held)) => held.borrow().valid(),
+            (Scope::Hub, _) | (Scope::Shard, None) => self.is_leader(),
         }
     }
 
@@ -81,6 +175,8 @@ pub fn start(client: Client, config: LeaseConfig) -> (Leadership, tokio::task::J
     let leadership = Leadership {
         until: Some(until),
         identity: Arc::from(config.identity.as_str()),
+        shards: None,
+        scope: Scope::Hub,
     };
     let task = tokio::spawn(run(Api::namespaced(client, &config.namespace), config, tx));
     (leadership, task)

@@ -4,12 +4,14 @@
 //!  hub API ──hub::run──► MemberClusters, ClusterSchedulingPolicies ──► SourceEvent::Members
 //!     │                      └─ one member::run per `spec.source.kubernetes` member
 //!     │                              └─ watches + /readyz ──► Reset | Changes | Heartbeat | WatchHealth
-//!     └── leader::start (Lease) ──► Leadership ──► only the leader writes:
-//!            status::run     MemberCluster status on the hub
-//!            writeback::run  ServiceExport conditions, ServiceImports, derived Services and
-//!                            EndpointSlices in the members
-//!            propagate::run  placed objects in the members; Placements and template status
-//!                            on the hub
+//!     ├── leader::start (Lease) ──► Leadership: the leader writes what is hub-wide
+//!     └── shard::run (a Lease per replica, a claim per member) ──► Leadership::sharded: each
+//!            member's writes are its holder's (every member the leader's when not sharded)
+//!            status::run     MemberCluster status on the hub           (per member)
+//!            writeback::run  ServiceExport conditions, ServiceImports, (per member)
+//!                            derived Services and EndpointSlices in the members
+//!            propagate::run  placed objects in the members; Placements (the leader: a
+//!                            and template status on the hub             rollout spans members)
 //!                 └─ every write into a cluster: apply::Applier (server-side apply, discovery
 //!                    cache, fingerprints in apply::Written, leadership before each request)
 //! ```
@@ -25,6 +27,7 @@ pub mod member;
 #[cfg(test)]
 mod mock;
 pub mod propagate;
+pub mod shard;
 pub mod state;
 pub mod status;
 pub mod templates;
@@ -97,10 +100,10 @@ pub struct MemberFacts {
 
 impl MemberFacts {
     /// The applier of this member's current client, writing through its fenced writer client
-    /// (`fence`); None before the source connected.
-    pub fn applier(&self, leadership: &Leadership, cluster: &ClusterId) -> Option<apply::Applier> {
-        let applier =
-            apply::Applier::new(self.client.clone()?, leadership.clone(), cluster.clone());
+    /// (`fence`) while `permit` allows (scoped by the caller: `Leadership::for_member` for the
+    /// member's holder, unscoped for the leader); None before the source connected.
+    pub fn applier(&self, permit: Leadership, cluster: &ClusterId) -> Option<apply::Applier> {
+        let applier = apply::Applier::new(self.client.clone()?, permit, cluster.clone());
         Some(match &self.writer {
             Some(writer) => applier.fenced_by(writer),
             None => applier,

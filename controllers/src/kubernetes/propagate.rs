@@ -467,7 +467,7 @@ pub async fn run(
         });
         for (id, f) in &facts {
             if !members.contains_key(id)
-                && let Some(applier) = f.applier(&leadership, id)
+                && let Some(applier) = f.applier(leadership.clone(), id)
             {
                 members.insert(id.clone(), Member::new(applier, f.connection));
             }

@@ -1,4 +1,5 @@
-//! MemberCluster status on a Kubernetes hub, written by the leader: health, lastHeartbeat,
+//! MemberCluster status on a Kubernetes hub, written by each member's writer (its holder when
+//! writes are sharded, the leader otherwise): health, lastHeartbeat,
 //! kubernetesVersion, capacity and allocatable (summed from Nodes), exportedServices, endpoints
 //! and conditions. A status is written when it changed, and at least every
 //! [`REFRESH`] so `lastHeartbeat` stays current.
@@ -87,7 +88,8 @@ struct Written {
     at: Instant,
 }
 
-/// Writes statuses while this replica leads, until the snapshot channel closes.
+/// Writes the statuses of the members this replica may write, until the snapshot channel
+/// closes.
 pub async fn run(
     hub: Client,
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
@@ -104,15 +106,15 @@ pub async fn run(
             _ = facts_changed.changed() => {}
             _ = tick.tick() => {}
         }
-        if !leadership.is_leader() {
-            // A new leader writes everything once.
-            written.clear();
-            continue;
-        }
         let snapshot = snapshots.borrow_and_update().clone();
         let facts = fleet.all();
         for (index, view) in snapshot.clusters.iter().enumerate() {
             let name = view.spec.id.as_str();
+            if !leadership.may_write_to(&view.spec.id) {
+                // A new term (or holder) writes the member's status once.
+                written.remove(name);
+                continue;
+            }
             let member_facts = facts.get(&view.spec.id).cloned().unwrap_or_default();
             let mut status = member_status(&snapshot, index, view, &member_facts);
             let previous = written.get(name);
@@ -121,7 +123,7 @@ pub async fn run(
                 None => true,
                 Some(w) => !same_but_heartbeat(&w.status, &status) || w.at.elapsed() >= REFRESH,
             };
-            if !due || !leadership.is_leader() {
+            if !due || !leadership.may_write_to(&view.spec.id) {
                 continue;
             }
             let patch = json!({ "status": status });

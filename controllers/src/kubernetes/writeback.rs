@@ -1,4 +1,5 @@
-//! MCS write-back into the members, by the leader only (mcs-api v1alpha1):
+//! MCS write-back into the members, each by its writer — the replica holding it when writes
+//! are sharded, the leader otherwise (mcs-api v1alpha1):
 //!
 //! - ServiceExport conditions `Valid` and `Conflict` (DESIGN §2);
 //! - in every member where the namespace exists, a ServiceImport per exported service (type,
@@ -12,7 +13,7 @@
 //! wrote itself once it is no longer wanted (unexported service, removed member), and also sets
 //! owner references (slices → derived Service) for clusters where a garbage collector runs.
 //! Desired objects are computed by pure functions; every write goes through the member's
-//! [`Applier`] (server-side apply, leadership asked before each request) and is skipped when
+//! [`Applier`] (server-side apply, the member's writer asked before each request) and is skipped when
 //! [`Written`] says it is unchanged since the last write.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -578,10 +579,6 @@ pub async fn run(
             _ = tick.tick() => {}
         }
         tokio::time::sleep(DEBOUNCE).await;
-        if !leadership.is_leader() {
-            writes.values_mut().for_each(MemberWrites::restart);
-            continue;
-        }
         let snapshot = snapshots.borrow_and_update().clone();
         let facts = fleet.all();
         let mut changes = Changes::new(&snapshot);
@@ -594,11 +591,19 @@ pub async fn run(
         });
         for (id, f) in &facts {
             if f.retired {
-                let applier = match writes.remove(id) {
-                    Some(w) if w.connection == f.connection => Some(w.applier),
-                    _ => f.applier(&leadership, id),
-                };
-                retire(applier, id, &fleet).await;
+                // A member gone from the hub has no holder: the leader cleans up after it.
+                if leadership.is_leader() {
+                    let applier = f.applier(leadership.clone(), id);
+                    writes.remove(id);
+                    retire(applier, id, &fleet).await;
+                }
+                continue;
+            }
+            if !leadership.may_write_to(id) {
+                // A new term (or a handover back) starts with a full resync.
+                if let Some(w) = writes.get_mut(id) {
+                    w.restart();
+                }
                 continue;
             }
             if f.client.is_none() || !f.listed {
@@ -608,7 +613,7 @@ pub async fn run(
                 continue;
             };
             if writes.get(id).is_none_or(|w| w.connection != f.connection)
-                && let Some(applier) = f.applier(&leadership, id)
+                && let Some(applier) = f.applier(leadership.for_member(id), id)
             {
                 writes.insert(id.clone(), MemberWrites::new(applier, f.connection));
             }
