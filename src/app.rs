@@ -75,6 +75,9 @@ impl App {
             metrics.sub_registry_with_prefix("placement"),
         );
         fleet.set_programs(Arc::new(runners));
+        if cfg.leader.shards {
+            fleet.require_confirmation();
+        }
         let heartbeats = Heartbeats::default();
         let store = Store::new(fleet, publish, heartbeats.clone(), &mut metrics);
         let unreachable_here = store.unreachable_here();

@@ -223,6 +223,12 @@ impl Fleet {
         &self.policies
     }
 
+    /// Writes are sharded over replicas: members unreachable from here need the others'
+    /// confirmation (`Event::Confirmations`) to be Unreachable.
+    pub fn require_confirmation(&mut self) {
+        self.registry.require_confirmation();
+    }
+
     /// DNS may answer (instead of SERVFAIL): the hub was read, and every member has synced or
     /// failed once, or the sync deadline passed.
     pub fn synced(&self, now: Instant) -> bool {

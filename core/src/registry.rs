@@ -81,6 +81,8 @@ pub struct Transition {
 pub struct Registry {
     specs: BTreeMap<ClusterId, ClusterSpec>,
     health: BTreeMap<ClusterId, MemberHealth>,
+    /// Members need the other replicas' confirmation to be Unreachable (sharded writers).
+    quorum: bool,
 }
 
 impl Registry {
@@ -88,10 +90,20 @@ impl Registry {
         Self::default()
     }
 
+    /// From now on a member this replica cannot reach is Unreachable only once the other
+    /// replicas confirm it ([`Registry::confirm`]); until asked, it is `Pending`.
+    pub fn require_confirmation(&mut self) {
+        self.quorum = true;
+        for h in self.health.values_mut() {
+            h.confirmation = Confirmation::Pending;
+        }
+    }
+
     /// Adds or updates a member. A new member starts Degraded ("not yet synced") until its first
     /// heartbeat.
     pub fn upsert(&mut self, spec: ClusterSpec, now: Instant) -> bool {
         let id = spec.id.clone();
+        let quorum = self.quorum;
         self.health
             .entry(id.clone())
             .or_insert_with(|| MemberHealth {
@@ -104,7 +116,11 @@ impl Registry {
                 withdrawn: false,
                 recovered_at: None,
                 unreachable_here: false,
-                confirmation: Confirmation::Confirmed,
+                confirmation: if quorum {
+                    Confirmation::Pending
+                } else {
+                    Confirmation::Confirmed
+                },
                 heartbeat_failing: false,
                 watch_failing: false,
             });
@@ -300,6 +316,32 @@ mod tests {
         spec.health.withdraw_after_seconds = 120;
         reg.upsert(spec, t0);
         (reg, ClusterId::new("eu-1"), t0)
+    }
+
+    #[test]
+    fn with_sharded_writers_a_member_lost_here_waits_for_the_replicas_answer() {
+        let (mut reg, id, t0) = fixture();
+        reg.require_confirmation();
+        let at = |s| t0 + Duration::from_secs(s);
+        reg.heartbeat_ok(&id, t0);
+        reg.heartbeat_failed(&id, at(1), "connection refused");
+        assert!(
+            reg.tick(at(16)).is_empty(),
+            "Unreachable before anyone was asked"
+        );
+        let h = reg.health(&id).unwrap();
+        assert_eq!((h.health, h.unreachable_here), (Health::Degraded, true));
+        assert!(
+            h.shown_reason()
+                .unwrap()
+                .contains("asking the other replicas")
+        );
+        let t = reg.confirm(&id, at(17), Confirmation::Confirmed).unwrap();
+        assert_eq!(t.to, Health::Unreachable);
+        // A member registered later starts Pending too.
+        reg.upsert(ClusterSpec::named("eu-2"), at(18));
+        let h = reg.health(&ClusterId::new("eu-2")).unwrap();
+        assert_eq!(h.confirmation, Confirmation::Pending);
     }
 
     #[test]

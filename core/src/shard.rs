@@ -168,9 +168,12 @@ pub fn step(me: &str, member: &str, claim: Option<&str>, live: &[&str], held: bo
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(tag = "confirmation", rename_all = "camelCase")]
 pub enum Confirmation {
-    /// A majority of the live replicas see it Unreachable (or this replica is alone).
+    /// A majority of the live replicas see it Unreachable (or writes are not sharded: one
+    /// replica's view is the fleet's).
     #[default]
     Confirmed,
+    /// Not asked yet (sharded): the next round of the shard task tells.
+    Pending,
     /// Fewer than a majority do: it is our route that failed, not the member.
     Minority { unreachable: usize, live: usize },
     /// The hub cannot be read, so the others' views are unknown: we never withdraw on our own.
@@ -178,15 +181,21 @@ pub enum Confirmation {
 }
 
 /// The confirmation of `member` from `mine` (what this replica sees) and the live peers'
-/// reports; `hub_fresh` is false when the peers' Leases could not be read lately.
+/// reports; `hub_fresh` is false when the peers' Leases could not be read lately, and then a
+/// member already confirmed stays so (losing the hub must not bring back endpoints the
+/// majority agreed were gone), and any other is not confirmed.
 pub fn confirm<'a>(
     member: &str,
     mine: &Report,
     peers: impl IntoIterator<Item = &'a Report>,
     hub_fresh: bool,
+    previous: Confirmation,
 ) -> Confirmation {
     if !hub_fresh {
-        return Confirmation::HubUnreadable;
+        return match previous {
+            Confirmation::Confirmed => Confirmation::Confirmed,
+            _ => Confirmation::HubUnreadable,
+        };
     }
     let mut live = 1;
     let mut unreachable = usize::from(mine.unreachable.contains(member));
@@ -206,6 +215,11 @@ impl Confirmation {
     pub fn why_served(&self) -> Option<String> {
         match self {
             Confirmation::Confirmed => None,
+            Confirmation::Pending => Some(
+                "unreachable from this replica; asking the other replicas: serving its last \
+                 endpoints"
+                    .into(),
+            ),
             Confirmation::Minority { unreachable, live } => Some(format!(
                 "unreachable from this replica, but only {unreachable} of {live} live replicas \
                  see it unreachable: serving its last endpoints"

@@ -96,8 +96,9 @@ class Meridian:
     ports are free ones unless `ports=(dns, admin, xds)`; they are passed as flags."""
 
     def __init__(self, fleet: Fleet | None, extra_args=(), env=None, *, config=None, log=None, ports=None,
-                 ready_timeout=20):
+                 ready_timeout=20, cwd=None):
         self.fleet = fleet
+        self.cwd = cwd  # relative member paths on a Kubernetes hub resolve against it
         self.config = Path(config) if config is not None else fleet.config
         self.log = Path(log) if log is not None else fleet.root / "meridian.log"
         # Ports chosen here may still be taken by another process between the choice and the
@@ -124,7 +125,7 @@ class Meridian:
             *extra_args,
         ]
         self.proc = subprocess.Popen(
-            args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+            args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, cwd=self.cwd,
             env={**os.environ, "MERIDIAN_LOG": "debug,hickory_server=info", **(env or {})},
         )
 

@@ -522,16 +522,19 @@ class KubeFleet:
         cfg.update(overrides)
         return cfg
 
-    def start_meridian(self, name: str = "meridian", *extra_args, env=None, ready_timeout=30, **overrides) -> Meridian:
+    def start_meridian(self, name: str = "meridian", *extra_args, env=None, ready_timeout=30, cwd=None,
+                       **overrides) -> Meridian:
         """Writes ROOT/NAME.yaml (config(**overrides)) and starts `meridian serve` on it,
         logging to ROOT/NAME.log, with MERIDIAN_IDENTITY=NAME (its name in the Lease, so
         lease_holder() says which replica leads); a second replica is just another name
-        ("meridian-2"). Stopped by stop_meridians() (the kube_fleet fixture does)."""
+        ("meridian-2"). `cwd`: its working directory (what relative member paths in
+        MemberClusters resolve against). Stopped by stop_meridians() (the kube_fleet fixture
+        does)."""
         ports = (free_port(), free_port(), free_port())
         path = self.root / f"{name}.yaml"
         path.write_text(yaml.safe_dump(self.config(*ports, **overrides), sort_keys=False))
         m = Meridian(None, extra_args, {"MERIDIAN_IDENTITY": name, **(env or {})}, config=path,
-                     log=self.root / f"{name}.log", ports=ports, ready_timeout=ready_timeout)
+                     log=self.root / f"{name}.log", ports=ports, ready_timeout=ready_timeout, cwd=cwd)
         self.meridians.append(m)
         return m
 

@@ -495,7 +495,8 @@ impl Shards {
         });
     }
 
-    /// Tells the Registry what the live replicas say of each member this one cannot reach.
+    /// Tells the Registry what the live replicas say of each member this one cannot reach
+    /// (every round, not only on a change: a member removed and added again starts Pending).
     async fn confirm(
         &mut self,
         mine: &Report,
@@ -508,31 +509,33 @@ impl Shards {
             .reports(identity, now, lease)
             .map(|(_, r)| r)
             .collect();
-        let mut shown = BTreeMap::new();
-        let mut changed = Vec::new();
+        let mut verdicts = BTreeMap::new();
         for member in &mine.unreachable {
-            let c = shard::confirm(member, mine, reports.iter().copied(), hub_fresh);
-            shown.insert(member.clone(), c);
             let id = ClusterId::new(member);
-            if self.confirmed.get(&id) != Some(&c) {
-                changed.push((id.clone(), c));
-                self.confirmed.insert(id, c);
-            }
+            let previous = self
+                .confirmed
+                .get(&id)
+                .copied()
+                .unwrap_or(Confirmation::Pending);
+            let c = shard::confirm(member, mine, reports.iter().copied(), hub_fresh, previous);
+            verdicts.insert(id, c);
         }
-        // Members reachable again keep no verdict: the next loss starts from the next round.
-        let stale: Vec<ClusterId> = self
+        // Members reachable again keep no verdict: the next loss waits for the next round.
+        let mut sent: Vec<(ClusterId, Confirmation)> = self
             .confirmed
             .keys()
-            .filter(|id| !mine.unreachable.contains(id.as_str()))
-            .cloned()
+            .filter(|id| !verdicts.contains_key(*id))
+            .map(|id| (id.clone(), Confirmation::Pending))
             .collect();
-        for id in stale {
-            self.confirmed.remove(&id);
-            changed.push((id, Confirmation::Confirmed));
+        sent.extend(verdicts.iter().map(|(id, c)| (id.clone(), *c)));
+        if !sent.is_empty() {
+            let _ = self.events.send(SourceEvent::Confirmations(sent)).await;
         }
-        if !changed.is_empty() {
-            let _ = self.events.send(SourceEvent::Confirmations(changed)).await;
-        }
+        let shown = verdicts
+            .iter()
+            .map(|(id, c)| (id.as_str().to_string(), *c))
+            .collect();
+        self.confirmed = verdicts;
         shown
     }
 

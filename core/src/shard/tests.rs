@@ -180,8 +180,11 @@ fn report(unreachable: &[&str]) -> Report {
 #[test]
 fn a_member_is_confirmed_unreachable_by_a_majority_of_the_live_replicas() {
     let me = report(&["m1"]);
+    let pending = Confirmation::Pending;
+    let confirm =
+        |member, mine, peers: &[Report], fresh| confirm(member, mine, peers, fresh, pending);
     // Alone: today's behaviour.
-    assert_eq!(confirm("m1", &me, [], true), Confirmation::Confirmed);
+    assert_eq!(confirm("m1", &me, &[], true), Confirmation::Confirmed);
     // One of three: our route, not the member.
     let others = [report(&[]), report(&[])];
     assert_eq!(
@@ -202,8 +205,13 @@ fn a_member_is_confirmed_unreachable_by_a_majority_of_the_live_replicas() {
             live: 2
         }
     );
-    // Cut off from the hub: never on our own view.
-    assert_eq!(confirm("m1", &me, [], false), Confirmation::HubUnreadable);
+    // Cut off from the hub: never on our own view...
+    assert_eq!(confirm("m1", &me, &[], false), Confirmation::HubUnreadable);
+    // ... but what the majority confirmed stays confirmed.
+    assert_eq!(
+        super::confirm("m1", &me, [], false, Confirmation::Confirmed),
+        Confirmation::Confirmed
+    );
     assert!(
         Confirmation::HubUnreadable
             .why_served()
