@@ -257,6 +257,9 @@ impl Store {
                 })
                 .inc();
         }
+        if t.from == t.to && t.withdrawn == t.was_withdrawn {
+            info!(cluster = %t.cluster, health = t.to.as_str(), reason, "member seen from this replica");
+        }
         if t.withdrawn != t.was_withdrawn {
             let to = if t.withdrawn { "withdrawn" } else { "restored" };
             warn!(cluster = %t.cluster, reason, "member endpoints {to}");

@@ -65,7 +65,8 @@ pub struct MemberHealth {
     watch_failing: bool,
 }
 
-/// A change of health, for logs, metrics and status conditions.
+/// A change of health, for logs, metrics and status conditions; `from == to` when only the
+/// reason shown changed (a member lost from this replica alone, sharded writers).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transition {
     pub cluster: ClusterId,
@@ -218,7 +219,24 @@ impl Registry {
             return None;
         }
         h.confirmation = confirmation;
-        self.evaluate(id, now)
+        let shown_changed = h.unreachable_here;
+        let t = self.evaluate(id, now);
+        match (t, shown_changed) {
+            (Some(t), _) => Some(t),
+            // Still served, for another reason (another count of replicas, the hub lost).
+            (None, true) => {
+                let h = self.health.get(id)?;
+                Some(Transition {
+                    cluster: id.clone(),
+                    from: h.health,
+                    to: h.health,
+                    withdrawn: h.withdrawn,
+                    was_withdrawn: h.withdrawn,
+                    reason: h.shown_reason(),
+                })
+            }
+            (None, false) => None,
+        }
     }
 
     /// Re-evaluates every member against the clock; returns the transitions.
@@ -250,6 +268,7 @@ impl Registry {
         let timings = self.specs.get(id)?.health;
         let h = self.health.get_mut(id)?;
         let silent_for = now.saturating_duration_since(h.last_ok);
+        let was_unreachable_here = h.unreachable_here;
         h.unreachable_here = (h.heartbeat_failing || !h.synced_once)
             && silent_for >= secs(timings.unreachable_after_seconds);
         let unconfirmed = h.confirmation.why_served().filter(|_| h.unreachable_here);
@@ -273,7 +292,10 @@ impl Registry {
         let was_withdrawn = h.withdrawn;
         let withdrawn_changed = withdrawn != was_withdrawn;
         h.withdrawn = withdrawn;
-        (next != from || withdrawn_changed).then(|| Transition {
+        // Lost or found from here while the health shown stays (unconfirmed, sharded): the
+        // reason shown changed, which is worth a snapshot and a log line.
+        let here_changed = was_unreachable_here != h.unreachable_here;
+        (next != from || withdrawn_changed || here_changed).then(|| Transition {
             cluster: id.clone(),
             from,
             to: next,
@@ -325,8 +347,10 @@ mod tests {
         let at = |s| t0 + Duration::from_secs(s);
         reg.heartbeat_ok(&id, t0);
         reg.heartbeat_failed(&id, at(1), "connection refused");
-        assert!(
-            reg.tick(at(16)).is_empty(),
+        let t = reg.tick(at(16));
+        assert_eq!(
+            (t[0].from, t[0].to),
+            (Health::Degraded, Health::Degraded),
             "Unreachable before anyone was asked"
         );
         let h = reg.health(&id).unwrap();
@@ -358,7 +382,16 @@ mod tests {
         reg.confirm(&id, at(2), minority);
         let t = reg.tick(at(16));
         let h = reg.health(&id).unwrap();
-        assert!(t.is_empty(), "{t:?}");
+        // Only the reason shown changes: a transition from Degraded to Degraded, for a snapshot.
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!(
+            (t[0].from, t[0].to, t[0].withdrawn),
+            (Health::Degraded, Health::Degraded, false)
+        );
+        assert!(
+            t[0].reason.as_deref().unwrap().contains("only 1 of 3"),
+            "{t:?}"
+        );
         assert!(h.unreachable_here);
         assert_eq!(h.health, Health::Degraded);
         let reason = h.shown_reason().unwrap();
@@ -372,8 +405,12 @@ mod tests {
             !reg.health(&id).unwrap().withdrawn,
             "withdrawn on this replica's view alone"
         );
-        // Cut off from the hub too: still served.
-        reg.confirm(&id, at(501), Confirmation::HubUnreadable);
+        // Cut off from the hub too: still served, saying so.
+        let t = reg
+            .confirm(&id, at(501), Confirmation::HubUnreadable)
+            .unwrap();
+        assert_eq!(t.to, Health::Degraded);
+        assert!(t.reason.unwrap().contains("hub"));
         assert_eq!(reg.health(&id).unwrap().health, Health::Degraded);
         // A majority confirms: Unreachable from then, withdrawn a grace later.
         let t = reg.confirm(&id, at(502), Confirmation::Confirmed).unwrap();

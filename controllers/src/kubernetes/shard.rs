@@ -9,7 +9,7 @@
 //!    renew Lease meridian-shard-<identity> (annotation: the members unreachable from here)
 //!    list the shard Leases ─► shard::Peers (renewals timed on our clock) ─► live replicas
 //!    list MemberClusters (metadata) ─► shard::step per member, on its claim annotation
-//!        Release: drop it from Held first, then clear the claim (the drain handshake)
+//!        Release: drop it from Held first, clear the claim a round later (the drain handshake)
 //!        Take:    patch the claim with the resourceVersion read (409: someone was first)
 //!    publish Held { until: renew deadline, members } ─► Leadership::may_write_to
 //!    shard::confirm per member ─► SourceEvent::Confirmations ─► the Registry
@@ -199,6 +199,7 @@ pub fn start(
         config,
         peers: Peers::default(),
         held: Held::default(),
+        draining: BTreeSet::new(),
         peers_read: None,
         confirmed: BTreeMap::new(),
         tx,
@@ -217,6 +218,8 @@ struct Shards {
     lease_name: String,
     peers: Peers,
     held: Held,
+    /// Members released from Held last round: their claims are cleared this round.
+    draining: BTreeSet<ClusterId>,
     /// When the other replicas' Leases were last read (sent).
     peers_read: Option<Instant>,
     /// What was last sent to the Registry per member.
@@ -415,10 +418,14 @@ impl Shards {
             self.publish();
         }
         let mut out = BTreeMap::new();
+        let mut draining = BTreeSet::new();
         for (id, meta, claim, step) in steps {
             match &step {
                 Step::Release => {
-                    if self.set_claim(&meta, None).await {
+                    // Writes already on the wire when the member left Held finish before its
+                    // claim is cleared: the claim goes a round after the writing stopped.
+                    draining.insert(id.clone());
+                    if self.draining.contains(&id) && self.set_claim(&meta, None).await {
                         info!(cluster = %id, "released the member to its new owner");
                         self.count("release");
                     }
@@ -442,6 +449,7 @@ impl Shards {
                 },
             );
         }
+        self.draining = draining;
         Ok(out)
     }
 
