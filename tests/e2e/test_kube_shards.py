@@ -289,8 +289,13 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
     loads = {r: DnsLoad(m.dns_port, expected, rate=100) for r, m in replicas.items()}
     for load in loads.values():
         load.start()
+    finished = []
     try:
-        # Kill C: A and B own its members within a lease duration and a retry.
+        time.sleep(3)
+        # Kill C (its own DNS load ends first: a dead replica answers nothing): A and B own its
+        # members within a lease duration and a retry.
+        finished.append((C, loads.pop(C)))
+        finished[-1][1].stop()
         replicas[C].proc.kill()
         replicas[C].proc.wait()
         killed = time.monotonic()
@@ -299,9 +304,11 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
         took = time.monotonic() - killed
         print(f"C's members owned again {took:.1f} s after it was killed (lease {LEASE_DURATION} s, retry {RETRY} s)")
         assert took <= LEASE_DURATION + RETRY + 3, f"ownership settled only after {took:.1f} s"
-        loads.pop(C).stop()
 
-        # Freeze B past its lease: A takes everything; B resumed writes nothing it lost.
+        # Freeze B past its lease: A takes everything; B resumed writes nothing it lost. (B's
+        # DNS load pauses with it: a stopped process answers nothing; A's runs throughout.)
+        finished.append((f"{B} before the freeze", loads.pop(B)))
+        finished[-1][1].stop()
         os.kill(replicas[B].proc.pid, signal.SIGSTOP)
         try:
             wait_for(lambda: settled({A: replicas[A]}), timeout=15, what="A writes every member", log=replicas[A])
@@ -311,6 +318,8 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
         finally:
             os.kill(replicas[B].proc.pid, signal.SIGCONT)
         wait_for(lambda: settled(two), timeout=20, what="B back: members shared again", log=replicas[B])
+        loads[B] = DnsLoad(replicas[B].dns_port, expected, rate=100)
+        loads[B].start()
 
         # Cut B's route to d07 only: not withdrawn anywhere; B says Degraded, and why.
         (cwds[B] / "members" / CUT).unlink()
@@ -340,10 +349,10 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
     finally:
         for load in loads.values():
             load.stop()
-    for r, load in loads.items():
+    for r, load in finished + list(loads.items()):
         print(f"{r}: {load.ok} DNS answers, {len(load.failures)} failures")
         assert not load.failures, f"{r}: {len(load.failures)} failed queries:\n" + "\n".join(load.failures[:20])
-        assert load.ok >= 500, f"{r}: only {load.ok} queries in the load"
+        assert load.ok >= 200, f"{r}: only {load.ok} queries in the load"
 
     writes = check_one_writer(fleet)
     by = {r: {m for m, _, e in writes if e["user"]["username"] == r} for r in REPLICAS}
