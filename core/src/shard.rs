@@ -99,6 +99,13 @@ impl Peers {
             .is_some_and(|s| now.saturating_duration_since(s.at) < lease_duration)
     }
 
+    /// How long `replica`'s Lease has gone unrenewed, as we saw it (None: never seen).
+    pub fn silent_for(&self, replica: &str, now: Instant) -> Option<Duration> {
+        self.seen
+            .get(replica)
+            .map(|s| now.saturating_duration_since(s.at))
+    }
+
     /// The live replicas besides `me`, and `me`, sorted.
     pub fn live<'a>(&'a self, me: &'a str, now: Instant, lease_duration: Duration) -> Vec<&'a str> {
         let mut live: Vec<&str> = self

@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::PartialObjectMeta;
 use kube::{Api, Client};
 use meridian_core::ClusterId;
@@ -378,10 +378,48 @@ impl Shards {
             };
             self.peers
                 .observe(&holder, &renewal.0.to_string(), report, now);
+            if self
+                .peers
+                .silent_for(&holder, now)
+                .is_some_and(|t| t >= self.stale_after())
+            {
+                self.delete_stale(&lease.metadata, &holder).await;
+                continue;
+            }
             present.insert(holder);
         }
         self.peers.retain(&present);
         Ok(())
+    }
+
+    /// A replica gone this long left for good (a default identity names a process): its
+    /// Lease is deleted, so Leases do not pile up over restarts.
+    fn stale_after(&self) -> Duration {
+        (self.config.lease_duration * 10).max(Duration::from_secs(300))
+    }
+
+    /// Deletes a dead replica's Lease if it is still what was read (a renewal meanwhile keeps
+    /// it).
+    async fn delete_stale(&self, meta: &ObjectMeta, holder: &str) {
+        let Some(name) = meta.name.as_deref() else {
+            return;
+        };
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: meta.resource_version.clone(),
+                uid: meta.uid.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match self.leases.delete(name, &params).await {
+            Ok(_) => info!(
+                lease = name,
+                replica = holder,
+                "deleted the Lease of a replica gone for good"
+            ),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => warn!(lease = name, error = %e, "cannot delete a dead replica's Lease"),
+        }
     }
 
     /// Reads every member's claim and takes, keeps or releases it.

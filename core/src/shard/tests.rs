@@ -90,6 +90,11 @@ fn a_peer_is_live_while_it_renews_and_dead_a_lease_duration_after_its_last_renew
     // The same renewal seen again does not make it younger.
     peers.observe("b", "r2", Report::default(), t0 + Duration::from_secs(24));
     assert_eq!(peers.live("a", t0 + Duration::from_secs(25), LEASE), ["a"]);
+    assert_eq!(
+        peers.silent_for("b", t0 + Duration::from_secs(25)),
+        Some(Duration::from_secs(15))
+    );
+    assert_eq!(peers.silent_for("z", t0), None);
     // A Lease that is gone is forgotten at once.
     peers.observe("c", "r1", Report::default(), t0);
     peers.retain(&BTreeSet::from(["b".to_string()]));
