@@ -14,7 +14,9 @@ replica's last renewal.
 
 Routes are cut per replica and member: each replica runs in a working directory of its own, in
 which `members/dNN` (the relative path in the MemberCluster) is a symlink to the member's
-directory; removing one replica's symlink cuts only that replica's route to that member.
+directory, and `kubeconfigs/m1.kubeconfig` (m1's relative kubeconfig path) points at a loopback
+proxy of that replica's own in front of m1's API server; removing one replica's symlink, or
+freezing its proxy, cuts only that replica's route to that member.
 """
 
 import json
@@ -25,8 +27,10 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
+import yaml
 
 from kube_fleet import DEFAULT_HEALTH, DEFAULT_MEMBERS, MERIDIAN, WRITE_VERBS, started, wait_for
+from test_kube_faults import FreezableProxy
 from test_kube_leader import DnsLoad, describe, received
 
 A, B, C = "meridian", "meridian-b", "meridian-c"  # replicas, and their users
@@ -92,6 +96,26 @@ def replica_dirs(root, members):
             (cwd / "members" / name).symlink_to(path)
         dirs[r] = cwd
     return dirs
+
+
+def route_m1_through_proxies(fleet, cwds):
+    """Per replica: a proxy in front of m1's API server and, in its working directory, m1's
+    kubeconfig pointing at it; m1's MemberCluster names that relative path."""
+    m1 = fleet.members["m1"]
+    fleet.write_member_kubeconfig("m1")
+    config = yaml.safe_load(fleet.member_kubeconfig("m1").read_text())
+    proxies = {}
+    for r, cwd in cwds.items():
+        proxies[r] = FreezableProxy(m1.apiserver_port)
+        for c in config["clusters"]:
+            c["cluster"]["server"] = f"https://127.0.0.1:{proxies[r].port}"
+        (cwd / "kubeconfigs").mkdir(exist_ok=True)
+        path = cwd / "kubeconfigs" / "m1.kubeconfig"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        path.chmod(0o600)
+    fleet.hub.apply(fleet.member_cluster_manifest(
+        "m1", source={"kubernetes": {"kubeconfig": {"path": "kubeconfigs/m1.kubeconfig"}}}))
+    return proxies
 
 
 def shards(m):
@@ -261,6 +285,7 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
             "spec": {"source": {"directory": {"path": f"members/{name}"}},
                      "network": {"name": "net1"}, "health": dict(DEFAULT_HEALTH)},
         })
+    proxies = route_m1_through_proxies(fleet, cwds)
     fleet.publish("m1", "payments", ["10.1.0.1"])
     fleet.publish("m3", "payments", ["10.3.0.1"])
     replicas = {r: fleet.start_meridian(r, cwd=cwds[r], leaderElection=LEADER_ELECTION) for r in REPLICAS}
@@ -321,18 +346,26 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
         loads[B] = DnsLoad(replicas[B].dns_port, expected, rate=100)
         loads[B].start()
 
-        # Cut B's route to d07 only: not withdrawn anywhere; B says Degraded, and why.
+        # Cut B's routes to d07 and to m1 only: neither is withdrawn anywhere; B says Degraded,
+        # and why (the DNS loads go on asking for m1's payments endpoint all along).
         (cwds[B] / "members" / CUT).unlink()
-        wait_for(lambda: cluster(replicas[B], CUT)["health"] == "Degraded"
-                 and "only 1 of 2" in (cluster(replicas[B], CUT)["reason"] or ""),
-                 timeout=15, what="B: d07 Degraded, unreachable from B alone", log=replicas[B])
+        proxies[B].freeze()
+        for member in (CUT, "m1"):
+            wait_for(lambda member=member: cluster(replicas[B], member)["health"] == "Degraded"
+                     and "only 1 of 2" in (cluster(replicas[B], member)["reason"] or ""),
+                     timeout=20, what=f"B: {member} Degraded, unreachable from B alone", log=replicas[B])
         time.sleep(DEFAULT_HEALTH["unreachableAfterSeconds"] + DEFAULT_HEALTH["withdrawAfterSeconds"] + 2)
         for r in (A, B):
-            c = cluster(replicas[r], CUT)
-            assert not c["withdrawn"] and c["health"] != "Unreachable", (r, c)
+            for member in (CUT, "m1"):
+                c = cluster(replicas[r], member)
+                assert not c["withdrawn"] and c["health"] != "Unreachable", (r, c)
             assert replicas[r].addresses(f"svc-{CUT}.shop.global") == ["10.9.7.1"], f"{r} withdrew d07"
-        assert metric(replicas[B], "meridian_shard_unconfirmed_members") == 1
-        assert shards(replicas[A])["shards"]["reports"][B]["unreachable"] == [CUT]
+        assert cluster(replicas[A], "m1")["health"] == "Healthy"
+        assert metric(replicas[B], "meridian_shard_unconfirmed_members") == 2
+        assert shards(replicas[A])["shards"]["reports"][B]["unreachable"] == [CUT, "m1"]
+        proxies[B].cut()  # m1's route back: new connections go through
+        wait_for(lambda: cluster(replicas[B], "m1")["health"] == "Healthy", timeout=20,
+                 what="B reaches m1 again", log=replicas[B])
 
         # Cut A's route too: a majority (both) cannot reach it: withdrawn after the grace.
         (cwds[A] / "members" / CUT).unlink()
