@@ -47,7 +47,7 @@ def log(*a):
 
 def write_member(d: Path, index: int, endpoints: int):
     svc = f"svc-{index:03d}"
-    addresses = ", ".join(f"10.{index // 250}.{index % 250}.{k + 1}" for k in range(endpoints))
+    listed = "".join(f"  - addresses: [10.{index // 250}.{index % 250}.{k + 1}]\n" for k in range(endpoints))
     tmp = d / ".objects.yaml.tmp"
     tmp.write_text(f"""\
 apiVersion: v1
@@ -66,8 +66,7 @@ metadata: {{name: {svc}-1, namespace: shop, labels: {{kubernetes.io/service-name
 addressType: IPv4
 ports: [{{name: http, port: 8080}}]
 endpoints:
-  - addresses: [{addresses}]
-""")
+{listed}""")
     tmp.rename(d / "objects.yaml")
 
 
@@ -144,7 +143,8 @@ def main():
                             seen[name] = t - start
                     time.sleep(0.02)
                 if len(seen) < len(members):
-                    raise SystemExit(f"only {len(seen)} of {len(members)} statuses updated within 60 s")
+                    raise SystemExit(f"only {len(seen)} of {len(members)} statuses show {endpoints} endpoints "
+                                     f"within 60 s: {statuses(fleet)}")
                 first, last = min(seen.values()), max(seen.values())
                 rounds.append({"first_s": first, "last_s": last,
                                "writes_per_s": len(members) / max(last - first, 0.02)})
