@@ -102,6 +102,7 @@ def main():
     args = ap.parse_args()
     fleet = KubeFleet(args.work / "kube", (), replica_users=list(REPLICAS)).start()
     try:
+        fleet.grant_shards()
         dirs = {}
         for i in range(args.members):
             name = f"d{i:03d}"

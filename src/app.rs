@@ -92,7 +92,12 @@ impl App {
         };
         // Geo ranges first, so they are in the fleet before the hub makes it synced.
         start_geo(&cfg, &sources, &mut metrics, &mut tasks).await?;
-        let (sources, leadership, hub_writer, shards) = start_hub(
+        let StartedHub {
+            sources,
+            leadership,
+            writer: hub_writer,
+            shards,
+        } = start_hub(
             &cfg,
             sources,
             &snapshots,
@@ -228,9 +233,18 @@ async fn start_geo(
     Ok(())
 }
 
+/// What starting the hub gives the rest of the wiring.
+struct StartedHub {
+    sources: Sources,
+    leadership: Leadership,
+    /// What a Kubernetes hub's fenced writer client is made from.
+    writer: Option<connect::Writer>,
+    /// The sharded writers' view (a Kubernetes hub with `leaderElection.shards`).
+    shards: Option<ShardView>,
+}
+
 /// Starts the hub source (and, for a Kubernetes hub, leader election, the shards if asked
-/// for, and the status writer); returns what a Kubernetes hub's fenced writer client is made
-/// from.
+/// for, and the status writer).
 async fn start_hub(
     cfg: &Config,
     mut sources: Sources,
@@ -238,12 +252,7 @@ async fn start_hub(
     unreachable_here: watch::Receiver<Arc<BTreeSet<ClusterId>>>,
     metrics: &mut Registry,
     tasks: &mut Vec<JoinHandle<()>>,
-) -> Result<(
-    Sources,
-    Leadership,
-    Option<connect::Writer>,
-    Option<ShardView>,
-)> {
+) -> Result<StartedHub> {
     match &cfg.hub {
         Hub::Directory(dir) => {
             if let Some(why) = directory::not_a_directory(dir) {
@@ -253,12 +262,12 @@ async fn start_hub(
                 dir.clone(),
                 sources.clone(),
             )));
-            Ok((
+            Ok(StartedHub {
                 sources,
-                Leadership::always(&cfg.leader.identity),
-                None,
-                None,
-            ))
+                leadership: Leadership::always(&cfg.leader.identity),
+                writer: None,
+                shards: None,
+            })
         }
         Hub::Kubernetes {
             kubeconfig,
@@ -316,7 +325,12 @@ async fn start_hub(
                 sources.fleet.clone(),
                 leadership.clone(),
             )));
-            Ok((sources, leadership, Some(connected.writer), shards))
+            Ok(StartedHub {
+                sources,
+                leadership,
+                writer: Some(connected.writer),
+                shards,
+            })
         }
     }
 }

@@ -71,6 +71,7 @@ CRDS_DIR = ROOT / "deploy" / "crds"
 HUB_RBAC = ROOT / "deploy" / "rbac" / "hub.yaml"
 MEMBER_RBAC = ROOT / "deploy" / "rbac" / "member.yaml"
 PROPAGATION_RBAC = ROOT / "deploy" / "rbac" / "member-propagation.yaml"
+SHARDS_RBAC = ROOT / "deploy" / "rbac" / "hub-shards.yaml"
 
 USER = "meridian"  # the token user meridian runs as, on the hub and in every member
 HUB_NAMESPACE = "meridian-system"
@@ -336,6 +337,12 @@ class KubeFleet:
             c.request("PATCH", resource_path(api, kind, namespace, name), {"metadata": {"finalizers": None}},
                       content_type="application/merge-patch+json")
         c.delete(api, kind, name, namespace)
+
+    def grant_shards(self) -> None:
+        """deploy/rbac/hub-shards.yaml on the hub: what replicas writing sharded need besides
+        hub.yaml (with replica_users, each of them gets a copy of its binding)."""
+        self.hub.apply(SHARDS_RBAC)
+        self._bind_replica_users(self.hub, SHARDS_RBAC)
 
     def grant_propagation(self) -> None:
         """deploy/rbac/member-propagation.yaml in every member: what meridian needs to place

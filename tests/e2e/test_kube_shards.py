@@ -16,7 +16,8 @@ Routes are cut per replica and member: each replica runs in a working directory 
 which `members/dNN` (the relative path in the MemberCluster) is a symlink to the member's
 directory, and `kubeconfigs/m1.kubeconfig` (m1's relative kubeconfig path) points at a loopback
 proxy of that replica's own in front of m1's API server; removing one replica's symlink, or
-freezing its proxy, cuts only that replica's route to that member.
+freezing its proxy, cuts only that replica's route to that member. The hub, too, is reached
+through a proxy per replica, to cut one replica off from it.
 """
 
 import json
@@ -29,7 +30,7 @@ from datetime import datetime, timedelta
 import pytest
 import yaml
 
-from kube_fleet import DEFAULT_HEALTH, DEFAULT_MEMBERS, MERIDIAN, WRITE_VERBS, started, wait_for
+from kube_fleet import DEFAULT_HEALTH, DEFAULT_MEMBERS, HUB_NAMESPACE, MERIDIAN, WRITE_VERBS, started, wait_for
 from test_kube_faults import FreezableProxy
 from test_kube_leader import DnsLoad, describe, received
 
@@ -116,6 +117,22 @@ def route_m1_through_proxies(fleet, cwds):
     fleet.hub.apply(fleet.member_cluster_manifest(
         "m1", source={"kubernetes": {"kubeconfig": {"path": "kubeconfigs/m1.kubeconfig"}}}))
     return proxies
+
+
+def hubs_through_proxies(fleet, cwds):
+    """Per replica: a proxy in front of the hub's API server and a hub kubeconfig through it
+    (in its working directory); returns the proxies and each replica's `hub` config section."""
+    config = yaml.safe_load(fleet.hub_kubeconfig.read_text())
+    proxies, sections = {}, {}
+    for r, cwd in cwds.items():
+        proxies[r] = FreezableProxy(fleet.hub.apiserver_port)
+        for c in config["clusters"]:
+            c["cluster"]["server"] = f"https://127.0.0.1:{proxies[r].port}"
+        path = cwd / "hub.kubeconfig"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        path.chmod(0o600)
+        sections[r] = {"kubeconfig": str(path), "namespace": HUB_NAMESPACE}
+    return proxies, sections
 
 
 def shards(m):
@@ -271,6 +288,7 @@ def check_one_writer(fleet):
 @pytest.fixture
 def shard_fleet(tmp_path):
     with started(tmp_path / "kube", KUBE_MEMBERS, audit=SHARD_AUDIT_POLICY, replica_users=[B, C]) as fleet:
+        fleet.grant_shards()
         yield fleet
 
 
@@ -286,9 +304,11 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
                      "network": {"name": "net1"}, "health": dict(DEFAULT_HEALTH)},
         })
     proxies = route_m1_through_proxies(fleet, cwds)
+    hub_proxies, hubs = hubs_through_proxies(fleet, cwds)
     fleet.publish("m1", "payments", ["10.1.0.1"])
     fleet.publish("m3", "payments", ["10.3.0.1"])
-    replicas = {r: fleet.start_meridian(r, cwd=cwds[r], leaderElection=LEADER_ELECTION) for r in REPLICAS}
+    replicas = {r: fleet.start_meridian(r, cwd=cwds[r], leaderElection=LEADER_ELECTION, hub=hubs[r])
+                for r in REPLICAS}
 
     owners = wait_for(lambda: settled(replicas), timeout=30, what="30 members, one writer each",
                       log=replicas[A])
@@ -379,6 +399,26 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
         for r in (A, B):
             replicas[r].wait_for(lambda r=r: replicas[r].addresses(f"svc-{CUT}.shop.global") == ["10.9.7.1"],
                                  timeout=15, what=f"{r} serves d07 again")
+
+        # Cut B from the hub (its hub proxy frozen) and from d05: B's Lease lapses, so A writes
+        # every member; B cannot ask A, so it serves d05 stale, says so, and never withdraws it
+        # (svc-d05 is among the names the DNS loads check).
+        lost = "d05"
+        hub_proxies[B].freeze()
+        (cwds[B] / "members" / lost).unlink()
+        wait_for(lambda: settled({A: replicas[A]}), timeout=20, what="A writes every member", log=replicas[A])
+        wait_for(lambda: metric(replicas[B], "meridian_shard_hub_readable") == 0, timeout=20,
+                 what="B says it cannot read the hub", log=replicas[B])
+        wait_for(lambda: "the hub cannot be read" in (cluster(replicas[B], lost)["reason"] or ""), timeout=20,
+                 what="B: d05 unreachable here, unconfirmable", log=replicas[B])
+        time.sleep(DEFAULT_HEALTH["unreachableAfterSeconds"] + DEFAULT_HEALTH["withdrawAfterSeconds"] + 2)
+        c = cluster(replicas[B], lost)
+        assert c["health"] == "Degraded" and not c["withdrawn"], c
+        assert held_by({B: replicas[B]}) == {}, "B still says it writes members without a Lease"
+        (cwds[B] / "members" / lost).symlink_to(paths[lost])
+        hub_proxies[B].cut()
+        wait_for(lambda: settled(two), timeout=30, what="B back from the hub cut: members shared again",
+                 log=replicas[B])
     finally:
         for load in loads.values():
             load.stop()

@@ -103,16 +103,6 @@ impl Leadership {
         self
     }
 
-    /// Whether writes are sharded.
-    pub fn is_sharded(&self) -> bool {
-        self.shards.is_some()
-    }
-
-    /// What this replica holds now (everything, as leader, when not sharded: None).
-    pub fn held(&self) -> Option<Arc<Held>> {
-        self.shards.as_ref().map(|h| h.borrow().clone())
-    }
-
     /// Hub-wide writes: this replica holds the leader-election Lease.
     pub fn is_leader(&self) -> bool {
         match &self.until {

@@ -20,6 +20,7 @@
 //! it it must win every claim again, against the claims others wrote meanwhile.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -257,13 +258,14 @@ impl Shards {
         }
         let mine = self.report();
         let mut errors = Vec::new();
-        match self.renew(&mine).await {
+        let bound = self.config.renew_deadline;
+        match within(bound, "renewing the shard Lease", self.renew(&mine)).await {
             Ok(()) => self.held.until = Some(sent + self.config.renew_deadline),
-            Err(e) => errors.push(format!("renewing the shard Lease: {e}")),
+            Err(e) => errors.push(e),
         }
-        match self.read_peers(sent).await {
+        match within(bound, "reading the shard Leases", self.read_peers(sent)).await {
             Ok(()) => self.peers_read = Some(sent),
-            Err(e) => errors.push(format!("reading the shard Leases: {e}")),
+            Err(e) => errors.push(e),
         }
         let now = Instant::now();
         let live: Vec<String> = self
@@ -274,9 +276,9 @@ impl Shards {
             .collect();
         let mut members = BTreeMap::new();
         if self.held.until.is_some_and(|t| now < t) {
-            match self.claim_members(&live).await {
+            match within(bound, "claiming members", self.claim_members(&live)).await {
                 Ok(m) => members = m,
-                Err(e) => errors.push(format!("reading the MemberClusters: {e}")),
+                Err(e) => errors.push(e),
             }
         }
         self.publish();
@@ -628,7 +630,12 @@ impl Shards {
             reports,
             hub_readable: hub_fresh,
             members: if keep_members {
-                std::mem::take(&mut state.members)
+                // The hub could not be read: the last view, with what we hold now.
+                let mut last = std::mem::take(&mut state.members);
+                for (name, m) in &mut last {
+                    m.held = self.held.members.contains(&ClusterId::new(name));
+                }
+                last
             } else {
                 members
             },
@@ -638,6 +645,20 @@ impl Shards {
                 .map(|t| t.to_string()),
             last_error: errors.into_iter().next(),
         };
+    }
+}
+
+/// A hub request of a round, bounded by the renew deadline: a hub that stopped answering
+/// must not stall the round, which judges the Lease and the hub's freshness by the clock.
+async fn within<T>(
+    bound: Duration,
+    what: &str,
+    request: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(bound, request).await {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: the hub did not answer within {bound:?}")),
     }
 }
 
