@@ -289,11 +289,19 @@ def test_rendered_rbac_is_deploy_rbac(helm):
     """The RBAC the charts render is that of deploy/rbac/ (roles, rules, role references and
     subjects), for releases named as deploy/rbac's objects are: the hub chart's with
     rbac.extraSubjects = deploy/rbac/hub.yaml's User meridian (its ServiceAccount is the
-    chart's own) is hub.yaml; the member chart's defaults are member.yaml, and with
+    chart's own) is hub.yaml (and hub-shards.yaml with leaderElection.shards); the member
+    chart's defaults are member.yaml, and with
     propagation.enabled member.yaml and member-propagation.yaml."""
     hub = render(helm, HUB_CHART, "--set", "rbac.extraSubjects[0].apiGroup=rbac.authorization.k8s.io,"
                                            "rbac.extraSubjects[0].kind=User,rbac.extraSubjects[0].name=meridian")
     assert rbac_view(hub) == deploy_rbac("hub.yaml")
+    # Sharded writers: hub.yaml and hub-shards.yaml, and the config says so.
+    sharded = render(helm, HUB_CHART, "--set", "leaderElection.shards=true,"
+                     "rbac.extraSubjects[0].apiGroup=rbac.authorization.k8s.io,"
+                     "rbac.extraSubjects[0].kind=User,rbac.extraSubjects[0].name=meridian")
+    assert rbac_view(sharded) == deploy_rbac("hub.yaml", "hub-shards.yaml")
+    config = yaml.safe_load(one(sharded, "ConfigMap")["data"]["meridian.yaml"])
+    assert config["leaderElection"]["shards"] is True
     # With the defaults, only the chart's ServiceAccount is bound, to the same roles.
     defaults = rbac_view(render(helm, HUB_CHART))
     sa = [(("kind", "ServiceAccount"), ("name", "meridian"), ("namespace", RELEASE_NAMESPACE))]
