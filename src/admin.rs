@@ -11,6 +11,7 @@ use axum::{Json, Router};
 use meridian_controllers::kubernetes::Fleet;
 use meridian_controllers::kubernetes::leader::Leadership;
 use meridian_controllers::kubernetes::propagate::PropagationView;
+use meridian_controllers::kubernetes::shard::ShardView;
 use meridian_core::Snapshot;
 use meridian_dns::Dns;
 use meridian_dns::explain::explain;
@@ -26,7 +27,6 @@ use tokio::sync::watch;
 
 use crate::store::Heartbeats;
 use crate::whatif::ScenarioRequest;
-use meridian_controllers::kubernetes::shard::ShardView;
 
 #[derive(Clone)]
 pub struct AdminState {
