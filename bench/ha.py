@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from kube_fleet import DEFAULT_HEALTH, MERIDIAN, KubeFleet, wait_for  # noqa: E402
+from kube_fleet import DEFAULT_HEALTH, MERIDIAN, KubeFleet, exported_service_yaml, wait_for  # noqa: E402
 
 REPLICAS = ("r0", "r1", "r2")
 LEASE, RENEW, RETRY = 4, 3, 1
@@ -46,27 +46,10 @@ def log(*a):
 
 
 def write_member(d: Path, index: int, endpoints: int):
-    svc = f"svc-{index:03d}"
-    listed = "".join(f"  - addresses: [10.{index // 250}.{index % 250}.{k + 1}]\n" for k in range(endpoints))
+    """Rewrites member `index`'s manifest (atomically) with `endpoints` endpoints."""
+    addresses = [f"10.{index // 250}.{index % 250}.{k + 1}" for k in range(endpoints)]
     tmp = d / ".objects.yaml.tmp"
-    tmp.write_text(f"""\
-apiVersion: v1
-kind: Service
-metadata: {{name: {svc}, namespace: shop}}
-spec:
-  ports: [{{name: http, port: 80}}]
----
-apiVersion: multicluster.x-k8s.io/v1alpha1
-kind: ServiceExport
-metadata: {{name: {svc}, namespace: shop}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: {svc}-1, namespace: shop, labels: {{kubernetes.io/service-name: {svc}}}}}
-addressType: IPv4
-ports: [{{name: http, port: 8080}}]
-endpoints:
-{listed}""")
+    tmp.write_text(exported_service_yaml(f"svc-{index:03d}", addresses))
     tmp.rename(d / "objects.yaml")
 
 

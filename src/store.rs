@@ -191,6 +191,10 @@ impl Store {
     }
 
     fn publish_unreachable_here(&self) {
+        // Only the shard task listens: unsharded, there is nothing to work out per batch.
+        if self.unreachable_here.receiver_count() == 0 {
+            return;
+        }
         let now: BTreeSet<ClusterId> = self
             .fleet
             .registry()

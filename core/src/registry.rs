@@ -218,25 +218,9 @@ impl Registry {
         if h.confirmation == confirmation {
             return None;
         }
+        let before = h.served_stale();
         h.confirmation = confirmation;
-        let shown_changed = h.unreachable_here;
-        let t = self.evaluate(id, now);
-        match (t, shown_changed) {
-            (Some(t), _) => Some(t),
-            // Still served, for another reason (another count of replicas, the hub lost).
-            (None, true) => {
-                let h = self.health.get(id)?;
-                Some(Transition {
-                    cluster: id.clone(),
-                    from: h.health,
-                    to: h.health,
-                    withdrawn: h.withdrawn,
-                    was_withdrawn: h.withdrawn,
-                    reason: h.shown_reason(),
-                })
-            }
-            (None, false) => None,
-        }
+        self.evaluate_from(id, now, before)
     }
 
     /// Re-evaluates every member against the clock; returns the transitions.
@@ -265,10 +249,20 @@ impl Registry {
     }
 
     fn evaluate(&mut self, id: &ClusterId, now: Instant) -> Option<Transition> {
+        let before = self.health.get(id)?.served_stale();
+        self.evaluate_from(id, now, before)
+    }
+
+    /// Evaluates a member whose `served_stale` was `before` the event being applied.
+    fn evaluate_from(
+        &mut self,
+        id: &ClusterId,
+        now: Instant,
+        before: Option<Confirmation>,
+    ) -> Option<Transition> {
         let timings = self.specs.get(id)?.health;
         let h = self.health.get_mut(id)?;
         let silent_for = now.saturating_duration_since(h.last_ok);
-        let was_unreachable_here = h.unreachable_here;
         h.unreachable_here = (h.heartbeat_failing || !h.synced_once)
             && silent_for >= secs(timings.unreachable_after_seconds);
         let unconfirmed = h.confirmation.why_served().filter(|_| h.unreachable_here);
@@ -292,10 +286,10 @@ impl Registry {
         let was_withdrawn = h.withdrawn;
         let withdrawn_changed = withdrawn != was_withdrawn;
         h.withdrawn = withdrawn;
-        // Lost or found from here while the health shown stays (unconfirmed, sharded): the
-        // reason shown changed, which is worth a snapshot and a log line.
-        let here_changed = was_unreachable_here != h.unreachable_here;
-        (next != from || withdrawn_changed || here_changed).then(|| Transition {
+        // Lost or found from here, or told otherwise by the replicas, while the health shown
+        // stays (sharded): the reason shown changed, worth a snapshot and a log line.
+        let stale_changed = before != h.served_stale();
+        (next != from || withdrawn_changed || stale_changed).then(|| Transition {
             cluster: id.clone(),
             from,
             to: next,
@@ -307,6 +301,11 @@ impl Registry {
 }
 
 impl MemberHealth {
+    /// What the replicas say of this member while this replica cannot reach it (None: it can).
+    fn served_stale(&self) -> Option<Confirmation> {
+        self.unreachable_here.then_some(self.confirmation)
+    }
+
     /// The reason to show: the last failure, and why the member is still served if this
     /// replica alone cannot reach it.
     pub fn shown_reason(&self) -> Option<String> {

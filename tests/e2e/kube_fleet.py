@@ -108,6 +108,30 @@ AUDIT_POLICY = {
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
 
+def exported_service_yaml(name: str, addresses, namespace: str = NAMESPACE) -> str:
+    """A directory member's manifest: Service `name` (port 80), its ServiceExport and one
+    EndpointSlice with an endpoint per address (port 8080)."""
+    endpoints = "".join(f"  - addresses: [{a}]\n" for a in addresses)
+    return f"""\
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  ports: [{{name: http, port: 80}}]
+---
+apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {{name: {name}, namespace: {namespace}}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {name}-1, namespace: {namespace}, labels: {{kubernetes.io/service-name: {name}}}}}
+addressType: IPv4
+ports: [{{name: http, port: 8080}}]
+endpoints:
+{endpoints}"""
+
+
 @dataclass(frozen=True)
 class Member:
     """How a member is registered on the hub (its MemberCluster)."""

@@ -30,7 +30,8 @@ from datetime import datetime, timedelta
 import pytest
 import yaml
 
-from kube_fleet import DEFAULT_HEALTH, DEFAULT_MEMBERS, HUB_NAMESPACE, MERIDIAN, WRITE_VERBS, started, wait_for
+from kube_fleet import (AUDIT_POLICY, DEFAULT_HEALTH, DEFAULT_MEMBERS, HUB_NAMESPACE, MERIDIAN, WRITE_VERBS,
+                        exported_service_yaml, started, wait_for)
 from test_kube_faults import FreezableProxy
 from test_kube_leader import DnsLoad, describe, received
 
@@ -44,18 +45,15 @@ CUT = "d07"  # the member whose routes the test cuts
 LEADER_ELECTION = {"leaseName": "meridian", "leaseDurationSeconds": LEASE_DURATION,
                    "renewDeadlineSeconds": RENEW_DEADLINE, "retryPeriodSeconds": RETRY, "shards": True}
 
-# Metadata for every write and for the Leases' reads (as the leader test), and the request
+# AUDIT_POLICY (every write, and the Leases' reads, at Metadata), and the request
 # body of MemberCluster patches: the claims they set.
 SHARD_AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
+    **AUDIT_POLICY,
     "rules": [
-        {"level": "Metadata", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
-        {"level": "None", "verbs": ["get", "list", "watch"]},
+        *AUDIT_POLICY["rules"][:-1],
         {"level": "Request", "verbs": ["patch"],
          "resources": [{"group": "meridian.io", "resources": ["memberclusters"]}]},
-        {"level": "Metadata"},
+        AUDIT_POLICY["rules"][-1],
     ],
 }
 
@@ -64,26 +62,7 @@ def directory_member(root, name, index):
     """d<index>'s objects: service svc-<name> with one endpoint 10.9.<index>.1, exported."""
     d = root / "members" / name
     d.mkdir(parents=True)
-    svc = f"svc-{name}"
-    (d / "objects.yaml").write_text(f"""\
-apiVersion: v1
-kind: Service
-metadata: {{name: {svc}, namespace: shop}}
-spec:
-  ports: [{{name: http, port: 80}}]
----
-apiVersion: multicluster.x-k8s.io/v1alpha1
-kind: ServiceExport
-metadata: {{name: {svc}, namespace: shop}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: {svc}-1, namespace: shop, labels: {{kubernetes.io/service-name: {svc}}}}}
-addressType: IPv4
-ports: [{{name: http, port: 8080}}]
-endpoints:
-  - addresses: [10.9.{index}.1]
-""")
+    (d / "objects.yaml").write_text(exported_service_yaml(f"svc-{name}", [f"10.9.{index}.1"]))
     return d
 
 
@@ -429,6 +408,5 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
 
     writes = check_one_writer(fleet)
     by = {r: {m for m, _, e in writes if e["user"]["username"] == r} for r in REPLICAS}
-    print({r: len(v) for r, v in by.items()})
     assert all(by[r] for r in REPLICAS), f"every replica wrote some member: {by}"
     assert {m for m, where, _ in writes if where != "hub"} == {"m1", "m3"}
