@@ -7,8 +7,9 @@ its replica. From the hub's audit log the test rebuilds, for each member, the cl
 patch setting the MemberCluster's `meridian.io/writer` annotation to a replica starts its term;
 one clearing it or naming another ends it) and, for each replica, the terms of its shard Lease
 (a renewal makes it valid until renewDeadlineSeconds after the GET before it). Every write
-about a member — its MemberCluster status on the hub; ServiceImports, derived Services and
-EndpointSlices in m1 and m3 — must fall inside its writer's claim term *and* Lease term, and a
+about a member — its MemberCluster status and meridian's finalizer on it on the hub;
+ServiceImports, derived Services, EndpointSlices and the placed Deployment in m1 and m3 — must
+fall inside its writer's claim term *and* Lease term, and a
 claim is taken from a replica that did not release it only a lease duration after that
 replica's last renewal.
 
@@ -34,6 +35,7 @@ from kube_fleet import (AUDIT_POLICY, DEFAULT_HEALTH, DEFAULT_MEMBERS, HUB_NAMES
                         exported_service_yaml, started, wait_for)
 from test_kube_faults import FreezableProxy
 from test_kube_leader import DnsLoad, describe, received
+from test_kube_propagation import APPS, deployment, member_replicas
 
 A, B, C = "meridian", "meridian-b", "meridian-c"  # replicas, and their users
 REPLICAS = (A, B, C)
@@ -229,13 +231,15 @@ def claim_terms(patches, lease):
 
 
 def writes_about_members(fleet):
-    """(member, cluster, event) for every write by a replica about one member: its status on
-    the hub, and anything but Leases in a Kubernetes member."""
+    """(member, cluster, event) for every write by a replica about one member: its status and
+    meridian's finalizer (every MemberCluster write but the claims) on the hub, and anything but
+    Leases in a Kubernetes member."""
+    claims = {id(e) for _, _, _, e in claim_patches(completed(fleet, "hub"))}
     out = []
     for e in completed(fleet, "hub"):
         r = ref(e)
         if (e["user"]["username"] in REPLICAS and e["verb"] in WRITE_VERBS and r.get("resource") == "memberclusters"
-                and r.get("subresource") == "status"):
+                and id(e) not in claims and succeeded(e)):
             out.append((r["name"], "hub", e))
     for m in KUBE_MEMBERS:
         for e in completed(fleet, m.name):
@@ -268,7 +272,14 @@ def check_one_writer(fleet):
 def shard_fleet(tmp_path):
     with started(tmp_path / "kube", KUBE_MEMBERS, audit=SHARD_AUDIT_POLICY, replica_users=[B, C]) as fleet:
         fleet.grant_shards()
+        fleet.grant_propagation()
         yield fleet
+
+
+def copies_applied(fleet):
+    """The Placement of web: {member: applied} as the leader reports it."""
+    record = fleet.hub.get(MERIDIAN, "Placement", "deployment.apps.web", "shop") or {}
+    return {c["name"]: c.get("applied") for c in (record.get("status") or {}).get("clusters") or []}
 
 
 def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and_partitions(shard_fleet, tmp_path):
@@ -297,6 +308,18 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
     for member in ("m1", "m3"):
         wait_for(lambda member=member: ((fleet.service_import(member, "payments") or {}).get("status") or {})
                  .get("clusters"), timeout=15, what=f"payments imported into {member}", log=replicas[owners[member]])
+    # A Deployment placed in m1 and m3 is written by each member's owner; the leader's
+    # Placement reports both copies applied, whoever wrote them.
+    fleet.hub.apply(deployment("web", 2))
+    fleet.policy("web", {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "web"}],
+                         "placement": {"clusterAffinities": [{"name": "kube", "clusterNames": ["m1", "m3"]}]}})
+    wait_for(lambda: member_replicas(fleet, "web", ("m1", "m3")) == {"m1": 2, "m3": 2}, timeout=20,
+             what="web placed in m1 and m3", log=replicas[owners["m1"]])
+    print(f"web's copies written by {owners['m1']} (m1) and {owners['m3']} (m3); hub records by "
+          f"{fleet.lease_holder()}")
+    applied = {"m1": True, "m3": True}
+    wait_for(lambda: (lambda c: c if c == applied else {"not yet": c})(copies_applied(fleet)) == applied,
+             timeout=20, what="the Placement reports both copies applied")
     # Every member's status is written, each by its owner.
     wait_for(lambda: all(fleet.member_status(n).get("health") for n in EVERY_MEMBER), timeout=20,
              what="every member's status written")
@@ -338,6 +361,9 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
             wait_for(lambda: settled({A: replicas[A]}), timeout=15, what="A writes every member", log=replicas[A])
             fleet.publish("m3", "orders", ["10.3.0.7"])
             wait_for(lambda: fleet.service_import("m1", "orders"), timeout=10, what="A imports orders into m1")
+            fleet.hub.apply(deployment("web", 3))
+            wait_for(lambda: member_replicas(fleet, "web", ("m1", "m3")) == {"m1": 3, "m3": 3}, timeout=15,
+                     what="A writes the edit of web into both members", log=replicas[A])
             time.sleep(1)
         finally:
             os.kill(replicas[B].proc.pid, signal.SIGCONT)
@@ -410,3 +436,5 @@ def test_three_replicas_share_30_members_one_writer_each_through_kill_freeze_and
     by = {r: {m for m, _, e in writes if e["user"]["username"] == r} for r in REPLICAS}
     assert all(by[r] for r in REPLICAS), f"every replica wrote some member: {by}"
     assert {m for m, where, _ in writes if where != "hub"} == {"m1", "m3"}
+    placed = [(m, e) for m, where, e in writes if where != "hub" and ref(e).get("resource") == "deployments"]
+    assert {m for m, _ in placed} == {"m1", "m3"}, "the placed Deployment's writes are among those checked"

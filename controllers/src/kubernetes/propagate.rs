@@ -1,5 +1,9 @@
-//! Propagation (DESIGN §10): the leader writes every placed object into its Kubernetes
-//! members, keeps it there, and reports back what the members did.
+//! Propagation (DESIGN §10): every placed object is written into its Kubernetes members,
+//! kept there, and what the members did is reported back. Each member is written by whoever
+//! may write it (`Leadership::may_write_to`: the leader, or with sharded writers the replica
+//! holding the member); the hub-wide records (Placements, the templates' and policies'
+//! status) by the leader. Every replica that writes watches every member, so a rollout that
+//! drains one member for another sees the other's copies whoever writes them.
 //!
 //! ```text
 //!  snapshot (decisions, templates, overrides, cluster health)
@@ -177,9 +181,12 @@ impl Reverts {
     }
 }
 
-/// What the leader keeps per member.
+/// What a writing replica keeps per member: the watches of every member, and what it wrote
+/// into those it may write.
 struct Member {
     applier: Applier,
+    /// This replica may write the member (it did at the last pass).
+    writing: bool,
     /// The `MemberFacts::connection` the applier and watches were made for.
     connection: u64,
     written: Written,
@@ -223,6 +230,7 @@ impl Member {
     fn new(applier: Applier, connection: u64) -> Self {
         Self {
             applier,
+            writing: false,
             connection,
             written: Written::default(),
             admitted: BTreeMap::new(),
@@ -319,6 +327,24 @@ impl Member {
         out
     }
 
+    /// Forgets everything this replica wrote into the member (another writes it now; when it
+    /// comes back, it starts from what the member holds), keeping the watches.
+    fn forget_writes(&mut self) {
+        self.written.clear();
+        self.admitted.clear();
+        self.reverts.clear();
+        self.quiet.clear();
+        self.applied.clear();
+        self.errors.clear();
+        self.foreign.clear();
+        self.checked.clear();
+        self.refused.clear();
+        self.cleanup.clear();
+        self.resynced = None;
+        self.finalizer = false;
+        self.released = false;
+    }
+
     /// Forgets what was written of `id` (it was deleted or released).
     fn forget(&mut self, id: &ObjectId) {
         self.written.forget(id);
@@ -413,9 +439,10 @@ struct Pass<'a> {
     overrides_print: u64,
 }
 
-/// Writes placed objects into every Kubernetes member while this replica leads; `hub` (a
-/// Kubernetes hub's client, and what its fenced writer is made from) also gets the Placement
-/// records, the templates' aggregated status and the policies' status.
+/// Writes placed objects into every Kubernetes member this replica may write; `hub` (a
+/// Kubernetes hub's client, and what its fenced writer is made from) also gets, from the
+/// leader, the Placement records, the templates' aggregated status and the policies' status,
+/// and from each member's writer, meridian's finalizer on its MemberCluster.
 pub async fn run(
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
     fleet: Fleet,
@@ -425,9 +452,13 @@ pub async fn run(
     metrics: PropagationMetrics,
 ) {
     let wake = Arc::new(Notify::new());
-    // One applier for the hub, kept for its discovery cache.
-    let hub = hub.map(|(client, writer)| {
-        Applier::new(client, leadership.clone(), ClusterId::new("hub")).fenced_by(&writer)
+    // Appliers for the hub, kept for their discovery caches: the leader's records, and the
+    // writes about the members this replica writes (each request asks for its member).
+    let hub = hub.map(|(client, writer)| HubAppliers {
+        records: Applier::new(client.clone(), leadership.clone(), ClusterId::new("hub"))
+            .fenced_by(&writer),
+        members: Applier::new(client, leadership.for_shard(), ClusterId::new("hub"))
+            .fenced_by(&writer),
     });
     let mut members: BTreeMap<ClusterId, Member> = BTreeMap::new();
     let mut rollouts: BTreeMap<TemplateKey, Rollout> = BTreeMap::new();
@@ -448,11 +479,14 @@ pub async fn run(
             _ = tokio::time::sleep(sleep) => {}
         }
         tokio::time::sleep(DEBOUNCE).await;
-        if !leadership.is_leader() {
+        if !writes_anything(&leadership) {
             // A new term starts from what the members hold, not from memory.
             members.clear();
             hub_written.clear();
             continue;
+        }
+        if !leadership.is_leader() {
+            hub_written.clear();
         }
         let snapshot = snapshots.borrow_and_update().clone();
         if snapshot.placements.decisions.is_empty() && members.is_empty() {
@@ -467,13 +501,18 @@ pub async fn run(
         });
         for (id, f) in &facts {
             if !members.contains_key(id)
-                && let Some(applier) = f.applier(leadership.clone(), id)
+                && let Some(applier) = f.applier(leadership.for_member(id), id)
             {
                 members.insert(id.clone(), Member::new(applier, f.connection));
             }
             if let Some(m) = members.get_mut(id) {
                 m.namespaces.clone_from(&f.namespaces);
                 m.source_listed = f.listed;
+                let writing = leadership.may_write_to(id);
+                if m.writing && !writing {
+                    m.forget_writes();
+                }
+                m.writing = writing;
             }
         }
         let pass = Pass {
@@ -521,7 +560,7 @@ pub async fn run(
             }
             steps.push((key, step, propagation));
         }
-        if !leadership.is_leader() {
+        if !writes_anything(&leadership) {
             continue;
         }
         let mut jobs: BTreeMap<ClusterId, Vec<Job>> = BTreeMap::new();
@@ -532,7 +571,7 @@ pub async fn run(
             .plan_seconds
             .observe(planning.elapsed().as_secs_f64());
         if let Some(hub) = &hub {
-            hold_members(hub, &mut members, &jobs).await;
+            hold_members(&hub.members, &mut members, &jobs).await;
         }
         // Members are written side by side, each with a bounded number of requests in flight.
         let conflicts: Vec<(TemplateKey, ClusterId)> =
@@ -546,7 +585,7 @@ pub async fn run(
             .flatten()
             .collect();
         for (key, step, _) in steps {
-            let view = template_view(&members, &key, step, &conflicts);
+            let view = template_view(&pass, &members, &key, step, &conflicts);
             converging.observe(
                 &key,
                 snapshot.placements.decisions.get(&key),
@@ -559,11 +598,26 @@ pub async fn run(
         converging.retain(&views);
         rollouts.retain(|k, _| views.contains_key(k));
         if let Some(hub) = &hub {
-            release_retired(hub, &mut members, &snapshot).await;
-            write_hub(hub, &pass, &views, &members, &mut hub_written).await;
+            release_retired(&hub.members, &mut members, &snapshot).await;
+            if leadership.is_leader() {
+                write_hub(&hub.records, &pass, &views, &members, &mut hub_written).await;
+            }
         }
         *view.templates.lock() = views;
     }
+}
+
+/// A Kubernetes hub's appliers (see `run`).
+struct HubAppliers {
+    /// Hub-wide records: the leader's.
+    records: Applier,
+    /// MemberCluster finalizers: each member's writer's.
+    members: Applier,
+}
+
+/// This replica leads (hub-wide records) or holds members to write.
+fn writes_anything(leadership: &Leadership) -> bool {
+    leadership.is_leader() || leadership.for_shard().may_write()
 }
 
 /// Since when each template's current generation and decision have been rolling out, for
@@ -635,7 +689,7 @@ async fn hold_members(
     members: &mut BTreeMap<ClusterId, Member>,
     jobs: &BTreeMap<ClusterId, Vec<Job>>,
 ) {
-    for (cluster, m) in members.iter_mut() {
+    for (cluster, m) in members.iter_mut().filter(|(_, m)| m.writing) {
         let writes = jobs
             .get(cluster)
             .is_some_and(|j| j.iter().any(|j| matches!(j, Job::Apply { .. })));
@@ -660,7 +714,7 @@ async fn release_retired(
     members: &mut BTreeMap<ClusterId, Member>,
     snapshot: &Snapshot,
 ) {
-    for (cluster, m) in members.iter_mut() {
+    for (cluster, m) in members.iter_mut().filter(|(_, m)| m.writing) {
         if !retiring(snapshot, cluster) || m.released {
             continue;
         }
@@ -874,6 +928,9 @@ fn plan(
         ) else {
             continue;
         };
+        if !m.writing {
+            continue;
+        }
         if !reachable(pass.snapshot, &w.cluster) {
             m.errors.insert(
                 id.clone(),
@@ -926,7 +983,7 @@ fn plan(
         for cluster in clusters.iter().filter(|c| reachable(pass.snapshot, c)) {
             if members
                 .get(cluster)
-                .is_some_and(|m| m.listed() && m.kind_listed(&id) == Ok(true))
+                .is_some_and(|m| m.writing && m.listed() && m.kind_listed(&id) == Ok(true))
             {
                 let (key, id) = (key.clone(), id.clone());
                 let job = if release {
@@ -1241,19 +1298,21 @@ async fn hand_over(applier: &Applier, id: &ObjectId, handover: &Value) -> Result
 
 /// What readers see of one template after a pass.
 fn template_view(
+    pass: &Pass<'_>,
     members: &BTreeMap<ClusterId, Member>,
     key: &TemplateKey,
     step: Step,
     conflicts: &[(TemplateKey, ClusterId)],
 ) -> TemplateView {
     let id = object_id(key);
+    let generation = pass.templates.get(key).map(|t| t.generation);
     let clusters = step
         .writes
         .iter()
         .map(|w| &w.cluster)
         .chain(step.draining.iter().map(|d| &d.cluster));
     let copies = clusters
-        .filter_map(|c| Some((c.clone(), copy_view(members.get(c)?, &id))))
+        .filter_map(|c| Some((c.clone(), copy_view(members.get(c)?, &id, generation))))
         .collect();
     TemplateView {
         copies,
@@ -1368,20 +1427,44 @@ fn replica_count(id: &ObjectId, object: &Value) -> Option<u32> {
         .and_then(|r| u32::try_from(r).ok())
 }
 
-fn copy_view(m: &Member, id: &ObjectId) -> CopyView {
+/// One copy as this replica sees it. Whether it is applied is what this replica wrote, or, in
+/// a member another replica writes, whether the live copy was written from the template's
+/// current generation (its errors are that replica's to report).
+fn copy_view(m: &Member, id: &ObjectId, template_generation: Option<i64>) -> CopyView {
     let live = m.live(id).map(|o| as_json(&o));
+    let applied = if m.writing {
+        m.written.contains(id)
+    } else {
+        live.as_ref()
+            .and_then(applied_by_another)
+            .is_some_and(|(_, from)| Some(from) == template_generation)
+    };
     let field = |v: &Option<Value>, p: &str| v.as_ref().and_then(|v| v.pointer(p)?.as_i64());
     CopyView {
         replicas: live.as_ref().and_then(|l| replica_count(id, l)),
         ready: live
             .as_ref()
             .is_some_and(|l| status::ready(&id.kind, l, None)),
-        applied: m.written.contains(id),
+        applied,
         error: m.errors.get(id).cloned(),
         observed_generation: field(&live, "/status/observedGeneration"),
         ready_replicas: field(&live, "/status/readyReplicas"),
         available_replicas: field(&live, "/status/availableReplicas"),
     }
+}
+
+/// What a copy written by another replica says of that write: (the generation the member
+/// gave it, the template generation it came from). The live generation may be past the one
+/// the write got, which only makes observedGeneration wait longer, never claim too early.
+fn applied_by_another(live: &Value) -> Option<Applied> {
+    let generation = live.pointer("/metadata/generation")?.as_i64()?;
+    let from = live
+        .pointer("/metadata/annotations")?
+        .get(render::GENERATION_ANNOTATION)?
+        .as_str()?
+        .parse()
+        .ok()?;
+    Some((generation, from))
 }
 
 /// The Placement records and the templates' aggregated status, on a Kubernetes hub.
@@ -1600,7 +1683,12 @@ fn aggregated_status(
         .filter_map(|p| {
             let m = members.get(&p.cluster)?;
             let live = as_json(&*m.live(&id)?);
-            Some((p.cluster.clone(), live, m.applied.get(&id).copied()))
+            let applied = if m.writing {
+                m.applied.get(&id).copied()
+            } else {
+                applied_by_another(&live)
+            };
+            Some((p.cluster.clone(), live, applied))
         })
         .collect();
     if objects.len() < decision.placed.len() {

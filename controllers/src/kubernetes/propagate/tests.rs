@@ -491,3 +491,82 @@ mod policy_status {
         assert_eq!(policies::listed(&items[..2], "; "), "t0; t1");
     }
 }
+
+// Sharded writers: a member another replica writes is planned for by nobody here.
+
+fn web_template() -> Template {
+    let (key, _, body) = web();
+    Template {
+        key,
+        labels: BTreeMap::new(),
+        generation: 4,
+        replicas: Some(3),
+        requests: Default::default(),
+        dependencies: Vec::new(),
+        body: Arc::new(body),
+    }
+}
+
+/// What `plan` does for one write of web into m1 (which the snapshot does not know, so it is
+/// not reachable): the jobs, and the error it leaves on the copy.
+fn plan_write_into_m1(writing: bool) -> (usize, Option<String>) {
+    let (client, _server) = ApiServer::start(|_| None);
+    let mut members = BTreeMap::from([(ClusterId::new("m1"), member(client))]);
+    members.get_mut(&ClusterId::new("m1")).unwrap().writing = writing;
+    let snapshot = placed_in_m1();
+    let template = web_template();
+    let pass = Pass {
+        snapshot: &snapshot,
+        templates: BTreeMap::from([(&template.key, &template)]),
+        now: Instant::now(),
+        overrides_print: 0,
+    };
+    let step = Step {
+        writes: vec![meridian_core::placement::Write {
+            cluster: ClusterId::new("m1"),
+            replicas: Some(3),
+            held_back: false,
+        }],
+        deletes: vec![ClusterId::new("m1")],
+        ..Step::default()
+    };
+    let mut jobs = BTreeMap::new();
+    plan(
+        &pass,
+        &mut members,
+        &template.key,
+        &step,
+        &Propagation::default(),
+        &mut jobs,
+    );
+    let m = &members[&ClusterId::new("m1")];
+    (
+        jobs.values().map(Vec::len).sum(),
+        m.errors.get(&object_id(&template.key)).cloned(),
+    )
+}
+
+#[tokio::test]
+async fn a_member_another_replica_writes_gets_no_job_and_no_verdict_here() {
+    let (jobs, error) = plan_write_into_m1(false);
+    assert_eq!((jobs, error), (0, None));
+    // The same step for a member this replica writes: it is judged (here: not reachable).
+    let (jobs, error) = plan_write_into_m1(true);
+    assert_eq!(jobs, 0);
+    assert!(error.is_some_and(|e| e.starts_with("Unreachable")));
+}
+
+#[test]
+fn a_copy_written_by_another_replica_tells_its_generations() {
+    let live = json!({"metadata": {"generation": 7,
+        "annotations": {render::GENERATION_ANNOTATION: "4"}}});
+    assert_eq!(applied_by_another(&live), Some((7, 4)));
+    // Not written by meridian (no annotation), or an odd one: unknown.
+    assert_eq!(
+        applied_by_another(&json!({"metadata": {"generation": 7}})),
+        None
+    );
+    let odd = json!({"metadata": {"generation": 7,
+        "annotations": {render::GENERATION_ANNOTATION: "four"}}});
+    assert_eq!(applied_by_another(&odd), None);
+}
