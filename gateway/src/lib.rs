@@ -1,0 +1,95 @@
+//! meridian's federation API gateway (DESIGN §11): one Kubernetes API for the fleet.
+//!
+//! ```text
+//!  client (kubectl, client-go) ──HTTPS, HTTP/2──► gateway
+//!    Authorization: Bearer <OIDC ID token> ─► token::verify ─► Identity   (401 before anything)
+//!    path::route:
+//!      /clusters/<name>/<api path>  ─► that member's API server (meridian's credential)
+//!      /clusters/*/<api path>       ─► every member, merged (merge: lists, named GETs, watches)
+//!      anything else                ─► the hub's API server
+//!    headers::forwarded: the client's identity headers stripped, the caller impersonated
+//!      (Impersonate-User/-Group, the tenant as Impersonate-Extra and X-Tenant-ID): the
+//!      member's RBAC decides, and its 403 passes through as its own Status
+//! ```
+//!
+//! The pure parts — routes, tokens, header rules, composite resourceVersions, continue
+//! tokens, merge order — are plain modules with plain tests; `proxy` and `watch` only move
+//! bytes between the client and the members. Members come from the controllers' `Fleet`
+//! (their clients) and the core's snapshot (their health): an Unreachable member answers 503
+//! at once, naming it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub mod headers;
+pub mod merge;
+pub mod metrics;
+pub mod path;
+mod proxy;
+mod serve;
+pub mod token;
+mod watch;
+
+pub use metrics::GatewayMetrics;
+pub use proxy::{GatewayView, Targets};
+pub use serve::serve;
+pub use token::{Keys, OidcConfig};
+
+/// The gateway's settings (`gateway` in meridian.yaml).
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub oidc: OidcConfig,
+    /// The issuer's JSON Web Key Set (a file).
+    pub jwks: PathBuf,
+    /// Request bodies larger than this are refused (413).
+    pub max_body_bytes: usize,
+    /// The longest a member may take to answer a request that is not a watch.
+    pub member_timeout: Duration,
+    /// Open client connections at most.
+    pub max_connections: usize,
+}
+
+/// Why the gateway cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("cannot read {what} {path}")]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} holds no {what}")]
+    Missing { what: &'static str, path: PathBuf },
+    #[error("the gateway's TLS settings")]
+    Tls(#[source] rustls::Error),
+    #[error("the issuer's keys in {path}")]
+    Keys {
+        path: PathBuf,
+        #[source]
+        source: token::KeysError,
+    },
+}
+
+/// The issuer's keys from the JWKS file the config names.
+pub fn read_keys(path: &std::path::Path) -> Result<Arc<Keys>, GatewayError> {
+    let bytes = std::fs::read(path).map_err(|source| GatewayError::Read {
+        what: "the JWKS file",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let keys = Keys::from_jwks(&bytes).map_err(|source| GatewayError::Keys {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if keys.is_empty() {
+        return Err(GatewayError::Missing {
+            what: "RS256 or ES256 signing key",
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(Arc::new(keys))
+}

@@ -1,0 +1,183 @@
+use super::*;
+
+fn pod(ns: &str, name: &str, rv: &str) -> Value {
+    json!({"metadata": {"namespace": ns, "name": name, "resourceVersion": rv}})
+}
+
+fn list(cluster: &str, rv: &str, items: Vec<Value>) -> MemberList {
+    MemberList {
+        cluster: cluster.into(),
+        list: json!({"kind": "PodList", "apiVersion": "v1",
+                     "metadata": {"resourceVersion": rv}, "items": items}),
+    }
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            format!(
+                "{}/{}/{}",
+                i["metadata"]["annotations"][CLUSTER_ANNOTATION]
+                    .as_str()
+                    .unwrap(),
+                i["metadata"]["namespace"].as_str().unwrap(),
+                i["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn lists_merge_in_cluster_namespace_name_order_without_merging_same_names() {
+    let (merged, composite) = merge_lists(
+        vec![
+            list("m3", "30", vec![pod("shop", "web", "29")]),
+            list(
+                "m1",
+                "10",
+                vec![pod("shop", "web", "9"), pod("a", "z", "8")],
+            ),
+        ],
+        &Composite::default(),
+    );
+    assert_eq!(names(&merged), ["m1/a/z", "m1/shop/web", "m3/shop/web"]);
+    assert_eq!(
+        (merged["kind"].as_str(), merged["apiVersion"].as_str()),
+        (Some("PodList"), Some("v1"))
+    );
+    assert_eq!(
+        composite.0,
+        BTreeMap::from([("m1".into(), "10".into()), ("m3".into(), "30".into())])
+    );
+    assert_eq!(merged["metadata"]["resourceVersion"], composite.encode());
+}
+
+#[test]
+fn equal_states_encode_equally_and_tokens_round_trip() {
+    let mut a = Composite::default();
+    a.set("m3", "7");
+    a.set("m1", "5");
+    let mut b = Composite::default();
+    b.set("m1", "5");
+    b.set("m3", "7");
+    assert_eq!(a.encode(), b.encode());
+    assert_eq!(Composite::decode(&a.encode()), Ok(a.clone()));
+    let c = Continue {
+        cluster: "m3".into(),
+        member: "abc".into(),
+        done: a,
+    };
+    assert_eq!(Continue::decode(&c.encode()), Ok(c));
+}
+
+#[test]
+fn tokens_of_others_are_refused() {
+    for bad in ["12345", "mrv1.!!", "mrv1.bm90IGpzb24", "mct1.e30"] {
+        let rv = Composite::decode(bad);
+        let ct = Continue::decode(bad);
+        assert!(rv.is_err() || ct.is_err(), "{bad}");
+    }
+    assert!(Composite::decode("12345").is_err());
+    // A continue token is not a resourceVersion, nor the reverse.
+    let c = Continue::default().encode();
+    assert!(Composite::decode(&c).is_err());
+}
+
+#[test]
+fn a_member_is_asked_for_its_own_version() {
+    let mut c = Composite::default();
+    c.set("m1", "5");
+    let c = Some(c);
+    assert_eq!(Composite::for_member(Some("x"), &c, "m1"), Some("5"));
+    assert_eq!(Composite::for_member(Some("x"), &c, "m2"), None);
+    assert_eq!(Composite::for_member(Some("0"), &None, "m2"), Some("0"));
+}
+
+#[test]
+fn watch_events_carry_the_composite_after_their_own_change() {
+    let mut composite = Composite::default();
+    composite.set("m1", "5");
+    let event = json!({"type": "ADDED", "object": pod("shop", "web", "12")});
+    let out = fleet_event(event, "m3", &mut composite);
+    assert_eq!(composite.0["m3"], "12");
+    assert_eq!(
+        out["object"]["metadata"]["resourceVersion"],
+        composite.encode()
+    );
+    assert_eq!(
+        out["object"]["metadata"]["annotations"][CLUSTER_ANNOTATION],
+        "m3"
+    );
+    // Resuming from it asks m1 for 5 and m3 for 12.
+    let resumed = Some(
+        Composite::decode(
+            out["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap(),
+    );
+    assert_eq!(Composite::for_member(None, &resumed, "m3"), Some("12"));
+    assert_eq!(Composite::for_member(None, &resumed, "m1"), Some("5"));
+    // A bookmark moves the version without a mark; an error passes untouched.
+    let bookmark = json!({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "15"}}});
+    let out = fleet_event(bookmark, "m1", &mut composite);
+    assert_eq!(composite.0["m1"], "15");
+    assert!(out["object"]["metadata"]["annotations"].is_null());
+    let error = json!({"type": "ERROR", "object": status(410, "Expired", "too old")});
+    assert_eq!(fleet_event(error.clone(), "m1", &mut composite), error);
+}
+
+#[test]
+fn the_initial_events_end_is_recognised_and_made() {
+    let end = initial_events_end(&json!("Pod"), &json!("v1"), &Composite::default());
+    assert!(ends_initial_events(&end));
+    assert!(!ends_initial_events(
+        &json!({"type": "BOOKMARK", "object": {"metadata": {}}})
+    ));
+}
+
+#[test]
+fn tables_merge_their_rows_and_keep_the_first_columns() {
+    let table = |cluster: &str, rv: &str, names: &[&str]| MemberList {
+        cluster: cluster.into(),
+        list: json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1",
+                     "metadata": {"resourceVersion": rv},
+                     "columnDefinitions": [{"name": "Name", "type": "string"}],
+                     "rows": names.iter().map(|n| json!({"cells": [n],
+                        "object": {"kind": "PartialObjectMetadata", "metadata": {"namespace": "shop", "name": n}}}))
+                        .collect::<Vec<_>>()}),
+    };
+    let (merged, _) = merge_lists(
+        vec![table("m2", "4", &["b"]), table("m1", "3", &["c", "a"])],
+        &Composite::default(),
+    );
+    assert_eq!(merged["kind"], "Table");
+    assert_eq!(merged["columnDefinitions"][0]["name"], "Name");
+    let rows: Vec<String> = merged["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r["object"]["metadata"]["annotations"][CLUSTER_ANNOTATION]
+                    .as_str()
+                    .unwrap(),
+                r["cells"][0].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(rows, ["m1/a", "m1/c", "m2/b"]);
+    assert!(merged.get("items").is_none());
+}
+
+#[test]
+fn no_member_lists_nothing() {
+    let (merged, composite) = merge_lists(Vec::new(), &Composite::default());
+    assert_eq!(merged["items"], json!([]));
+    assert!(composite.0.is_empty());
+}

@@ -1,0 +1,78 @@
+//! `meridian_gateway_*`: requests by route, cluster and code, their latency, and the members
+//! an aggregated request had to leave out.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// member, every, hub
+    pub route: &'static str,
+    pub cluster: String,
+    pub code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub cluster: String,
+}
+
+#[derive(Clone)]
+pub struct GatewayMetrics {
+    pub requests: Family<RequestLabels, Counter>,
+    /// Until the response head is sent (a watch's stream is not counted).
+    pub seconds: Family<RouteLabels, Histogram>,
+    /// A member left out of an aggregated list or watch (down, failed, or refused).
+    pub partial: Family<ClusterLabels, Counter>,
+    pub unauthenticated: Counter,
+    pub watches: Gauge,
+}
+
+impl GatewayMetrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self {
+            requests: Family::default(),
+            seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
+            partial: Family::default(),
+            unauthenticated: Counter::default(),
+            watches: Gauge::default(),
+        };
+        registry.register(
+            "requests",
+            "Gateway requests by route, cluster and code",
+            m.requests.clone(),
+        );
+        registry.register(
+            "request_seconds",
+            "Gateway time to the response head by route",
+            m.seconds.clone(),
+        );
+        registry.register(
+            "partial",
+            "Members left out of an aggregated list or watch (down, failed or refused)",
+            m.partial.clone(),
+        );
+        registry.register(
+            "unauthenticated",
+            "Requests refused with 401",
+            m.unauthenticated.clone(),
+        );
+        registry.register(
+            "watches",
+            "Watches open through the gateway",
+            m.watches.clone(),
+        );
+        m
+    }
+}

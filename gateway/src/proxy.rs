@@ -1,0 +1,780 @@
+//! The request path: authenticate, route, then forward to one member or the hub, or fan out
+//! to every member and merge (lists and named GETs here, watches in `watch`).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
+use kube::Client;
+use meridian_controllers::kubernetes::Fleet;
+use meridian_core::registry::Health;
+use meridian_core::{ClusterId, Snapshot};
+use parking_lot::Mutex;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::headers;
+use crate::merge::{self, Composite, Continue, MemberList};
+use crate::metrics::{ClusterLabels, GatewayMetrics, RequestLabels, RouteLabels};
+use crate::path::{self, ApiPath, Route, query_param, with_params};
+use crate::token::{self, Identity, Keys};
+use crate::{GatewayConfig, watch as fleet_watch};
+
+/// Where requests go: the members (their clients, from the controllers' Fleet; their health,
+/// from the snapshot) and the hub.
+#[derive(Clone)]
+pub struct Targets {
+    pub fleet: Fleet,
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    pub hub: Option<Client>,
+}
+
+/// A member as the gateway can use it now.
+pub(crate) enum Member {
+    Ready(Client),
+    /// Registered but not to be asked: why.
+    Down(String),
+}
+
+impl Targets {
+    /// `name`'s client; None: no such member.
+    pub(crate) fn member(&self, name: &str) -> Option<Member> {
+        let snapshot = self.snapshots.borrow().clone();
+        let view = snapshot.cluster_view(&ClusterId::new(name))?;
+        Some(self.usable(name, view.health, view.reason.as_deref()))
+    }
+
+    /// Every registered member, in name order.
+    pub(crate) fn members(&self) -> Vec<(String, Member)> {
+        let snapshot = self.snapshots.borrow().clone();
+        let mut out: Vec<(String, Member)> = snapshot
+            .clusters
+            .iter()
+            .map(|v| {
+                let name = v.spec.id.as_str().to_string();
+                let member = self.usable(&name, v.health, v.reason.as_deref());
+                (name, member)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    fn usable(&self, name: &str, health: Health, reason: Option<&str>) -> Member {
+        if health == Health::Unreachable {
+            return Member::Down(format!(
+                "cluster {name} is Unreachable{}",
+                reason.map(|r| format!(": {r}")).unwrap_or_default()
+            ));
+        }
+        match self.fleet.get(&ClusterId::new(name), |f| f.client.clone()) {
+            Some(client) => Member::Ready(client),
+            None => Member::Down(format!(
+                "cluster {name} has no Kubernetes API meridian reaches (a directory member, or not connected yet)"
+            )),
+        }
+    }
+}
+
+/// What `/debug/gateway` shows.
+#[derive(Clone, Default)]
+pub struct GatewayView(Arc<Mutex<ViewState>>);
+
+#[derive(Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ViewState {
+    listen: Option<String>,
+    issuer: String,
+    keys: usize,
+    open_watches: i64,
+    /// The last problems (newest last): refused tokens, members left out, failed forwards.
+    recent_problems: VecDeque<Problem>,
+}
+
+#[derive(Serialize)]
+struct Problem {
+    at: String,
+    route: &'static str,
+    cluster: String,
+    code: u16,
+    message: String,
+}
+
+const PROBLEMS_KEPT: usize = 50;
+
+impl GatewayView {
+    pub(crate) fn started(&self, listen: String, issuer: &str, keys: usize) {
+        let mut s = self.0.lock();
+        s.listen = Some(listen);
+        s.issuer = issuer.to_string();
+        s.keys = keys;
+    }
+
+    fn problem(&self, route: &'static str, cluster: &str, code: u16, message: &str) {
+        let mut s = self.0.lock();
+        if s.recent_problems.len() == PROBLEMS_KEPT {
+            s.recent_problems.pop_front();
+        }
+        let at = humantime(SystemTime::now());
+        s.recent_problems.push_back(Problem {
+            at,
+            route,
+            cluster: cluster.to_string(),
+            code,
+            message: message.chars().take(300).collect(),
+        });
+    }
+
+    pub(crate) fn watches(&self, delta: i64) {
+        self.0.lock().open_watches += delta;
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(&*self.0.lock()).unwrap_or(Value::Null)
+    }
+}
+
+fn humantime(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    format!("{secs:.3}")
+}
+
+/// Everything a request needs.
+pub(crate) struct Shared {
+    pub config: GatewayConfig,
+    pub keys: Arc<Keys>,
+    pub targets: Targets,
+    pub metrics: GatewayMetrics,
+    pub view: GatewayView,
+}
+
+/// One request's outcome for the metrics: which route and cluster, the response.
+struct Handled {
+    route: &'static str,
+    cluster: String,
+    response: Response,
+}
+
+pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let started = Instant::now();
+    let Handled {
+        route,
+        cluster,
+        response,
+    } = dispatch(&shared, request).await;
+    let code = response.status().as_u16();
+    shared
+        .metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            route,
+            cluster: cluster.clone(),
+            code,
+        })
+        .inc();
+    shared
+        .metrics
+        .seconds
+        .get_or_create(&RouteLabels { route })
+        .observe(started.elapsed().as_secs_f64());
+    if code >= 400 && code != 404 && code != 409 {
+        let message = response
+            .headers()
+            .get("x-meridian-reason")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        shared.view.problem(route, &cluster, code, &message);
+    }
+    tracing::debug!(route, %cluster, code, elapsed_ms = started.elapsed().as_millis() as u64, "gateway request");
+    response
+}
+
+async fn dispatch(shared: &Shared, request: Request) -> Handled {
+    let (parts, body) = request.into_parts();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let handled = |route, cluster: &str, response| Handled {
+        route,
+        cluster: cluster.to_string(),
+        response,
+    };
+    let who = match authenticate(shared, &parts.headers) {
+        Ok(who) => who,
+        Err(message) => {
+            shared.metrics.unauthenticated.inc();
+            return handled(
+                "none",
+                "",
+                failure(StatusCode::UNAUTHORIZED, "Unauthorized", &message),
+            );
+        }
+    };
+    let route = match path::route(&path_and_query) {
+        Ok(route) => route,
+        Err(e) => {
+            return handled(
+                "none",
+                "",
+                failure(StatusCode::NOT_FOUND, "NotFound", &e.to_string()),
+            );
+        }
+    };
+    let body = match read_body(body, shared.config.max_body_bytes).await {
+        Ok(body) => body,
+        Err(response) => return handled("none", "", response),
+    };
+    let forwarded = match headers::forwarded(&parts.headers, &who) {
+        Ok(h) => h,
+        Err(e) => {
+            return handled(
+                "none",
+                "",
+                failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+            );
+        }
+    };
+    let call = Call {
+        method: parts.method,
+        headers: forwarded,
+        body,
+    };
+    match route {
+        Route::Hub { path } => {
+            let response = match &shared.targets.hub {
+                Some(hub) => forward(shared, hub, "hub", &path, &call).await,
+                None => failure(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    "this meridian's hub is a directory, not a Kubernetes API",
+                ),
+            };
+            handled("hub", "", response)
+        }
+        Route::Member { cluster, path } => {
+            let response = match shared.targets.member(&cluster) {
+                None => failure(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("no member cluster {cluster:?}"),
+                ),
+                Some(Member::Down(why)) => {
+                    failure(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", &why)
+                }
+                Some(Member::Ready(client)) => {
+                    forward(shared, &client, &cluster, &path, &call).await
+                }
+            };
+            handled("member", &cluster, response)
+        }
+        Route::Every { path } => handled("every", "*", every(shared, &path, &call).await),
+    }
+}
+
+/// A request as it goes on: its method, the forwarded headers, the body read.
+pub(crate) struct Call {
+    pub method: Method,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Identity, String> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or("no bearer token: the gateway needs an OIDC ID token in Authorization")?
+        .to_str()
+        .map_err(|_| "the Authorization header is not text")?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+        .ok_or("the Authorization header is not a bearer token")?;
+    token::verify(
+        token.trim(),
+        &shared.keys,
+        &shared.config.oidc,
+        SystemTime::now(),
+    )
+    .map_err(|e| e.to_string())
+}
+
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(failure(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                &format!("the request body is larger than {limit} bytes"),
+            ))
+        }
+        Err(e) => Err(failure(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &format!("cannot read the request body: {e}"),
+        )),
+    }
+}
+
+/// A Kubernetes Status failure response (the reason also in `x-meridian-reason` for the
+/// debug view).
+pub(crate) fn failure(code: StatusCode, reason: &str, message: &str) -> Response {
+    let body = merge::status(code.as_u16(), reason, message).to_string();
+    let mut response = (code, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+    if let Ok(v) = HeaderValue::from_str(&message.replace(['\r', '\n'], " ")) {
+        response.headers_mut().insert("x-meridian-reason", v);
+    }
+    response
+}
+
+/// Whether the request is a watch (streams without a deadline).
+pub(crate) fn is_watch(path_and_query: &str) -> bool {
+    matches!(query_param(path_and_query, "watch"), Some("1" | "true"))
+        || path_and_query.contains("/watch/")
+        || path_and_query.split('?').next().is_some_and(|p| {
+            p.ends_with("/log")
+                && matches!(query_param(path_and_query, "follow"), Some("1" | "true"))
+        })
+}
+
+/// Sends `call` to `path` of one API server and answers what it answered, streaming.
+async fn forward(
+    shared: &Shared,
+    client: &Client,
+    cluster: &str,
+    path: &str,
+    call: &Call,
+) -> Response {
+    let watch = is_watch(path);
+    match send(
+        client,
+        path,
+        call,
+        (!watch).then_some(shared.config.member_timeout),
+    )
+    .await
+    {
+        Ok(response) => {
+            let (parts, body) = response.into_parts();
+            let mut out = Response::new(Body::new(body));
+            *out.status_mut() = parts.status;
+            for (name, value) in &parts.headers {
+                if !headers::is_stripped(name) {
+                    out.headers_mut().append(name.clone(), value.clone());
+                }
+            }
+            out
+        }
+        Err(e) => e.response(cluster),
+    }
+}
+
+/// Why a member gave no answer.
+#[derive(Debug)]
+pub(crate) enum SendError {
+    Timeout(Duration),
+    Failed(String),
+}
+
+impl SendError {
+    pub(crate) fn response(&self, cluster: &str) -> Response {
+        match self {
+            SendError::Timeout(t) => failure(
+                StatusCode::GATEWAY_TIMEOUT,
+                "Timeout",
+                &format!("{cluster} did not answer within {} s", t.as_secs()),
+            ),
+            SendError::Failed(e) => failure(
+                StatusCode::BAD_GATEWAY,
+                "ServiceUnavailable",
+                &format!("cannot reach {cluster}: {e}"),
+            ),
+        }
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            SendError::Timeout(t) => format!("no answer within {} s", t.as_secs()),
+            SendError::Failed(e) => e.clone(),
+        }
+    }
+}
+
+pub(crate) async fn send(
+    client: &Client,
+    path: &str,
+    call: &Call,
+    timeout: Option<Duration>,
+) -> Result<http::Response<kube::client::Body>, SendError> {
+    let mut request = http::Request::builder()
+        .method(call.method.clone())
+        .uri(path)
+        .body(kube::client::Body::from(call.body.clone()))
+        .map_err(|e| SendError::Failed(e.to_string()))?;
+    *request.headers_mut() = call.headers.clone();
+    let sent = client.send(request);
+    match timeout {
+        Some(t) => tokio::time::timeout(t, sent)
+            .await
+            .map_err(|_| SendError::Timeout(t))?,
+        None => sent.await,
+    }
+    .map_err(|e| SendError::Failed(e.to_string()))
+}
+
+/// The `/clusters/*/…` routes: GET only, on resources.
+async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
+    if call.method != Method::GET {
+        return failure(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "/clusters/*/ only lists, watches and gets: write through /clusters/<name>/",
+        );
+    }
+    let Some(api) = ApiPath::parse(path) else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "/clusters/*/ serves resources only: ask one member for discovery (/clusters/<name>/api…)",
+        );
+    };
+    let mut call = Call {
+        method: Method::GET,
+        headers: call.headers.clone(),
+        body: Bytes::new(),
+    };
+    json_only(&mut call.headers);
+    if api.subresource.is_some() {
+        return failure(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "subresources are per cluster: use /clusters/<name>/",
+        );
+    }
+    if !api.is_collection() {
+        return named(shared, path, &call).await;
+    }
+    if is_watch(path) {
+        return fleet_watch::every(shared, path, &call).await;
+    }
+    list(shared, path, &call).await
+}
+
+/// Aggregated answers are parsed: JSON only (a Table in JSON too), never protobuf.
+fn json_only(headers: &mut HeaderMap) {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let json: Vec<&str> = accept
+        .split(',')
+        .map(str::trim)
+        .filter(|a| a.starts_with("application/json"))
+        .collect();
+    let value = if json.is_empty() {
+        "application/json".to_string()
+    } else {
+        json.join(",")
+    };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(header::ACCEPT, v);
+    }
+}
+
+/// A member's JSON answer: (status, body).
+pub(crate) async fn get_json(
+    client: &Client,
+    path: &str,
+    call: &Call,
+    timeout: Duration,
+) -> Result<(StatusCode, Value), SendError> {
+    let response = send(client, path, call, Some(timeout)).await?;
+    let status = response.status();
+    let bytes = tokio::time::timeout(timeout, response.into_body().collect_bytes())
+        .await
+        .map_err(|_| SendError::Timeout(timeout))?
+        .map_err(|e| SendError::Failed(e.to_string()))?;
+    let body = serde_json::from_slice(&bytes)
+        .map_err(|e| SendError::Failed(format!("the answer is not JSON: {e}")))?;
+    Ok((status, body))
+}
+
+/// Members left out of an aggregated answer, for its Warning headers.
+#[derive(Default)]
+pub(crate) struct LeftOut(Vec<(String, String)>);
+
+impl LeftOut {
+    pub(crate) fn add(&mut self, shared: &Shared, cluster: &str, why: String) {
+        shared
+            .metrics
+            .partial
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.to_string(),
+            })
+            .inc();
+        tracing::info!(%cluster, %why, "member left out of an aggregated answer");
+        self.0.push((cluster.to_string(), why));
+    }
+
+    /// One `Warning: 299` header per member left out.
+    pub(crate) fn warn(&self, response: &mut Response) {
+        for (cluster, why) in &self.0 {
+            let text = format!(
+                "299 meridian \"{cluster} left out: {}\"",
+                why.replace(['"', '\r', '\n'], "'")
+            );
+            if let Ok(v) = HeaderValue::from_str(&text) {
+                response.headers_mut().append(header::WARNING, v);
+            }
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// What a member's failure means for an aggregated answer: a 410 is the whole answer's (the
+/// client relists); anything else leaves the member out.
+fn member_failure(status: StatusCode, body: &Value) -> Option<String> {
+    (!status.is_success()).then(|| {
+        format!(
+            "{} {}",
+            status.as_u16(),
+            body["message"].as_str().unwrap_or("(no message)")
+        )
+    })
+}
+
+/// A named object through `*`: the one member that has it; 409 naming them when several do.
+async fn named(shared: &Shared, path: &str, call: &Call) -> Response {
+    let members = shared.targets.members();
+    let mut left_out = LeftOut::default();
+    let asks = members.iter().filter_map(|(name, m)| match m {
+        Member::Ready(c) => Some(async move {
+            (
+                name.clone(),
+                get_json(c, path, call, shared.config.member_timeout).await,
+            )
+        }),
+        Member::Down(_) => None,
+    });
+    let answers = futures::future::join_all(asks).await;
+    for (name, m) in &members {
+        if let Member::Down(why) = m {
+            left_out.add(shared, name, why.clone());
+        }
+    }
+    let mut found = Vec::new();
+    for (name, answer) in answers {
+        match answer {
+            Ok((status, body)) if status.is_success() => found.push((name, body)),
+            Ok((StatusCode::NOT_FOUND, _)) => {}
+            Ok((status, body)) => left_out.add(
+                shared,
+                &name,
+                member_failure(status, &body).unwrap_or_default(),
+            ),
+            Err(e) => left_out.add(shared, &name, e.describe()),
+        }
+    }
+    let mut response = match found.len() {
+        0 => failure(StatusCode::NOT_FOUND, "NotFound", "no member has it"),
+        1 => {
+            let (name, mut body) = found.pop().unwrap_or_default();
+            merge::mark(&mut body, &name);
+            json_response(StatusCode::OK, &body)
+        }
+        _ => {
+            let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+            failure(
+                StatusCode::CONFLICT,
+                "Conflict",
+                &format!(
+                    "{} members have it: {}; ask one through /clusters/<name>/",
+                    names.len(),
+                    names.join(", ")
+                ),
+            )
+        }
+    };
+    left_out.warn(&mut response);
+    response
+}
+
+/// The union of every member's list: all at once, or paged by `limit` and `continue`.
+async fn list(shared: &Shared, path: &str, call: &Call) -> Response {
+    let requested = query_param(path, "resourceVersion");
+    let composite = match requested
+        .filter(|r| r.starts_with("mrv1."))
+        .map(Composite::decode)
+    {
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+        None => None,
+    };
+    let limit = query_param(path, "limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let resume = match query_param(path, "continue")
+        .filter(|c| !c.is_empty())
+        .map(Continue::decode)
+    {
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+        None => None,
+    };
+    let members = shared.targets.members();
+    let mut left_out = LeftOut::default();
+    let member_path = |cluster: &str, limit: Option<String>, token: Option<&str>| {
+        with_params(
+            path,
+            &[
+                (
+                    "resourceVersion",
+                    Composite::for_member(requested, &composite, cluster),
+                ),
+                ("limit", limit.as_deref()),
+                ("continue", token),
+            ],
+        )
+    };
+    let (lists, next, done) = match limit {
+        None if resume.is_none() => {
+            let asks = members.iter().filter_map(|(name, m)| match m {
+                Member::Ready(c) => {
+                    let p = member_path(name, None, None);
+                    Some(async move {
+                        (
+                            name.clone(),
+                            get_json(c, &p, call, shared.config.member_timeout).await,
+                        )
+                    })
+                }
+                Member::Down(_) => None,
+            });
+            let answers = futures::future::join_all(asks).await;
+            let mut lists = Vec::new();
+            for (name, answer) in answers {
+                match answer {
+                    Ok((StatusCode::GONE, body)) => return json_response(StatusCode::GONE, &body),
+                    Ok((status, body)) => match member_failure(status, &body) {
+                        None => lists.push(MemberList {
+                            cluster: name,
+                            list: body,
+                        }),
+                        Some(why) => left_out.add(shared, &name, why),
+                    },
+                    Err(e) => left_out.add(shared, &name, e.describe()),
+                }
+            }
+            (lists, None, Composite::default())
+        }
+        _ => {
+            let limit = limit.unwrap_or(500);
+            let resume = resume.unwrap_or_default();
+            let mut remaining = limit;
+            let mut lists = Vec::new();
+            let mut next = None;
+            let mut done = resume.done.clone();
+            let pending: Vec<&(String, Member)> = members
+                .iter()
+                .filter(|(n, _)| *n >= resume.cluster)
+                .collect();
+            for (i, (name, m)) in pending.iter().enumerate() {
+                if remaining == 0 {
+                    next = Some(Continue {
+                        cluster: name.clone(),
+                        member: String::new(),
+                        done: done.clone(),
+                    });
+                    break;
+                }
+                let Member::Ready(client) = m else {
+                    if let Member::Down(why) = m {
+                        left_out.add(shared, name, why.clone());
+                    }
+                    continue;
+                };
+                let token = (i == 0 && *name == resume.cluster && !resume.member.is_empty())
+                    .then_some(resume.member.as_str());
+                // A later page of a member asks for its own continue token, not a version.
+                let p = match token {
+                    Some(t) => with_params(
+                        path,
+                        &[
+                            ("resourceVersion", None),
+                            ("limit", Some(&remaining.to_string())),
+                            ("continue", Some(t)),
+                        ],
+                    ),
+                    None => member_path(name, Some(remaining.to_string()), None),
+                };
+                match get_json(client, &p, call, shared.config.member_timeout).await {
+                    Ok((StatusCode::GONE, body)) => return json_response(StatusCode::GONE, &body),
+                    Ok((status, body)) => match member_failure(status, &body) {
+                        Some(why) => left_out.add(shared, name, why),
+                        None => {
+                            let field = if body["kind"] == "Table" {
+                                "rows"
+                            } else {
+                                "items"
+                            };
+                            remaining = remaining
+                                .saturating_sub(body[field].as_array().map_or(0, Vec::len));
+                            if let Some(rv) = body["metadata"]["resourceVersion"].as_str() {
+                                done.set(name, rv);
+                            }
+                            let more = body["metadata"]["continue"]
+                                .as_str()
+                                .filter(|c| !c.is_empty())
+                                .map(str::to_string);
+                            lists.push(MemberList {
+                                cluster: name.clone(),
+                                list: body,
+                            });
+                            if let Some(token) = more {
+                                next = Some(Continue {
+                                    cluster: name.clone(),
+                                    member: token,
+                                    done: done.clone(),
+                                });
+                                break;
+                            }
+                        }
+                    },
+                    Err(e) => left_out.add(shared, name, e.describe()),
+                }
+            }
+            (lists, next, done)
+        }
+    };
+    let (mut merged, _) = merge::merge_lists(lists, &done);
+    if let Some(next) = next {
+        merged["metadata"]["continue"] = json!(next.encode());
+    }
+    let mut response = json_response(StatusCode::OK, &merged);
+    left_out.warn(&mut response);
+    response
+}

@@ -1,0 +1,120 @@
+//! The listener: TLS (HTTP/2 and HTTP/1.1 by ALPN), a bound on open connections, a deadline
+//! for the TLS handshake, and the router with one fallback handler (every path is routed by
+//! `path::route`, not by axum).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+use crate::proxy::{GatewayView, Shared, Targets, handle};
+use crate::{GatewayConfig, GatewayError, GatewayMetrics, read_keys};
+
+/// A client that has not finished the TLS handshake by then is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves the gateway on `listener` until the task is dropped. Fails at once, before
+/// serving anything, when the certificate, key or issuer keys cannot be read.
+pub async fn serve(
+    listener: TcpListener,
+    config: GatewayConfig,
+    targets: Targets,
+    metrics: GatewayMetrics,
+    view: GatewayView,
+) -> Result<(), GatewayError> {
+    let acceptor = TlsAcceptor::from(Arc::new(server_tls(&config)?));
+    let keys = read_keys(&config.jwks)?;
+    let listen = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    view.started(listen.clone(), &config.oidc.issuer, keys.len());
+    tracing::info!(%listen, issuer = %config.oidc.issuer, keys = keys.len(), "federation API gateway listening");
+    let connections = Arc::new(Semaphore::new(config.max_connections));
+    let shared = Arc::new(Shared {
+        config,
+        keys,
+        targets,
+        metrics,
+        view,
+    });
+    let router = Router::new().fallback(handle).with_state(shared);
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "gateway accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "gateway connection refused: too many open");
+            continue;
+        };
+        let acceptor = acceptor.clone();
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "gateway TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "gateway TLS handshake timed out");
+                    return;
+                }
+            };
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            if let Err(e) = builder
+                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "gateway connection ended");
+            }
+        });
+    }
+}
+
+fn server_tls(config: &GatewayConfig) -> Result<rustls::ServerConfig, GatewayError> {
+    let read = |what, path: &std::path::Path| {
+        std::fs::read(path).map_err(|source| GatewayError::Read {
+            what,
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let certs: Vec<_> =
+        rustls_pemfile::certs(&mut read("the certificate", &config.cert)?.as_slice())
+            .filter_map(Result::ok)
+            .collect();
+    if certs.is_empty() {
+        return Err(GatewayError::Missing {
+            what: "PEM certificate",
+            path: config.cert.clone(),
+        });
+    }
+    let key = rustls_pemfile::private_key(&mut read("the key", &config.key)?.as_slice())
+        .ok()
+        .flatten()
+        .ok_or_else(|| GatewayError::Missing {
+            what: "PEM private key",
+            path: config.key.clone(),
+        })?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(GatewayError::Tls)?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(GatewayError::Tls)?;
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(tls)
+}

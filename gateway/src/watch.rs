@@ -1,0 +1,267 @@
+//! A watch of every member as one stream (`/clusters/*/…?watch=1`).
+//!
+//! Each member is watched from its own part of the composite resourceVersion (or as the
+//! client asked: none, "0"); every event goes out marked with its member and carrying the
+//! composite as it stands after that event, so a client resuming from any event's version
+//! starts each member exactly after what it saw. With `sendInitialEvents`, each member's
+//! `initial-events-end` bookmark is held back and one of the gateway's goes out once every
+//! member sent its own. The stream ends — and a client-go reflector simply watches again
+//! from its last version — when any member's watch ends or the set of members changes (a
+//! member joined since a composite was issued is answered 410, so the client relists).
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::{Bytes, BytesMut};
+use futures::stream::{self, Stream, StreamExt};
+use http::{StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::Value;
+
+use crate::merge::{self, Composite};
+use crate::path::{query_param, with_params};
+use crate::proxy::{Call, LeftOut, Member, Shared, failure, send};
+
+type Events = Pin<Box<dyn Stream<Item = (String, Option<Value>)> + Send>>;
+
+pub(crate) async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
+    let requested = query_param(path, "resourceVersion");
+    let composite = match requested
+        .filter(|r| r.starts_with("mrv1."))
+        .map(Composite::decode)
+    {
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+        None => None,
+    };
+    let members = shared.targets.members();
+    if let Some(c) = &composite
+        && let Some((name, _)) = members
+            .iter()
+            .find(|(n, m)| matches!(m, Member::Ready(_)) && !c.0.contains_key(n))
+    {
+        return failure(
+            StatusCode::GONE,
+            "Expired",
+            &format!("member {name} joined after this resourceVersion: list again"),
+        );
+    }
+    let initial = query_param(path, "sendInitialEvents") == Some("true");
+    let mut left_out = LeftOut::default();
+    let mut streams: Vec<Events> = Vec::new();
+    let mut watched = BTreeSet::new();
+    for (name, m) in &members {
+        let client = match m {
+            Member::Ready(c) => c,
+            Member::Down(why) => {
+                left_out.add(shared, name, why.clone());
+                continue;
+            }
+        };
+        let p = with_params(
+            path,
+            &[(
+                "resourceVersion",
+                Composite::for_member(requested, &composite, name),
+            )],
+        );
+        match send(client, &p, call, Some(shared.config.member_timeout)).await {
+            Ok(response) if response.status().is_success() => {
+                watched.insert(name.clone());
+                streams.push(events(name.clone(), response.into_body()));
+            }
+            Ok(response) => {
+                let status = response.status();
+                let body = response
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .unwrap_or_default();
+                if status == StatusCode::GONE {
+                    let gone = (status, [(header::CONTENT_TYPE, "application/json")], body);
+                    return axum::response::IntoResponse::into_response(gone);
+                }
+                let message = serde_json::from_slice::<Value>(&body)
+                    .ok()
+                    .and_then(|b| b["message"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                left_out.add(shared, name, format!("{} {message}", status.as_u16()));
+            }
+            Err(e) => left_out.add(shared, name, e.describe()),
+        }
+    }
+    let state = Merged {
+        composite: composite.unwrap_or_default(),
+        waiting_initial: if initial {
+            watched.clone()
+        } else {
+            BTreeSet::new()
+        },
+        kind: (Value::Null, Value::Null),
+        members: watched,
+        targets: shared.targets.clone(),
+        _guard: WatchGuard::new(shared),
+    };
+    let body = Body::from_stream(merged(streams, state));
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    left_out.warn(&mut response);
+    response
+}
+
+/// One member's watch body as events, one JSON document per line; None at its end (or on a
+/// line that is not JSON, which ends the watch the same way).
+fn events(cluster: String, body: kube::client::Body) -> Events {
+    let data = body.into_data_stream();
+    let lines = stream::unfold(
+        (data, BytesMut::new(), cluster, false),
+        |(mut data, mut buffer, cluster, ended)| async move {
+            if ended {
+                return None;
+            }
+            loop {
+                if let Some(i) = buffer.iter().position(|b| *b == b'\n') {
+                    let line = buffer.split_to(i + 1);
+                    if line.iter().all(u8::is_ascii_whitespace) {
+                        continue;
+                    }
+                    let event = serde_json::from_slice::<Value>(&line).ok();
+                    let ended = event.is_none();
+                    return Some(((cluster.clone(), event), (data, buffer, cluster, ended)));
+                }
+                match data.next().await {
+                    Some(Ok(chunk)) => buffer.extend_from_slice(&chunk),
+                    _ => {
+                        // The member's watch ended (its timeout, or the connection).
+                        return Some(((cluster.clone(), None), (data, buffer, cluster, true)));
+                    }
+                }
+            }
+        },
+    );
+    Box::pin(lines)
+}
+
+/// The merged stream's state.
+struct Merged {
+    composite: Composite,
+    /// Members whose initial events have not ended yet (sendInitialEvents).
+    waiting_initial: BTreeSet<String>,
+    /// The kind and apiVersion of a member's bookmark, for the gateway's own.
+    kind: (Value, Value),
+    members: BTreeSet<String>,
+    targets: crate::proxy::Targets,
+    /// Held for its Drop: the open-watch count.
+    _guard: WatchGuard,
+}
+
+impl Merged {
+    /// What goes out for one member event; None: nothing (a member's initial-events end).
+    fn on_event(&mut self, cluster: &str, event: Value) -> Option<Bytes> {
+        if merge::ends_initial_events(&event) && self.waiting_initial.remove(cluster) {
+            if let Some(rv) = event["object"]["metadata"]["resourceVersion"].as_str() {
+                self.composite.set(cluster, rv);
+            }
+            self.kind = (
+                event["object"]["kind"].clone(),
+                event["object"]["apiVersion"].clone(),
+            );
+            if !self.waiting_initial.is_empty() {
+                return None;
+            }
+            return Some(line(&merge::initial_events_end(
+                &self.kind.0,
+                &self.kind.1,
+                &self.composite,
+            )));
+        }
+        Some(line(&merge::fleet_event(
+            event,
+            cluster,
+            &mut self.composite,
+        )))
+    }
+
+    /// The members the snapshot registers changed since the watch began.
+    fn members_changed(&self) -> bool {
+        let now: BTreeSet<String> = self
+            .targets
+            .members()
+            .into_iter()
+            .filter(|(_, m)| matches!(m, Member::Ready(_)))
+            .map(|(n, _)| n)
+            .collect();
+        now != self.members
+    }
+}
+
+fn line(v: &Value) -> Bytes {
+    let mut bytes = serde_json::to_vec(v).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+fn merged(
+    streams: Vec<Events>,
+    state: Merged,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    let snapshots = state.targets.snapshots.clone();
+    let all = stream::select_all(streams);
+    stream::unfold(
+        (all, state, snapshots),
+        |(mut all, mut state, mut snapshots)| async move {
+            loop {
+                tokio::select! {
+                    next = all.next() => match next {
+                        Some((cluster, Some(event))) => {
+                            if let Some(out) = state.on_event(&cluster, event) {
+                                return Some((Ok(out), (all, state, snapshots)));
+                            }
+                        }
+                        // A member's watch ended: so does this one; the client watches again.
+                        Some((cluster, None)) => {
+                            tracing::debug!(%cluster, "a member's watch ended: the fleet watch ends");
+                            return None;
+                        }
+                        None => return None,
+                    },
+                    changed = snapshots.changed() => {
+                        if changed.is_err() || state.members_changed() {
+                            tracing::debug!("the fleet's members changed: the fleet watch ends");
+                            return None;
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// Counts an open watch while it lives.
+struct WatchGuard {
+    metrics: crate::metrics::GatewayMetrics,
+    view: crate::proxy::GatewayView,
+}
+
+impl WatchGuard {
+    fn new(shared: &Shared) -> Self {
+        shared.metrics.watches.inc();
+        shared.view.watches(1);
+        Self {
+            metrics: shared.metrics.clone(),
+            view: shared.view.clone(),
+        }
+    }
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.metrics.watches.dec();
+        self.view.watches(-1);
+    }
+}
