@@ -44,6 +44,8 @@ pub struct AdminState {
     pub heartbeats: Heartbeats,
     /// The sharded writers' view (None: the leader writes every member).
     pub shards: Option<ShardView>,
+    /// The federation API gateway (None: not configured).
+    pub gateway: Option<meridian_gateway::GatewayView>,
 }
 
 /// A listener failing to accept for this long makes meridian unready: long enough to ride
@@ -115,6 +117,7 @@ pub fn router(state: AdminState) -> Router {
         )
         .route("/debug/placements", get(debug_placements))
         .route("/debug/shards", get(debug_shards))
+        .route("/debug/gateway", get(debug_gateway))
         .route("/debug/xds", get(debug_xds))
         .route("/debug/xds/dump", get(debug_xds_dump))
         .merge(crate::ui::routes())
@@ -166,6 +169,7 @@ async fn debug_index() -> Json<Value> {
             "/debug/explain?service=S&cluster=C": "the scheduling decision for service S (name.namespace) from cluster C: filtered clusters and why, tiers, weights, spill-over, the DNS answer and the EDS priorities, in words and JSON",
             "/debug/explain?kind=K&name=N&namespace=NS&cluster=C": "the placement decision for template K NS/N: policy, tier, per cluster the replicas and why, the clusters left out and why, the overrides applied; and the traffic decision of the Services the same policy governs",
             "/debug/placements": "every placement decision, and what each member holds of it (propagation)",
+            "/debug/gateway": "the federation API gateway: its address, issuer and keys, open watches, and the last refused or failed requests",
             "/debug/shards": "sharded writers: live replicas, which members this replica writes, each member's claim and owner, and every replica's view of unreachable members (quorum health)",
             "/debug/xds": "connected xDS clients: node, subscriptions, versions sent, ACKed and NACKed (with the last error)",
             "/debug/xds/dump?cluster=C&network=N&role=R": "what a node (envoy, proxyless, eastwest-gateway) in cluster C receives over ADS",
@@ -235,6 +239,16 @@ async fn debug_shards(State(s): State<AdminState>) -> Json<Value> {
             "identity": s.leadership.identity(),
             "leader": s.leadership.is_leader(),
             "note": "not sharded: the leader writes every member (leaderElection.shards, --shards)",
+        })),
+    }
+}
+
+async fn debug_gateway(State(s): State<AdminState>) -> Json<Value> {
+    match &s.gateway {
+        Some(view) => Json(json!({ "enabled": true, "gateway": view.to_json() })),
+        None => Json(json!({
+            "enabled": false,
+            "note": "no gateway: set gateway.listen (--gateway-listen) with gateway.tls and gateway.oidc",
         })),
     }
 }

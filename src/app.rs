@@ -122,6 +122,7 @@ impl App {
             propagation.clone(),
             PropagationMetrics::new(metrics.sub_registry_with_prefix("propagation")),
         )));
+        let gateway = start_gateway(&cfg, &sources, &snapshots, &mut metrics, &mut tasks).await?;
         // Directory members with a renderPath keep their placed objects rendered there.
         tasks.push(tokio::spawn(meridian_controllers::render::run(
             snapshots.clone(),
@@ -181,6 +182,7 @@ impl App {
             propagation,
             heartbeats,
             shards,
+            gateway,
         });
         tasks.push(tokio::spawn(admin::serve(
             admin_listener,
@@ -206,6 +208,39 @@ impl App {
         }
         self.dns_listeners.shutdown().await;
     }
+}
+
+/// The federation API gateway, when configured: its TLS and keys read (a misconfigured
+/// gateway stops the start), its listener bound, its task started.
+async fn start_gateway(
+    cfg: &Config,
+    sources: &Sources,
+    snapshots: &watch::Receiver<Arc<Snapshot>>,
+    metrics: &mut Registry,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Result<Option<meridian_gateway::GatewayView>> {
+    let Some((listen, config)) = &cfg.gateway else {
+        return Ok(None);
+    };
+    let gateway = meridian_gateway::Gateway::new(config.clone()).context("gateway")?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen for the gateway on {listen}"))?;
+    let view = meridian_gateway::GatewayView::default();
+    let targets = meridian_gateway::Targets {
+        fleet: sources.fleet.clone(),
+        snapshots: snapshots.clone(),
+        hub: sources.hub.clone(),
+    };
+    let gateway_metrics =
+        meridian_gateway::GatewayMetrics::new(metrics.sub_registry_with_prefix("gateway"));
+    tasks.push(tokio::spawn(gateway.serve(
+        listener,
+        targets,
+        gateway_metrics,
+        view.clone(),
+    )));
+    Ok(Some(view))
 }
 
 /// Reads the geo ranges once (off the runtime), queues them for the writer, and watches the

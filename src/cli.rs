@@ -101,6 +101,8 @@ pub struct ServeArgs {
     pub admin_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub admin: AdminArgs,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
     /// File descriptors kept out of the listeners' connection bounds for meridian's own
     /// member connections and files (default: half the limit, at most 1024).
     #[arg(long = "reserved-descriptors", env = "MERIDIAN_RESERVED_DESCRIPTORS")]
@@ -109,6 +111,24 @@ pub struct ServeArgs {
     /// for a log collector. Levels and targets: MERIDIAN_LOG (e.g. `debug,kube=info`).
     #[arg(long, env = "MERIDIAN_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    /// The federation API gateway's HTTPS listen address (default: no gateway); its identity
+    /// settings (gateway.oidc) are in the config file.
+    #[arg(
+        id = "gateway_listen",
+        long = "gateway-listen",
+        env = "MERIDIAN_GATEWAY_LISTEN"
+    )]
+    pub listen: Option<SocketAddr>,
+    /// The gateway's server certificate (PEM).
+    #[arg(long = "gateway-tls-cert", env = "MERIDIAN_GATEWAY_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The gateway's private key (PEM).
+    #[arg(long = "gateway-tls-key", env = "MERIDIAN_GATEWAY_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

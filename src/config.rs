@@ -10,6 +10,7 @@ use ipnet::IpNet;
 use meridian_controllers::geo::{ConfigRange, GeoSettings};
 use meridian_controllers::manifest::Limits;
 use meridian_dns::{DnsConfig, Style, ZoneConfig};
+use meridian_gateway::{GatewayConfig, OidcConfig};
 use meridian_xds::{TlsFiles, XdsConfig};
 use serde::Deserialize;
 
@@ -26,6 +27,9 @@ pub struct File {
     pub xds: XdsSection,
     #[serde(default)]
     pub admin: AdminSection,
+    /// The federation API gateway (off unless `listen` is set).
+    #[serde(default)]
+    pub gateway: GatewaySection,
     #[serde(default)]
     pub leader_election: LeaderSection,
     #[serde(default)]
@@ -203,6 +207,39 @@ pub struct TlsSection {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GatewaySection {
+    pub listen: Option<SocketAddr>,
+    pub tls: Option<GatewayTlsSection>,
+    pub oidc: Option<OidcSection>,
+    pub max_body_bytes: Option<usize>,
+    pub member_timeout_seconds: Option<u64>,
+    pub max_connections: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GatewayTlsSection {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OidcSection {
+    pub issuer: String,
+    pub audiences: Vec<String>,
+    /// The issuer's JSON Web Key Set, a file.
+    pub jwks: PathBuf,
+    pub username_claim: Option<String>,
+    pub groups_claim: Option<String>,
+    pub tenant_claim: Option<String>,
+    pub username_prefix: Option<String>,
+    pub groups_prefix: Option<String>,
+    pub clock_skew_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AdminSection {
     pub listen: Option<SocketAddr>,
     pub max_connections: Option<u64>,
@@ -248,6 +285,8 @@ pub struct Config {
     pub xds: XdsConfig,
     pub admin_listen: SocketAddr,
     pub listeners: ListenerLimits,
+    /// The federation API gateway's address and settings; None: no gateway.
+    pub gateway: Option<(SocketAddr, GatewayConfig)>,
 }
 
 pub const DEFAULT_DNS: &str = "127.0.0.1:1053";
@@ -478,6 +517,10 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
     let sync_deadline = resolve_sync_deadline(file.sync_deadline_seconds, args)?;
     let directory = resolve_directory(&file.directory, args)?;
     let geo = resolve_geo(&file.geo, base, args, &directory)?;
+    let gateway = resolve_gateway(&file.gateway, base, args)?;
+    if gateway.is_some() && matches!(hub, Hub::Directory(_)) {
+        bail!("gateway needs a Kubernetes hub: a directory hub has no API to serve through it");
+    }
     Ok(Config {
         hub,
         leader,
@@ -498,7 +541,67 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
             .or(file.admin.listen)
             .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("default")),
         listeners,
+        gateway,
     })
+}
+
+/// The gateway, when a listen address is set: TLS and an identity are required (an open
+/// gateway would lend meridian's member credentials to anyone).
+fn resolve_gateway(
+    file: &GatewaySection,
+    base: &Path,
+    args: &ServeArgs,
+) -> Result<Option<(SocketAddr, GatewayConfig)>> {
+    let Some(listen) = args.gateway.listen.or(file.listen) else {
+        if args.gateway.tls_cert.is_some() || args.gateway.tls_key.is_some() {
+            bail!("--gateway-tls-cert and --gateway-tls-key need --gateway-listen");
+        }
+        return Ok(None);
+    };
+    let (cert, key) = match (&args.gateway.tls_cert, &args.gateway.tls_key, &file.tls) {
+        (Some(cert), Some(key), _) => (cert.clone(), key.clone()),
+        (None, None, Some(t)) => (base.join(&t.cert), base.join(&t.key)),
+        (None, None, None) => bail!(
+            "gateway.tls {{cert, key}} is required: the gateway speaks HTTPS only (bearer tokens must not cross in clear)"
+        ),
+        _ => bail!("--gateway-tls-cert and --gateway-tls-key go together"),
+    };
+    let Some(oidc) = &file.oidc else {
+        bail!("gateway.oidc is required: every request is authenticated (issuer, audiences, jwks)");
+    };
+    if oidc.audiences.is_empty() {
+        bail!("gateway.oidc.audiences: at least one audience is required");
+    }
+    let skew = oidc.clock_skew_seconds.unwrap_or(60);
+    if skew > 600 {
+        bail!("gateway.oidc.clockSkewSeconds must be at most 600");
+    }
+    let member_timeout = file.member_timeout_seconds.unwrap_or(30);
+    if !(1..=600).contains(&member_timeout) {
+        bail!("gateway.memberTimeoutSeconds must be between 1 and 600");
+    }
+    Ok(Some((
+        listen,
+        GatewayConfig {
+            cert,
+            key,
+            oidc: OidcConfig {
+                issuer: oidc.issuer.clone(),
+                audiences: oidc.audiences.clone(),
+                username_claim: oidc.username_claim.clone().unwrap_or_else(|| "sub".into()),
+                groups_claim: oidc.groups_claim.clone().unwrap_or_else(|| "groups".into()),
+                tenant_claim: oidc.tenant_claim.clone(),
+                username_prefix: oidc.username_prefix.clone().unwrap_or_default(),
+                groups_prefix: oidc.groups_prefix.clone().unwrap_or_default(),
+                clock_skew: Duration::from_secs(skew),
+            },
+            jwks: base.join(&oidc.jwks),
+            // The API server's own bound on a request body.
+            max_body_bytes: file.max_body_bytes.unwrap_or(3 * 1024 * 1024),
+            member_timeout: Duration::from_secs(member_timeout),
+            max_connections: file.max_connections.unwrap_or(4096),
+        },
+    )))
 }
 
 fn resolve_directory(file: &DirectorySection, args: &ServeArgs) -> Result<Limits> {

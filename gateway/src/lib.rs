@@ -33,7 +33,7 @@ mod watch;
 
 pub use metrics::GatewayMetrics;
 pub use proxy::{GatewayView, Targets};
-pub use serve::serve;
+pub use serve::Gateway;
 pub use token::{Keys, OidcConfig};
 
 /// The gateway's settings (`gateway` in meridian.yaml).

@@ -42,6 +42,12 @@ pub fn route(path_and_query: &str) -> Result<Route, RouteError> {
         Some(i) => (&rest[..i], rest[i..].to_string()),
         None => (rest, "/".to_string()),
     };
+    // Clients may escape the star (Go's URL handling does): `%2A` is `*`.
+    let cluster = if cluster.eq_ignore_ascii_case("%2a") {
+        "*"
+    } else {
+        cluster
+    };
     if cluster != "*" && !is_cluster_name(cluster) {
         return Err(RouteError::BadCluster(cluster.to_string()));
     }

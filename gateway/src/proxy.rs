@@ -448,11 +448,7 @@ async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
         );
     }
     let Some(api) = ApiPath::parse(path) else {
-        return failure(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            "/clusters/*/ serves resources only: ask one member for discovery (/clusters/<name>/api…)",
-        );
+        return discovery(shared, path, call).await;
     };
     let mut call = Call {
         method: Method::GET,
@@ -474,6 +470,27 @@ async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
         return fleet_watch::every(shared, path, &call).await;
     }
     list(shared, path, &call).await
+}
+
+/// Discovery (and /version, /openapi) through `*`: the first reachable member's, in name
+/// order — a fleet runs one API, and kubectl needs discovery before it lists anything.
+async fn discovery(shared: &Shared, path: &str, call: &Call) -> Response {
+    let first = shared
+        .targets
+        .members()
+        .into_iter()
+        .find_map(|(name, m)| match m {
+            Member::Ready(client) => Some((name, client)),
+            Member::Down(_) => None,
+        });
+    match first {
+        Some((name, client)) => forward(shared, &client, &name, path, call).await,
+        None => failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "no member can be reached for discovery",
+        ),
+    }
 }
 
 /// Aggregated answers are parsed: JSON only (a Table in JSON too), never protobuf.
@@ -532,6 +549,15 @@ impl LeftOut {
         self.0.push((cluster.to_string(), why));
     }
 
+    /// Every member of `members` that is down.
+    pub(crate) fn add_down(&mut self, shared: &Shared, members: &[(String, Member)]) {
+        for (name, m) in members {
+            if let Member::Down(why) = m {
+                self.add(shared, name, why.clone());
+            }
+        }
+    }
+
     /// One `Warning: 299` header per member left out.
     pub(crate) fn warn(&self, response: &mut Response) {
         for (cluster, why) in &self.0 {
@@ -581,11 +607,7 @@ async fn named(shared: &Shared, path: &str, call: &Call) -> Response {
         Member::Down(_) => None,
     });
     let answers = futures::future::join_all(asks).await;
-    for (name, m) in &members {
-        if let Member::Down(why) = m {
-            left_out.add(shared, name, why.clone());
-        }
-    }
+    left_out.add_down(shared, &members);
     let mut found = Vec::new();
     for (name, answer) in answers {
         match answer {
@@ -675,6 +697,7 @@ async fn list(shared: &Shared, path: &str, call: &Call) -> Response {
                 Member::Down(_) => None,
             });
             let answers = futures::future::join_all(asks).await;
+            left_out.add_down(shared, &members);
             let mut lists = Vec::new();
             for (name, answer) in answers {
                 match answer {

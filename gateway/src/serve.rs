@@ -16,69 +16,92 @@ use crate::{GatewayConfig, GatewayError, GatewayMetrics, read_keys};
 /// A client that has not finished the TLS handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves the gateway on `listener` until the task is dropped. Fails at once, before
-/// serving anything, when the certificate, key or issuer keys cannot be read.
-pub async fn serve(
-    listener: TcpListener,
+/// A gateway ready to serve: its TLS settings and the issuer's keys read.
+pub struct Gateway {
+    acceptor: TlsAcceptor,
+    keys: Arc<crate::Keys>,
     config: GatewayConfig,
-    targets: Targets,
-    metrics: GatewayMetrics,
-    view: GatewayView,
-) -> Result<(), GatewayError> {
-    let acceptor = TlsAcceptor::from(Arc::new(server_tls(&config)?));
-    let keys = read_keys(&config.jwks)?;
-    let listen = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    view.started(listen.clone(), &config.oidc.issuer, keys.len());
-    tracing::info!(%listen, issuer = %config.oidc.issuer, keys = keys.len(), "federation API gateway listening");
-    let connections = Arc::new(Semaphore::new(config.max_connections));
-    let shared = Arc::new(Shared {
-        config,
-        keys,
-        targets,
-        metrics,
-        view,
-    });
-    let router = Router::new().fallback(handle).with_state(shared);
-    loop {
-        let (tcp, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                tracing::warn!(error = %e, "gateway accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, "gateway connection refused: too many open");
-            continue;
-        };
-        let acceptor = acceptor.clone();
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        tokio::spawn(async move {
-            let _permit = permit;
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "gateway TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "gateway TLS handshake timed out");
-                    return;
+}
+
+impl Gateway {
+    /// Reads the certificate, key and issuer keys: a gateway that cannot serve fails here,
+    /// before anything listens.
+    pub fn new(config: GatewayConfig) -> Result<Self, GatewayError> {
+        Ok(Self {
+            acceptor: TlsAcceptor::from(Arc::new(server_tls(&config)?)),
+            keys: read_keys(&config.jwks)?,
+            config,
+        })
+    }
+
+    /// Serves on `listener` until the task is dropped.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        targets: Targets,
+        metrics: GatewayMetrics,
+        view: GatewayView,
+    ) {
+        let Self {
+            acceptor,
+            keys,
+            config,
+        } = self;
+        let listen = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        view.started(listen.clone(), &config.oidc.issuer, keys.len());
+        tracing::info!(%listen, issuer = %config.oidc.issuer, keys = keys.len(), "federation API gateway listening");
+        let connections = Arc::new(Semaphore::new(config.max_connections));
+        let shared = Arc::new(Shared {
+            config,
+            keys,
+            targets,
+            metrics,
+            view,
+        });
+        let router = Router::new().fallback(handle).with_state(shared);
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "gateway accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
                 }
             };
-            let builder =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            if let Err(e) = builder
-                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "gateway connection ended");
-            }
-        });
+            let Ok(permit) = connections.clone().try_acquire_owned() else {
+                tracing::warn!(%peer, "gateway connection refused: too many open");
+                continue;
+            };
+            let acceptor = acceptor.clone();
+            let service = hyper_util::service::TowerToHyperService::new(router.clone());
+            tokio::spawn(async move {
+                let _permit = permit;
+                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+                {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "gateway TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "gateway TLS handshake timed out");
+                        return;
+                    }
+                };
+                let builder = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                );
+                if let Err(e) = builder
+                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
+                    .await
+                {
+                    tracing::debug!(%peer, error = %e, "gateway connection ended");
+                }
+            });
+        }
     }
 }
 

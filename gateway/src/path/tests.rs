@@ -34,6 +34,12 @@ fn the_star_is_every_member_and_other_paths_are_the_hub() {
         })
     );
     assert_eq!(
+        route("/clusters/%2A/api"),
+        Ok(Route::Every {
+            path: "/api".into()
+        })
+    );
+    assert_eq!(
         route("/apis/meridian.io/v1alpha1/memberclusters"),
         Ok(Route::Hub {
             path: "/apis/meridian.io/v1alpha1/memberclusters".into()

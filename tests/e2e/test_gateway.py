@@ -1,0 +1,397 @@
+"""The federation API gateway (DESIGN §11) on real kube-apiservers, driven by kubectl built
+from the same release, and by plain HTTPS requests with ID tokens the test mints (PyJWT).
+
+A fleet of its own (hub, m1, m2, m3, every request audited at Metadata) with
+deploy/rbac/gateway.yaml applied everywhere: meridian may impersonate, and the clusters'
+own RBAC decides what each caller may do. ana (group shop-devs) may change ConfigMaps and Services in
+namespace shop of every member and read the hub's policies there; bob is bound to nothing.
+"""
+
+import base64
+import json
+import os
+import ssl
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import jwt
+import pytest
+import yaml
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from conftest import free_port, make_certs
+from kube_fleet import CORE, MERIDIAN, NAMESPACE, ROOT, started, wait_for
+
+GATEWAY_RBAC = ROOT / "deploy" / "rbac" / "gateway.yaml"
+ISSUER, AUDIENCE = "https://issuer.meridian.test", "meridian-gateway"
+PREFIX = "oidc:"
+ANA, BOB = "ana@shop.test", "bob@shop.test"
+EVERYTHING_AUDITED = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                      "rules": [{"level": "Metadata"}]}
+
+
+def kubectl_bin() -> str:
+    path = os.environ.get("KUBECTL_BIN")
+    if not path or not Path(path).exists():
+        pytest.fail("KUBECTL_BIN is not set to a kubectl binary: tests/run builds it (tests/peers/kubectl.sh)")
+    return path
+
+
+def b64url_uint(n: int, length: int | None = None) -> str:
+    """An unsigned integer in base64url, big-endian, in `length` bytes (default: as few as fit)."""
+    raw = n.to_bytes(length or (n.bit_length() + 7) // 8, "big")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+class Issuer:
+    """An OIDC issuer of the test's own: an RSA and a P-256 key, published as a JWKS file."""
+
+    def __init__(self, d: Path):
+        self.rsa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.ec = ec.generate_private_key(ec.SECP256R1())
+        rn = self.rsa.public_key().public_numbers()
+        en = self.ec.public_key().public_numbers()
+        self.jwks = d / "jwks.json"
+        self.jwks.write_text(json.dumps({"keys": [
+            {"kty": "RSA", "kid": "rsa-1", "use": "sig", "alg": "RS256", "n": b64url_uint(rn.n), "e": b64url_uint(rn.e)},
+            {"kty": "EC", "kid": "ec-1", "crv": "P-256", "x": b64url_uint(en.x, 32), "y": b64url_uint(en.y, 32)},
+        ]}))
+
+    def token(self, email, groups=(), *, alg="RS256", audience=AUDIENCE, lifetime=600, tenant=None, **extra):
+        now = int(time.time())
+        claims = {"iss": ISSUER, "aud": audience, "sub": email, "email": email, "groups": list(groups),
+                  "iat": now, "nbf": now - 5, "exp": now + lifetime, **extra}
+        if tenant:
+            claims["tenant"] = tenant
+        if alg == "none":
+            return jwt.encode(claims, None, algorithm="none")
+        key, kid = (self.rsa, "rsa-1") if alg == "RS256" else (self.ec, "ec-1")
+        return jwt.encode(claims, key, algorithm=alg, headers={"kid": kid})
+
+
+class Gateway:
+    def __init__(self, meridian, port, ca, issuer):
+        self.meridian, self.port, self.ca, self.issuer = meridian, port, ca, issuer
+        self.url = f"https://127.0.0.1:{port}"
+        self.ctx = ssl.create_default_context(cafile=str(ca))
+
+    def request(self, path, *, token=None, method="GET", body=None, headers=None, timeout=10):
+        """(status, headers, parsed JSON or text) of one request."""
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=timeout) as r:
+                status, hdrs, raw = r.status, r.headers, r.read()
+        except urllib.error.HTTPError as e:
+            status, hdrs, raw = e.code, e.headers, e.read()
+        try:
+            return status, hdrs, json.loads(raw)
+        except ValueError:
+            return status, hdrs, raw.decode(errors="replace")
+
+    def kubectl(self, server_path, *args, token=None, check=True, timeout=30):
+        token = token or self.issuer.token(ANA, ["shop-devs"])
+        cmd = [kubectl_bin(), "--kubeconfig", os.devnull, "--server", self.url + server_path,
+               "--certificate-authority", str(self.ca), "--token", token, *args]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if check:
+            assert r.returncode == 0, f"{' '.join(args)}: {r.stderr}"
+        return r
+
+
+def grant_callers(fleet):
+    """ana's group edits namespace shop in every member and reads the hub's policies there."""
+    group = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": PREFIX + "shop-devs"}
+    # Not the built-in `edit`: it is an aggregated role, filled by a controller manager these
+    # clusters do not run.
+    for name in ("m1", "m2", "m3"):
+        fleet.cluster(name).apply([
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": "shop-dev"},
+             "rules": [{"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["*"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "shop-devs-edit", "namespace": NAMESPACE},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "shop-dev"},
+             "subjects": [group]},
+        ])
+    fleet.hub.apply([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "policy-reader", "namespace": NAMESPACE},
+         "rules": [{"apiGroups": ["meridian.io"], "resources": ["clusterschedulingpolicies"],
+                    "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "shop-devs-policies", "namespace": NAMESPACE},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "policy-reader"},
+         "subjects": [group]},
+    ])
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gateway")
+    with started(root / "kube", audit=EVERYTHING_AUDITED) as fleet:
+        gateway_rbac = [d for d in yaml.safe_load_all(GATEWAY_RBAC.read_text()) if d]
+        for c in fleet.clusters:
+            c.apply(gateway_rbac)
+        grant_callers(fleet)
+        ca, cert, key = make_certs(root / "tls")
+        issuer = Issuer(root)
+        port = free_port()
+        m = fleet.start_meridian(gateway={
+            "listen": f"127.0.0.1:{port}",
+            "tls": {"cert": str(cert), "key": str(key)},
+            "oidc": {"issuer": ISSUER, "audiences": [AUDIENCE], "jwks": str(issuer.jwks),
+                     "usernameClaim": "email", "groupsClaim": "groups", "tenantClaim": "tenant",
+                     "usernamePrefix": PREFIX, "groupsPrefix": PREFIX},
+            "maxBodyBytes": 1024 * 1024,
+        })
+        gw = Gateway(m, port, ca, issuer)
+        gw.fleet = fleet
+        try:
+            yield gw
+        finally:
+            fleet.stop_meridians()
+
+
+def configmap(name, data=None, namespace=NAMESPACE):
+    return {"apiVersion": CORE, "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+            "data": data or {"k": name}}
+
+
+def test_kubectl_works_each_member_and_the_hub_as_the_caller(gateway, tmp_path):
+    gw, fleet = gateway, gateway.fleet
+    # apply, get and delete in one member, as ana: the member's audit log shows meridian
+    # acting as ana, and the object is in m1 only.
+    manifest = tmp_path / "cm.yaml"
+    manifest.write_text(yaml.safe_dump(configmap("through-gateway")))
+    out = gw.kubectl("/clusters/m1", "apply", "-f", str(manifest)).stdout
+    assert "configmap/through-gateway" in out, out
+    assert fleet.cluster("m1").get(CORE, "ConfigMap", "through-gateway", NAMESPACE)
+    assert fleet.cluster("m3").get(CORE, "ConfigMap", "through-gateway", NAMESPACE) is None
+    got = json.loads(gw.kubectl("/clusters/m1", "get", "configmap", "through-gateway", "-n", NAMESPACE,
+                                "-o", "json").stdout)
+    assert got["data"] == {"k": "through-gateway"}
+    r = gw.kubectl("/clusters/m3", "get", "configmap", "through-gateway", "-n", NAMESPACE, check=False)
+    assert r.returncode != 0 and "NotFound" in r.stderr, r.stderr
+
+    whoami = json.loads(gw.kubectl("/clusters/m1", "auth", "whoami", "-o", "json").stdout)
+    info = whoami["status"]["userInfo"]
+    assert info["username"] == PREFIX + ANA, info
+    assert PREFIX + "shop-devs" in info["groups"], info
+
+    gw.kubectl("/clusters/m1", "delete", "configmap", "through-gateway", "-n", NAMESPACE)
+    assert fleet.cluster("m1").get(CORE, "ConfigMap", "through-gateway", NAMESPACE) is None
+    creates = [e for e in fleet.audit_events("m1") if e.get("verb") == "create"
+               and (e.get("objectRef") or {}).get("name") == "through-gateway"]
+    assert creates, "the create is in m1's audit log"
+    assert all(e["user"]["username"] == "meridian" and e["impersonatedUser"]["username"] == PREFIX + ANA
+               for e in creates), creates
+
+    # The hub's API through /: ana lists the policies in shop.
+    fleet.policy("web", {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+                         "placement": {"clusterAffinities": [{"name": "eu", "clusterNames": ["m1"]}]}})
+    listed = json.loads(gw.kubectl("", "get", "clusterschedulingpolicies.meridian.io", "-n", NAMESPACE,
+                                   "-o", "json").stdout)
+    assert [p["metadata"]["name"] for p in listed["items"]] == ["web"]
+    # bob is bound to nothing: the member's 403 passes through, as the member's Status.
+    status, _, body = gw.request(f"/clusters/m1/api/v1/namespaces/{NAMESPACE}/configmaps",
+                                 token=gw.issuer.token(BOB))
+    assert status == 403 and body["reason"] == "Forbidden", body
+    assert PREFIX + BOB in body["message"], body
+
+
+def test_star_lists_every_member_merged_pages_and_conflicts(gateway):
+    gw, fleet = gateway, gateway.fleet
+    for member, names in {"m1": ["a-one", "shared"], "m2": ["b-two"], "m3": ["c-three", "shared", "z-last"]}.items():
+        for n in names:
+            fleet.cluster(member).apply(configmap(n))
+    path = f"/clusters/*/api/v1/namespaces/{NAMESPACE}/configmaps"
+    token = gw.issuer.token(ANA, ["shop-devs"], alg="ES256")
+
+    def ours(items):
+        return [(i["metadata"]["annotations"]["meridian.io/cluster"], i["metadata"]["name"]) for i in items
+                if i["metadata"]["name"] != "kube-root-ca.crt"]
+
+    status, _, body = gw.request(path, token=token)
+    assert status == 200, body
+    everything = [("m1", "a-one"), ("m1", "shared"), ("m2", "b-two"), ("m3", "c-three"), ("m3", "shared"),
+                  ("m3", "z-last")]
+    assert ours(body["items"]) == everything
+    assert body["metadata"]["resourceVersion"].startswith("mrv1.")
+    # Equal state, equal version.
+    assert gw.request(path, token=token)[2]["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]
+
+    # Pages of 2 across members: each object exactly once, in the same order.
+    seen, cont = [], None
+    for _ in range(20):
+        status, _, page = gw.request(path + "?limit=2" + (f"&continue={cont}" if cont else ""), token=token)
+        assert status == 200, page
+        assert len(page["items"]) <= 2
+        seen += page["items"]
+        cont = page["metadata"].get("continue")
+        if not cont:
+            break
+    assert ours(seen) == everything, ours(seen)
+
+    # kubectl through * (its Table form, in chunks), and a named GET two members answer.
+    out = gw.kubectl("/clusters/*", "get", "configmaps", "-n", NAMESPACE, "--chunk-size=2").stdout
+    for _, name in everything:
+        assert name in out, out
+    status, _, body = gw.request(path + "/shared", token=token)
+    assert status == 409 and "m1" in body["message"] and "m3" in body["message"], body
+    status, _, body = gw.request(path + "/z-last", token=token)
+    assert status == 200 and body["metadata"]["annotations"]["meridian.io/cluster"] == "m3", body
+    # Writes are per member.
+    status, _, body = gw.request(path, token=token, method="POST", body=configmap("nope"))
+    assert status == 405 and body["kind"] == "Status", body
+
+
+def read_events(gw, path, token, stop_after, timeout=20):
+    """Events of a watch through the gateway until `stop_after(events)` is true."""
+    req = urllib.request.Request(gw.url + path, headers={"Authorization": f"Bearer {token}"})
+    events = []
+    with urllib.request.urlopen(req, context=gw.ctx, timeout=timeout) as r:
+        for line in r:
+            if line.strip():
+                events.append(json.loads(line))
+                if stop_after(events):
+                    break
+    return events
+
+
+def test_star_watch_carries_a_composite_version_to_resume_from(gateway):
+    gw, fleet = gateway, gateway.fleet
+    token = gw.issuer.token(ANA, ["shop-devs"])
+    path = f"/clusters/*/api/v1/namespaces/{NAMESPACE}/configmaps"
+    status, _, listed = gw.request(path, token=token)
+    assert status == 200, listed
+    start = listed["metadata"]["resourceVersion"]
+    names = [f"w-{i}" for i in range(6)]
+
+    def writer():
+        for i, n in enumerate(names):
+            fleet.cluster("m1" if i % 2 == 0 else "m3").apply(configmap(n))
+            time.sleep(0.1)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    watch = f"{path}?watch=1&resourceVersion={start}&allowWatchBookmarks=true"
+    events = read_events(gw, watch, token,
+                         lambda ev: {e["object"]["metadata"]["name"] for e in ev if e["type"] == "ADDED"} >= set(names))
+    t.join()
+    added = [e for e in events if e["type"] == "ADDED"]
+    assert sorted(e["object"]["metadata"]["name"] for e in added) == names
+    for e in added:
+        i = names.index(e["object"]["metadata"]["name"])
+        assert e["object"]["metadata"]["annotations"]["meridian.io/cluster"] == ("m1" if i % 2 == 0 else "m3")
+        assert e["object"]["metadata"]["resourceVersion"].startswith("mrv1.")
+    # Resuming from the third event's version gives exactly the events after it.
+    middle = added[2]["object"]["metadata"]["resourceVersion"]
+    rest = {e["object"]["metadata"]["name"] for e in added[3:]}
+    again = read_events(gw, f"{path}?watch=1&resourceVersion={middle}", token,
+                        lambda ev: {e["object"]["metadata"]["name"] for e in ev if e["type"] == "ADDED"} >= rest)
+    assert sorted(e["object"]["metadata"]["name"] for e in again if e["type"] == "ADDED") == sorted(rest)
+
+    # kubectl get -w through * while two members change.
+    proc = subprocess.Popen([kubectl_bin(), "--kubeconfig", os.devnull, "--server", gw.url + "/clusters/*",
+                             "--certificate-authority", str(gw.ca), "--token", token, "get", "configmaps",
+                             "-n", NAMESPACE, "-w", "--output-watch-events"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)
+        fleet.cluster("m1").apply(configmap("kw-m1"))
+        fleet.cluster("m3").apply(configmap("kw-m3"))
+        fleet.cluster("m1").delete(CORE, "ConfigMap", "kw-m1", NAMESPACE)
+        time.sleep(3)
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=10)
+    assert "kw-m1" in out and "kw-m3" in out, f"{out}\n{err}"
+    assert any(line.startswith("DELETED") and "kw-m1" in line for line in out.splitlines()), out
+
+
+def test_tokens_are_checked_and_forged_identity_headers_never_reach_a_member(gateway):
+    gw, fleet = gateway, gateway.fleet
+    path = f"/clusters/m1/api/v1/namespaces/{NAMESPACE}/configmaps"
+    for what, token in [
+        ("no token", None),
+        ("expired", gw.issuer.token(ANA, ["shop-devs"], lifetime=-120)),
+        ("another audience", gw.issuer.token(ANA, ["shop-devs"], audience="kubernetes")),
+        ("unsigned (alg none)", gw.issuer.token(ANA, ["shop-devs"], alg="none")),
+        ("garbage", "not.a.token"),
+    ]:
+        status, _, body = gw.request(path, token=token)
+        assert status == 401, (what, status, body)
+        assert body["kind"] == "Status" and body["reason"] == "Unauthorized", (what, body)
+
+    # bob forges admin headers: they are stripped; m1 sees meridian acting as bob, refused.
+    status, _, body = gw.request("/clusters/m1/api/v1/namespaces/kube-system/secrets", token=gw.issuer.token(BOB),
+                                 headers={"Impersonate-User": "system:admin", "Impersonate-Group": "system:masters",
+                                          "X-Remote-User": "system:admin", "X-Tenant-ID": "root"})
+    assert status == 403, body
+    assert PREFIX + BOB in body["message"], body
+    events = [e for e in fleet.audit_events("m1")
+              if (e.get("objectRef") or {}).get("resource") == "secrets"
+              and (e.get("objectRef") or {}).get("namespace") == "kube-system" and e["user"]["username"] == "meridian"]
+    assert events, "bob's request is in m1's audit log"
+    assert {e["impersonatedUser"]["username"] for e in events} == {PREFIX + BOB}, events
+    assert not any("system:masters" in (e["impersonatedUser"].get("groups") or []) for e in events), events
+
+
+def test_bad_paths_big_bodies_and_a_down_member(gateway):
+    gw, fleet = gateway, gateway.fleet
+    token = gw.issuer.token(ANA, ["shop-devs"])
+    for path in ("/clusters/../api/v1/namespaces/kube-system/secrets", "/clusters/%2e%2e/api/v1/secrets",
+                 "/clusters/m1/api/v1/../../../etc", "/clusters/nosuch/api/v1/namespaces"):
+        status, _, body = gw.request(path, token=token)
+        assert status == 404, (path, status, body)
+    status, _, body = gw.request(f"/clusters/m1/api/v1/namespaces/{NAMESPACE}/configmaps", token=token,
+                                 method="POST", body=b"x" * (2 * 1024 * 1024))
+    assert status == 413 and body["reason"] == "RequestEntityTooLarge", body
+
+    # m2 down: `*` answers the others with a Warning naming m2; m2 itself is 503 once
+    # Unreachable; the others keep answering.
+    fleet.cluster("m1").apply(configmap("still-here"))
+    fleet.stop_apiserver("m2")
+    try:
+        path = f"/clusters/*/api/v1/namespaces/{NAMESPACE}/configmaps"
+
+        last = []
+
+        def partial():
+            status, headers, body = gw.request(path, token=token)
+            warnings = headers.get_all("Warning") or []
+            last[:] = [status, warnings, str(body)[:300]]
+            return (status, warnings, body) if status == 200 and any("m2" in w for w in warnings) else None
+
+        try:
+            status, warnings, body = wait_for(partial, timeout=20, what="a partial list with a Warning naming m2")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the last answer: {last}") from None
+        names = {i["metadata"]["name"] for i in body["items"]}
+        assert "still-here" in names
+        assert all(i["metadata"]["annotations"]["meridian.io/cluster"] != "m2" for i in body["items"])
+        wait_for(lambda: gw.request("/clusters/m2/api/v1/namespaces", token=token)[0] == 503, timeout=20,
+                 what="m2 answers 503 once Unreachable")
+        _, _, body = gw.request("/clusters/m2/api/v1/namespaces", token=token)
+        assert "m2" in body["message"] and body["kind"] == "Status", body
+        status, _, body = gw.request(f"/clusters/m1/api/v1/namespaces/{NAMESPACE}/configmaps/still-here", token=token)
+        assert status == 200, body
+        status, metrics = gw.meridian.http("/metrics")
+        assert 'meridian_gateway_partial_total{cluster="m2"}' in metrics
+    finally:
+        fleet.start_apiserver("m2")
+    status, body = gw.meridian.http("/debug/gateway")
+    view = json.loads(body)
+    assert view["enabled"] and view["gateway"]["keys"] == 2, view
+    assert any(p["code"] == 401 for p in view["gateway"]["recentProblems"]), view
