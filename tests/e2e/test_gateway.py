@@ -395,3 +395,89 @@ def test_bad_paths_big_bodies_and_a_down_member(gateway):
     view = json.loads(body)
     assert view["enabled"] and view["gateway"]["keys"] == 2, view
     assert any(p["code"] == 401 for p in view["gateway"]["recentProblems"]), view
+
+
+def kube_clients_dir() -> Path:
+    path = os.environ.get("KUBE_CLIENTS_DIR")
+    if not path or not (Path(path) / "gateway-informer").exists():
+        pytest.fail("KUBE_CLIENTS_DIR is not set to the Go client peers: tests/run builds them "
+                    "(tests/peers/kube-clients.sh)")
+    return Path(path)
+
+
+def test_a_client_go_reflector_through_star_resumes_after_a_cut_and_holds_exactly_the_members_objects(
+        gateway, tmp_path):
+    """client-go's Reflector lists and watches /clusters/* through a proxy the test cuts
+    mid-stream while m1 and m3 change at about 50 writes/s: it watches again from its last
+    (composite) version — no relist — and ends with exactly the objects in the members."""
+    import random
+
+    from test_kube_faults import FreezableProxy
+
+    gw, fleet = gateway, gateway.fleet
+    proxy = FreezableProxy(gw.port)
+    token = tmp_path / "token"
+    token.write_text(gw.issuer.token(ANA, ["shop-devs"]))
+    state_path = tmp_path / "state.json"
+    proc = subprocess.Popen([str(kube_clients_dir() / "gateway-informer"),
+                             "-server", f"https://127.0.0.1:{proxy.port}/clusters/*", "-ca", str(gw.ca),
+                             "-token-file", str(token), "-namespace", NAMESPACE, "-state", str(state_path)],
+                            stderr=open(tmp_path / "informer.log", "w"))
+
+    def state():
+        try:
+            return json.loads(state_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    try:
+        wait_for(lambda: (s := state()) and s["lists"] >= 1 and s["watches"], timeout=20,
+                 what="the reflector listed and watches")
+        rng = random.Random(15)
+        live = {"m1": set(), "m3": set()}
+        writes, started_at, cut = 0, time.monotonic(), False
+        while time.monotonic() - started_at < 8:
+            member = rng.choice(["m1", "m3"])
+            c = fleet.cluster(member)
+            if live[member] and rng.random() < 0.25:
+                name = rng.choice(sorted(live[member]))
+                c.delete(CORE, "ConfigMap", name, NAMESPACE)
+                live[member].discard(name)
+            else:
+                name = f"inf-{rng.randrange(40)}"
+                c.apply(configmap(name, {"v": str(writes)}))
+                live[member].add(name)
+            writes += 1
+            if not cut and time.monotonic() - started_at > 3:
+                proxy.cut()
+                cut = True
+            time.sleep(max(0.0, started_at + writes / 50 - time.monotonic()))
+        rate = writes / (time.monotonic() - started_at)
+        print(f"{writes} writes at {rate:.0f}/s, the reflector's connection cut once")
+        assert writes >= 200, f"only {writes} writes"
+
+        def expected():
+            out = {}
+            for member in ("m1", "m2", "m3"):
+                for cm in fleet.cluster(member).list(CORE, "ConfigMap", NAMESPACE):
+                    out[f"{member}/{NAMESPACE}/{cm['metadata']['name']}"] = (cm.get("data") or {}).get("v", "")
+            return out
+
+        want = expected()
+        try:
+            final = wait_for(lambda: (s := state()) and s["objects"] == want and s, timeout=20,
+                             what="the reflector holds exactly the members' objects")
+        except AssertionError:
+            got = (state() or {}).get("objects", {})
+            missing = sorted(set(want) - set(got))
+            extra = sorted(set(got) - set(want))
+            stale = sorted(k for k in set(want) & set(got) if want[k] != got[k])
+            raise AssertionError(f"missing {missing[:10]}, extra {extra[:10]}, stale {stale[:10]}; "
+                                 f"state: lists {(state() or {}).get('lists')}, watches "
+                                 f"{len((state() or {}).get('watches', []))}") from None
+        assert final["lists"] == 1, f"the reflector listed {final['lists']} times: a relist, not a resume"
+        assert len(final["watches"]) >= 2, "the cut connection was not watched again"
+        assert all(rv.startswith("mrv1.") for rv in final["watches"]), final["watches"]
+    finally:
+        proc.kill()
+        proc.wait()
