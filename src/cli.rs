@@ -52,6 +52,9 @@ pub enum Command {
     /// Inspect the xDS feed of a running meridian.
     #[command(subcommand)]
     Xds(XdsCommand),
+    /// The federation API gateway of a running meridian.
+    #[command(subcommand)]
+    Gateway(GatewayCommand),
     /// Print the CustomResourceDefinitions of meridian's kinds (MemberCluster,
     /// ClusterSchedulingPolicy, OverridePolicy) as YAML, generated from the types meridian reads.
     Crds,
@@ -442,6 +445,33 @@ pub enum XdsCommand {
     /// Connect as an xDS client (a node of a cluster) and print every update the xDS server
     /// sends, live: clusters, then the endpoints of each, by priority. Each update is ACKed.
     Watch(XdsWatchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GatewayCommand {
+    /// Print a kubeconfig for the gateway: a context per member cluster (/clusters/NAME),
+    /// `fleet` for all of them at once (/clusters/*, current) and `hub` for the hub's API.
+    Kubeconfig(GatewayKubeconfigArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GatewayKubeconfigArgs {
+    /// The user name of the kubeconfig's user entry.
+    #[arg(long)]
+    pub user: String,
+    /// The gateway's URL as clients reach it (default: https:// and its listen address).
+    #[arg(long)]
+    pub server: Option<String>,
+    /// The CA certificate (PEM) clients check the gateway's certificate with, embedded.
+    #[arg(long)]
+    pub certificate_authority: Option<PathBuf>,
+    /// A file holding the user's ID token (kubectl reads it on each request); without it the
+    /// user entry is empty, for an OIDC credential plugin.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// The admin address of a running meridian (where the member clusters are read).
+    #[arg(long, env = "MERIDIAN_ADMIN_LISTEN", default_value = crate::config::DEFAULT_ADMIN)]
+    pub admin: SocketAddr,
 }
 
 #[derive(Debug, Args)]

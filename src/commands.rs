@@ -1,5 +1,5 @@
 //! The subcommands: `serve`, `validate`, `render`, `crds`, and the clients of a running meridian
-//! (`status`, `resolve`, `explain`, `xds dump`, `xds clients`).
+//! (`status`, `resolve`, `explain`, `xds dump`, `xds clients`, `gateway kubeconfig`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -14,8 +14,8 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cli::{
-    ClientArgs, Command, ExplainArgs, NodeRole, RenderArgs, ResolveArgs, ServeArgs, SimulateArgs,
-    WhatIfArgs, XdsCommand, XdsDumpArgs,
+    ClientArgs, Command, ExplainArgs, GatewayCommand, GatewayKubeconfigArgs, NodeRole, RenderArgs,
+    ResolveArgs, ServeArgs, SimulateArgs, WhatIfArgs, XdsCommand, XdsDumpArgs,
 };
 use crate::whatif::{PolicyFile, ScenarioRequest};
 use crate::{app, config};
@@ -35,6 +35,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Xds(XdsCommand::Dump(args)) => xds_dump(&args).await,
         Command::Xds(XdsCommand::Clients(args)) => xds_clients(&args).await,
         Command::Xds(XdsCommand::Watch(args)) => crate::xds_watch::watch(&args).await,
+        Command::Gateway(GatewayCommand::Kubeconfig(args)) => gateway_kubeconfig(&args).await,
         Command::Crds => {
             print!("{}", meridian_controllers::crd::meridian_crds_yaml()?);
             Ok(ExitCode::SUCCESS)
@@ -640,6 +641,48 @@ fn encode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// Prints a kubeconfig for the gateway of the meridian at `args.admin`.
+async fn gateway_kubeconfig(args: &GatewayKubeconfigArgs) -> Result<ExitCode> {
+    let gateway = get_json(args.admin, "/debug/gateway").await?;
+    let server = match (&args.server, gateway["gateway"]["listen"].as_str()) {
+        (Some(server), _) => server.clone(),
+        (None, Some(listen)) => format!("https://{listen}"),
+        (None, None) => bail!(
+            "the meridian at {} runs no gateway (gateway.listen); --server names one elsewhere",
+            args.admin
+        ),
+    };
+    let clusters: Vec<String> = get_json(args.admin, "/debug/clusters").await?["clusters"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter_map(|c| c["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let ca = match &args.certificate_authority {
+        Some(path) => {
+            Some(std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?)
+        }
+        None => None,
+    };
+    let credential = match &args.token_file {
+        Some(path) => {
+            meridian_gateway::kubeconfig::Credential::TokenFile(path.display().to_string())
+        }
+        None => meridian_gateway::kubeconfig::Credential::None,
+    };
+    let kubeconfig = meridian_gateway::kubeconfig::render(
+        &server,
+        ca.as_deref(),
+        &clusters,
+        &args.user,
+        &credential,
+    );
+    print!("{}", serde_yaml_ng::to_string(&kubeconfig)?);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A minimal HTTP/1.1 GET against the admin server (loopback, `Connection: close`).

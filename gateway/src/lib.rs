@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod headers;
+pub mod kubeconfig;
 pub mod merge;
 pub mod metrics;
 pub mod path;

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from conftest import free_port, make_certs
+from conftest import BIN, free_port, make_certs
 from kube_fleet import CORE, MERIDIAN, NAMESPACE, ROOT, started, wait_for
 
 GATEWAY_RBAC = ROOT / "deploy" / "rbac" / "gateway.yaml"
@@ -203,6 +203,24 @@ def test_kubectl_works_each_member_and_the_hub_as_the_caller(gateway, tmp_path):
     listed = json.loads(gw.kubectl("", "get", "clusterschedulingpolicies.meridian.io", "-n", NAMESPACE,
                                    "-o", "json").stdout)
     assert [p["metadata"]["name"] for p in listed["items"]] == ["web"]
+    # `meridian gateway kubeconfig`: a context per member, `fleet` (*) and `hub`.
+    token_file = tmp_path / "ana.token"
+    token_file.write_text(gw.issuer.token(ANA, ["shop-devs"]))
+    r = subprocess.run([str(BIN), "gateway", "kubeconfig", "--user", "ana", "--certificate-authority", str(gw.ca),
+                        "--token-file", str(token_file), "--admin", f"127.0.0.1:{gw.meridian.admin_port}"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    kubeconfig = tmp_path / "gateway.kubeconfig"
+    kubeconfig.write_text(r.stdout)
+    contexts = {c["name"] for c in yaml.safe_load(r.stdout)["contexts"]}
+    assert contexts == {"fleet", "hub", "m1", "m2", "m3"}, contexts
+    fleet.cluster("m3").apply(configmap("in-m3"))
+    for context, present in (("m3", True), ("m1", False), ("fleet", True)):
+        r = subprocess.run([kubectl_bin(), "--kubeconfig", str(kubeconfig), "--context", context, "get",
+                            "configmaps", "-n", NAMESPACE, "-o", "name"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, (context, r.stderr)
+        assert ("configmap/in-m3" in r.stdout) == present, (context, r.stdout)
+
     # bob is bound to nothing: the member's 403 passes through, as the member's Status.
     status, _, body = gw.request(f"/clusters/m1/api/v1/namespaces/{NAMESPACE}/configmaps",
                                  token=gw.issuer.token(BOB))
