@@ -122,7 +122,7 @@ impl App {
             propagation.clone(),
             PropagationMetrics::new(metrics.sub_registry_with_prefix("propagation")),
         )));
-        let gateway = start_gateway(&cfg, &sources, &snapshots, &mut metrics, &mut tasks).await?;
+        let gateway = prepare_gateway(&cfg, &sources, &snapshots, &mut metrics).await?;
         // Directory members with a renderPath keep their placed objects rendered there.
         tasks.push(tokio::spawn(meridian_controllers::render::run(
             snapshots.clone(),
@@ -171,18 +171,24 @@ impl App {
             cfg.listeners.admin,
             16,
         );
+        let metrics = Arc::new(metrics);
+        let gateway_view = gateway.map(|g| {
+            let view = g.view.clone();
+            tasks.push(tokio::spawn(g.serve(metrics.clone())));
+            view
+        });
         let router = admin::router(AdminState {
             snapshots: snapshots.clone(),
             dns: dns.clone(),
             xds: xds.clone(),
             fleet: sources.fleet.clone(),
             leadership: leadership.clone(),
-            metrics: Arc::new(metrics),
+            metrics,
             listeners: health.clone(),
             propagation,
             heartbeats,
             shards,
-            gateway,
+            gateway: gateway_view,
         });
         tasks.push(tokio::spawn(admin::serve(
             admin_listener,
@@ -211,14 +217,14 @@ impl App {
 }
 
 /// The federation API gateway, when configured: its TLS and keys read (a misconfigured
-/// gateway stops the start), its listener bound, its task started.
-async fn start_gateway(
+/// gateway stops the start), its listener bound and its metrics registered; served once
+/// meridian's registry is complete (its own series are part of `/clusters/metrics`).
+async fn prepare_gateway(
     cfg: &Config,
     sources: &Sources,
     snapshots: &watch::Receiver<Arc<Snapshot>>,
     metrics: &mut Registry,
-    tasks: &mut Vec<JoinHandle<()>>,
-) -> Result<Option<meridian_gateway::GatewayView>> {
+) -> Result<Option<PreparedGateway>> {
     let Some((listen, config)) = &cfg.gateway else {
         return Ok(None);
     };
@@ -226,21 +232,33 @@ async fn start_gateway(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen for the gateway on {listen}"))?;
-    let view = meridian_gateway::GatewayView::default();
-    let targets = meridian_gateway::Targets {
-        fleet: sources.fleet.clone(),
-        snapshots: snapshots.clone(),
-        hub: sources.hub.clone(),
-    };
-    let gateway_metrics =
-        meridian_gateway::GatewayMetrics::new(metrics.sub_registry_with_prefix("gateway"));
-    tasks.push(tokio::spawn(gateway.serve(
+    Ok(Some(PreparedGateway {
+        gateway,
         listener,
-        targets,
-        gateway_metrics,
-        view.clone(),
-    )));
-    Ok(Some(view))
+        targets: meridian_gateway::Targets {
+            fleet: sources.fleet.clone(),
+            snapshots: snapshots.clone(),
+            hub: sources.hub.clone(),
+        },
+        metrics: meridian_gateway::GatewayMetrics::new(metrics.sub_registry_with_prefix("gateway")),
+        view: meridian_gateway::GatewayView::default(),
+    }))
+}
+
+struct PreparedGateway {
+    gateway: meridian_gateway::Gateway,
+    listener: tokio::net::TcpListener,
+    targets: meridian_gateway::Targets,
+    metrics: meridian_gateway::GatewayMetrics,
+    view: meridian_gateway::GatewayView,
+}
+
+impl PreparedGateway {
+    async fn serve(self, own: Arc<Registry>) {
+        self.gateway
+            .serve(self.listener, self.targets, self.metrics, self.view, own)
+            .await
+    }
 }
 
 /// Reads the geo ranges once (off the runtime), queues them for the writer, and watches the

@@ -28,6 +28,7 @@ pub mod merge;
 pub mod metrics;
 pub mod path;
 mod proxy;
+pub mod scrape;
 mod serve;
 pub mod token;
 mod watch;

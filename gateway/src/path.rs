@@ -3,6 +3,7 @@
 //! ```text
 //! /clusters/<name>/<api path>   one member         (Route::Member)
 //! /clusters/*/<api path>        every member, merged (Route::Every; GET only)
+//! /clusters/metrics             every member's /metrics, labelled by cluster (Route::Metrics)
 //! anything else                 the hub            (Route::Hub)
 //! ```
 //!
@@ -14,9 +15,18 @@
 /// Where the request goes, and the API path (with its query) to send there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
-    Member { cluster: String, path: String },
-    Every { path: String },
-    Hub { path: String },
+    Member {
+        cluster: String,
+        path: String,
+    },
+    Every {
+        path: String,
+    },
+    /// Every member's /metrics and meridian's own (so no member can be named `metrics`).
+    Metrics,
+    Hub {
+        path: String,
+    },
 }
 
 /// Why a path is not routed.
@@ -37,6 +47,9 @@ pub fn route(path_and_query: &str) -> Result<Route, RouteError> {
             path: path_and_query.to_string(),
         });
     };
+    if rest == "metrics" || rest.starts_with("metrics?") {
+        return Ok(Route::Metrics);
+    }
     let (cluster, path) = match rest.find(['/', '?']) {
         Some(i) if rest.as_bytes()[i] == b'?' => (&rest[..i], format!("/{}", &rest[i..])),
         Some(i) => (&rest[..i], rest[i..].to_string()),

@@ -118,7 +118,7 @@ impl GatewayView {
         s.keys = keys;
     }
 
-    fn problem(&self, route: &'static str, cluster: &str, code: u16, message: &str) {
+    pub(crate) fn problem(&self, route: &'static str, cluster: &str, code: u16, message: &str) {
         let mut s = self.0.lock();
         if s.recent_problems.len() == PROBLEMS_KEPT {
             s.recent_problems.pop_front();
@@ -157,6 +157,8 @@ pub(crate) struct Shared {
     pub targets: Targets,
     pub metrics: GatewayMetrics,
     pub view: GatewayView,
+    /// meridian's own metrics, added to `/clusters/metrics`.
+    pub own_metrics: Arc<prometheus_client::registry::Registry>,
 }
 
 /// One request's outcome for the metrics: which route and cluster, the response.
@@ -282,6 +284,7 @@ async fn dispatch(shared: &Shared, request: Request) -> Handled {
             handled("member", &cluster, response)
         }
         Route::Every { path } => handled("every", "*", every(shared, &path, &call).await),
+        Route::Metrics => handled("metrics", "*", metrics(shared, &call).await),
     }
 }
 
@@ -493,8 +496,10 @@ async fn discovery(shared: &Shared, path: &str, call: &Call) -> Response {
     }
 }
 
-/// Aggregated answers are parsed: JSON only (a Table in JSON too), never protobuf.
+/// Aggregated answers are parsed: JSON only (a Table in JSON too), never protobuf, and not
+/// compressed (the client's Accept-Encoding is for the gateway's answer).
 fn json_only(headers: &mut HeaderMap) {
+    headers.remove(header::ACCEPT_ENCODING);
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -643,6 +648,78 @@ async fn named(shared: &Shared, path: &str, call: &Call) -> Response {
     };
     left_out.warn(&mut response);
     response
+}
+
+/// `/clusters/metrics`: every reachable member's /metrics (as the caller: the member's RBAC
+/// decides), at once and each bounded by the member timeout, merged with meridian's own.
+async fn metrics(shared: &Shared, call: &Call) -> Response {
+    let members = shared.targets.members();
+    let scrapes = members.iter().map(|(name, m)| async move {
+        let text = match m {
+            Member::Ready(client) => scrape_one(client, call, shared.config.member_timeout).await,
+            Member::Down(why) => Err(why.clone()),
+        };
+        (name.clone(), text)
+    });
+    let mut merged = crate::scrape::Merged::default();
+    let mut up = Vec::new();
+    for (name, text) in futures::future::join_all(scrapes).await {
+        match text {
+            Ok(text) => {
+                merged.add(&text, Some(&name));
+                up.push((name, true));
+            }
+            Err(why) => {
+                tracing::info!(cluster = %name, %why, "member metrics not scraped");
+                shared.view.problem("metrics", &name, 502, &why);
+                up.push((name, false));
+            }
+        }
+    }
+    merged.add(&crate::scrape::member_up(&up), None);
+    let mut own = String::new();
+    if prometheus_client::encoding::text::encode(&mut own, &shared.own_metrics).is_ok() {
+        merged.add(&own, None);
+    }
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        merged.render(),
+    )
+        .into_response()
+}
+
+async fn scrape_one(client: &Client, call: &Call, timeout: Duration) -> Result<String, String> {
+    let mut call = Call {
+        method: Method::GET,
+        headers: call.headers.clone(),
+        body: Bytes::new(),
+    };
+    call.headers
+        .insert(header::ACCEPT, HeaderValue::from_static("text/plain"));
+    call.headers.remove(header::ACCEPT_ENCODING);
+    let response = send(client, "/metrics", &call, Some(timeout))
+        .await
+        .map_err(|e| e.describe())?;
+    let status = response.status();
+    let body = tokio::time::timeout(timeout, response.into_body().collect_bytes())
+        .await
+        .map_err(|_| format!("no answer within {} s", timeout.as_secs()))?
+        .map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!(
+            "{} {}",
+            status.as_u16(),
+            String::from_utf8_lossy(&body)
+                .chars()
+                .take(200)
+                .collect::<String>()
+        ));
+    }
+    String::from_utf8(body.to_vec()).map_err(|_| "the metrics are not UTF-8".to_string())
 }
 
 /// The union of every member's list: all at once, or paged by `limit` and `continue`.

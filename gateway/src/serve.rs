@@ -41,6 +41,7 @@ impl Gateway {
         targets: Targets,
         metrics: GatewayMetrics,
         view: GatewayView,
+        own_metrics: Arc<prometheus_client::registry::Registry>,
     ) {
         let Self {
             acceptor,
@@ -60,6 +61,7 @@ impl Gateway {
             targets,
             metrics,
             view,
+            own_metrics,
         });
         let router = Router::new().fallback(handle).with_state(shared);
         loop {

@@ -24,7 +24,7 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from conftest import BIN, free_port, make_certs
-from kube_fleet import CORE, MERIDIAN, NAMESPACE, ROOT, started, wait_for
+from kube_fleet import CORE, NAMESPACE, ROOT, started, wait_for
 
 GATEWAY_RBAC = ROOT / "deploy" / "rbac" / "gateway.yaml"
 ISSUER, AUDIENCE = "https://issuer.meridian.test", "meridian-gateway"
@@ -109,13 +109,23 @@ class Gateway:
         return r
 
 
+PROM = "prometheus@monitoring.test"
+
+
 def grant_callers(fleet):
     """ana's group edits namespace shop in every member and reads the hub's policies there."""
     group = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": PREFIX + "shop-devs"}
     # Not the built-in `edit`: it is an aggregated role, filled by a controller manager these
     # clusters do not run.
+    scraper = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": PREFIX + PROM}
     for name in ("m1", "m2", "m3"):
         fleet.cluster(name).apply([
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": "metrics-reader"}, "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": "metrics-reader"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
+             "subjects": [scraper]},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
              "metadata": {"name": "shop-dev"},
              "rules": [{"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["*"]}]},
@@ -220,6 +230,7 @@ def test_kubectl_works_each_member_and_the_hub_as_the_caller(gateway, tmp_path):
                             "configmaps", "-n", NAMESPACE, "-o", "name"], capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, (context, r.stderr)
         assert ("configmap/in-m3" in r.stdout) == present, (context, r.stdout)
+    fleet.cluster("m3").delete(CORE, "ConfigMap", "in-m3", NAMESPACE)
 
     # bob is bound to nothing: the member's 403 passes through, as the member's Status.
     status, _, body = gw.request(f"/clusters/m1/api/v1/namespaces/{NAMESPACE}/configmaps",
@@ -366,9 +377,19 @@ def test_tokens_are_checked_and_forged_identity_headers_never_reach_a_member(gat
     assert not any("system:masters" in (e["impersonatedUser"].get("groups") or []) for e in events), events
 
 
-def test_bad_paths_big_bodies_and_a_down_member(gateway):
+def test_bad_paths_big_bodies_and_a_down_member(gateway, tmp_path):
+    """…and /clusters/metrics scraped by a real Prometheus: every member's series labelled by
+    cluster beside meridian's own; a member down is `meridian_gateway_member_up` 0 and its
+    series go, the others stay."""
+    from test_observability import Prometheus, _tool
+
     gw, fleet = gateway, gateway.fleet
     token = gw.issuer.token(ANA, ["shop-devs"])
+    scraper_token = tmp_path / "prometheus.token"
+    scraper_token.write_text(gw.issuer.token(PROM, lifetime=1800))
+    prometheus = Prometheus(_tool("prometheus"), tmp_path, f"127.0.0.1:{gw.port}", scheme="https",
+                            metrics_path="/clusters/metrics", tls_config={"ca_file": str(gw.ca)},
+                            authorization={"type": "Bearer", "credentials_file": str(scraper_token)})
     for path in ("/clusters/../api/v1/namespaces/kube-system/secrets", "/clusters/%2e%2e/api/v1/secrets",
                  "/clusters/m1/api/v1/../../../etc", "/clusters/nosuch/api/v1/namespaces"):
         status, _, body = gw.request(path, token=token)
@@ -379,6 +400,21 @@ def test_bad_paths_big_bodies_and_a_down_member(gateway):
 
     # m2 down: `*` answers the others with a Warning naming m2; m2 itself is 503 once
     # Unreachable; the others keep answering.
+    try:
+        for m in ("m1", "m2", "m3"):
+            prometheus.wait_for(f'apiserver_request_total{{cluster="{m}"}}', f"{m}'s API server series")
+        up = prometheus.wait_for("meridian_gateway_member_up == 1", "every member scraped")
+        assert sorted(r["metric"]["cluster"] for r in up) == ["m1", "m2", "m3"], up
+        prometheus.wait_for("meridian_gateway_requests_total", "meridian's own series")
+    except AssertionError as e:
+        targets = prometheus.api("targets")["data"]["activeTargets"]
+        up = prometheus.query("meridian_gateway_member_up")
+        prometheus.stop()
+        raise AssertionError(f"{e}\nscrape: {[(t['health'], t['lastError']) for t in targets]}; up: {up}; "
+                             f"gateway: {gw.meridian.http('/debug/gateway')[1][:1500]}") from None
+    except BaseException:
+        prometheus.stop()
+        raise
     fleet.cluster("m1").apply(configmap("still-here"))
     fleet.stop_apiserver("m2")
     try:
@@ -407,7 +443,11 @@ def test_bad_paths_big_bodies_and_a_down_member(gateway):
         assert status == 200, body
         status, metrics = gw.meridian.http("/metrics")
         assert 'meridian_gateway_partial_total{cluster="m2"}' in metrics
+        prometheus.wait_for('meridian_gateway_member_up{cluster="m2"} == 0', "m2 not scraped")
+        prometheus.wait_for('absent(apiserver_request_total{cluster="m2"})', "m2's series gone")
+        assert prometheus.query('apiserver_request_total{cluster="m1"}'), "m1's series stay"
     finally:
+        prometheus.stop()
         fleet.start_apiserver("m2")
     status, body = gw.meridian.http("/debug/gateway")
     view = json.loads(body)
@@ -433,6 +473,10 @@ def test_a_client_go_reflector_through_star_resumes_after_a_cut_and_holds_exactl
     from test_kube_faults import FreezableProxy
 
     gw, fleet = gateway, gateway.fleet
+    # Every member reachable first: a member coming back mid-watch rightly makes the client
+    # relist (its part of the version is missing), which is not what this test is about.
+    wait_for(lambda: all(c["health"] == "Healthy" for c in json.loads(gw.meridian.http("/debug/clusters")[1])["clusters"]),
+             timeout=30, what="every member Healthy")
     proxy = FreezableProxy(gw.port)
     token = tmp_path / "token"
     token.write_text(gw.issuer.token(ANA, ["shop-devs"]))

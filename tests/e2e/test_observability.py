@@ -216,14 +216,15 @@ class Prometheus:
     """A real Prometheus on a free loopback port, scraping `target` every second with the
     rules loaded; its data and log (prometheus.log) in `workdir`."""
 
-    def __init__(self, binary, workdir: Path, target: str):
+    def __init__(self, binary, workdir: Path, target: str, **scrape):
+        """`scrape`: more settings of the scrape job (scheme, metrics_path, tls_config, …)."""
         self.log = workdir / "prometheus.log"
         config = workdir / "prometheus.yml"
         config.write_text(yaml.safe_dump({
             "global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "scrape_timeout": f"{SCRAPE_SECONDS}s",
                        "evaluation_interval": f"{SCRAPE_SECONDS}s"},
             "rule_files": [str(RULES)],
-            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}]}],
+            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}], **scrape}],
         }))
         # As with meridian: a port chosen free may be taken before Prometheus binds it.
         for attempt in range(3):

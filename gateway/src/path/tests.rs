@@ -33,6 +33,8 @@ fn the_star_is_every_member_and_other_paths_are_the_hub() {
             path: "/api/v1/pods?watch=1".into()
         })
     );
+    assert_eq!(route("/clusters/metrics"), Ok(Route::Metrics));
+    assert_eq!(route("/clusters/metrics/api"), member("metrics", "/api"));
     assert_eq!(
         route("/clusters/%2A/api"),
         Ok(Route::Every {
