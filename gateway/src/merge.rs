@@ -153,7 +153,10 @@ pub fn merge_lists(mut lists: Vec<MemberList>, done: &Composite) -> (Value, Comp
             Value::Array(entries) => entries,
             _ => Vec::new(),
         };
-        member_entries.sort_by_key(key);
+        // Members answer in key order already: sort only what is not (cheaply checked).
+        if !member_entries.is_sorted_by_key(key) {
+            member_entries.sort_by_cached_key(key);
+        }
         for mut entry in member_entries {
             match field {
                 "rows" => mark(&mut entry["object"], &cluster),
