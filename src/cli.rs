@@ -127,10 +127,18 @@ pub struct GatewayArgs {
     )]
     pub listen: Option<SocketAddr>,
     /// The gateway's server certificate (PEM).
-    #[arg(long = "gateway-tls-cert", env = "MERIDIAN_GATEWAY_TLS_CERT")]
+    #[arg(
+        id = "gateway_tls_cert",
+        long = "gateway-tls-cert",
+        env = "MERIDIAN_GATEWAY_TLS_CERT"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// The gateway's private key (PEM).
-    #[arg(long = "gateway-tls-key", env = "MERIDIAN_GATEWAY_TLS_KEY")]
+    #[arg(
+        id = "gateway_tls_key",
+        long = "gateway-tls-key",
+        env = "MERIDIAN_GATEWAY_TLS_KEY"
+    )]
     pub tls_key: Option<PathBuf>,
 }
 

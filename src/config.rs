@@ -998,6 +998,68 @@ mod tests {
     }
 
     #[test]
+    fn the_gateway_needs_tls_an_identity_and_a_kubernetes_hub() {
+        let hub = "hub: {kubeconfig: hub.kubeconfig}\n";
+        let oidc =
+            "  oidc: {issuer: https://i, audiences: [m], jwks: keys.json, usernameClaim: email}\n";
+        let file = parse(&format!(
+            "{hub}gateway:\n  listen: 127.0.0.1:9443\n  tls: {{cert: g.crt, key: g.key}}\n{oidc}"
+        ))
+        .unwrap();
+        let cfg = resolve(file, Path::new("/etc/m"), &args(&[])).unwrap();
+        let (listen, gateway) = cfg.gateway.unwrap();
+        assert_eq!(listen, "127.0.0.1:9443".parse().unwrap());
+        assert_eq!(gateway.cert, PathBuf::from("/etc/m/g.crt"));
+        assert_eq!(gateway.jwks, PathBuf::from("/etc/m/keys.json"));
+        assert_eq!(gateway.oidc.username_claim, "email");
+        assert_eq!(gateway.oidc.groups_claim, "groups");
+        assert_eq!(gateway.oidc.clock_skew, Duration::from_secs(60));
+        assert_eq!(gateway.max_body_bytes, 3 * 1024 * 1024);
+        // The listen address alone, on the command line: TLS and OIDC are still required.
+        let file = parse(hub).unwrap();
+        let e = resolve(
+            file,
+            Path::new("/etc/m"),
+            &args(&["--gateway-listen", "127.0.0.1:9443"]),
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("gateway.tls"), "{e:#}");
+        let file = parse(&format!("{hub}gateway:\n  listen: 127.0.0.1:9443\n")).unwrap();
+        let e = resolve(
+            file,
+            Path::new("/etc/m"),
+            &args(&["--gateway-tls-cert", "a", "--gateway-tls-key", "b"]),
+        )
+        .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("gateway.oidc is required"),
+            "{e:#}"
+        );
+        let file = parse(&format!(
+            "hub: {{directory: h}}\ngateway:\n  listen: 127.0.0.1:9443\n  tls: {{cert: a, key: b}}\n{oidc}"
+        ))
+        .unwrap();
+        let e = resolve(file, Path::new("/etc/m"), &args(&[])).unwrap_err();
+        assert!(format!("{e:#}").contains("needs a Kubernetes hub"), "{e:#}");
+        // No listen address: no gateway, and its TLS flags alone are a mistake.
+        let file = parse(hub).unwrap();
+        assert!(
+            resolve(file, Path::new("/etc/m"), &args(&[]))
+                .unwrap()
+                .gateway
+                .is_none()
+        );
+        let file = parse(hub).unwrap();
+        let e = resolve(
+            file,
+            Path::new("/etc/m"),
+            &args(&["--gateway-tls-cert", "a"]),
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("need --gateway-listen"), "{e:#}");
+    }
+
+    #[test]
     fn the_xds_section_resolves_tls_paths_and_debounce() {
         let file = parse(
             "hub: {directory: hub}\nxds:\n  listen: 127.0.0.1:18001\n  debounceMillis: 50\n  debounceMaxMillis: 500\n  tls: {cert: x.pem, key: x.key, clientCA: ca.pem}\n",

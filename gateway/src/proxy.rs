@@ -123,7 +123,7 @@ impl GatewayView {
         if s.recent_problems.len() == PROBLEMS_KEPT {
             s.recent_problems.pop_front();
         }
-        let at = humantime(SystemTime::now());
+        let at = epoch_seconds(SystemTime::now());
         s.recent_problems.push_back(Problem {
             at,
             route,
@@ -142,7 +142,7 @@ impl GatewayView {
     }
 }
 
-fn humantime(t: SystemTime) -> String {
+fn epoch_seconds(t: SystemTime) -> String {
     let secs = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
@@ -554,15 +554,6 @@ impl LeftOut {
         self.0.push((cluster.to_string(), why));
     }
 
-    /// Every member of `members` that is down.
-    pub(crate) fn add_down(&mut self, shared: &Shared, members: &[(String, Member)]) {
-        for (name, m) in members {
-            if let Member::Down(why) = m {
-                self.add(shared, name, why.clone());
-            }
-        }
-    }
-
     /// One `Warning: 299` header per member left out.
     pub(crate) fn warn(&self, response: &mut Response) {
         for (cluster, why) in &self.0 {
@@ -586,8 +577,34 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
         .into_response()
 }
 
-/// What a member's failure means for an aggregated answer: a 410 is the whole answer's (the
-/// client relists); anything else leaves the member out.
+/// Every ready member's answer to `ask`, asked at once, in name order; the members that are
+/// down go to `left_out`.
+async fn ask_ready<'a, T, F, Fut>(
+    shared: &Shared,
+    members: &'a [(String, Member)],
+    left_out: &mut LeftOut,
+    ask: F,
+) -> Vec<(String, T)>
+where
+    F: Fn(&'a str, &'a Client) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let asks = members.iter().filter_map(|(name, m)| match m {
+        Member::Ready(client) => {
+            let answer = ask(name, client);
+            Some(async move { (name.clone(), answer.await) })
+        }
+        Member::Down(why) => {
+            left_out.add(shared, name, why.clone());
+            None
+        }
+    });
+    let asks: Vec<_> = asks.collect();
+    futures::future::join_all(asks).await
+}
+
+/// A member's failure as the reason it is left out of an aggregated answer (None: it
+/// answered). Callers answer a 410 themselves: it is the whole answer's (the client relists).
 fn member_failure(status: StatusCode, body: &Value) -> Option<String> {
     (!status.is_success()).then(|| {
         format!(
@@ -602,17 +619,10 @@ fn member_failure(status: StatusCode, body: &Value) -> Option<String> {
 async fn named(shared: &Shared, path: &str, call: &Call) -> Response {
     let members = shared.targets.members();
     let mut left_out = LeftOut::default();
-    let asks = members.iter().filter_map(|(name, m)| match m {
-        Member::Ready(c) => Some(async move {
-            (
-                name.clone(),
-                get_json(c, path, call, shared.config.member_timeout).await,
-            )
-        }),
-        Member::Down(_) => None,
-    });
-    let answers = futures::future::join_all(asks).await;
-    left_out.add_down(shared, &members);
+    let answers = ask_ready(shared, &members, &mut left_out, |_, client| {
+        get_json(client, path, call, shared.config.member_timeout)
+    })
+    .await;
     let mut found = Vec::new();
     for (name, answer) in answers {
         match answer {
@@ -761,20 +771,11 @@ async fn list(shared: &Shared, path: &str, call: &Call) -> Response {
     };
     let (lists, next, done) = match limit {
         None if resume.is_none() => {
-            let asks = members.iter().filter_map(|(name, m)| match m {
-                Member::Ready(c) => {
-                    let p = member_path(name, None, None);
-                    Some(async move {
-                        (
-                            name.clone(),
-                            get_json(c, &p, call, shared.config.member_timeout).await,
-                        )
-                    })
-                }
-                Member::Down(_) => None,
-            });
-            let answers = futures::future::join_all(asks).await;
-            left_out.add_down(shared, &members);
+            let answers = ask_ready(shared, &members, &mut left_out, |name, client| {
+                let p = member_path(name, None, None);
+                async move { get_json(client, &p, call, shared.config.member_timeout).await }
+            })
+            .await;
             let mut lists = Vec::new();
             for (name, answer) in answers {
                 match answer {
