@@ -164,6 +164,7 @@ def gateway(tmp_path_factory):
                      "usernameClaim": "email", "groupsClaim": "groups", "tenantClaim": "tenant",
                      "usernamePrefix": PREFIX, "groupsPrefix": PREFIX},
             "maxBodyBytes": 1024 * 1024,
+            "memberTimeoutSeconds": 3,
         })
         gw = Gateway(m, port, ca, issuer)
         gw.fleet = fleet
@@ -543,3 +544,82 @@ def test_a_client_go_reflector_through_star_resumes_after_a_cut_and_holds_exactl
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_hanging_member_times_out_and_the_others_answer(gateway):
+    """m3's API server frozen (SIGSTOP): its requests end within the member timeout (3 s here)
+    with a Status, `*` answers with m1 and m2 and a Warning naming m3, and nothing waits on it."""
+    import signal
+
+    gw, fleet = gateway, gateway.fleet
+    token = gw.issuer.token(ANA, ["shop-devs"])
+    fleet.cluster("m1").apply(configmap("while-m3-hangs"))
+    pid = fleet.cluster("m3").apiserver.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        status, _, body = gw.request(f"/clusters/m3/api/v1/namespaces/{NAMESPACE}/configmaps", token=token)
+        took = time.monotonic() - started
+        # 504 when the request waited out the timeout; 503 once meridian saw m3 Unreachable.
+        assert status in (503, 504) and body["kind"] == "Status", (status, body)
+        assert took < 8, f"the request to the frozen member took {took:.1f} s"
+        started = time.monotonic()
+        status, headers, body = gw.request(f"/clusters/*/api/v1/namespaces/{NAMESPACE}/configmaps", token=token)
+        took = time.monotonic() - started
+        assert status == 200 and took < 8, (status, took)
+        assert any("m3" in w for w in headers.get_all("Warning") or []), headers
+        assert "while-m3-hangs" in {i["metadata"]["name"] for i in body["items"]}
+        status, _, _ = gw.request(f"/clusters/m1/api/v1/namespaces/{NAMESPACE}/configmaps/while-m3-hangs", token=token)
+        assert status == 200
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: all(c["health"] == "Healthy" for c in json.loads(gw.meridian.http("/debug/clusters")[1])["clusters"]),
+             timeout=30, what="m3 Healthy again")
+
+
+def test_a_thousand_watches_through_star_each_get_the_event(gateway):
+    """1,000 concurrent watches through /clusters/* (3,000 member watches behind them): a
+    ConfigMap created in m2 reaches every one of them, and closing them all leaves the
+    gateway's open-watch count at zero."""
+    import asyncio
+
+    gw, fleet = gateway, gateway.fleet
+    token = gw.issuer.token(ANA, ["shop-devs"])
+    path = f"/clusters/*/api/v1/namespaces/{NAMESPACE}/configmaps"
+    rv = gw.request(path, token=token)[2]["metadata"]["resourceVersion"]
+    watches = 1000
+
+    async def one(ready: asyncio.Queue, go: asyncio.Event):
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port, ssl=gw.ctx, server_hostname="127.0.0.1")
+        writer.write(f"GET {path}?watch=1&resourceVersion={rv} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     f"Authorization: Bearer {token}\r\n\r\n".encode())
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head[:200]
+        await ready.put(1)
+        seen = False
+        while not seen:
+            line = await reader.readline()
+            if not line:
+                break
+            seen = b"thousand-watch" in line
+        writer.close()
+        return seen
+
+    async def run():
+        ready, go = asyncio.Queue(), asyncio.Event()
+        tasks = [asyncio.create_task(one(ready, go)) for _ in range(watches)]
+        for _ in range(watches):
+            await asyncio.wait_for(ready.get(), timeout=120)
+        await asyncio.to_thread(fleet.cluster("m2").apply, configmap("thousand-watch"))
+        return await asyncio.wait_for(asyncio.gather(*tasks), timeout=120)
+
+    started = time.monotonic()
+    results = asyncio.run(run())
+    print(f"{watches} watches through * opened and each saw the event in {time.monotonic() - started:.1f} s")
+    assert sum(results) == watches, f"only {sum(results)} of {watches} watches saw the event"
+    # The clients are gone; the next event written to them finds it out, and each watch ends
+    # (with the member watches behind it).
+    fleet.cluster("m2").apply(configmap("after-the-thousand"))
+    wait_for(lambda: json.loads(gw.meridian.http("/debug/gateway")[1])["gateway"]["openWatches"] == 0, timeout=30,
+             what="every watch closed in the gateway")
