@@ -58,6 +58,15 @@ impl Composite {
         }
     }
 
+    /// What a client's `resourceVersion` parameter says of the fleet: a composite this gateway
+    /// issued, or None for anything else (none, "0", ""), which each member is asked as it is.
+    pub fn requested(value: Option<&str>) -> Result<Option<Self>, BadToken> {
+        value
+            .filter(|v| v.starts_with(COMPOSITE_PREFIX))
+            .map(Self::decode)
+            .transpose()
+    }
+
     pub fn set(&mut self, cluster: &str, rv: &str) {
         self.0.insert(cluster.to_string(), rv.to_string());
     }

@@ -732,16 +732,19 @@ async fn scrape_one(client: &Client, call: &Call, timeout: Duration) -> Result<S
     String::from_utf8(body.to_vec()).map_err(|_| "the metrics are not UTF-8".to_string())
 }
 
+/// The request's `resourceVersion` parameter, and the composite it is (if it is one).
+pub(crate) fn requested_version(
+    path: &str,
+) -> Result<(Option<&str>, Option<Composite>), merge::BadToken> {
+    let requested = query_param(path, "resourceVersion");
+    Composite::requested(requested).map(|composite| (requested, composite))
+}
+
 /// The union of every member's list: all at once, or paged by `limit` and `continue`.
 async fn list(shared: &Shared, path: &str, call: &Call) -> Response {
-    let requested = query_param(path, "resourceVersion");
-    let composite = match requested
-        .filter(|r| r.starts_with("mrv1."))
-        .map(Composite::decode)
-    {
-        Some(Ok(c)) => Some(c),
-        Some(Err(e)) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
-        None => None,
+    let (requested, composite) = match requested_version(path) {
+        Ok(v) => v,
+        Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
     };
     let limit = query_param(path, "limit")
         .and_then(|l| l.parse::<usize>().ok())

@@ -22,19 +22,14 @@ use serde_json::Value;
 
 use crate::merge::{self, Composite};
 use crate::path::{query_param, with_params};
-use crate::proxy::{Call, LeftOut, Member, Shared, failure, send};
+use crate::proxy::{Call, LeftOut, Member, Shared, failure, requested_version, send};
 
 type Events = Pin<Box<dyn Stream<Item = (String, Option<Value>)> + Send>>;
 
 pub(crate) async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
-    let requested = query_param(path, "resourceVersion");
-    let composite = match requested
-        .filter(|r| r.starts_with("mrv1."))
-        .map(Composite::decode)
-    {
-        Some(Ok(c)) => Some(c),
-        Some(Err(e)) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
-        None => None,
+    let (requested, composite) = match requested_version(path) {
+        Ok(v) => v,
+        Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
     };
     let members = shared.targets.members();
     if let Some(c) = &composite

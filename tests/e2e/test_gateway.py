@@ -174,6 +174,11 @@ def gateway(tmp_path_factory):
             fleet.stop_meridians()
 
 
+def every_member_healthy(gw):
+    wait_for(lambda: all(c["health"] == "Healthy" for c in json.loads(gw.meridian.http("/debug/clusters")[1])["clusters"]),
+             timeout=30, what="every member Healthy")
+
+
 def configmap(name, data=None, namespace=NAMESPACE):
     return {"apiVersion": CORE, "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
             "data": data or {"k": name}}
@@ -476,8 +481,7 @@ def test_a_client_go_reflector_through_star_resumes_after_a_cut_and_holds_exactl
     gw, fleet = gateway, gateway.fleet
     # Every member reachable first: a member coming back mid-watch rightly makes the client
     # relist (its part of the version is missing), which is not what this test is about.
-    wait_for(lambda: all(c["health"] == "Healthy" for c in json.loads(gw.meridian.http("/debug/clusters")[1])["clusters"]),
-             timeout=30, what="every member Healthy")
+    every_member_healthy(gw)
     proxy = FreezableProxy(gw.port)
     token = tmp_path / "token"
     token.write_text(gw.issuer.token(ANA, ["shop-devs"]))
@@ -573,8 +577,7 @@ def test_a_hanging_member_times_out_and_the_others_answer(gateway):
         assert status == 200
     finally:
         os.kill(pid, signal.SIGCONT)
-    wait_for(lambda: all(c["health"] == "Healthy" for c in json.loads(gw.meridian.http("/debug/clusters")[1])["clusters"]),
-             timeout=30, what="m3 Healthy again")
+    every_member_healthy(gw)
 
 
 def test_a_thousand_watches_through_star_each_get_the_event(gateway):

@@ -181,3 +181,14 @@ fn no_member_lists_nothing() {
     assert_eq!(merged["items"], json!([]));
     assert!(composite.0.is_empty());
 }
+
+#[test]
+fn a_requested_version_is_a_composite_only_when_it_says_so() {
+    let mut c = Composite::default();
+    c.set("m1", "5");
+    assert_eq!(Composite::requested(Some(&c.encode())), Ok(Some(c)));
+    for passed_on in [None, Some("0"), Some(""), Some("12345")] {
+        assert_eq!(Composite::requested(passed_on), Ok(None), "{passed_on:?}");
+    }
+    assert!(Composite::requested(Some("mrv1.!!")).is_err());
+}
