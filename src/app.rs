@@ -13,9 +13,9 @@ use meridian_controllers::kubernetes::connect::{self, WatchTimeout};
 use meridian_controllers::kubernetes::leader::{self, Leadership, LeaseConfig};
 use meridian_controllers::kubernetes::propagate::{self, PropagationView};
 use meridian_controllers::kubernetes::shard::{self, ShardConfig, ShardMetrics, ShardView};
-use meridian_controllers::kubernetes::{hub, status, writeback};
+use meridian_controllers::kubernetes::{hub, status, tenants, writeback};
 use meridian_controllers::members::Sources;
-use meridian_controllers::metrics::{PropagationMetrics, WritebackMetrics};
+use meridian_controllers::metrics::{PropagationMetrics, TenantMetrics, WritebackMetrics};
 use meridian_core::fleet::Fleet;
 use meridian_core::{ClusterId, Snapshot};
 use meridian_dns::{Dns, Listeners};
@@ -121,6 +121,13 @@ impl App {
             sources.hub.clone().zip(hub_writer),
             propagation.clone(),
             PropagationMetrics::new(metrics.sub_registry_with_prefix("propagation")),
+        )));
+        // Members hold the namespaces their Tenants name.
+        tasks.push(tokio::spawn(tenants::run(
+            snapshots.clone(),
+            sources.fleet.clone(),
+            leadership.clone(),
+            TenantMetrics::new(metrics.sub_registry_with_prefix("tenants")),
         )));
         let gateway = prepare_gateway(&cfg, &sources, &snapshots, &mut metrics).await?;
         // Directory members with a renderPath keep their placed objects rendered there.

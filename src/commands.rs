@@ -253,6 +253,10 @@ async fn read_once(cfg: &config::Config, what: &str, call_webhooks: bool) -> Res
         },
         now,
     );
+    fleet.apply(
+        SourceEvent::Tenants(meridian_core::Tenants::listed(hub.tenants)),
+        now,
+    );
     // The geo ranges as `serve` reads them: bad lines and conflicts are problems here too.
     if !cfg.geo.is_empty() {
         let geo = meridian_controllers::geo::GeoSource::new(cfg.geo.clone());

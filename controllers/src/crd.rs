@@ -850,6 +850,41 @@ pub struct EvictionStatus {
     pub orphaned: bool,
 }
 
+/// Who is bounded to which namespaces of which clusters through the gateway (DESIGN §11).
+/// Cluster-scoped. Its named namespaces are created in each of its clusters.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "meridian.io",
+    version = "v1alpha1",
+    kind = "Tenant",
+    shortname = "tn",
+    printcolumn = r#"{"name":"Namespaces","type":"string","jsonPath":".spec.namespaces"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = "!(has(self.spec.namespaces) && has(self.spec.namespaceSelector))"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantSpec {
+    pub subjects: TenantSubjectsSpec,
+    /// Created (labelled as meridian's, with the Tenant's labels) in each of its clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<Vec<String>>,
+    /// Instead of `namespaces`: the namespaces of its clusters with these labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelectorSpec>,
+    pub clusters: TargetClustersSpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantSubjectsSpec {
+    /// User names as the gateway sees them (with the OIDC usernamePrefix).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+    /// Group names as the gateway sees them (with the OIDC groupsPrefix).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+}
+
 /// The CustomResourceDefinitions of meridian's own kinds, generated from the types above.
 pub fn meridian_crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
@@ -860,6 +895,7 @@ pub fn meridian_crds()
         ClusterSchedulingPolicy::crd(),
         OverridePolicy::crd(),
         Placement::crd(),
+        Tenant::crd(),
     ]
 }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use meridian_core::fleet::Change;
 use meridian_core::{
     Capacity, ClusterId, ClusterObjects, ClusterSpec, Kind, Object, ObjectKey, ObjectRef, Origin,
-    OverridePolicy, Policy, Problem, Quota, Resources, Source, Template,
+    OverridePolicy, Policy, Problem, Quota, Resources, Source, Template, Tenant, Tenants,
 };
 use notify::{RecursiveMode, Watcher};
 use parking_lot::Mutex;
@@ -59,6 +59,7 @@ pub struct Hub {
     /// Resource templates: every namespaced object that is not a meridian.io kind.
     pub templates: Vec<Template>,
     pub overrides: Vec<OverridePolicy>,
+    pub tenants: Vec<Tenant>,
     /// The keys of `templates`, so a second definition is found without a scan.
     template_keys: std::collections::HashSet<meridian_core::TemplateKey>,
     pub errors: Vec<Problem>,
@@ -112,6 +113,7 @@ pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
             Manifest::MemberCluster(mc) => add_member(&mut hub, &base, &from, &mc),
             Manifest::ClusterSchedulingPolicy(csp) => add_policy(&mut hub, &from, &csp),
             Manifest::OverridePolicy(op) => add_override(&mut hub, &from, &op),
+            Manifest::Tenant(t) => add_tenant(&mut hub, &from, &t),
             Manifest::Other(o) => add_template(&mut hub, &from, o.object, o.value),
             Manifest::Service(s) => add_typed_template(&mut hub, &from, s.as_ref()),
             Manifest::ServiceExport(s) => add_typed_template(&mut hub, &from, s.as_ref()),
@@ -121,7 +123,7 @@ pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
                     crate::policy::unplaceable(None, &object.kind).unwrap_or("not a template kind");
                 hub.warnings.push(from.problem(
                     object,
-                    format!("the hub directory holds MemberClusters, policies and resource templates; this is not a template ({why}); ignored"),
+                    format!("the hub directory holds MemberClusters, policies, Tenants and resource templates; this is not a template ({why}); ignored"),
                 ))
             }
         }
@@ -138,7 +140,7 @@ pub fn policies_in(file: &Path, text: &str) -> Result<Vec<Policy>, Vec<Problem>>
     manifest::parse_str_within(file, text, manifest::Limits::DEFAULT_MAX_DEPTH, &mut loaded);
     let mut hub = hub_objects(file.parent().unwrap_or(Path::new(".")), loaded);
     let from = ReadFrom::File(file.to_path_buf());
-    let others = hub.members.len() + hub.templates.len() + hub.overrides.len();
+    let others = hub.members.len() + hub.templates.len() + hub.overrides.len() + hub.tenants.len();
     if others > 0 {
         hub.errors.push(from.problem(
             ObjectRef {
@@ -257,6 +259,20 @@ pub(crate) fn add_override(hub: &mut Hub, from: &ReadFrom, op: &crate::crd::Over
         Ok(p) => hub.overrides.push(p),
         Err(problems) => hub.errors.extend(problems.into_iter().map(|reason| {
             from.problem(object.clone(), format!("{reason}; the policy is not used"))
+        })),
+    }
+}
+
+pub(crate) fn add_tenant(hub: &mut Hub, from: &ReadFrom, t: &crate::crd::Tenant) {
+    let name = t.metadata.name.clone().unwrap_or_else(|| "?".into());
+    let object = ObjectRef::cluster_scoped("Tenant", &name);
+    match crate::tenants::tenant(t) {
+        Ok(t) if hub.tenants.iter().any(|u| u.name == t.name) => hub
+            .errors
+            .push(from.problem(object, "defined twice; the first wins".into())),
+        Ok(t) => hub.tenants.push(t),
+        Err(problems) => hub.errors.extend(problems.into_iter().map(|reason| {
+            from.problem(object.clone(), format!("{reason}; the tenant is not used"))
         })),
     }
 }
@@ -494,7 +510,8 @@ fn convert_manifests(cluster: &ClusterId, loaded: &Loaded) -> Converted {
             )),
             hub_kind @ (Manifest::MemberCluster(_)
             | Manifest::ClusterSchedulingPolicy(_)
-            | Manifest::OverridePolicy(_)) => errors.push(err(
+            | Manifest::OverridePolicy(_)
+            | Manifest::Tenant(_)) => errors.push(err(
                 hub_kind.describe(),
                 "this kind belongs in the hub directory, not in a member's".into(),
             )),
@@ -780,6 +797,7 @@ async fn send_hub(tx: &mpsc::Sender<SourceEvent>, tasks: &mut MemberTasks, hub: 
         policies,
         templates,
         overrides,
+        tenants,
         errors,
         warnings,
         ..
@@ -803,6 +821,10 @@ async fn send_hub(tx: &mpsc::Sender<SourceEvent>, tasks: &mut MemberTasks, hub: 
                 templates,
                 overrides,
             })
+            .await
+            .is_err()
+        || tx
+            .send(SourceEvent::Tenants(Tenants::listed(tenants)))
             .await
             .is_err()
     {

@@ -32,6 +32,7 @@ pub mod overrides;
 pub mod policy;
 pub mod render;
 pub mod scoring;
+pub mod tenants;
 pub mod validate;
 
 pub use manifest::ManifestError;

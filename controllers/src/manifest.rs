@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
 use crate::crd::{
-    ClusterSchedulingPolicy, MemberCluster, OverridePolicy, ServiceExport, ServiceImport,
+    ClusterSchedulingPolicy, MemberCluster, OverridePolicy, ServiceExport, ServiceImport, Tenant,
 };
 
 mod depth;
@@ -43,6 +43,7 @@ pub enum Manifest {
     ServiceExport(Box<ServiceExport>),
     ServiceImport(Box<ServiceImport>),
     OverridePolicy(Box<OverridePolicy>),
+    Tenant(Box<Tenant>),
     /// A member directory's Nodes and Pods give its capacity; its ResourceQuotas their use.
     Node(Box<Node>),
     Pod(Box<Pod>),
@@ -79,6 +80,7 @@ impl Manifest {
             Manifest::ServiceExport(m) => of(m.as_ref()),
             Manifest::ServiceImport(m) => of(m.as_ref()),
             Manifest::OverridePolicy(m) => of(m.as_ref()),
+            Manifest::Tenant(m) => of(m.as_ref()),
             Manifest::Node(m) => of(m.as_ref()),
             Manifest::Pod(m) => of(m.as_ref()),
             Manifest::ResourceQuota(m) => of(m.as_ref()),
@@ -273,6 +275,9 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
         ("meridian.io", "OverridePolicy") => {
             typed::<OverridePolicy>(value).map(|(v, u)| (Manifest::OverridePolicy(Box::new(v)), u))
         }
+        ("meridian.io", "Tenant") => {
+            typed::<Tenant>(value).map(|(v, u)| (Manifest::Tenant(Box::new(v)), u))
+        }
         ("", "Node") => typed::<Node>(value).map(|(v, u)| (Manifest::Node(Box::new(v)), u)),
         ("", "Pod") => typed::<Pod>(value).map(|(v, u)| (Manifest::Pod(Box::new(v)), u)),
         ("", "ResourceQuota") => {
@@ -280,7 +285,7 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
         }
         ("meridian.io", _) => {
             out.errors.push(err(format!(
-                    "{api_version} {kind} is not a meridian.io kind (MemberCluster, ClusterSchedulingPolicy, OverridePolicy)"
+                    "{api_version} {kind} is not a meridian.io kind (MemberCluster, ClusterSchedulingPolicy, OverridePolicy, Tenant)"
                 )));
             return;
         }

@@ -1,5 +1,5 @@
-//! Propagation metrics, registered under `meridian_propagation_`, and write-back metrics under
-//! `meridian_writeback_`. Labels are member names (bounded by the hub's MemberClusters) and a
+//! Propagation metrics, registered under `meridian_propagation_`, write-back metrics under
+//! `meridian_writeback_`, and the tenant namespace writes under `meridian_tenants_`. Labels are member names (bounded by the hub's MemberClusters) and a
 //! fixed result, never an object name.
 
 use meridian_core::ClusterId;
@@ -182,5 +182,42 @@ impl WritebackMetrics {
                 scope,
             });
         }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceWriteLabels {
+    pub cluster: String,
+    /// create, relabel, delete.
+    pub op: &'static str,
+    /// ok, error.
+    pub result: &'static str,
+}
+
+/// Tenant namespace writes, registered under `meridian_tenants_`.
+#[derive(Clone, Debug, Default)]
+pub struct TenantMetrics {
+    pub namespace_writes: Family<NamespaceWriteLabels, Counter>,
+}
+
+impl TenantMetrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "namespace_writes",
+            "Writes of the namespaces members hold for Tenants, by member, operation and result",
+            m.namespace_writes.clone(),
+        );
+        m
+    }
+
+    pub fn record(&self, cluster: &ClusterId, op: &'static str, ok: bool) {
+        self.namespace_writes
+            .get_or_create(&NamespaceWriteLabels {
+                cluster: cluster.to_string(),
+                op,
+                result: if ok { "ok" } else { "error" },
+            })
+            .inc();
     }
 }

@@ -9,6 +9,7 @@
 //!  Event::Reset | Changes ─► Index, member problems ─────────────────┤ Outcome { changed,
 //!  Event::Heartbeat | WatchHealth | Confirmations ─► Registry ───────┤  transitions, … }
 //!  Event::Geo ─► the geo table (shared by every snapshot), geo problems ┤
+//!  Event::Tenants ─► the tenants (shared by every snapshot) ─────────┤
 //!  tick(now) ─► Registry transitions, sync deadline, decision windows ┘
 //!                  build_snapshot(prev, now) ─► Snapshot (synced, problems, warnings)
 //! ```
@@ -31,6 +32,7 @@ use crate::problem::{ObjectRef, Origin};
 use crate::registry::{Registry, Transition};
 use crate::shard::Confirmation;
 use crate::snapshot::Snapshot;
+use crate::tenant::Tenants;
 
 /// What sources report. One writer applies these, so sources never take a lock.
 #[derive(Debug)]
@@ -95,6 +97,9 @@ pub enum Event {
         table: Arc<GeoTable>,
         problems: Vec<Problem>,
     },
+    /// The hub's Tenants (those that passed validation; the rejected ones are in the `Members`
+    /// event's problems of the same read). Replaces the previous set.
+    Tenants(Tenants),
 }
 
 /// One change to one object of a member.
@@ -160,6 +165,8 @@ pub struct Fleet {
     geo: Arc<GeoTable>,
     /// Geo ranges that were rejected (bad lines, conflicting localities, an unreadable file).
     geo_problems: Vec<Problem>,
+    /// The tenants every snapshot carries (the same `Arc` until they change).
+    tenants: Arc<Tenants>,
 }
 
 /// What placement decides from, beside the registry and the policies.
@@ -208,6 +215,7 @@ impl Fleet {
             federation: Federation::default(),
             geo: Arc::default(),
             geo_problems: Vec::new(),
+            tenants: Arc::default(),
         }
     }
 
@@ -324,6 +332,17 @@ impl Fleet {
                     f.templates = templates.into();
                     f.overrides = overrides.into();
                     f.dirty = true;
+                }
+                Outcome {
+                    changed,
+                    ..Outcome::default()
+                }
+            }
+            Event::Tenants(tenants) => {
+                // Tenants decide what the gateway lets through, not answers or placement.
+                let changed = *self.tenants != tenants;
+                if changed {
+                    self.tenants = Arc::new(tenants);
                 }
                 Outcome {
                     changed,
@@ -514,6 +533,7 @@ impl Fleet {
         self.decision_deadline = snapshot.next_deadline(now);
         snapshot.synced = self.synced(now);
         snapshot.geo = self.geo.clone();
+        snapshot.tenants = self.tenants.clone();
         snapshot.problems.extend(
             self.hub_problems
                 .iter()

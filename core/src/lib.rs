@@ -8,6 +8,7 @@
 //!    hub policies ──────── Policies::new ───────────────────► Policies ──┤
 //!    problems (problem::Problem) ────────────────────────────────────────┤
 //!    geo ranges (geo::GeoTable, one Arc shared by every snapshot) ────────┤
+//!    tenants (tenant::Tenants, shared likewise) ─────────────────────────┤
 //!                                                                        ▼
 //!                        Snapshot::build / Snapshot::rebuild(prev, dirty) ─► Snapshot
 //!                        (immutable, versioned; src/ publishes it on a tokio watch)
@@ -36,6 +37,7 @@ pub mod registry;
 pub mod select;
 pub mod shard;
 pub mod snapshot;
+pub mod tenant;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod whatif;
@@ -58,3 +60,4 @@ pub use select::{
     Client, FilterReason, Member, Selection, Target, Tier, TierReason, select, select_for,
 };
 pub use snapshot::{Backend, ClusterView, Conflict, ServiceView, Snapshot, Stamp};
+pub use tenant::{Tenant, TenantNamespaces, Tenants};

@@ -172,6 +172,9 @@ pub struct Snapshot {
     /// copied) by every snapshot until the ranges change.
     #[serde(skip)]
     pub geo: Arc<GeoTable>,
+    /// The hub's Tenants, for the gateway and the namespaces kept for them (shared likewise).
+    #[serde(skip)]
+    pub tenants: Arc<crate::tenant::Tenants>,
     pub problems: Vec<Problem>,
     /// Input served with a caveat (e.g. unknown fields ignored in a Kubernetes kind).
     pub warnings: Vec<Problem>,

@@ -1,5 +1,5 @@
-//! The Kubernetes hub: MemberClusters, ClusterSchedulingPolicies and OverridePolicies watched
-//! on the hub's API, and the resource templates of the kinds the policies select
+//! The Kubernetes hub: MemberClusters, ClusterSchedulingPolicies, OverridePolicies and Tenants
+//! watched on the hub's API, and the resource templates of the kinds the policies select
 //! ([`super::templates`]). Each relist is buffered until it is complete, so the member list
 //! never shrinks for a moment; the store gets the whole hub again after every change (it is
 //! small): `Members`, then `Templates`, as the directory hub sends them; and the member sources
@@ -14,16 +14,16 @@ use futures::{FutureExt, StreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
-use meridian_core::ObjectKey;
+use meridian_core::{ObjectKey, Tenants};
 use tracing::{debug, info, warn};
 
 use super::connect::WatchTimeout;
 use super::state::{Applied, Table};
 use super::templates::{self, TemplateEvent, Templates};
 use crate::SourceEvent;
-use crate::crd::{ClusterSchedulingPolicy, MemberCluster, OverridePolicy};
+use crate::crd::{ClusterSchedulingPolicy, MemberCluster, OverridePolicy, Tenant};
 use crate::directory::{
-    Hub, ReadFrom, Served, add_member, add_override, add_policy, check_overrides,
+    Hub, ReadFrom, Served, add_member, add_override, add_policy, add_tenant, check_overrides,
     keep_last_valid_policies,
 };
 use crate::members::{MemberTasks, Sources};
@@ -32,6 +32,7 @@ enum HubEvent {
     Member(Event<MemberCluster>),
     Policy(Event<ClusterSchedulingPolicy>),
     Override(Event<OverridePolicy>),
+    Tenant(Event<Tenant>),
     /// A template kind's watch event.
     Template(TemplateEvent),
     /// Time to look up again the selected kinds that could not be resolved.
@@ -44,6 +45,7 @@ enum Watched {
     Members,
     Policies,
     Overrides,
+    Tenants,
 }
 
 /// Watches the hub until the store goes away.
@@ -66,6 +68,9 @@ pub async fn run(client: Client, sources: Sources) {
             r.map(HubEvent::Override)
                 .map_err(|e| (Watched::Overrides, e))
         });
+    let tenants = watcher::watcher(Api::<Tenant>::all(client.clone()), config.clone())
+        .default_backoff()
+        .map(|r| r.map(HubEvent::Tenant).map_err(|e| (Watched::Tenants, e)));
     let (template_tx, template_rx) = tokio::sync::mpsc::channel::<TemplateEvent>(1024);
     let template_events = futures::stream::unfold(template_rx, |mut rx| async move {
         rx.recv().await.map(|e| (Ok(HubEvent::Template(e)), rx))
@@ -79,15 +84,19 @@ pub async fn run(client: Client, sources: Sources) {
         members.boxed(),
         policies.boxed(),
         overrides.boxed(),
+        tenants.boxed(),
         template_events.boxed(),
         retries.boxed(),
     ]);
     let mut member_list = Table::<Stored<MemberCluster>>::default();
     let mut policy_list = Table::<Stored<ClusterSchedulingPolicy>>::default();
     let mut override_list = Table::<Stored<OverridePolicy>>::default();
+    let mut tenant_list = Table::<Stored<Tenant>>::default();
     // OverridePolicies the hub will not list (an older CRD set or RBAC): the hub serves
     // without them rather than not at all.
     let mut overrides_unavailable = false;
+    // Likewise Tenants: without the kind there are none (nobody is bounded by one).
+    let mut tenants_unavailable = false;
     let mut served = Served::default();
     let mut failing = false;
     // Relative kubeconfig paths in MemberClusters resolve against the working directory.
@@ -106,6 +115,9 @@ pub async fn run(client: Client, sources: Sources) {
                 Ok(HubEvent::Override(e)) => {
                     changed |= changes(override_list.apply(e, |p| &p.metadata, Stored::of));
                 }
+                Ok(HubEvent::Tenant(e)) => {
+                    changed |= changes(tenant_list.apply(e, |t| &t.metadata, Stored::of));
+                }
                 Ok(HubEvent::Template(e)) => changed |= templates.apply(e),
                 Ok(HubEvent::Retry) if templates.retry_due() => {
                     // Looked up again for the policies last served; sent only if it changed.
@@ -119,6 +131,12 @@ pub async fn run(client: Client, sources: Sources) {
                             changed = true;
                         }
                         overrides_unavailable = true;
+                    } else if which == Watched::Tenants && !tenant_list.listed {
+                        if !tenants_unavailable {
+                            warn!(error = %e, "cannot list Tenants on the hub; serving without them");
+                            changed = true;
+                        }
+                        tenants_unavailable = true;
                     } else {
                         if !failing {
                             warn!(error = %e, ?which, "hub watch failing; serving the last known hub");
@@ -131,7 +149,8 @@ pub async fn run(client: Client, sources: Sources) {
             next = events.next().now_or_never().flatten();
         }
         let overrides_in = override_list.listed || overrides_unavailable;
-        if !changed || !member_list.listed || !policy_list.listed || !overrides_in {
+        let tenants_in = tenant_list.listed || tenants_unavailable;
+        if !changed || !member_list.listed || !policy_list.listed || !overrides_in || !tenants_in {
             continue;
         }
         if failing {
@@ -143,6 +162,7 @@ pub async fn run(client: Client, sources: Sources) {
                 &member_list.live,
                 &policy_list.live,
                 &override_list.live,
+                &tenant_list.live,
                 &base,
             ),
             &mut served,
@@ -183,6 +203,7 @@ pub async fn run(client: Client, sources: Sources) {
             policies,
             templates: placed,
             overrides,
+            tenants,
             errors,
             warnings,
             ..
@@ -198,7 +219,13 @@ pub async fn run(client: Client, sources: Sources) {
             templates: placed,
             overrides,
         };
-        if tx.send(event).await.is_err() || tx.send(templates_event).await.is_err() {
+        if tx.send(event).await.is_err()
+            || tx.send(templates_event).await.is_err()
+            || tx
+                .send(SourceEvent::Tenants(Tenants::listed(tenants)))
+                .await
+                .is_err()
+        {
             return;
         }
         tasks.reconcile(&members);
@@ -230,6 +257,7 @@ fn read(
     members: &BTreeMap<ObjectKey, Stored<MemberCluster>>,
     policies: &BTreeMap<ObjectKey, Stored<ClusterSchedulingPolicy>>,
     overrides: &BTreeMap<ObjectKey, Stored<OverridePolicy>>,
+    tenants: &BTreeMap<ObjectKey, Stored<Tenant>>,
     base: &Path,
 ) -> Hub {
     let mut hub = Hub::default();
@@ -241,6 +269,9 @@ fn read(
     }
     for Stored(op) in overrides.values() {
         add_override(&mut hub, &ReadFrom::Api, op);
+    }
+    for Stored(t) in tenants.values() {
+        add_tenant(&mut hub, &ReadFrom::Api, t);
     }
     hub
 }

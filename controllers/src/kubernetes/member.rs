@@ -440,7 +440,8 @@ fn publish_facts(fleet: &Fleet, cluster: &ClusterId, state: &MemberState) {
     fleet.update(cluster, |f| {
         f.capacity = capacity;
         f.allocatable = allocatable;
-        f.namespaces = namespaces;
+        f.namespaces = namespaces.keys().cloned().collect();
+        f.namespace_labels = namespaces;
         f.exports = exports;
         f.listed = listed;
     });

@@ -31,6 +31,7 @@ pub mod shard;
 pub mod state;
 pub mod status;
 pub mod templates;
+pub mod tenants;
 pub mod writeback;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -91,6 +92,8 @@ pub struct MemberFacts {
     pub capacity: BTreeMap<String, String>,
     pub allocatable: BTreeMap<String, String>,
     pub namespaces: BTreeSet<String>,
+    /// The same namespaces with their labels (what a Tenant's namespaceSelector picks by).
+    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
     pub exports: BTreeSet<ObjectKey>,
     /// Every kind has listed once.
     pub listed: bool,

@@ -1350,8 +1350,8 @@ async fn ensure_namespace(m: &mut Member, namespace: &str) -> Result<(), String>
     }
 }
 
-/// Deletes the namespaces of `m.cleanup` that meridian created and that hold nothing it
-/// places and nothing of anyone else's (Pods, PVCs: a StatefulSet's claims are not
+/// Deletes the namespaces of `m.cleanup` that meridian created (for what it places, not for a
+/// Tenant) and that hold nothing it places and nothing of anyone else's (Pods, PVCs: a StatefulSet's claims are not
 /// meridian's); the ones still in use, or not yet known to be empty, are kept for a later
 /// pass.
 async fn clean_namespaces(m: &mut Member, pass: &Pass<'_>) {
@@ -1405,7 +1405,11 @@ async fn namespace_is_ours_and_empty(
     else {
         return Ok(false);
     };
+    // A tenant's namespace stays while the tenant names it (`super::tenants` removes it).
     if ns.labels().get(MANAGED_BY.0).map(String::as_str) != Some(MANAGED_BY.1)
+        || ns
+            .labels()
+            .contains_key(meridian_core::tenant::TENANT_LABEL)
         || ns.metadata.deletion_timestamp.is_some()
     {
         return Ok(false);

@@ -158,7 +158,8 @@ pub struct MemberState {
     exports: Table<meridian_core::Export>,
     imports: Table<meridian_core::Import>,
     nodes: Table<NodeFacts>,
-    namespaces: Table<()>,
+    /// Each namespace's labels (what a Tenant's namespaceSelector picks by).
+    namespaces: Table<BTreeMap<String, String>>,
     /// Each unfinished pod's requests on its Node (only those, not the Pod: a member can have
     /// many pods).
     pods: Table<Resources>,
@@ -261,8 +262,11 @@ impl MemberState {
                     .apply(e, |n| &n.metadata, |n| Ok::<_, Infallible>(node_facts(n)));
             }
             MemberEvent::Namespace(e) => {
-                self.namespaces
-                    .apply(e, |n| &n.metadata, |_| Ok::<_, Infallible>(()));
+                self.namespaces.apply(
+                    e,
+                    |n| &n.metadata,
+                    |n| Ok::<_, Infallible>(n.metadata.labels.clone().unwrap_or_default()),
+                );
             }
             MemberEvent::Pod(e) => {
                 self.pods_refused = None;
@@ -455,11 +459,12 @@ impl MemberState {
         (format(capacity), format(allocatable))
     }
 
-    pub fn namespaces(&self) -> BTreeSet<String> {
+    /// The member's namespaces and their labels.
+    pub fn namespaces(&self) -> BTreeMap<String, BTreeMap<String, String>> {
         self.namespaces
             .live
-            .keys()
-            .map(|k| k.name.to_string())
+            .iter()
+            .map(|(k, labels)| (k.name.to_string(), labels.clone()))
             .collect()
     }
 

@@ -26,6 +26,7 @@ fn multi_document_files_and_lists_are_read() {
             Manifest::MemberCluster(_) => "MemberCluster",
             Manifest::ClusterSchedulingPolicy(_) => "ClusterSchedulingPolicy",
             Manifest::OverridePolicy(_) => "OverridePolicy",
+            Manifest::Tenant(_) => "Tenant",
             Manifest::Node(_) => "Node",
             Manifest::Pod(_) => "Pod",
             Manifest::ResourceQuota(_) => "ResourceQuota",

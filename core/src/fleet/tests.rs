@@ -600,3 +600,34 @@ fn geo_ranges_publish_once_and_every_snapshot_shares_the_table() {
     let fourth = build(&mut fleet, &third, t0).snapshot;
     assert!(fourth.problems.iter().all(|p| p.origin != Origin::Geo));
 }
+
+#[test]
+fn tenants_ride_on_every_snapshot_without_merging_services_again() {
+    let (mut fleet, t0) = fleet();
+    fleet.apply(members(&["eu-1"]), t0);
+    fleet.apply(reset("eu-1", exported("web", "10.0.0.1"), vec![]), t0);
+    let first = build(&mut fleet, &Snapshot::empty(), t0).snapshot;
+    assert!(!first.tenants.listed, "not read from the hub yet");
+
+    let tenant = crate::tenant::Tenant {
+        name: "shop".into(),
+        users: ["ana".to_string()].into(),
+        groups: Default::default(),
+        namespaces: crate::tenant::TenantNamespaces::Named(["shop".to_string()].into()),
+        clusters: crate::policy::ClusterSet {
+            names: vec!["eu-1".into()],
+            selector: None,
+        },
+        labels: Default::default(),
+    };
+    let tenants = Tenants::listed(vec![tenant]);
+    assert!(fleet.apply(Event::Tenants(tenants.clone()), t0).changed);
+    let second = build(&mut fleet, &first, t0).snapshot;
+    assert_eq!(*second.tenants, tenants);
+    assert!(Arc::ptr_eq(
+        first.service("shop", "web").unwrap(),
+        second.service("shop", "web").unwrap()
+    ));
+    // The same tenants read again: nothing to publish.
+    assert!(!fleet.apply(Event::Tenants(tenants), t0).changed);
+}
