@@ -30,6 +30,7 @@ pub mod path;
 mod proxy;
 pub mod scrape;
 mod serve;
+pub mod tenant;
 pub mod token;
 mod watch;
 

@@ -140,6 +140,16 @@ pub struct MemberList {
     pub list: Value,
 }
 
+/// Keeps the entries of a member's list (items, or a Table's rows by their objects) that
+/// `keep` accepts.
+pub fn retain(list: &mut Value, mut keep: impl FnMut(&Value) -> bool) {
+    let table = list["kind"] == "Table";
+    let field = if table { "rows" } else { "items" };
+    if let Some(entries) = list[field].as_array_mut() {
+        entries.retain(|e| keep(if table { &e["object"] } else { e }));
+    }
+}
+
 /// The union of `lists` (one per member, any order) as one list: items (a Table's rows)
 /// marked and in (cluster, namespace, name) order, `resourceVersion` the composite of the
 /// members' and of `done` (members an earlier page listed), the kind, apiVersion (and a

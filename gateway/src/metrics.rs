@@ -34,6 +34,8 @@ pub struct GatewayMetrics {
     /// A member left out of an aggregated list or watch (down, failed, or refused).
     pub partial: Family<ClusterLabels, Counter>,
     pub unauthenticated: Counter,
+    /// Requests of a tenant's user outside its clusters or namespaces (403 at the gateway).
+    pub tenant_refused: Counter,
     pub watches: Gauge,
 }
 
@@ -46,6 +48,7 @@ impl GatewayMetrics {
             }),
             partial: Family::default(),
             unauthenticated: Counter::default(),
+            tenant_refused: Counter::default(),
             watches: Gauge::default(),
         };
         registry.register(
@@ -67,6 +70,11 @@ impl GatewayMetrics {
             "unauthenticated",
             "Requests refused with 401",
             m.unauthenticated.clone(),
+        );
+        registry.register(
+            "tenant_refused",
+            "Requests of a tenant's user refused with 403 at the gateway (outside its clusters or namespaces, or a cluster-scoped write)",
+            m.tenant_refused.clone(),
         );
         registry.register(
             "watches",

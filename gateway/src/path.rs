@@ -125,6 +125,11 @@ impl ApiPath {
             ["apis", group, version, rest @ ..] => (format!("{group}/{version}"), rest),
             _ => return None,
         };
+        // The legacy watch URLs (`/api/v1/watch/namespaces/…`) name the same resources.
+        let rest = match rest {
+            ["watch", rest @ ..] => rest,
+            rest => rest,
+        };
         let (namespace, rest) = match rest {
             ["namespaces", ns, resource, rest @ ..] => (Some(ns.to_string()), {
                 let mut v = vec![*resource];

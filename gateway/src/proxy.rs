@@ -15,6 +15,7 @@ use http_body_util::BodyExt;
 use kube::Client;
 use meridian_controllers::kubernetes::Fleet;
 use meridian_core::registry::Health;
+use meridian_core::tenant::Reach;
 use meridian_core::{ClusterId, Snapshot};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -25,6 +26,7 @@ use crate::headers;
 use crate::merge::{self, Composite, Continue, MemberList};
 use crate::metrics::{ClusterLabels, GatewayMetrics, RequestLabels, RouteLabels};
 use crate::path::{self, ApiPath, Route, query_param, with_params};
+use crate::tenant;
 use crate::token::{self, Identity, Keys};
 use crate::{GatewayConfig, watch as fleet_watch};
 
@@ -215,7 +217,7 @@ async fn dispatch(shared: &Shared, request: Request) -> Handled {
         cluster: cluster.to_string(),
         response,
     };
-    let who = match authenticate(shared, &parts.headers) {
+    let mut who = match authenticate(shared, &parts.headers) {
         Ok(who) => who,
         Err(message) => {
             shared.metrics.unauthenticated.inc();
@@ -236,6 +238,10 @@ async fn dispatch(shared: &Shared, request: Request) -> Handled {
             );
         }
     };
+    let reach = match bound(shared, &route, &parts.method, &mut who) {
+        Ok(reach) => reach,
+        Err(response) => return handled("none", "", response),
+    };
     let body = match read_body(body, shared.config.max_body_bytes).await {
         Ok(body) => body,
         Err(response) => return handled("none", "", response),
@@ -254,6 +260,7 @@ async fn dispatch(shared: &Shared, request: Request) -> Handled {
         method: parts.method,
         headers: forwarded,
         body,
+        reach,
     };
     match route {
         Route::Hub { path } => {
@@ -288,11 +295,95 @@ async fn dispatch(shared: &Shared, request: Request) -> Handled {
     }
 }
 
-/// A request as it goes on: its method, the forwarded headers, the body read.
+/// A request as it goes on: its method, the forwarded headers, the body read, and where the
+/// caller's tenants let it go (None: no tenant bounds it).
 pub(crate) struct Call {
     pub method: Method,
     pub headers: HeaderMap,
     pub body: Bytes,
+    pub reach: Option<Arc<Reach>>,
+}
+
+impl Call {
+    /// The same request, as a GET with no body (what aggregated reads send members).
+    fn get(&self) -> Call {
+        Call {
+            method: Method::GET,
+            headers: self.headers.clone(),
+            body: Bytes::new(),
+            reach: self.reach.clone(),
+        }
+    }
+
+    /// Whether `object` of `cluster` may be shown to the caller.
+    pub(crate) fn shows(&self, cluster: &str, object: &Value) -> bool {
+        self.reach
+            .as_ref()
+            .is_none_or(|r| tenant::visible(r, cluster, object))
+    }
+}
+
+/// Where the caller's tenants let it go, after checking this request against it (403); the
+/// caller's tenant becomes theirs when its token names none. None: no tenant bounds it.
+fn bound(
+    shared: &Shared,
+    route: &Route,
+    method: &Method,
+    who: &mut Identity,
+) -> Result<Option<Arc<Reach>>, Response> {
+    let snapshot = shared.targets.snapshots.borrow().clone();
+    if !snapshot.tenants.listed {
+        return Err(failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "the hub's Tenants are not read yet: who may reach what is not known",
+        ));
+    }
+    let Some(tenants) = snapshot.tenants.bound(&who.user, &who.groups) else {
+        return Ok(None);
+    };
+    let names = tenants.names().join(",");
+    let reach = tenants.reach(snapshot.clusters.iter().map(|c| &c.spec), |spec| {
+        shared
+            .targets
+            .fleet
+            .get(&spec.id, |f| f.listed.then(|| f.namespace_labels.clone()))
+    });
+    let (target, path) = match route {
+        Route::Hub { path } => (tenant::Target::Hub, path.as_str()),
+        Route::Member { cluster, path } => (tenant::Target::Member(cluster), path.as_str()),
+        Route::Every { path } => (tenant::Target::Every, path.as_str()),
+        Route::Metrics => {
+            let refused = tenant::Refused::Metrics { tenants: names };
+            return Err(failure(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                &refused.to_string(),
+            ));
+        }
+    };
+    if let Err(refused) = tenant::check(&reach, &names, target, method, path) {
+        shared.metrics.tenant_refused.inc();
+        return Err(failure(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &refused.to_string(),
+        ));
+    }
+    who.tenant.get_or_insert(names);
+    Ok(Some(Arc::new(reach)))
+}
+
+impl Shared {
+    /// The members a request through `*` asks: every registered one, or the caller's
+    /// tenants' (where its namespace is theirs), in name order.
+    pub(crate) fn members_for(&self, call: &Call, path: &str) -> Vec<(String, Member)> {
+        let mut members = self.targets.members();
+        if let Some(reach) = &call.reach {
+            members.retain(|(name, _)| tenant::asks(reach, path, name));
+        }
+        members
+    }
 }
 
 fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Identity, String> {
@@ -314,25 +405,43 @@ fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Identity, String
     .map_err(|e| e.to_string())
 }
 
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(failure(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                &format!("the request body is larger than {limit} bytes"),
-            ))
+/// A body past the limit is still read (and dropped) up to this much more, so a client that
+/// sends it all before reading the answer gets its 413 instead of a broken connection; past
+/// that the connection is cut.
+const DRAINED_AT_MOST: usize = 64 * 1024 * 1024;
+
+async fn read_body(mut body: Body, limit: usize) -> Result<Bytes, Response> {
+    let mut read = bytes::BytesMut::new();
+    let mut over = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            failure(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!("cannot read the request body: {e}"),
+            )
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if over == 0 && read.len() + data.len() <= limit {
+            read.extend_from_slice(&data);
+            continue;
         }
-        Err(e) => Err(failure(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            &format!("cannot read the request body: {e}"),
-        )),
+        read.clear();
+        over += data.len();
+        if over > DRAINED_AT_MOST {
+            break;
+        }
     }
+    if over > 0 {
+        return Err(failure(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            &format!("the request body is larger than {limit} bytes"),
+        ));
+    }
+    Ok(read.freeze())
 }
 
 /// A Kubernetes Status failure response (the reason also in `x-meridian-reason` for the
@@ -453,11 +562,7 @@ async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
     let Some(api) = ApiPath::parse(path) else {
         return discovery(shared, path, call).await;
     };
-    let mut call = Call {
-        method: Method::GET,
-        headers: call.headers.clone(),
-        body: Bytes::new(),
-    };
+    let mut call = call.get();
     json_only(&mut call.headers);
     if api.subresource.is_some() {
         return failure(
@@ -466,11 +571,11 @@ async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
             "subresources are per cluster: use /clusters/<name>/",
         );
     }
-    if !api.is_collection() {
-        return named(shared, path, &call).await;
-    }
     if is_watch(path) {
         return fleet_watch::every(shared, path, &call).await;
+    }
+    if !api.is_collection() {
+        return named(shared, path, &call).await;
     }
     list(shared, path, &call).await
 }
@@ -479,8 +584,7 @@ async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
 /// order — a fleet runs one API, and kubectl needs discovery before it lists anything.
 async fn discovery(shared: &Shared, path: &str, call: &Call) -> Response {
     let first = shared
-        .targets
-        .members()
+        .members_for(call, path)
         .into_iter()
         .find_map(|(name, m)| match m {
             Member::Ready(client) => Some((name, client)),
@@ -617,7 +721,7 @@ fn member_failure(status: StatusCode, body: &Value) -> Option<String> {
 
 /// A named object through `*`: the one member that has it; 409 naming them when several do.
 async fn named(shared: &Shared, path: &str, call: &Call) -> Response {
-    let members = shared.targets.members();
+    let members = shared.members_for(call, path);
     let mut left_out = LeftOut::default();
     let answers = ask_ready(shared, &members, &mut left_out, |_, client| {
         get_json(client, path, call, shared.config.member_timeout)
@@ -626,7 +730,11 @@ async fn named(shared: &Shared, path: &str, call: &Call) -> Response {
     let mut found = Vec::new();
     for (name, answer) in answers {
         match answer {
-            Ok((status, body)) if status.is_success() => found.push((name, body)),
+            Ok((status, body)) if status.is_success() => {
+                if call.shows(&name, &body) {
+                    found.push((name, body));
+                }
+            }
             Ok((StatusCode::NOT_FOUND, _)) => {}
             Ok((status, body)) => left_out.add(
                 shared,
@@ -703,11 +811,7 @@ async fn metrics(shared: &Shared, call: &Call) -> Response {
 }
 
 async fn scrape_one(client: &Client, call: &Call, timeout: Duration) -> Result<String, String> {
-    let mut call = Call {
-        method: Method::GET,
-        headers: call.headers.clone(),
-        body: Bytes::new(),
-    };
+    let mut call = call.get();
     call.headers
         .insert(header::ACCEPT, HeaderValue::from_static("text/plain"));
     call.headers.remove(header::ACCEPT_ENCODING);
@@ -757,7 +861,7 @@ async fn list(shared: &Shared, path: &str, call: &Call) -> Response {
         Some(Err(e)) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
         None => None,
     };
-    let members = shared.targets.members();
+    let members = shared.members_for(call, path);
     let mut left_out = LeftOut::default();
     let member_path = |cluster: &str, limit: Option<String>, token: Option<&str>| {
         with_params(
@@ -772,7 +876,7 @@ async fn list(shared: &Shared, path: &str, call: &Call) -> Response {
             ],
         )
     };
-    let (lists, next, done) = match limit {
+    let (mut lists, next, done) = match limit {
         None if resume.is_none() => {
             let answers = ask_ready(shared, &members, &mut left_out, |name, client| {
                 let p = member_path(name, None, None);
@@ -874,6 +978,11 @@ async fn list(shared: &Shared, path: &str, call: &Call) -> Response {
             (lists, next, done)
         }
     };
+    if call.reach.is_some() {
+        for list in &mut lists {
+            merge::retain(&mut list.list, |item| call.shows(&list.cluster, item));
+        }
+    }
     let (mut merged, _) = merge::merge_lists(lists, &done);
     if let Some(next) = next {
         merged["metadata"]["continue"] = json!(next.encode());

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::response::Response;
@@ -18,11 +19,14 @@ use bytes::{Bytes, BytesMut};
 use futures::stream::{self, Stream, StreamExt};
 use http::{StatusCode, header};
 use http_body_util::BodyExt;
+use meridian_core::Tenants;
+use meridian_core::tenant::Reach;
 use serde_json::Value;
 
 use crate::merge::{self, Composite};
 use crate::path::{query_param, with_params};
 use crate::proxy::{Call, LeftOut, Member, Shared, failure, requested_version, send};
+use crate::tenant;
 
 type Events = Pin<Box<dyn Stream<Item = (String, Option<Value>)> + Send>>;
 
@@ -31,7 +35,7 @@ pub(crate) async fn every(shared: &Shared, path: &str, call: &Call) -> Response 
         Ok(v) => v,
         Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
     };
-    let members = shared.targets.members();
+    let members = shared.members_for(call, path);
     if let Some(c) = &composite
         && let Some((name, _)) = members
             .iter()
@@ -97,6 +101,9 @@ pub(crate) async fn every(shared: &Shared, path: &str, call: &Call) -> Response 
         kind: (Value::Null, Value::Null),
         members: watched,
         targets: shared.targets.clone(),
+        reach: call.reach.clone(),
+        tenants: shared.targets.snapshots.borrow().tenants.clone(),
+        path: path.to_string(),
         _guard: WatchGuard::new(shared),
     };
     let body = Body::from_stream(merged(streams, state));
@@ -151,6 +158,12 @@ struct Merged {
     kind: (Value, Value),
     members: BTreeSet<String>,
     targets: crate::proxy::Targets,
+    /// The caller's tenants' reach: events of objects outside it are not sent.
+    reach: Option<Arc<Reach>>,
+    /// The Tenants the reach was drawn from: when they change, a tenant's watch ends (and is
+    /// checked again when the client watches again).
+    tenants: Arc<Tenants>,
+    path: String,
     /// Held for its Drop: the open-watch count.
     _guard: WatchGuard,
 }
@@ -175,6 +188,17 @@ impl Merged {
                 &self.composite,
             )));
         }
+        if let Some(reach) = &self.reach
+            && event["type"] != "BOOKMARK"
+            && event["type"] != "ERROR"
+            && !tenant::visible(reach, cluster, &event["object"])
+        {
+            // Not the caller's: only its version counts (what a later event carries).
+            if let Some(rv) = event["object"]["metadata"]["resourceVersion"].as_str() {
+                self.composite.set(cluster, rv);
+            }
+            return None;
+        }
         Some(line(&merge::fleet_event(
             event,
             cluster,
@@ -182,12 +206,23 @@ impl Merged {
         )))
     }
 
-    /// The members the snapshot registers changed since the watch began.
+    /// The members the snapshot registers (or, for a tenant's user, the Tenants) changed since
+    /// the watch began.
     fn members_changed(&self) -> bool {
+        if self.reach.is_some()
+            && !Arc::ptr_eq(&self.tenants, &self.targets.snapshots.borrow().tenants)
+        {
+            return true;
+        }
         let now: BTreeSet<String> = self
             .targets
             .members()
             .into_iter()
+            .filter(|(n, _)| {
+                self.reach
+                    .as_ref()
+                    .is_none_or(|r| tenant::asks(r, &self.path, n))
+            })
             .filter(|(_, m)| matches!(m, Member::Ready(_)))
             .map(|(n, _)| n)
             .collect();
