@@ -315,11 +315,11 @@ impl Call {
         }
     }
 
-    /// Whether `object` of `cluster` may be shown to the caller.
-    pub(crate) fn shows(&self, cluster: &str, object: &Value) -> bool {
+    /// Whether `object` of `cluster`, answered for `path`, may be shown to the caller.
+    pub(crate) fn shows(&self, cluster: &str, path: &str, object: &Value) -> bool {
         self.reach
             .as_ref()
-            .is_none_or(|r| tenant::visible(r, cluster, object))
+            .is_none_or(|r| tenant::visible(r, cluster, path, object))
     }
 }
 
@@ -731,7 +731,7 @@ async fn named(shared: &Shared, path: &str, call: &Call) -> Response {
     for (name, answer) in answers {
         match answer {
             Ok((status, body)) if status.is_success() => {
-                if call.shows(&name, &body) {
+                if call.shows(&name, path, &body) {
                     found.push((name, body));
                 }
             }
@@ -980,7 +980,7 @@ async fn list(shared: &Shared, path: &str, call: &Call) -> Response {
     };
     if call.reach.is_some() {
         for list in &mut lists {
-            merge::retain(&mut list.list, |item| call.shows(&list.cluster, item));
+            merge::retain(&mut list.list, |item| call.shows(&list.cluster, path, item));
         }
     }
     let (mut merged, _) = merge::merge_lists(lists, &done);

@@ -119,26 +119,24 @@ pub fn asks(reach: &Reach, path: &str, cluster: &str) -> bool {
     }
 }
 
-/// Whether an object a member answered through `*` is the tenant's to see: in one of its
-/// namespaces there, or one of those Namespaces itself.
-pub fn visible(reach: &Reach, cluster: &str, object: &Value) -> bool {
+/// Whether an object a member answered through `*` (for `path`) is the tenant's to see: in
+/// one of its namespaces there, or one of those Namespaces itself (list items carry no kind:
+/// the path says what they are).
+pub fn visible(reach: &Reach, cluster: &str, path: &str, object: &Value) -> bool {
     let metadata = &object["metadata"];
     let namespace = match metadata["namespace"].as_str() {
         Some(ns) if !ns.is_empty() => ns,
-        _ if object["kind"] == "Namespace" || metadata_of_a_namespace(object) => {
-            metadata["name"].as_str().unwrap_or_default()
-        }
+        _ if lists_namespaces(path) => metadata["name"].as_str().unwrap_or_default(),
         _ => return false,
     };
     reach.namespace(Some(cluster), namespace)
 }
 
-/// A Table row's object (PartialObjectMetadata) of a namespaces list names no kind of its own.
-fn metadata_of_a_namespace(object: &Value) -> bool {
-    object["kind"] == "PartialObjectMetadata"
-        && object["metadata"]["selfLink"]
-            .as_str()
-            .is_some_and(|l| l.starts_with("/api/v1/namespaces/"))
+/// The path is of Namespaces (the collection or one of them).
+fn lists_namespaces(path: &str) -> bool {
+    ApiPath::parse(path).is_some_and(|a| {
+        a.group_version == "v1" && a.resource == "namespaces" && a.namespace.is_none()
+    })
 }
 
 /// The namespace a request is about: the one in its path, or the Namespace it names.
@@ -324,13 +322,16 @@ mod tests {
         assert!(!asks(&r, "/api/v1/namespaces/shop-dev/pods", "m1"));
         assert!(asks(&r, "/api/v1/namespaces/shop-dev/pods", "m2"));
 
-        let pod = |ns: &str| json!({"kind": "Pod", "metadata": {"namespace": ns, "name": "p"}});
-        assert!(visible(&r, "m1", &pod("shop")));
-        assert!(!visible(&r, "m1", &pod("shop-dev")));
-        assert!(visible(&r, "m2", &pod("shop-dev")));
-        let ns = |name: &str| json!({"kind": "Namespace", "metadata": {"name": name}});
-        assert!(visible(&r, "m1", &ns("shop")) && !visible(&r, "m1", &ns("default")));
-        let node = json!({"kind": "Node", "metadata": {"name": "n1"}});
-        assert!(!visible(&r, "m1", &node));
+        let pods = "/api/v1/pods";
+        let pod = |ns: &str| json!({"metadata": {"namespace": ns, "name": "p"}});
+        assert!(visible(&r, "m1", pods, &pod("shop")));
+        assert!(!visible(&r, "m1", pods, &pod("shop-dev")));
+        assert!(visible(&r, "m2", pods, &pod("shop-dev")));
+        // List items name no kind: a namespace is one by the path.
+        let ns = |name: &str| json!({"metadata": {"name": name}});
+        let namespaces = "/api/v1/namespaces?limit=5";
+        assert!(visible(&r, "m1", namespaces, &ns("shop")));
+        assert!(!visible(&r, "m1", namespaces, &ns("default")));
+        assert!(!visible(&r, "m1", "/api/v1/nodes", &ns("shop")));
     }
 }

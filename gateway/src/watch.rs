@@ -191,7 +191,7 @@ impl Merged {
         if let Some(reach) = &self.reach
             && event["type"] != "BOOKMARK"
             && event["type"] != "ERROR"
-            && !tenant::visible(reach, cluster, &event["object"])
+            && !tenant::visible(reach, cluster, &self.path, &event["object"])
         {
             // Not the caller's: only its version counts (what a later event carries).
             if let Some(rv) = event["object"]["metadata"]["resourceVersion"].as_str() {

@@ -4,7 +4,8 @@ from the same release, and by plain HTTPS requests with ID tokens the test mints
 A fleet of its own (hub, m1, m2, m3, every request audited at Metadata) with
 deploy/rbac/gateway.yaml applied everywhere: meridian may impersonate, and the clusters'
 own RBAC decides what each caller may do. ana (group shop-devs) may change ConfigMaps and Services in
-namespace shop of every member and read the hub's policies there; bob is bound to nothing.
+namespace shop of every member and read the hub's policies there; bob is bound to nothing;
+carol may change ConfigMaps in every namespace of every member, but a Tenant bounds her.
 """
 
 import base64
@@ -29,7 +30,7 @@ from kube_fleet import CORE, NAMESPACE, ROOT, started, wait_for
 GATEWAY_RBAC = ROOT / "deploy" / "rbac" / "gateway.yaml"
 ISSUER, AUDIENCE = "https://issuer.meridian.test", "meridian-gateway"
 PREFIX = "oidc:"
-ANA, BOB = "ana@shop.test", "bob@shop.test"
+ANA, BOB, CAROL = "ana@shop.test", "bob@shop.test", "carol@ads.test"
 EVERYTHING_AUDITED = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
                       "rules": [{"level": "Metadata"}]}
 
@@ -134,6 +135,19 @@ def grant_callers(fleet):
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "shop-dev"},
              "subjects": [group]},
         ])
+    # carol's RBAC lets her touch ConfigMaps anywhere: only her Tenant stops her.
+    carol = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": PREFIX + CAROL}
+    for name in ("m1", "m2", "m3"):
+        fleet.cluster(name).apply([
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": "configmaps-everywhere"},
+             "rules": [{"apiGroups": [""], "resources": ["configmaps", "namespaces"], "verbs": ["*"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": "carol-configmaps"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "configmaps-everywhere"},
+             "subjects": [carol]},
+        ])
     fleet.hub.apply([
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": {"name": "policy-reader", "namespace": NAMESPACE},
@@ -154,6 +168,8 @@ def gateway(tmp_path_factory):
         for c in fleet.clusters:
             c.apply(gateway_rbac)
         grant_callers(fleet)
+        # Namespaces for Tenants are written with the propagation role.
+        fleet.grant_propagation()
         ca, cert, key = make_certs(root / "tls")
         issuer = Issuer(root)
         port = free_port()
@@ -626,3 +642,113 @@ def test_a_thousand_watches_through_star_each_get_the_event(gateway):
     fleet.cluster("m2").apply(configmap("after-the-thousand"))
     wait_for(lambda: json.loads(gw.meridian.http("/debug/gateway")[1])["gateway"]["openWatches"] == 0, timeout=30,
              what="every watch closed in the gateway")
+
+
+TENANT = "meridian.io/tenant"
+
+
+def tenant(namespaces):
+    return {"apiVersion": "meridian.io/v1alpha1", "kind": "Tenant",
+            "metadata": {"name": "ads", "labels": {"team": "ads"}},
+            "spec": {"subjects": {"users": [PREFIX + CAROL]}, "namespaces": namespaces,
+                     "clusters": {"clusterNames": ["m1", "m2"]}}}
+
+
+def namespace_state(fleet, member, name):
+    """None (absent or being deleted: these clusters run no namespace controller to finish a
+    deletion), else its labels."""
+    ns = fleet.cluster(member).get(CORE, "Namespace", name)
+    if ns is None or ns["metadata"].get("deletionTimestamp"):
+        return None
+    return ns["metadata"].get("labels") or {}
+
+
+def test_a_tenant_bounds_its_users_and_its_namespaces_live_in_its_clusters_only(gateway):
+    gw, fleet = gateway, gateway.fleet
+    # `legacy` exists in m1 already, not meridian's: named by the tenant, it is neither
+    # adopted nor ever deleted there.
+    fleet.cluster("m1").apply({"apiVersion": CORE, "kind": "Namespace", "metadata": {"name": "legacy"}})
+    fleet.hub.apply(tenant(["ads", "ads-dev", "legacy"]))
+    try:
+        for member in ("m1", "m2"):
+            for name in ("ads", "ads-dev"):
+                labels = wait_for(lambda: namespace_state(fleet, member, name), timeout=30,
+                                  what=f"namespace {name} in {member}", log=gw.meridian)
+                assert labels[TENANT] == "ads" and labels["team"] == "ads", labels
+                assert labels["app.kubernetes.io/managed-by"] == "meridian", labels
+        wait_for(lambda: namespace_state(fleet, "m2", "legacy"), timeout=30, what="legacy in m2")
+        assert TENANT not in namespace_state(fleet, "m1", "legacy"), "someone else's namespace is not adopted"
+        assert all(namespace_state(fleet, "m3", n) is None for n in ("ads", "ads-dev", "legacy")), \
+            "a member outside the tenant's clusters never gets its namespaces"
+
+        token = gw.issuer.token(CAROL)
+        # Inside: her namespaces in her clusters, as herself, with her tenant passed on.
+        status, _, body = gw.request("/clusters/m1/api/v1/namespaces/ads/configmaps", token=token, method="POST",
+                                     body=configmap("mine", namespace="ads"))
+        assert status == 201, body
+        whoami = json.loads(gw.kubectl("/clusters/m2", "auth", "whoami", "-o", "json", token=token).stdout)
+        assert whoami["status"]["userInfo"]["extra"][TENANT] == ["ads"], whoami
+        # Outside: another namespace, another cluster, a cluster-scoped write, a read across
+        # namespaces of one cluster — 403 at the gateway, though her RBAC would allow each.
+        r = gw.kubectl("/clusters/m1", "get", "configmaps", "-n", NAMESPACE, token=token, check=False)
+        assert r.returncode != 0 and "not one of tenant ads's namespaces" in r.stderr, r.stderr
+        for method, path, why in [
+            ("GET", f"/clusters/m1/api/v1/namespaces/{NAMESPACE}/configmaps", "namespace shop is not"),
+            ("GET", "/clusters/m3/api/v1/namespaces/ads/configmaps", "cluster m3 is not"),
+            ("POST", "/clusters/m1/api/v1/namespaces", "cluster-scoped"),
+            ("DELETE", "/clusters/m1/api/v1/namespaces/ads", "cluster-scoped"),
+            ("GET", "/clusters/m1/api/v1/configmaps", "one namespace at a time"),
+            ("GET", "/clusters/metrics", "metrics"),
+        ]:
+            body = {"apiVersion": CORE, "kind": "Namespace", "metadata": {"name": "grab"}} if method == "POST" else None
+            status, _, answer = gw.request(path, token=token, method=method, body=body)
+            assert status == 403 and why in answer["message"], (method, path, status, answer)
+        assert namespace_state(fleet, "m1", "grab") is None
+        refused = [e for e in fleet.audit_events("m1")
+                   if (e.get("impersonatedUser") or {}).get("username") == PREFIX + CAROL
+                   and (e.get("objectRef") or {}).get("namespace") == NAMESPACE]
+        assert refused == [], "nothing refused at the gateway reached the member"
+
+        # Through *: her clusters and namespaces only, in lists and in watches.
+        fleet.cluster("m2").apply(configmap("theirs-too", namespace="ads-dev"))
+        for member in ("m1", "m3"):
+            fleet.cluster(member).apply(configmap("not-hers"))
+        status, _, listed = gw.request("/clusters/*/api/v1/configmaps", token=token)
+        assert status == 200, listed
+        seen = sorted((i["metadata"]["annotations"]["meridian.io/cluster"], i["metadata"]["namespace"],
+                       i["metadata"]["name"]) for i in listed["items"])
+        assert seen == [("m1", "ads", "mine"), ("m2", "ads-dev", "theirs-too")], seen
+        status, _, namespaces = gw.request("/clusters/*/api/v1/namespaces", token=token)
+        assert {(i["metadata"]["annotations"]["meridian.io/cluster"], i["metadata"]["name"])
+                for i in namespaces["items"]} == {(m, n) for m in ("m1", "m2") for n in ("ads", "ads-dev", "legacy")}
+        rv = listed["metadata"]["resourceVersion"]
+
+        def writer():
+            time.sleep(1)
+            fleet.cluster("m1").apply(configmap("still-not-hers"))
+            fleet.cluster("m2").apply(configmap("hers-later", namespace="ads"))
+
+        threading.Thread(target=writer, daemon=True).start()
+        events = read_events(gw, f"/clusters/*/api/v1/configmaps?watch=1&resourceVersion={rv}", token,
+                             lambda ev: any(e["object"]["metadata"]["name"] == "hers-later" for e in ev))
+        assert [e["object"]["metadata"]["name"] for e in events] == ["hers-later"], events
+        status, _, _ = gw.request("/clusters/*/api/v1/namespaces/default/configmaps", token=token)
+        assert status == 403
+
+        # The tenant drops ads-dev and legacy: meridian's copies go, someone else's stays.
+        fleet.hub.apply(tenant(["ads"]))
+        for member in ("m1", "m2"):
+            wait_for(lambda: namespace_state(fleet, member, "ads-dev") is None, timeout=30,
+                     what=f"ads-dev gone from {member}", log=gw.meridian)
+        wait_for(lambda: namespace_state(fleet, "m2", "legacy") is None, timeout=30, what="legacy gone from m2")
+        assert namespace_state(fleet, "m1", "legacy") is not None, "someone else's namespace stays"
+        assert namespace_state(fleet, "m1", "ads") is not None
+        status, _, answer = gw.request("/clusters/m2/api/v1/namespaces/ads-dev/configmaps", token=token)
+        assert status == 403, answer
+        written = gw.meridian.http("/metrics")[1]
+        assert 'meridian_tenants_namespace_writes_total{cluster="m2",op="delete",result="ok"}' in written
+    finally:
+        fleet.hub.delete("meridian.io/v1alpha1", "Tenant", "ads")
+        for member in ("m1", "m2", "m3"):
+            for name in ("not-hers", "still-not-hers"):
+                fleet.cluster(member).delete(CORE, "ConfigMap", name, NAMESPACE)

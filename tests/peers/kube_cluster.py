@@ -133,6 +133,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("meridian.io", "MemberCluster"): ("memberclusters", False),
     ("meridian.io", "ClusterSchedulingPolicy"): ("clusterschedulingpolicies", True),
     ("meridian.io", "OverridePolicy"): ("overridepolicies", True),
+    ("meridian.io", "Tenant"): ("tenants", False),
     ("meridian.io", "Placement"): ("placements", True),
     ("autoscaling", "HorizontalPodAutoscaler"): ("horizontalpodautoscalers", True),
     ("batch", "Job"): ("jobs", True),
