@@ -240,7 +240,7 @@ async fn dispatch(shared: &Shared, request: Request) -> Handled {
     };
     let reach = match bound(shared, &route, &parts.method, &mut who) {
         Ok(reach) => reach,
-        Err(response) => return handled("none", "", response),
+        Err(why) => return handled("none", "", failure(why.code, why.reason, &why.message)),
     };
     let body = match read_body(body, shared.config.max_body_bytes).await {
         Ok(body) => body,
@@ -330,14 +330,14 @@ fn bound(
     route: &Route,
     method: &Method,
     who: &mut Identity,
-) -> Result<Option<Arc<Reach>>, Response> {
+) -> Result<Option<Arc<Reach>>, Refusal> {
     let snapshot = shared.targets.snapshots.borrow().clone();
     if !snapshot.tenants.listed {
-        return Err(failure(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailable",
-            "the hub's Tenants are not read yet: who may reach what is not known",
-        ));
+        return Err(Refusal {
+            code: StatusCode::SERVICE_UNAVAILABLE,
+            reason: "ServiceUnavailable",
+            message: "the hub's Tenants are not read yet: who may reach what is not known".into(),
+        });
     }
     let Some(tenants) = snapshot.tenants.bound(&who.user, &who.groups) else {
         return Ok(None);
@@ -354,24 +354,34 @@ fn bound(
         Route::Member { cluster, path } => (tenant::Target::Member(cluster), path.as_str()),
         Route::Every { path } => (tenant::Target::Every, path.as_str()),
         Route::Metrics => {
-            let refused = tenant::Refused::Metrics { tenants: names };
-            return Err(failure(
-                StatusCode::FORBIDDEN,
-                "Forbidden",
-                &refused.to_string(),
-            ));
+            return Err(Refusal::forbidden(tenant::Refused::Metrics {
+                tenants: names,
+            }));
         }
     };
     if let Err(refused) = tenant::check(&reach, &names, target, method, path) {
         shared.metrics.tenant_refused.inc();
-        return Err(failure(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            &refused.to_string(),
-        ));
+        return Err(Refusal::forbidden(refused));
     }
     who.tenant.get_or_insert(names);
     Ok(Some(Arc::new(reach)))
+}
+
+/// A request answered before it is forwarded: the Status to answer.
+struct Refusal {
+    code: StatusCode,
+    reason: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    fn forbidden(why: tenant::Refused) -> Self {
+        Self {
+            code: StatusCode::FORBIDDEN,
+            reason: "Forbidden",
+            message: why.to_string(),
+        }
+    }
 }
 
 impl Shared {
