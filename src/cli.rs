@@ -140,6 +140,13 @@ pub struct GatewayArgs {
         env = "MERIDIAN_GATEWAY_TLS_KEY"
     )]
     pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) whose client certificates are an identity at the gateway.
+    #[arg(
+        id = "gateway_client_ca",
+        long = "gateway-client-ca",
+        env = "MERIDIAN_GATEWAY_CLIENT_CA"
+    )]
+    pub client_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -209,18 +209,11 @@ pub struct TlsSection {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GatewaySection {
     pub listen: Option<SocketAddr>,
-    pub tls: Option<GatewayTlsSection>,
+    pub tls: Option<TlsSection>,
     pub oidc: Option<OidcSection>,
     pub max_body_bytes: Option<usize>,
     pub member_timeout_seconds: Option<u64>,
     pub max_connections: Option<usize>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct GatewayTlsSection {
-    pub cert: PathBuf,
-    pub key: PathBuf,
 }
 
 #[derive(Debug, Deserialize)]
@@ -585,6 +578,10 @@ fn resolve_gateway(
         GatewayConfig {
             cert,
             key,
+            client_ca: args.gateway.client_ca.clone().or_else(|| {
+                let t = file.tls.as_ref()?;
+                t.client_ca.as_ref().map(|p| base.join(p))
+            }),
             oidc: OidcConfig {
                 issuer: oidc.issuer.clone(),
                 audiences: oidc.audiences.clone(),

@@ -3,6 +3,7 @@
 //! ```text
 //!  client (kubectl, client-go) ──HTTPS, HTTP/2──► gateway
 //!    Authorization: Bearer <OIDC ID token> ─► token::verify ─► Identity   (401 before anything)
+//!    or a client certificate of gateway.tls.clientCA ─► cert::identity (CN user, O groups)
 //!    path::route:
 //!      /clusters/<name>/<api path>  ─► that member's API server (meridian's credential)
 //!      /clusters/*/<api path>       ─► every member, merged (merge: lists, named GETs, watches)
@@ -22,6 +23,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod cert;
 pub mod headers;
 pub mod kubeconfig;
 pub mod merge;
@@ -44,6 +46,9 @@ pub use token::{Keys, OidcConfig};
 pub struct GatewayConfig {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// Client certificates signed by these CAs (PEM) are an identity too (CN the user, O the
+    /// groups); None: bearer tokens only.
+    pub client_ca: Option<PathBuf>,
     pub oidc: OidcConfig,
     /// The issuer's JSON Web Key Set (a file).
     pub jwks: PathBuf,
@@ -69,6 +74,8 @@ pub enum GatewayError {
     Missing { what: &'static str, path: PathBuf },
     #[error("the gateway's TLS settings")]
     Tls(#[source] rustls::Error),
+    #[error("the client CA {path}: {reason}")]
+    ClientCa { path: PathBuf, reason: String },
     #[error("the issuer's keys in {path}")]
     Keys {
         path: PathBuf,

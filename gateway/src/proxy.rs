@@ -217,7 +217,7 @@ async fn dispatch(shared: &Shared, request: Request) -> Handled {
         cluster: cluster.to_string(),
         response,
     };
-    let mut who = match authenticate(shared, &parts.headers) {
+    let mut who = match authenticate(shared, &parts.headers, parts.extensions.get()) {
         Ok(who) => who,
         Err(message) => {
             shared.metrics.unauthenticated.inc();
@@ -396,10 +396,22 @@ impl Shared {
     }
 }
 
-fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Identity, String> {
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .ok_or("no bearer token: the gateway needs an OIDC ID token in Authorization")?
+/// The caller: the bearer token's, else the client certificate's.
+fn authenticate(
+    shared: &Shared,
+    headers: &HeaderMap,
+    cert: Option<&crate::serve::ClientCert>,
+) -> Result<Identity, String> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return match cert.and_then(|c| c.0.clone()) {
+            Some(identity) => identity.map_err(|e| e.to_string()),
+            None => Err(
+                "no bearer token: the gateway needs an OIDC ID token in Authorization (or a client certificate)"
+                    .into(),
+            ),
+        };
+    };
+    let value = value
         .to_str()
         .map_err(|_| "the Authorization header is not text")?;
     let token = value

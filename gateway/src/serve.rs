@@ -78,7 +78,7 @@ impl Gateway {
                 continue;
             };
             let acceptor = acceptor.clone();
-            let service = hyper_util::service::TowerToHyperService::new(router.clone());
+            let router = router.clone();
             tokio::spawn(async move {
                 let _permit = permit;
                 let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
@@ -93,6 +93,18 @@ impl Gateway {
                         return;
                     }
                 };
+                // The connection's client certificate (verified in the handshake) rides on
+                // each of its requests.
+                let presented = ClientCert(
+                    tls.get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|c| crate::cert::identity(c.as_ref())),
+                );
+                let service = hyper_util::service::TowerToHyperService::new(
+                    router.layer(axum::Extension(presented)),
+                );
                 let builder = hyper_util::server::conn::auto::Builder::new(
                     hyper_util::rt::TokioExecutor::new(),
                 );
@@ -105,6 +117,45 @@ impl Gateway {
             });
         }
     }
+}
+
+/// The identity a connection's client certificate names (None: it presented none).
+#[derive(Clone, Debug)]
+pub(crate) struct ClientCert(pub Option<Result<crate::token::Identity, crate::cert::CertError>>);
+
+/// Client certificates are asked for, never required (bearer tokens stay an identity); one
+/// presented must chain to `clientCA`, or the handshake fails.
+fn client_verifier(
+    config: &GatewayConfig,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, GatewayError> {
+    let Some(path) = &config.client_ca else {
+        return Ok(rustls::server::WebPkiClientVerifier::no_client_auth());
+    };
+    let pem = std::fs::read(path).map_err(|source| GatewayError::Read {
+        what: "the client CA",
+        path: path.clone(),
+        source,
+    })?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()).filter_map(Result::ok) {
+        roots.add(cert).map_err(GatewayError::Tls)?;
+    }
+    if roots.is_empty() {
+        return Err(GatewayError::Missing {
+            what: "PEM CA certificate",
+            path: path.clone(),
+        });
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .allow_unauthenticated()
+    .build()
+    .map_err(|e| GatewayError::ClientCa {
+        path: path.clone(),
+        reason: e.to_string(),
+    })
 }
 
 fn server_tls(config: &GatewayConfig) -> Result<rustls::ServerConfig, GatewayError> {
@@ -137,7 +188,7 @@ fn server_tls(config: &GatewayConfig) -> Result<rustls::ServerConfig, GatewayErr
     ))
     .with_safe_default_protocol_versions()
     .map_err(GatewayError::Tls)?
-    .with_no_client_auth()
+    .with_client_cert_verifier(client_verifier(config)?)
     .with_single_cert(certs, key)
     .map_err(GatewayError::Tls)?;
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];

@@ -7,7 +7,8 @@
 //! `initial-events-end` bookmark is held back and one of the gateway's goes out once every
 //! member sent its own. The stream ends — and a client-go reflector simply watches again
 //! from its last version — when any member's watch ends or the set of members changes (a
-//! member joined since a composite was issued is answered 410, so the client relists).
+//! member joined since a composite was issued is answered 410, so the client relists). A
+//! member that is up but whose watch did not open in time ends it within seconds too.
 
 use std::collections::BTreeSet;
 use std::pin::Pin;
@@ -27,6 +28,9 @@ use crate::merge::{self, Composite};
 use crate::path::{query_param, with_params};
 use crate::proxy::{Call, LeftOut, Member, Shared, failure, requested_version, send};
 use crate::tenant;
+
+/// How often a fleet watch looks for members up but not in it.
+const REWATCH_LEFT_OUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 type Events = Pin<Box<dyn Stream<Item = (String, Option<Value>)> + Send>>;
 
@@ -263,6 +267,15 @@ fn merged(
                     changed = snapshots.changed() => {
                         if changed.is_err() || state.members_changed() {
                             tracing::debug!("the fleet's members changed: the fleet watch ends");
+                            return None;
+                        }
+                    }
+                    // A member left out when the watch began (its watch did not open in
+                    // time) though it is up: the watch ends soon, so the client watches again
+                    // with it rather than never seeing its events.
+                    _ = tokio::time::sleep(REWATCH_LEFT_OUT) => {
+                        if state.members_changed() {
+                            tracing::debug!("a member up but left out of the fleet watch: it ends");
                             return None;
                         }
                     }
