@@ -252,27 +252,53 @@ pub(crate) fn add_override(hub: &mut Hub, from: &ReadFrom, op: &crate::crd::Over
         ),
         name: op.metadata.name.clone().unwrap_or_else(|| "?".into()),
     };
-    match crate::overrides::override_policy(op) {
-        Ok(p) if hub.overrides.iter().any(|q| q.key == p.key) => hub
-            .errors
-            .push(from.problem(object, "defined twice; the first wins".into())),
-        Ok(p) => hub.overrides.push(p),
-        Err(problems) => hub.errors.extend(problems.into_iter().map(|reason| {
-            from.problem(object.clone(), format!("{reason}; the policy is not used"))
-        })),
-    }
+    let converted = crate::overrides::override_policy(op);
+    let same = |a: &OverridePolicy, b: &OverridePolicy| a.key == b.key;
+    keep_first(
+        &mut hub.overrides,
+        &mut hub.errors,
+        from,
+        object,
+        converted,
+        same,
+        "policy",
+    );
 }
 
 pub(crate) fn add_tenant(hub: &mut Hub, from: &ReadFrom, t: &crate::crd::Tenant) {
     let name = t.metadata.name.clone().unwrap_or_else(|| "?".into());
     let object = ObjectRef::cluster_scoped("Tenant", &name);
-    match crate::tenants::tenant(t) {
-        Ok(t) if hub.tenants.iter().any(|u| u.name == t.name) => hub
-            .errors
-            .push(from.problem(object, "defined twice; the first wins".into())),
-        Ok(t) => hub.tenants.push(t),
-        Err(problems) => hub.errors.extend(problems.into_iter().map(|reason| {
-            from.problem(object.clone(), format!("{reason}; the tenant is not used"))
+    let converted = crate::tenants::tenant(t);
+    let same = |a: &Tenant, b: &Tenant| a.name == b.name;
+    keep_first(
+        &mut hub.tenants,
+        &mut hub.errors,
+        from,
+        object,
+        converted,
+        same,
+        "tenant",
+    );
+}
+
+/// A converted hub object joins `into` unless one the same (`same`) is there already (the
+/// first wins); its problems, or the second definition, go to `errors` naming `object`.
+fn keep_first<T>(
+    into: &mut Vec<T>,
+    errors: &mut Vec<Problem>,
+    from: &ReadFrom,
+    object: ObjectRef,
+    converted: Result<T, Vec<String>>,
+    same: impl Fn(&T, &T) -> bool,
+    what: &str,
+) {
+    match converted {
+        Ok(t) if into.iter().any(|u| same(u, &t)) => {
+            errors.push(from.problem(object, "defined twice; the first wins".into()));
+        }
+        Ok(t) => into.push(t),
+        Err(problems) => errors.extend(problems.into_iter().map(|reason| {
+            from.problem(object.clone(), format!("{reason}; the {what} is not used"))
         })),
     }
 }
@@ -309,15 +335,17 @@ pub(crate) fn add_policy(hub: &mut Hub, from: &ReadFrom, csp: &ClusterScheduling
         ),
         name: csp.metadata.name.clone().unwrap_or_else(|| "?".into()),
     };
-    match crate::policy::scheduling_policy(csp) {
-        Ok(p) if hub.policies.iter().any(|q| q.key == p.key) => hub
-            .errors
-            .push(from.problem(object, "defined twice; the first wins".into())),
-        Ok(p) => hub.policies.push(p),
-        Err(problems) => hub.errors.extend(problems.into_iter().map(|reason| {
-            from.problem(object.clone(), format!("{reason}; the policy is not used"))
-        })),
-    }
+    let converted = crate::policy::scheduling_policy(csp);
+    let same = |a: &Policy, b: &Policy| a.key == b.key;
+    keep_first(
+        &mut hub.policies,
+        &mut hub.errors,
+        from,
+        object,
+        converted,
+        same,
+        "policy",
+    );
 }
 
 /// What the previous hub read served, so an invalid edit keeps the last valid version.

@@ -603,6 +603,13 @@ impl Placements {
             .cloned()
             .unwrap_or_default()
     }
+
+    /// Something placed in `cluster` lives in `namespace` (so the namespace must stay).
+    pub fn places_in(&self, cluster: &ClusterId, namespace: &str) -> bool {
+        self.decisions
+            .values()
+            .any(|d| *d.template.namespace == *namespace && d.replicas_in(cluster).is_some())
+    }
 }
 
 impl Decision {

@@ -1358,13 +1358,7 @@ async fn clean_namespaces(m: &mut Member, pass: &Pass<'_>) {
     let cluster = m.applier.cluster().clone();
     let held = m.holdings();
     for namespace in std::mem::take(&mut m.cleanup) {
-        let placed = pass
-            .snapshot
-            .placements
-            .decisions
-            .values()
-            .any(|d| *d.template.namespace == *namespace && d.replicas_in(&cluster).is_some());
-        if placed {
+        if pass.snapshot.placements.places_in(&cluster, &namespace) {
             continue;
         }
         if held.keys().any(|k| *k.namespace == *namespace) {

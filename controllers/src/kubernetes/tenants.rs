@@ -78,7 +78,7 @@ pub async fn run(
             };
             let desired = snapshot.tenants.namespaces_in(&view.spec);
             let steps = namespace_steps(&desired, &f.namespace_labels, MANAGED_BY, |ns| {
-                placed_in(&snapshot, id, ns)
+                snapshot.placements.places_in(id, ns)
             });
             for step in steps {
                 write(applier, step, &metrics).await;
@@ -93,15 +93,6 @@ fn writable(view: &ClusterView, facts: &MemberFacts, leadership: &Leadership) ->
         && !facts.retired
         && facts.listed
         && leadership.may_write_to(&view.spec.id)
-}
-
-/// Something meridian places in `cluster` lives in `namespace`.
-fn placed_in(snapshot: &Snapshot, cluster: &ClusterId, namespace: &str) -> bool {
-    snapshot
-        .placements
-        .decisions
-        .values()
-        .any(|d| *d.template.namespace == *namespace && d.replicas_in(cluster).is_some())
 }
 
 async fn write(applier: &Applier, step: NamespaceStep, metrics: &TenantMetrics) {
