@@ -1,6 +1,7 @@
 //! The headers a forwarded request carries: what the client sent, minus anything that could
 //! speak for an identity (credentials, impersonation, tenant and front-proxy headers) and the
-//! hop-by-hop headers, plus the caller's identity as impersonation headers. The member's RBAC
+//! hop-by-hop headers (an upgrade's own `Connection`/`Upgrade` pair put back), plus the
+//! caller's identity as impersonation headers. The member's RBAC
 //! for that user then decides (delegated authorization).
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -23,6 +24,7 @@ pub fn is_stripped(name: &HeaderName) -> bool {
         || n == header::PROXY_AUTHORIZATION
         || n == header::HOST
         || n == header::CONNECTION
+        || n == header::UPGRADE
         || n == header::CONTENT_LENGTH
         || n == header::TRANSFER_ENCODING
         || n == header::TE
@@ -39,6 +41,10 @@ pub fn forwarded(client: &HeaderMap, who: &Identity) -> Result<HeaderMap, Invali
             out.append(name.clone(), value.clone());
         }
     }
+    if let Some(protocol) = upgrade(client) {
+        out.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        out.insert(header::UPGRADE, protocol.clone());
+    }
     let value = |v: &str| HeaderValue::from_str(v).map_err(|_| InvalidIdentity(v.to_string()));
     out.insert("impersonate-user", value(&who.user)?);
     for group in &who.groups {
@@ -49,6 +55,19 @@ pub fn forwarded(client: &HeaderMap, who: &Identity) -> Result<HeaderMap, Invali
         out.insert(TENANT_HEADER, value(tenant)?);
     }
     Ok(out)
+}
+
+/// The protocol a request asks to switch to (`Connection: upgrade` and `Upgrade: …`: exec,
+/// attach and port-forward over WebSocket or SPDY), which goes on to the member; None for
+/// every other request (a lone `Upgrade` header is hop-by-hop and dropped).
+pub fn upgrade(client: &HeaderMap) -> Option<&HeaderValue> {
+    let asked = client
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    asked.then(|| client.get(header::UPGRADE)).flatten()
 }
 
 /// A user, group or tenant name that cannot be a header value.
@@ -109,6 +128,38 @@ mod tests {
         }
         assert_eq!(all("accept"), ["application/json"]);
         assert_eq!(all("user-agent"), ["kubectl"]);
+    }
+
+    #[test]
+    fn an_upgrade_goes_on_with_its_protocol_and_a_lone_upgrade_header_does_not() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(*k, HeaderValue::from_static(v));
+            }
+            h
+        };
+        let exec = headers(&[
+            ("connection", "keep-alive, Upgrade"),
+            ("upgrade", "websocket"),
+            ("sec-websocket-protocol", "v5.channel.k8s.io"),
+        ]);
+        assert_eq!(upgrade(&exec).unwrap(), "websocket");
+        let out = forwarded(&exec, &who()).unwrap();
+        assert_eq!(out["connection"], "Upgrade");
+        assert_eq!(out["upgrade"], "websocket");
+        assert_eq!(out["sec-websocket-protocol"], "v5.channel.k8s.io");
+        let spdy = headers(&[("connection", "upgrade"), ("upgrade", "SPDY/3.1")]);
+        assert_eq!(forwarded(&spdy, &who()).unwrap()["upgrade"], "SPDY/3.1");
+        for plain in [
+            headers(&[("upgrade", "h2c")]),
+            headers(&[("connection", "keep-alive"), ("upgrade", "websocket")]),
+            headers(&[("connection", "upgrade")]),
+        ] {
+            assert_eq!(upgrade(&plain), None);
+            let out = forwarded(&plain, &who()).unwrap();
+            assert!(out.get("upgrade").is_none() && out.get("connection").is_none());
+        }
     }
 
     #[test]

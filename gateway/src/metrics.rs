@@ -37,6 +37,8 @@ pub struct GatewayMetrics {
     /// Requests of a tenant's user outside its clusters or namespaces (403 at the gateway).
     pub tenant_refused: Counter,
     pub watches: Gauge,
+    /// Upgraded connections (exec, attach, port-forward) open through the gateway.
+    pub tunnels: Gauge,
 }
 
 impl GatewayMetrics {
@@ -50,6 +52,7 @@ impl GatewayMetrics {
             unauthenticated: Counter::default(),
             tenant_refused: Counter::default(),
             watches: Gauge::default(),
+            tunnels: Gauge::default(),
         };
         registry.register(
             "requests",
@@ -80,6 +83,11 @@ impl GatewayMetrics {
             "watches",
             "Watches open through the gateway",
             m.watches.clone(),
+        );
+        registry.register(
+            "tunnels",
+            "Upgraded connections (exec, attach, port-forward) open through the gateway",
+            m.tunnels.clone(),
         );
         m
     }
