@@ -106,6 +106,8 @@ pub struct ServeArgs {
     pub admin: AdminArgs,
     #[command(flatten)]
     pub gateway: GatewayArgs,
+    #[command(flatten)]
+    pub tracing: TracingArgs,
     /// File descriptors kept out of the listeners' connection bounds for meridian's own
     /// member connections and files (default: half the limit, at most 1024).
     #[arg(long = "reserved-descriptors", env = "MERIDIAN_RESERVED_DESCRIPTORS")]
@@ -114,6 +116,21 @@ pub struct ServeArgs {
     /// for a log collector. Levels and targets: MERIDIAN_LOG (e.g. `debug,kube=info`).
     #[arg(long, env = "MERIDIAN_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct TracingArgs {
+    /// Export OpenTelemetry traces to this OTLP/gRPC collector (`http://host:4317`; default:
+    /// no traces).
+    #[arg(long = "tracing-otlp-endpoint", env = "MERIDIAN_TRACING_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// The share of new traces kept, 0 to 1 (default 0.1); a caller's sampled traceparent is
+    /// followed.
+    #[arg(
+        long = "tracing-sampling-ratio",
+        env = "MERIDIAN_TRACING_SAMPLING_RATIO"
+    )]
+    pub sampling_ratio: Option<f64>,
 }
 
 #[derive(Debug, Args)]

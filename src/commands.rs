@@ -20,6 +20,7 @@ use crate::cli::{
 use crate::whatif::{PolicyFile, ScenarioRequest};
 use crate::{app, config};
 
+/// Runs every command but `serve` (main starts that itself: its config decides the logging).
 pub async fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Serve(args) => {

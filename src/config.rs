@@ -15,6 +15,7 @@ use meridian_xds::{TlsFiles, XdsConfig};
 use serde::Deserialize;
 
 use crate::cli::ServeArgs;
+use crate::telemetry::TracingConfig;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -30,6 +31,9 @@ pub struct File {
     /// The federation API gateway (off unless `listen` is set).
     #[serde(default)]
     pub gateway: GatewaySection,
+    /// OpenTelemetry traces (off unless `otlpEndpoint` is set).
+    #[serde(default)]
+    pub tracing: TracingSection,
     #[serde(default)]
     pub leader_election: LeaderSection,
     #[serde(default)]
@@ -233,6 +237,15 @@ pub struct OidcSection {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TracingSection {
+    /// The collector's OTLP/gRPC address, `http://host:4317`.
+    pub otlp_endpoint: Option<String>,
+    /// The share of new traces kept, 0 to 1 (default 0.1).
+    pub sampling_ratio: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AdminSection {
     pub listen: Option<SocketAddr>,
     pub max_connections: Option<u64>,
@@ -280,12 +293,16 @@ pub struct Config {
     pub listeners: ListenerLimits,
     /// The federation API gateway's address and settings; None: no gateway.
     pub gateway: Option<(SocketAddr, GatewayConfig)>,
+    /// Where traces are exported; None: nowhere.
+    pub tracing: Option<TracingConfig>,
 }
 
 pub const DEFAULT_DNS: &str = "127.0.0.1:1053";
 pub const DEFAULT_XDS: &str = "127.0.0.1:18000";
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:9180";
 pub const DEFAULT_SYNC_DEADLINE_SECONDS: u64 = 30;
+/// One new trace in ten: enough to see where time goes without exporting every DNS miss.
+pub const DEFAULT_SAMPLING_RATIO: f64 = 0.1;
 /// Longer than any member takes to list: beyond it a typo would leave DNS at SERVFAIL for hours.
 const MAX_SYNC_DEADLINE_SECONDS: u64 = 3600;
 /// Each UDP worker is a thread: beyond this the thread spawns fail (100,000 aborted).
@@ -535,7 +552,44 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
             .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("default")),
         listeners,
         gateway,
+        tracing: resolve_tracing(&file.tracing, args)?,
     })
+}
+
+/// Traces are exported when a collector is named; the ratio alone is a mistake.
+fn resolve_tracing(file: &TracingSection, args: &ServeArgs) -> Result<Option<TracingConfig>> {
+    let ratio = args.tracing.sampling_ratio.or(file.sampling_ratio);
+    let Some(endpoint) = args
+        .tracing
+        .otlp_endpoint
+        .clone()
+        .or_else(|| file.otlp_endpoint.clone())
+    else {
+        if ratio.is_some() {
+            bail!("tracing.samplingRatio needs tracing.otlpEndpoint (where the traces go)");
+        }
+        return Ok(None);
+    };
+    let authority = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))
+        .with_context(|| {
+            format!("tracing.otlpEndpoint {endpoint:?} must be an http:// or https:// URL of an OTLP/gRPC collector")
+        })?;
+    let authority = authority.strip_suffix('/').unwrap_or(authority);
+    if authority.is_empty() || authority.contains(['/', ' ', '?', '#']) {
+        bail!(
+            "tracing.otlpEndpoint {endpoint:?} must name a host and port only (e.g. http://127.0.0.1:4317)"
+        );
+    }
+    let sampling_ratio = ratio.unwrap_or(DEFAULT_SAMPLING_RATIO);
+    if !(0.0..=1.0).contains(&sampling_ratio) {
+        bail!("tracing.samplingRatio must be between 0 and 1 (got {sampling_ratio})");
+    }
+    Ok(Some(TracingConfig {
+        endpoint,
+        sampling_ratio,
+    }))
 }
 
 /// The gateway, when a listen address is set: TLS and an identity are required (an open
@@ -992,6 +1046,65 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("global style only"), "{e}");
+    }
+
+    #[test]
+    fn traces_go_to_an_otlp_url_at_a_ratio_between_zero_and_one() {
+        let hub = "hub: {directory: h}\n";
+        let resolved = |yaml: &str, flags: &[&str]| {
+            let file = parse(&format!("{hub}{yaml}")).unwrap();
+            resolve(file, Path::new("/etc/m"), &args(flags))
+        };
+        assert_eq!(resolved("", &[]).unwrap().tracing, None);
+        let on = resolved("tracing: {otlpEndpoint: 'http://127.0.0.1:4317'}\n", &[]).unwrap();
+        assert_eq!(
+            on.tracing,
+            Some(TracingConfig {
+                endpoint: "http://127.0.0.1:4317".into(),
+                sampling_ratio: DEFAULT_SAMPLING_RATIO,
+            })
+        );
+        let flags = resolved(
+            "tracing: {otlpEndpoint: 'http://a:4317', samplingRatio: 0.5}\n",
+            &[
+                "--tracing-otlp-endpoint",
+                "https://b:4317/",
+                "--tracing-sampling-ratio",
+                "1",
+            ],
+        )
+        .unwrap()
+        .tracing
+        .unwrap();
+        assert_eq!(
+            (flags.endpoint.as_str(), flags.sampling_ratio),
+            ("https://b:4317/", 1.0)
+        );
+        for (yaml, says) in [
+            (
+                "tracing: {samplingRatio: 0.5}\n",
+                "needs tracing.otlpEndpoint",
+            ),
+            (
+                "tracing: {otlpEndpoint: '127.0.0.1:4317'}\n",
+                "must be an http:// or https:// URL",
+            ),
+            (
+                "tracing: {otlpEndpoint: 'http://c:4317/v1/traces'}\n",
+                "host and port only",
+            ),
+            (
+                "tracing: {otlpEndpoint: 'http://c:4317', samplingRatio: 1.5}\n",
+                "between 0 and 1",
+            ),
+            (
+                "tracing: {otlpEndpoint: 'http://c:4317', samplingRatio: -0.1}\n",
+                "between 0 and 1",
+            ),
+        ] {
+            let e = format!("{:#}", resolved(yaml, &[]).unwrap_err());
+            assert!(e.contains(says), "{yaml}: {e}");
+        }
     }
 
     #[test]

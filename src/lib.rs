@@ -27,6 +27,7 @@ pub mod config;
 pub mod explain;
 pub mod programs;
 pub mod store;
+pub mod telemetry;
 pub mod ui;
 pub mod whatif;
 pub mod xds_watch;

@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry as Metrics;
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, info, warn};
+use tracing::{debug, info, info_span, warn};
 
 /// Runs `f` (a placement round: up to hundreds of milliseconds for 10,000 templates) without
 /// holding a runtime worker that xDS and the admin server need, where the runtime allows it.
@@ -313,13 +313,25 @@ impl Store {
     }
 
     fn publish_snapshot(&mut self) {
+        let span = info_span!(
+            "snapshot.build",
+            version = tracing::field::Empty,
+            services_changed = tracing::field::Empty,
+            full = tracing::field::Empty,
+        )
+        .entered();
         let started = Instant::now();
         let prev = self.publish.borrow().clone();
         let mut built = self.fleet.build_snapshot(&prev, started);
         let took = started.elapsed();
         self.metrics.build_seconds.observe(took.as_secs_f64());
+        span.record("version", built.snapshot.version);
+        span.record("services_changed", built.services_changed);
+        span.record("full", built.full);
         let placing = Instant::now();
-        if off_the_runtime(|| self.fleet.place(&prev, &mut built.snapshot, placing)) {
+        let placed = info_span!("placement")
+            .in_scope(|| off_the_runtime(|| self.fleet.place(&prev, &mut built.snapshot, placing)));
+        if placed {
             let took = placing.elapsed();
             self.metrics.placement_seconds.observe(took.as_secs_f64());
             self.count_placements(&built.snapshot);

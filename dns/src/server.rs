@@ -170,6 +170,12 @@ impl Dns {
             }
         }
         self.metrics.cache_misses.inc();
+        let _miss = tracing::info_span!(
+            "dns.miss",
+            qname = %wire::WireName(hot.name()),
+            qtype = hot.qtype(),
+        )
+        .entered();
         let quick = self
             .answer_quick(&snap, raw, &hot, client, rotation)
             .and_then(|(answered, variants)| {

@@ -173,6 +173,37 @@ pub fn place_key(client: Option<ClientPlace>) -> u32 {
     }
 }
 
+/// A wire-format name shown as text (`payments.shop.global.`), for spans and logs; only
+/// formatted when something records it.
+pub struct WireName<'a>(pub &'a [u8]);
+
+impl std::fmt::Display for WireName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut rest = self.0;
+        while let Some((&len, tail)) = rest.split_first() {
+            let Some(label) = tail.get(..usize::from(len)) else {
+                break;
+            };
+            if len == 0 {
+                break;
+            }
+            for &b in label {
+                match b {
+                    b'.' | b'\\' => write!(f, "\\{}", char::from(b))?,
+                    0x21..=0x7e => write!(f, "{}", char::from(b))?,
+                    _ => write!(f, "\\{b:03}")?,
+                }
+            }
+            f.write_str(".")?;
+            rest = &tail[usize::from(len)..];
+        }
+        if self.0.first() == Some(&0) {
+            f.write_str(".")?;
+        }
+        Ok(())
+    }
+}
+
 /// What the hot path learned from a request.
 pub struct HotQuery {
     pub key: HotKey,
@@ -301,6 +332,19 @@ pub fn hot_query(raw: &[u8], client: Option<ClientPlace>) -> Option<HotQuery> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wire_name_reads_as_dotted_text_with_odd_bytes_escaped() {
+        let show = |wire: &[u8]| WireName(wire).to_string();
+        assert_eq!(
+            show(b"\x08payments\x04shop\x06global\x00"),
+            "payments.shop.global."
+        );
+        assert_eq!(show(b"\x00"), ".");
+        assert_eq!(show(b"\x03a.b\x02\x01 \x00"), "a\\.b.\\001\\032.");
+        // A label longer than what is left ends the text, never the process.
+        assert_eq!(show(b"\x01a\x09short"), "a.");
+    }
 
     fn query(name: &[u8], qtype: u16, opt: Option<&[u8]>) -> Vec<u8> {
         let mut q = vec![

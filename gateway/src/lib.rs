@@ -34,6 +34,7 @@ pub mod scrape;
 mod serve;
 pub mod tenant;
 pub mod token;
+mod trace;
 mod watch;
 
 pub use metrics::GatewayMetrics;

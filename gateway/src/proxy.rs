@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
 use http_body_util::BodyExt;
+use hyper::upgrade::OnUpgrade;
 use kube::Client;
 use meridian_controllers::kubernetes::Fleet;
 use meridian_core::registry::Health;
@@ -21,6 +22,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::headers;
 use crate::merge::{self, Composite, Continue, MemberList};
@@ -28,6 +30,7 @@ use crate::metrics::{ClusterLabels, GatewayMetrics, RequestLabels, RouteLabels};
 use crate::path::{self, ApiPath, Route, query_param, with_params};
 use crate::tenant;
 use crate::token::{self, Identity, Keys};
+use crate::trace;
 use crate::{GatewayConfig, watch as fleet_watch};
 
 /// Where requests go: the members (their clients, from the controllers' Fleet; their health,
@@ -172,12 +175,28 @@ struct Handled {
 
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let started = Instant::now();
+    let span = tracing::info_span!(
+        "gateway.request",
+        otel.name = tracing::field::Empty,
+        otel.kind = "server",
+        http.request.method = %request.method(),
+        url.path = request.uri().path(),
+        route = tracing::field::Empty,
+        cluster = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+    );
+    trace::continue_from(&span, request.headers());
+    let method = request.method().clone();
     let Handled {
         route,
         cluster,
         response,
-    } = dispatch(&shared, request).await;
+    } = dispatch(&shared, request).instrument(span.clone()).await;
     let code = response.status().as_u16();
+    span.record("otel.name", format!("{method} {route}"));
+    span.record("route", route);
+    span.record("cluster", cluster.as_str());
+    span.record("http.response.status_code", code);
     shared
         .metrics
         .requests
@@ -206,7 +225,10 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
 }
 
 async fn dispatch(shared: &Shared, request: Request) -> Handled {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
+    // Only an HTTP/1.1 request asking for it has one (hyper puts it there).
+    let upgrade =
+        headers::upgrade(&parts.headers).and_then(|_| parts.extensions.remove::<OnUpgrade>());
     let path_and_query = parts
         .uri
         .path_and_query()
@@ -265,7 +287,7 @@ async fn dispatch(shared: &Shared, request: Request) -> Handled {
     match route {
         Route::Hub { path } => {
             let response = match &shared.targets.hub {
-                Some(hub) => forward(shared, hub, "hub", &path, &call).await,
+                Some(hub) => forward(shared, hub, "hub", &path, &call, upgrade).await,
                 None => failure(
                     StatusCode::NOT_FOUND,
                     "NotFound",
@@ -285,7 +307,7 @@ async fn dispatch(shared: &Shared, request: Request) -> Handled {
                     failure(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", &why)
                 }
                 Some(Member::Ready(client)) => {
-                    forward(shared, &client, &cluster, &path, &call).await
+                    forward(shared, &client, &cluster, &path, &call, upgrade).await
                 }
             };
             handled("member", &cluster, response)
@@ -487,36 +509,81 @@ pub(crate) fn is_watch(path_and_query: &str) -> bool {
         })
 }
 
-/// Sends `call` to `path` of one API server and answers what it answered, streaming.
+/// Sends `call` to `path` of one API server and answers what it answered, streaming; an
+/// upgrade the member accepts becomes a tunnel.
 async fn forward(
     shared: &Shared,
     client: &Client,
     cluster: &str,
     path: &str,
     call: &Call,
+    upgrade: Option<OnUpgrade>,
 ) -> Response {
-    let watch = is_watch(path);
-    match send(
-        client,
-        path,
-        call,
-        (!watch).then_some(shared.config.member_timeout),
-    )
-    .await
-    {
-        Ok(response) => {
-            let (parts, body) = response.into_parts();
-            let mut out = Response::new(Body::new(body));
-            *out.status_mut() = parts.status;
-            for (name, value) in &parts.headers {
-                if !headers::is_stripped(name) {
-                    out.headers_mut().append(name.clone(), value.clone());
-                }
-            }
-            out
-        }
-        Err(e) => e.response(cluster),
+    // A watch streams for as long as the member keeps it; anything else (an upgrade too,
+    // until its 101) answers within the member timeout.
+    let timeout = (!is_watch(path)).then_some(shared.config.member_timeout);
+    let mut response = match send(client, cluster, path, call, timeout).await {
+        Ok(response) => response,
+        Err(e) => return e.response(cluster),
+    };
+    let switching = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let tunnel = match upgrade {
+        Some(client_side) if switching => Some((client_side, hyper::upgrade::on(&mut response))),
+        _ => None,
+    };
+    let protocol = response.headers().get(header::UPGRADE).cloned();
+    let mut out = relayed(response);
+    if let (Some((client_side, member_side)), Some(protocol)) = (tunnel, protocol) {
+        out.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        out.headers_mut().insert(header::UPGRADE, protocol);
+        tokio::spawn(carry(
+            client_side,
+            member_side,
+            cluster.to_string(),
+            shared.metrics.tunnels.clone(),
+        ));
     }
+    out
+}
+
+/// A member's answer as the client's: its status, its headers but the hop-by-hop and
+/// identity ones, its body streamed.
+fn relayed(response: http::Response<kube::client::Body>) -> Response {
+    let (parts, body) = response.into_parts();
+    let mut out = Response::new(Body::new(body));
+    *out.status_mut() = parts.status;
+    for (name, value) in &parts.headers {
+        if !headers::is_stripped(name) {
+            out.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// Bytes both ways between the client's and the member's upgraded connections (exec,
+/// attach, port-forward), until either side closes; the protocol inside is theirs.
+async fn carry(
+    client_side: OnUpgrade,
+    member_side: OnUpgrade,
+    cluster: String,
+    tunnels: prometheus_client::metrics::gauge::Gauge,
+) {
+    let (client_io, member_io) = match tokio::try_join!(client_side, member_side) {
+        Ok(both) => both,
+        Err(e) => {
+            tracing::debug!(%cluster, error = %e, "gateway upgrade not completed");
+            return;
+        }
+    };
+    tunnels.inc();
+    let mut client_io = hyper_util::rt::TokioIo::new(client_io);
+    let mut member_io = hyper_util::rt::TokioIo::new(member_io);
+    match tokio::io::copy_bidirectional(&mut client_io, &mut member_io).await {
+        Ok((up, down)) => tracing::debug!(%cluster, up, down, "gateway tunnel closed"),
+        Err(e) => tracing::debug!(%cluster, error = %e, "gateway tunnel ended"),
+    }
+    tunnels.dec();
 }
 
 /// Why a member gave no answer.
@@ -550,26 +617,45 @@ impl SendError {
     }
 }
 
+/// Sends `call` to `path` of `cluster`'s API server (or the hub's) in a span of its own,
+/// whose context the member gets as its `traceparent`; answers once the head has come.
 pub(crate) async fn send(
     client: &Client,
+    cluster: &str,
     path: &str,
     call: &Call,
     timeout: Option<Duration>,
 ) -> Result<http::Response<kube::client::Body>, SendError> {
+    let span = tracing::info_span!(
+        "gateway.member",
+        otel.kind = "client",
+        cluster,
+        http.request.method = %call.method,
+        url.path = path.split('?').next().unwrap_or_default(),
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
     let mut request = http::Request::builder()
         .method(call.method.clone())
         .uri(path)
         .body(kube::client::Body::from(call.body.clone()))
         .map_err(|e| SendError::Failed(e.to_string()))?;
     *request.headers_mut() = call.headers.clone();
-    let sent = client.send(request);
-    match timeout {
-        Some(t) => tokio::time::timeout(t, sent)
-            .await
-            .map_err(|_| SendError::Timeout(t))?,
-        None => sent.await,
-    }
-    .map_err(|e| SendError::Failed(e.to_string()))
+    trace::pass_on(&span, request.headers_mut());
+    let sent = client.send(request).instrument(span.clone());
+    let failed = |e: kube::Error| SendError::Failed(e.to_string());
+    let answered = match timeout {
+        Some(t) => match tokio::time::timeout(t, sent).await {
+            Ok(answered) => answered.map_err(failed),
+            Err(_) => Err(SendError::Timeout(t)),
+        },
+        None => sent.await.map_err(failed),
+    };
+    match &answered {
+        Ok(response) => span.record("http.response.status_code", response.status().as_u16()),
+        Err(_) => span.record("otel.status_code", "ERROR"),
+    };
+    answered
 }
 
 /// The `/clusters/*/…` routes: GET only, on resources.
@@ -613,7 +699,7 @@ async fn discovery(shared: &Shared, path: &str, call: &Call) -> Response {
             Member::Down(_) => None,
         });
     match first {
-        Some((name, client)) => forward(shared, &client, &name, path, call).await,
+        Some((name, client)) => forward(shared, &client, &name, path, call, None).await,
         None => failure(
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",
@@ -648,11 +734,12 @@ fn json_only(headers: &mut HeaderMap) {
 /// A member's JSON answer: (status, body).
 pub(crate) async fn get_json(
     client: &Client,
+    cluster: &str,
     path: &str,
     call: &Call,
     timeout: Duration,
 ) -> Result<(StatusCode, Value), SendError> {
-    let response = send(client, path, call, Some(timeout)).await?;
+    let response = send(client, cluster, path, call, Some(timeout)).await?;
     let status = response.status();
     let bytes = tokio::time::timeout(timeout, response.into_body().collect_bytes())
         .await
@@ -745,8 +832,8 @@ fn member_failure(status: StatusCode, body: &Value) -> Option<String> {
 async fn named(shared: &Shared, path: &str, call: &Call) -> Response {
     let members = shared.members_for(call, path);
     let mut left_out = LeftOut::default();
-    let answers = ask_ready(shared, &members, &mut left_out, |_, client| {
-        get_json(client, path, call, shared.config.member_timeout)
+    let answers = ask_ready(shared, &members, &mut left_out, |name, client| {
+        get_json(client, name, path, call, shared.config.member_timeout)
     })
     .await;
     let mut found = Vec::new();
@@ -796,7 +883,9 @@ async fn metrics(shared: &Shared, call: &Call) -> Response {
     let members = shared.targets.members();
     let scrapes = members.iter().map(|(name, m)| async move {
         let text = match m {
-            Member::Ready(client) => scrape_one(client, call, shared.config.member_timeout).await,
+            Member::Ready(client) => {
+                scrape_one(client, name, call, shared.config.member_timeout).await
+            }
             Member::Down(why) => Err(why.clone()),
         };
         (name.clone(), text)
@@ -832,12 +921,17 @@ async fn metrics(shared: &Shared, call: &Call) -> Response {
         .into_response()
 }
 
-async fn scrape_one(client: &Client, call: &Call, timeout: Duration) -> Result<String, String> {
+async fn scrape_one(
+    client: &Client,
+    cluster: &str,
+    call: &Call,
+    timeout: Duration,
+) -> Result<String, String> {
     let mut call = call.get();
     call.headers
         .insert(header::ACCEPT, HeaderValue::from_static("text/plain"));
     call.headers.remove(header::ACCEPT_ENCODING);
-    let response = send(client, "/metrics", &call, Some(timeout))
+    let response = send(client, cluster, "/metrics", &call, Some(timeout))
         .await
         .map_err(|e| e.describe())?;
     let status = response.status();
@@ -902,7 +996,7 @@ async fn list(shared: &Shared, path: &str, call: &Call) -> Response {
         None if resume.is_none() => {
             let answers = ask_ready(shared, &members, &mut left_out, |name, client| {
                 let p = member_path(name, None, None);
-                async move { get_json(client, &p, call, shared.config.member_timeout).await }
+                async move { get_json(client, name, &p, call, shared.config.member_timeout).await }
             })
             .await;
             let mut lists = Vec::new();
@@ -961,7 +1055,7 @@ async fn list(shared: &Shared, path: &str, call: &Call) -> Response {
                     ),
                     None => member_path(name, Some(remaining.to_string()), None),
                 };
-                match get_json(client, &p, call, shared.config.member_timeout).await {
+                match get_json(client, name, &p, call, shared.config.member_timeout).await {
                     Ok((StatusCode::GONE, body)) => return json_response(StatusCode::GONE, &body),
                     Ok((status, body)) => match member_failure(status, &body) {
                         Some(why) => left_out.add(shared, name, why),

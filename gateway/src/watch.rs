@@ -70,7 +70,7 @@ pub(crate) async fn every(shared: &Shared, path: &str, call: &Call) -> Response 
                 Composite::for_member(requested, &composite, name),
             )],
         );
-        match send(client, &p, call, Some(shared.config.member_timeout)).await {
+        match send(client, name, &p, call, Some(shared.config.member_timeout)).await {
             Ok(response) if response.status().is_success() => {
                 watched.insert(name.clone());
                 streams.push(events(name.clone(), response.into_body()));

@@ -114,13 +114,13 @@ class Gateway:
 PROM = "prometheus@monitoring.test"
 
 
-def grant_callers(fleet):
+def grant_callers(fleet, members=("m1", "m2", "m3")):
     """ana's group edits namespace shop in every member and reads the hub's policies there."""
     group = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": PREFIX + "shop-devs"}
     # Not the built-in `edit`: it is an aggregated role, filled by a controller manager these
     # clusters do not run.
     scraper = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": PREFIX + PROM}
-    for name in ("m1", "m2", "m3"):
+    for name in members:
         fleet.cluster(name).apply([
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
              "metadata": {"name": "metrics-reader"}, "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]},
@@ -138,7 +138,7 @@ def grant_callers(fleet):
         ])
     # carol's RBAC lets her touch ConfigMaps anywhere: only her Tenant stops her.
     carol = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": PREFIX + CAROL}
-    for name in ("m1", "m2", "m3"):
+    for name in members:
         fleet.cluster(name).apply([
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
              "metadata": {"name": "configmaps-everywhere"},
@@ -803,3 +803,141 @@ def test_a_client_certificate_of_the_client_ca_is_an_identity(gateway, tmp_path)
                    for e in gw.fleet.audit_events("m1"))
     status, _, body = gw.request("/clusters/m1/version", token=gw.issuer.token(ANA, ["shop-devs"]))
     assert status == 200, body
+
+
+class EchoServer:
+    """A TCP server on loopback that sends back what it reads: the "pod's port" a
+    port-forward reaches through the fake kubelet."""
+
+    def __init__(self):
+        import socket
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn):
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(b"echo:" + data)
+
+    def close(self):
+        self.listener.close()
+
+
+def test_exec_attach_and_port_forward_pass_through_to_the_members_kubelet(gateway, tmp_path):
+    """kubectl exec, attach and port-forward through /clusters/m1/: the gateway carries the
+    upgraded connection (WebSocket, or SPDY) to m1's API server, which proxies it to the
+    kubelet of the pod's Node — a fake kubelet serving the kubelet's own streaming library."""
+    import socket
+
+    gw, fleet = gateway, gateway.fleet
+    m1 = fleet.cluster("m1")
+    ready = tmp_path / "kubelet.port"
+    kubelet = subprocess.Popen([str(kube_clients_dir() / "fake-kubelet"), "-ready", str(ready)],
+                               stderr=open(tmp_path / "kubelet.log", "w"))
+    echo = EchoServer()
+    forward = None
+    try:
+        wait_for(ready.exists, timeout=20, what="the fake kubelet listens")
+        kubelet_port = int(ready.read_text())
+        node = {"apiVersion": CORE, "kind": "Node", "metadata": {"name": "fake-node"}}
+        m1.apply(node)
+        status, body = m1.request("PATCH", "/api/v1/nodes/fake-node/status", {"status": {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}}}},
+            content_type="application/merge-patch+json")
+        assert status == 200, body
+        # No controller manager makes the namespace's default ServiceAccount, which a Pod needs.
+        status, body = m1.request("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+                                  {"metadata": {"name": "default"}})
+        assert status in (201, 409), body
+        group = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": PREFIX + "shop-devs"}
+        m1.apply([
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": "pod-streams", "namespace": NAMESPACE},
+             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                       {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"],
+                        "verbs": ["get", "create"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "shop-devs-pod-streams", "namespace": NAMESPACE},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-streams"},
+             "subjects": [group]},
+            {"apiVersion": CORE, "kind": "Pod", "metadata": {"name": "shell", "namespace": NAMESPACE},
+             "spec": {"nodeName": "fake-node", "containers": [{"name": "main", "image": "none"}]}},
+        ])
+        # kubectl port-forward wants a Running pod; no kubelet reports it, so the test does.
+        status, body = m1.request("PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/shell/status",
+                                  {"status": {"phase": "Running"}}, content_type="application/merge-patch+json")
+        assert status == 200, body
+
+        out = gw.kubectl("/clusters/m1", "exec", "-n", NAMESPACE, "shell", "-c", "main", "--",
+                         "echo", "hello", "through", "the", "gateway").stdout
+        assert out == "hello through the gateway\n", out
+        token = gw.issuer.token(ANA, ["shop-devs"])
+        r = subprocess.run([kubectl_bin(), "--kubeconfig", os.devnull, "--server", gw.url + "/clusters/m1",
+                            "--certificate-authority", str(gw.ca), "--token", token, "exec", "-i", "-n", NAMESPACE,
+                            "shell", "-c", "main", "--", "cat"],
+                           input="line one\nline two\n", capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0 and r.stdout == "line one\nline two\n", (r.stdout, r.stderr)
+        # A command that fails: its exit code comes back through both hops.
+        r = gw.kubectl("/clusters/m1", "exec", "-n", NAMESPACE, "shell", "-c", "main", "--", "no-such-tool",
+                       check=False)
+        assert r.returncode == 127 and "command not found" in r.stderr, (r.returncode, r.stderr)
+        # The member's RBAC still decides: bob may not exec (403 from m1, as its Status).
+        r = gw.kubectl("/clusters/m1", "exec", "-n", NAMESPACE, "shell", "--", "echo", "x",
+                       token=gw.issuer.token(BOB), check=False)
+        assert r.returncode != 0 and "forbidden" in r.stderr.lower(), r.stderr
+
+        # attach: the "container" copies stdin to stdout.
+        r = subprocess.run([kubectl_bin(), "--kubeconfig", os.devnull, "--server", gw.url + "/clusters/m1",
+                            "--certificate-authority", str(gw.ca), "--token", token, "attach", "-i", "-n", NAMESPACE,
+                            "shell", "-c", "main"],
+                           input="attached\n", capture_output=True, text=True, timeout=30)
+        assert "attached\n" in r.stdout, (r.stdout, r.stderr)
+
+        # port-forward: a local port through gateway, m1 and the kubelet to the pod's port.
+        local = free_port()
+        forward = subprocess.Popen([kubectl_bin(), "--kubeconfig", os.devnull, "--server", gw.url + "/clusters/m1",
+                                    "--certificate-authority", str(gw.ca), "--token", token, "port-forward",
+                                    "-n", NAMESPACE, "pod/shell", f"{local}:{echo.port}"],
+                                   stdout=subprocess.DEVNULL, stderr=open(tmp_path / "port-forward.log", "w"))
+
+        def listening():
+            assert forward.poll() is None, (tmp_path / "port-forward.log").read_text()
+            try:
+                socket.create_connection(("127.0.0.1", local), timeout=1).close()
+                return True
+            except OSError:
+                return False
+
+        wait_for(listening, timeout=20, what="kubectl port-forward listens")
+        for round_ in range(3):
+            with socket.create_connection(("127.0.0.1", local), timeout=10) as s:
+                s.sendall(f"ping {round_}".encode())
+                assert s.recv(100) == f"echo:ping {round_}".encode()
+        from test_kube_faults import metric, metrics
+        assert metric(metrics(gw.meridian), "meridian_gateway_tunnels") >= 1
+        # Both hops are in the member's audit log as ana, through meridian.
+        streams = [e for e in fleet.audit_events("m1")
+                   if (e.get("objectRef") or {}).get("subresource") in ("exec", "attach", "portforward")]
+        assert {e["objectRef"]["subresource"] for e in streams} >= {"exec", "attach", "portforward"}, streams
+        assert all(e["user"]["username"] == "meridian" for e in streams), streams
+        assert any((e.get("impersonatedUser") or {}).get("username") == PREFIX + ANA for e in streams), streams
+    finally:
+        if forward:
+            forward.kill()
+        echo.close()
+        kubelet.kill()
+        m1.delete(CORE, "Pod", "shell", NAMESPACE)
+        m1.delete(CORE, "Node", "fake-node")

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 use xds_api::pb::envoy::config::core::v3::Node;
 use xds_api::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -322,16 +322,24 @@ impl Xds {
         out: &mpsc::Sender<Result<P::Response, Status>>,
         responses: Vec<P::Response>,
     ) -> bool {
-        for response in responses {
-            self.metrics
-                .pushes
-                .get_or_create(&type_labels(P::type_url_of(&response)))
-                .inc();
-            if out.send(Ok(response)).await.is_err() {
-                return false;
-            }
+        if responses.is_empty() {
+            return true;
         }
-        true
+        let span = tracing::info_span!("xds.push", protocol = P::NAME, responses = responses.len());
+        async {
+            for response in responses {
+                self.metrics
+                    .pushes
+                    .get_or_create(&type_labels(P::type_url_of(&response)))
+                    .inc();
+                if out.send(Ok(response)).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        }
+        .instrument(span)
+        .await
     }
 
     async fn refuse<R>(&self, id: u64, error: StreamError, out: &mpsc::Sender<Result<R, Status>>) {
