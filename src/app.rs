@@ -235,7 +235,9 @@ async fn prepare_gateway(
     let Some((listen, config)) = &cfg.gateway else {
         return Ok(None);
     };
-    let gateway = meridian_gateway::Gateway::new(config.clone()).context("gateway")?;
+    let gateway = meridian_gateway::Gateway::new(config.clone())
+        .await
+        .context("gateway")?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen for the gateway on {listen}"))?;

@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use meridian_controllers::geo::{ConfigRange, GeoSettings};
 use meridian_controllers::manifest::Limits;
 use meridian_dns::{DnsConfig, Style, ZoneConfig};
-use meridian_gateway::{GatewayConfig, OidcConfig};
+use meridian_gateway::{GatewayConfig, JwksSource, OidcConfig};
 use meridian_xds::{TlsFiles, XdsConfig};
 use serde::Deserialize;
 
@@ -225,8 +225,13 @@ pub struct GatewaySection {
 pub struct OidcSection {
     pub issuer: String,
     pub audiences: Vec<String>,
-    /// The issuer's JSON Web Key Set, a file.
-    pub jwks: PathBuf,
+    /// The issuer's JSON Web Key Set: a file, or its `jwks_uri` (https://…).
+    pub jwks: String,
+    /// CA certificates (PEM) to trust for a `jwks` URL (default: the system's).
+    #[serde(rename = "jwksCA")]
+    pub jwks_ca: Option<PathBuf>,
+    /// How often the key set is read again (default 300, 10 to 86400).
+    pub jwks_refresh_seconds: Option<u64>,
     pub username_claim: Option<String>,
     pub groups_claim: Option<String>,
     pub tenant_claim: Option<String>,
@@ -646,13 +651,48 @@ fn resolve_gateway(
                 groups_prefix: oidc.groups_prefix.clone().unwrap_or_default(),
                 clock_skew: Duration::from_secs(skew),
             },
-            jwks: base.join(&oidc.jwks),
+            jwks: jwks_source(oidc, base)?,
+            jwks_refresh: Duration::from_secs(bounded(
+                "gateway.oidc.jwksRefreshSeconds",
+                oidc.jwks_refresh_seconds.unwrap_or(300),
+                10..=86_400,
+            )?),
             // The API server's own bound on a request body.
             max_body_bytes: file.max_body_bytes.unwrap_or(3 * 1024 * 1024),
             member_timeout: Duration::from_secs(member_timeout),
             max_connections: file.max_connections.unwrap_or(4096),
         },
     )))
+}
+
+/// `jwks`: an https:// URL (the issuer's jwks_uri; plain http only on loopback), else a file.
+fn jwks_source(oidc: &OidcSection, base: &Path) -> Result<JwksSource> {
+    let jwks = oidc.jwks.trim();
+    let is_url = jwks.starts_with("https://") || jwks.starts_with("http://");
+    if !is_url {
+        if oidc.jwks_ca.is_some() {
+            bail!("gateway.oidc.jwksCA is for a jwks URL, and jwks names a file");
+        }
+        return Ok(JwksSource::File(base.join(jwks)));
+    }
+    let url: http::Uri = jwks
+        .parse()
+        .with_context(|| format!("gateway.oidc.jwks {jwks:?} is not a URL"))?;
+    let host = url.host().unwrap_or_default();
+    let loopback = host == "localhost"
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if url.scheme_str() == Some("http") && !loopback {
+        bail!(
+            "gateway.oidc.jwks {jwks:?}: the issuer's keys must come over https:// (plain http only from loopback)"
+        );
+    }
+    Ok(JwksSource::Url {
+        url: jwks.to_string(),
+        ca: oidc.jwks_ca.as_ref().map(|p| base.join(p)),
+    })
 }
 
 fn resolve_directory(file: &DirectorySection, args: &ServeArgs) -> Result<Limits> {
@@ -1108,6 +1148,47 @@ mod tests {
     }
 
     #[test]
+    fn the_issuers_keys_come_from_a_file_or_an_https_url() {
+        let gateway = |oidc: &str| {
+            let file = parse(&format!(
+                "hub: {{kubeconfig: k}}\ngateway:\n  listen: 127.0.0.1:9443\n  tls: {{cert: c, key: k}}\n  oidc: {{issuer: https://i, audiences: [m], {oidc}}}\n"
+            ))
+            .unwrap();
+            resolve(file, Path::new("/etc/m"), &args(&[])).map(|c| c.gateway.unwrap().1)
+        };
+        let url =
+            gateway("jwks: 'https://issuer.example/keys', jwksCA: ca.pem, jwksRefreshSeconds: 60")
+                .unwrap();
+        assert_eq!(
+            url.jwks,
+            JwksSource::Url {
+                url: "https://issuer.example/keys".into(),
+                ca: Some(PathBuf::from("/etc/m/ca.pem"))
+            }
+        );
+        assert_eq!(url.jwks_refresh, Duration::from_secs(60));
+        assert!(gateway("jwks: 'http://127.0.0.1:8080/keys'").is_ok());
+        for (oidc, says) in [
+            (
+                "jwks: 'http://issuer.example/keys'",
+                "must come over https://",
+            ),
+            (
+                "jwks: keys.json, jwksCA: ca.pem",
+                "jwksCA is for a jwks URL",
+            ),
+            (
+                "jwks: keys.json, jwksRefreshSeconds: 1",
+                "jwksRefreshSeconds must be between 10",
+            ),
+            ("jwks: 'https://bad host/keys'", "is not a URL"),
+        ] {
+            let e = format!("{:#}", gateway(oidc).err().expect(oidc));
+            assert!(e.contains(says), "{oidc}: {e}");
+        }
+    }
+
+    #[test]
     fn the_gateway_needs_tls_an_identity_and_a_kubernetes_hub() {
         let hub = "hub: {kubeconfig: hub.kubeconfig}\n";
         let oidc =
@@ -1120,7 +1201,11 @@ mod tests {
         let (listen, gateway) = cfg.gateway.unwrap();
         assert_eq!(listen, "127.0.0.1:9443".parse().unwrap());
         assert_eq!(gateway.cert, PathBuf::from("/etc/m/g.crt"));
-        assert_eq!(gateway.jwks, PathBuf::from("/etc/m/keys.json"));
+        assert_eq!(
+            gateway.jwks,
+            JwksSource::File(PathBuf::from("/etc/m/keys.json"))
+        );
+        assert_eq!(gateway.jwks_refresh, Duration::from_secs(300));
         assert_eq!(gateway.oidc.username_claim, "email");
         assert_eq!(gateway.oidc.groups_claim, "groups");
         assert_eq!(gateway.oidc.clock_skew, Duration::from_secs(60));

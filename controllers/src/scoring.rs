@@ -383,7 +383,8 @@ fn score_of(v: &Value) -> Option<u32> {
 }
 
 type Https = hyper_rustls::HttpsConnector<HttpConnector>;
-type HttpsClient = Client<Https, Full<Bytes>>;
+/// The HTTPS client of webhook calls (and of the gateway's JWKS fetches).
+pub type HttpsClient = Client<Https, Full<Bytes>>;
 
 /// Makes the queued calls, at most `concurrency` at once.
 async fn caller(
@@ -430,7 +431,7 @@ async fn caller(
 }
 
 /// An HTTPS (and loopback HTTP) client trusting `ca_bundle`, else the system roots.
-fn client_for(ca_bundle: Option<&str>) -> Result<HttpsClient, String> {
+pub fn client_for(ca_bundle: Option<&str>) -> Result<HttpsClient, String> {
     let mut roots = rustls::RootCertStore::empty();
     match ca_bundle {
         Some(pem) => {

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 pub mod cert;
 pub mod headers;
+pub mod jwks;
 pub mod kubeconfig;
 pub mod merge;
 pub mod metrics;
@@ -37,6 +38,7 @@ pub mod token;
 mod trace;
 mod watch;
 
+pub use jwks::JwksSource;
 pub use metrics::GatewayMetrics;
 pub use proxy::{GatewayView, Targets};
 pub use serve::Gateway;
@@ -51,8 +53,10 @@ pub struct GatewayConfig {
     /// groups); None: bearer tokens only.
     pub client_ca: Option<PathBuf>,
     pub oidc: OidcConfig,
-    /// The issuer's JSON Web Key Set (a file).
-    pub jwks: PathBuf,
+    /// The issuer's JSON Web Key Set: a file or its `jwks_uri`.
+    pub jwks: JwksSource,
+    /// How often the key set is read again.
+    pub jwks_refresh: Duration,
     /// Request bodies larger than this are refused (413).
     pub max_body_bytes: usize,
     /// The longest a member may take to answer a request that is not a watch.
@@ -71,18 +75,20 @@ pub enum GatewayError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} holds no {what}")]
-    Missing { what: &'static str, path: PathBuf },
+    #[error("{from} holds no {what}")]
+    Missing { what: &'static str, from: String },
     #[error("the gateway's TLS settings")]
     Tls(#[source] rustls::Error),
     #[error("the client CA {path}: {reason}")]
     ClientCa { path: PathBuf, reason: String },
-    #[error("the issuer's keys in {path}")]
+    #[error("the issuer's keys from {from}")]
     Keys {
-        path: PathBuf,
+        from: String,
         #[source]
         source: token::KeysError,
     },
+    #[error("cannot fetch the issuer's keys from {url}: {reason}")]
+    Fetch { url: String, reason: String },
 }
 
 /// The issuer's keys from the JWKS file the config names.
@@ -92,14 +98,19 @@ pub fn read_keys(path: &std::path::Path) -> Result<Arc<Keys>, GatewayError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let keys = Keys::from_jwks(&bytes).map_err(|source| GatewayError::Keys {
-        path: path.to_path_buf(),
+    parse_keys(&bytes, &JwksSource::File(path.to_path_buf()))
+}
+
+/// A key set read from `from`; one without a usable signing key is an error.
+fn parse_keys(bytes: &[u8], from: &JwksSource) -> Result<Arc<Keys>, GatewayError> {
+    let keys = Keys::from_jwks(bytes).map_err(|source| GatewayError::Keys {
+        from: from.to_string(),
         source,
     })?;
     if keys.is_empty() {
         return Err(GatewayError::Missing {
             what: "RS256 or ES256 signing key",
-            path: path.to_path_buf(),
+            from: from.to_string(),
         });
     }
     Ok(Arc::new(keys))

@@ -26,6 +26,11 @@ pub struct ClusterLabels {
     pub cluster: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
 #[derive(Clone)]
 pub struct GatewayMetrics {
     pub requests: Family<RequestLabels, Counter>,
@@ -39,6 +44,8 @@ pub struct GatewayMetrics {
     pub watches: Gauge,
     /// Upgraded connections (exec, attach, port-forward) open through the gateway.
     pub tunnels: Gauge,
+    /// Key set refreshes after the first read, by result (ok, failed).
+    pub jwks_refreshes: Family<ResultLabels, Counter>,
 }
 
 impl GatewayMetrics {
@@ -53,6 +60,7 @@ impl GatewayMetrics {
             tenant_refused: Counter::default(),
             watches: Gauge::default(),
             tunnels: Gauge::default(),
+            jwks_refreshes: Family::default(),
         };
         registry.register(
             "requests",
@@ -88,6 +96,11 @@ impl GatewayMetrics {
             "tunnels",
             "Upgraded connections (exec, attach, port-forward) open through the gateway",
             m.tunnels.clone(),
+        );
+        registry.register(
+            "jwks_refreshes",
+            "Refreshes of the issuer's key set by result (a failed one keeps the keys held)",
+            m.jwks_refreshes.clone(),
         );
         m
     }

@@ -25,11 +25,12 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::headers;
+use crate::jwks::KeyRing;
 use crate::merge::{self, Composite, Continue, MemberList};
 use crate::metrics::{ClusterLabels, GatewayMetrics, RequestLabels, RouteLabels};
 use crate::path::{self, ApiPath, Route, query_param, with_params};
 use crate::tenant;
-use crate::token::{self, Identity, Keys};
+use crate::token::{self, Identity};
 use crate::trace;
 use crate::{GatewayConfig, watch as fleet_watch};
 
@@ -158,7 +159,7 @@ fn epoch_seconds(t: SystemTime) -> String {
 /// Everything a request needs.
 pub(crate) struct Shared {
     pub config: GatewayConfig,
-    pub keys: Arc<Keys>,
+    pub keys: Arc<KeyRing>,
     pub targets: Targets,
     pub metrics: GatewayMetrics,
     pub view: GatewayView,
@@ -442,11 +443,16 @@ fn authenticate(
         .ok_or("the Authorization header is not a bearer token")?;
     token::verify(
         token.trim(),
-        &shared.keys,
+        &shared.keys.current(),
         &shared.config.oidc,
         SystemTime::now(),
     )
-    .map_err(|e| e.to_string())
+    .map_err(|e| {
+        if matches!(e, token::TokenError::UnknownKey(_)) {
+            shared.keys.unknown_key();
+        }
+        e.to_string()
+    })
 }
 
 /// A body past the limit is still read (and dropped) up to this much more, so a client that

@@ -10,8 +10,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
+use crate::jwks::{Fetcher, KeyRing, keep_current};
 use crate::proxy::{GatewayView, Shared, Targets, handle};
-use crate::{GatewayConfig, GatewayError, GatewayMetrics, read_keys};
+use crate::{GatewayConfig, GatewayError, GatewayMetrics};
 
 /// A client that has not finished the TLS handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -19,17 +20,22 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A gateway ready to serve: its TLS settings and the issuer's keys read.
 pub struct Gateway {
     acceptor: TlsAcceptor,
-    keys: Arc<crate::Keys>,
+    keys: Arc<KeyRing>,
+    fetcher: Fetcher,
     config: GatewayConfig,
 }
 
 impl Gateway {
-    /// Reads the certificate, key and issuer keys: a gateway that cannot serve fails here,
-    /// before anything listens.
-    pub fn new(config: GatewayConfig) -> Result<Self, GatewayError> {
+    /// Reads the certificate, key and issuer keys (fetching them when the config names a
+    /// URL): a gateway that cannot serve fails here, before anything listens.
+    pub async fn new(config: GatewayConfig) -> Result<Self, GatewayError> {
+        let acceptor = TlsAcceptor::from(Arc::new(server_tls(&config)?));
+        let fetcher = Fetcher::new(config.jwks.clone())?;
+        let keys = Arc::new(KeyRing::new(fetcher.keys().await?));
         Ok(Self {
-            acceptor: TlsAcceptor::from(Arc::new(server_tls(&config)?)),
-            keys: read_keys(&config.jwks)?,
+            acceptor,
+            keys,
+            fetcher,
             config,
         })
     }
@@ -46,14 +52,23 @@ impl Gateway {
         let Self {
             acceptor,
             keys,
+            fetcher,
             config,
         } = self;
         let listen = listener
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
-        view.started(listen.clone(), &config.oidc.issuer, keys.len());
-        tracing::info!(%listen, issuer = %config.oidc.issuer, keys = keys.len(), "federation API gateway listening");
+        let held = keys.current().len();
+        view.started(listen.clone(), &config.oidc.issuer, held);
+        tracing::info!(%listen, issuer = %config.oidc.issuer, keys = held, jwks = %config.jwks, "federation API gateway listening");
+        // Dropped with this task, as the gateway is.
+        let _refreshing = AbortOnDrop(tokio::spawn(keep_current(
+            keys.clone(),
+            fetcher,
+            config.jwks_refresh,
+            metrics.clone(),
+        )));
         let connections = Arc::new(Semaphore::new(config.max_connections));
         let shared = Arc::new(Shared {
             config,
@@ -119,6 +134,15 @@ impl Gateway {
     }
 }
 
+/// Stops a task when its owner goes.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The identity a connection's client certificate names (None: it presented none).
 #[derive(Clone, Debug)]
 pub(crate) struct ClientCert(pub Option<Result<crate::token::Identity, crate::cert::CertError>>);
@@ -143,7 +167,7 @@ fn client_verifier(
     if roots.is_empty() {
         return Err(GatewayError::Missing {
             what: "PEM CA certificate",
-            path: path.clone(),
+            from: path.display().to_string(),
         });
     }
     rustls::server::WebPkiClientVerifier::builder_with_provider(
@@ -173,7 +197,7 @@ fn server_tls(config: &GatewayConfig) -> Result<rustls::ServerConfig, GatewayErr
     if certs.is_empty() {
         return Err(GatewayError::Missing {
             what: "PEM certificate",
-            path: config.cert.clone(),
+            from: config.cert.display().to_string(),
         });
     }
     let key = rustls_pemfile::private_key(&mut read("the key", &config.key)?.as_slice())
@@ -181,7 +205,7 @@ fn server_tls(config: &GatewayConfig) -> Result<rustls::ServerConfig, GatewayErr
         .flatten()
         .ok_or_else(|| GatewayError::Missing {
             what: "PEM private key",
-            path: config.key.clone(),
+            from: config.key.display().to_string(),
         })?;
     let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),

@@ -941,3 +941,70 @@ def test_exec_attach_and_port_forward_pass_through_to_the_members_kubelet(gatewa
         kubelet.kill()
         m1.delete(CORE, "Pod", "shell", NAMESPACE)
         m1.delete(CORE, "Node", "fake-node")
+
+
+def test_the_issuers_keys_come_from_its_url_and_follow_a_rotation_and_an_outage(gateway, tmp_path):
+    """`oidc.jwks` as an https:// URL (the issuer's jwks_uri): the keys are fetched at start;
+    a token signed with a key published later is refused (401) until the early refresh its
+    unknown key asks for, then accepted; the issuer answering 500 keeps the keys held (a
+    failed refresh is a metric), so tokens keep working."""
+    from http.server import BaseHTTPRequestHandler
+
+    from conftest import https_server
+    from test_kube_faults import metric, metrics
+
+    gw, fleet = gateway, gateway.fleet
+    published = {"keys": json.loads(gw.issuer.jwks.read_text())["keys"], "status": 200}
+
+    class Keys(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"keys": published["keys"]}).encode()
+            self.send_response(published["status"])
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server, keys_port = https_server(Keys, gw.tls_dir / "server.crt", gw.tls_dir / "server.key", "jwks")
+    port = free_port()
+    config = yaml.safe_load((fleet.root / "meridian.yaml").read_text())["gateway"]
+    config["listen"] = f"127.0.0.1:{port}"
+    config["oidc"] = {**config["oidc"], "jwks": f"https://127.0.0.1:{keys_port}/keys",
+                      "jwksCA": str(gw.ca), "jwksRefreshSeconds": 3600}
+    m = fleet.start_meridian("meridian-jwks", gateway=config)
+    other = Gateway(m, port, gw.ca, gw.issuer)
+    path = f"/clusters/m1/api/v1/namespaces/{NAMESPACE}/configmaps"
+    try:
+        assert other.request(path, token=gw.issuer.token(ANA, ["shop-devs"]))[0] == 200
+
+        rotated = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        numbers = rotated.public_key().public_numbers()
+        now = int(time.time())
+        claims = {"iss": ISSUER, "aud": AUDIENCE, "email": ANA, "groups": ["shop-devs"], "iat": now,
+                  "nbf": now - 5, "exp": now + 600}
+        token = jwt.encode(claims, rotated, algorithm="RS256", headers={"kid": "rsa-2"})
+        published["keys"] = published["keys"] + [
+            {"kty": "RSA", "kid": "rsa-2", "use": "sig", "alg": "RS256",
+             "n": b64url_uint(numbers.n), "e": b64url_uint(numbers.e)}]
+        status, _, body = other.request(path, token=token)
+        assert status == 401 and "rsa-2" in body["message"], body
+        wait_for(lambda: other.request(path, token=token)[0] == 200, timeout=30,
+                 what="the rotated key accepted after the early refresh")
+
+        # The issuer fails: a refresh (asked for by another unknown key) fails, the keys held stay.
+        published["status"] = 500
+        stranger = jwt.encode(claims, rsa.generate_private_key(public_exponent=65537, key_size=2048),
+                              algorithm="RS256", headers={"kid": "rsa-3"})
+        assert other.request(path, token=stranger)[0] == 401
+        wait_for(lambda: metric(metrics(m), "meridian_gateway_jwks_refreshes_total", result="failed") >= 1,
+                 timeout=30, what="a failed refresh counted")
+        assert other.request(path, token=token)[0] == 200
+        assert other.request(path, token=gw.issuer.token(ANA, ["shop-devs"]))[0] == 200
+        assert metric(metrics(m), "meridian_gateway_jwks_refreshes_total", result="ok") >= 1
+    finally:
+        m.stop()
+        fleet.meridians.remove(m)
+        server.shutdown()
