@@ -1183,7 +1183,7 @@ mod tests {
             ),
             ("jwks: 'https://bad host/keys'", "is not a URL"),
         ] {
-            let e = format!("{:#}", gateway(oidc).err().expect(oidc));
+            let e = format!("{:#}", gateway(oidc).expect_err(oidc));
             assert!(e.contains(says), "{oidc}: {e}");
         }
     }
