@@ -1008,3 +1008,54 @@ def test_the_issuers_keys_come_from_its_url_and_follow_a_rotation_and_an_outage(
         m.stop()
         fleet.meridians.remove(m)
         server.shutdown()
+
+
+def test_the_python_kubernetes_client_is_the_caller_its_token_names(gateway):
+    """The official Python client (kubernetes on PyPI) with ID tokens the test mints: the
+    member sees the token's user and groups, through one member and through *; a bad token is
+    401 and the member's RBAC 403 come back as the client's ApiException."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    gw, fleet = gateway, gateway.fleet
+    every_member_healthy(gw)
+
+    def api(token, cluster="m1"):
+        config = client.Configuration()
+        config.host = f"{gw.url}/clusters/{cluster}"
+        config.ssl_ca_cert = str(gw.ca)
+        config.api_key = {"authorization": f"Bearer {token}"}
+        return client.ApiClient(config)
+
+    def refused(call):
+        with pytest.raises(ApiException) as e:
+            call()
+        return e.value.status, json.loads(e.value.body or "{}")
+
+    ana = api(gw.issuer.token(ANA, ["shop-devs"], alg="ES256"))
+    review = client.AuthenticationV1Api(ana).create_self_subject_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    assert review.status.user_info.username == PREFIX + ANA, review.status.user_info
+    assert PREFIX + "shop-devs" in review.status.user_info.groups, review.status.user_info
+    core = client.CoreV1Api(ana)
+    core.create_namespaced_config_map(NAMESPACE, configmap("from-python"))
+    try:
+        assert "from-python" in [c.metadata.name for c in core.list_namespaced_config_map(NAMESPACE).items]
+        assert fleet.cluster("m1").get(CORE, "ConfigMap", "from-python", NAMESPACE)
+        assert fleet.cluster("m2").get(CORE, "ConfigMap", "from-python", NAMESPACE) is None
+        fleet_wide = client.CoreV1Api(api(gw.issuer.token(ANA, ["shop-devs"]), cluster="*"))
+        found = [c for c in fleet_wide.list_namespaced_config_map(NAMESPACE).items
+                 if c.metadata.name == "from-python"]
+        assert [c.metadata.annotations["meridian.io/cluster"] for c in found] == ["m1"], found
+
+        for token, says in ((gw.issuer.token(ANA, ["shop-devs"], lifetime=-120), "expired"),
+                            (gw.issuer.token(ANA, ["shop-devs"], audience="someone-else"), "audience"),
+                            (gw.issuer.token(ANA, ["shop-devs"], alg="none"), "algorithm")):
+            status, body = refused(lambda: client.CoreV1Api(api(token)).list_namespaced_config_map(NAMESPACE))
+            assert status == 401 and says in body["message"], (says, body)
+        # bob is nobody in m1: its RBAC answers, through the gateway, as the client's error.
+        status, body = refused(lambda: client.CoreV1Api(api(gw.issuer.token(BOB))).list_namespaced_config_map(
+            NAMESPACE))
+        assert status == 403 and body["reason"] == "Forbidden" and PREFIX + BOB in body["message"], body
+    finally:
+        core.delete_namespaced_config_map("from-python", NAMESPACE)

@@ -128,6 +128,12 @@ fn unsigned_hmac_and_mismatched_algorithms_are_refused() {
         verify(&none, &s.keys, &config(), at(NOW)),
         Err(TokenError::Algorithm("none".into()))
     );
+    // Refused for its algorithm before any key is looked for (an unsigned token names none).
+    let keyless = token(&s, "none", "", &claims());
+    assert_eq!(
+        verify(&keyless, &s.keys, &config(), at(NOW)),
+        Err(TokenError::Algorithm("none".into()))
+    );
     let hs = token(&s, "HS256", "r1", &claims());
     assert_eq!(
         verify(&hs, &s.keys, &config(), at(NOW)),
