@@ -610,11 +610,14 @@ def test_a_thousand_watches_through_star_each_get_the_event(gateway):
     rv = gw.request(path, token=token)[2]["metadata"]["resourceVersion"]
     watches = 1000
 
+    attempts, seen = [], []
+
     async def one(ready: asyncio.Queue, go: asyncio.Event):
         # As a reflector: a watch that ends (a member left out of it, or its own timeout) is
         # watched again from the last version seen, losing nothing.
         version, announced = rv, False
         for _ in range(20):
+            attempts.append(1)
             reader, writer = await asyncio.open_connection("127.0.0.1", gw.port, ssl=gw.ctx, server_hostname="127.0.0.1")
             writer.write(f"GET {path}?watch=1&resourceVersion={version} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                          f"Authorization: Bearer {token}\r\n\r\n".encode())
@@ -629,18 +632,32 @@ def test_a_thousand_watches_through_star_each_get_the_event(gateway):
                 if m := re.search(rb'"resourceVersion":"(mrv1\.[A-Za-z0-9_=-]+)"', line):
                     version = m.group(1).decode()
                 if b"thousand-watch" in line:
+                    seen.append(1)
                     writer.close()
                     return True
             writer.close()
         return False
 
+    def progress(stage):
+        view = json.loads(gw.meridian.http("/debug/gateway")[1])["gateway"]
+        partial = re.findall(r"meridian_gateway_partial_total\{[^}]*\} \S+", gw.meridian.http("/metrics")[1])
+        return (f"{stage}: {len(attempts)} watch requests made, {len(seen)} of {watches} saw the event, "
+                f"{view['openWatches']} open in the gateway, members left out: {partial}, "
+                f"its last problems: {view['recentProblems'][-5:]}")
+
     async def run():
         ready, go = asyncio.Queue(), asyncio.Event()
         tasks = [asyncio.create_task(one(ready, go)) for _ in range(watches)]
-        for _ in range(watches):
-            await asyncio.wait_for(ready.get(), timeout=120)
+        try:
+            for _ in range(watches):
+                await asyncio.wait_for(ready.get(), timeout=120)
+        except TimeoutError:
+            raise AssertionError(progress("not every watch answered within 120 s")) from None
         await asyncio.to_thread(fleet.cluster("m2").apply, configmap("thousand-watch"))
-        return await asyncio.wait_for(asyncio.gather(*tasks), timeout=120)
+        try:
+            return await asyncio.wait_for(asyncio.gather(*tasks), timeout=120)
+        except TimeoutError:
+            raise AssertionError(progress("not every watch saw the event within 120 s")) from None
 
     started = time.monotonic()
     results = asyncio.run(run())

@@ -1,0 +1,224 @@
+//! The pull-mode agent's rules (DESIGN §12), pure: who may join with which bootstrap token,
+//! which cluster a client certificate speaks for, and when an agent renews its certificate.
+//! The hub-side service and the member-side loop (`agent/`) only ask these.
+//!
+//! ```text
+//!  meridian token create --cluster eu-1 --ttl 1h ─► BootstrapToken "abc123.0123456789abcdef"
+//!  agent: key pair + CSR + token ─► hub: Tokens::admit(token, cluster, now)
+//!        ─► ok: sign CN=meridian:agent:eu-1 (the token is spent) │ refused: JoinRefused
+//!  every stream message: sender(certificate CN) == the cluster it names, or the stream ends
+//!  agent: renew_at(not_before, not_after, jitter): 75–80 % into the lifetime
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use crate::ClusterId;
+
+/// The subject prefix of an agent's certificate: `CN=meridian:agent:<cluster>`.
+pub const AGENT_SUBJECT_PREFIX: &str = "meridian:agent:";
+/// A token's id: six lower-case letters or digits; its secret: sixteen (as kubeadm's).
+const ID_LEN: usize = 6;
+const SECRET_LEN: usize = 16;
+
+/// The common name an agent certificate carries for `cluster`.
+pub fn agent_subject(cluster: &ClusterId) -> String {
+    format!("{AGENT_SUBJECT_PREFIX}{cluster}")
+}
+
+/// The cluster an agent certificate's common name speaks for (None: not an agent's).
+pub fn cluster_of_subject(common_name: &str) -> Option<ClusterId> {
+    let name = common_name.strip_prefix(AGENT_SUBJECT_PREFIX)?;
+    is_dns_label_path(name).then(|| ClusterId::new(name))
+}
+
+/// Whether the sender of a message about `claimed` may send it: the certificate's cluster
+/// and the cluster named must be the same.
+pub fn check_sender(certified: &ClusterId, claimed: &ClusterId) -> Result<(), Impersonation> {
+    if certified == claimed {
+        Ok(())
+    } else {
+        Err(Impersonation {
+            certified: certified.clone(),
+            claimed: claimed.clone(),
+        })
+    }
+}
+
+/// A certificate for one cluster used to speak for another.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a certificate for cluster {certified} sent objects of cluster {claimed}")]
+pub struct Impersonation {
+    pub certified: ClusterId,
+    pub claimed: ClusterId,
+}
+
+/// When an agent renews a certificate valid from `not_before` to `not_after`: when 20–25 % of
+/// its lifetime remains, the point within that window set by `jitter` (0 to 1), so agents
+/// issued together do not all renew at once.
+pub fn renew_at(not_before: SystemTime, not_after: SystemTime, jitter: f64) -> SystemTime {
+    let lifetime = not_after
+        .duration_since(not_before)
+        .unwrap_or(Duration::ZERO);
+    let share = 0.75 + 0.05 * jitter.clamp(0.0, 1.0);
+    not_before + lifetime.mul_f64(share)
+}
+
+/// A bootstrap token as the hub keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootstrapToken {
+    pub id: String,
+    pub secret: String,
+    /// The one cluster that may join with it.
+    pub cluster: ClusterId,
+    pub expires: SystemTime,
+    /// Spent by a join (a token admits one certificate).
+    pub used: bool,
+}
+
+impl BootstrapToken {
+    /// `id.secret`, as the operator hands it to the agent.
+    pub fn presented(&self) -> String {
+        format!("{}.{}", self.id, self.secret)
+    }
+}
+
+/// Why a join is refused (the agent is told; the hub logs it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JoinRefused {
+    #[error("the bootstrap token is not of the form <6 characters>.<16 characters> (a-z, 0-9)")]
+    Malformed,
+    #[error("no bootstrap token {0:?}")]
+    Unknown(String),
+    #[error("bootstrap token {0:?}: the secret does not match")]
+    Secret(String),
+    #[error("bootstrap token {id:?} is for cluster {token_cluster}, not {cluster}")]
+    OtherCluster {
+        id: String,
+        token_cluster: ClusterId,
+        cluster: ClusterId,
+    },
+    #[error("bootstrap token {0:?} expired")]
+    Expired(String),
+    #[error("bootstrap token {0:?} was already used")]
+    Used(String),
+}
+
+/// The hub's bootstrap tokens, by id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tokens {
+    by_id: BTreeMap<String, BootstrapToken>,
+}
+
+impl Tokens {
+    pub fn new(tokens: impl IntoIterator<Item = BootstrapToken>) -> Self {
+        Self {
+            by_id: tokens.into_iter().map(|t| (t.id.clone(), t)).collect(),
+        }
+    }
+
+    /// Whether `presented` lets `cluster` join now; on success the token is spent (the
+    /// caller records that before it signs anything).
+    pub fn admit(
+        &mut self,
+        presented: &str,
+        cluster: &ClusterId,
+        now: SystemTime,
+    ) -> Result<BootstrapToken, JoinRefused> {
+        let (id, secret) = parse(presented)?;
+        let token = self
+            .by_id
+            .get_mut(id)
+            .ok_or_else(|| JoinRefused::Unknown(id.to_string()))?;
+        if !same_secret(token.secret.as_bytes(), secret.as_bytes()) {
+            return Err(JoinRefused::Secret(id.to_string()));
+        }
+        if &token.cluster != cluster {
+            return Err(JoinRefused::OtherCluster {
+                id: id.to_string(),
+                token_cluster: token.cluster.clone(),
+                cluster: cluster.clone(),
+            });
+        }
+        if now >= token.expires {
+            return Err(JoinRefused::Expired(id.to_string()));
+        }
+        if token.used {
+            return Err(JoinRefused::Used(id.to_string()));
+        }
+        token.used = true;
+        Ok(token.clone())
+    }
+
+    /// Tokens past their expiry (to delete from the hub).
+    pub fn expired(&self, now: SystemTime) -> impl Iterator<Item = &BootstrapToken> {
+        self.by_id.values().filter(move |t| now >= t.expires)
+    }
+}
+
+/// A new token for `cluster` from `random` bytes (at least 22 of them; the caller's CSPRNG).
+pub fn new_token(cluster: ClusterId, expires: SystemTime, random: &[u8]) -> BootstrapToken {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    // 36 letters: a byte modulo 36 leans slightly to the first four, which costs a token
+    // less than 0.1 bit of its 82.
+    let mut chars = random
+        .iter()
+        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]));
+    let id: String = chars.by_ref().take(ID_LEN).collect();
+    let secret: String = chars.take(SECRET_LEN).collect();
+    BootstrapToken {
+        id,
+        secret,
+        cluster,
+        expires,
+        used: false,
+    }
+}
+
+fn parse(presented: &str) -> Result<(&str, &str), JoinRefused> {
+    let (id, secret) = presented
+        .trim()
+        .split_once('.')
+        .ok_or(JoinRefused::Malformed)?;
+    let valid = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    if valid(id, ID_LEN) && valid(secret, SECRET_LEN) {
+        Ok((id, secret))
+    } else {
+        Err(JoinRefused::Malformed)
+    }
+}
+
+/// Compares two secrets in time independent of where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Cluster names are DNS labels joined by dots (as MemberCluster names are).
+fn is_dns_label_path(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+impl fmt::Display for BootstrapToken {
+    /// The id only: a token's secret is never logged.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (cluster {})", self.id, self.cluster)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,129 @@
+use std::time::{Duration, SystemTime};
+
+use super::*;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn at(seconds: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + seconds)
+}
+
+fn token(cluster: &str, expires: SystemTime) -> BootstrapToken {
+    BootstrapToken {
+        id: "abc123".into(),
+        secret: "0123456789abcdef".into(),
+        cluster: ClusterId::new(cluster),
+        expires,
+        used: false,
+    }
+}
+
+#[test]
+fn a_token_admits_its_own_cluster_once_before_it_expires() {
+    let eu = ClusterId::new("eu-1");
+    let mut tokens = Tokens::new([token("eu-1", at(3600))]);
+    let admitted = tokens
+        .admit("abc123.0123456789abcdef", &eu, at(10))
+        .unwrap();
+    assert_eq!(admitted.cluster, eu);
+    assert_eq!(
+        tokens.admit("abc123.0123456789abcdef", &eu, at(11)),
+        Err(JoinRefused::Used("abc123".into()))
+    );
+}
+
+#[test]
+fn a_wrong_secret_another_cluster_expiry_and_garbage_are_refused_and_spend_nothing() {
+    let eu = ClusterId::new("eu-1");
+    let us = ClusterId::new("us-1");
+    let mut tokens = Tokens::new([token("eu-1", at(3600))]);
+    assert_eq!(
+        tokens.admit("abc123.0123456789abcdeX", &eu, at(10)),
+        Err(JoinRefused::Malformed)
+    );
+    assert_eq!(
+        tokens.admit("abc123.0123456789abcdee", &eu, at(10)),
+        Err(JoinRefused::Secret("abc123".into()))
+    );
+    assert_eq!(
+        tokens.admit("zzz999.0123456789abcdef", &eu, at(10)),
+        Err(JoinRefused::Unknown("zzz999".into()))
+    );
+    assert!(matches!(
+        tokens.admit("abc123.0123456789abcdef", &us, at(10)),
+        Err(JoinRefused::OtherCluster { .. })
+    ));
+    assert_eq!(
+        tokens.admit("abc123.0123456789abcdef", &eu, at(3600)),
+        Err(JoinRefused::Expired("abc123".into()))
+    );
+    for garbage in [
+        "",
+        ".",
+        "abc123",
+        "abc123.",
+        "ABC123.0123456789abcdef",
+        "abc123.0123456789abcdef.x",
+    ] {
+        assert_eq!(
+            tokens.admit(garbage, &eu, at(10)),
+            Err(JoinRefused::Malformed),
+            "{garbage:?}"
+        );
+    }
+    // None of those spent it.
+    assert!(tokens.admit("abc123.0123456789abcdef", &eu, at(10)).is_ok());
+    assert_eq!(tokens.expired(at(3599)).count(), 0);
+    assert_eq!(tokens.expired(at(3600)).count(), 1);
+}
+
+#[test]
+fn a_new_token_has_the_form_it_is_checked_against_and_never_shows_its_secret() {
+    let random: Vec<u8> = (0u8..22).map(|b| b.wrapping_mul(37)).collect();
+    let t = new_token(ClusterId::new("edge-7"), at(HOUR.as_secs()), &random);
+    let presented = t.presented();
+    let mut tokens = Tokens::new([t.clone()]);
+    assert!(
+        tokens
+            .admit(&presented, &ClusterId::new("edge-7"), at(0))
+            .is_ok(),
+        "{presented}"
+    );
+    assert!(!t.to_string().contains(&t.secret), "{t}");
+}
+
+#[test]
+fn a_certificate_speaks_for_the_cluster_its_subject_names_only() {
+    let eu = ClusterId::new("eu-1");
+    assert_eq!(agent_subject(&eu), "meridian:agent:eu-1");
+    assert_eq!(cluster_of_subject("meridian:agent:eu-1"), Some(eu.clone()));
+    for not_an_agent in [
+        "meridian:agent:",
+        "meridian:agent:EU",
+        "meridian:agent:-x",
+        "meridian:agent:a/b",
+        "system:admin",
+        "meridian:agenteu-1",
+    ] {
+        assert_eq!(cluster_of_subject(not_an_agent), None, "{not_an_agent}");
+    }
+    assert!(check_sender(&eu, &eu).is_ok());
+    let e = check_sender(&eu, &ClusterId::new("us-1")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "a certificate for cluster eu-1 sent objects of cluster us-1"
+    );
+}
+
+#[test]
+fn renewal_falls_when_a_fifth_to_a_quarter_of_the_lifetime_remains() {
+    // A 60-second certificate (the end-to-end test's): renewed 45 to 48 s in.
+    let (from, until) = (at(0), at(60));
+    assert_eq!(renew_at(from, until, 0.0), at(45));
+    assert_eq!(renew_at(from, until, 1.0), at(48));
+    let middle = renew_at(from, until, 0.5);
+    assert!(middle > at(45) && middle < at(48));
+    // Out-of-range jitter is clamped; a certificate that ends before it starts renews at once.
+    assert_eq!(renew_at(from, until, 7.0), at(48));
+    assert_eq!(renew_at(until, from, 0.5), until);
+}
