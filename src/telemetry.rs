@@ -1,7 +1,7 @@
 //! Logs and traces. Logs go to stderr, filtered by `MERIDIAN_LOG`; when the config names a
-//! collector (`tracing.otlpEndpoint`), meridian's own spans — a gateway request and its
+//! collector (`tracing.otlpEndpoint`), meridian's traced spans — a gateway request and its
 //! member calls, snapshot builds, DNS misses, xDS pushes, all at INFO — are exported to it
-//! over OTLP/gRPC, whatever the log filter says. `meridian serve` reads its config before
+//! over OTLP/gRPC, whatever the log filter says ([`exported`]). `meridian serve` reads its config before
 //! this starts, so both are set up at once.
 
 use std::io::IsTerminal;
@@ -53,12 +53,10 @@ pub fn init(format: LogFormat, traces: Option<&TracingConfig>) -> Result<Telemet
         LogFormat::Json => lines.json().with_filter(filter).boxed(),
     };
     let provider = traces.map(provider).transpose()?;
-    // meridian's own spans and events at INFO and above, whatever MERIDIAN_LOG says: the
-    // libraries' spans (hyper, tower, kube) would bury them.
     let exporting = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("meridian"))
-            .with_filter(Targets::new().with_target("meridian", Level::INFO))
+            .with_filter(exported())
     });
     tracing_subscriber::registry()
         .with(lines)
@@ -69,6 +67,23 @@ pub fn init(format: LogFormat, traces: Option<&TracingConfig>) -> Result<Telemet
         tracing::info!(endpoint = %config.endpoint, ratio = config.sampling_ratio, "exporting traces over OTLP/gRPC");
     }
     Ok(Telemetry { traces: provider })
+}
+
+/// What is exported, whatever MERIDIAN_LOG says: the spans that end (and the INFO events in
+/// them) of the parts that trace. Not the libraries' (hyper, tower, kube would bury them), and
+/// not the controllers' `member` span, which lives as long as its member and would gather its
+/// events for ever, an exporter keeping a span's events until it ends.
+fn exported() -> Targets {
+    [
+        "meridian::store",
+        "meridian_gateway",
+        "meridian_dns",
+        "meridian_xds",
+    ]
+    .into_iter()
+    .fold(Targets::new(), |t, target| {
+        t.with_target(target, Level::INFO)
+    })
 }
 
 /// The exporter and sampler for `config`: spans are batched and sent from a thread of their
