@@ -10,10 +10,14 @@
 //!   renews at core::agent::renew_at (20–25 % left)
 //! ```
 //!
-//! Built so far: the agent CA ([`ca`]) on the pure rules in `meridian_core::agent`. The stream
+//! Built so far: the agent CA ([`ca`]) and joining ([`join`], over the `Join` call of
+//! [`proto`]) on the pure rules in `meridian_core::agent`. The stream
 //! (objects up, desired objects down), the hub-side source and the `meridian agent` loop come
 //! next (ARCHITECTURE.md, "Agent").
 
 pub mod ca;
+pub mod join;
+pub mod proto;
 
 pub use ca::{AgentCa, CaError, Issued, key_and_request};
+pub use join::{JoinError, Joined, Joins, SpentTokens, join};

@@ -30,7 +30,7 @@ pub fn agent_subject(cluster: &ClusterId) -> String {
 /// The cluster an agent certificate's common name speaks for (None: not an agent's).
 pub fn cluster_of_subject(common_name: &str) -> Option<ClusterId> {
     let name = common_name.strip_prefix(AGENT_SUBJECT_PREFIX)?;
-    is_dns_label_path(name).then(|| ClusterId::new(name))
+    valid_cluster_name(name).then(|| ClusterId::new(name))
 }
 
 /// Whether the sender of a message about `claimed` may send it: the certificate's cluster
@@ -198,8 +198,8 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Cluster names are DNS labels joined by dots (as MemberCluster names are).
-fn is_dns_label_path(name: &str) -> bool {
+/// Whether `name` can name a cluster: DNS labels joined by dots, as MemberCluster names are.
+pub fn valid_cluster_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
         && name.split('.').all(|label| {

@@ -1,0 +1,140 @@
+//! The agent protocol, `meridian.agent.v1` (hand-written prost messages and the gRPC plumbing
+//! tonic would generate; no protoc at build time).
+//!
+//! ```proto
+//! service AgentHub {
+//!   // Server-authenticated TLS only: the token is the credential.
+//!   rpc Join(JoinRequest) returns (JoinResponse);
+//! }
+//! message JoinRequest  { string cluster = 1; string token = 2; string csr_pem = 3; }
+//! message JoinResponse { string certificate_pem = 1; string ca_pem = 2;
+//!                        int64 not_before_unix = 3; int64 not_after_unix = 4; }
+//! ```
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tonic::codegen::{BoxFuture, Service, StdError, http};
+use tonic::server::NamedService;
+use tonic::{Request, Response, Status};
+
+pub const SERVICE: &str = "meridian.agent.v1.AgentHub";
+const JOIN: &str = "/meridian.agent.v1.AgentHub/Join";
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct JoinRequest {
+    #[prost(string, tag = "1")]
+    pub cluster: String,
+    #[prost(string, tag = "2")]
+    pub token: String,
+    #[prost(string, tag = "3")]
+    pub csr_pem: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct JoinResponse {
+    #[prost(string, tag = "1")]
+    pub certificate_pem: String,
+    #[prost(string, tag = "2")]
+    pub ca_pem: String,
+    #[prost(int64, tag = "3")]
+    pub not_before_unix: i64,
+    #[prost(int64, tag = "4")]
+    pub not_after_unix: i64,
+}
+
+/// What the hub answers.
+#[tonic::async_trait]
+pub trait AgentHub: Send + Sync + 'static {
+    async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status>;
+}
+
+/// The service to add to a tonic server.
+pub struct AgentHubServer<T> {
+    inner: Arc<T>,
+}
+
+impl<T> AgentHubServer<T> {
+    pub fn new(inner: T) -> Self {
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+}
+
+impl<T> Clone for AgentHubServer<T> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T> NamedService for AgentHubServer<T> {
+    const NAME: &'static str = SERVICE;
+}
+
+struct Join<T>(Arc<T>);
+
+impl<T: AgentHub> tonic::server::UnaryService<JoinRequest> for Join<T> {
+    type Response = JoinResponse;
+    type Future = BoxFuture<Response<JoinResponse>, Status>;
+
+    fn call(&mut self, request: Request<JoinRequest>) -> Self::Future {
+        let hub = self.0.clone();
+        Box::pin(async move { hub.join(request).await })
+    }
+}
+
+impl<T, B> Service<http::Request<B>> for AgentHubServer<T>
+where
+    T: AgentHub,
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::BoxBody>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        match request.uri().path() {
+            JOIN => {
+                let join = Join(self.inner.clone());
+                Box::pin(async move {
+                    let mut grpc = tonic::server::Grpc::new(tonic::codec::ProstCodec::default());
+                    Ok(grpc.unary(join, request).await)
+                })
+            }
+            _ => Box::pin(async {
+                Ok(
+                    Status::unimplemented("no such method in meridian.agent.v1.AgentHub")
+                        .into_http(),
+                )
+            }),
+        }
+    }
+}
+
+/// The agent's side of `Join`.
+pub async fn join(
+    channel: tonic::transport::Channel,
+    request: JoinRequest,
+) -> Result<JoinResponse, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unavailable(format!("the hub is not ready: {e}")))?;
+    let path = http::uri::PathAndQuery::from_static(JOIN);
+    grpc.unary(
+        Request::new(request),
+        path,
+        tonic::codec::ProstCodec::default(),
+    )
+    .await
+    .map(Response::into_inner)
+}
