@@ -16,6 +16,7 @@
 //! next (ARCHITECTURE.md, "Agent").
 
 pub mod ca;
+pub mod events;
 pub mod join;
 pub mod proto;
 

@@ -9,6 +9,8 @@
 //! message JoinRequest  { string cluster = 1; string token = 2; string csr_pem = 3; }
 //! message JoinResponse { string certificate_pem = 1; string ca_pem = 2;
 //!                        int64 not_before_unix = 3; int64 not_after_unix = 4; }
+//! message WatchEvent   { string resource = 1; Phase phase = 2; bytes object_json = 3; }
+//! enum Phase { APPLY = 0; DELETE = 1; INIT = 2; INIT_APPLY = 3; INIT_DONE = 4; }
 //! ```
 
 use std::convert::Infallible;
@@ -42,6 +44,30 @@ pub struct JoinResponse {
     pub not_before_unix: i64,
     #[prost(int64, tag = "4")]
     pub not_after_unix: i64,
+}
+
+/// One watch event of a member, as the agent sends it up: the resource it is of, what
+/// happened (kube's watcher events, relists included), the object as the member's API served
+/// it (JSON; none for `Init` and `InitDone`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchEvent {
+    #[prost(string, tag = "1")]
+    pub resource: String,
+    #[prost(enumeration = "Phase", tag = "2")]
+    pub phase: i32,
+    #[prost(bytes = "vec", tag = "3")]
+    pub object_json: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum Phase {
+    Apply = 0,
+    Delete = 1,
+    /// A relist begins: what follows (InitApply…) replaces the resource's objects at InitDone.
+    Init = 2,
+    InitApply = 3,
+    InitDone = 4,
 }
 
 /// What the hub answers.

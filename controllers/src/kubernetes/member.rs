@@ -202,7 +202,7 @@ impl Watching<'_> {
         for item in batch {
             match item {
                 Ok(event) => {
-                    failures.remove(kind_of(&event));
+                    failures.remove(event.resource());
                     self.state.apply(event);
                 }
                 Err(("pods", e)) if is_forbidden(&e) => {
@@ -445,19 +445,6 @@ fn publish_facts(fleet: &Fleet, cluster: &ClusterId, state: &MemberState) {
         f.exports = exports;
         f.listed = listed;
     });
-}
-
-fn kind_of(event: &MemberEvent) -> &'static str {
-    match event {
-        MemberEvent::Service(_) => "services",
-        MemberEvent::Slice(_) => "endpointslices",
-        MemberEvent::Export(_) => "serviceexports",
-        MemberEvent::Import(_) => "serviceimports",
-        MemberEvent::Node(_) => "nodes",
-        MemberEvent::Namespace(_) => "namespaces",
-        MemberEvent::Pod(_) => "pods",
-        MemberEvent::Quota(_) => "resourcequotas",
-    }
 }
 
 /// Every watch of a member, merged. The derived Services and EndpointSlices meridian writes

@@ -148,6 +148,22 @@ pub enum MemberEvent {
     Quota(Event<ResourceQuota>),
 }
 
+impl MemberEvent {
+    /// The resource the event is of, as the API names it (`services`, `endpointslices`, …).
+    pub fn resource(&self) -> &'static str {
+        match self {
+            MemberEvent::Service(_) => "services",
+            MemberEvent::Slice(_) => "endpointslices",
+            MemberEvent::Export(_) => "serviceexports",
+            MemberEvent::Import(_) => "serviceimports",
+            MemberEvent::Node(_) => "nodes",
+            MemberEvent::Namespace(_) => "namespaces",
+            MemberEvent::Pod(_) => "pods",
+            MemberEvent::Quota(_) => "resourcequotas",
+        }
+    }
+}
+
 /// Everything known about one member from its watches.
 #[derive(Debug)]
 pub struct MemberState {
