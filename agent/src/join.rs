@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
 use crate::ca::{AgentCa, CaError, key_and_request};
-use crate::proto::{self, AgentHub, JoinRequest, JoinResponse};
+use crate::proto::{self, JoinRequest, JoinResponse};
 
 /// Where a spent token is recorded before the certificate leaves the hub (a Secret or a file
 /// on the hub; in tests, memory). An error refuses the join: a token that could not be marked
@@ -28,9 +28,11 @@ pub struct Joins<S> {
     pub lifetime: Duration,
 }
 
-#[tonic::async_trait]
-impl<S: SpentTokens> AgentHub for Joins<S> {
-    async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
+impl<S: SpentTokens> Joins<S> {
+    pub async fn join(
+        &self,
+        request: Request<JoinRequest>,
+    ) -> Result<Response<JoinResponse>, Status> {
         let request = request.into_inner();
         let cluster = ClusterId::new(&request.cluster);
         let now = SystemTime::now();

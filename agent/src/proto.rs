@@ -5,12 +5,18 @@
 //! service AgentHub {
 //!   // Server-authenticated TLS only: the token is the credential.
 //!   rpc Join(JoinRequest) returns (JoinResponse);
+//!   // Mutual TLS: the agent CA's certificate names the cluster.
+//!   rpc Connect(stream AgentMessage) returns (stream HubMessage);
 //! }
 //! message JoinRequest  { string cluster = 1; string token = 2; string csr_pem = 3; }
 //! message JoinResponse { string certificate_pem = 1; string ca_pem = 2;
 //!                        int64 not_before_unix = 3; int64 not_after_unix = 4; }
 //! message WatchEvent   { string resource = 1; Phase phase = 2; bytes object_json = 3; }
 //! enum Phase { APPLY = 0; DELETE = 1; INIT = 2; INIT_APPLY = 3; INIT_DONE = 4; }
+//! message AgentMessage { string cluster = 1; oneof body { WatchEvent event = 2;
+//!                                                          Heartbeat heartbeat = 3; } }
+//! message Heartbeat    { bool member_ready = 1; string error = 2; }
+//! message HubMessage   { int64 hub_time_unix = 1; }
 //! ```
 
 use std::convert::Infallible;
@@ -23,6 +29,7 @@ use tonic::{Request, Response, Status};
 
 pub const SERVICE: &str = "meridian.agent.v1.AgentHub";
 const JOIN: &str = "/meridian.agent.v1.AgentHub/Join";
+const CONNECT: &str = "/meridian.agent.v1.AgentHub/Connect";
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct JoinRequest {
@@ -59,6 +66,43 @@ pub struct WatchEvent {
     pub object_json: Vec<u8>,
 }
 
+/// What an agent sends on its stream: always the cluster it speaks for (checked against its
+/// certificate), then an event or a heartbeat.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AgentMessage {
+    #[prost(string, tag = "1")]
+    pub cluster: String,
+    #[prost(oneof = "agent_message::Body", tags = "2, 3")]
+    pub body: Option<agent_message::Body>,
+}
+
+pub mod agent_message {
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Body {
+        #[prost(message, tag = "2")]
+        Event(super::WatchEvent),
+        #[prost(message, tag = "3")]
+        Heartbeat(super::Heartbeat),
+    }
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Heartbeat {
+    /// Whether the agent reaches its member's API (`/readyz`), and why not.
+    #[prost(bool, tag = "1")]
+    pub member_ready: bool,
+    #[prost(string, tag = "2")]
+    pub error: String,
+}
+
+/// What the hub sends down (the objects the member should hold come here next).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HubMessage {
+    /// The hub's time, for the agent's log when clocks disagree.
+    #[prost(int64, tag = "1")]
+    pub hub_time_unix: i64,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 #[repr(i32)]
 pub enum Phase {
@@ -70,10 +114,19 @@ pub enum Phase {
     InitDone = 4,
 }
 
+/// The hub's stream of messages to one agent.
+pub type HubStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<HubMessage, Status>> + Send>>;
+
 /// What the hub answers.
 #[tonic::async_trait]
 pub trait AgentHub: Send + Sync + 'static {
     async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status>;
+
+    async fn connect(
+        &self,
+        request: Request<tonic::Streaming<AgentMessage>>,
+    ) -> Result<Response<HubStream>, Status>;
 }
 
 /// The service to add to a tonic server.
@@ -113,6 +166,19 @@ impl<T: AgentHub> tonic::server::UnaryService<JoinRequest> for Join<T> {
     }
 }
 
+struct Connect<T>(Arc<T>);
+
+impl<T: AgentHub> tonic::server::StreamingService<AgentMessage> for Connect<T> {
+    type Response = HubMessage;
+    type ResponseStream = HubStream;
+    type Future = BoxFuture<Response<HubStream>, Status>;
+
+    fn call(&mut self, request: Request<tonic::Streaming<AgentMessage>>) -> Self::Future {
+        let hub = self.0.clone();
+        Box::pin(async move { hub.connect(request).await })
+    }
+}
+
 impl<T, B> Service<http::Request<B>> for AgentHubServer<T>
 where
     T: AgentHub,
@@ -134,6 +200,13 @@ where
                 Box::pin(async move {
                     let mut grpc = tonic::server::Grpc::new(tonic::codec::ProstCodec::default());
                     Ok(grpc.unary(join, request).await)
+                })
+            }
+            CONNECT => {
+                let connect = Connect(self.inner.clone());
+                Box::pin(async move {
+                    let mut grpc = tonic::server::Grpc::new(tonic::codec::ProstCodec::default());
+                    Ok(grpc.streaming(connect, request).await)
                 })
             }
             _ => Box::pin(async {
@@ -163,4 +236,19 @@ pub async fn join(
     )
     .await
     .map(Response::into_inner)
+}
+
+/// The agent's side of `Connect`: `up` goes to the hub, the hub's messages come back.
+pub async fn connect(
+    channel: tonic::transport::Channel,
+    up: impl futures::Stream<Item = AgentMessage> + Send + 'static,
+) -> Result<tonic::Streaming<HubMessage>, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unavailable(format!("the hub is not ready: {e}")))?;
+    let path = http::uri::PathAndQuery::from_static(CONNECT);
+    grpc.streaming(Request::new(up), path, tonic::codec::ProstCodec::default())
+        .await
+        .map(Response::into_inner)
 }

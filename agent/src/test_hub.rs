@@ -1,0 +1,128 @@
+//! A hub serving the agent service on loopback, for the tests: real gRPC and TLS, a serving
+//! certificate of a test CA, client certificates of the agent CA asked for (optional, as
+//! `Join` needs none).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use meridian_core::ClusterId;
+use meridian_core::agent::{BootstrapToken, Tokens};
+use parking_lot::Mutex;
+use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use tokio::sync::mpsc;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity, Server, ServerTlsConfig};
+
+use crate::ca::AgentCa;
+use crate::join::{Joins, SpentTokens};
+use crate::proto::AgentHubServer;
+use crate::stream::{Hub, Inbound, Streams};
+
+/// Spent tokens kept in memory; `read_only` refuses to record any.
+#[derive(Default, Clone)]
+pub(crate) struct Recorded(pub Arc<Mutex<Vec<String>>>, pub bool);
+
+impl SpentTokens for Recorded {
+    fn spend(&self, id: &str) -> Result<(), String> {
+        if self.1 {
+            return Err("the hub's store is read-only".into());
+        }
+        self.0.lock().push(id.to_string());
+        Ok(())
+    }
+}
+
+pub(crate) struct TestHub {
+    pub port: u16,
+    pub serving_ca: String,
+    pub ca: Arc<AgentCa>,
+    pub inbound: mpsc::Receiver<(ClusterId, Inbound)>,
+}
+
+/// A token `id.0123456789abcdef` for `cluster`.
+pub(crate) fn token(id: &str, cluster: &str, expires: SystemTime) -> BootstrapToken {
+    BootstrapToken {
+        id: id.into(),
+        secret: "0123456789abcdef".into(),
+        cluster: ClusterId::new(cluster),
+        expires,
+        used: false,
+    }
+}
+
+/// Tokens euone1 (eu-1), usone1 (us-1), both for an hour, and old001 (eu-1, expired).
+pub(crate) async fn serve(spent: Recorded) -> TestHub {
+    let (cert, key, serving_ca) = serving();
+    let (ca, _) = AgentCa::generate(SystemTime::now()).unwrap();
+    let ca = Arc::new(ca);
+    let now = SystemTime::now();
+    let tokens = Tokens::new([
+        token("euone1", "eu-1", now + Duration::from_secs(3600)),
+        token("usone1", "us-1", now + Duration::from_secs(3600)),
+        token("old001", "eu-1", now - Duration::from_secs(1)),
+    ]);
+    let (sink, inbound) = mpsc::channel(64);
+    let hub = Hub {
+        joins: Joins {
+            ca: ca.clone(),
+            tokens: Arc::new(Mutex::new(tokens)),
+            spent,
+            lifetime: Duration::from_secs(60),
+        },
+        streams: Streams { sink },
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tls = ServerTlsConfig::new()
+        .identity(Identity::from_pem(cert, key))
+        .client_ca_root(Certificate::from_pem(ca.cert_pem()))
+        .client_auth_optional(true);
+    tokio::spawn(
+        Server::builder()
+            .tls_config(tls)
+            .unwrap()
+            .add_service(AgentHubServer::new(hub))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    TestHub {
+        port,
+        serving_ca,
+        ca,
+        inbound,
+    }
+}
+
+impl TestHub {
+    /// A channel to the hub, with a client certificate (PEM cert and key) or none.
+    pub(crate) async fn channel(&self, identity: Option<(&str, &str)>) -> Channel {
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.serving_ca))
+            .domain_name("127.0.0.1");
+        if let Some((cert, key)) = identity {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        Channel::from_shared(format!("https://127.0.0.1:{}", self.port))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+}
+
+/// A server certificate for 127.0.0.1 and the CA that signed it (PEM).
+fn serving() -> (String, String, String) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, "hub test CA");
+    ca.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    (cert.pem(), key.serialize_pem(), ca_cert.pem())
+}
