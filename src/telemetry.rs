@@ -1,8 +1,8 @@
 //! Logs and traces. Logs go to stderr, filtered by `MERIDIAN_LOG`; when the config names a
 //! collector (`tracing.otlpEndpoint`), meridian's traced spans — a gateway request and its
 //! member calls, snapshot builds, DNS misses, xDS pushes, all at INFO — are exported to it
-//! over OTLP/gRPC, whatever the log filter says ([`exported`]). `meridian serve` reads its config before
-//! this starts, so both are set up at once.
+//! over OTLP/gRPC, whatever the log filter says ([`exported`]). `meridian serve` reads its
+//! config before this starts, so both are set up at once.
 
 use std::io::IsTerminal;
 use std::time::Duration;
