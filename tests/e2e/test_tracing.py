@@ -14,7 +14,7 @@ import json
 import os
 import socket
 import subprocess
-import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
