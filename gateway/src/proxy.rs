@@ -165,6 +165,9 @@ pub(crate) struct Shared {
     pub view: GatewayView,
     /// meridian's own metrics, added to `/clusters/metrics`.
     pub own_metrics: Arc<prometheus_client::registry::Registry>,
+    /// The bound on open connections (`maxConnections`): a tunnel outlives the connection it
+    /// was upgraded from, so it holds a place of its own.
+    pub connections: Arc<tokio::sync::Semaphore>,
 }
 
 /// One request's outcome for the metrics: which route and cluster, the response.
@@ -528,6 +531,19 @@ async fn forward(
     // A watch streams for as long as the member keeps it; anything else (an upgrade too,
     // until its 101) answers within the member timeout.
     let timeout = (!is_watch(path)).then_some(shared.config.member_timeout);
+    let place = match upgrade {
+        Some(_) => match shared.connections.clone().try_acquire_owned() {
+            Ok(place) => Some(place),
+            Err(_) => {
+                return failure(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "ServiceUnavailable",
+                    "the gateway holds as many connections as gateway.maxConnections allows",
+                );
+            }
+        },
+        None => None,
+    };
     let mut response = match send(client, cluster, path, call, timeout).await {
         Ok(response) => response,
         Err(e) => return e.response(cluster),
@@ -548,6 +564,7 @@ async fn forward(
             member_side,
             cluster.to_string(),
             shared.metrics.tunnels.clone(),
+            place,
         ));
     }
     out
@@ -574,6 +591,8 @@ async fn carry(
     member_side: OnUpgrade,
     cluster: String,
     tunnels: prometheus_client::metrics::gauge::Gauge,
+    // Held until the tunnel closes: it counts against maxConnections.
+    _place: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     let (client_io, member_io) = match tokio::try_join!(client_side, member_side) {
         Ok(both) => both,

@@ -77,6 +77,7 @@ impl Gateway {
             metrics,
             view,
             own_metrics,
+            connections: connections.clone(),
         });
         let router = Router::new().fallback(handle).with_state(shared);
         loop {
