@@ -72,7 +72,8 @@ fn refused(cluster: &ClusterId, why: &JoinRefused) -> Status {
     Status::permission_denied(why.to_string())
 }
 
-fn unix(t: SystemTime) -> i64 {
+/// Seconds since the epoch, as the protocol carries times.
+pub(crate) fn unix(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

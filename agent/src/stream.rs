@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::events::{DecodeError, decode};
-use crate::join::{Joins, SpentTokens};
+use crate::join::{Joins, SpentTokens, unix};
 use crate::proto::{
     AgentHub, AgentMessage, HubMessage, HubStream, JoinRequest, JoinResponse, agent_message,
 };
@@ -49,7 +49,7 @@ impl Streams {
         tracing::info!(cluster = %certified, "agent connected");
         let _ = down
             .send(Ok(HubMessage {
-                hub_time_unix: unix_now(),
+                hub_time_unix: unix(SystemTime::now()),
             }))
             .await;
         tokio::spawn(async move {
@@ -139,12 +139,6 @@ fn read(certified: &ClusterId, message: AgentMessage) -> Result<Option<Inbound>,
         }),
         None => None,
     })
-}
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// The hub's agent service: joining and streams.
