@@ -331,11 +331,15 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// The same request, as a GET with no body (what aggregated reads send members).
+    /// The same request, as a GET with no body (what aggregated reads send members); an
+    /// aggregated read never upgrades, so an upgrade's headers do not go on.
     fn get(&self) -> Call {
+        let mut headers = self.headers.clone();
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
         Call {
             method: Method::GET,
-            headers: self.headers.clone(),
+            headers,
             body: Bytes::new(),
             reach: self.reach.clone(),
         }
@@ -692,10 +696,10 @@ async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
             "/clusters/*/ only lists, watches and gets: write through /clusters/<name>/",
         );
     }
-    let Some(api) = ApiPath::parse(path) else {
-        return discovery(shared, path, call).await;
-    };
     let mut call = call.get();
+    let Some(api) = ApiPath::parse(path) else {
+        return discovery(shared, path, &call).await;
+    };
     json_only(&mut call.headers);
     if api.subresource.is_some() {
         return failure(
