@@ -14,19 +14,25 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cli::{
-    ClientArgs, Command, ExplainArgs, GatewayCommand, GatewayKubeconfigArgs, NodeRole, RenderArgs,
-    ResolveArgs, ServeArgs, SimulateArgs, WhatIfArgs, XdsCommand, XdsDumpArgs,
+    ClientArgs, Command, ExplainArgs, GatewayCommand, GatewayKubeconfigArgs, LogFormat, NodeRole,
+    RenderArgs, ResolveArgs, ServeArgs, SimulateArgs, WhatIfArgs, XdsCommand, XdsDumpArgs,
 };
 use crate::whatif::{PolicyFile, ScenarioRequest};
-use crate::{app, config};
+use crate::{app, config, telemetry};
 
-/// Runs every command but `serve` (main starts that itself: its config decides the logging).
 pub async fn run(command: Command) -> Result<ExitCode> {
-    match command {
-        Command::Serve(args) => {
-            app::serve(config::load(&args)?).await?;
-            Ok(ExitCode::SUCCESS)
+    match &command {
+        // serve starts logging once its config is read: it says where traces go.
+        Command::Serve(_) => {}
+        Command::Validate(args) => {
+            telemetry::init(args.log_format, None)?;
         }
+        _ => {
+            telemetry::init(LogFormat::Plain, None)?;
+        }
+    }
+    match command {
+        Command::Serve(args) => serve(&args).await,
         Command::Validate(args) => validate(&args).await,
         Command::Render(args) => render_command(&args).await,
         Command::Status(args) => status(&args).await,
@@ -51,6 +57,16 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `meridian serve`: the config, then logging and traces as it says, then the app; the last
+/// spans are sent on the way out.
+async fn serve(args: &ServeArgs) -> Result<ExitCode> {
+    let cfg = config::load(args)?;
+    let telemetry = telemetry::init(args.log_format, cfg.tracing.as_ref())?;
+    let served = app::serve(cfg).await;
+    telemetry.finish();
+    served.map(|()| ExitCode::SUCCESS)
 }
 
 /// Prints the decision for a service in words (or as JSON).

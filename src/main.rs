@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use meridian::cli::{Cli, Command, LogFormat};
-use meridian::{app, commands, config, telemetry};
+use meridian::cli::Cli;
+use meridian::commands;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -13,31 +13,20 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => return failed(anyhow::anyhow!("cannot start the runtime: {e}")),
-    };
-    let result = match cli.command {
-        // The config is read first: it says where traces go, which logging must know at start.
-        Command::Serve(args) => config::load(&args).and_then(|cfg| {
-            let _runtime = runtime.enter();
-            let telemetry = telemetry::init(args.log_format, cfg.tracing.as_ref())?;
-            let served = runtime.block_on(app::serve(cfg));
-            telemetry.finish();
-            served.map(|()| ExitCode::SUCCESS)
-        }),
-        command => {
-            let format = match &command {
-                Command::Validate(a) => a.log_format,
-                _ => LogFormat::Plain,
-            };
-            telemetry::init(format, None).and_then(|_| runtime.block_on(commands::run(command)))
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
         }
     };
+    // Logging starts in the command (serve reads its config first: it says where traces go).
+    let result = runtime.block_on(commands::run(cli.command));
     // Tasks still running stop first, so the error is the last line printed.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    result.unwrap_or_else(failed)
-}
-
-fn failed(e: anyhow::Error) -> ExitCode {
-    eprintln!("error: {e:#}");
-    ExitCode::FAILURE
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

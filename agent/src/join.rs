@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use meridian_core::ClusterId;
-use meridian_core::agent::{JoinRefused, Tokens, valid_cluster_name};
+use meridian_core::agent::{JoinRefused, Tokens};
+use meridian_core::is_cluster_name;
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
@@ -36,7 +37,7 @@ impl<S: SpentTokens> Joins<S> {
         let request = request.into_inner();
         let cluster = ClusterId::new(&request.cluster);
         let now = SystemTime::now();
-        if !valid_cluster_name(&request.cluster) {
+        if !is_cluster_name(&request.cluster) {
             return Err(Status::invalid_argument(format!(
                 "{:?} is not a cluster name",
                 request.cluster

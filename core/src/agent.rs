@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use crate::ClusterId;
+use crate::{ClusterId, is_cluster_name};
 
 /// The subject prefix of an agent's certificate: `CN=meridian:agent:<cluster>`.
 pub const AGENT_SUBJECT_PREFIX: &str = "meridian:agent:";
@@ -30,7 +30,7 @@ pub fn agent_subject(cluster: &ClusterId) -> String {
 /// The cluster an agent certificate's common name speaks for (None: not an agent's).
 pub fn cluster_of_subject(common_name: &str) -> Option<ClusterId> {
     let name = common_name.strip_prefix(AGENT_SUBJECT_PREFIX)?;
-    valid_cluster_name(name).then(|| ClusterId::new(name))
+    is_cluster_name(name).then(|| ClusterId::new(name))
 }
 
 /// Whether the sender of a message about `claimed` may send it: the certificate's cluster
@@ -196,21 +196,6 @@ fn parse(presented: &str) -> Result<(&str, &str), JoinRefused> {
 /// Compares two secrets in time independent of where they differ.
 fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Whether `name` can name a cluster: DNS labels joined by dots, as MemberCluster names are.
-pub fn valid_cluster_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 impl fmt::Display for BootstrapToken {

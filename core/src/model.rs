@@ -24,6 +24,23 @@ impl ClusterId {
     }
 }
 
+/// Whether `name` can name a cluster: a DNS-1123 subdomain (lowercase alphanumerics, `-` and
+/// `.`, alphanumeric at both ends of each label, at most 253 characters), as MemberCluster
+/// names are.
+pub fn is_cluster_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
 impl fmt::Display for ClusterId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -12,6 +12,8 @@
 //! The API path after it is parsed as Kubernetes lays out its URLs, so an aggregated request
 //! knows whether it names a collection or one object.
 
+use meridian_core::is_cluster_name;
+
 /// Where the request goes, and the API path (with its query) to send there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
@@ -86,22 +88,6 @@ fn is_api_path(path_and_query: &str) -> bool {
             .iter()
             .any(|p| path == *p || path.starts_with(&format!("{p}/")));
     api && !path.split('/').any(|s| s == ".." || s == ".")
-}
-
-/// A DNS-1123 subdomain: lowercase alphanumerics, `-` and `.`, alphanumeric at both ends of
-/// each label, at most 253 characters.
-pub fn is_cluster_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 /// A Kubernetes resource URL, taken apart.

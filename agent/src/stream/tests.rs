@@ -53,6 +53,22 @@ fn heartbeat(cluster: &str) -> AgentMessage {
     }
 }
 
+/// eu-1's agent joined and connected: what it sends up, what the hub sends down.
+async fn connected_eu(
+    hub: &TestHub,
+) -> (
+    tokio::sync::mpsc::Sender<AgentMessage>,
+    tonic::Streaming<proto::HubMessage>,
+) {
+    let (cert, key) = joined_eu(hub).await;
+    let channel = hub.channel(Some((&cert, &key))).await;
+    let (up, up_rx) = tokio::sync::mpsc::channel(8);
+    let down = proto::connect(channel, tokio_stream::wrappers::ReceiverStream::new(up_rx))
+        .await
+        .unwrap();
+    (up, down)
+}
+
 async fn next(hub: &mut TestHub) -> (ClusterId, Inbound) {
     tokio::time::timeout(Duration::from_secs(10), hub.inbound.recv())
         .await
@@ -63,12 +79,7 @@ async fn next(hub: &mut TestHub) -> (ClusterId, Inbound) {
 #[tokio::test]
 async fn an_agents_events_and_heartbeats_reach_the_hub_as_its_certificates_cluster() {
     let mut hub = serve(Recorded::default()).await;
-    let (cert, key) = joined_eu(&hub).await;
-    let channel = hub.channel(Some((&cert, &key))).await;
-    let (up, up_rx) = tokio::sync::mpsc::channel(8);
-    let mut down = proto::connect(channel, tokio_stream::wrappers::ReceiverStream::new(up_rx))
-        .await
-        .unwrap();
+    let (up, mut down) = connected_eu(&hub).await;
     let hello = down.next().await.unwrap().unwrap();
     assert!(hello.hub_time_unix > 0);
     up.send(heartbeat("eu-1")).await.unwrap();
@@ -102,12 +113,7 @@ async fn an_agents_events_and_heartbeats_reach_the_hub_as_its_certificates_clust
 #[tokio::test]
 async fn a_certificate_for_one_cluster_speaking_for_another_ends_the_stream() {
     let mut hub = serve(Recorded::default()).await;
-    let (cert, key) = joined_eu(&hub).await;
-    let channel = hub.channel(Some((&cert, &key))).await;
-    let (up, up_rx) = tokio::sync::mpsc::channel(8);
-    let mut down = proto::connect(channel, tokio_stream::wrappers::ReceiverStream::new(up_rx))
-        .await
-        .unwrap();
+    let (up, mut down) = connected_eu(&hub).await;
     assert!(down.next().await.unwrap().is_ok());
     up.send(service_event("us-1")).await.unwrap();
     let refused = tokio::time::timeout(Duration::from_secs(10), down.next())
