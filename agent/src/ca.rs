@@ -109,6 +109,30 @@ impl AgentCa {
             not_after: truncated(not_after),
         })
     }
+
+    /// The hub's serving certificate and key (PEM) for `names` (DNS names or IP addresses),
+    /// valid `lifetime` from `now`: agents trust the hub by this CA, as the hub trusts them.
+    pub fn serving(
+        &self,
+        names: &[String],
+        lifetime: Duration,
+        now: SystemTime,
+    ) -> Result<(String, String), CaError> {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(CaError::Sign)?;
+        let mut params = CertificateParams::new(names.to_vec()).map_err(CaError::Sign)?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "meridian agent hub");
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_before = at(now - BACKDATE)?;
+        params.not_after = at(now + lifetime)?;
+        params.use_authority_key_identifier_extension = true;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(CaError::Sign)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
 }
 
 /// The agent's side: a new key (P-256) and a request for `cluster`'s certificate, both PEM.

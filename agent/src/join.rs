@@ -4,32 +4,36 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use meridian_controllers::reason_of;
 use meridian_core::ClusterId;
-use meridian_core::agent::{JoinRefused, Tokens};
+use meridian_core::agent::JoinRefused;
 use meridian_core::is_cluster_name;
-use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
-use crate::ca::{AgentCa, CaError, key_and_request};
+use crate::ca::{AgentCa, CaError, Issued, key_and_request};
 use crate::proto::{self, JoinRequest, JoinResponse};
-
-/// Where a spent token is recorded before the certificate leaves the hub (a Secret or a file
-/// on the hub; in tests, memory). An error refuses the join: a token that could not be marked
-/// spent must not admit twice after a restart.
-pub trait SpentTokens: Send + Sync + 'static {
-    fn spend(&self, id: &str) -> Result<(), String>;
-}
+use crate::store::TokenStore;
 
 /// The hub's `Join`.
 pub struct Joins<S> {
     pub ca: Arc<AgentCa>,
-    pub tokens: Arc<Mutex<Tokens>>,
-    pub spent: S,
+    pub store: S,
+    /// One join at a time in this process (the store settles joins of other replicas).
+    pub serial: tokio::sync::Mutex<()>,
     /// An agent certificate's lifetime (renewed at 75–80 % of it).
     pub lifetime: Duration,
 }
 
-impl<S: SpentTokens> Joins<S> {
+impl<S: TokenStore> Joins<S> {
+    pub fn new(ca: Arc<AgentCa>, store: S, lifetime: Duration) -> Self {
+        Self {
+            ca,
+            store,
+            serial: tokio::sync::Mutex::new(()),
+            lifetime,
+        }
+    }
+
     pub async fn join(
         &self,
         request: Request<JoinRequest>,
@@ -43,28 +47,47 @@ impl<S: SpentTokens> Joins<S> {
                 request.cluster
             )));
         }
-        // Admitted on a copy, kept only once the certificate is made and the token recorded
-        // spent: a request that fails later leaves the token as it was.
-        let mut tokens = self.tokens.lock();
-        let mut trial = tokens.clone();
-        let token = trial
+        let _one_at_a_time = self.serial.lock().await;
+        let mut tokens = self.store.tokens().await.map_err(|e| {
+            Status::unavailable(format!(
+                "cannot read the bootstrap tokens: {}",
+                reason_of(&e)
+            ))
+        })?;
+        let token = tokens
             .admit(&request.token, &cluster, now)
             .map_err(|e| refused(&cluster, &e))?;
         let issued = self
             .ca
             .sign(&request.csr_pem, &cluster, self.lifetime, now)
-            .map_err(|e| Status::invalid_argument(format!("{e}")))?;
-        self.spent
-            .spend(&token.id)
-            .map_err(|e| Status::unavailable(format!("cannot record the token as used: {e}")))?;
-        *tokens = trial;
+            .map_err(|e| Status::invalid_argument(reason_of(&e)))?;
+        self.store.spend(&token).await.map_err(|e| {
+            Status::unavailable(format!(
+                "cannot record the token as used: {}",
+                reason_of(&e)
+            ))
+        })?;
         tracing::info!(%cluster, token = %token, "agent joined");
-        Ok(Response::new(JoinResponse {
-            certificate_pem: issued.cert_pem,
-            ca_pem: self.ca.cert_pem().to_string(),
-            not_before_unix: unix(issued.not_before),
-            not_after_unix: unix(issued.not_after),
-        }))
+        Ok(Response::new(answer(&self.ca, issued)))
+    }
+
+    /// A new certificate for the cluster the caller's current one names.
+    pub fn renew(&self, cluster: &ClusterId, csr_pem: &str) -> Result<JoinResponse, Status> {
+        let issued = self
+            .ca
+            .sign(csr_pem, cluster, self.lifetime, SystemTime::now())
+            .map_err(|e| Status::invalid_argument(reason_of(&e)))?;
+        tracing::info!(%cluster, "agent certificate renewed");
+        Ok(answer(&self.ca, issued))
+    }
+}
+
+fn answer(ca: &AgentCa, issued: Issued) -> JoinResponse {
+    JoinResponse {
+        certificate_pem: issued.cert_pem,
+        ca_pem: ca.cert_pem().to_string(),
+        not_before_unix: unix(issued.not_before),
+        not_after_unix: unix(issued.not_after),
     }
 }
 

@@ -10,20 +10,26 @@
 //!   renews at core::agent::renew_at (20–25 % left)
 //! ```
 //!
-//! Built so far, on the pure rules in `meridian_core::agent`: the agent CA ([`ca`]), joining
-//! ([`join`], the `Join` call of [`proto`]), a member's watch events on the wire ([`events`])
-//! and the hub's side of an agent's stream ([`stream`], `Connect` over mutual TLS). The
-//! hub-side member source, desired objects down and the `meridian agent` loop come next
-//! (ARCHITECTURE.md, "Where the coming parts go").
+//! The parts: the agent CA ([`ca`]), joining ([`join`]), a member's watch events on the
+//! wire ([`events`]), the protocol ([`proto`]), the hub's state ([`store`]: the CA and the
+//! tokens), the hub's side of a stream ([`stream`]) and its listener ([`hub`]), and the
+//! member's side ([`member`], `meridian agent`). What the hub does with what agents send is
+//! `meridian_controllers::agents`: the same MemberState and store events as push members.
 
 pub mod ca;
 pub mod events;
+pub mod hub;
 pub mod join;
+pub mod member;
 pub mod proto;
+pub mod store;
 pub mod stream;
 #[cfg(test)]
 mod test_hub;
 
 pub use ca::{AgentCa, CaError, Issued, key_and_request};
-pub use join::{JoinError, Joined, Joins, SpentTokens, join};
-pub use stream::{Hub, Inbound, Streams};
+pub use hub::{HubError, HubSettings, serve};
+pub use join::{JoinError, Joined, Joins, join};
+pub use member::{AgentError, AgentSettings};
+pub use store::{HubStore, StoreError, TokenStore};
+pub use stream::{Hub, Streams};

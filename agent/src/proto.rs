@@ -7,7 +7,10 @@
 //!   rpc Join(JoinRequest) returns (JoinResponse);
 //!   // Mutual TLS: the agent CA's certificate names the cluster.
 //!   rpc Connect(stream AgentMessage) returns (stream HubMessage);
+//!   // Mutual TLS: a new certificate for the cluster the current one names.
+//!   rpc Renew(RenewRequest) returns (JoinResponse);
 //! }
+//! message RenewRequest { string csr_pem = 1; }
 //! message JoinRequest  { string cluster = 1; string token = 2; string csr_pem = 3; }
 //! message JoinResponse { string certificate_pem = 1; string ca_pem = 2;
 //!                        int64 not_before_unix = 3; int64 not_after_unix = 4; }
@@ -15,8 +18,8 @@
 //! enum Phase { APPLY = 0; DELETE = 1; INIT = 2; INIT_APPLY = 3; INIT_DONE = 4; }
 //! message AgentMessage { string cluster = 1; oneof body { WatchEvent event = 2;
 //!                                                          Heartbeat heartbeat = 3; } }
-//! message Heartbeat    { bool member_ready = 1; string error = 2; }
-//! message HubMessage   { int64 hub_time_unix = 1; }
+//! message Heartbeat    { bool member_ready = 1; string error = 2; string watch_failure = 3; }
+//! message HubMessage   { int64 hub_time_unix = 1; uint32 heartbeat_seconds = 2; }
 //! ```
 
 use std::convert::Infallible;
@@ -30,6 +33,7 @@ use tonic::{Request, Response, Status};
 pub const SERVICE: &str = "meridian.agent.v1.AgentHub";
 const JOIN: &str = "/meridian.agent.v1.AgentHub/Join";
 const CONNECT: &str = "/meridian.agent.v1.AgentHub/Connect";
+const RENEW: &str = "/meridian.agent.v1.AgentHub/Renew";
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct JoinRequest {
@@ -51,6 +55,12 @@ pub struct JoinResponse {
     pub not_before_unix: i64,
     #[prost(int64, tag = "4")]
     pub not_after_unix: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RenewRequest {
+    #[prost(string, tag = "1")]
+    pub csr_pem: String,
 }
 
 /// One watch event of a member, as the agent sends it up: the resource it is of, what
@@ -93,6 +103,9 @@ pub struct Heartbeat {
     pub member_ready: bool,
     #[prost(string, tag = "2")]
     pub error: String,
+    /// A watch of the member that fails (empty: none), as push members report theirs.
+    #[prost(string, tag = "3")]
+    pub watch_failure: String,
 }
 
 /// What the hub sends down (the objects the member should hold come here next).
@@ -101,6 +114,9 @@ pub struct HubMessage {
     /// The hub's time, for the agent's log when clocks disagree.
     #[prost(int64, tag = "1")]
     pub hub_time_unix: i64,
+    /// How often the hub wants heartbeats (the member's `health.heartbeatSeconds`).
+    #[prost(uint32, tag = "2")]
+    pub heartbeat_seconds: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
@@ -127,6 +143,9 @@ pub trait AgentHub: Send + Sync + 'static {
         &self,
         request: Request<tonic::Streaming<AgentMessage>>,
     ) -> Result<Response<HubStream>, Status>;
+
+    async fn renew(&self, request: Request<RenewRequest>)
+    -> Result<Response<JoinResponse>, Status>;
 }
 
 /// The service to add to a tonic server.
@@ -166,6 +185,18 @@ impl<T: AgentHub> tonic::server::UnaryService<JoinRequest> for Join<T> {
     }
 }
 
+struct Renew<T>(Arc<T>);
+
+impl<T: AgentHub> tonic::server::UnaryService<RenewRequest> for Renew<T> {
+    type Response = JoinResponse;
+    type Future = BoxFuture<Response<JoinResponse>, Status>;
+
+    fn call(&mut self, request: Request<RenewRequest>) -> Self::Future {
+        let hub = self.0.clone();
+        Box::pin(async move { hub.renew(request).await })
+    }
+}
+
 struct Connect<T>(Arc<T>);
 
 impl<T: AgentHub> tonic::server::StreamingService<AgentMessage> for Connect<T> {
@@ -202,6 +233,13 @@ where
                     Ok(grpc.unary(join, request).await)
                 })
             }
+            RENEW => {
+                let renew = Renew(self.inner.clone());
+                Box::pin(async move {
+                    let mut grpc = tonic::server::Grpc::new(tonic::codec::ProstCodec::default());
+                    Ok(grpc.unary(renew, request).await)
+                })
+            }
             CONNECT => {
                 let connect = Connect(self.inner.clone());
                 Box::pin(async move {
@@ -224,11 +262,27 @@ pub async fn join(
     channel: tonic::transport::Channel,
     request: JoinRequest,
 ) -> Result<JoinResponse, Status> {
+    unary(channel, JOIN, request).await
+}
+
+/// The agent's side of `Renew` (on a channel with the agent's current certificate).
+pub async fn renew(
+    channel: tonic::transport::Channel,
+    request: RenewRequest,
+) -> Result<JoinResponse, Status> {
+    unary(channel, RENEW, request).await
+}
+
+async fn unary<Q: prost::Message + 'static, A: prost::Message + Default + 'static>(
+    channel: tonic::transport::Channel,
+    path: &'static str,
+    request: Q,
+) -> Result<A, Status> {
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready()
         .await
         .map_err(|e| Status::unavailable(format!("the hub is not ready: {e}")))?;
-    let path = http::uri::PathAndQuery::from_static(JOIN);
+    let path = http::uri::PathAndQuery::from_static(path);
     grpc.unary(
         Request::new(request),
         path,

@@ -1,12 +1,13 @@
 //! The hub's side of an agent's stream. The agent CA's client certificate names the cluster
 //! (`CN=meridian:agent:<cluster>`); every message names the cluster it speaks for too, and one
-//! naming another cluster ends the stream (logged). What an agent sends becomes [`Inbound`]s
-//! for the hub-side member source: the member's watch events (decoded into the same
-//! `MemberEvent`s a push member's watches give) and heartbeats.
+//! naming another cluster ends the stream (logged). What an agent sends becomes
+//! [`Inbound`]s for the cluster's agent member task (`meridian_controllers::agents`): the
+//! member's watch events (decoded into the same `MemberEvent`s a push member's watches give)
+//! and heartbeats. A cluster no MemberCluster names as an agent member is refused.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use meridian_controllers::kubernetes::state::MemberEvent;
+use meridian_controllers::agents::{AgentRoutes, Connection, Inbound};
 use meridian_core::ClusterId;
 use meridian_core::agent::{Impersonation, check_sender, cluster_of_subject};
 use tokio::sync::mpsc;
@@ -14,27 +15,17 @@ use tonic::{Request, Response, Status};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::events::{DecodeError, decode};
-use crate::join::{Joins, SpentTokens, unix};
+use crate::join::{Joins, unix};
 use crate::proto::{
-    AgentHub, AgentMessage, HubMessage, HubStream, JoinRequest, JoinResponse, agent_message,
+    AgentHub, AgentMessage, HubMessage, HubStream, JoinRequest, JoinResponse, RenewRequest,
+    agent_message,
 };
+use crate::store::TokenStore;
 
-/// What one agent's stream brought.
-#[derive(Debug)]
-pub enum Inbound {
-    Event(Box<MemberEvent>),
-    Heartbeat {
-        member_ready: bool,
-        error: String,
-    },
-    /// The stream ended (the agent went, or was refused).
-    Closed,
-}
-
-/// Where the hub's streams deliver what agents send, by cluster.
+/// The hub's streams: what agents send goes to their member's task.
 #[derive(Clone)]
 pub struct Streams {
-    pub sink: mpsc::Sender<(ClusterId, Inbound)>,
+    pub routes: AgentRoutes,
 }
 
 impl Streams {
@@ -42,16 +33,29 @@ impl Streams {
         &self,
         request: Request<tonic::Streaming<AgentMessage>>,
     ) -> Result<Response<HubStream>, Status> {
-        let certified = certified_cluster(request.peer_certs().as_deref())?;
+        let (certified, certificate_expires) = certified(request.peer_certs().as_deref())?;
+        let connection = Connection {
+            peer: request
+                .remote_addr()
+                .map_or_else(|| "unknown".into(), |a| a.to_string()),
+            certificate_expires,
+        };
+        let stream = self
+            .routes
+            .open(&certified, connection)
+            .await
+            .map_err(|e| {
+                tracing::warn!(cluster = %certified, why = %e, "agent stream refused");
+                Status::failed_precondition(e.to_string())
+            })?;
         let mut inbound = request.into_inner();
-        let sink = self.sink.clone();
         let (down, down_rx) = mpsc::channel(16);
         tracing::info!(cluster = %certified, "agent connected");
-        let _ = down
-            .send(Ok(HubMessage {
-                hub_time_unix: unix(SystemTime::now()),
-            }))
-            .await;
+        let hello = HubMessage {
+            hub_time_unix: unix(SystemTime::now()),
+            heartbeat_seconds: u32::try_from(stream.heartbeat.as_secs()).unwrap_or(u32::MAX),
+        };
+        let _ = down.send(Ok(hello)).await;
         tokio::spawn(async move {
             loop {
                 let message = match inbound.message().await {
@@ -64,7 +68,8 @@ impl Streams {
                 };
                 match read(&certified, message) {
                     Ok(Some(item)) => {
-                        if sink.send((certified.clone(), item)).await.is_err() {
+                        if !stream.send(item).await {
+                            // The member's task went (the member left or restarted).
                             break;
                         }
                     }
@@ -76,7 +81,7 @@ impl Streams {
                     }
                 }
             }
-            let _ = sink.send((certified, Inbound::Closed)).await;
+            // `stream` drops here: the member's task hears the stream closed.
         });
         let stream = tokio_stream::wrappers::ReceiverStream::new(down_rx);
         Ok(Response::new(Box::pin(stream)))
@@ -111,10 +116,10 @@ impl From<Refused> for Status {
     }
 }
 
-/// The cluster the connection's client certificate speaks for.
-fn certified_cluster(
+/// The cluster the connection's client certificate speaks for, and when it expires.
+fn certified(
     certs: Option<&Vec<tonic::transport::CertificateDer<'static>>>,
-) -> Result<ClusterId, Refused> {
+) -> Result<(ClusterId, Option<SystemTime>), Refused> {
     let der = certs
         .and_then(|c| c.first())
         .ok_or(Refused::NoCertificate)?;
@@ -125,7 +130,12 @@ fn certified_cluster(
         .next()
         .and_then(|cn| cn.as_str().ok())
         .unwrap_or_default();
-    cluster_of_subject(common_name).ok_or_else(|| Refused::NotAnAgent(common_name.to_string()))
+    let cluster = cluster_of_subject(common_name)
+        .ok_or_else(|| Refused::NotAnAgent(common_name.to_string()))?;
+    let expires = u64::try_from(cert.validity().not_after.timestamp())
+        .ok()
+        .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+    Ok((cluster, expires))
 }
 
 /// One message from `certified`'s agent: what it brings, or why the stream ends.
@@ -136,6 +146,7 @@ fn read(certified: &ClusterId, message: AgentMessage) -> Result<Option<Inbound>,
         Some(agent_message::Body::Heartbeat(beat)) => Some(Inbound::Heartbeat {
             member_ready: beat.member_ready,
             error: beat.error,
+            watch_failure: beat.watch_failure,
         }),
         None => None,
     })
@@ -148,7 +159,7 @@ pub struct Hub<S> {
 }
 
 #[tonic::async_trait]
-impl<S: SpentTokens> AgentHub for Hub<S> {
+impl<S: TokenStore> AgentHub for Hub<S> {
     async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
         self.joins.join(request).await
     }
@@ -158,6 +169,16 @@ impl<S: SpentTokens> AgentHub for Hub<S> {
         request: Request<tonic::Streaming<AgentMessage>>,
     ) -> Result<Response<HubStream>, Status> {
         self.streams.connect(request).await
+    }
+
+    async fn renew(
+        &self,
+        request: Request<RenewRequest>,
+    ) -> Result<Response<JoinResponse>, Status> {
+        let (cluster, _) = certified(request.peer_certs().as_deref())?;
+        self.joins
+            .renew(&cluster, &request.into_inner().csr_pem)
+            .map(Response::new)
     }
 }
 

@@ -5,28 +5,45 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use meridian_core::ClusterId;
+use meridian_controllers::SourceEvent;
+use meridian_controllers::agents::{self, AgentRoutes};
+use meridian_controllers::kubernetes::Fleet;
 use meridian_core::agent::{BootstrapToken, Tokens};
+use meridian_core::{ClusterId, HealthTimings};
 use parking_lot::Mutex;
 use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tokio::sync::mpsc;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity, Server, ServerTlsConfig};
 
 use crate::ca::AgentCa;
-use crate::join::{Joins, SpentTokens};
+use crate::join::Joins;
 use crate::proto::AgentHubServer;
-use crate::stream::{Hub, Inbound, Streams};
+use crate::store::{StoreError, TokenStore};
+use crate::stream::{Hub, Streams};
 
-/// Spent tokens kept in memory; `read_only` refuses to record any.
+/// The tests' tokens in memory (`test_tokens`), and the ids spent; `read_only` refuses to
+/// record any.
 #[derive(Default, Clone)]
 pub(crate) struct Recorded(pub Arc<Mutex<Vec<String>>>, pub bool);
 
-impl SpentTokens for Recorded {
-    fn spend(&self, id: &str) -> Result<(), String> {
+#[tonic::async_trait]
+impl TokenStore for Recorded {
+    async fn tokens(&self) -> Result<Tokens, StoreError> {
+        let spent = self.0.lock();
+        Ok(Tokens::new(test_tokens().into_iter().map(|mut t| {
+            t.used = spent.contains(&t.id);
+            t
+        })))
+    }
+
+    async fn spend(&self, token: &BootstrapToken) -> Result<(), StoreError> {
         if self.1 {
-            return Err("the hub's store is read-only".into());
+            return Err(StoreError::Io {
+                path: "tokens".into(),
+                source: std::io::Error::other("the hub's store is read-only"),
+            });
         }
-        self.0.lock().push(id.to_string());
+        self.0.lock().push(token.id.clone());
         Ok(())
     }
 }
@@ -35,7 +52,8 @@ pub(crate) struct TestHub {
     pub port: u16,
     pub serving_ca: String,
     pub ca: Arc<AgentCa>,
-    pub inbound: mpsc::Receiver<(ClusterId, Inbound)>,
+    /// What the agent member tasks of eu-1 and us-1 tell the store.
+    pub inbound: mpsc::Receiver<SourceEvent>,
 }
 
 /// A token `id.0123456789abcdef` for `cluster`.
@@ -50,25 +68,41 @@ pub(crate) fn token(id: &str, cluster: &str, expires: SystemTime) -> BootstrapTo
 }
 
 /// Tokens euone1 (eu-1), usone1 (us-1), both for an hour, and old001 (eu-1, expired).
+fn test_tokens() -> Vec<BootstrapToken> {
+    let now = SystemTime::now();
+    vec![
+        token("euone1", "eu-1", now + Duration::from_secs(3600)),
+        token("usone1", "us-1", now + Duration::from_secs(3600)),
+        token("old001", "eu-1", now - Duration::from_secs(1)),
+    ]
+}
+
+/// A hub with agent members eu-1 and us-1 (heartbeats every second).
 pub(crate) async fn serve(spent: Recorded) -> TestHub {
     let (cert, key, serving_ca) = serving();
     let (ca, _) = AgentCa::generate(SystemTime::now()).unwrap();
     let ca = Arc::new(ca);
-    let now = SystemTime::now();
-    let tokens = Tokens::new([
-        token("euone1", "eu-1", now + Duration::from_secs(3600)),
-        token("usone1", "us-1", now + Duration::from_secs(3600)),
-        token("old001", "eu-1", now - Duration::from_secs(1)),
-    ]);
-    let (sink, inbound) = mpsc::channel(64);
+    let (tx, inbound) = mpsc::channel(256);
+    let routes = AgentRoutes::default();
+    for cluster in ["eu-1", "us-1"] {
+        let timings = HealthTimings {
+            heartbeat_seconds: 1,
+            ..HealthTimings::default()
+        };
+        tokio::spawn(agents::run(
+            ClusterId::new(cluster),
+            timings,
+            routes.clone(),
+            Fleet::default(),
+            tx.clone(),
+        ));
+    }
+    while routes.members().len() < 2 {
+        tokio::task::yield_now().await;
+    }
     let hub = Hub {
-        joins: Joins {
-            ca: ca.clone(),
-            tokens: Arc::new(Mutex::new(tokens)),
-            spent,
-            lifetime: Duration::from_secs(60),
-        },
-        streams: Streams { sink },
+        joins: Joins::new(ca.clone(), spent, Duration::from_secs(60)),
+        streams: Streams { routes },
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();

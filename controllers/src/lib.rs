@@ -19,6 +19,7 @@
 //! and the writers read Snapshots. Bad input rejects only itself and is reported with file,
 //! object and reason.
 
+pub mod agents;
 pub mod capacity;
 pub mod convert;
 pub mod crd;

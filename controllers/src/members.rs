@@ -9,6 +9,7 @@ use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span};
 
 use crate::SourceEvent;
+use crate::agents::{self, AgentRoutes};
 use crate::convert::MemberSource;
 use crate::directory::{self, MemberEntry};
 use crate::kubernetes::connect::WatchTimeout;
@@ -25,6 +26,8 @@ pub struct Sources {
     pub watch_timeout: WatchTimeout,
     /// The bounds of directory sources (the hub's and every directory member's).
     pub limits: Limits,
+    /// Where agents' streams reach their agent member's task.
+    pub agents: AgentRoutes,
 }
 
 impl Sources {
@@ -35,6 +38,7 @@ impl Sources {
             fleet: Fleet::default(),
             watch_timeout: WatchTimeout::default(),
             limits: Limits::default(),
+            agents: AgentRoutes::default(),
         }
     }
 }
@@ -108,17 +112,17 @@ impl MemberTasks {
                     )
                 }
                 MemberSource::Agent => {
-                    let id = id.clone();
-                    tokio::spawn(async move {
-                        let _ = tx
-                            .send(SourceEvent::Heartbeat {
-                                cluster: id,
-                                result: Err(
-                                    "agent member sources are not available in this build".into()
-                                ),
-                            })
-                            .await;
-                    })
+                    info!(cluster = %id, "starting agent member source");
+                    tokio::spawn(
+                        agents::run(
+                            id.clone(),
+                            member.spec.health,
+                            self.sources.agents.clone(),
+                            fleet.clone(),
+                            tx,
+                        )
+                        .instrument(span),
+                    )
                 }
             };
             self.tasks.insert(id, (member.clone(), task));

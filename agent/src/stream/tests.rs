@@ -11,8 +11,10 @@ use kube::runtime::watcher::Event;
 use super::*;
 use crate::events::encode;
 use crate::join::join;
-use crate::proto::{self, Heartbeat, agent_message::Body};
+use crate::proto::{self, Heartbeat, RenewRequest, agent_message::Body};
 use crate::test_hub::{Recorded, TestHub, serve};
+use meridian_controllers::SourceEvent;
+use meridian_controllers::kubernetes::state::MemberEvent;
 
 /// eu-1 joined: its certificate and key.
 async fn joined_eu(hub: &TestHub) -> (String, String) {
@@ -26,7 +28,7 @@ async fn joined_eu(hub: &TestHub) -> (String, String) {
     (joined.certificate_pem, joined.key_pem)
 }
 
-fn service_event(cluster: &str) -> AgentMessage {
+fn service_event_object() -> MemberEvent {
     let svc = Service {
         metadata: ObjectMeta {
             name: Some("web".into()),
@@ -35,12 +37,7 @@ fn service_event(cluster: &str) -> AgentMessage {
         },
         ..Service::default()
     };
-    AgentMessage {
-        cluster: cluster.into(),
-        body: Some(Body::Event(
-            encode(&MemberEvent::Service(Event::Apply(svc))).unwrap(),
-        )),
-    }
+    MemberEvent::Service(Event::Apply(svc))
 }
 
 fn heartbeat(cluster: &str) -> AgentMessage {
@@ -48,9 +45,34 @@ fn heartbeat(cluster: &str) -> AgentMessage {
         cluster: cluster.into(),
         body: Some(Body::Heartbeat(Heartbeat {
             member_ready: true,
-            error: String::new(),
+            ..Heartbeat::default()
         })),
     }
+}
+
+fn wire(cluster: &str, event: MemberEvent) -> AgentMessage {
+    AgentMessage {
+        cluster: cluster.into(),
+        body: Some(Body::Event(encode(&event).unwrap())),
+    }
+}
+
+/// A full relist of `cluster` with one Service, shop/web.
+fn relist(cluster: &str) -> Vec<AgentMessage> {
+    let MemberEvent::Service(Event::Apply(web)) = service_event_object() else {
+        unreachable!()
+    };
+    vec![
+        wire(cluster, MemberEvent::Service(Event::Init)),
+        wire(cluster, MemberEvent::Service(Event::InitApply(web))),
+        wire(cluster, MemberEvent::Service(Event::InitDone)),
+        wire(cluster, MemberEvent::Slice(Event::Init)),
+        wire(cluster, MemberEvent::Slice(Event::InitDone)),
+        wire(cluster, MemberEvent::Export(Event::Init)),
+        wire(cluster, MemberEvent::Export(Event::InitDone)),
+        wire(cluster, MemberEvent::Import(Event::Init)),
+        wire(cluster, MemberEvent::Import(Event::InitDone)),
+    ]
 }
 
 /// eu-1's agent joined and connected: what it sends up, what the hub sends down.
@@ -61,53 +83,82 @@ async fn connected_eu(
     tonic::Streaming<proto::HubMessage>,
 ) {
     let (cert, key) = joined_eu(hub).await;
-    let channel = hub.channel(Some((&cert, &key))).await;
-    let (up, up_rx) = tokio::sync::mpsc::channel(8);
-    let down = proto::connect(channel, tokio_stream::wrappers::ReceiverStream::new(up_rx))
-        .await
-        .unwrap();
-    (up, down)
+    connected(hub, &cert, &key).await.unwrap()
 }
 
-async fn next(hub: &mut TestHub) -> (ClusterId, Inbound) {
-    tokio::time::timeout(Duration::from_secs(10), hub.inbound.recv())
-        .await
-        .expect("the hub delivered nothing within 10 s")
-        .expect("the hub's sink closed")
+async fn connected(
+    hub: &TestHub,
+    cert: &str,
+    key: &str,
+) -> Result<
+    (
+        tokio::sync::mpsc::Sender<AgentMessage>,
+        tonic::Streaming<proto::HubMessage>,
+    ),
+    Status,
+> {
+    let channel = hub.channel(Some((cert, key))).await;
+    let (up, up_rx) = tokio::sync::mpsc::channel(16);
+    let down = proto::connect(channel, tokio_stream::wrappers::ReceiverStream::new(up_rx)).await?;
+    Ok((up, down))
+}
+
+/// The next store event about `cluster` that `wanted` picks (the members' periodic "no agent
+/// has connected" heartbeats are passed over).
+async fn next_where(
+    hub: &mut TestHub,
+    cluster: &str,
+    wanted: impl Fn(&SourceEvent) -> bool,
+) -> SourceEvent {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let event = tokio::time::timeout_at(deadline, hub.inbound.recv())
+            .await
+            .expect("the hub delivered nothing wanted within 10 s")
+            .expect("the store's channel closed");
+        let about = match &event {
+            SourceEvent::Reset { cluster, .. }
+            | SourceEvent::Changes { cluster, .. }
+            | SourceEvent::Heartbeat { cluster, .. }
+            | SourceEvent::WatchHealth { cluster, .. }
+            | SourceEvent::Capacity { cluster, .. } => cluster.as_str(),
+            _ => "",
+        };
+        if about == cluster && wanted(&event) {
+            return event;
+        }
+    }
+}
+
+fn is_heartbeat(event: &SourceEvent, ok: bool) -> bool {
+    matches!(event, SourceEvent::Heartbeat { result, .. } if result.is_ok() == ok)
 }
 
 #[tokio::test]
-async fn an_agents_events_and_heartbeats_reach_the_hub_as_its_certificates_cluster() {
+async fn an_agents_relist_and_heartbeats_reach_the_store_as_its_certificates_cluster() {
     let mut hub = serve(Recorded::default()).await;
     let (up, mut down) = connected_eu(&hub).await;
     let hello = down.next().await.unwrap().unwrap();
     assert!(hello.hub_time_unix > 0);
+    assert_eq!(hello.heartbeat_seconds, 1, "the member's heartbeatSeconds");
     up.send(heartbeat("eu-1")).await.unwrap();
-    up.send(service_event("eu-1")).await.unwrap();
-    let (cluster, beat) = next(&mut hub).await;
-    assert_eq!(cluster, ClusterId::new("eu-1"));
-    assert!(
-        matches!(
-            beat,
-            Inbound::Heartbeat {
-                member_ready: true,
-                ..
-            }
-        ),
-        "{beat:?}"
-    );
-    match next(&mut hub).await {
-        (c, Inbound::Event(event)) => {
-            assert_eq!(c, ClusterId::new("eu-1"));
-            let MemberEvent::Service(Event::Apply(svc)) = *event else {
-                panic!("{event:?}");
-            };
-            assert_eq!(svc.metadata.name.as_deref(), Some("web"));
-        }
-        other => panic!("{other:?}"),
+    for message in relist("eu-1") {
+        up.send(message).await.unwrap();
     }
+    let reset = next_where(&mut hub, "eu-1", |e| matches!(e, SourceEvent::Reset { .. })).await;
+    let SourceEvent::Reset { objects, .. } = reset else {
+        unreachable!()
+    };
+    let names: Vec<&str> = objects.services.iter().map(|(k, _)| &*k.name).collect();
+    assert_eq!(names, ["web"]);
+    // The heartbeat held back until the list was in comes right after it.
+    next_where(&mut hub, "eu-1", |e| is_heartbeat(e, true)).await;
     drop(up);
-    assert!(matches!(next(&mut hub).await, (_, Inbound::Closed)));
+    let closed = next_where(&mut hub, "eu-1", |e| is_heartbeat(e, false)).await;
+    assert!(
+        matches!(&closed, SourceEvent::Heartbeat { result: Err(r), .. } if r == "the agent's stream closed"),
+        "{closed:?}"
+    );
 }
 
 #[tokio::test]
@@ -115,7 +166,9 @@ async fn a_certificate_for_one_cluster_speaking_for_another_ends_the_stream() {
     let mut hub = serve(Recorded::default()).await;
     let (up, mut down) = connected_eu(&hub).await;
     assert!(down.next().await.unwrap().is_ok());
-    up.send(service_event("us-1")).await.unwrap();
+    for message in relist("us-1") {
+        up.send(message).await.unwrap();
+    }
     let refused = tokio::time::timeout(Duration::from_secs(10), down.next())
         .await
         .unwrap()
@@ -129,8 +182,22 @@ async fn a_certificate_for_one_cluster_speaking_for_another_ends_the_stream() {
         "{}",
         refused.message()
     );
-    // Nothing of us-1's reached the hub: the stream just closed.
-    assert!(matches!(next(&mut hub).await, (c, Inbound::Closed) if c == ClusterId::new("eu-1")));
+    // eu-1's stream closed; nothing of us-1's reached the store.
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while let Ok(Some(event)) = tokio::time::timeout_at(deadline, hub.inbound.recv()).await {
+        seen.push(event);
+    }
+    assert!(
+        seen.iter().any(|e| matches!(e, SourceEvent::Heartbeat { cluster, result: Err(r) } if cluster.as_str() == "eu-1" && r == "the agent's stream closed")),
+        "{seen:?}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|e| matches!(e, SourceEvent::Reset { .. } | SourceEvent::Changes { .. })),
+        "{seen:?}"
+    );
 }
 
 #[tokio::test]
@@ -144,4 +211,53 @@ async fn a_stream_without_an_agent_certificate_is_refused() {
     .await
     .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused}");
+}
+
+#[tokio::test]
+async fn a_cluster_that_is_no_agent_member_is_refused_with_the_reason() {
+    let hub = serve(Recorded::default()).await;
+    let ap = ClusterId::new("ap-1");
+    let (key, csr) = crate::ca::key_and_request(&ap).unwrap();
+    let issued = hub
+        .ca
+        .sign(
+            &csr,
+            &ap,
+            Duration::from_secs(60),
+            std::time::SystemTime::now(),
+        )
+        .unwrap();
+    let refused = connected(&hub, &issued.cert_pem, &key).await.err().unwrap();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        refused
+            .message()
+            .contains("no MemberCluster ap-1 with `source: {agent: {}}`"),
+        "{}",
+        refused.message()
+    );
+}
+
+#[tokio::test]
+async fn renew_gives_a_new_certificate_for_the_cluster_the_current_one_names() {
+    let hub = serve(Recorded::default()).await;
+    let (cert, key) = joined_eu(&hub).await;
+    let (new_key, csr) = crate::ca::key_and_request(&ClusterId::new("us-1")).unwrap();
+    let renewed = proto::renew(
+        hub.channel(Some((&cert, &key))).await,
+        RenewRequest { csr_pem: csr },
+    )
+    .await
+    .unwrap();
+    assert_ne!(renewed.certificate_pem, cert);
+    // Whatever the request asked, the certificate names the cluster of the one renewing it.
+    let (_, mut down) = connected(&hub, &renewed.certificate_pem, &new_key)
+        .await
+        .unwrap();
+    assert!(down.next().await.unwrap().is_ok());
+    let (_, csr) = crate::ca::key_and_request(&ClusterId::new("eu-1")).unwrap();
+    let anonymous = proto::renew(hub.channel(None).await, RenewRequest { csr_pem: csr })
+        .await
+        .unwrap_err();
+    assert_eq!(anonymous.code(), tonic::Code::Unauthenticated);
 }

@@ -40,7 +40,7 @@ const WATCH_FAILURE_MEMORY: Duration = Duration::from_secs(40);
 /// How many ready watch events are folded into one batch for the store.
 const BATCH: usize = 4096;
 
-type WatchItem = Result<MemberEvent, (&'static str, String)>;
+pub type WatchItem = Result<MemberEvent, (&'static str, String)>;
 
 /// Runs one member until the task is aborted (the member left the hub or changed source).
 pub async fn run(
@@ -401,7 +401,7 @@ async fn heartbeats(
 }
 
 /// `Err((reason, refused))`, where `refused` says the credentials were (401 or 403).
-async fn readyz(client: &Client, timeout: Duration) -> Result<(), (String, bool)> {
+pub async fn readyz(client: &Client, timeout: Duration) -> Result<(), (String, bool)> {
     let request = http::Request::get("/readyz")
         .body(Vec::new())
         .map_err(|e| (e.to_string(), false))?;
@@ -432,7 +432,7 @@ async fn readyz(client: &Client, timeout: Duration) -> Result<(), (String, bool)
     }
 }
 
-fn publish_facts(fleet: &Fleet, cluster: &ClusterId, state: &MemberState) {
+pub(crate) fn publish_facts(fleet: &Fleet, cluster: &ClusterId, state: &MemberState) {
     let (capacity, allocatable) = state.capacity();
     let namespaces = state.namespaces();
     let exports = state.exports();
@@ -449,7 +449,10 @@ fn publish_facts(fleet: &Fleet, cluster: &ClusterId, state: &MemberState) {
 
 /// Every watch of a member, merged. The derived Services and EndpointSlices meridian writes
 /// are left out, so they never read back as the member's own.
-fn watch_all(client: &Client, timeout: WatchTimeout) -> SelectAll<BoxStream<'static, WatchItem>> {
+pub fn watch_all(
+    client: &Client,
+    timeout: WatchTimeout,
+) -> SelectAll<BoxStream<'static, WatchItem>> {
     let config = watcher::Config::default().timeout(timeout.0);
     let own = config.clone().labels(DERIVED_EXCLUDED);
     futures::stream::select_all([

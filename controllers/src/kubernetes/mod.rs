@@ -99,6 +99,8 @@ pub struct MemberFacts {
     pub listed: bool,
     /// The member left the hub: the leader deletes what it wrote there, then forgets it.
     pub retired: bool,
+    /// The member's agent, for an agent member (`source: {agent: {}}`) once one connected.
+    pub agent: Option<crate::agents::AgentFacts>,
 }
 
 impl MemberFacts {

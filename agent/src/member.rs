@@ -1,0 +1,481 @@
+//! `meridian agent`: the member's side. It joins once (a bootstrap token for its key's
+//! certificate), keeps its key and certificate in its state directory, and then holds one
+//! stream to the hub: its member's watch events (a full relist on every new stream) and a
+//! heartbeat every `heartbeatSeconds` the hub asks for. It renews its certificate at 75–80 %
+//! of its lifetime on the side, without dropping the stream, and reconnects with jittered
+//! backoff. Nothing the hub does or fails to do makes it delete anything in its member.
+//!
+//! ```text
+//!  state dir: key.pem cert.pem ca.pem   (none: Join with --bootstrap-token-file)
+//!  loop: Connect (mTLS) ── watch_all(member) ─ encode ─► up    heartbeats (/readyz) ─► up
+//!                       ◄─ HubMessage (heartbeatSeconds)       renew_at ─► Renew ─► files
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use meridian_controllers::kubernetes::connect::WatchTimeout;
+use meridian_controllers::kubernetes::member::{readyz, watch_all};
+use meridian_controllers::reason_of;
+use meridian_core::ClusterId;
+use meridian_core::agent::renew_at;
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use crate::ca::key_and_request;
+use crate::events::encode;
+use crate::join::{JoinError, Joined, join};
+use crate::proto::{self, AgentMessage, Heartbeat, RenewRequest, agent_message::Body};
+
+/// The longest wait between two attempts to reach the hub.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long connecting to the hub may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Messages waiting to go up; a slow hub slows the watches down instead of growing this.
+const UP_QUEUE: usize = 1024;
+
+/// What `meridian agent` is told.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// The hub's agent listener, `host:port`.
+    pub hub: String,
+    pub cluster: ClusterId,
+    /// The bootstrap token (`id.secret`), for the first join.
+    pub token_file: Option<PathBuf>,
+    /// The CA the hub's serving certificate is signed by (the agent CA), for the first join.
+    pub hub_ca_file: Option<PathBuf>,
+    /// Where the key and certificates are kept.
+    pub state_dir: PathBuf,
+    pub watch_timeout: WatchTimeout,
+}
+
+/// Why the agent stops (anything else it retries).
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("{path}")]
+    State {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the agent has no certificate in its state directory and no --bootstrap-token-file to join with"
+    )]
+    NoToken,
+    #[error("the agent has no certificate yet and no --hub-ca-file to trust the hub by")]
+    NoHubCa,
+    #[error("joining the hub")]
+    Join(#[source] JoinError),
+    #[error("the hub at {0:?}")]
+    Address(String, #[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The agent's credentials, as kept in its state directory.
+#[derive(Debug, Clone)]
+struct Credentials {
+    key_pem: String,
+    certificate_pem: String,
+    ca_pem: String,
+    not_before: SystemTime,
+    not_after: SystemTime,
+}
+
+impl From<Joined> for Credentials {
+    fn from(j: Joined) -> Self {
+        Self {
+            key_pem: j.key_pem,
+            certificate_pem: j.certificate_pem,
+            ca_pem: j.ca_pem,
+            not_before: j.not_before,
+            not_after: j.not_after,
+        }
+    }
+}
+
+/// Runs the agent until the process ends; returns only when it cannot go on at all.
+pub async fn run(settings: AgentSettings, member: kube::Client) -> Result<(), AgentError> {
+    let credentials = Mutex::new(credentials(&settings).await?);
+    let mut backoff = Backoff::default();
+    loop {
+        match session(&settings, &member, &credentials).await {
+            Ok(()) => {
+                tracing::info!("the hub ended the stream; connecting again");
+                backoff.reset();
+            }
+            Err(why) => tracing::warn!(%why, "no stream to the hub"),
+        }
+        let wait = backoff.next();
+        tracing::debug!(?wait, "waiting before connecting again");
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The kept credentials, or new ones from a join (retried while the hub cannot be reached).
+async fn credentials(settings: &AgentSettings) -> Result<Credentials, AgentError> {
+    if let Some(kept) = load(&settings.state_dir)? {
+        if kept.not_after > SystemTime::now() {
+            tracing::info!(expires = ?kept.not_after, "using the kept certificate");
+            return Ok(kept);
+        }
+        tracing::warn!("the kept certificate expired: joining again with the bootstrap token");
+    }
+    let token_file = settings.token_file.as_ref().ok_or(AgentError::NoToken)?;
+    let token = std::fs::read_to_string(token_file).map_err(|source| AgentError::State {
+        path: token_file.clone(),
+        source,
+    })?;
+    let ca_file = settings.hub_ca_file.as_ref().ok_or(AgentError::NoHubCa)?;
+    let hub_ca = std::fs::read_to_string(ca_file).map_err(|source| AgentError::State {
+        path: ca_file.clone(),
+        source,
+    })?;
+    let mut backoff = Backoff::default();
+    loop {
+        let channel = channel(&settings.hub, &hub_ca, None).await;
+        let attempt = match channel {
+            Ok(channel) => join(channel, &settings.cluster, &token).await,
+            Err(e) => {
+                tracing::warn!(error = %reason_of(&e), "cannot reach the hub to join");
+                tokio::time::sleep(backoff.next()).await;
+                continue;
+            }
+        };
+        match attempt {
+            Ok(joined) => {
+                let credentials = Credentials::from(joined);
+                save(&settings.state_dir, &credentials)?;
+                tracing::info!(expires = ?credentials.not_after, "joined the hub");
+                return Ok(credentials);
+            }
+            // Unreachable or busy: try again; refused (a bad, used or expired token): stop.
+            Err(JoinError::Refused(status)) if status.code() == tonic::Code::Unavailable => {
+                tracing::warn!(why = %status.message(), "the hub cannot admit us yet");
+                tokio::time::sleep(backoff.next()).await;
+            }
+            Err(e) => return Err(AgentError::Join(e)),
+        }
+    }
+}
+
+/// One stream to the hub, until it ends.
+async fn session(
+    settings: &AgentSettings,
+    member: &kube::Client,
+    credentials: &Mutex<Credentials>,
+) -> Result<(), String> {
+    let current = credentials.lock().clone();
+    let identity = Some((current.certificate_pem.as_str(), current.key_pem.as_str()));
+    let channel = channel(&settings.hub, &current.ca_pem, identity)
+        .await
+        .map_err(|e| reason_of(&e))?;
+    let (up, up_rx) = mpsc::channel(UP_QUEUE);
+    let mut down = proto::connect(channel, tokio_stream::wrappers::ReceiverStream::new(up_rx))
+        .await
+        .map_err(|s| format!("the hub refused the stream: {}", s.message()))?;
+    let hello = down
+        .message()
+        .await
+        .map_err(|s| format!("the hub ended the stream: {}", s.message()))?
+        .ok_or("the hub ended the stream at once")?;
+    let heartbeat = Duration::from_secs(u64::from(hello.heartbeat_seconds.max(1)));
+    tracing::info!(?heartbeat, "connected to the hub");
+    let watch_failure = Arc::new(WatchFailure::default());
+    let cluster = settings.cluster.to_string();
+    let sending = send_watches(
+        member.clone(),
+        settings.watch_timeout,
+        cluster.clone(),
+        up.clone(),
+        watch_failure.clone(),
+    );
+    let beating = send_heartbeats(member.clone(), heartbeat, cluster, up, watch_failure);
+    let renewing = renew_when_due(settings, credentials);
+    let listening = async {
+        loop {
+            match down.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return Ok(()),
+                Err(s) => return Err(format!("the hub ended the stream: {}", s.message())),
+            }
+        }
+    };
+    tokio::select! {
+        end = listening => end,
+        () = sending => Err("the member's watches ended".into()),
+        () = beating => Err("the stream to the hub closed".into()),
+        () = renewing => Err("renewing stopped".into()),
+    }
+}
+
+/// The member's watch events, encoded and sent up; a failing watch is remembered for the
+/// heartbeats. Ends when the stream is gone.
+async fn send_watches(
+    member: kube::Client,
+    timeout: WatchTimeout,
+    cluster: String,
+    up: mpsc::Sender<AgentMessage>,
+    failure: Arc<WatchFailure>,
+) {
+    let mut watches = watch_all(&member, timeout);
+    while let Some(item) = watches.next().await {
+        let event = match item {
+            Ok(event) => event,
+            Err((resource, e)) => {
+                tracing::debug!(resource, error = %e, "watch failed");
+                failure.failed(resource, e);
+                continue;
+            }
+        };
+        failure.fine(event.resource());
+        let wire = match encode(&event) {
+            Ok(wire) => wire,
+            Err(e) => {
+                tracing::warn!(error = %reason_of(&e), "an event cannot be sent");
+                continue;
+            }
+        };
+        let message = AgentMessage {
+            cluster: cluster.clone(),
+            body: Some(Body::Event(wire)),
+        };
+        if up.send(message).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A heartbeat every `every`: whether the member's API is ready, and a failing watch.
+async fn send_heartbeats(
+    member: kube::Client,
+    every: Duration,
+    cluster: String,
+    up: mpsc::Sender<AgentMessage>,
+    watch_failure: Arc<WatchFailure>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let ready = readyz(&member, every).await;
+        let beat = Heartbeat {
+            member_ready: ready.is_ok(),
+            error: ready.err().map(|(reason, _)| reason).unwrap_or_default(),
+            watch_failure: watch_failure.reason(),
+        };
+        let message = AgentMessage {
+            cluster: cluster.clone(),
+            body: Some(Body::Heartbeat(beat)),
+        };
+        if up.send(message).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The watch of the member that fails now, for the heartbeats (as push members report it).
+#[derive(Default)]
+struct WatchFailure(Mutex<Option<(&'static str, String)>>);
+
+impl WatchFailure {
+    fn failed(&self, resource: &'static str, error: String) {
+        // Pods and quotas only refine capacity: their refusal degrades nothing.
+        if !matches!(resource, "pods" | "resourcequotas") {
+            *self.0.lock() = Some((resource, format!("watch {resource}: {error}")));
+        }
+    }
+
+    fn fine(&self, resource: &str) {
+        let mut failing = self.0.lock();
+        if failing.as_ref().is_some_and(|(r, _)| *r == resource) {
+            *failing = None;
+        }
+    }
+
+    fn reason(&self) -> String {
+        self.0
+            .lock()
+            .as_ref()
+            .map(|(_, r)| r.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Renews the certificate at 75–80 % of its lifetime (jittered), forever; a failed renewal
+/// is tried again in a while (the current certificate still holds until it expires).
+async fn renew_when_due(settings: &AgentSettings, credentials: &Mutex<Credentials>) {
+    loop {
+        let current = credentials.lock().clone();
+        let due = renew_at(current.not_before, current.not_after, random_unit());
+        let wait = due
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        tokio::time::sleep(wait).await;
+        match renew(settings, &current).await {
+            Ok(renewed) => {
+                if let Err(e) = save(&settings.state_dir, &renewed) {
+                    tracing::error!(error = %reason_of(&e), "the renewed certificate cannot be kept");
+                }
+                tracing::info!(expires = ?renewed.not_after, "certificate renewed");
+                *credentials.lock() = renewed;
+            }
+            Err(why) => {
+                tracing::warn!(%why, "cannot renew the certificate yet");
+                let left = current
+                    .not_after
+                    .duration_since(SystemTime::now())
+                    .unwrap_or(Duration::ZERO);
+                tokio::time::sleep((left / 10).max(Duration::from_secs(1))).await;
+            }
+        }
+    }
+}
+
+async fn renew(settings: &AgentSettings, current: &Credentials) -> Result<Credentials, String> {
+    let identity = Some((current.certificate_pem.as_str(), current.key_pem.as_str()));
+    let channel = channel(&settings.hub, &current.ca_pem, identity)
+        .await
+        .map_err(|e| reason_of(&e))?;
+    let (key_pem, csr_pem) = key_and_request(&settings.cluster).map_err(|e| reason_of(&e))?;
+    let answer = proto::renew(channel, RenewRequest { csr_pem })
+        .await
+        .map_err(|s| format!("the hub refused: {}", s.message()))?;
+    let (not_before, not_after) =
+        validity(&answer.certificate_pem).ok_or("the hub's certificate cannot be read")?;
+    Ok(Credentials {
+        key_pem,
+        certificate_pem: answer.certificate_pem,
+        ca_pem: answer.ca_pem,
+        not_before,
+        not_after,
+    })
+}
+
+/// A TLS channel to the hub, trusting `ca_pem`, with a client certificate or none.
+async fn channel(
+    hub: &str,
+    ca_pem: &str,
+    identity: Option<(&str, &str)>,
+) -> Result<Channel, AgentError> {
+    let host = hub
+        .rsplit_once(':')
+        .map_or(hub, |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .domain_name(host);
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    Channel::from_shared(format!("https://{hub}"))
+        .map_err(|e| AgentError::Address(hub.to_string(), e.into()))?
+        .tls_config(tls)
+        .map_err(|e| AgentError::Address(hub.to_string(), e.into()))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .connect()
+        .await
+        .map_err(|e| AgentError::Address(hub.to_string(), e.into()))
+}
+
+const KEY: &str = "key.pem";
+const CERT: &str = "cert.pem";
+const CA: &str = "ca.pem";
+
+fn load(dir: &Path) -> Result<Option<Credentials>, AgentError> {
+    let read = |name: &str| -> Result<Option<String>, AgentError> {
+        let path = dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(AgentError::State { path, source }),
+        }
+    };
+    let (Some(key_pem), Some(certificate_pem), Some(ca_pem)) = (read(KEY)?, read(CERT)?, read(CA)?)
+    else {
+        return Ok(None);
+    };
+    let Some((not_before, not_after)) = validity(&certificate_pem) else {
+        tracing::warn!(dir = %dir.display(), "the kept certificate cannot be read: joining again");
+        return Ok(None);
+    };
+    Ok(Some(Credentials {
+        key_pem,
+        certificate_pem,
+        ca_pem,
+        not_before,
+        not_after,
+    }))
+}
+
+fn save(dir: &Path, c: &Credentials) -> Result<(), AgentError> {
+    std::fs::create_dir_all(dir).map_err(|source| AgentError::State {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    // The key before the certificate: a certificate is never kept beside another's key.
+    for (name, text) in [
+        (KEY, &c.key_pem),
+        (CA, &c.ca_pem),
+        (CERT, &c.certificate_pem),
+    ] {
+        let path = dir.join(name);
+        crate::store::write_private(&path, text.as_bytes())
+            .map_err(|source| AgentError::State { path, source })?;
+    }
+    Ok(())
+}
+
+/// A certificate's notBefore and notAfter.
+fn validity(pem: &str) -> Option<(SystemTime, SystemTime)> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    let (_, cert) = X509Certificate::from_der(&pem.contents).ok()?;
+    let at = |t: x509_parser::time::ASN1Time| {
+        u64::try_from(t.timestamp())
+            .ok()
+            .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
+    };
+    Some((
+        at(cert.validity().not_before)?,
+        at(cert.validity().not_after)?,
+    ))
+}
+
+/// Exponential backoff from half a second to `MAX_BACKOFF`, each wait jittered by ±50 %, so
+/// a thousand agents that lost the hub at once do not come back at once.
+#[derive(Debug)]
+struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            next: Duration::from_millis(500),
+        }
+    }
+}
+
+impl Backoff {
+    fn next(&mut self) -> Duration {
+        let wait = self.next.mul_f64(0.5 + random_unit());
+        self.next = (self.next * 2).min(MAX_BACKOFF);
+        wait
+    }
+
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
+/// A random number in [0, 1) from the system's CSPRNG (0.5 if it fails: jitter is a nicety).
+pub(crate) fn random_unit() -> f64 {
+    let mut bytes = [0u8; 4];
+    match ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes) {
+        Ok(()) => f64::from(u32::from_le_bytes(bytes)) / (f64::from(u32::MAX) + 1.0),
+        Err(_) => 0.5,
+    }
+}
