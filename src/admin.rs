@@ -46,6 +46,8 @@ pub struct AdminState {
     pub shards: Option<ShardView>,
     /// The federation API gateway (None: not configured).
     pub gateway: Option<meridian_gateway::GatewayView>,
+    /// The agent members (pull mode), whether or not their agent is connected.
+    pub agents: meridian_controllers::agents::AgentRoutes,
 }
 
 /// A listener failing to accept for this long makes meridian unready: long enough to ride
@@ -117,6 +119,7 @@ pub fn router(state: AdminState) -> Router {
         )
         .route("/debug/placements", get(debug_placements))
         .route("/debug/shards", get(debug_shards))
+        .route("/debug/agents", get(debug_agents))
         .route("/debug/gateway", get(debug_gateway))
         .route("/debug/xds", get(debug_xds))
         .route("/debug/xds/dump", get(debug_xds_dump))
@@ -171,6 +174,7 @@ async fn debug_index() -> Json<Value> {
             "/debug/placements": "every placement decision, and what each member holds of it (propagation)",
             "/debug/gateway": "the federation API gateway: its address, issuer and keys, open watches, and the last refused or failed requests",
             "/debug/shards": "sharded writers: live replicas, which members this replica writes, each member's claim and owner, and every replica's view of unreachable members (quorum health)",
+            "/debug/agents": "pull-mode agent members: connected or since when not, the agent's address, its certificate's expiry, its last heartbeat",
             "/debug/xds": "connected xDS clients: node, subscriptions, versions sent, ACKed and NACKed (with the last error)",
             "/debug/xds/dump?cluster=C&network=N&role=R": "what a node (envoy, proxyless, eastwest-gateway) in cluster C receives over ADS",
         }
@@ -241,6 +245,35 @@ async fn debug_shards(State(s): State<AdminState>) -> Json<Value> {
             "note": "not sharded: the leader writes every member (leaderElection.shards, --shards)",
         })),
     }
+}
+
+async fn debug_agents(State(s): State<AdminState>) -> Json<Value> {
+    let agents: serde_json::Map<String, Value> = s
+        .agents
+        .members()
+        .into_iter()
+        .map(|id| {
+            let facts = s.fleet.get(&id, |f| f.agent.clone());
+            let agent = match facts {
+                None => json!({ "connected": false, "note": "no agent has connected" }),
+                Some(a) => json!({
+                    "connected": a.connected,
+                    "since": unix_seconds(a.since),
+                    "peer": a.peer,
+                    "certificateExpires": a.certificate_expires.map(unix_seconds),
+                    "lastHeartbeat": a.last_heartbeat.map(unix_seconds),
+                    "secondsSinceHeartbeat": a.last_heartbeat.and_then(|t| t.elapsed().ok()).map(|d| d.as_secs_f64()),
+                }),
+            };
+            (id.to_string(), agent)
+        })
+        .collect();
+    Json(json!({ "agents": agents }))
+}
+
+fn unix_seconds(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 async fn debug_gateway(State(s): State<AdminState>) -> Json<Value> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
+use meridian_agent::{HubSettings, HubStore, PreparedHub};
 use meridian_controllers::directory;
 use meridian_controllers::geo::{GeoMetrics, GeoSource};
 use meridian_controllers::kubernetes::connect::{self, WatchTimeout};
@@ -130,6 +131,13 @@ impl App {
             TenantMetrics::new(metrics.sub_registry_with_prefix("tenants")),
         )));
         let gateway = prepare_gateway(&cfg, &sources, &snapshots, &mut metrics).await?;
+        if let Some(agents) = prepare_agents(&cfg, &sources, &mut metrics).await? {
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = agents.serve().await {
+                    tracing::error!(error = %meridian_controllers::reason_of(&e), "the agent listener stopped");
+                }
+            }));
+        }
         // Directory members with a renderPath keep their placed objects rendered there.
         tasks.push(tokio::spawn(meridian_controllers::render::run(
             snapshots.clone(),
@@ -196,6 +204,7 @@ impl App {
             heartbeats,
             shards,
             gateway: gateway_view,
+            agents: sources.agents.clone(),
         });
         tasks.push(tokio::spawn(admin::serve(
             admin_listener,
@@ -220,6 +229,67 @@ impl App {
             task.abort();
         }
         self.dns_listeners.shutdown().await;
+    }
+}
+
+/// The agent listener, when configured: its CA read or made and its port bound (either
+/// failing stops the start).
+async fn prepare_agents(
+    cfg: &Config,
+    sources: &Sources,
+    metrics: &mut Registry,
+) -> Result<Option<PreparedHub>> {
+    let Some(agent) = &cfg.agent else {
+        return Ok(None);
+    };
+    let store = hub_agent_store(cfg, sources.hub.clone()).await?;
+    let settings = HubSettings {
+        listen: agent.listen,
+        server_names: agent.server_names.clone(),
+        certificate_lifetime: agent.certificate_lifetime,
+    };
+    let metrics = meridian_agent::AgentMetrics::new(metrics.sub_registry_with_prefix("agent"));
+    let prepared = meridian_agent::prepare(&settings, store, sources.agents.clone(), metrics)
+        .await
+        .context("agent")?;
+    Ok(Some(prepared))
+}
+
+/// Where the hub keeps the agent CA and bootstrap tokens (for `meridian token create`).
+pub async fn agent_store(cfg: &Config) -> Result<HubStore> {
+    hub_agent_store(cfg, None).await
+}
+
+/// The agent store, on the hub's client when there is one already.
+async fn hub_agent_store(cfg: &Config, client: Option<kube::Client>) -> Result<HubStore> {
+    match &cfg.hub {
+        Hub::Directory(_) => {
+            let dir = cfg.agent_state_dir.clone().context(
+                "agent.stateDir (or --agent-state-dir) is required on a directory hub: where the agent CA and bootstrap tokens are kept",
+            )?;
+            Ok(HubStore::Directory(dir))
+        }
+        Hub::Kubernetes {
+            kubeconfig,
+            context,
+            namespace,
+        } => {
+            let client = match client {
+                Some(client) => client,
+                None => {
+                    match kubeconfig {
+                        Some(path) => connect::from_kubeconfig(path, context.as_deref()).await,
+                        None => connect::in_cluster(),
+                    }
+                    .context("the hub")?
+                    .client
+                }
+            };
+            Ok(HubStore::Secrets {
+                client,
+                namespace: namespace.clone(),
+            })
+        }
     }
 }
 

@@ -55,6 +55,13 @@ pub enum Command {
     /// The federation API gateway of a running meridian.
     #[command(subcommand)]
     Gateway(GatewayCommand),
+    /// Bootstrap tokens for pull-mode agents (kept where the hub keeps its agent state).
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Run as a member's pull-mode agent: join the hub with a bootstrap token, then stream
+    /// the member's Services, EndpointSlices, ServiceExports, ServiceImports, Nodes and
+    /// Namespaces to it over mutual TLS. The hub needs no credential for the member.
+    Agent(AgentRunArgs),
     /// Print the CustomResourceDefinitions of meridian's kinds (MemberCluster,
     /// ClusterSchedulingPolicy, OverridePolicy) as YAML, generated from the types meridian reads.
     Crds,
@@ -108,6 +115,8 @@ pub struct ServeArgs {
     pub gateway: GatewayArgs,
     #[command(flatten)]
     pub tracing: TracingArgs,
+    #[command(flatten)]
+    pub agent: AgentListenerArgs,
     /// File descriptors kept out of the listeners' connection bounds for meridian's own
     /// member connections and files (default: half the limit, at most 1024).
     #[arg(long = "reserved-descriptors", env = "MERIDIAN_RESERVED_DESCRIPTORS")]
@@ -116,6 +125,30 @@ pub struct ServeArgs {
     /// for a log collector. Levels and targets: MERIDIAN_LOG (e.g. `debug,kube=info`).
     #[arg(long, env = "MERIDIAN_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentListenerArgs {
+    /// Where pull-mode agents connect (gRPC over TLS; default: no agent listener).
+    #[arg(
+        id = "agent_listen",
+        long = "agent-listen",
+        env = "MERIDIAN_AGENT_LISTEN"
+    )]
+    pub listen: Option<SocketAddr>,
+    /// Where a directory hub keeps the agent CA and bootstrap tokens.
+    #[arg(
+        id = "agent_state_dir",
+        long = "agent-state-dir",
+        env = "MERIDIAN_AGENT_STATE_DIR"
+    )]
+    pub state_dir: Option<PathBuf>,
+    /// An agent certificate's lifetime in seconds (default 86400).
+    #[arg(
+        long = "agent-certificate-lifetime-seconds",
+        env = "MERIDIAN_AGENT_CERTIFICATE_LIFETIME_SECONDS"
+    )]
+    pub certificate_lifetime_seconds: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -373,6 +406,53 @@ pub struct RenderArgs {
     pub out: std::path::PathBuf,
     #[command(flatten)]
     pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a bootstrap token for one cluster's agent; prints `id.secret`.
+    Create(TokenCreateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenCreateArgs {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// The one cluster that may join with the token (its MemberCluster's name).
+    #[arg(long)]
+    pub cluster: String,
+    /// How long the token admits: 90s, 30m, 1h (at most 168h).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub ttl: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentRunArgs {
+    /// The hub's agent listener, host:port (its certificate must name host).
+    #[arg(long, env = "MERIDIAN_AGENT_HUB")]
+    pub hub: String,
+    /// The member this agent speaks for (its MemberCluster's name on the hub).
+    #[arg(long, env = "MERIDIAN_AGENT_CLUSTER")]
+    pub cluster: String,
+    /// A file holding the bootstrap token (`meridian token create`), for the first join.
+    #[arg(long, env = "MERIDIAN_AGENT_BOOTSTRAP_TOKEN_FILE")]
+    pub bootstrap_token_file: Option<PathBuf>,
+    /// The agent CA's certificate (the hub's `ca.crt`, or its Secret meridian-agent-ca), to
+    /// trust the hub by on the first join.
+    #[arg(long, env = "MERIDIAN_AGENT_HUB_CA_FILE")]
+    pub hub_ca_file: Option<PathBuf>,
+    /// Where the agent keeps its key and certificates.
+    #[arg(long, env = "MERIDIAN_AGENT_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// The member's kubeconfig (default: KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, env = "MERIDIAN_AGENT_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Log lines as plain text or JSON.
+    #[arg(long, env = "MERIDIAN_LOG_FORMAT", value_enum, default_value_t)]
+    pub log_format: LogFormat,
 }
 
 #[derive(Debug, Args)]

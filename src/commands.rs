@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use meridian_controllers::convert::MemberSource;
@@ -14,8 +14,9 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cli::{
-    ClientArgs, Command, ExplainArgs, GatewayCommand, GatewayKubeconfigArgs, LogFormat, NodeRole,
-    RenderArgs, ResolveArgs, ServeArgs, SimulateArgs, WhatIfArgs, XdsCommand, XdsDumpArgs,
+    AgentRunArgs, ClientArgs, Command, ExplainArgs, GatewayCommand, GatewayKubeconfigArgs,
+    LogFormat, NodeRole, RenderArgs, ResolveArgs, ServeArgs, SimulateArgs, TokenCommand,
+    TokenCreateArgs, WhatIfArgs, XdsCommand, XdsDumpArgs,
 };
 use crate::whatif::{PolicyFile, ScenarioRequest};
 use crate::{app, config, telemetry};
@@ -25,6 +26,9 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         // serve starts logging once its config is read: it says where traces go.
         Command::Serve(_) => {}
         Command::Validate(args) => {
+            telemetry::init(args.log_format, None)?;
+        }
+        Command::Agent(args) => {
             telemetry::init(args.log_format, None)?;
         }
         _ => {
@@ -43,6 +47,8 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Xds(XdsCommand::Clients(args)) => xds_clients(&args).await,
         Command::Xds(XdsCommand::Watch(args)) => crate::xds_watch::watch(&args).await,
         Command::Gateway(GatewayCommand::Kubeconfig(args)) => gateway_kubeconfig(&args).await,
+        Command::Token(TokenCommand::Create(args)) => token_create(&args).await,
+        Command::Agent(args) => agent(&args).await,
         Command::Crds => {
             print!("{}", meridian_controllers::crd::meridian_crds_yaml()?);
             Ok(ExitCode::SUCCESS)
@@ -67,6 +73,63 @@ async fn serve(args: &ServeArgs) -> Result<ExitCode> {
     let served = app::serve(cfg).await;
     telemetry.finish();
     served.map(|()| ExitCode::SUCCESS)
+}
+
+/// The longest a bootstrap token may admit: a week (kubeadm's tokens default to a day).
+const MAX_TOKEN_TTL_SECONDS: u64 = 7 * 24 * 3600;
+
+/// `meridian token create`: a token kept where the hub keeps its agent state; prints it.
+async fn token_create(args: &TokenCreateArgs) -> Result<ExitCode> {
+    if !meridian_core::is_cluster_name(&args.cluster) {
+        bail!(
+            "{:?} is not a cluster name (a DNS label: a-z, 0-9, '-')",
+            args.cluster
+        );
+    }
+    if args.ttl == 0 || args.ttl > MAX_TOKEN_TTL_SECONDS {
+        bail!("--ttl must be between 1s and 168h");
+    }
+    let cfg = config::load(&args.serve)?;
+    let store = app::agent_store(&cfg).await?;
+    let expires = SystemTime::now() + Duration::from_secs(args.ttl);
+    let token = store
+        .new_token(meridian_core::ClusterId::new(&args.cluster), expires)
+        .await
+        .context("cannot keep the token")?;
+    println!("{}", token.presented());
+    eprintln!(
+        "token {} admits one agent of cluster {} for {}s",
+        token.id, args.cluster, args.ttl
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `meridian agent`: the member's side, until the process is stopped.
+async fn agent(args: &AgentRunArgs) -> Result<ExitCode> {
+    if !meridian_core::is_cluster_name(&args.cluster) {
+        bail!("--cluster {:?} is not a cluster name", args.cluster);
+    }
+    let member = match &args.kubeconfig {
+        Some(path) => {
+            meridian_controllers::kubernetes::connect::from_kubeconfig(path, args.context.as_deref())
+                .await
+                .context("the member's kubeconfig")?
+                .client
+        }
+        None => kube::Client::try_default()
+            .await
+            .context("no --kubeconfig, and neither KUBECONFIG, ~/.kube/config nor an in-cluster service account")?,
+    };
+    let settings = meridian_agent::AgentSettings {
+        hub: args.hub.clone(),
+        cluster: meridian_core::ClusterId::new(&args.cluster),
+        token_file: args.bootstrap_token_file.clone(),
+        hub_ca_file: args.hub_ca_file.clone(),
+        state_dir: args.state_dir.clone(),
+        watch_timeout: Default::default(),
+    };
+    meridian_agent::member::run(settings, member).await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints the decision for a service in words (or as JSON).
@@ -437,7 +500,43 @@ async fn status(args: &ClientArgs) -> Result<ExitCode> {
     if let Ok(shards) = get_json(args.admin, "/debug/shards").await {
         print!("{}", shards_summary(&shards));
     }
+    if let Ok(agents) = get_json(args.admin, "/debug/agents").await {
+        print!("{}", agents_summary(&agents, SystemTime::now()));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Each agent member's agent: connected, its certificate's expiry, its last heartbeat;
+/// empty when there are no agent members.
+fn agents_summary(body: &Value, now: SystemTime) -> String {
+    let Some(agents) = body["agents"].as_object().filter(|a| !a.is_empty()) else {
+        return String::new();
+    };
+    let now = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let ago = |v: &Value| match v.as_u64() {
+        Some(t) => format!("{}s ago", now.saturating_sub(t)),
+        None => "never".into(),
+    };
+    let mut out = String::from("\nagents\n");
+    for (cluster, a) in agents {
+        let state = if a["connected"] == true {
+            "connected"
+        } else {
+            "not connected"
+        };
+        let expires = match a["certificateExpires"].as_u64() {
+            Some(t) if t > now => format!("certificate expires in {}s", t - now),
+            Some(_) => "certificate expired".into(),
+            None => "no certificate seen".into(),
+        };
+        out.push_str(&format!(
+            "  {cluster}: {state}, {expires}, last heartbeat {}\n",
+            ago(&a["lastHeartbeat"])
+        ));
+    }
+    out
 }
 
 /// Who writes which member (sharded writers), as this replica sees it; empty when not
@@ -745,7 +844,23 @@ async fn exchange(admin: SocketAddr, request: &[u8]) -> Result<Value> {
 mod tests {
     use serde_json::json;
 
-    use super::{shards_summary, status_table};
+    use std::time::{Duration, SystemTime};
+
+    use super::{agents_summary, shards_summary, status_table};
+
+    #[test]
+    fn the_agents_summary_says_who_is_connected_and_when_each_was_heard() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let body = serde_json::json!({"agents": {
+            "edge-1": {"connected": true, "certificateExpires": 1_040, "lastHeartbeat": 998},
+            "edge-2": {"connected": false, "note": "no agent has connected"},
+        }});
+        assert_eq!(
+            agents_summary(&body, now),
+            "\nagents\n  edge-1: connected, certificate expires in 40s, last heartbeat 2s ago\n  edge-2: not connected, no certificate seen, last heartbeat never\n"
+        );
+        assert_eq!(agents_summary(&serde_json::json!({"agents": {}}), now), "");
+    }
 
     #[test]
     fn the_shards_summary_names_each_writer_and_the_members_served_stale() {

@@ -34,6 +34,9 @@ pub struct File {
     /// OpenTelemetry traces (off unless `otlpEndpoint` is set).
     #[serde(default)]
     pub tracing: TracingSection,
+    /// The listener of pull-mode agents (off unless `listen` is set).
+    #[serde(default)]
+    pub agent: AgentSection,
     #[serde(default)]
     pub leader_election: LeaderSection,
     #[serde(default)]
@@ -251,6 +254,20 @@ pub struct TracingSection {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AgentSection {
+    /// Where agents connect (gRPC over TLS), e.g. `0.0.0.0:9443`.
+    pub listen: Option<SocketAddr>,
+    /// The names and addresses agents reach the hub by (its serving certificate's).
+    pub server_names: Option<Vec<String>>,
+    /// An agent certificate's lifetime (default a day; agents renew at 75–80 % of it).
+    pub certificate_lifetime_seconds: Option<u64>,
+    /// Where a directory hub keeps the agent CA and the bootstrap tokens (a Kubernetes hub
+    /// keeps them in Secrets in its namespace).
+    pub state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AdminSection {
     pub listen: Option<SocketAddr>,
     pub max_connections: Option<u64>,
@@ -300,12 +317,29 @@ pub struct Config {
     pub gateway: Option<(SocketAddr, GatewayConfig)>,
     /// Where traces are exported; None: nowhere.
     pub tracing: Option<TracingConfig>,
+    /// The agent listener; None: no agents (agent members stay unreachable).
+    pub agent: Option<AgentConfig>,
+    /// Where the hub keeps the agent CA and tokens, for a directory hub (`agent.stateDir`).
+    pub agent_state_dir: Option<PathBuf>,
+}
+
+/// The agent listener's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    pub listen: SocketAddr,
+    pub server_names: Vec<String>,
+    pub certificate_lifetime: Duration,
 }
 
 pub const DEFAULT_DNS: &str = "127.0.0.1:1053";
 pub const DEFAULT_XDS: &str = "127.0.0.1:18000";
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:9180";
 pub const DEFAULT_SYNC_DEADLINE_SECONDS: u64 = 30;
+/// An agent certificate lives a day by default; a minute is enough to see rotation in tests,
+/// a year is the longest a member should go without proving it still holds its key.
+const DEFAULT_AGENT_CERTIFICATE_SECONDS: u64 = 24 * 3600;
+const MIN_AGENT_CERTIFICATE_SECONDS: u64 = 60;
+const MAX_AGENT_CERTIFICATE_SECONDS: u64 = 365 * 24 * 3600;
 /// One new trace in ten: enough to see where time goes without exporting every DNS miss.
 pub const DEFAULT_SAMPLING_RATIO: f64 = 0.1;
 /// Longer than any member takes to list: beyond it a typo would leave DNS at SERVFAIL for hours.
@@ -537,7 +571,6 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
         bail!("gateway needs a Kubernetes hub: a directory hub has no API to serve through it");
     }
     Ok(Config {
-        hub,
         leader,
         watch_timeout_seconds,
         sync_deadline,
@@ -558,7 +591,65 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
         listeners,
         gateway,
         tracing: resolve_tracing(&file.tracing, args)?,
+        agent_state_dir: resolve_agent_state_dir(&file.agent, base, args, &hub)?,
+        agent: resolve_agent(&file.agent, args)?,
+        hub,
     })
+}
+
+/// Where a directory hub keeps the agent CA and tokens; a Kubernetes hub has Secrets.
+fn resolve_agent_state_dir(
+    file: &AgentSection,
+    base: &Path,
+    args: &ServeArgs,
+    hub: &Hub,
+) -> Result<Option<PathBuf>> {
+    let dir = args
+        .agent
+        .state_dir
+        .clone()
+        .or_else(|| file.state_dir.clone());
+    match (hub, dir) {
+        (Hub::Directory(_), dir) => Ok(dir.map(|d| base.join(d))),
+        (Hub::Kubernetes { .. }, Some(_)) => bail!(
+            "agent.stateDir is for a directory hub: a Kubernetes hub keeps the agent CA and tokens in Secrets in its namespace"
+        ),
+        (Hub::Kubernetes { .. }, None) => Ok(None),
+    }
+}
+
+/// The agent listener, when a listen address is set.
+fn resolve_agent(file: &AgentSection, args: &ServeArgs) -> Result<Option<AgentConfig>> {
+    let Some(listen) = args.agent.listen.or(file.listen) else {
+        if file.server_names.is_some() || file.certificate_lifetime_seconds.is_some() {
+            bail!("agent.serverNames and agent.certificateLifetimeSeconds need agent.listen");
+        }
+        return Ok(None);
+    };
+    let server_names = match &file.server_names {
+        Some(names) if names.is_empty() => bail!("agent.serverNames: at least one name"),
+        Some(names) => names.clone(),
+        None => {
+            let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+            if !listen.ip().is_unspecified() && !listen.ip().is_loopback() {
+                names.push(listen.ip().to_string());
+            }
+            names
+        }
+    };
+    let lifetime = bounded(
+        "agent.certificateLifetimeSeconds",
+        args.agent
+            .certificate_lifetime_seconds
+            .or(file.certificate_lifetime_seconds)
+            .unwrap_or(DEFAULT_AGENT_CERTIFICATE_SECONDS),
+        MIN_AGENT_CERTIFICATE_SECONDS..=MAX_AGENT_CERTIFICATE_SECONDS,
+    )?;
+    Ok(Some(AgentConfig {
+        listen,
+        server_names,
+        certificate_lifetime: Duration::from_secs(lifetime),
+    }))
 }
 
 /// Traces are exported when a collector is named; the ratio alone is a mistake.
@@ -1186,6 +1277,71 @@ mod tests {
             let e = format!("{:#}", gateway(oidc).expect_err(oidc));
             assert!(e.contains(says), "{oidc}: {e}");
         }
+    }
+
+    #[test]
+    fn the_agent_listener_its_names_lifetime_and_where_its_state_is_kept() {
+        let dir_hub = "hub: {directory: h}\n";
+        let cfg = resolve(
+            parse(&format!(
+                "{dir_hub}agent: {{listen: '10.0.0.5:9443', stateDir: agent}}\n"
+            ))
+            .unwrap(),
+            Path::new("/etc/m"),
+            &args(&[]),
+        )
+        .unwrap();
+        let agent = cfg.agent.unwrap();
+        assert_eq!(agent.listen, "10.0.0.5:9443".parse().unwrap());
+        assert_eq!(agent.server_names, ["localhost", "127.0.0.1", "10.0.0.5"]);
+        assert_eq!(agent.certificate_lifetime, Duration::from_secs(86400));
+        assert_eq!(cfg.agent_state_dir, Some(PathBuf::from("/etc/m/agent")));
+        // Flags, and the bounds of the lifetime.
+        let cfg = resolve(
+            parse(dir_hub).unwrap(),
+            Path::new("/etc/m"),
+            &args(&[
+                "--agent-listen",
+                "0.0.0.0:9443",
+                "--agent-certificate-lifetime-seconds",
+                "60",
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.agent.unwrap().certificate_lifetime,
+            Duration::from_secs(60)
+        );
+        for (yaml, expected) in [
+            (
+                "agent: {listen: '0.0.0.0:9443', certificateLifetimeSeconds: 59}",
+                "agent.certificateLifetimeSeconds must be between 60",
+            ),
+            ("agent: {serverNames: [hub.example]}", "need agent.listen"),
+            (
+                "agent: {listen: '0.0.0.0:9443', serverNames: []}",
+                "at least one name",
+            ),
+        ] {
+            let e = resolve(
+                parse(&format!("{dir_hub}{yaml}\n")).unwrap(),
+                Path::new("/"),
+                &args(&[]),
+            )
+            .unwrap_err();
+            assert!(format!("{e:#}").contains(expected), "{yaml}: {e:#}");
+        }
+        // A Kubernetes hub keeps the agent state in Secrets: a stateDir is a mistake.
+        let e = resolve(
+            parse("hub: {kubeconfig: k}\nagent: {listen: '0.0.0.0:9443', stateDir: s}\n").unwrap(),
+            Path::new("/"),
+            &args(&[]),
+        )
+        .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("keeps the agent CA and tokens in Secrets"),
+            "{e:#}"
+        );
     }
 
     #[test]

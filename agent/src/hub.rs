@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use meridian_controllers::agents::AgentRoutes;
+use meridian_controllers::kubernetes::AbortOnDrop;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use crate::ca::CaError;
 use crate::join::Joins;
+use crate::metrics::AgentMetrics;
 use crate::proto::AgentHubServer;
 use crate::store::{HubStore, StoreError};
 use crate::stream::{Hub, Streams};
@@ -37,34 +39,94 @@ pub enum HubError {
     Store(#[from] StoreError),
     #[error("the hub's serving certificate")]
     Serving(#[from] CaError),
+    #[error("cannot listen for agents on {0}")]
+    Bind(SocketAddr, #[source] std::io::Error),
     #[error("the agent listener on {0}")]
-    Listen(SocketAddr, #[source] tonic::transport::Error),
+    Serve(SocketAddr, #[source] tonic::transport::Error),
 }
 
-/// Serves agents on `settings.listen` until the process ends.
-pub async fn serve(
-    settings: HubSettings,
+/// The listener, bound, with its CA and serving certificate: everything that can fail at
+/// start has (a port in use or an unreadable CA stops meridian before it serves).
+pub struct PreparedHub {
+    listener: tokio::net::TcpListener,
+    tls: ServerTlsConfig,
+    hub: Hub<HubStore>,
+    store: HubStore,
+}
+
+/// Reads (or makes) the agent CA, makes the serving certificate and binds `settings.listen`.
+pub async fn prepare(
+    settings: &HubSettings,
     store: HubStore,
     routes: AgentRoutes,
-) -> Result<(), HubError> {
+    metrics: AgentMetrics,
+) -> Result<PreparedHub, HubError> {
     let ca = Arc::new(store.ca().await?);
     let (cert, key) = ca.serving(&settings.server_names, SERVING_LIFETIME, SystemTime::now())?;
     let tls = ServerTlsConfig::new()
         .identity(Identity::from_pem(cert, key))
         .client_ca_root(Certificate::from_pem(ca.cert_pem()))
         .client_auth_optional(true);
-    let hub = Hub {
-        joins: Joins::new(ca, store, settings.certificate_lifetime),
-        streams: Streams { routes },
-    };
-    tracing::info!(listen = %settings.listen, names = ?settings.server_names, "agent listener");
-    Server::builder()
-        .tls_config(tls)
-        .map_err(|e| HubError::Listen(settings.listen, e))?
-        .http2_keepalive_interval(Some(KEEPALIVE))
-        .http2_keepalive_timeout(Some(KEEPALIVE))
-        .add_service(AgentHubServer::new(hub))
-        .serve(settings.listen)
+    let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
-        .map_err(|e| HubError::Listen(settings.listen, e))
+        .map_err(|e| HubError::Bind(settings.listen, e))?;
+    tracing::info!(listen = %settings.listen, names = ?settings.server_names, "agent listener");
+    Ok(PreparedHub {
+        listener,
+        tls,
+        hub: Hub {
+            joins: Joins::new(
+                ca,
+                store.clone(),
+                settings.certificate_lifetime,
+                metrics.clone(),
+            ),
+            streams: Streams { routes, metrics },
+        },
+        store,
+    })
+}
+
+impl PreparedHub {
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves agents until the process ends (and deletes expired tokens now and then).
+    pub async fn serve(self) -> Result<(), HubError> {
+        let _sweeper = AbortOnDrop(tokio::spawn(sweep_expired_tokens(self.store.clone())));
+        let addr = self
+            .local_addr()
+            .map_err(|e| HubError::Bind(([0, 0, 0, 0], 0).into(), e))?;
+        Server::builder()
+            .tls_config(self.tls)
+            .map_err(|e| HubError::Serve(addr, e))?
+            .http2_keepalive_interval(Some(KEEPALIVE))
+            .http2_keepalive_timeout(Some(KEEPALIVE))
+            .add_service(AgentHubServer::new(self.hub))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(
+                self.listener,
+            ))
+            .await
+            .map_err(|e| HubError::Serve(addr, e))
+    }
+}
+
+/// How often expired bootstrap tokens are deleted.
+const SWEEP: Duration = Duration::from_secs(600);
+
+/// Deletes expired tokens every `SWEEP` (every replica may: a token another already deleted is
+/// no error).
+async fn sweep_expired_tokens(store: HubStore) {
+    let mut tick = tokio::time::interval(SWEEP);
+    loop {
+        tick.tick().await;
+        match store.delete_expired(SystemTime::now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(deleted = n, "expired bootstrap tokens deleted"),
+            Err(e) => {
+                tracing::warn!(error = %meridian_controllers::reason_of(&e), "cannot delete expired bootstrap tokens")
+            }
+        }
+    }
 }

@@ -11,6 +11,7 @@ use meridian_core::is_cluster_name;
 use tonic::{Request, Response, Status};
 
 use crate::ca::{AgentCa, CaError, Issued, key_and_request};
+use crate::metrics::AgentMetrics;
 use crate::proto::{self, JoinRequest, JoinResponse};
 use crate::store::TokenStore;
 
@@ -22,15 +23,17 @@ pub struct Joins<S> {
     pub serial: tokio::sync::Mutex<()>,
     /// An agent certificate's lifetime (renewed at 75–80 % of it).
     pub lifetime: Duration,
+    pub metrics: AgentMetrics,
 }
 
 impl<S: TokenStore> Joins<S> {
-    pub fn new(ca: Arc<AgentCa>, store: S, lifetime: Duration) -> Self {
+    pub fn new(ca: Arc<AgentCa>, store: S, lifetime: Duration, metrics: AgentMetrics) -> Self {
         Self {
             ca,
             store,
             serial: tokio::sync::Mutex::new(()),
             lifetime,
+            metrics,
         }
     }
 
@@ -38,6 +41,12 @@ impl<S: TokenStore> Joins<S> {
         &self,
         request: Request<JoinRequest>,
     ) -> Result<Response<JoinResponse>, Status> {
+        let joined = self.admit(request).await;
+        self.metrics.join(result_of(&joined));
+        joined
+    }
+
+    async fn admit(&self, request: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
         let request = request.into_inner();
         let cluster = ClusterId::new(&request.cluster);
         let now = SystemTime::now();
@@ -72,13 +81,27 @@ impl<S: TokenStore> Joins<S> {
     }
 
     /// A new certificate for the cluster the caller's current one names.
-    pub fn renew(&self, cluster: &ClusterId, csr_pem: &str) -> Result<JoinResponse, Status> {
-        let issued = self
+    pub async fn renew(&self, cluster: &ClusterId, csr_pem: &str) -> Result<JoinResponse, Status> {
+        let renewed = self
             .ca
             .sign(csr_pem, cluster, self.lifetime, SystemTime::now())
-            .map_err(|e| Status::invalid_argument(reason_of(&e)))?;
-        tracing::info!(%cluster, "agent certificate renewed");
-        Ok(answer(&self.ca, issued))
+            .map_err(|e| Status::invalid_argument(reason_of(&e)))
+            .map(|issued| answer(&self.ca, issued));
+        self.metrics.renewal(result_of(&renewed));
+        if renewed.is_ok() {
+            tracing::info!(%cluster, "agent certificate renewed");
+        }
+        renewed
+    }
+}
+
+/// A join's or renewal's result as the metrics count it: the hub's own failure (unavailable)
+/// apart from a refusal of what the agent sent.
+fn result_of<T>(result: &Result<T, Status>) -> &'static str {
+    match result {
+        Ok(_) => "admitted",
+        Err(status) if status.code() == tonic::Code::Unavailable => "failed",
+        Err(_) => "refused",
     }
 }
 

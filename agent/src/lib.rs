@@ -21,6 +21,7 @@ pub mod events;
 pub mod hub;
 pub mod join;
 pub mod member;
+pub mod metrics;
 pub mod proto;
 pub mod store;
 pub mod stream;
@@ -28,8 +29,9 @@ pub mod stream;
 mod test_hub;
 
 pub use ca::{AgentCa, CaError, Issued, key_and_request};
-pub use hub::{HubError, HubSettings, serve};
+pub use hub::{HubError, HubSettings, PreparedHub, prepare};
 pub use join::{JoinError, Joined, Joins, join};
 pub use member::{AgentError, AgentSettings};
+pub use metrics::AgentMetrics;
 pub use store::{HubStore, StoreError, TokenStore};
 pub use stream::{Hub, Streams};

@@ -69,7 +69,7 @@ pub enum AgentError {
     #[error("the agent has no certificate yet and no --hub-ca-file to trust the hub by")]
     NoHubCa,
     #[error("joining the hub")]
-    Join(#[source] JoinError),
+    Join(#[source] Box<JoinError>),
     #[error("the hub at {0:?}")]
     Address(String, #[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -101,12 +101,15 @@ pub async fn run(settings: AgentSettings, member: kube::Client) -> Result<(), Ag
     let credentials = Mutex::new(credentials(&settings).await?);
     let mut backoff = Backoff::default();
     loop {
+        let started = std::time::Instant::now();
         match session(&settings, &member, &credentials).await {
-            Ok(()) => {
-                tracing::info!("the hub ended the stream; connecting again");
-                backoff.reset();
-            }
+            Ok(()) => tracing::info!("the hub ended the stream; connecting again"),
             Err(why) => tracing::warn!(%why, "no stream to the hub"),
+        }
+        // A stream that held a while was a working one: the next attempt starts quick. One
+        // refused at once keeps backing off (a refused agent must not hammer the hub).
+        if started.elapsed() > MAX_BACKOFF {
+            backoff.reset();
         }
         let wait = backoff.next();
         tracing::debug!(?wait, "waiting before connecting again");
@@ -156,7 +159,7 @@ async fn credentials(settings: &AgentSettings) -> Result<Credentials, AgentError
                 tracing::warn!(why = %status.message(), "the hub cannot admit us yet");
                 tokio::time::sleep(backoff.next()).await;
             }
-            Err(e) => return Err(AgentError::Join(e)),
+            Err(e) => return Err(AgentError::Join(Box::new(e))),
         }
     }
 }

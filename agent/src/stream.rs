@@ -7,7 +7,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use meridian_controllers::agents::{AgentRoutes, Connection, Inbound};
+use meridian_controllers::agents::{
+    AgentRoutes, AgentStream, Connection, Inbound, NotAnAgentMember,
+};
 use meridian_core::ClusterId;
 use meridian_core::agent::{Impersonation, check_sender, cluster_of_subject};
 use tokio::sync::mpsc;
@@ -16,6 +18,7 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::events::{DecodeError, decode};
 use crate::join::{Joins, unix};
+use crate::metrics::AgentMetrics;
 use crate::proto::{
     AgentHub, AgentMessage, HubMessage, HubStream, JoinRequest, JoinResponse, RenewRequest,
     agent_message,
@@ -26,6 +29,7 @@ use crate::store::TokenStore;
 #[derive(Clone)]
 pub struct Streams {
     pub routes: AgentRoutes,
+    pub metrics: AgentMetrics,
 }
 
 impl Streams {
@@ -33,30 +37,34 @@ impl Streams {
         &self,
         request: Request<tonic::Streaming<AgentMessage>>,
     ) -> Result<Response<HubStream>, Status> {
-        let (certified, certificate_expires) = certified(request.peer_certs().as_deref())?;
+        let (certified, certificate_expires) = certified(request.peer_certs().as_deref())
+            .inspect_err(|refused| self.metrics.refused(refused.label()))?;
         let connection = Connection {
             peer: request
                 .remote_addr()
                 .map_or_else(|| "unknown".into(), |a| a.to_string()),
             certificate_expires,
         };
-        let stream = self
-            .routes
-            .open(&certified, connection)
-            .await
-            .map_err(|e| {
-                tracing::warn!(cluster = %certified, why = %e, "agent stream refused");
-                Status::failed_precondition(e.to_string())
-            })?;
+        let routes = self.routes.clone();
+        let metrics = self.metrics.clone();
+        let heartbeat = routes.heartbeat(&certified).ok_or_else(|| {
+            let refused = NotAnAgentMember(certified.clone());
+            tracing::warn!(cluster = %certified, why = %refused, "agent stream refused");
+            metrics.refused(NOT_A_MEMBER);
+            Status::failed_precondition(refused.to_string())
+        })?;
         let mut inbound = request.into_inner();
         let (down, down_rx) = mpsc::channel(16);
-        tracing::info!(cluster = %certified, "agent connected");
+        tracing::info!(cluster = %certified, peer = %connection.peer, "agent connected");
         let hello = HubMessage {
             hub_time_unix: unix(SystemTime::now()),
-            heartbeat_seconds: u32::try_from(stream.heartbeat.as_secs()).unwrap_or(u32::MAX),
+            heartbeat_seconds: u32::try_from(heartbeat.as_secs()).unwrap_or(u32::MAX),
         };
         let _ = down.send(Ok(hello)).await;
         tokio::spawn(async move {
+            // Opened with the first message that passes the checks: a stream that is refused
+            // never displaces the cluster's current one.
+            let mut stream: Option<AgentStream> = None;
             loop {
                 let message = match inbound.message().await {
                     Ok(Some(message)) => message,
@@ -66,22 +74,42 @@ impl Streams {
                         break;
                     }
                 };
-                match read(&certified, message) {
-                    Ok(Some(item)) => {
-                        if !stream.send(item).await {
-                            // The member's task went (the member left or restarted).
-                            break;
-                        }
-                    }
-                    Ok(None) => {}
+                let item = match read(&certified, message) {
+                    Ok(Some(item)) => item,
+                    Ok(None) => continue,
                     Err(refused) => {
                         tracing::warn!(cluster = %certified, why = %refused, "agent stream refused");
+                        metrics.refused(refused.label());
                         let _ = down.send(Err(refused.into())).await;
                         break;
                     }
+                };
+                let open = match stream.take() {
+                    Some(open) => open,
+                    None => match routes.open(&certified, connection.clone()).await {
+                        Ok(open) => {
+                            metrics.streams.inc();
+                            open
+                        }
+                        Err(gone) => {
+                            metrics.refused(NOT_A_MEMBER);
+                            let _ = down
+                                .send(Err(Status::failed_precondition(gone.to_string())))
+                                .await;
+                            break;
+                        }
+                    },
+                };
+                // False: the member's task went (the member left or restarted).
+                if !open.send(item).await {
+                    break;
                 }
+                stream = Some(open);
             }
             // `stream` drops here: the member's task hears the stream closed.
+            if stream.is_some() {
+                metrics.streams.dec();
+            }
         });
         let stream = tokio_stream::wrappers::ReceiverStream::new(down_rx);
         Ok(Response::new(Box::pin(stream)))
@@ -101,6 +129,21 @@ enum Refused {
     Impersonation(#[from] Impersonation),
     #[error(transparent)]
     Event(#[from] DecodeError),
+}
+
+/// The metric label of a stream refused for a cluster that is no agent member here.
+const NOT_A_MEMBER: &str = "not_a_member";
+
+impl Refused {
+    /// The metric label of the refusal.
+    fn label(&self) -> &'static str {
+        match self {
+            Refused::NoCertificate | Refused::Unreadable => "no_certificate",
+            Refused::NotAnAgent(_) => "not_an_agent",
+            Refused::Impersonation(_) => "impersonation",
+            Refused::Event(_) => "bad_event",
+        }
+    }
 }
 
 impl From<Refused> for Status {
@@ -175,9 +218,12 @@ impl<S: TokenStore> AgentHub for Hub<S> {
         &self,
         request: Request<RenewRequest>,
     ) -> Result<Response<JoinResponse>, Status> {
-        let (cluster, _) = certified(request.peer_certs().as_deref())?;
+        let (cluster, _) = certified(request.peer_certs().as_deref()).inspect_err(|_| {
+            self.joins.metrics.renewal("refused");
+        })?;
         self.joins
             .renew(&cluster, &request.into_inner().csr_pem)
+            .await
             .map(Response::new)
     }
 }

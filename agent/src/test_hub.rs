@@ -17,6 +17,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity, Server, 
 
 use crate::ca::AgentCa;
 use crate::join::Joins;
+use crate::metrics::AgentMetrics;
 use crate::proto::AgentHubServer;
 use crate::store::{StoreError, TokenStore};
 use crate::stream::{Hub, Streams};
@@ -101,8 +102,16 @@ pub(crate) async fn serve(spent: Recorded) -> TestHub {
         tokio::task::yield_now().await;
     }
     let hub = Hub {
-        joins: Joins::new(ca.clone(), spent, Duration::from_secs(60)),
-        streams: Streams { routes },
+        joins: Joins::new(
+            ca.clone(),
+            spent,
+            Duration::from_secs(60),
+            AgentMetrics::default(),
+        ),
+        streams: Streams {
+            routes,
+            metrics: AgentMetrics::default(),
+        },
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();

@@ -117,6 +117,11 @@ impl AgentRoutes {
         Ok(stream)
     }
 
+    /// How often `cluster`'s heartbeat is due; None when it is no agent member here.
+    pub fn heartbeat(&self, cluster: &ClusterId) -> Option<Duration> {
+        self.routes.lock().get(cluster).map(|r| r.heartbeat)
+    }
+
     /// The clusters agents may connect for now.
     pub fn members(&self) -> Vec<ClusterId> {
         let mut members: Vec<ClusterId> = self.routes.lock().keys().cloned().collect();

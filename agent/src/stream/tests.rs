@@ -162,12 +162,24 @@ async fn an_agents_relist_and_heartbeats_reach_the_store_as_its_certificates_clu
 }
 
 #[tokio::test]
-async fn a_certificate_for_one_cluster_speaking_for_another_ends_the_stream() {
+async fn a_certificate_for_one_cluster_speaking_for_another_is_refused_and_displaces_nothing() {
     let mut hub = serve(Recorded::default()).await;
-    let (up, mut down) = connected_eu(&hub).await;
+    let (cert, key) = joined_eu(&hub).await;
+    // eu-1's own agent is connected and listed.
+    let (agent, mut agent_down) = connected(&hub, &cert, &key).await.unwrap();
+    assert!(agent_down.next().await.unwrap().is_ok());
+    agent.send(heartbeat("eu-1")).await.unwrap();
+    for message in relist("eu-1") {
+        agent.send(message).await.unwrap();
+    }
+    next_where(&mut hub, "eu-1", |e| matches!(e, SourceEvent::Reset { .. })).await;
+    next_where(&mut hub, "eu-1", |e| is_heartbeat(e, true)).await;
+
+    // The same certificate on another stream, speaking for us-1.
+    let (impostor, mut down) = connected(&hub, &cert, &key).await.unwrap();
     assert!(down.next().await.unwrap().is_ok());
     for message in relist("us-1") {
-        up.send(message).await.unwrap();
+        impostor.send(message).await.unwrap();
     }
     let refused = tokio::time::timeout(Duration::from_secs(10), down.next())
         .await
@@ -182,14 +194,20 @@ async fn a_certificate_for_one_cluster_speaking_for_another_ends_the_stream() {
         "{}",
         refused.message()
     );
-    // eu-1's stream closed; nothing of us-1's reached the store.
+    // Nothing of us-1's reached the store, and eu-1's own stream still counts.
+    agent.send(heartbeat("eu-1")).await.unwrap();
     let mut seen = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     while let Ok(Some(event)) = tokio::time::timeout_at(deadline, hub.inbound.recv()).await {
         seen.push(event);
     }
     assert!(
-        seen.iter().any(|e| matches!(e, SourceEvent::Heartbeat { cluster, result: Err(r) } if cluster.as_str() == "eu-1" && r == "the agent's stream closed")),
+        seen.iter().any(|e| matches!(e, SourceEvent::Heartbeat { cluster, result: Ok(()) } if cluster.as_str() == "eu-1")),
+        "{seen:?}"
+    );
+    // (This agent sends one heartbeat only: the hub calls it silent later, never closed.)
+    assert!(
+        !seen.iter().any(|e| matches!(e, SourceEvent::Heartbeat { cluster, result: Err(r) } if cluster.as_str() == "eu-1" && r.contains("closed"))),
         "{seen:?}"
     );
     assert!(

@@ -245,7 +245,7 @@ async fn routes_reach_the_registered_task_and_refuse_other_clusters() {
     // A restarted task replaces the route; the old registration's end leaves it in place.
     let newer = routes.register(&edge, BEAT);
     drop(registration);
-    assert_eq!(routes.members(), [edge.clone()]);
+    assert_eq!(routes.members(), std::slice::from_ref(&edge));
     drop(newer);
     assert!(routes.members().is_empty());
 }

@@ -200,7 +200,7 @@ impl Fleet {
 }
 
 /// Aborts a task when dropped, so a member's helper tasks end with it.
-pub(crate) struct AbortOnDrop<T>(pub(crate) JoinHandle<T>);
+pub struct AbortOnDrop<T>(pub JoinHandle<T>);
 
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {

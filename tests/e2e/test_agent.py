@@ -1,0 +1,265 @@
+"""Pull-mode agents (`meridian agent`, DESIGN §12) on real kube-apiservers: members the hub
+holds no credential for join with a bootstrap token and stream their objects over mutual TLS.
+
+The shared fleet (kube_fleet.py): m1 stays a push member (the hub's kubeconfig); m2 (and m3,
+for the identity test) become agent members (`source: {agent: {}}`). Each agent runs as the
+ServiceAccount deploy/rbac/agent.yaml makes in its member (a TokenRequest token): it only
+reads. The hub keeps the agent CA and tokens in Secrets of meridian-system.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import BIN, FROM_UNKNOWN, ROOT, free_port, stop_process
+from kube_fleet import HUB_NAMESPACE, wait_for
+from test_kube_faults import FreezableProxy
+
+AGENT_RBAC = ROOT / "deploy" / "rbac" / "agent.yaml"
+AGENT_SA = "meridian-agent"
+NAME = "cart.shop.global"
+
+
+class Agent:
+    """`meridian agent` for one member, logging to ROOT/agent-NAME-N.log."""
+
+    def __init__(self, fleet, member: str, hub_port: int, *, token: str | None, state_dir: Path,
+                 kubeconfig: Path, ca_file: Path, cluster: str | None = None):
+        self.log = fleet.root / f"agent-{member}-{time.monotonic_ns()}.log"
+        args = [str(BIN), "agent", "--hub", f"127.0.0.1:{hub_port}", "--cluster", cluster or member,
+                "--state-dir", str(state_dir), "--kubeconfig", str(kubeconfig), "--hub-ca-file", str(ca_file)]
+        if token is not None:
+            token_file = state_dir.parent / f"{member}-{time.monotonic_ns()}.token"
+            token_file.write_text(token + "\n")
+            args += ["--bootstrap-token-file", str(token_file)]
+        self.proc = subprocess.Popen(args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                     env={**os.environ, "MERIDIAN_LOG": "debug,kube=info,hyper=info,h2=info,tower=info"})
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def exited(self, timeout: float = 20) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self):
+        stop_process(self.proc)
+
+
+@pytest.fixture
+def agents(kube_fleet):
+    """Starts agents; stops them (and puts m2, m3 back as push members) after the test."""
+    started: list[Agent] = []
+
+    def start(*args, **kwargs) -> Agent:
+        a = Agent(kube_fleet, *args, **kwargs)
+        started.append(a)
+        return a
+
+    yield start
+    for a in started:
+        a.stop()
+
+
+def agent_kubeconfig(fleet, member: str) -> Path:
+    """A kubeconfig for `member` as ServiceAccount meridian-system/meridian-agent (the RBAC of
+    deploy/rbac/agent.yaml), with a token from the TokenRequest API."""
+    c = fleet.cluster(member)
+    c.apply(AGENT_RBAC)
+    status, body = c.request(
+        "POST", f"/api/v1/namespaces/{HUB_NAMESPACE}/serviceaccounts/{AGENT_SA}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    assert status == 201, body
+    path = fleet.kubeconfig_dir / f"{member}-agent.kubeconfig"
+    c._write_kubeconfig(path, "meridian-agent", body["status"]["token"])
+    return path
+
+
+def agent_member(fleet, member: str) -> None:
+    fleet.register_member(member, source={"agent": {}})
+
+
+def start_hub(fleet, agent_port: int, **extra):
+    return fleet.start_meridian(agent={"listen": f"127.0.0.1:{agent_port}", **extra})
+
+
+def make_token(fleet, member: str, ttl: str = "10m") -> str:
+    """`meridian token create` on the config of the running hub."""
+    out = subprocess.run([str(BIN), "token", "create", "--config", str(fleet.root / "meridian.yaml"),
+                          "--cluster", member, "--ttl", ttl], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    token = out.stdout.strip()
+    assert len(token) == 23 and token[6] == ".", token
+    return token
+
+
+def hub_ca(fleet) -> Path:
+    """The agent CA the hub made (Secret meridian-agent-ca), as the operator hands it out."""
+    secret = fleet.hub.get("v1", "Secret", "meridian-agent-ca", HUB_NAMESPACE)
+    assert secret is not None, "the hub made no agent CA"
+    path = fleet.root / "agent-ca.crt"
+    path.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
+    return path
+
+
+def cluster(m, name: str) -> dict:
+    clusters = yaml.safe_load(m.http("/debug/clusters")[1])["clusters"]
+    return next(c for c in clusters if c["name"] == name)
+
+
+def publish_cart(fleet, member: str, addresses) -> None:
+    fleet.publish(member, "cart", addresses)
+    fleet.export(member, "cart")
+
+
+def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_and_identities_are_refused(
+        kube_fleet, agents, tmp_path):
+    f = kube_fleet
+    publish_cart(f, "m1", ["10.1.0.1"])
+    publish_cart(f, "m2", ["10.2.0.1"])
+    publish_cart(f, "m3", ["10.3.0.1"])
+    agent_member(f, "m2")
+    agent_member(f, "m3")
+    port = free_port()
+    m = start_hub(f, port)
+    # The agent members have no agent yet: m1 alone answers, and the others say why.
+    m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1"], what="m1's cart alone")
+    assert "no agent has connected" in cluster(m, "m2")["reason"]
+
+    ca = hub_ca(f)
+    kubeconfig = agent_kubeconfig(f, "m2")
+    state = tmp_path / "m2-state"
+    token = make_token(f, "m2")
+    agent = agents("m2", port, token=token, state_dir=state, kubeconfig=kubeconfig, ca_file=ca)
+    m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1", "10.2.0.1"], timeout=20,
+               what="m2's cart through its agent")
+    assert cluster(m, "m2")["health"] == "Healthy"
+    assert sorted(p.name for p in state.iterdir()) == ["ca.pem", "cert.pem", "key.pem"]
+    assert oct(os.stat(state / "key.pem").st_mode & 0o777) == "0o600"
+    # Changes stream through: a new endpoint, then the service gone from m2.
+    f.publish("m2", "cart", ["10.2.0.1", "10.2.0.2"])
+    m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1", "10.2.0.1", "10.2.0.2"], what="m2's new endpoint")
+    dump = m.http("/debug/xds/dump?cluster=m1&network=net1&role=proxyless")[1]
+    assert "10.2.0.2" in dump, "xDS carries the agent member's endpoints too"
+    # /debug/agents and `meridian status` show the agent.
+    agents_view = yaml.safe_load(m.http("/debug/agents")[1])["agents"]
+    assert agents_view["m2"]["connected"] is True
+    assert agents_view["m2"]["certificateExpires"] > time.time() + 3600
+    assert agents_view["m3"] == {"connected": False, "note": "no agent has connected"}
+    status = subprocess.run([str(BIN), "status", "--admin", f"127.0.0.1:{m.admin_port}"],
+                            capture_output=True, text=True, timeout=30)
+    assert "m2: connected, certificate expires in" in status.stdout, status.stdout
+    assert "m3: not connected" in status.stdout, status.stdout
+
+    # The token is spent: a second agent presenting it is refused and stops with the reason.
+    again = agents("m2", port, token=token, state_dir=tmp_path / "again", kubeconfig=kubeconfig, ca_file=ca)
+    assert again.exited() != 0
+    assert "already used" in again.text(), again.text()
+    # An expired token is refused.
+    stale = make_token(f, "m3", ttl="1s")
+    time.sleep(2)
+    late = agents("m3", port, token=stale, state_dir=tmp_path / "late", kubeconfig=agent_kubeconfig(f, "m3"),
+                  ca_file=ca)
+    assert late.exited() != 0
+    assert "expired" in late.text(), late.text()
+    # m2's certificate speaking for m3: refused and logged on both sides, and m2's own
+    # stream is not displaced; nothing of m3's is served.
+    stolen = tmp_path / "stolen"
+    shutil.copytree(state, stolen)
+    impostor = agents("m3", port, token=None, state_dir=stolen, kubeconfig=agent_kubeconfig(f, "m3"), ca_file=ca)
+    wait_for(lambda: "a certificate for cluster m2 sent objects of cluster m3" in impostor.text(), timeout=20,
+             what="the impostor's refusal in its log")
+    assert "a certificate for cluster m2 sent objects of cluster m3" in m.log.read_text()
+    assert m.addresses(NAME) == ["10.1.0.1", "10.2.0.1", "10.2.0.2"]
+    assert cluster(m, "m2")["health"] == "Healthy"
+    assert agent.proc.poll() is None
+    # The agent's identity in its member may only read (deploy/rbac/agent.yaml).
+    for verb, allowed in (("watch", True), ("create", False), ("delete", False)):
+        status, review = f.cluster("m2").request(
+            "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+             "spec": {"resourceAttributes": {"verb": verb, "resource": "services", "namespace": "shop"}}},
+            token=kubeconfig_token(kubeconfig))
+        assert status == 201, review
+        assert review["status"]["allowed"] is allowed, (verb, review)
+
+
+def kubeconfig_token(path: Path) -> str:
+    return yaml.safe_load(path.read_text())["users"][0]["user"]["token"]
+
+
+def test_a_cut_agent_is_unreachable_then_withdrawn_and_comes_back_current_and_certificates_rotate(
+        kube_fleet, agents, tmp_path):
+    f = kube_fleet
+    publish_cart(f, "m1", ["10.1.0.1"])
+    publish_cart(f, "m2", ["10.2.0.1"])
+    agent_member(f, "m2")
+    port = free_port()
+    m = start_hub(f, port, certificateLifetimeSeconds=60)
+    proxy = FreezableProxy(port)
+    ca = hub_ca(f)
+    kubeconfig = agent_kubeconfig(f, "m2")
+    state = tmp_path / "m2-state"
+    agent = agents("m2", proxy.port, token=make_token(f, "m2"), state_dir=state, kubeconfig=kubeconfig,
+                   ca_file=ca)
+    m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1", "10.2.0.1"], timeout=20, what="m2 through its agent")
+    joined = time.monotonic()
+
+    # Cut: the stream goes silent. Unreachable within unreachableAfterSeconds (3) of the last
+    # heartbeat, withdrawn after the grace (6); m2 changes meanwhile.
+    proxy.freeze()
+    cut = time.monotonic()
+    m.wait_for(lambda: cluster(m, "m2")["health"] == "Unreachable", timeout=10, what="m2 unreachable")
+    assert time.monotonic() - cut < 6
+    f.publish("m2", "cart", ["10.2.0.9"])
+    m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1"], timeout=15, what="m2 withdrawn")
+    assert cluster(m, "m2")["withdrawn"] is True
+    # Back: the agent reconnects and relists; the stale endpoint never comes back.
+    proxy.cut()
+    m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1", "10.2.0.9"], timeout=40, what="m2 back, current")
+    assert cluster(m, "m2")["health"] == "Healthy"
+
+    # The hub restarts: the agent reconnects with the certificate it has (the CA is kept in
+    # its Secret) and nothing in m2 was deleted.
+    m.stop()
+    f.meridians.remove(m)
+    m = start_hub(f, port, certificateLifetimeSeconds=60)
+    m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1", "10.2.0.9"], timeout=40, what="m2 after the hub's restart")
+    assert f.cluster("m2").get("v1", "Service", "cart", "shop") is not None
+    assert agent.proc.poll() is None
+
+    # 60-second certificates: renewed at 75–80 % of their life, twice within about 100 s of
+    # the join, while DNS answers m2's endpoint without a gap.
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def query_steadily():
+        while not stop.is_set():
+            try:
+                got = m.addresses(NAME, source=FROM_UNKNOWN)
+                if got != ["10.1.0.1", "10.2.0.9"]:
+                    failures.append(f"{time.monotonic() - joined:.1f}s: {got}")
+            except Exception as e:  # noqa: BLE001 - every failed answer counts
+                failures.append(f"{time.monotonic() - joined:.1f}s: {e!r}")
+            time.sleep(0.25)
+
+    querier = threading.Thread(target=query_steadily, daemon=True)
+    querier.start()
+    try:
+        wait_for(lambda: agent.text().count("certificate renewed") >= 2, timeout=max(10, 110 - (time.monotonic() - joined)),
+                 what="two renewals in the agent's log")
+    finally:
+        stop.set()
+        querier.join(5)
+    assert failures == [], failures
+    renewed = yaml.safe_load(m.http("/debug/agents")[1])["agents"]["m2"]
+    assert renewed["connected"] is True
+    assert "certificate renewed" in m.log.read_text()
