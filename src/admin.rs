@@ -92,6 +92,27 @@ pub async fn serve(
     }
 }
 
+/// `meridian agent`'s admin server: `/healthz`, `/metrics` (`meridian_agent_*`) and `/debug`
+/// (the hub, the stream, the certificate's expiry, the last error).
+pub fn agent_router(registry: Arc<Registry>, side: meridian_agent::metrics::AgentSide) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/metrics",
+            get(move || {
+                let registry = registry.clone();
+                async move { metrics_text(&registry) }
+            }),
+        )
+        .route(
+            "/debug",
+            get(move || {
+                let view = side.view.lock().clone();
+                async move { Json(json!({ "agent": view })) }
+            }),
+        )
+}
+
 impl AdminState {
     fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshots.borrow().clone()
@@ -146,8 +167,13 @@ async fn readyz(State(s): State<AdminState>) -> Response {
 }
 
 async fn metrics(State(s): State<AdminState>) -> Response {
+    metrics_text(&s.metrics)
+}
+
+/// A registry in the OpenMetrics text format.
+fn metrics_text(registry: &Registry) -> Response {
     let mut body = String::new();
-    match prometheus_client::encoding::text::encode(&mut body, &s.metrics) {
+    match prometheus_client::encoding::text::encode(&mut body, registry) {
         Ok(()) => (
             [(
                 header::CONTENT_TYPE,

@@ -422,7 +422,7 @@ pub struct TokenCreateArgs {
     #[arg(long)]
     pub cluster: String,
     /// How long the token admits: 90s, 30m, 1h (at most 168h).
-    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    #[arg(id = "token_ttl", long = "ttl", default_value = "1h", value_parser = parse_duration)]
     pub ttl: u64,
 }
 
@@ -450,6 +450,13 @@ pub struct AgentRunArgs {
     /// The kubeconfig context.
     #[arg(long)]
     pub context: Option<String>,
+    /// The agent's own admin server: /healthz, /metrics, /debug.
+    #[arg(
+        long,
+        env = "MERIDIAN_AGENT_ADMIN_LISTEN",
+        default_value = "127.0.0.1:9181"
+    )]
+    pub admin_listen: SocketAddr,
     /// Log lines as plain text or JSON.
     #[arg(long, env = "MERIDIAN_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
@@ -708,4 +715,18 @@ pub struct GeoArgs {
         env = "MERIDIAN_GEO_MAX_FILE_BYTES"
     )]
     pub max_file_bytes: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// clap's own checks of every subcommand (unique argument ids, valid defaults), which it
+    /// otherwise runs only when that subcommand is parsed.
+    #[test]
+    fn every_subcommand_is_well_formed() {
+        Cli::command().debug_assert();
+    }
 }

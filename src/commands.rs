@@ -128,8 +128,43 @@ async fn agent(args: &AgentRunArgs) -> Result<ExitCode> {
         state_dir: args.state_dir.clone(),
         watch_timeout: Default::default(),
     };
-    meridian_agent::member::run(settings, member).await?;
+    let side = serve_agent_admin(args.admin_listen).await?;
+    meridian_agent::member::run(settings, member, side).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The agent's admin server (bound now: a port in use stops the agent at once).
+async fn serve_agent_admin(listen: SocketAddr) -> Result<meridian_agent::metrics::AgentSide> {
+    use meridian_listen::{Health, Listener, ListenerMetrics, ListenerSettings};
+    let mut registry = prometheus_client::registry::Registry::with_prefix("meridian");
+    let listener_metrics = ListenerMetrics::new(registry.sub_registry_with_prefix("listener"));
+    let side = meridian_agent::metrics::AgentSide::new(registry.sub_registry_with_prefix("agent"));
+    let tcp = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen for the agent's admin server on {listen}"))?;
+    let timeout = Duration::from_secs(10);
+    let settings = ListenerSettings {
+        max_connections: 64,
+        handshake_timeout: timeout,
+        handshake_bytes: 16,
+        idle_timeout: Duration::from_secs(60),
+    };
+    let listener = Listener::new(
+        "admin",
+        tcp,
+        settings,
+        &Health::default(),
+        &listener_metrics,
+    );
+    let router = crate::admin::agent_router(std::sync::Arc::new(registry), side.clone());
+    tokio::spawn(crate::admin::serve(
+        listener,
+        router,
+        timeout,
+        listener_metrics,
+    ));
+    tracing::info!(admin = %listen, "agent admin server");
+    Ok(side)
 }
 
 /// Prints the decision for a service in words (or as JSON).

@@ -120,7 +120,7 @@ fn refused(cluster: &ClusterId, why: &JoinRefused) -> Status {
 }
 
 /// Seconds since the epoch, as the protocol carries times.
-pub(crate) fn unix(t: SystemTime) -> i64 {
+pub fn unix(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

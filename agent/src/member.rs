@@ -12,7 +12,6 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
@@ -28,7 +27,8 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::ca::key_and_request;
 use crate::events::encode;
-use crate::join::{JoinError, Joined, join};
+use crate::join::{JoinError, Joined, join, unix};
+use crate::metrics::AgentSide;
 use crate::proto::{self, AgentMessage, Heartbeat, RenewRequest, agent_message::Body};
 
 /// The longest wait between two attempts to reach the hub.
@@ -97,23 +97,229 @@ impl From<Joined> for Credentials {
 }
 
 /// Runs the agent until the process ends; returns only when it cannot go on at all.
-pub async fn run(settings: AgentSettings, member: kube::Client) -> Result<(), AgentError> {
-    let credentials = Mutex::new(credentials(&settings).await?);
-    let mut backoff = Backoff::default();
-    loop {
-        let started = std::time::Instant::now();
-        match session(&settings, &member, &credentials).await {
-            Ok(()) => tracing::info!("the hub ended the stream; connecting again"),
-            Err(why) => tracing::warn!(%why, "no stream to the hub"),
+pub async fn run(
+    settings: AgentSettings,
+    member: kube::Client,
+    side: AgentSide,
+) -> Result<(), AgentError> {
+    let credentials = credentials(&settings).await?;
+    side.update(|v| {
+        v.hub.clone_from(&settings.hub);
+        v.cluster = settings.cluster.to_string();
+        v.certificate_expires_unix = unix(credentials.not_after);
+    });
+    let agent = Agent {
+        settings,
+        member,
+        credentials: Mutex::new(credentials),
+        side,
+    };
+    // Renewal goes on whether or not a stream is up: a certificate must not lapse while the
+    // hub is unreachable for a while (the token that made it is spent).
+    tokio::select! {
+        () = agent.stay_connected() => {}
+        () = agent.renew_when_due() => {}
+    }
+    Ok(())
+}
+
+/// The running agent.
+struct Agent {
+    settings: AgentSettings,
+    member: kube::Client,
+    credentials: Mutex<Credentials>,
+    side: AgentSide,
+}
+
+impl Agent {
+    /// One stream after another, forever, with jittered backoff between them.
+    async fn stay_connected(&self) {
+        let mut backoff = Backoff::default();
+        loop {
+            let started = std::time::Instant::now();
+            let ended = self.session().await;
+            match &ended {
+                Ok(()) => tracing::info!("the hub ended the stream; connecting again"),
+                Err(why) => tracing::warn!(%why, "no stream to the hub"),
+            }
+            self.side.reconnects.inc();
+            self.side.update(|v| {
+                v.connected = false;
+                v.since_unix = unix(SystemTime::now());
+                v.last_error = ended.err();
+            });
+            // A stream that held a while was a working one: the next attempt starts quick. One
+            // refused at once keeps backing off (a refused agent must not hammer the hub).
+            if started.elapsed() > MAX_BACKOFF {
+                backoff.reset();
+            }
+            let wait = backoff.next();
+            tracing::debug!(?wait, "waiting before connecting again");
+            tokio::time::sleep(wait).await;
         }
-        // A stream that held a while was a working one: the next attempt starts quick. One
-        // refused at once keeps backing off (a refused agent must not hammer the hub).
-        if started.elapsed() > MAX_BACKOFF {
-            backoff.reset();
+    }
+
+    /// One stream to the hub, until it ends.
+    async fn session(&self) -> Result<(), String> {
+        let current = self.credentials.lock().clone();
+        let identity = Some((current.certificate_pem.as_str(), current.key_pem.as_str()));
+        let channel = channel(&self.settings.hub, &current.ca_pem, identity)
+            .await
+            .map_err(|e| reason_of(&e))?;
+        let (up, up_rx) = mpsc::channel(UP_QUEUE);
+        let mut down = proto::connect(channel, tokio_stream::wrappers::ReceiverStream::new(up_rx))
+            .await
+            .map_err(|s| format!("the hub refused the stream: {}", s.message()))?;
+        let hello = down
+            .message()
+            .await
+            .map_err(|s| format!("the hub ended the stream: {}", s.message()))?
+            .ok_or("the hub ended the stream at once")?;
+        let heartbeat = Duration::from_secs(u64::from(hello.heartbeat_seconds.max(1)));
+        tracing::info!(
+            heartbeat_seconds = heartbeat.as_secs(),
+            "connected to the hub"
+        );
+        self.side.update(|v| {
+            v.connected = true;
+            v.since_unix = unix(SystemTime::now());
+            v.heartbeat_seconds = heartbeat.as_secs();
+        });
+        let watch_failure = WatchFailure::default();
+        let listening = async {
+            loop {
+                match down.message().await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Ok(()),
+                    Err(s) => return Err(format!("the hub ended the stream: {}", s.message())),
+                }
+            }
+        };
+        tokio::select! {
+            end = listening => end,
+            () = self.send_watches(&up, &watch_failure) => Err("the member's watches ended".into()),
+            () = self.send_heartbeats(&up, heartbeat, &watch_failure) => {
+                Err("the stream to the hub closed".into())
+            }
         }
-        let wait = backoff.next();
-        tracing::debug!(?wait, "waiting before connecting again");
-        tokio::time::sleep(wait).await;
+    }
+
+    /// The member's watch events, encoded and sent up; a failing watch is remembered for the
+    /// heartbeats. Ends when the stream is gone.
+    async fn send_watches(&self, up: &mpsc::Sender<AgentMessage>, failure: &WatchFailure) {
+        let mut watches = watch_all(&self.member, self.settings.watch_timeout);
+        while let Some(item) = watches.next().await {
+            let event = match item {
+                Ok(event) => event,
+                Err((resource, e)) => {
+                    tracing::debug!(resource, error = %e, "watch failed");
+                    failure.failed(resource, e);
+                    continue;
+                }
+            };
+            failure.fine(event.resource());
+            let wire = match encode(&event) {
+                Ok(wire) => wire,
+                Err(e) => {
+                    tracing::warn!(error = %reason_of(&e), "an event cannot be sent");
+                    continue;
+                }
+            };
+            let message = AgentMessage {
+                cluster: self.settings.cluster.to_string(),
+                body: Some(Body::Event(wire)),
+            };
+            if up.send(message).await.is_err() {
+                return;
+            }
+            self.side.events_sent.inc();
+        }
+    }
+
+    /// A heartbeat every `every`: whether the member's API is ready, and a failing watch.
+    async fn send_heartbeats(
+        &self,
+        up: &mpsc::Sender<AgentMessage>,
+        every: Duration,
+        watch_failure: &WatchFailure,
+    ) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let ready = readyz(&self.member, every).await;
+            let beat = Heartbeat {
+                member_ready: ready.is_ok(),
+                error: ready.err().map(|(reason, _)| reason).unwrap_or_default(),
+                watch_failure: watch_failure.reason(),
+            };
+            let message = AgentMessage {
+                cluster: self.settings.cluster.to_string(),
+                body: Some(Body::Heartbeat(beat)),
+            };
+            if up.send(message).await.is_err() {
+                return;
+            }
+            self.side.heartbeats_sent.inc();
+        }
+    }
+
+    /// Renews the certificate at 75–80 % of its lifetime (jittered), forever; a failed
+    /// renewal is tried again in a while (the current certificate holds until it expires).
+    async fn renew_when_due(&self) {
+        loop {
+            let current = self.credentials.lock().clone();
+            let due = renew_at(current.not_before, current.not_after, random_unit());
+            let wait = due
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            tokio::time::sleep(wait).await;
+            match self.renew(&current).await {
+                Ok(renewed) => {
+                    if let Err(e) = save(&self.settings.state_dir, &renewed) {
+                        tracing::error!(error = %reason_of(&e), "the renewed certificate cannot be kept");
+                    }
+                    tracing::info!(
+                        expires_unix = unix(renewed.not_after),
+                        "certificate renewed"
+                    );
+                    self.side.renewal("admitted");
+                    self.side
+                        .update(|v| v.certificate_expires_unix = unix(renewed.not_after));
+                    *self.credentials.lock() = renewed;
+                }
+                Err(why) => {
+                    tracing::warn!(%why, "cannot renew the certificate yet");
+                    self.side.renewal("failed");
+                    let left = current
+                        .not_after
+                        .duration_since(SystemTime::now())
+                        .unwrap_or(Duration::ZERO);
+                    tokio::time::sleep((left / 10).max(Duration::from_secs(1))).await;
+                }
+            }
+        }
+    }
+
+    async fn renew(&self, current: &Credentials) -> Result<Credentials, String> {
+        let identity = Some((current.certificate_pem.as_str(), current.key_pem.as_str()));
+        let channel = channel(&self.settings.hub, &current.ca_pem, identity)
+            .await
+            .map_err(|e| reason_of(&e))?;
+        let (key_pem, csr_pem) =
+            key_and_request(&self.settings.cluster).map_err(|e| reason_of(&e))?;
+        let answer = proto::renew(channel, RenewRequest { csr_pem })
+            .await
+            .map_err(|s| format!("the hub refused: {}", s.message()))?;
+        let (not_before, not_after) =
+            validity(&answer.certificate_pem).ok_or("the hub's certificate cannot be read")?;
+        Ok(Credentials {
+            key_pem,
+            certificate_pem: answer.certificate_pem,
+            ca_pem: answer.ca_pem,
+            not_before,
+            not_after,
+        })
     }
 }
 
@@ -121,7 +327,10 @@ pub async fn run(settings: AgentSettings, member: kube::Client) -> Result<(), Ag
 async fn credentials(settings: &AgentSettings) -> Result<Credentials, AgentError> {
     if let Some(kept) = load(&settings.state_dir)? {
         if kept.not_after > SystemTime::now() {
-            tracing::info!(expires = ?kept.not_after, "using the kept certificate");
+            tracing::info!(
+                expires_unix = unix(kept.not_after),
+                "using the kept certificate"
+            );
             return Ok(kept);
         }
         tracing::warn!("the kept certificate expired: joining again with the bootstrap token");
@@ -151,7 +360,7 @@ async fn credentials(settings: &AgentSettings) -> Result<Credentials, AgentError
             Ok(joined) => {
                 let credentials = Credentials::from(joined);
                 save(&settings.state_dir, &credentials)?;
-                tracing::info!(expires = ?credentials.not_after, "joined the hub");
+                tracing::info!(expires_unix = unix(credentials.not_after), "joined the hub");
                 return Ok(credentials);
             }
             // Unreachable or busy: try again; refused (a bad, used or expired token): stop.
@@ -160,121 +369,6 @@ async fn credentials(settings: &AgentSettings) -> Result<Credentials, AgentError
                 tokio::time::sleep(backoff.next()).await;
             }
             Err(e) => return Err(AgentError::Join(Box::new(e))),
-        }
-    }
-}
-
-/// One stream to the hub, until it ends.
-async fn session(
-    settings: &AgentSettings,
-    member: &kube::Client,
-    credentials: &Mutex<Credentials>,
-) -> Result<(), String> {
-    let current = credentials.lock().clone();
-    let identity = Some((current.certificate_pem.as_str(), current.key_pem.as_str()));
-    let channel = channel(&settings.hub, &current.ca_pem, identity)
-        .await
-        .map_err(|e| reason_of(&e))?;
-    let (up, up_rx) = mpsc::channel(UP_QUEUE);
-    let mut down = proto::connect(channel, tokio_stream::wrappers::ReceiverStream::new(up_rx))
-        .await
-        .map_err(|s| format!("the hub refused the stream: {}", s.message()))?;
-    let hello = down
-        .message()
-        .await
-        .map_err(|s| format!("the hub ended the stream: {}", s.message()))?
-        .ok_or("the hub ended the stream at once")?;
-    let heartbeat = Duration::from_secs(u64::from(hello.heartbeat_seconds.max(1)));
-    tracing::info!(?heartbeat, "connected to the hub");
-    let watch_failure = Arc::new(WatchFailure::default());
-    let cluster = settings.cluster.to_string();
-    let sending = send_watches(
-        member.clone(),
-        settings.watch_timeout,
-        cluster.clone(),
-        up.clone(),
-        watch_failure.clone(),
-    );
-    let beating = send_heartbeats(member.clone(), heartbeat, cluster, up, watch_failure);
-    let renewing = renew_when_due(settings, credentials);
-    let listening = async {
-        loop {
-            match down.message().await {
-                Ok(Some(_)) => {}
-                Ok(None) => return Ok(()),
-                Err(s) => return Err(format!("the hub ended the stream: {}", s.message())),
-            }
-        }
-    };
-    tokio::select! {
-        end = listening => end,
-        () = sending => Err("the member's watches ended".into()),
-        () = beating => Err("the stream to the hub closed".into()),
-        () = renewing => Err("renewing stopped".into()),
-    }
-}
-
-/// The member's watch events, encoded and sent up; a failing watch is remembered for the
-/// heartbeats. Ends when the stream is gone.
-async fn send_watches(
-    member: kube::Client,
-    timeout: WatchTimeout,
-    cluster: String,
-    up: mpsc::Sender<AgentMessage>,
-    failure: Arc<WatchFailure>,
-) {
-    let mut watches = watch_all(&member, timeout);
-    while let Some(item) = watches.next().await {
-        let event = match item {
-            Ok(event) => event,
-            Err((resource, e)) => {
-                tracing::debug!(resource, error = %e, "watch failed");
-                failure.failed(resource, e);
-                continue;
-            }
-        };
-        failure.fine(event.resource());
-        let wire = match encode(&event) {
-            Ok(wire) => wire,
-            Err(e) => {
-                tracing::warn!(error = %reason_of(&e), "an event cannot be sent");
-                continue;
-            }
-        };
-        let message = AgentMessage {
-            cluster: cluster.clone(),
-            body: Some(Body::Event(wire)),
-        };
-        if up.send(message).await.is_err() {
-            return;
-        }
-    }
-}
-
-/// A heartbeat every `every`: whether the member's API is ready, and a failing watch.
-async fn send_heartbeats(
-    member: kube::Client,
-    every: Duration,
-    cluster: String,
-    up: mpsc::Sender<AgentMessage>,
-    watch_failure: Arc<WatchFailure>,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let ready = readyz(&member, every).await;
-        let beat = Heartbeat {
-            member_ready: ready.is_ok(),
-            error: ready.err().map(|(reason, _)| reason).unwrap_or_default(),
-            watch_failure: watch_failure.reason(),
-        };
-        let message = AgentMessage {
-            cluster: cluster.clone(),
-            body: Some(Body::Heartbeat(beat)),
-        };
-        if up.send(message).await.is_err() {
-            return;
         }
     }
 }
@@ -305,56 +399,6 @@ impl WatchFailure {
             .map(|(_, r)| r.clone())
             .unwrap_or_default()
     }
-}
-
-/// Renews the certificate at 75–80 % of its lifetime (jittered), forever; a failed renewal
-/// is tried again in a while (the current certificate still holds until it expires).
-async fn renew_when_due(settings: &AgentSettings, credentials: &Mutex<Credentials>) {
-    loop {
-        let current = credentials.lock().clone();
-        let due = renew_at(current.not_before, current.not_after, random_unit());
-        let wait = due
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO);
-        tokio::time::sleep(wait).await;
-        match renew(settings, &current).await {
-            Ok(renewed) => {
-                if let Err(e) = save(&settings.state_dir, &renewed) {
-                    tracing::error!(error = %reason_of(&e), "the renewed certificate cannot be kept");
-                }
-                tracing::info!(expires = ?renewed.not_after, "certificate renewed");
-                *credentials.lock() = renewed;
-            }
-            Err(why) => {
-                tracing::warn!(%why, "cannot renew the certificate yet");
-                let left = current
-                    .not_after
-                    .duration_since(SystemTime::now())
-                    .unwrap_or(Duration::ZERO);
-                tokio::time::sleep((left / 10).max(Duration::from_secs(1))).await;
-            }
-        }
-    }
-}
-
-async fn renew(settings: &AgentSettings, current: &Credentials) -> Result<Credentials, String> {
-    let identity = Some((current.certificate_pem.as_str(), current.key_pem.as_str()));
-    let channel = channel(&settings.hub, &current.ca_pem, identity)
-        .await
-        .map_err(|e| reason_of(&e))?;
-    let (key_pem, csr_pem) = key_and_request(&settings.cluster).map_err(|e| reason_of(&e))?;
-    let answer = proto::renew(channel, RenewRequest { csr_pem })
-        .await
-        .map_err(|s| format!("the hub refused: {}", s.message()))?;
-    let (not_before, not_after) =
-        validity(&answer.certificate_pem).ok_or("the hub's certificate cannot be read")?;
-    Ok(Credentials {
-        key_pem,
-        certificate_pem: answer.certificate_pem,
-        ca_pem: answer.ca_pem,
-        not_before,
-        not_after,
-    })
 }
 
 /// A TLS channel to the hub, trusting `ca_pem`, with a client certificate or none.

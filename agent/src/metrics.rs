@@ -65,3 +65,80 @@ impl AgentMetrics {
         self.refused.get_or_create(&ReasonLabels { reason }).inc();
     }
 }
+
+/// What the agent process shows on its own admin server (`meridian agent --admin-listen`):
+/// `meridian_agent_*` metrics of the member's side and a `/debug` view.
+#[derive(Clone, Default)]
+pub struct AgentSide {
+    pub connected: Gauge,
+    pub events_sent: Counter,
+    pub heartbeats_sent: Counter,
+    pub reconnects: Counter,
+    pub renewals: Family<ResultLabels, Counter>,
+    /// The certificate's notAfter, seconds since the epoch.
+    pub certificate_expiry: Gauge,
+    pub view: std::sync::Arc<parking_lot::Mutex<AgentView>>,
+}
+
+/// The agent's state for `/debug`.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentView {
+    pub hub: String,
+    pub cluster: String,
+    pub connected: bool,
+    /// When the current stream opened, or the last one ended (seconds since the epoch).
+    pub since_unix: i64,
+    pub certificate_expires_unix: i64,
+    pub heartbeat_seconds: u64,
+    /// Why the last stream ended or could not open.
+    pub last_error: Option<String>,
+}
+
+impl AgentSide {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "connected",
+            "1 while the agent holds a stream to the hub",
+            m.connected.clone(),
+        );
+        registry.register(
+            "events_sent",
+            "Watch events of the member sent to the hub",
+            m.events_sent.clone(),
+        );
+        registry.register(
+            "heartbeats_sent",
+            "Heartbeats sent to the hub",
+            m.heartbeats_sent.clone(),
+        );
+        registry.register(
+            "reconnects",
+            "Streams to the hub that ended or could not open (each followed by a jittered wait)",
+            m.reconnects.clone(),
+        );
+        registry.register(
+            "renewals",
+            "Certificate renewals by result (admitted, refused, failed)",
+            m.renewals.clone(),
+        );
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the agent's certificate expires (seconds since the epoch)",
+            m.certificate_expiry.clone(),
+        );
+        m
+    }
+
+    pub(crate) fn renewal(&self, result: &'static str) {
+        self.renewals.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    pub(crate) fn update(&self, f: impl FnOnce(&mut AgentView)) {
+        let mut view = self.view.lock();
+        f(&mut view);
+        self.connected.set(i64::from(view.connected));
+        self.certificate_expiry.set(view.certificate_expires_unix);
+    }
+}

@@ -10,11 +10,13 @@ reads. The hub keeps the agent CA and tokens in Secrets of meridian-system.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -35,8 +37,10 @@ class Agent:
     def __init__(self, fleet, member: str, hub_port: int, *, token: str | None, state_dir: Path,
                  kubeconfig: Path, ca_file: Path, cluster: str | None = None):
         self.log = fleet.root / f"agent-{member}-{time.monotonic_ns()}.log"
+        self.admin_port = free_port()
         args = [str(BIN), "agent", "--hub", f"127.0.0.1:{hub_port}", "--cluster", cluster or member,
-                "--state-dir", str(state_dir), "--kubeconfig", str(kubeconfig), "--hub-ca-file", str(ca_file)]
+                "--state-dir", str(state_dir), "--kubeconfig", str(kubeconfig), "--hub-ca-file", str(ca_file),
+                "--admin-listen", f"127.0.0.1:{self.admin_port}"]
         if token is not None:
             token_file = state_dir.parent / f"{member}-{time.monotonic_ns()}.token"
             token_file.write_text(token + "\n")
@@ -46,6 +50,10 @@ class Agent:
 
     def text(self) -> str:
         return self.log.read_text()
+
+    def admin(self, path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}{path}", timeout=5) as r:
+            return r.read().decode()
 
     def exited(self, timeout: float = 20) -> int:
         return self.proc.wait(timeout=timeout)
@@ -158,6 +166,12 @@ def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_
                             capture_output=True, text=True, timeout=30)
     assert "m2: connected, certificate expires in" in status.stdout, status.stdout
     assert "m3: not connected" in status.stdout, status.stdout
+    # The agent's own admin server: its stream, what it sent, its certificate.
+    assert json.loads(agent.admin("/debug"))["agent"]["connected"] is True
+    agent_metrics = metric_values(agent.admin("/metrics"))
+    assert agent_metrics["meridian_agent_connected"] == 1
+    assert agent_metrics["meridian_agent_events_sent_total"] >= 10, agent_metrics
+    assert agent_metrics["meridian_agent_certificate_expiry_timestamp_seconds"] > time.time() + 3600
 
     # The token is spent: a second agent presenting it is refused and stops with the reason.
     again = agents("m2", port, token=token, state_dir=tmp_path / "again", kubeconfig=kubeconfig, ca_file=ca)
@@ -181,6 +195,11 @@ def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_
     assert m.addresses(NAME) == ["10.1.0.1", "10.2.0.1", "10.2.0.2"]
     assert cluster(m, "m2")["health"] == "Healthy"
     assert agent.proc.poll() is None
+    hub_metrics = metric_values(m.http("/metrics")[1])
+    assert hub_metrics['meridian_agent_joins_total{result="admitted"}'] == 1, hub_metrics
+    assert hub_metrics['meridian_agent_joins_total{result="refused"}'] >= 2, hub_metrics
+    assert hub_metrics['meridian_agent_streams_refused_total{reason="impersonation"}'] >= 1, hub_metrics
+    assert hub_metrics["meridian_agent_streams"] == 1, hub_metrics
     # The agent's identity in its member may only read (deploy/rbac/agent.yaml).
     for verb, allowed in (("watch", True), ("create", False), ("delete", False)):
         status, review = f.cluster("m2").request(
@@ -190,6 +209,16 @@ def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_
             token=kubeconfig_token(kubeconfig))
         assert status == 201, review
         assert review["status"]["allowed"] is allowed, (verb, review)
+
+
+def metric_values(text: str) -> dict[str, float]:
+    """`name{labels} value` lines of an OpenMetrics text, by `name{labels}`."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            values[key] = float(value)
+    return values
 
 
 def kubeconfig_token(path: Path) -> str:
