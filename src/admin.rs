@@ -200,7 +200,7 @@ async fn debug_index() -> Json<Value> {
             "/debug/placements": "every placement decision, and what each member holds of it (propagation)",
             "/debug/gateway": "the federation API gateway: its address, issuer and keys, open watches, and the last refused or failed requests",
             "/debug/shards": "sharded writers: live replicas, which members this replica writes, each member's claim and owner, and every replica's view of unreachable members (quorum health)",
-            "/debug/agents": "pull-mode agent members: connected or since when not, the agent's address, its certificate's expiry, its last heartbeat",
+            "/debug/agents": "pull-mode agent members: connected or since when not, the agent's address, its certificate's expiry, its last heartbeat, the last set of desired objects it applied (and why not)",
             "/debug/xds": "connected xDS clients: node, subscriptions, versions sent, ACKed and NACKed (with the last error)",
             "/debug/xds/dump?cluster=C&network=N&role=R": "what a node (envoy, proxyless, eastwest-gateway) in cluster C receives over ADS",
         }
@@ -289,6 +289,8 @@ async fn debug_agents(State(s): State<AdminState>) -> Json<Value> {
                     "certificateExpires": a.certificate_expires.map(unix_seconds),
                     "lastHeartbeat": a.last_heartbeat.map(unix_seconds),
                     "secondsSinceHeartbeat": a.last_heartbeat.and_then(|t| t.elapsed().ok()).map(|d| d.as_secs_f64()),
+                    "appliedGeneration": a.applied_generation,
+                    "applyError": a.apply_error,
                 }),
             };
             (id.to_string(), agent)

@@ -111,6 +111,7 @@ impl App {
             snapshots.clone(),
             sources.fleet.clone(),
             leadership.clone(),
+            sources.agents.clone(),
             WritebackMetrics::new(metrics.sub_registry_with_prefix("writeback")),
         )));
         // Kubernetes members get what is placed in them; a Kubernetes hub the Placements.

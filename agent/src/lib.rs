@@ -17,6 +17,7 @@
 //! `meridian_controllers::agents`: the same MemberState and store events as push members.
 
 pub mod ca;
+pub mod desired;
 pub mod events;
 pub mod hub;
 pub mod join;

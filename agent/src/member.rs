@@ -15,17 +15,21 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
+use meridian_controllers::kubernetes::apply::Applier;
 use meridian_controllers::kubernetes::connect::WatchTimeout;
+use meridian_controllers::kubernetes::leader::Leadership;
 use meridian_controllers::kubernetes::member::{readyz, watch_all};
+use meridian_controllers::kubernetes::writeback::{DesiredSet, LocalWriteback};
 use meridian_controllers::reason_of;
 use meridian_core::ClusterId;
 use meridian_core::agent::renew_at;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::ca::key_and_request;
+use crate::desired::decode as decode_desired;
 use crate::events::encode;
 use crate::join::{JoinError, Joined, join, unix};
 use crate::metrics::AgentSide;
@@ -37,6 +41,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Messages waiting to go up; a slow hub slows the watches down instead of growing this.
 const UP_QUEUE: usize = 1024;
+/// The last desired set is written again this often (retrying failures, repairing drift).
+const REAPPLY: Duration = Duration::from_secs(30);
 
 /// What `meridian agent` is told.
 #[derive(Debug, Clone)]
@@ -113,12 +119,16 @@ pub async fn run(
         member,
         credentials: Mutex::new(credentials),
         side,
+        desired: watch::channel(None).0,
+        applied: Mutex::new((0, String::new())),
     };
-    // Renewal goes on whether or not a stream is up: a certificate must not lapse while the
-    // hub is unreachable for a while (the token that made it is spent).
+    // Renewal and writing go on whether or not a stream is up: a certificate must not lapse
+    // while the hub is away (the token that made it is spent), and what the hub last asked
+    // for stays written (nothing is deleted for want of a hub).
     tokio::select! {
         () = agent.stay_connected() => {}
         () = agent.renew_when_due() => {}
+        () = agent.write_desired() => {}
     }
     Ok(())
 }
@@ -129,6 +139,10 @@ struct Agent {
     member: kube::Client,
     credentials: Mutex<Credentials>,
     side: AgentSide,
+    /// The objects the hub last asked the member to hold.
+    desired: watch::Sender<Option<DesiredSet>>,
+    /// The last set applied in full, and why the last attempt was not (empty: it was).
+    applied: Mutex<(u64, String)>,
 }
 
 impl Agent {
@@ -189,6 +203,21 @@ impl Agent {
         let listening = async {
             loop {
                 match down.message().await {
+                    Ok(Some(message)) if message.generation != 0 => {
+                        match decode_desired(message.generation, &message.desired_json) {
+                            Ok(set) => {
+                                tracing::debug!(
+                                    generation = set.generation,
+                                    objects = set.desired.len(),
+                                    "desired objects from the hub"
+                                );
+                                self.desired.send_replace(Some(set));
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %reason_of(&e), "the hub's desired objects cannot be read; keeping the last")
+                            }
+                        }
+                    }
                     Ok(Some(_)) => {}
                     Ok(None) => return Ok(()),
                     Err(s) => return Err(format!("the hub ended the stream: {}", s.message())),
@@ -248,10 +277,13 @@ impl Agent {
         loop {
             tick.tick().await;
             let ready = readyz(&self.member, every).await;
+            let (applied_generation, apply_error) = self.applied.lock().clone();
             let beat = Heartbeat {
                 member_ready: ready.is_ok(),
                 error: ready.err().map(|(reason, _)| reason).unwrap_or_default(),
                 watch_failure: watch_failure.reason(),
+                applied_generation,
+                apply_error,
             };
             let message = AgentMessage {
                 cluster: self.settings.cluster.to_string(),
@@ -261,6 +293,49 @@ impl Agent {
                 return;
             }
             self.side.heartbeats_sent.inc();
+        }
+    }
+
+    /// Writes what the hub asks for into the member with the member's own applier (the hub's
+    /// write-back, done here): at each new set, and again every `REAPPLY` (a failed write is
+    /// retried, drift repaired). Nothing is deleted but what the hub's sets no longer name.
+    async fn write_desired(&self) {
+        let applier = Applier::new(
+            self.member.clone(),
+            Leadership::always("meridian-agent"),
+            self.settings.cluster.clone(),
+        );
+        let mut local = LocalWriteback::new(applier);
+        let mut sets = self.desired.subscribe();
+        let mut again = tokio::time::interval(REAPPLY);
+        again.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                changed = sets.changed() => if changed.is_err() { return },
+                _ = again.tick() => {}
+            }
+            let Some(set) = sets.borrow_and_update().clone() else {
+                continue;
+            };
+            let result = local.apply(&set).await;
+            let mut applied = self.applied.lock();
+            match result {
+                Ok(()) => {
+                    if applied.0 != set.generation {
+                        tracing::info!(
+                            generation = set.generation,
+                            objects = set.desired.len(),
+                            "desired objects applied"
+                        );
+                    }
+                    *applied = (set.generation, String::new());
+                }
+                Err(e) => {
+                    let why = reason_of(&e);
+                    tracing::warn!(generation = set.generation, error = %why, "desired objects not all applied; retrying");
+                    applied.1 = why;
+                }
+            }
         }
     }
 

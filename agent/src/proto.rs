@@ -18,8 +18,10 @@
 //! enum Phase { APPLY = 0; DELETE = 1; INIT = 2; INIT_APPLY = 3; INIT_DONE = 4; }
 //! message AgentMessage { string cluster = 1; oneof body { WatchEvent event = 2;
 //!                                                          Heartbeat heartbeat = 3; } }
-//! message Heartbeat    { bool member_ready = 1; string error = 2; string watch_failure = 3; }
-//! message HubMessage   { int64 hub_time_unix = 1; uint32 heartbeat_seconds = 2; }
+//! message Heartbeat    { bool member_ready = 1; string error = 2; string watch_failure = 3;
+//!                        uint64 applied_generation = 4; string apply_error = 5; }
+//! message HubMessage   { int64 hub_time_unix = 1; uint32 heartbeat_seconds = 2;
+//!                        uint64 generation = 3; bytes desired_json = 4; }
 //! ```
 
 use std::convert::Infallible;
@@ -106,9 +108,16 @@ pub struct Heartbeat {
     /// A watch of the member that fails (empty: none), as push members report theirs.
     #[prost(string, tag = "3")]
     pub watch_failure: String,
+    /// The last set of desired objects the agent applied in full (0: none yet).
+    #[prost(uint64, tag = "4")]
+    pub applied_generation: u64,
+    /// Why the last set could not be applied in full (empty: it was).
+    #[prost(string, tag = "5")]
+    pub apply_error: String,
 }
 
-/// What the hub sends down (the objects the member should hold come here next).
+/// What the hub sends down: its time and the heartbeat it wants at first, then the objects the
+/// member should hold whenever they change.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct HubMessage {
     /// The hub's time, for the agent's log when clocks disagree.
@@ -117,6 +126,12 @@ pub struct HubMessage {
     /// How often the hub wants heartbeats (the member's `health.heartbeatSeconds`).
     #[prost(uint32, tag = "2")]
     pub heartbeat_seconds: u32,
+    /// The objects the member should hold (`desired.rs`), when `generation` is not 0: all of
+    /// them, replacing the last set.
+    #[prost(uint64, tag = "3")]
+    pub generation: u64,
+    #[prost(bytes = "vec", tag = "4")]
+    pub desired_json: Vec<u8>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]

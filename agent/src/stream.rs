@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use meridian_controllers::agents::{
     AgentRoutes, AgentStream, Connection, Inbound, NotAnAgentMember,
 };
+use meridian_controllers::kubernetes::writeback::DesiredSet;
 use meridian_core::ClusterId;
 use meridian_core::agent::{Impersonation, check_sender, cluster_of_subject};
 use tokio::sync::mpsc;
@@ -53,66 +54,140 @@ impl Streams {
             metrics.refused(NOT_A_MEMBER);
             Status::failed_precondition(refused.to_string())
         })?;
-        let mut inbound = request.into_inner();
+        let inbound = request.into_inner();
         let (down, down_rx) = mpsc::channel(16);
         tracing::info!(cluster = %certified, peer = %connection.peer, "agent connected");
         let hello = HubMessage {
             hub_time_unix: unix(SystemTime::now()),
             heartbeat_seconds: u32::try_from(heartbeat.as_secs()).unwrap_or(u32::MAX),
+            ..HubMessage::default()
         };
         let _ = down.send(Ok(hello)).await;
-        tokio::spawn(async move {
-            // Opened with the first message that passes the checks: a stream that is refused
-            // never displaces the cluster's current one.
-            let mut stream: Option<AgentStream> = None;
-            loop {
-                let message = match inbound.message().await {
-                    Ok(Some(message)) => message,
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::debug!(cluster = %certified, error = %e, "agent stream broke");
-                        break;
-                    }
-                };
-                let item = match read(&certified, message) {
-                    Ok(Some(item)) => item,
-                    Ok(None) => continue,
-                    Err(refused) => {
-                        tracing::warn!(cluster = %certified, why = %refused, "agent stream refused");
-                        metrics.refused(refused.label());
-                        let _ = down.send(Err(refused.into())).await;
-                        break;
-                    }
-                };
-                let open = match stream.take() {
-                    Some(open) => open,
-                    None => match routes.open(&certified, connection.clone()).await {
-                        Ok(open) => {
-                            metrics.streams.inc();
-                            open
-                        }
-                        Err(gone) => {
-                            metrics.refused(NOT_A_MEMBER);
-                            let _ = down
-                                .send(Err(Status::failed_precondition(gone.to_string())))
-                                .await;
-                            break;
-                        }
-                    },
-                };
-                // False: the member's task went (the member left or restarted).
-                if !open.send(item).await {
-                    break;
-                }
-                stream = Some(open);
-            }
-            // `stream` drops here: the member's task hears the stream closed.
-            if stream.is_some() {
-                metrics.streams.dec();
-            }
-        });
+        let reader = Reader {
+            certified,
+            connection,
+            routes,
+            metrics,
+            down,
+            stream: None,
+        };
+        tokio::spawn(reader.run(inbound));
         let stream = tokio_stream::wrappers::ReceiverStream::new(down_rx);
         Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// One agent stream's reader: what comes up goes to the member's task, the objects the
+/// member should hold go down.
+struct Reader {
+    certified: ClusterId,
+    connection: Connection,
+    routes: AgentRoutes,
+    metrics: AgentMetrics,
+    down: mpsc::Sender<Result<HubMessage, Status>>,
+    /// Opened with the first message that passes the checks: a stream that is refused never
+    /// displaces the cluster's current one.
+    stream: Option<AgentStream>,
+}
+
+impl Reader {
+    async fn run(mut self, mut inbound: tonic::Streaming<AgentMessage>) {
+        loop {
+            let desired = self.stream.as_mut().map(|s| &mut s.desired);
+            let next = tokio::select! {
+                message = inbound.message() => Next::Message(message),
+                changed = desired_changed(desired) => Next::Desired(changed),
+            };
+            let go_on = match next {
+                Next::Message(Ok(Some(message))) => self.deliver(message).await,
+                Next::Message(Ok(None)) => false,
+                Next::Message(Err(e)) => {
+                    tracing::debug!(cluster = %self.certified, error = %e, "agent stream broke");
+                    false
+                }
+                Next::Desired(true) => self.send_desired().await,
+                Next::Desired(false) => false,
+            };
+            if !go_on {
+                break;
+            }
+        }
+        // The stream drops here: the member's task hears it closed.
+        if self.stream.is_some() {
+            self.metrics.streams.dec();
+        }
+    }
+
+    /// One message from the agent; false when the stream must end.
+    async fn deliver(&mut self, message: AgentMessage) -> bool {
+        let item = match read(&self.certified, message) {
+            Ok(Some(item)) => item,
+            Ok(None) => return true,
+            Err(refused) => {
+                tracing::warn!(cluster = %self.certified, why = %refused, "agent stream refused");
+                self.metrics.refused(refused.label());
+                let _ = self.down.send(Err(refused.into())).await;
+                return false;
+            }
+        };
+        if self.stream.is_none() {
+            match self
+                .routes
+                .open(&self.certified, self.connection.clone())
+                .await
+            {
+                Ok(open) => {
+                    self.metrics.streams.inc();
+                    self.stream = Some(open);
+                }
+                Err(gone) => {
+                    self.metrics.refused(NOT_A_MEMBER);
+                    let _ = self
+                        .down
+                        .send(Err(Status::failed_precondition(gone.to_string())))
+                        .await;
+                    return false;
+                }
+            }
+        }
+        // False: the member's task went (the member left or restarted).
+        match &self.stream {
+            Some(open) => open.send(item).await,
+            None => false,
+        }
+    }
+
+    /// The newest set of objects the member should hold, down to the agent.
+    async fn send_desired(&mut self) -> bool {
+        let Some(set) = self
+            .stream
+            .as_mut()
+            .and_then(|s| s.desired.borrow_and_update().clone())
+        else {
+            return true;
+        };
+        let message = HubMessage {
+            generation: set.generation,
+            desired_json: crate::desired::encode(&set),
+            ..HubMessage::default()
+        };
+        self.down.send(Ok(message)).await.is_ok()
+    }
+}
+
+enum Next {
+    Message(Result<Option<AgentMessage>, Status>),
+    /// The set of desired objects changed (false: its sender is gone).
+    Desired(bool),
+}
+
+/// Waits for a new desired set; forever while no stream is open.
+async fn desired_changed(
+    desired: Option<&mut tokio::sync::watch::Receiver<Option<std::sync::Arc<DesiredSet>>>>,
+) -> bool {
+    match desired {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
     }
 }
 
@@ -190,6 +265,8 @@ fn read(certified: &ClusterId, message: AgentMessage) -> Result<Option<Inbound>,
             member_ready: beat.member_ready,
             error: beat.error,
             watch_failure: beat.watch_failure,
+            applied_generation: beat.applied_generation,
+            apply_error: beat.apply_error,
         }),
         None => None,
     })

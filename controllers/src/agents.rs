@@ -21,12 +21,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meridian_core::{ClusterId, HealthTimings};
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::SourceEvent;
 use crate::kubernetes::Fleet;
 use crate::kubernetes::member::publish_facts;
 use crate::kubernetes::state::{MemberEvent, MemberState};
+use crate::kubernetes::writeback::DesiredSet;
 
 /// How many waiting messages of one agent are folded into one batch for the store.
 const BATCH: usize = 4096;
@@ -40,11 +41,14 @@ pub enum Inbound {
     Opened(Connection),
     /// One watch event of the member.
     Event(Box<MemberEvent>),
-    /// The agent's heartbeat: whether it reaches its member's API, and its failing watch.
+    /// The agent's heartbeat: whether it reaches its member's API, its failing watch, and
+    /// the last set of desired objects it applied (and why not in full).
     Heartbeat {
         member_ready: bool,
         error: String,
         watch_failure: String,
+        applied_generation: u64,
+        apply_error: String,
     },
     /// The stream ended (the agent went, or was refused).
     Closed,
@@ -68,6 +72,10 @@ pub struct AgentFacts {
     pub peer: String,
     pub certificate_expires: Option<SystemTime>,
     pub last_heartbeat: Option<SystemTime>,
+    /// The last set of desired objects the agent applied in full (0: none yet).
+    pub applied_generation: u64,
+    /// Why the agent could not apply the last set in full.
+    pub apply_error: Option<String>,
 }
 
 /// Where agents' streams find their member's task, by cluster.
@@ -84,6 +92,8 @@ struct Route {
     task: u64,
     tx: mpsc::Sender<(u64, Inbound)>,
     heartbeat: Duration,
+    /// The newest open stream, and where the objects the member should hold go down it.
+    current: Option<(u64, watch::Sender<Option<Arc<DesiredSet>>>)>,
 }
 
 /// Why a stream cannot be opened for a cluster.
@@ -106,15 +116,42 @@ impl AgentRoutes {
             .get(cluster)
             .cloned()
             .ok_or_else(|| NotAnAgentMember(cluster.clone()))?;
+        let id = self.streams.fetch_add(1, Ordering::Relaxed) + 1;
+        let (desired_tx, desired) = watch::channel(None);
         let stream = AgentStream {
-            id: self.streams.fetch_add(1, Ordering::Relaxed) + 1,
+            id,
             tx: route.tx,
             heartbeat: route.heartbeat,
+            desired,
+            cluster: cluster.clone(),
+            routes: self.clone(),
         };
         if !stream.send(Inbound::Opened(connection)).await {
             return Err(NotAnAgentMember(cluster.clone()));
         }
+        if let Some(route) = self.routes.lock().get_mut(cluster) {
+            route.current = Some((id, desired_tx));
+        }
         Ok(stream)
+    }
+
+    /// The newest open stream of `cluster`'s agent.
+    pub fn stream_of(&self, cluster: &ClusterId) -> Option<u64> {
+        let routes = self.routes.lock();
+        routes.get(cluster)?.current.as_ref().map(|(id, _)| *id)
+    }
+
+    /// Sends what `cluster` should hold down stream `stream` (only the newest set waits to be
+    /// sent); false when that stream is no longer the cluster's.
+    pub fn send_desired(&self, cluster: &ClusterId, stream: u64, set: Arc<DesiredSet>) -> bool {
+        let routes = self.routes.lock();
+        match routes.get(cluster).and_then(|r| r.current.as_ref()) {
+            Some((id, tx)) if *id == stream => {
+                tx.send_replace(Some(set));
+                true
+            }
+            _ => false,
+        }
     }
 
     /// How often `cluster`'s heartbeat is due; None when it is no agent member here.
@@ -136,6 +173,7 @@ impl AgentRoutes {
             task,
             tx,
             heartbeat,
+            current: None,
         };
         self.routes.lock().insert(cluster.clone(), route);
         Registration {
@@ -173,6 +211,10 @@ pub struct AgentStream {
     tx: mpsc::Sender<(u64, Inbound)>,
     /// How often the member's heartbeat is due (the agent is told).
     pub heartbeat: Duration,
+    /// What the member should hold, newest first: for the stream to send down.
+    pub desired: watch::Receiver<Option<Arc<DesiredSet>>>,
+    cluster: ClusterId,
+    routes: AgentRoutes,
 }
 
 impl AgentStream {
@@ -188,6 +230,11 @@ impl Drop for AgentStream {
         // Best effort: a full queue means the task is busy with this stream's events, and the
         // missing heartbeats say the same soon.
         let _ = self.tx.try_send((self.id, Inbound::Closed));
+        if let Some(route) = self.routes.routes.lock().get_mut(&self.cluster)
+            && route.current.as_ref().is_some_and(|(id, _)| *id == self.id)
+        {
+            route.current = None;
+        }
     }
 }
 
@@ -259,6 +306,7 @@ pub struct AgentLink {
     member_ready: Option<Result<(), String>>,
     /// The watch failure last reported to the store.
     watch_failure: Option<String>,
+    applied: (u64, Option<String>),
 }
 
 impl AgentLink {
@@ -274,6 +322,7 @@ impl AgentLink {
             relisting: true,
             member_ready: None,
             watch_failure: None,
+            applied: (0, None),
         }
     }
 
@@ -303,8 +352,14 @@ impl AgentLink {
                 member_ready,
                 error,
                 watch_failure,
+                applied_generation,
+                apply_error,
             } => {
                 self.last_heartbeat = Some((now, SystemTime::now()));
+                self.applied = (
+                    applied_generation,
+                    (!apply_error.is_empty()).then_some(apply_error),
+                );
                 let ready = match member_ready {
                     true => Ok(()),
                     false => Err(format!("the agent cannot reach its member's API: {error}")),
@@ -378,6 +433,8 @@ impl AgentLink {
             peer: connection.peer.clone(),
             certificate_expires: connection.certificate_expires,
             last_heartbeat: self.last_heartbeat.map(|(_, at)| at),
+            applied_generation: self.applied.0,
+            apply_error: self.applied.1.clone(),
         })
     }
 

@@ -157,6 +157,16 @@ def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_
     m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1", "10.2.0.1", "10.2.0.2"], what="m2's new endpoint")
     dump = m.http("/debug/xds/dump?cluster=m1&network=net1&role=proxyless")[1]
     assert "10.2.0.2" in dump, "xDS carries the agent member's endpoints too"
+    # The write-back reaches the agent member through its agent (the hub has no credential
+    # for m2): the ServiceImport with both clusters, and m2's export marked Valid.
+    imported = wait_for(lambda: import_clusters(f, "m2", "cart") == ["m1", "m2"] and f.service_import("m2", "cart"),
+                        timeout=20, what="the ServiceImport written by m2's agent")
+    assert imported["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "meridian"
+    valid = wait_for(lambda: f.export_condition("m2", "cart", "Valid"), timeout=20, what="m2's export condition")
+    assert valid["status"] == "True", valid
+    # The agent says so in its next heartbeat.
+    wait_for(lambda: yaml.safe_load(m.http("/debug/agents")[1])["agents"]["m2"]["appliedGeneration"] >= 1,
+             timeout=10, what="the applied generation in /debug/agents")
     # /debug/agents and `meridian status` show the agent.
     agents_view = yaml.safe_load(m.http("/debug/agents")[1])["agents"]
     assert agents_view["m2"]["connected"] is True
@@ -200,15 +210,25 @@ def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_
     assert hub_metrics['meridian_agent_joins_total{result="refused"}'] >= 2, hub_metrics
     assert hub_metrics['meridian_agent_streams_refused_total{reason="impersonation"}'] >= 1, hub_metrics
     assert hub_metrics["meridian_agent_streams"] == 1, hub_metrics
-    # The agent's identity in its member may only read (deploy/rbac/agent.yaml).
-    for verb, allowed in (("watch", True), ("create", False), ("delete", False)):
+    # The agent's identity in its member (deploy/rbac/agent.yaml): the write-back's kinds, no
+    # Secrets, no workloads.
+    for verb, resource, group, allowed in (("watch", "services", "", True),
+                                           ("create", "serviceimports", "multicluster.x-k8s.io", True),
+                                           ("get", "secrets", "", False),
+                                           ("create", "deployments", "apps", False)):
         status, review = f.cluster("m2").request(
             "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
             {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-             "spec": {"resourceAttributes": {"verb": verb, "resource": "services", "namespace": "shop"}}},
+             "spec": {"resourceAttributes": {"verb": verb, "resource": resource, "group": group,
+                                             "namespace": "shop"}}},
             token=kubeconfig_token(kubeconfig))
         assert status == 201, review
-        assert review["status"]["allowed"] is allowed, (verb, review)
+        assert review["status"]["allowed"] is allowed, (verb, resource, review)
+
+
+def import_clusters(fleet, member: str, name: str) -> list[str]:
+    si = fleet.service_import(member, name) or {}
+    return sorted(c["cluster"] for c in (si.get("status") or {}).get("clusters") or [])
 
 
 def metric_values(text: str) -> dict[str, float]:
@@ -258,11 +278,15 @@ def test_a_cut_agent_is_unreachable_then_withdrawn_and_comes_back_current_and_ce
 
     # The hub restarts: the agent reconnects with the certificate it has (the CA is kept in
     # its Secret) and nothing in m2 was deleted.
+    wait_for(lambda: import_clusters(f, "m2", "cart") == ["m1", "m2"], timeout=20, what="m2's ServiceImport")
     m.stop()
     f.meridians.remove(m)
+    time.sleep(2)
+    assert import_clusters(f, "m2", "cart") == ["m1", "m2"], "the hub being down deletes nothing in m2"
     m = start_hub(f, port, certificateLifetimeSeconds=60)
     m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1", "10.2.0.9"], timeout=40, what="m2 after the hub's restart")
     assert f.cluster("m2").get("v1", "Service", "cart", "shop") is not None
+    assert import_clusters(f, "m2", "cart") == ["m1", "m2"]
     assert agent.proc.poll() is None
 
     # 60-second certificates: renewed at 75–80 % of their life, twice within about 100 s of
