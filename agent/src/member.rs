@@ -1,14 +1,18 @@
 //! `meridian agent`: the member's side. It joins once (a bootstrap token for its key's
 //! certificate), keeps its key and certificate in its state directory, and then holds one
 //! stream to the hub: its member's watch events (a full relist on every new stream) and a
-//! heartbeat every `heartbeatSeconds` the hub asks for. It renews its certificate at 75–80 %
-//! of its lifetime on the side, without dropping the stream, and reconnects with jittered
-//! backoff. Nothing the hub does or fails to do makes it delete anything in its member.
+//! heartbeat every `heartbeatSeconds` the hub asks for. Down the same stream come the objects
+//! the member should hold (the hub's MCS write-back set), which it writes with the member's own
+//! applier, as the hub writes a push member. It renews its certificate at 75–80 % of its
+//! lifetime on the side, without dropping the stream, and reconnects with jittered backoff.
+//! Nothing the hub does or fails to do makes it delete anything in its member but what the
+//! hub's own sets stop naming.
 //!
 //! ```text
 //!  state dir: key.pem cert.pem ca.pem   (none: Join with --bootstrap-token-file)
-//!  loop: Connect (mTLS) ── watch_all(member) ─ encode ─► up    heartbeats (/readyz) ─► up
-//!                       ◄─ HubMessage (heartbeatSeconds)       renew_at ─► Renew ─► files
+//!  loop: Connect (mTLS) ── watch_all(member) ─ encode ─► up    heartbeats (/readyz, applied) ─► up
+//!                       ◄─ HubMessage (heartbeatSeconds; DesiredSet) ─► LocalWriteback (applier)
+//!  renew_at ─► Renew ─► files (whether or not a stream is up)
 //! ```
 
 use std::path::{Path, PathBuf};
