@@ -248,6 +248,7 @@ async fn prepare_agents(
         listen: agent.listen,
         server_names: agent.server_names.clone(),
         certificate_lifetime: agent.certificate_lifetime,
+        admission_per_second: agent.admission_per_second,
     };
     let metrics = meridian_agent::AgentMetrics::new(metrics.sub_registry_with_prefix("agent"));
     let prepared = meridian_agent::prepare(&settings, store, sources.agents.clone(), metrics)

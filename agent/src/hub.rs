@@ -30,6 +30,8 @@ pub struct HubSettings {
     pub server_names: Vec<String>,
     /// An agent certificate's lifetime.
     pub certificate_lifetime: Duration,
+    /// New agent streams admitted per second (and as many at once after a quiet second).
+    pub admission_per_second: u32,
 }
 
 /// Why the agent listener cannot start.
@@ -81,7 +83,7 @@ pub async fn prepare(
                 settings.certificate_lifetime,
                 metrics.clone(),
             ),
-            streams: Streams { routes, metrics },
+            streams: Streams::new(routes, metrics, settings.admission_per_second),
         },
         store,
     })

@@ -25,6 +25,8 @@ pub struct AgentMetrics {
     pub renewals: Family<ResultLabels, Counter>,
     pub streams: Gauge,
     pub refused: Family<ReasonLabels, Counter>,
+    /// New streams that waited for the admission rate.
+    pub admission_waits: Counter,
 }
 
 impl AgentMetrics {
@@ -49,6 +51,11 @@ impl AgentMetrics {
             "streams_refused",
             "Agent streams refused by reason (no certificate, not an agent's, speaking for another cluster, a bad event, no such agent member)",
             m.refused.clone(),
+        );
+        registry.register(
+            "admission_waits",
+            "New agent streams that waited for the admission rate (agent.admissionPerSecond)",
+            m.admission_waits.clone(),
         );
         m
     }

@@ -5,14 +5,17 @@
 //! member's watch events (decoded into the same `MemberEvent`s a push member's watches give)
 //! and heartbeats. A cluster no MemberCluster names as an agent member is refused.
 
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use meridian_controllers::agents::{
     AgentRoutes, AgentStream, Connection, Inbound, NotAnAgentMember,
 };
 use meridian_controllers::kubernetes::writeback::DesiredSet;
 use meridian_core::ClusterId;
+use meridian_core::admission::TokenBucket;
 use meridian_core::agent::{Impersonation, check_sender, cluster_of_subject};
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 use x509_parser::prelude::{FromDer, X509Certificate};
@@ -31,6 +34,33 @@ use crate::store::TokenStore;
 pub struct Streams {
     pub routes: AgentRoutes,
     pub metrics: AgentMetrics,
+    /// New streams are admitted at a bounded rate: a thousand agents reconnecting at once
+    /// (the hub restarted) relist a few at a time instead of all at once.
+    pub admission: Arc<Mutex<TokenBucket>>,
+}
+
+impl Streams {
+    pub fn new(routes: AgentRoutes, metrics: AgentMetrics, per_second: u32) -> Self {
+        Self {
+            routes,
+            metrics,
+            admission: Arc::new(Mutex::new(TokenBucket::new(per_second, Instant::now()))),
+        }
+    }
+
+    /// Waits for a place in the admission rate.
+    async fn admitted(&self) {
+        loop {
+            let wait = self.admission.lock().take(Instant::now());
+            match wait {
+                None => return,
+                Some(wait) => {
+                    self.metrics.admission_waits.inc();
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
 }
 
 impl Streams {
@@ -46,6 +76,7 @@ impl Streams {
                 .map_or_else(|| "unknown".into(), |a| a.to_string()),
             certificate_expires,
         };
+        self.admitted().await;
         let routes = self.routes.clone();
         let metrics = self.metrics.clone();
         let heartbeat = routes.heartbeat(&certified).ok_or_else(|| {

@@ -80,6 +80,11 @@ fn test_tokens() -> Vec<BootstrapToken> {
 
 /// A hub with agent members eu-1 and us-1 (heartbeats every second).
 pub(crate) async fn serve(spent: Recorded) -> TestHub {
+    serve_admitting(spent, 100).await
+}
+
+/// `serve`, admitting `per_second` new streams a second.
+pub(crate) async fn serve_admitting(spent: Recorded, per_second: u32) -> TestHub {
     let (cert, key, serving_ca) = serving();
     let (ca, _) = AgentCa::generate(SystemTime::now()).unwrap();
     let ca = Arc::new(ca);
@@ -108,10 +113,7 @@ pub(crate) async fn serve(spent: Recorded) -> TestHub {
             Duration::from_secs(60),
             AgentMetrics::default(),
         ),
-        streams: Streams {
-            routes,
-            metrics: AgentMetrics::default(),
-        },
+        streams: Streams::new(routes, AgentMetrics::default(), per_second),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();

@@ -25,6 +25,7 @@
 //! clock (`Instant`s passed in). The one writer is [`fleet::Fleet`]; the binary's
 //! `src/store.rs` only feeds it events from a channel and publishes the snapshots it builds.
 
+pub mod admission;
 pub mod agent;
 pub mod fleet;
 pub mod geo;

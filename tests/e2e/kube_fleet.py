@@ -72,6 +72,7 @@ HUB_RBAC = ROOT / "deploy" / "rbac" / "hub.yaml"
 MEMBER_RBAC = ROOT / "deploy" / "rbac" / "member.yaml"
 PROPAGATION_RBAC = ROOT / "deploy" / "rbac" / "member-propagation.yaml"
 SHARDS_RBAC = ROOT / "deploy" / "rbac" / "hub-shards.yaml"
+AGENTS_RBAC = ROOT / "deploy" / "rbac" / "hub-agents.yaml"
 
 USER = "meridian"  # the token user meridian runs as, on the hub and in every member
 HUB_NAMESPACE = "meridian-system"
@@ -346,6 +347,7 @@ class KubeFleet:
                     c.request("PATCH", resource_path(MERIDIAN, "MemberCluster", None, meta["name"]),
                               {"metadata": {"finalizers": None}}, content_type="application/merge-patch+json")
             c.delete(COORDINATION, "Lease", LEASE, HUB_NAMESPACE)
+            self.revoke_agents()
 
         with ThreadPoolExecutor(len(self.clusters)) as pool:
             list(pool.map(lambda c: reset_hub(c) if c is self.hub else reset_member(c), self.clusters))
@@ -367,6 +369,16 @@ class KubeFleet:
         hub.yaml (with replica_users, each of them gets a copy of its binding)."""
         self.hub.apply(SHARDS_RBAC)
         self._bind_replica_users(self.hub, SHARDS_RBAC)
+
+    def grant_agents(self) -> None:
+        """deploy/rbac/hub-agents.yaml on the hub: what a hub with an agent listener needs
+        besides hub.yaml (its Secrets: the agent CA and bootstrap tokens). reset() revokes it."""
+        self.hub.apply(AGENTS_RBAC)
+        self._bind_replica_users(self.hub, AGENTS_RBAC)
+
+    def revoke_agents(self) -> None:
+        for binding in ["meridian-hub-agents", *(f"meridian-hub-agents-{u}" for u in self.replica_users)]:
+            self.hub.delete("rbac.authorization.k8s.io/v1", "RoleBinding", binding, HUB_NAMESPACE)
 
     def grant_propagation(self) -> None:
         """deploy/rbac/member-propagation.yaml in every member: what meridian needs to place

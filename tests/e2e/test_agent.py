@@ -4,7 +4,8 @@ holds no credential for join with a bootstrap token and stream their objects ove
 The shared fleet (kube_fleet.py): m1 stays a push member (the hub's kubeconfig); m2 (and m3,
 for the identity test) become agent members (`source: {agent: {}}`). Each agent runs as the
 ServiceAccount deploy/rbac/agent.yaml makes in its member (a TokenRequest token): it only
-reads. The hub keeps the agent CA and tokens in Secrets of meridian-system.
+reads what it streams and writes what the write-back puts there. The hub keeps the agent CA
+and tokens in Secrets of meridian-system (deploy/rbac/hub-agents.yaml lets it).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def agent_member(fleet, member: str) -> None:
 
 
 def start_hub(fleet, agent_port: int, **extra):
+    fleet.grant_agents()  # deploy/rbac/hub-agents.yaml: the hub's agent CA and token Secrets
     return fleet.start_meridian(agent={"listen": f"127.0.0.1:{agent_port}", **extra})
 
 

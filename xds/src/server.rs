@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use meridian_core::Snapshot;
+use meridian_core::admission::TokenBucket;
 use moka::sync::Cache;
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
@@ -655,47 +656,29 @@ async fn debounce(
     }
 }
 
-/// A token bucket for new streams: a reconnect storm waits here instead of starving the
-/// streams already connected of CPU.
-struct Admission {
-    per_second: f64,
-    state: Mutex<(f64, Instant)>,
-}
+/// New streams' admission: a reconnect storm waits here instead of starving the streams
+/// already connected of CPU (`meridian_core::admission`).
+struct Admission(Mutex<TokenBucket>);
 
 impl Admission {
     fn new(per_second: u32) -> Self {
-        let per_second = f64::from(per_second.max(1));
-        Self {
-            per_second,
-            state: Mutex::new((per_second, Instant::now())),
-        }
+        Self(Mutex::new(TokenBucket::new(per_second, Instant::now())))
     }
 
     /// Takes a token if one is there.
     fn try_take(&self) -> bool {
-        self.take().is_none()
+        self.0.lock().take(Instant::now()).is_none()
     }
 
     /// Waits for a token.
     async fn wait(&self) {
-        while let Some(delay) = self.take() {
-            tokio::time::sleep(delay).await;
+        loop {
+            let delay = self.0.lock().take(Instant::now());
+            match delay {
+                Some(delay) => tokio::time::sleep(delay).await,
+                None => return,
+            }
         }
-    }
-
-    /// Takes a token (None), or says how long until one is there.
-    fn take(&self) -> Option<Duration> {
-        let mut state = self.state.lock();
-        let now = Instant::now();
-        let (tokens, last) = &mut *state;
-        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.per_second)
-            .min(self.per_second);
-        *last = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            return None;
-        }
-        Some(Duration::from_secs_f64((1.0 - *tokens) / self.per_second))
     }
 }
 

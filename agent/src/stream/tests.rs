@@ -279,3 +279,20 @@ async fn renew_gives_a_new_certificate_for_the_cluster_the_current_one_names() {
         .unwrap_err();
     assert_eq!(anonymous.code(), tonic::Code::Unauthenticated);
 }
+
+#[tokio::test]
+async fn new_streams_are_admitted_at_the_configured_rate() {
+    let hub = crate::test_hub::serve_admitting(Recorded::default(), 2).await;
+    let (cert, key) = joined_eu(&hub).await;
+    let started = std::time::Instant::now();
+    let mut streams = Vec::new();
+    // A full bucket admits two at once; the next three wait half a second each.
+    for _ in 0..5 {
+        let (up, mut down) = connected(&hub, &cert, &key).await.unwrap();
+        assert!(down.next().await.unwrap().is_ok());
+        streams.push((up, down));
+    }
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(1400), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
