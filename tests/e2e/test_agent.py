@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, FROM_UNKNOWN, ROOT, free_port, stop_process
+from conftest import BIN, FROM_UNKNOWN, ROOT, Meridian, free_port, stop_process
 from kube_fleet import HUB_NAMESPACE, wait_for
 from test_kube_faults import FreezableProxy
 
@@ -318,3 +318,42 @@ def test_a_cut_agent_is_unreachable_then_withdrawn_and_comes_back_current_and_ce
     renewed = yaml.safe_load(m.http("/debug/agents")[1])["agents"]["m2"]
     assert renewed["connected"] is True
     assert "certificate renewed" in m.log.read_text()
+
+
+def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir(kube_fleet, agents, tmp_path):
+    """The other store: a directory hub (no API to keep Secrets in) keeps the agent CA and the
+    tokens as files under agent.stateDir; its agent member m2 is served as on a Kubernetes hub."""
+    f = kube_fleet
+    publish_cart(f, "m2", ["10.2.0.1"])
+    hub_dir = tmp_path / "hub"
+    hub_dir.mkdir()
+    (hub_dir / "m2.yaml").write_text(yaml.safe_dump(f.member_cluster_manifest("m2", source={"agent": {}})))
+    state = tmp_path / "agent-state"
+    port = free_port()
+    config = tmp_path / "meridian.yaml"
+    config.write_text(yaml.safe_dump({
+        "hub": {"directory": str(hub_dir)},
+        "agent": {"listen": f"127.0.0.1:{port}", "stateDir": str(state)},
+        "dns": {"zones": [{"name": "global", "style": "global"}], "ttl": 5},
+    }))
+    m = Meridian(None, config=config, log=tmp_path / "meridian.log")
+    try:
+        assert oct((state / "ca.key").stat().st_mode & 0o777) == "0o600"
+        out = subprocess.run([str(BIN), "token", "create", "--config", str(config), "--cluster", "m2"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        token = out.stdout.strip()
+        kept = state / "tokens" / f"{token[:6]}.json"
+        assert json.loads(kept.read_text())["used"] is False
+        assert oct(kept.stat().st_mode & 0o777) == "0o600"
+        agents("m2", port, token=token, state_dir=tmp_path / "m2-state", kubeconfig=agent_kubeconfig(f, "m2"),
+               ca_file=state / "ca.crt")
+        m.wait_for(lambda: m.addresses(NAME) == ["10.2.0.1"], timeout=20, what="m2 through its agent")
+        assert json.loads(kept.read_text())["used"] is True, "the join spent the token in its file"
+        # A token for a cluster the directory hub does not name as an agent member admits
+        # nobody: the join is refused by the token's cluster, before any stream.
+        bad = subprocess.run([str(BIN), "token", "create", "--config", str(config), "--cluster", "Not_A_Name"],
+                             capture_output=True, text=True, timeout=30)
+        assert bad.returncode != 0 and "is not a cluster name" in bad.stderr, bad.stderr
+    finally:
+        m.stop()

@@ -627,6 +627,7 @@ pub async fn run(
             }
             kept
         });
+        sent.last.retain(|id, _| facts.contains_key(id));
         for (id, f) in &facts {
             if f.retired {
                 // A member gone from the hub has no holder: the leader cleans up after it.
