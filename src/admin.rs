@@ -284,10 +284,10 @@ async fn debug_agents(State(s): State<AdminState>) -> Json<Value> {
                 None => json!({ "connected": false, "note": "no agent has connected" }),
                 Some(a) => json!({
                     "connected": a.connected,
-                    "since": unix_seconds(a.since),
+                    "since": meridian_agent::join::unix(a.since),
                     "peer": a.peer,
-                    "certificateExpires": a.certificate_expires.map(unix_seconds),
-                    "lastHeartbeat": a.last_heartbeat.map(unix_seconds),
+                    "certificateExpires": a.certificate_expires.map(meridian_agent::join::unix),
+                    "lastHeartbeat": a.last_heartbeat.map(meridian_agent::join::unix),
                     "secondsSinceHeartbeat": a.last_heartbeat.and_then(|t| t.elapsed().ok()).map(|d| d.as_secs_f64()),
                     "appliedGeneration": a.applied_generation,
                     "applyError": a.apply_error,
@@ -297,11 +297,6 @@ async fn debug_agents(State(s): State<AdminState>) -> Json<Value> {
         })
         .collect();
     Json(json!({ "agents": agents }))
-}
-
-fn unix_seconds(t: std::time::SystemTime) -> u64 {
-    t.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 async fn debug_gateway(State(s): State<AdminState>) -> Json<Value> {

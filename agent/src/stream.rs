@@ -61,9 +61,7 @@ impl Streams {
             }
         }
     }
-}
 
-impl Streams {
     pub async fn connect(
         &self,
         request: Request<tonic::Streaming<AgentMessage>>,
