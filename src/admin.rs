@@ -48,6 +48,8 @@ pub struct AdminState {
     pub gateway: Option<meridian_gateway::GatewayView>,
     /// The agent members (pull mode), whether or not their agent is connected.
     pub agents: meridian_controllers::agents::AgentRoutes,
+    /// The agent CA and tokens (None: no agent listener), for the joins waiting for approval.
+    pub agent_store: Option<meridian_agent::HubStore>,
 }
 
 /// A listener failing to accept for this long makes meridian unready: long enough to ride
@@ -200,7 +202,7 @@ async fn debug_index() -> Json<Value> {
             "/debug/placements": "every placement decision, and what each member holds of it (propagation)",
             "/debug/gateway": "the federation API gateway: its address, issuer and keys, open watches, and the last refused or failed requests",
             "/debug/shards": "sharded writers: live replicas, which members this replica writes, each member's claim and owner, and every replica's view of unreachable members (quorum health)",
-            "/debug/agents": "pull-mode agent members: connected or since when not, the agent's address, its certificate's expiry, its last heartbeat, the last set of desired objects it applied (and why not)",
+            "/debug/agents": "pull-mode agent members: connected or since when not, the agent's address, its certificate's expiry, its last heartbeat, the last set of desired objects it applied (and why not); joins waiting for `meridian approve`",
             "/debug/xds": "connected xDS clients: node, subscriptions, versions sent, ACKed and NACKed (with the last error)",
             "/debug/xds/dump?cluster=C&network=N&role=R": "what a node (envoy, proxyless, eastwest-gateway) in cluster C receives over ADS",
         }
@@ -296,7 +298,33 @@ async fn debug_agents(State(s): State<AdminState>) -> Json<Value> {
             (id.to_string(), agent)
         })
         .collect();
-    Json(json!({ "agents": agents }))
+    Json(json!({ "agents": agents, "waitingForApproval": waiting_for_approval(&s).await }))
+}
+
+/// Joins waiting for `meridian approve` (agent.autoApprove: false), oldest first; the store
+/// unreadable is said, not hidden.
+async fn waiting_for_approval(s: &AdminState) -> Value {
+    use meridian_agent::store::TokenStore;
+    let Some(store) = &s.agent_store else {
+        return json!([]);
+    };
+    let now = std::time::SystemTime::now();
+    match store.tokens().await {
+        Ok(tokens) => tokens
+            .pending(now)
+            .into_iter()
+            .map(|t| {
+                let request = t.request.as_ref();
+                json!({
+                    "cluster": t.cluster.to_string(),
+                    "token": t.id,
+                    "key": request.map(|r| format!("sha256:{}", r.key)),
+                    "since": request.map(|r| meridian_agent::join::unix(r.at)),
+                })
+            })
+            .collect(),
+        Err(e) => json!({ "error": meridian_controllers::reason_of(&e) }),
+    }
 }
 
 async fn debug_gateway(State(s): State<AdminState>) -> Json<Value> {

@@ -132,7 +132,9 @@ impl App {
             TenantMetrics::new(metrics.sub_registry_with_prefix("tenants")),
         )));
         let gateway = prepare_gateway(&cfg, &sources, &snapshots, &mut metrics).await?;
+        let mut agent_store = None;
         if let Some(agents) = prepare_agents(&cfg, &sources, &mut metrics).await? {
+            agent_store = Some(agents.store());
             tasks.push(tokio::spawn(async move {
                 if let Err(e) = agents.serve().await {
                     tracing::error!(error = %meridian_controllers::reason_of(&e), "the agent listener stopped");
@@ -206,6 +208,7 @@ impl App {
             shards,
             gateway: gateway_view,
             agents: sources.agents.clone(),
+            agent_store,
         });
         tasks.push(tokio::spawn(admin::serve(
             admin_listener,
@@ -249,6 +252,11 @@ async fn prepare_agents(
         server_names: agent.server_names.clone(),
         certificate_lifetime: agent.certificate_lifetime,
         admission_per_second: agent.admission_per_second,
+        approval: if agent.auto_approve {
+            meridian_core::agent::Approval::Automatic
+        } else {
+            meridian_core::agent::Approval::ByOperator
+        },
     };
     let metrics = meridian_agent::AgentMetrics::new(metrics.sub_registry_with_prefix("agent"));
     let prepared = meridian_agent::prepare(&settings, store, sources.agents.clone(), metrics)

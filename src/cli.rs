@@ -58,6 +58,9 @@ pub enum Command {
     /// Bootstrap tokens for pull-mode agents (kept where the hub keeps its agent state).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Approve the join an agent of this cluster asked for with its bootstrap token (with
+    /// `agent.autoApprove: false`, a join waits for this).
+    Approve(ApproveArgs),
     /// Run as a member's pull-mode agent: join the hub with a bootstrap token, then stream
     /// the member's Services, EndpointSlices, ServiceExports, ServiceImports, Nodes and
     /// Namespaces to it over mutual TLS. The hub needs no credential for the member.
@@ -424,6 +427,15 @@ pub struct TokenCreateArgs {
     /// How long the token admits: 90s, 30m, 1h (at most 168h).
     #[arg(id = "token_ttl", long = "ttl", default_value = "1h", value_parser = parse_duration)]
     pub ttl: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// The cluster whose waiting join to approve (its MemberCluster's name).
+    #[arg(id = "approve_cluster", value_name = "CLUSTER")]
+    pub cluster: String,
 }
 
 #[derive(Debug, Args)]

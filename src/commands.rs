@@ -14,9 +14,9 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cli::{
-    AgentRunArgs, ClientArgs, Command, ExplainArgs, GatewayCommand, GatewayKubeconfigArgs,
-    LogFormat, NodeRole, RenderArgs, ResolveArgs, ServeArgs, SimulateArgs, TokenCommand,
-    TokenCreateArgs, WhatIfArgs, XdsCommand, XdsDumpArgs,
+    AgentRunArgs, ApproveArgs, ClientArgs, Command, ExplainArgs, GatewayCommand,
+    GatewayKubeconfigArgs, LogFormat, NodeRole, RenderArgs, ResolveArgs, ServeArgs, SimulateArgs,
+    TokenCommand, TokenCreateArgs, WhatIfArgs, XdsCommand, XdsDumpArgs,
 };
 use crate::whatif::{PolicyFile, ScenarioRequest};
 use crate::{app, config, telemetry};
@@ -48,6 +48,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Xds(XdsCommand::Watch(args)) => crate::xds_watch::watch(&args).await,
         Command::Gateway(GatewayCommand::Kubeconfig(args)) => gateway_kubeconfig(&args).await,
         Command::Token(TokenCommand::Create(args)) => token_create(&args).await,
+        Command::Approve(args) => approve(&args).await,
         Command::Agent(args) => agent(&args).await,
         Command::Crds => {
             print!("{}", meridian_controllers::crd::meridian_crds_yaml()?);
@@ -101,6 +102,22 @@ async fn token_create(args: &TokenCreateArgs) -> Result<ExitCode> {
         "token {} admits one agent of cluster {} for {}s",
         token.id, args.cluster, args.ttl
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `meridian approve`: approves the key that asked to join as the cluster; the agent's next
+/// attempt is signed.
+async fn approve(args: &ApproveArgs) -> Result<ExitCode> {
+    let cfg = config::load(&args.serve)?;
+    let store = app::agent_store(&cfg).await?;
+    let approved = store
+        .approve(&meridian_core::ClusterId::new(&args.cluster))
+        .await
+        .context("nothing approved")?;
+    for token in approved {
+        let key = token.request.as_ref().map_or("", |r| r.key.as_str());
+        println!("approved {}: key sha256:{key}", token);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -544,9 +561,14 @@ async fn status(args: &ClientArgs) -> Result<ExitCode> {
 /// Each agent member's agent: connected, its certificate's expiry, its last heartbeat;
 /// empty when there are no agent members.
 fn agents_summary(body: &Value, now: SystemTime) -> String {
-    let Some(agents) = body["agents"].as_object().filter(|a| !a.is_empty()) else {
+    let empty = serde_json::Map::new();
+    let agents = body["agents"].as_object().unwrap_or(&empty);
+    let waiting = body["waitingForApproval"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    if agents.is_empty() && waiting.is_empty() {
         return String::new();
-    };
+    }
     let now = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -555,6 +577,15 @@ fn agents_summary(body: &Value, now: SystemTime) -> String {
         None => "never".into(),
     };
     let mut out = String::from("\nagents\n");
+    for w in waiting {
+        out.push_str(&format!(
+            "  {}: waiting for approval since {} (key {}): meridian approve {}\n",
+            w["cluster"].as_str().unwrap_or("?"),
+            ago(&w["since"]),
+            w["key"].as_str().unwrap_or("?"),
+            w["cluster"].as_str().unwrap_or("?"),
+        ));
+    }
     for (cluster, a) in agents {
         let state = if a["connected"] == true {
             "connected"
@@ -895,6 +926,13 @@ mod tests {
             "\nagents\n  edge-1: connected, certificate expires in 40s, last heartbeat 2s ago\n  edge-2: not connected, no certificate seen, last heartbeat never\n"
         );
         assert_eq!(agents_summary(&serde_json::json!({"agents": {}}), now), "");
+        let waiting = serde_json::json!({"agents": {}, "waitingForApproval": [
+            {"cluster": "edge-3", "token": "abc123", "key": "sha256:5f1c", "since": 990},
+        ]});
+        assert_eq!(
+            agents_summary(&waiting, now),
+            "\nagents\n  edge-3: waiting for approval since 10s ago (key sha256:5f1c): meridian approve edge-3\n"
+        );
     }
 
     #[test]

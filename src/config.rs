@@ -267,6 +267,9 @@ pub struct AgentSection {
     /// New agent streams admitted per second (default 50): a reconnect storm relists a few
     /// agents at a time.
     pub admission_per_second: Option<u32>,
+    /// Whether a valid bootstrap token signs an agent's certificate at once (default) or the
+    /// join waits for `meridian approve <cluster>`.
+    pub auto_approve: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -333,6 +336,7 @@ pub struct AgentConfig {
     pub server_names: Vec<String>,
     pub certificate_lifetime: Duration,
     pub admission_per_second: u32,
+    pub auto_approve: bool,
 }
 
 pub const DEFAULT_DNS: &str = "127.0.0.1:1053";
@@ -631,9 +635,10 @@ fn resolve_agent(file: &AgentSection, args: &ServeArgs) -> Result<Option<AgentCo
         if file.server_names.is_some()
             || file.certificate_lifetime_seconds.is_some()
             || file.admission_per_second.is_some()
+            || file.auto_approve.is_some()
         {
             bail!(
-                "agent.serverNames, agent.certificateLifetimeSeconds and agent.admissionPerSecond need agent.listen"
+                "agent.serverNames, agent.certificateLifetimeSeconds, agent.admissionPerSecond and agent.autoApprove need agent.listen"
             );
         }
         return Ok(None);
@@ -668,6 +673,7 @@ fn resolve_agent(file: &AgentSection, args: &ServeArgs) -> Result<Option<AgentCo
         server_names,
         certificate_lifetime: Duration::from_secs(lifetime),
         admission_per_second,
+        auto_approve: file.auto_approve.unwrap_or(true),
     }))
 }
 
@@ -1315,7 +1321,18 @@ mod tests {
         assert_eq!(agent.server_names, ["localhost", "127.0.0.1", "10.0.0.5"]);
         assert_eq!(agent.certificate_lifetime, Duration::from_secs(86400));
         assert_eq!(agent.admission_per_second, 50);
+        assert!(agent.auto_approve, "tokens sign at once unless told");
         assert_eq!(cfg.agent_state_dir, Some(PathBuf::from("/etc/m/agent")));
+        let by_operator = resolve(
+            parse(&format!(
+                "{dir_hub}agent: {{listen: '10.0.0.5:9443', autoApprove: false}}\n"
+            ))
+            .unwrap(),
+            Path::new("/etc/m"),
+            &args(&[]),
+        )
+        .unwrap();
+        assert!(!by_operator.agent.unwrap().auto_approve);
         // Flags, and the bounds of the lifetime.
         let cfg = resolve(
             parse(dir_hub).unwrap(),
@@ -1338,6 +1355,7 @@ mod tests {
                 "agent.certificateLifetimeSeconds must be between 60",
             ),
             ("agent: {serverNames: [hub.example]}", "need agent.listen"),
+            ("agent: {autoApprove: false}", "need agent.listen"),
             (
                 "agent: {listen: '0.0.0.0:9443', admissionPerSecond: 0}",
                 "agent.admissionPerSecond must be between 1",

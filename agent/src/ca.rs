@@ -135,16 +135,39 @@ impl AgentCa {
     }
 }
 
+/// Which key a certificate request is for: the SHA-256 of its SubjectPublicKeyInfo, hex (what
+/// `meridian approve` approves). Parsing checks the request's own signature.
+pub fn request_key(request_pem: &str) -> Result<String, CaError> {
+    use rcgen::PublicKeyData;
+    let request =
+        CertificateSigningRequestParams::from_pem(request_pem).map_err(CaError::Request)?;
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        &request.public_key.subject_public_key_info(),
+    );
+    Ok(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// The agent's side: a new key (P-256) and a request for `cluster`'s certificate, both PEM.
 pub fn key_and_request(cluster: &ClusterId) -> Result<(String, String), CaError> {
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(CaError::Sign)?;
+    Ok((key.serialize_pem(), request(cluster, &key)?))
+}
+
+/// A request for `cluster`'s certificate with a key kept from before (PEM), so that a join
+/// waiting for approval asks with the same key after a restart.
+pub fn request_with_key(cluster: &ClusterId, key_pem: &str) -> Result<String, CaError> {
+    let key = KeyPair::from_pem(key_pem).map_err(CaError::Sign)?;
+    request(cluster, &key)
+}
+
+fn request(cluster: &ClusterId, key: &KeyPair) -> Result<String, CaError> {
     let mut params = CertificateParams::default();
     params
         .distinguished_name
         .push(DnType::CommonName, agent_subject(cluster));
-    let request = params.serialize_request(&key).map_err(CaError::Sign)?;
-    let request_pem = request.pem().map_err(CaError::Sign)?;
-    Ok((key.serialize_pem(), request_pem))
+    let request = params.serialize_request(key).map_err(CaError::Sign)?;
+    request.pem().map_err(CaError::Sign)
 }
 
 fn at(t: SystemTime) -> Result<OffsetDateTime, CaError> {

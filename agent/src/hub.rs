@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use meridian_controllers::agents::AgentRoutes;
 use meridian_controllers::kubernetes::AbortOnDrop;
+use meridian_core::agent::Approval;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use crate::ca::CaError;
@@ -32,6 +33,8 @@ pub struct HubSettings {
     pub certificate_lifetime: Duration,
     /// New agent streams admitted per second (and as many at once after a quiet second).
     pub admission_per_second: u32,
+    /// Whether a valid bootstrap token signs at once or waits for `meridian approve`.
+    pub approval: Approval,
 }
 
 /// Why the agent listener cannot start.
@@ -81,6 +84,7 @@ pub async fn prepare(
                 ca,
                 store.clone(),
                 settings.certificate_lifetime,
+                settings.approval,
                 metrics.clone(),
             ),
             streams: Streams::new(routes, metrics, settings.admission_per_second),
@@ -90,6 +94,11 @@ pub async fn prepare(
 }
 
 impl PreparedHub {
+    /// Where the CA and tokens are kept (the admin server shows joins waiting for approval).
+    pub fn store(&self) -> HubStore {
+        self.store.clone()
+    }
+
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }

@@ -6,11 +6,11 @@ use std::time::{Duration, SystemTime};
 
 use meridian_controllers::reason_of;
 use meridian_core::ClusterId;
-use meridian_core::agent::JoinRefused;
+use meridian_core::agent::{Admitted, Approval, JoinRefused};
 use meridian_core::is_cluster_name;
 use tonic::{Request, Response, Status};
 
-use crate::ca::{AgentCa, CaError, Issued, key_and_request};
+use crate::ca::{AgentCa, CaError, Issued, key_and_request, request_key, request_with_key};
 use crate::metrics::AgentMetrics;
 use crate::proto::{self, JoinRequest, JoinResponse};
 use crate::store::TokenStore;
@@ -23,16 +23,25 @@ pub struct Joins<S> {
     pub serial: tokio::sync::Mutex<()>,
     /// An agent certificate's lifetime (renewed at 75–80 % of it).
     pub lifetime: Duration,
+    /// Whether a valid token signs at once (`agent.autoApprove`).
+    pub approval: Approval,
     pub metrics: AgentMetrics,
 }
 
 impl<S: TokenStore> Joins<S> {
-    pub fn new(ca: Arc<AgentCa>, store: S, lifetime: Duration, metrics: AgentMetrics) -> Self {
+    pub fn new(
+        ca: Arc<AgentCa>,
+        store: S,
+        lifetime: Duration,
+        approval: Approval,
+        metrics: AgentMetrics,
+    ) -> Self {
         Self {
             ca,
             store,
             serial: tokio::sync::Mutex::new(()),
             lifetime,
+            approval,
             metrics,
         }
     }
@@ -56,28 +65,52 @@ impl<S: TokenStore> Joins<S> {
                 request.cluster
             )));
         }
+        let key =
+            request_key(&request.csr_pem).map_err(|e| Status::invalid_argument(reason_of(&e)))?;
         let _one_at_a_time = self.serial.lock().await;
-        let mut tokens = self.store.tokens().await.map_err(|e| {
+        let read = self.store.tokens().await.map_err(|e| {
             Status::unavailable(format!(
                 "cannot read the bootstrap tokens: {}",
                 reason_of(&e)
             ))
         })?;
-        let token = tokens
-            .admit(&request.token, &cluster, now)
+        let mut tokens = read.clone();
+        let admitted = tokens
+            .admit(&request.token, &cluster, &key, self.approval, now)
             .map_err(|e| refused(&cluster, &e))?;
-        let issued = self
-            .ca
-            .sign(&request.csr_pem, &cluster, self.lifetime, now)
-            .map_err(|e| Status::invalid_argument(reason_of(&e)))?;
-        self.store.spend(&token).await.map_err(|e| {
-            Status::unavailable(format!(
-                "cannot record the token as used: {}",
-                reason_of(&e)
-            ))
-        })?;
-        tracing::info!(%cluster, token = %token, "agent joined");
-        Ok(Response::new(answer(&self.ca, issued)))
+        let token = match &admitted {
+            Admitted::Sign(token) | Admitted::Pending { token, .. } => token,
+        };
+        let record = |what: &'static str| {
+            let before = read.get(&token.id).unwrap_or(token);
+            async move {
+                self.store.replace(before, token).await.map_err(|e| {
+                    Status::unavailable(format!("cannot record the {what}: {}", reason_of(&e)))
+                })
+            }
+        };
+        match &admitted {
+            Admitted::Pending { recorded, .. } => {
+                if *recorded {
+                    record("join request").await?;
+                    tracing::info!(%cluster, token = %token, key = %key, "agent join waits for approval");
+                }
+                Err(Status::failed_precondition(format!(
+                    "waiting for approval: run `meridian approve {cluster}` on the hub (key sha256:{key})"
+                )))
+            }
+            Admitted::Sign(_) => {
+                // Signed before the token is spent (a bad request spends nothing); the
+                // certificate leaves only once the token is recorded as used.
+                let issued = self
+                    .ca
+                    .sign(&request.csr_pem, &cluster, self.lifetime, now)
+                    .map_err(|e| Status::invalid_argument(reason_of(&e)))?;
+                record("token as used").await?;
+                tracing::info!(%cluster, token = %token, "agent joined");
+                Ok(Response::new(answer(&self.ca, issued)))
+            }
+        }
     }
 
     /// A new certificate for the cluster the caller's current one names.
@@ -101,6 +134,7 @@ fn result_of<T>(result: &Result<T, Status>) -> &'static str {
     match result {
         Ok(_) => "admitted",
         Err(status) if status.code() == tonic::Code::Unavailable => "failed",
+        Err(status) if status.code() == tonic::Code::FailedPrecondition => "pending",
         Err(_) => "refused",
     }
 }
@@ -138,32 +172,58 @@ pub struct Joined {
 /// Why an agent could not join.
 #[derive(Debug, thiserror::Error)]
 pub enum JoinError {
-    #[error("cannot make the key and request")]
-    Key(#[source] CaError),
     #[error("the hub refused: {}", .0.message())]
     Refused(Status),
 }
 
-/// The agent's side: makes a key and request for `cluster`, presents `token` over `channel`.
+/// What an agent asks to join with: its cluster, its key (made here, never sent) and the
+/// request for that key.
+pub struct Asking {
+    pub cluster: ClusterId,
+    pub key_pem: String,
+    csr_pem: String,
+}
+
+impl Asking {
+    /// With a new key.
+    pub fn new(cluster: &ClusterId) -> Result<Self, CaError> {
+        let (key_pem, csr_pem) = key_and_request(cluster)?;
+        Ok(Self {
+            cluster: cluster.clone(),
+            key_pem,
+            csr_pem,
+        })
+    }
+
+    /// With a key kept from before (a join that waits for approval asks with one key).
+    pub fn with_key(cluster: &ClusterId, key_pem: String) -> Result<Self, CaError> {
+        Ok(Self {
+            cluster: cluster.clone(),
+            csr_pem: request_with_key(cluster, &key_pem)?,
+            key_pem,
+        })
+    }
+}
+
+/// The agent's side: presents `token` and the request over `channel`.
 pub async fn join(
     channel: tonic::transport::Channel,
-    cluster: &ClusterId,
+    asking: &Asking,
     token: &str,
 ) -> Result<Joined, JoinError> {
-    let (key_pem, csr_pem) = key_and_request(cluster).map_err(JoinError::Key)?;
     let answer = proto::join(
         channel,
         JoinRequest {
-            cluster: cluster.to_string(),
+            cluster: asking.cluster.to_string(),
             token: token.trim().to_string(),
-            csr_pem,
+            csr_pem: asking.csr_pem.clone(),
         },
     )
     .await
     .map_err(JoinError::Refused)?;
     let at = |s: i64| SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(s).unwrap_or(0));
     Ok(Joined {
-        key_pem,
+        key_pem: asking.key_pem.clone(),
         certificate_pem: answer.certificate_pem,
         ca_pem: answer.ca_pem,
         not_before: at(answer.not_before_unix),

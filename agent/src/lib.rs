@@ -3,7 +3,9 @@
 //!
 //! ```text
 //!  agent (member)                                   hub (leader)
-//!   ca::key_and_request(cluster) ── CSR + token ──►  core::agent::Tokens::admit
+//!   join::Asking (key kept) ──── CSR + token ──►  core::agent::Tokens::admit
+//!                                                    (agent.autoApprove: false: waits for
+//!                                                     `meridian approve <cluster>`)
 //!                                                    AgentCa::sign: CN=meridian:agent:<cluster>,
 //!                                                      client auth, the configured lifetime
 //!   ◄──────────────── certificate + CA ─────────────
@@ -35,7 +37,7 @@ mod test_hub;
 
 pub use ca::{AgentCa, CaError, Issued, key_and_request};
 pub use hub::{HubError, HubSettings, PreparedHub, prepare};
-pub use join::{JoinError, Joined, Joins, join};
+pub use join::{Asking, JoinError, Joined, Joins, join};
 pub use member::{AgentError, AgentSettings};
 pub use metrics::AgentMetrics;
 pub use store::{HubStore, StoreError, TokenStore};

@@ -35,12 +35,14 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 use crate::ca::key_and_request;
 use crate::desired::decode as decode_desired;
 use crate::events::encode;
-use crate::join::{JoinError, Joined, join, unix};
+use crate::join::{Asking, JoinError, Joined, join, unix};
 use crate::metrics::AgentSide;
 use crate::proto::{self, AgentMessage, Heartbeat, RenewRequest, agent_message::Body};
 
 /// The longest wait between two attempts to reach the hub.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How often a join waiting for the operator's approval asks again.
+const APPROVAL_POLL: Duration = Duration::from_secs(3);
 /// How long connecting to the hub may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Messages waiting to go up; a slow hub slows the watches down instead of growing this.
@@ -80,6 +82,8 @@ pub enum AgentError {
     NoHubCa,
     #[error("joining the hub")]
     Join(#[source] Box<JoinError>),
+    #[error("the agent key in {0}")]
+    Key(PathBuf, #[source] crate::ca::CaError),
     #[error("the hub at {0:?}")]
     Address(String, #[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -112,7 +116,7 @@ pub async fn run(
     member: kube::Client,
     side: AgentSide,
 ) -> Result<(), AgentError> {
-    let credentials = credentials(&settings).await?;
+    let credentials = credentials(&settings, &side).await?;
     side.update(|v| {
         v.hub.clone_from(&settings.hub);
         v.cluster = settings.cluster.to_string();
@@ -403,7 +407,10 @@ impl Agent {
 }
 
 /// The kept credentials, or new ones from a join (retried while the hub cannot be reached).
-async fn credentials(settings: &AgentSettings) -> Result<Credentials, AgentError> {
+async fn credentials(
+    settings: &AgentSettings,
+    side: &AgentSide,
+) -> Result<Credentials, AgentError> {
     if let Some(kept) = load(&settings.state_dir)? {
         if kept.not_after > SystemTime::now() {
             tracing::info!(
@@ -424,11 +431,12 @@ async fn credentials(settings: &AgentSettings) -> Result<Credentials, AgentError
         path: ca_file.clone(),
         source,
     })?;
+    let asking = asking(settings)?;
     let mut backoff = Backoff::default();
     loop {
         let channel = channel(&settings.hub, &hub_ca, None).await;
         let attempt = match channel {
-            Ok(channel) => join(channel, &settings.cluster, &token).await,
+            Ok(channel) => join(channel, &asking, &token).await,
             Err(e) => {
                 tracing::warn!(error = %reason_of(&e), "cannot reach the hub to join");
                 tokio::time::sleep(backoff.next()).await;
@@ -447,8 +455,40 @@ async fn credentials(settings: &AgentSettings) -> Result<Credentials, AgentError
                 tracing::warn!(why = %status.message(), "the hub cannot admit us yet");
                 tokio::time::sleep(backoff.next()).await;
             }
+            // agent.autoApprove: false — asked; the same key asks again until approved.
+            Err(JoinError::Refused(status)) if status.code() == tonic::Code::FailedPrecondition => {
+                tracing::info!(why = %status.message(), "the join waits for the hub's approval");
+                side.update(|v| v.last_error = Some(status.message().to_string()));
+                tokio::time::sleep(APPROVAL_POLL).await;
+            }
             Err(e) => return Err(AgentError::Join(Box::new(e))),
         }
+    }
+}
+
+/// The key to join with: the one kept in the state directory (a join that waited for
+/// approval, maybe across a restart, asks with the key that was approved), else a new one,
+/// kept before it is first sent.
+fn asking(settings: &AgentSettings) -> Result<Asking, AgentError> {
+    let path = settings.state_dir.join(KEY);
+    let key_error = |e| AgentError::Key(path.clone(), e);
+    match std::fs::read_to_string(&path) {
+        Ok(key_pem) => Asking::with_key(&settings.cluster, key_pem).map_err(key_error),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let asking = Asking::new(&settings.cluster).map_err(key_error)?;
+            std::fs::create_dir_all(&settings.state_dir).map_err(|source| AgentError::State {
+                path: settings.state_dir.clone(),
+                source,
+            })?;
+            crate::store::write_private(&path, asking.key_pem.as_bytes()).map_err(|source| {
+                AgentError::State {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            Ok(asking)
+        }
+        Err(source) => Err(AgentError::State { path, source }),
     }
 }
 

@@ -9,7 +9,8 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    /// admitted, refused (the token or request), failed (the hub's store)
+    /// admitted, pending (waiting for `meridian approve`), refused (the token or request),
+    /// failed (the hub's store)
     pub result: &'static str,
 }
 
@@ -34,7 +35,7 @@ impl AgentMetrics {
         let m = Self::default();
         registry.register(
             "joins",
-            "Agent joins by result (admitted; refused: the token or request; failed: the hub's store)",
+            "Agent joins by result (admitted; pending: waiting for approval; refused: the token or request; failed: the hub's store)",
             m.joins.clone(),
         );
         registry.register(

@@ -4,9 +4,13 @@
 //! machine) admits without a restart; a token is marked used before its certificate leaves.
 //!
 //! ```text
-//!  directory: <stateDir>/ca.crt, ca.key (0600)    tokens/<id>.json {cluster, secret, expires, used}
+//!  directory: <stateDir>/ca.crt, ca.key (0600)    tokens/<id>.json {cluster, secret, expires, used,
+//!                                                      request_key, requested_unix, approved}
 //!  Secrets:   meridian-agent-ca {tls.crt, tls.key}  meridian-agent-token-<id> (type meridian.io/agent-token)
 //! ```
+//!
+//! A token changes by compare-and-swap (`TokenStore::replace`): of two replicas admitting one
+//! token at once, one is refused.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -18,7 +22,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 use meridian_core::ClusterId;
-use meridian_core::agent::{BootstrapToken, Tokens, new_token};
+use meridian_core::agent::{BootstrapToken, KeyRequest, NothingToApprove, Tokens, new_token};
 use serde::{Deserialize, Serialize};
 
 use crate::ca::{AgentCa, CaError};
@@ -53,8 +57,10 @@ pub enum StoreError {
         #[source]
         source: CaError,
     },
-    #[error("bootstrap token {0:?} was used by another join at the same time")]
+    #[error("bootstrap token {0:?} was changed by another join at the same time")]
     Raced(String),
+    #[error(transparent)]
+    NothingToApprove(#[from] NothingToApprove),
     #[error("the system's random number generator failed")]
     Random,
 }
@@ -64,9 +70,14 @@ pub enum StoreError {
 pub trait TokenStore: Send + Sync + 'static {
     /// Every token, used and expired ones included.
     async fn tokens(&self) -> Result<Tokens, StoreError>;
-    /// Marks `token` used; an error refuses the join (a token that could not be marked must
-    /// not admit a second agent after a restart).
-    async fn spend(&self, token: &BootstrapToken) -> Result<(), StoreError>;
+    /// Replaces the token `before` (as read) by `after`, only if it is still as read; an error
+    /// refuses the join (a token that could not be marked used must not admit a second agent
+    /// after a restart).
+    async fn replace(
+        &self,
+        before: &BootstrapToken,
+        after: &BootstrapToken,
+    ) -> Result<(), StoreError>;
 }
 
 /// The hub's agent state.
@@ -84,6 +95,12 @@ struct TokenFile {
     expires_unix: u64,
     #[serde(default)]
     used: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    request_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    requested_unix: Option<u64>,
+    #[serde(default)]
+    approved: bool,
 }
 
 impl HubStore {
@@ -128,6 +145,18 @@ impl HubStore {
         }
     }
 
+    /// Approves the joins of `cluster` waiting for it (`meridian approve`); returns them.
+    pub async fn approve(&self, cluster: &ClusterId) -> Result<Vec<BootstrapToken>, StoreError> {
+        let read = self.tokens().await?;
+        let mut tokens = read.clone();
+        let approved = tokens.approve(cluster, SystemTime::now())?;
+        for after in &approved {
+            let before = read.get(&after.id).unwrap_or(after);
+            self.replace(before, after).await?;
+        }
+        Ok(approved)
+    }
+
     /// Deletes tokens past their expiry (used or not); returns how many.
     pub async fn delete_expired(&self, now: SystemTime) -> Result<usize, StoreError> {
         let tokens = self.tokens().await?;
@@ -170,34 +199,36 @@ impl TokenStore for HubStore {
         }
     }
 
-    async fn spend(&self, token: &BootstrapToken) -> Result<(), StoreError> {
-        let mut spent = token.clone();
-        spent.used = true;
+    async fn replace(
+        &self,
+        before: &BootstrapToken,
+        after: &BootstrapToken,
+    ) -> Result<(), StoreError> {
         match self {
             HubStore::Directory(dir) => {
-                let path = dir.join("tokens").join(format!("{}.json", token.id));
-                write_kept(&path, &token_file(&spent))
+                let path = dir.join("tokens").join(format!("{}.json", after.id));
+                write_kept(&path, &token_file(after))
             }
             HubStore::Secrets { client, namespace } => {
-                // Replaced at the version read: of two replicas admitting one token at once,
+                // Replaced at the version read: of two replicas changing one token at once,
                 // one write fails, and its join is refused.
                 let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-                let name = secret_name(&token.id);
+                let name = secret_name(&after.id);
                 let current = api
                     .get(&name)
                     .await
                     .map_err(|e| kube_error(format!("reading Secret {name}"), e))?;
-                if token_of_secret(&current)?.used {
-                    return Err(StoreError::Raced(token.id.clone()));
+                if &token_of_secret(&current)? != before {
+                    return Err(StoreError::Raced(after.id.clone()));
                 }
-                let mut next = token_secret(&spent);
+                let mut next = token_secret(after);
                 next.metadata.resource_version = current.metadata.resource_version;
                 match api.replace(&name, &PostParams::default(), &next).await {
                     Ok(_) => Ok(()),
                     Err(kube::Error::Api(e)) if e.code == 409 => {
-                        Err(StoreError::Raced(token.id.clone()))
+                        Err(StoreError::Raced(after.id.clone()))
                     }
-                    Err(e) => Err(kube_error(format!("marking Secret {name} used"), e)),
+                    Err(e) => Err(kube_error(format!("updating Secret {name}"), e)),
                 }
             }
         }
@@ -214,6 +245,9 @@ fn token_file(token: &BootstrapToken) -> Vec<u8> {
         secret: token.secret.clone(),
         expires_unix: unix(token.expires),
         used: token.used,
+        request_key: token.request.as_ref().map(|r| r.key.clone()),
+        requested_unix: token.request.as_ref().map(|r| unix(r.at)),
+        approved: token.approved,
     };
     serde_json::to_vec_pretty(&file).unwrap_or_default()
 }
@@ -225,8 +259,15 @@ fn token_secret(token: &BootstrapToken) -> Secret {
         ("cluster", token.cluster.to_string()),
         ("expires-unix", unix(token.expires).to_string()),
         ("used", token.used.to_string()),
+        ("approved", token.approved.to_string()),
     ]
     .into_iter()
+    .chain(token.request.iter().flat_map(|r| {
+        [
+            ("request-key", r.key.clone()),
+            ("requested-unix", unix(r.at).to_string()),
+        ]
+    }))
     .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
     .collect();
     Secret {
@@ -260,18 +301,30 @@ fn token_of_secret(secret: &Secret) -> Result<BootstrapToken, StoreError> {
             why: format!("{key} is not text"),
         })
     };
-    let expires = field("expires-unix")?
-        .parse::<u64>()
-        .map_err(|_| StoreError::Invalid {
-            what: what.clone(),
-            why: "expires-unix is not a number".into(),
-        })?;
+    let seconds = |key: &str| -> Result<SystemTime, StoreError> {
+        let n = field(key)?
+            .parse::<u64>()
+            .map_err(|_| StoreError::Invalid {
+                what: what.clone(),
+                why: format!("{key} is not a number"),
+            })?;
+        Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(n))
+    };
+    let request = match field("request-key") {
+        Ok(key) => Some(KeyRequest {
+            key,
+            at: seconds("requested-unix")?,
+        }),
+        Err(_) => None,
+    };
     Ok(BootstrapToken {
         id: field("token-id")?,
         secret: field("token-secret")?,
         cluster: ClusterId::new(field("cluster")?),
-        expires: SystemTime::UNIX_EPOCH + Duration::from_secs(expires),
+        expires: seconds("expires-unix")?,
         used: field("used").is_ok_and(|u| u == "true"),
+        request,
+        approved: field("approved").is_ok_and(|a| a == "true"),
     })
 }
 
@@ -296,12 +349,18 @@ fn directory_tokens(dir: &Path) -> Result<Tokens, StoreError> {
             what: path.display().to_string(),
             why: e.to_string(),
         })?;
+        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
         tokens.push(BootstrapToken {
             id: id.to_string(),
             secret: file.secret,
             cluster: ClusterId::new(file.cluster),
-            expires: SystemTime::UNIX_EPOCH + Duration::from_secs(file.expires_unix),
+            expires: at(file.expires_unix),
             used: file.used,
+            request: file.request_key.map(|key| KeyRequest {
+                key,
+                at: at(file.requested_unix.unwrap_or_default()),
+            }),
+            approved: file.approved,
         });
     }
     Ok(Tokens::new(tokens))

@@ -2,13 +2,14 @@
 //! certificate of a test CA, client certificates of the agent CA asked for (optional, as
 //! `Join` needs none).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use meridian_controllers::SourceEvent;
 use meridian_controllers::agents::{self, AgentRoutes};
 use meridian_controllers::kubernetes::Fleet;
-use meridian_core::agent::{BootstrapToken, Tokens};
+use meridian_core::agent::{Approval, BootstrapToken, Tokens};
 use meridian_core::{ClusterId, HealthTimings};
 use parking_lot::Mutex;
 use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -22,29 +23,56 @@ use crate::proto::AgentHubServer;
 use crate::store::{StoreError, TokenStore};
 use crate::stream::{Hub, Streams};
 
-/// The tests' tokens in memory (`test_tokens`), and the ids spent; `read_only` refuses to
-/// record any.
+/// The tests' tokens in memory (`test_tokens`) with the changes joins recorded;
+/// `read_only` refuses to record any.
 #[derive(Default, Clone)]
-pub(crate) struct Recorded(pub Arc<Mutex<Vec<String>>>, pub bool);
+pub(crate) struct Recorded {
+    changed: Arc<Mutex<BTreeMap<String, BootstrapToken>>>,
+    read_only: bool,
+}
+
+impl Recorded {
+    pub(crate) fn read_only() -> Self {
+        Self {
+            read_only: true,
+            ..Self::default()
+        }
+    }
+
+    /// The ids of the tokens joins spent.
+    pub(crate) fn spent(&self) -> Vec<String> {
+        self.changed
+            .lock()
+            .values()
+            .filter(|t| t.used)
+            .map(|t| t.id.clone())
+            .collect()
+    }
+}
 
 #[tonic::async_trait]
 impl TokenStore for Recorded {
     async fn tokens(&self) -> Result<Tokens, StoreError> {
-        let spent = self.0.lock();
-        Ok(Tokens::new(test_tokens().into_iter().map(|mut t| {
-            t.used = spent.contains(&t.id);
-            t
-        })))
+        let changed = self.changed.lock();
+        Ok(Tokens::new(
+            test_tokens()
+                .into_iter()
+                .map(|t| changed.get(&t.id).cloned().unwrap_or(t)),
+        ))
     }
 
-    async fn spend(&self, token: &BootstrapToken) -> Result<(), StoreError> {
-        if self.1 {
+    async fn replace(
+        &self,
+        _before: &BootstrapToken,
+        after: &BootstrapToken,
+    ) -> Result<(), StoreError> {
+        if self.read_only {
             return Err(StoreError::Io {
                 path: "tokens".into(),
                 source: std::io::Error::other("the hub's store is read-only"),
             });
         }
-        self.0.lock().push(token.id.clone());
+        self.changed.lock().insert(after.id.clone(), after.clone());
         Ok(())
     }
 }
@@ -65,6 +93,8 @@ pub(crate) fn token(id: &str, cluster: &str, expires: SystemTime) -> BootstrapTo
         cluster: ClusterId::new(cluster),
         expires,
         used: false,
+        request: None,
+        approved: false,
     }
 }
 
@@ -78,13 +108,14 @@ fn test_tokens() -> Vec<BootstrapToken> {
     ]
 }
 
-/// A hub with agent members eu-1 and us-1 (heartbeats every second).
-pub(crate) async fn serve(spent: Recorded) -> TestHub {
-    serve_admitting(spent, 100).await
+/// A hub with agent members eu-1 and us-1 (heartbeats every second), signing valid tokens at
+/// once.
+pub(crate) async fn serve(store: Recorded) -> TestHub {
+    serve_with(store, 100, Approval::Automatic).await
 }
 
-/// `serve`, admitting `per_second` new streams a second.
-pub(crate) async fn serve_admitting(spent: Recorded, per_second: u32) -> TestHub {
+/// `serve`, admitting `per_second` new streams a second, with `approval` of joins.
+pub(crate) async fn serve_with(store: Recorded, per_second: u32, approval: Approval) -> TestHub {
     let (cert, key, serving_ca) = serving();
     let (ca, _) = AgentCa::generate(SystemTime::now()).unwrap();
     let ca = Arc::new(ca);
@@ -109,8 +140,9 @@ pub(crate) async fn serve_admitting(spent: Recorded, per_second: u32) -> TestHub
     let hub = Hub {
         joins: Joins::new(
             ca.clone(),
-            spent,
+            store,
             Duration::from_secs(60),
+            approval,
             AgentMetrics::default(),
         ),
         streams: Streams::new(routes, AgentMetrics::default(), per_second),

@@ -4,8 +4,10 @@
 //!
 //! ```text
 //!  meridian token create --cluster eu-1 --ttl 1h ─► BootstrapToken "abc123.0123456789abcdef"
-//!  agent: key pair + CSR + token ─► hub: Tokens::admit(token, cluster, now)
-//!        ─► ok: sign CN=meridian:agent:eu-1 (the token is spent) │ refused: JoinRefused
+//!  agent: key pair + CSR + token ─► hub: Tokens::admit(token, cluster, key, approval, now)
+//!        ─► Sign: CN=meridian:agent:eu-1 (the token is spent) │ refused: JoinRefused
+//!        ─► Pending (agent.autoApprove: false): the key is recorded on the token; the agent
+//!           asks again until `meridian approve eu-1` (Tokens::approve) approves that key
 //!  every stream message: sender(certificate CN) == the cluster it names, or the stream ends
 //!  agent: renew_at(not_before, not_after, jitter): 75–80 % into the lifetime
 //! ```
@@ -75,6 +77,38 @@ pub struct BootstrapToken {
     pub expires: SystemTime,
     /// Spent by a join (a token admits one certificate).
     pub used: bool,
+    /// The key that asked to join with this token, when joins wait for an operator's approval.
+    pub request: Option<KeyRequest>,
+    /// The operator approved `request` (`meridian approve`).
+    pub approved: bool,
+}
+
+/// A join waiting for approval: which key asked (the SHA-256 of its SubjectPublicKeyInfo,
+/// hex), and when first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRequest {
+    pub key: String,
+    pub at: SystemTime,
+}
+
+/// Whether a valid token signs at once or waits for the operator (`agent.autoApprove`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approval {
+    Automatic,
+    ByOperator,
+}
+
+/// What a join with a valid token comes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admitted {
+    /// Sign the request: the token (as returned) is spent; the caller records that first.
+    Sign(BootstrapToken),
+    /// Waiting for `meridian approve`; `recorded` when this attempt is the one that asked (the
+    /// token as returned carries the request, for the caller to record).
+    Pending {
+        token: BootstrapToken,
+        recorded: bool,
+    },
 }
 
 impl BootstrapToken {
@@ -103,7 +137,16 @@ pub enum JoinRefused {
     Expired(String),
     #[error("bootstrap token {0:?} was already used")]
     Used(String),
+    #[error(
+        "bootstrap token {0:?} is already waiting for approval of another key; make a new token for this agent"
+    )]
+    OtherKey(String),
 }
+
+/// Why `meridian approve` approved nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no join of cluster {0} is waiting for approval (an agent asks with a valid token first)")]
+pub struct NothingToApprove(pub ClusterId);
 
 /// The hub's bootstrap tokens, by id.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -118,14 +161,16 @@ impl Tokens {
         }
     }
 
-    /// Whether `presented` lets `cluster` join now; on success the token is spent (the
-    /// caller records that before it signs anything).
+    /// Whether `presented` lets `cluster`'s `key` join now: signed at once, or (by an operator's
+    /// approval) once the key that asked first is approved. Refusals change nothing.
     pub fn admit(
         &mut self,
         presented: &str,
         cluster: &ClusterId,
+        key: &str,
+        approval: Approval,
         now: SystemTime,
-    ) -> Result<BootstrapToken, JoinRefused> {
+    ) -> Result<Admitted, JoinRefused> {
         let (id, secret) = parse(presented)?;
         let token = self
             .by_id
@@ -147,8 +192,77 @@ impl Tokens {
         if token.used {
             return Err(JoinRefused::Used(id.to_string()));
         }
+        if approval == Approval::ByOperator {
+            match &token.request {
+                Some(asked) if asked.key != key => {
+                    return Err(JoinRefused::OtherKey(id.to_string()));
+                }
+                Some(_) if !token.approved => {
+                    return Ok(Admitted::Pending {
+                        token: token.clone(),
+                        recorded: false,
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    token.request = Some(KeyRequest {
+                        key: key.to_string(),
+                        at: now,
+                    });
+                    return Ok(Admitted::Pending {
+                        token: token.clone(),
+                        recorded: true,
+                    });
+                }
+            }
+        }
         token.used = true;
-        Ok(token.clone())
+        Ok(Admitted::Sign(token.clone()))
+    }
+
+    /// Approves every join of `cluster` waiting with a valid token (`meridian approve`); returns
+    /// the tokens as approved, for the caller to record.
+    pub fn approve(
+        &mut self,
+        cluster: &ClusterId,
+        now: SystemTime,
+    ) -> Result<Vec<BootstrapToken>, NothingToApprove> {
+        let approved: Vec<BootstrapToken> = self
+            .by_id
+            .values_mut()
+            .filter(|t| {
+                &t.cluster == cluster
+                    && !t.used
+                    && !t.approved
+                    && t.request.is_some()
+                    && now < t.expires
+            })
+            .map(|t| {
+                t.approved = true;
+                t.clone()
+            })
+            .collect();
+        if approved.is_empty() {
+            Err(NothingToApprove(cluster.clone()))
+        } else {
+            Ok(approved)
+        }
+    }
+
+    /// Joins waiting for an operator's approval, oldest first.
+    pub fn pending(&self, now: SystemTime) -> Vec<&BootstrapToken> {
+        let mut pending: Vec<&BootstrapToken> = self
+            .by_id
+            .values()
+            .filter(|t| !t.used && !t.approved && t.request.is_some() && now < t.expires)
+            .collect();
+        pending.sort_by_key(|t| t.request.as_ref().map(|r| r.at));
+        pending
+    }
+
+    /// The token `id`, as read.
+    pub fn get(&self, id: &str) -> Option<&BootstrapToken> {
+        self.by_id.get(id)
     }
 
     /// Tokens past their expiry (to delete from the hub).
@@ -173,6 +287,8 @@ pub fn new_token(cluster: ClusterId, expires: SystemTime, random: &[u8]) -> Boot
         cluster,
         expires,
         used: false,
+        request: None,
+        approved: false,
     }
 }
 

@@ -320,9 +320,11 @@ def test_a_cut_agent_is_unreachable_then_withdrawn_and_comes_back_current_and_ce
     assert "certificate renewed" in m.log.read_text()
 
 
-def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir(kube_fleet, agents, tmp_path):
+def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir_and_joins_wait_for_approval(
+        kube_fleet, agents, tmp_path):
     """The other store: a directory hub (no API to keep Secrets in) keeps the agent CA and the
-    tokens as files under agent.stateDir; its agent member m2 is served as on a Kubernetes hub."""
+    tokens as files under agent.stateDir; with agent.autoApprove: false the join waits, shown
+    in /debug/agents, until `meridian approve m2`; then m2 is served as on a Kubernetes hub."""
     f = kube_fleet
     publish_cart(f, "m2", ["10.2.0.1"])
     hub_dir = tmp_path / "hub"
@@ -333,7 +335,7 @@ def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir(kube_fle
     config = tmp_path / "meridian.yaml"
     config.write_text(yaml.safe_dump({
         "hub": {"directory": str(hub_dir)},
-        "agent": {"listen": f"127.0.0.1:{port}", "stateDir": str(state)},
+        "agent": {"listen": f"127.0.0.1:{port}", "stateDir": str(state), "autoApprove": False},
         "dns": {"zones": [{"name": "global", "style": "global"}], "ttl": 5},
     }))
     m = Meridian(None, config=config, log=tmp_path / "meridian.log")
@@ -346,10 +348,33 @@ def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir(kube_fle
         kept = state / "tokens" / f"{token[:6]}.json"
         assert json.loads(kept.read_text())["used"] is False
         assert oct(kept.stat().st_mode & 0o777) == "0o600"
-        agents("m2", port, token=token, state_dir=tmp_path / "m2-state", kubeconfig=agent_kubeconfig(f, "m2"),
-               ca_file=state / "ca.crt")
+        approve = [str(BIN), "approve", "--config", str(config), "m2"]
+        early = subprocess.run(approve, capture_output=True, text=True, timeout=30)
+        assert early.returncode != 0 and "no join of cluster m2 is waiting" in early.stderr, early.stderr
+        agent = agents("m2", port, token=token, state_dir=tmp_path / "m2-state",
+                       kubeconfig=agent_kubeconfig(f, "m2"), ca_file=state / "ca.crt")
+
+        def waiting():
+            return json.loads(m.http("/debug/agents")[1])["waitingForApproval"]
+        m.wait_for(lambda: len(waiting()) == 1, timeout=20, what="m2's join waiting for approval")
+        [asked] = waiting()
+        assert asked["cluster"] == "m2" and asked["token"] == token[:6], asked
+        assert asked["key"].startswith("sha256:") and len(asked["key"]) == 7 + 64, asked
+        record = json.loads(kept.read_text())
+        assert record["used"] is False and record["approved"] is False, record
+        assert "sha256:" + record["request_key"] == asked["key"], record
+        # Waiting, nothing is served for m2, and the agent says why it waits.
+        time.sleep(4)
+        assert m.addresses(NAME) == [], "an unapproved agent is served"
+        assert "waits for the hub's approval" in agent.text()
+        assert 'meridian_agent_joins_total{result="pending"}' in m.http("/metrics")[1]
+        approved = subprocess.run(approve, capture_output=True, text=True, timeout=30)
+        assert approved.returncode == 0, approved.stderr
+        assert asked["key"] in approved.stdout and "cluster m2" in approved.stdout, approved.stdout
         m.wait_for(lambda: m.addresses(NAME) == ["10.2.0.1"], timeout=20, what="m2 through its agent")
-        assert json.loads(kept.read_text())["used"] is True, "the join spent the token in its file"
+        record = json.loads(kept.read_text())
+        assert record["used"] is True and record["approved"] is True, "the join spent the approved token"
+        assert waiting() == []
         # A token for a cluster the directory hub does not name as an agent member admits
         # nobody: the join is refused by the token's cluster, before any stream.
         bad = subprocess.run([str(BIN), "token", "create", "--config", str(config), "--cluster", "Not_A_Name"],

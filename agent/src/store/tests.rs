@@ -1,6 +1,8 @@
 //! The directory store: tokens made, read back, spent and expired; the CA made once and kept.
 //! (The Secrets store runs against a real kube-apiserver in tests/e2e/test_agent.py.)
 
+use meridian_core::agent::{Admitted, Approval};
+
 use super::*;
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -40,14 +42,23 @@ async fn a_token_is_made_read_back_spent_once_and_deleted_when_expired() {
         0o600
     );
 
-    let mut tokens = store.tokens().await.unwrap();
-    let admitted = tokens.admit(&token.presented(), &eu, now).unwrap();
-    store.spend(&admitted).await.unwrap();
+    let read = store.tokens().await.unwrap();
+    let mut tokens = read.clone();
+    let Admitted::Sign(admitted) = tokens
+        .admit(&token.presented(), &eu, "k", Approval::Automatic, now)
+        .unwrap()
+    else {
+        panic!("automatic approval signs")
+    };
+    store
+        .replace(read.get(&token.id).unwrap(), &admitted)
+        .await
+        .unwrap();
     let again = store
         .tokens()
         .await
         .unwrap()
-        .admit(&token.presented(), &eu, now)
+        .admit(&token.presented(), &eu, "k", Approval::Automatic, now)
         .unwrap_err();
     assert!(again.to_string().contains("already used"), "{again}");
 
@@ -56,11 +67,48 @@ async fn a_token_is_made_read_back_spent_once_and_deleted_when_expired() {
     assert_eq!(left.expired(now).count(), 0);
     assert!(
         left.clone()
-            .admit(&old.presented(), &eu, now)
+            .admit(&old.presented(), &eu, "k", Approval::Automatic, now)
             .unwrap_err()
             .to_string()
             .contains("no bootstrap token")
     );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_join_request_and_its_approval_are_kept_in_the_token_file() {
+    let dir = temp_dir("approval");
+    let store = HubStore::Directory(dir.clone());
+    let now = SystemTime::now();
+    let eu = ClusterId::new("eu-1");
+    let token = store
+        .new_token(eu.clone(), now + Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let nothing = store.approve(&eu).await.unwrap_err();
+    assert!(
+        nothing.to_string().contains("no join of cluster eu-1"),
+        "{nothing}"
+    );
+    let read = store.tokens().await.unwrap();
+    let mut tokens = read.clone();
+    let Admitted::Pending { token: asked, .. } = tokens
+        .admit(&token.presented(), &eu, "k1", Approval::ByOperator, now)
+        .unwrap()
+    else {
+        panic!("waits for approval")
+    };
+    store
+        .replace(read.get(&token.id).unwrap(), &asked)
+        .await
+        .unwrap();
+    assert_eq!(store.tokens().await.unwrap().pending(now).len(), 1);
+    let approved = store.approve(&eu).await.unwrap();
+    assert_eq!(approved.len(), 1);
+    let kept = store.tokens().await.unwrap();
+    let kept = kept.get(&token.id).unwrap();
+    assert!(kept.approved);
+    assert_eq!(kept.request.as_ref().unwrap().key, "k1");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

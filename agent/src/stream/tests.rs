@@ -10,17 +10,18 @@ use kube::runtime::watcher::Event;
 
 use super::*;
 use crate::events::encode;
-use crate::join::join;
+use crate::join::{Asking, join};
 use crate::proto::{self, Heartbeat, RenewRequest, agent_message::Body};
 use crate::test_hub::{Recorded, TestHub, serve};
 use meridian_controllers::SourceEvent;
 use meridian_controllers::kubernetes::state::MemberEvent;
+use meridian_core::agent::Approval;
 
 /// eu-1 joined: its certificate and key.
 async fn joined_eu(hub: &TestHub) -> (String, String) {
     let joined = join(
         hub.channel(None).await,
-        &ClusterId::new("eu-1"),
+        &Asking::new(&ClusterId::new("eu-1")).unwrap(),
         "euone1.0123456789abcdef",
     )
     .await
@@ -282,7 +283,7 @@ async fn renew_gives_a_new_certificate_for_the_cluster_the_current_one_names() {
 
 #[tokio::test]
 async fn new_streams_are_admitted_at_the_configured_rate() {
-    let hub = crate::test_hub::serve_admitting(Recorded::default(), 2).await;
+    let hub = crate::test_hub::serve_with(Recorded::default(), 2, Approval::Automatic).await;
     let (cert, key) = joined_eu(&hub).await;
     let started = std::time::Instant::now();
     let mut streams = Vec::new();
