@@ -206,8 +206,16 @@ impl TokenStore for HubStore {
     ) -> Result<(), StoreError> {
         match self {
             HubStore::Directory(dir) => {
-                let path = dir.join("tokens").join(format!("{}.json", after.id));
-                write_kept(&path, &token_file(after))
+                // One process changes a directory hub's tokens at a time (the hub's joins are
+                // serial); the check still catches a `meridian approve` between read and write.
+                let tokens = dir.join("tokens");
+                if directory_tokens(&tokens)?.get(&after.id) != Some(before) {
+                    return Err(StoreError::Raced(after.id.clone()));
+                }
+                write_kept(
+                    &tokens.join(format!("{}.json", after.id)),
+                    &token_file(after),
+                )
             }
             HubStore::Secrets { client, namespace } => {
                 // Replaced at the version read: of two replicas changing one token at once,
