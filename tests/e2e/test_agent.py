@@ -382,3 +382,120 @@ def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir_and_join
         assert bad.returncode != 0 and "is not a cluster name" in bad.stderr, bad.stderr
     finally:
         m.stop()
+
+
+SWARM_BIN = BIN.parent / "meridian-agent-swarm"  # built beside meridian (Cargo.toml [[bin]])
+SWARM = 200
+# The swarm's agents only read: 200 clusters' write-back sets written into one member would
+# be 200 writers of the same objects. Their refused writes are reported in heartbeats.
+SWARM_RBAC = """
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: meridian-swarm, namespace: meridian-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: meridian-swarm}
+rules:
+  - apiGroups: ["", discovery.k8s.io, multicluster.x-k8s.io]
+    resources: [nodes, namespaces, pods, resourcequotas, services, endpointslices, serviceexports, serviceimports]
+    verbs: [get, list, watch]
+  - nonResourceURLs: [/readyz, /version]
+    verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: meridian-swarm}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: meridian-swarm}
+subjects: [{kind: ServiceAccount, name: meridian-swarm, namespace: meridian-system}]
+"""
+
+
+def swarm_kubeconfig(fleet, member: str, tmp_path: Path) -> Path:
+    c = fleet.cluster(member)
+    c.apply(AGENT_RBAC)  # the meridian-system namespace
+    rbac = tmp_path / "swarm-rbac.yaml"
+    rbac.write_text(SWARM_RBAC)
+    c.apply(rbac)
+    status, body = c.request(
+        "POST", f"/api/v1/namespaces/{HUB_NAMESPACE}/serviceaccounts/meridian-swarm/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    assert status == 201, body
+    path = tmp_path / "swarm.kubeconfig"
+    c._write_kubeconfig(path, "meridian-swarm", body["status"]["token"])
+    return path
+
+
+def test_two_hundred_agents_joining_at_once_converge_and_reconnect_at_a_bounded_rate_after_a_hub_restart(
+        kube_fleet, tmp_path):
+    """200 agents (one process, `meridian-agent-swarm`: the real member side each) join a
+    directory hub at once: every one is admitted, connected and served (the service m2 exports
+    is backed by all 200 clusters). Restarted, the hub admits their reconnects at
+    agent.admissionPerSecond (streams wait), and every agent is back without joining again."""
+    assert SWARM_BIN.exists(), f"{SWARM_BIN} is not built (cargo build builds it beside meridian)"
+    f = kube_fleet
+    publish_cart(f, "m2", ["10.2.0.1"])
+    names = [f"swarm-{i:03d}" for i in range(SWARM)]
+    hub_dir = tmp_path / "hub"
+    hub_dir.mkdir()
+    (hub_dir / "swarm.yaml").write_text(yaml.safe_dump_all(
+        [f.member_cluster_manifest(n, source={"agent": {}}, labels={}, network={"name": n}) for n in names]))
+    state, port = tmp_path / "hub-state", free_port()
+    config = tmp_path / "meridian.yaml"
+    config.write_text(yaml.safe_dump({
+        "hub": {"directory": str(hub_dir)},
+        "agent": {"listen": f"127.0.0.1:{port}", "stateDir": str(state), "admissionPerSecond": 50},
+        "dns": {"zones": [{"name": "global", "style": "global"}], "ttl": 5},
+    }))
+    m = Meridian(None, config=config, log=tmp_path / "meridian.log")
+    swarm = None
+    try:
+        tokens = tmp_path / "tokens"
+        tokens.mkdir()
+        for n in names:
+            out = subprocess.run([str(BIN), "token", "create", "--config", str(config), "--cluster", n],
+                                 capture_output=True, text=True, timeout=30)
+            assert out.returncode == 0, out.stderr
+            (tokens / f"{n}.token").write_text(out.stdout)
+        swarm_log = tmp_path / "swarm.log"
+        swarm = subprocess.Popen(
+            [str(SWARM_BIN), "--hub", f"127.0.0.1:{port}", "--hub-ca-file", str(state / "ca.crt"),
+             "--kubeconfig", str(swarm_kubeconfig(f, "m2", tmp_path)), "--tokens", str(tokens),
+             "--state-root", str(tmp_path / "agents")],
+            stdout=subprocess.DEVNULL, stderr=open(swarm_log, "w"))
+
+        def connected() -> int:
+            agents = json.loads(m.http("/debug/agents")[1])["agents"]
+            return sum(1 for a in agents.values() if a["connected"])
+
+        def backends() -> set[str]:
+            services = json.loads(m.http("/debug/services")[1])["services"]
+            cart = [s for s in services if s["service"] == "shop/cart"]
+            return {c["cluster"] for c in cart[0]["clusters"]} if cart else set()
+
+        m.wait_for(lambda: connected() == SWARM, timeout=120, interval=0.5, what=f"{SWARM} agents connected")
+        m.wait_for(lambda: backends() == set(names), timeout=60, interval=0.5,
+                   what="shop/cart backed by every agent's cluster")
+        assert m.addresses(NAME) == ["10.2.0.1"]
+        hub = metric_values(m.http("/metrics")[1])
+        assert hub['meridian_agent_joins_total{result="admitted"}'] == SWARM, hub
+        assert hub["meridian_agent_streams"] == SWARM, hub
+
+        m.stop()
+        m = Meridian(None, config=config, log=tmp_path / "meridian-2.log")
+        m.wait_for(lambda: connected() == SWARM, timeout=120, interval=0.5, what="every agent back")
+        m.wait_for(lambda: backends() == set(names), timeout=60, interval=0.5,
+                   what="shop/cart backed by every agent's cluster again")
+        hub = metric_values(m.http("/metrics")[1])
+        assert 'meridian_agent_joins_total{result="admitted"}' not in hub, "agents rejoined instead of reconnecting"
+        # Joins are one at a time, so the first streams trickled in; reconnects come at once
+        # and queue behind 50 a second.
+        assert hub["meridian_agent_admission_waits_total"] > 0, \
+            f"{SWARM} reconnects at once must queue behind a rate of 50/s"
+        assert hub["meridian_agent_streams"] == SWARM
+        assert swarm.poll() is None, swarm_log.read_text()[-3000:]
+        assert "stopped" not in swarm_log.read_text(), swarm_log.read_text()[-3000:]
+    finally:
+        if swarm is not None:
+            stop_process(swarm)
+        m.stop()

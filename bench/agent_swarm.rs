@@ -1,0 +1,163 @@
+//! `meridian-agent-swarm`: many pull-mode agents in one process, for the end-to-end test that
+//! hundreds of agents joining (and reconnecting) at once converge, and for `bench/agent.sh`.
+//! Each agent is the real member side (`meridian_agent::member::run`: join, stream, heartbeats,
+//! write-back, renewal) with its own cluster name, token and state directory; all of them
+//! watch one member API server through one client.
+//!
+//! ```text
+//!  meridian-agent-swarm --hub 127.0.0.1:9443 --hub-ca-file ca.crt --kubeconfig member.kubeconfig \
+//!      --tokens DIR --state-root DIR
+//! ```
+//!
+//! `DIR` holds one `<cluster>.token` file per agent (`meridian token create` output). Every
+//! second it prints one JSON line on stdout: `{"seconds": s, "agents": n, "connected": c,
+//! "stopped": k}` (`stopped`: agents whose run ended, e.g. a refused join; each is also logged
+//! on stderr). Logs go to stderr at `MERIDIAN_LOG` (default `warn`). It runs until killed.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use meridian_agent::AgentSettings;
+use meridian_agent::metrics::AgentSide;
+use meridian_core::ClusterId;
+
+struct Args {
+    hub: String,
+    hub_ca_file: PathBuf,
+    kubeconfig: PathBuf,
+    tokens: PathBuf,
+    state_root: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MERIDIAN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    match runtime.block_on(run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("meridian-agent-swarm: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run() -> Result<()> {
+    let args = parse(std::env::args().skip(1))?;
+    let member = meridian_controllers::kubernetes::connect::from_kubeconfig(&args.kubeconfig, None)
+        .await
+        .context("the member's kubeconfig")?
+        .client;
+    let clusters = clusters_with_tokens(&args.tokens)?;
+    if clusters.is_empty() {
+        bail!("no <cluster>.token files in {}", args.tokens.display());
+    }
+    let stopped = Arc::new(AtomicUsize::new(0));
+    let mut sides = Vec::with_capacity(clusters.len());
+    for (cluster, token_file) in clusters {
+        let side = AgentSide::default();
+        sides.push(side.clone());
+        let settings = AgentSettings {
+            hub: args.hub.clone(),
+            state_dir: args.state_root.join(cluster.as_str()),
+            cluster,
+            token_file: Some(token_file),
+            hub_ca_file: Some(args.hub_ca_file.clone()),
+            watch_timeout: Default::default(),
+        };
+        tokio::spawn(run_one(settings, member.clone(), side, stopped.clone()));
+    }
+    report_every_second(&sides, &stopped).await
+}
+
+/// One agent, until its run ends (which only a refusal or a broken state dir does).
+async fn run_one(
+    settings: AgentSettings,
+    member: kube::Client,
+    side: AgentSide,
+    stopped: Arc<AtomicUsize>,
+) {
+    let cluster = settings.cluster.clone();
+    let ended = meridian_agent::member::run(settings, member, side).await;
+    stopped.fetch_add(1, Ordering::Relaxed);
+    match ended {
+        Ok(()) => eprintln!("agent {cluster}: stopped"),
+        Err(e) => eprintln!(
+            "agent {cluster}: stopped: {}",
+            meridian_controllers::reason_of(&e)
+        ),
+    }
+}
+
+async fn report_every_second(sides: &[AgentSide], stopped: &AtomicUsize) -> Result<()> {
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let connected = sides.iter().filter(|s| s.view.lock().connected).count();
+        println!(
+            "{}",
+            serde_json::json!({
+                "seconds": started.elapsed().as_secs_f64(),
+                "agents": sides.len(),
+                "connected": connected,
+                "stopped": stopped.load(Ordering::Relaxed),
+            })
+        );
+    }
+}
+
+/// The `<cluster>.token` files of `dir`, by cluster name.
+fn clusters_with_tokens(dir: &Path) -> Result<Vec<(ClusterId, PathBuf)>> {
+    let mut clusters = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| dir.display().to_string())? {
+        let path = entry?.path();
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".token"))
+        else {
+            continue;
+        };
+        if !meridian_core::is_cluster_name(name) {
+            bail!("{}: {name:?} is not a cluster name", path.display());
+        }
+        clusters.push((ClusterId::new(name), path.clone()));
+    }
+    clusters.sort();
+    Ok(clusters)
+}
+
+fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args> {
+    let (mut hub, mut hub_ca_file, mut kubeconfig, mut tokens, mut state_root) =
+        (None, None, None, None, None);
+    while let Some(flag) = argv.next() {
+        let value = argv
+            .next()
+            .with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--hub" => hub = Some(value),
+            "--hub-ca-file" => hub_ca_file = Some(PathBuf::from(value)),
+            "--kubeconfig" => kubeconfig = Some(PathBuf::from(value)),
+            "--tokens" => tokens = Some(PathBuf::from(value)),
+            "--state-root" => state_root = Some(PathBuf::from(value)),
+            other => bail!("unknown flag {other}"),
+        }
+    }
+    let need = |name: &str| format!("{name} is required");
+    Ok(Args {
+        hub: hub.with_context(|| need("--hub"))?,
+        hub_ca_file: hub_ca_file.with_context(|| need("--hub-ca-file"))?,
+        kubeconfig: kubeconfig.with_context(|| need("--kubeconfig"))?,
+        tokens: tokens.with_context(|| need("--tokens"))?,
+        state_root: state_root.with_context(|| need("--state-root"))?,
+    })
+}
