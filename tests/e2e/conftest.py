@@ -324,7 +324,7 @@ def kube_fleet_session(tmp_path_factory):
     import kube_fleet
 
     try:
-        fleet = kube_fleet.KubeFleet(tmp_path_factory.mktemp("kube")).start()
+        fleet = kube_fleet.KubeFleet(tmp_path_factory.mktemp("kube"), audit=kube_fleet.SHARED_AUDIT_POLICY).start()
     except Exception as e:  # noqa: BLE001 - a missing peer or a bad manifest fails loudly
         pytest.fail(f"cannot start the Kubernetes fleet: {e}")
     yield fleet

@@ -23,7 +23,8 @@ There is no controller manager: no EndpointSlices are made from Pods (tests writ
 no garbage collection (deleting a Service leaves its EndpointSlices unless the helper
 deletes them too), a deleted Namespace never goes away (never delete one).
 
-The fixtures (conftest.py): `kube_fleet_session` starts the clusters once per session;
+The fixtures (conftest.py): `kube_fleet_session` starts the clusters once per session (with
+audit logs of ServiceImport writes only, SHARED_AUDIT_POLICY);
 `kube_fleet` hands that fleet to a test after reset() put it back to the state above;
 `kube_meridian` is meridian started on it. A test that needs other kube-apiserver flags
 builds its own fleet: `with started(tmp_path / "kube", extra_apiserver_args=[...]) as f:`.
@@ -107,6 +108,19 @@ AUDIT_POLICY = {
     ],
 }
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+# The session's shared fleet (conftest.py) audits ServiceImport writes only (who wrote the
+# MCS write-back: meridian for a push member, the agent for an agent member); cheap enough
+# for every test.
+SHARED_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "verbs": list(WRITE_VERBS),
+         "resources": [{"group": "multicluster.x-k8s.io", "resources": ["serviceimports"]}]},
+        {"level": "None"},
+    ],
+}
 
 
 def exported_service_yaml(name: str, addresses, namespace: str = NAMESPACE) -> str:

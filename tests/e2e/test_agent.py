@@ -133,6 +133,7 @@ def publish_cart(fleet, member: str, addresses) -> None:
 def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_and_identities_are_refused(
         kube_fleet, agents, tmp_path):
     f = kube_fleet
+    audited_before = len(f.audit_events("m2"))
     publish_cart(f, "m1", ["10.1.0.1"])
     publish_cart(f, "m2", ["10.2.0.1"])
     publish_cart(f, "m3", ["10.3.0.1"])
@@ -164,6 +165,12 @@ def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_
     imported = wait_for(lambda: import_clusters(f, "m2", "cart") == ["m1", "m2"] and f.service_import("m2", "cart"),
                         timeout=20, what="the ServiceImport written by m2's agent")
     assert imported["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "meridian"
+    # m2's audit log: every ServiceImport write of this test was the agent's ServiceAccount.
+    writers = {(e["user"]["username"], e["responseStatus"]["code"])
+               for e in f.audit_events("m2")[audited_before:]
+               if e["objectRef"].get("resource") == "serviceimports" and e["stage"] == "ResponseComplete"}
+    assert writers and {user for user, _ in writers} == {"system:serviceaccount:meridian-system:meridian-agent"}, writers
+    assert all(code < 300 for _, code in writers), writers
     valid = wait_for(lambda: f.export_condition("m2", "cart", "Valid"), timeout=20, what="m2's export condition")
     assert valid["status"] == "True", valid
     # The agent says so in its next heartbeat.
