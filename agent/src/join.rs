@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use meridian_controllers::reason_of;
 use meridian_core::ClusterId;
-use meridian_core::agent::{Admitted, Approval, JoinRefused};
+use meridian_core::agent::{Admitted, Approval, JoinRefused, Tokens, token_id};
 use meridian_core::is_cluster_name;
 use tonic::{Request, Response, Status};
 
@@ -68,12 +68,14 @@ impl<S: TokenStore> Joins<S> {
         let key =
             request_key(&request.csr_pem).map_err(|e| Status::invalid_argument(reason_of(&e)))?;
         let _one_at_a_time = self.serial.lock().await;
-        let read = self.store.tokens().await.map_err(|e| {
+        let id = token_id(&request.token).map_err(|e| refused(&cluster, &e))?;
+        let kept = self.store.token(id).await.map_err(|e| {
             Status::unavailable(format!(
-                "cannot read the bootstrap tokens: {}",
+                "cannot read the bootstrap token: {}",
                 reason_of(&e)
             ))
         })?;
+        let read = Tokens::new(kept);
         let mut tokens = read.clone();
         let admitted = tokens
             .admit(&request.token, &cluster, &key, self.approval, now)

@@ -70,6 +70,9 @@ pub enum StoreError {
 pub trait TokenStore: Send + Sync + 'static {
     /// Every token, used and expired ones included.
     async fn tokens(&self) -> Result<Tokens, StoreError>;
+    /// The token `id` (of the form `token_id` checked), if there is one: what a join reads, so
+    /// that a join costs the same with a thousand tokens kept.
+    async fn token(&self, id: &str) -> Result<Option<BootstrapToken>, StoreError>;
     /// Replaces the token `before` (as read) by `after`, only if it is still as read; an error
     /// refuses the join (a token that could not be marked used must not admit a second agent
     /// after a restart).
@@ -199,6 +202,24 @@ impl TokenStore for HubStore {
         }
     }
 
+    async fn token(&self, id: &str) -> Result<Option<BootstrapToken>, StoreError> {
+        match self {
+            HubStore::Directory(dir) => directory_token(&dir.join("tokens"), id),
+            HubStore::Secrets { client, namespace } => {
+                let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+                let name = secret_name(id);
+                let secret = api
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| kube_error(format!("reading Secret {name}"), e))?;
+                secret
+                    .filter(|s| s.type_.as_deref() == Some(TOKEN_SECRET_TYPE))
+                    .map(|s| token_of_secret(&s))
+                    .transpose()
+            }
+        }
+    }
+
     async fn replace(
         &self,
         before: &BootstrapToken,
@@ -209,7 +230,7 @@ impl TokenStore for HubStore {
                 // One process changes a directory hub's tokens at a time (the hub's joins are
                 // serial); the check still catches a `meridian approve` between read and write.
                 let tokens = dir.join("tokens");
-                if directory_tokens(&tokens)?.get(&after.id) != Some(before) {
+                if directory_token(&tokens, &after.id)?.as_ref() != Some(before) {
                     return Err(StoreError::Raced(after.id.clone()));
                 }
                 write_kept(
@@ -352,26 +373,36 @@ fn directory_tokens(dir: &Path) -> Result<Tokens, StoreError> {
         else {
             continue;
         };
-        let bytes = std::fs::read(&path).map_err(|source| io(&path, source))?;
-        let file: TokenFile = serde_json::from_slice(&bytes).map_err(|e| StoreError::Invalid {
-            what: path.display().to_string(),
-            why: e.to_string(),
-        })?;
-        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
-        tokens.push(BootstrapToken {
-            id: id.to_string(),
-            secret: file.secret,
-            cluster: ClusterId::new(file.cluster),
-            expires: at(file.expires_unix),
-            used: file.used,
-            request: file.request_key.map(|key| KeyRequest {
-                key,
-                at: at(file.requested_unix.unwrap_or_default()),
-            }),
-            approved: file.approved,
-        });
+        tokens.extend(directory_token(dir, id)?);
     }
     Ok(Tokens::new(tokens))
+}
+
+/// `<dir>/<id>.json`, if it is there.
+fn directory_token(dir: &Path, id: &str) -> Result<Option<BootstrapToken>, StoreError> {
+    let path = dir.join(format!("{id}.json"));
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(io(&path, source)),
+    };
+    let file: TokenFile = serde_json::from_slice(&bytes).map_err(|e| StoreError::Invalid {
+        what: path.display().to_string(),
+        why: e.to_string(),
+    })?;
+    let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+    Ok(Some(BootstrapToken {
+        id: id.to_string(),
+        secret: file.secret,
+        cluster: ClusterId::new(file.cluster),
+        expires: at(file.expires_unix),
+        used: file.used,
+        request: file.request_key.map(|key| KeyRequest {
+            key,
+            at: at(file.requested_unix.unwrap_or_default()),
+        }),
+        approved: file.approved,
+    }))
 }
 
 fn directory_ca(dir: &Path) -> Result<AgentCa, StoreError> {

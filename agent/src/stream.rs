@@ -48,17 +48,12 @@ impl Streams {
         }
     }
 
-    /// Waits for a place in the admission rate.
+    /// Waits for a place in the admission rate (each stream until its own slot).
     async fn admitted(&self) {
-        loop {
-            let wait = self.admission.lock().take(Instant::now());
-            match wait {
-                None => return,
-                Some(wait) => {
-                    self.metrics.admission_waits.inc();
-                    tokio::time::sleep(wait).await;
-                }
-            }
+        let wait = self.admission.lock().reserve(Instant::now());
+        if !wait.is_zero() {
+            self.metrics.admission_waits.inc();
+            tokio::time::sleep(wait).await;
         }
     }
 

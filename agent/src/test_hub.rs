@@ -61,6 +61,10 @@ impl TokenStore for Recorded {
         ))
     }
 
+    async fn token(&self, id: &str) -> Result<Option<BootstrapToken>, StoreError> {
+        Ok(self.tokens().await?.get(id).cloned())
+    }
+
     async fn replace(
         &self,
         _before: &BootstrapToken,

@@ -292,6 +292,11 @@ pub fn new_token(cluster: ClusterId, expires: SystemTime, random: &[u8]) -> Boot
     }
 }
 
+/// The id of a presented token (`id.secret`), checked for form: what a store looks it up by.
+pub fn token_id(presented: &str) -> Result<&str, JoinRefused> {
+    parse(presented).map(|(id, _)| id)
+}
+
 fn parse(presented: &str) -> Result<(&str, &str), JoinRefused> {
     let (id, secret) = presented
         .trim()

@@ -394,6 +394,20 @@ class KubeFleet:
         for binding in ["meridian-hub-agents", *(f"meridian-hub-agents-{u}" for u in self.replica_users)]:
             self.hub.delete("rbac.authorization.k8s.io/v1", "RoleBinding", binding, HUB_NAMESPACE)
 
+    def service_account_kubeconfig(self, name, rbac: Path, account: str, path: Path) -> Path:
+        """Applies `rbac` (a file making ServiceAccount meridian-system/`account` and its
+        bindings) in cluster `name` and writes a kubeconfig for that account to `path`, with a
+        TokenRequest token (an hour): how an agent in a member authenticates."""
+        c = self.cluster(name)
+        c.apply(rbac)
+        status, body = c.request(
+            "POST", f"/api/v1/namespaces/{HUB_NAMESPACE}/serviceaccounts/{account}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+        if status != 201:
+            raise RuntimeError(f"TokenRequest for {account} in {c.name}: {status} {body}")
+        c._write_kubeconfig(path, account, body["status"]["token"])
+        return path
+
     def grant_propagation(self) -> None:
         """deploy/rbac/member-propagation.yaml in every member: what meridian needs to place
         workloads there (member.yaml alone does not let it); with replica_users, each of them

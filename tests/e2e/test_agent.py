@@ -81,15 +81,8 @@ def agents(kube_fleet):
 def agent_kubeconfig(fleet, member: str) -> Path:
     """A kubeconfig for `member` as ServiceAccount meridian-system/meridian-agent (the RBAC of
     deploy/rbac/agent.yaml), with a token from the TokenRequest API."""
-    c = fleet.cluster(member)
-    c.apply(AGENT_RBAC)
-    status, body = c.request(
-        "POST", f"/api/v1/namespaces/{HUB_NAMESPACE}/serviceaccounts/{AGENT_SA}/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
-    assert status == 201, body
-    path = fleet.kubeconfig_dir / f"{member}-agent.kubeconfig"
-    c._write_kubeconfig(path, "meridian-agent", body["status"]["token"])
-    return path
+    return fleet.service_account_kubeconfig(member, AGENT_RBAC, AGENT_SA,
+                                            fleet.kubeconfig_dir / f"{member}-agent.kubeconfig")
 
 
 def agent_member(fleet, member: str) -> None:
@@ -393,44 +386,11 @@ def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir_and_join
 
 SWARM_BIN = BIN.parent / "meridian-agent-swarm"  # built beside meridian (Cargo.toml [[bin]])
 SWARM = 200
-# The swarm's agents only read: 200 clusters' write-back sets written into one member would
-# be 200 writers of the same objects. Their refused writes are reported in heartbeats.
-SWARM_RBAC = """
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: meridian-swarm, namespace: meridian-system}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: meridian-swarm}
-rules:
-  - apiGroups: ["", discovery.k8s.io, multicluster.x-k8s.io]
-    resources: [nodes, namespaces, pods, resourcequotas, services, endpointslices, serviceexports, serviceimports]
-    verbs: [get, list, watch]
-  - nonResourceURLs: [/readyz, /version]
-    verbs: [get]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: meridian-swarm}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: meridian-swarm}
-subjects: [{kind: ServiceAccount, name: meridian-swarm, namespace: meridian-system}]
-"""
+SWARM_RBAC = Path(__file__).parent / "swarm-rbac.yaml"  # read-only: see the file
 
 
 def swarm_kubeconfig(fleet, member: str, tmp_path: Path) -> Path:
-    c = fleet.cluster(member)
-    c.apply(AGENT_RBAC)  # the meridian-system namespace
-    rbac = tmp_path / "swarm-rbac.yaml"
-    rbac.write_text(SWARM_RBAC)
-    c.apply(rbac)
-    status, body = c.request(
-        "POST", f"/api/v1/namespaces/{HUB_NAMESPACE}/serviceaccounts/meridian-swarm/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
-    assert status == 201, body
-    path = tmp_path / "swarm.kubeconfig"
-    c._write_kubeconfig(path, "meridian-swarm", body["status"]["token"])
-    return path
+    return fleet.service_account_kubeconfig(member, SWARM_RBAC, "meridian-swarm", tmp_path / "swarm.kubeconfig")
 
 
 def test_two_hundred_agents_joining_at_once_converge_and_reconnect_at_a_bounded_rate_after_a_hub_restart(

@@ -98,7 +98,7 @@ pub struct Xds {
     latest: Mutex<HashMap<Group, Arc<Resources>>>,
     streams: Mutex<HashMap<u64, Arc<Mutex<dyn Machine>>>>,
     next_stream: AtomicU64,
-    admission: Admission,
+    admission: Mutex<TokenBucket>,
     pub metrics: XdsMetrics,
 }
 
@@ -121,7 +121,10 @@ impl Xds {
             config.debounce_max,
         ));
         Arc::new(Self {
-            admission: Admission::new(config.admission_per_second),
+            admission: Mutex::new(TokenBucket::new(
+                config.admission_per_second,
+                Instant::now(),
+            )),
             config,
             views,
             latest_snapshot,
@@ -286,12 +289,13 @@ impl Xds {
         self.close_stream(id, open);
     }
 
-    /// Waits for admission: a reconnect storm queues here.
+    /// Waits for admission: a reconnect storm queues here, each stream until its own slot.
     async fn admit(&self) {
-        if !self.admission.try_take() {
+        let wait = self.admission.lock().reserve(Instant::now());
+        if !wait.is_zero() {
             self.metrics.admission_waits.inc();
             self.metrics.admission_waiting.inc();
-            self.admission.wait().await;
+            tokio::time::sleep(wait).await;
             self.metrics.admission_waiting.dec();
         }
     }
@@ -658,30 +662,6 @@ async fn debounce(
 
 /// New streams' admission: a reconnect storm waits here instead of starving the streams
 /// already connected of CPU (`meridian_core::admission`).
-struct Admission(Mutex<TokenBucket>);
-
-impl Admission {
-    fn new(per_second: u32) -> Self {
-        Self(Mutex::new(TokenBucket::new(per_second, Instant::now())))
-    }
-
-    /// Takes a token if one is there.
-    fn try_take(&self) -> bool {
-        self.0.lock().take(Instant::now()).is_none()
-    }
-
-    /// Waits for a token.
-    async fn wait(&self) {
-        loop {
-            let delay = self.0.lock().take(Instant::now());
-            match delay {
-                Some(delay) => tokio::time::sleep(delay).await,
-                None => return,
-            }
-        }
-    }
-}
-
 /// What the driver needs from a stream state machine; SotW and delta differ only here.
 trait Protocol: Machine + Default + 'static {
     const NAME: &'static str;
