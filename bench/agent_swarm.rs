@@ -67,7 +67,7 @@ async fn run() -> Result<()> {
         sides.push(side.clone());
         let settings = AgentSettings {
             hub: args.hub.clone(),
-            state_dir: args.state_root.join(cluster.as_str()),
+            state: meridian_agent::AgentState::Directory(args.state_root.join(cluster.as_str())),
             cluster,
             token_file: Some(token_file),
             hub_ca_file: Some(args.hub_ca_file.clone()),

@@ -453,9 +453,22 @@ pub struct AgentRunArgs {
     /// trust the hub by on the first join.
     #[arg(long, env = "MERIDIAN_AGENT_HUB_CA_FILE")]
     pub hub_ca_file: Option<PathBuf>,
-    /// Where the agent keeps its key and certificates.
-    #[arg(long, env = "MERIDIAN_AGENT_STATE_DIR")]
-    pub state_dir: PathBuf,
+    /// Where the agent keeps its key and certificates: a directory (files 0600) ...
+    #[arg(
+        long,
+        env = "MERIDIAN_AGENT_STATE_DIR",
+        required_unless_present = "state_secret",
+        conflicts_with = "state_secret"
+    )]
+    pub state_dir: Option<PathBuf>,
+    /// ... or a Secret NAMESPACE/NAME in the member (for an agent in a pod: kept across
+    /// restarts without a volume; deploy/rbac/agent.yaml lets it keep meridian-system/meridian-agent-state).
+    #[arg(
+        long,
+        env = "MERIDIAN_AGENT_STATE_SECRET",
+        value_name = "NAMESPACE/NAME"
+    )]
+    pub state_secret: Option<String>,
     /// The member's kubeconfig (default: KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long, env = "MERIDIAN_AGENT_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,

@@ -121,6 +121,27 @@ async fn approve(args: &ApproveArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Where `meridian agent` keeps its key and certificates (clap makes it exactly one of the two).
+fn agent_state(args: &AgentRunArgs, member: &kube::Client) -> Result<meridian_agent::AgentState> {
+    match (&args.state_dir, &args.state_secret) {
+        (Some(dir), _) => Ok(meridian_agent::AgentState::Directory(dir.clone())),
+        (None, Some(secret)) => {
+            let (namespace, name) = secret
+                .split_once('/')
+                .filter(|(ns, name)| {
+                    meridian_core::is_cluster_name(ns) && !name.is_empty() && !name.contains('/')
+                })
+                .with_context(|| format!("--state-secret {secret:?}: NAMESPACE/NAME"))?;
+            Ok(meridian_agent::AgentState::secret(
+                member.clone(),
+                namespace,
+                name,
+            ))
+        }
+        (None, None) => bail!("--state-dir or --state-secret"),
+    }
+}
+
 /// `meridian agent`: the member's side, until the process is stopped.
 async fn agent(args: &AgentRunArgs) -> Result<ExitCode> {
     if !meridian_core::is_cluster_name(&args.cluster) {
@@ -142,7 +163,7 @@ async fn agent(args: &AgentRunArgs) -> Result<ExitCode> {
         cluster: meridian_core::ClusterId::new(&args.cluster),
         token_file: args.bootstrap_token_file.clone(),
         hub_ca_file: args.hub_ca_file.clone(),
-        state_dir: args.state_dir.clone(),
+        state: agent_state(args, &member)?,
         watch_timeout: Default::default(),
     };
     let side = serve_agent_admin(args.admin_listen).await?;

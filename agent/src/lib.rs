@@ -30,6 +30,7 @@ pub mod join;
 pub mod member;
 pub mod metrics;
 pub mod proto;
+pub mod state;
 pub mod store;
 pub mod stream;
 #[cfg(test)]
@@ -40,5 +41,6 @@ pub use hub::{HubError, HubSettings, PreparedHub, prepare};
 pub use join::{Asking, JoinError, Joined, Joins, join};
 pub use member::{AgentError, AgentSettings};
 pub use metrics::AgentMetrics;
+pub use state::AgentState;
 pub use store::{HubStore, StoreError, TokenStore};
 pub use stream::{Hub, Streams};

@@ -1,5 +1,6 @@
 //! `meridian agent`: the member's side. It joins once (a bootstrap token for its key's
-//! certificate), keeps its key and certificate in its state directory, and then holds one
+//! certificate), keeps its key and certificate (`state`: a directory or a Secret in its
+//! member), and then holds one
 //! stream to the hub: its member's watch events (a full relist on every new stream) and a
 //! heartbeat every `heartbeatSeconds` the hub asks for. Down the same stream come the objects
 //! the member should hold (the hub's MCS write-back set), which it writes with the member's own
@@ -9,13 +10,13 @@
 //! hub's own sets stop naming.
 //!
 //! ```text
-//!  state dir: key.pem cert.pem ca.pem   (none: Join with --bootstrap-token-file)
+//!  state: key.pem cert.pem ca.pem   (none: Join with --bootstrap-token-file)
 //!  loop: Connect (mTLS) ── watch_all(member) ─ encode ─► up    heartbeats (/readyz, applied) ─► up
 //!                       ◄─ HubMessage (heartbeatSeconds; DesiredSet) ─► LocalWriteback (applier)
-//!  renew_at ─► Renew ─► files (whether or not a stream is up)
+//!  renew_at ─► Renew ─► state (whether or not a stream is up)
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
@@ -38,6 +39,7 @@ use crate::events::encode;
 use crate::join::{Asking, JoinError, Joined, join, unix};
 use crate::metrics::AgentSide;
 use crate::proto::{self, AgentMessage, Heartbeat, RenewRequest, agent_message::Body};
+use crate::state::{AgentState, CA, CERT, KEY, Kept, StateError};
 
 /// The longest wait between two attempts to reach the hub.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -61,7 +63,7 @@ pub struct AgentSettings {
     /// The CA the hub's serving certificate is signed by (the agent CA), for the first join.
     pub hub_ca_file: Option<PathBuf>,
     /// Where the key and certificates are kept.
-    pub state_dir: PathBuf,
+    pub state: AgentState,
     pub watch_timeout: WatchTimeout,
 }
 
@@ -83,7 +85,9 @@ pub enum AgentError {
     #[error("joining the hub")]
     Join(#[source] Box<JoinError>),
     #[error("the agent key in {0}")]
-    Key(PathBuf, #[source] crate::ca::CaError),
+    Key(String, #[source] crate::ca::CaError),
+    #[error("the agent's kept state")]
+    Kept(#[from] StateError),
     #[error("the hub at {0:?}")]
     Address(String, #[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -359,7 +363,7 @@ impl Agent {
             tokio::time::sleep(wait).await;
             match self.renew(&current).await {
                 Ok(renewed) => {
-                    if let Err(e) = save(&self.settings.state_dir, &renewed) {
+                    if let Err(e) = save(&self.settings.state, &renewed).await {
                         tracing::error!(error = %reason_of(&e), "the renewed certificate cannot be kept");
                     }
                     tracing::info!(
@@ -411,7 +415,7 @@ async fn credentials(
     settings: &AgentSettings,
     side: &AgentSide,
 ) -> Result<Credentials, AgentError> {
-    if let Some(kept) = load(&settings.state_dir)? {
+    if let Some(kept) = load(&settings.state).await? {
         if kept.not_after > SystemTime::now() {
             tracing::info!(
                 expires_unix = unix(kept.not_after),
@@ -431,7 +435,7 @@ async fn credentials(
         path: ca_file.clone(),
         source,
     })?;
-    let asking = asking(settings)?;
+    let asking = asking(settings).await?;
     let mut backoff = Backoff::default();
     loop {
         let channel = channel(&settings.hub, &hub_ca, None).await;
@@ -446,7 +450,7 @@ async fn credentials(
         match attempt {
             Ok(joined) => {
                 let credentials = Credentials::from(joined);
-                save(&settings.state_dir, &credentials)?;
+                save(&settings.state, &credentials).await?;
                 tracing::info!(expires_unix = unix(credentials.not_after), "joined the hub");
                 return Ok(credentials);
             }
@@ -466,30 +470,17 @@ async fn credentials(
     }
 }
 
-/// The key to join with: the one kept in the state directory (a join that waited for
-/// approval, maybe across a restart, asks with the key that was approved), else a new one,
-/// kept before it is first sent.
-fn asking(settings: &AgentSettings) -> Result<Asking, AgentError> {
-    let path = settings.state_dir.join(KEY);
-    let key_error = |e| AgentError::Key(path.clone(), e);
-    match std::fs::read_to_string(&path) {
-        Ok(key_pem) => Asking::with_key(&settings.cluster, key_pem).map_err(key_error),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let asking = Asking::new(&settings.cluster).map_err(key_error)?;
-            std::fs::create_dir_all(&settings.state_dir).map_err(|source| AgentError::State {
-                path: settings.state_dir.clone(),
-                source,
-            })?;
-            crate::store::write_private(&path, asking.key_pem.as_bytes()).map_err(|source| {
-                AgentError::State {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
-            Ok(asking)
-        }
-        Err(source) => Err(AgentError::State { path, source }),
+/// The key to join with: the one kept (a join that waited for approval, maybe across a
+/// restart, asks with the key that was approved), else a new one, kept before it is first
+/// sent.
+async fn asking(settings: &AgentSettings) -> Result<Asking, AgentError> {
+    let key_error = |e| AgentError::Key(settings.state.describe(), e);
+    if let Some(key_pem) = settings.state.read().await?.key_pem {
+        return Asking::with_key(&settings.cluster, key_pem).map_err(key_error);
     }
+    let asking = Asking::new(&settings.cluster).map_err(key_error)?;
+    settings.state.write(&[(KEY, &asking.key_pem)]).await?;
+    Ok(asking)
 }
 
 /// The watch of the member that fails now, for the heartbeats (as push members report it).
@@ -547,25 +538,18 @@ async fn channel(
         .map_err(|e| AgentError::Address(hub.to_string(), e.into()))
 }
 
-const KEY: &str = "key.pem";
-const CERT: &str = "cert.pem";
-const CA: &str = "ca.pem";
-
-fn load(dir: &Path) -> Result<Option<Credentials>, AgentError> {
-    let read = |name: &str| -> Result<Option<String>, AgentError> {
-        let path = dir.join(name);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(Some(text)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(AgentError::State { path, source }),
-        }
-    };
-    let (Some(key_pem), Some(certificate_pem), Some(ca_pem)) = (read(KEY)?, read(CERT)?, read(CA)?)
+/// The credentials kept, if all of them are (and the certificate can be read).
+async fn load(state: &AgentState) -> Result<Option<Credentials>, AgentError> {
+    let Kept {
+        key_pem: Some(key_pem),
+        certificate_pem: Some(certificate_pem),
+        ca_pem: Some(ca_pem),
+    } = state.read().await?
     else {
         return Ok(None);
     };
     let Some((not_before, not_after)) = validity(&certificate_pem) else {
-        tracing::warn!(dir = %dir.display(), "the kept certificate cannot be read: joining again");
+        tracing::warn!(state = %state.describe(), "the kept certificate cannot be read: joining again");
         return Ok(None);
     };
     Ok(Some(Credentials {
@@ -577,22 +561,15 @@ fn load(dir: &Path) -> Result<Option<Credentials>, AgentError> {
     }))
 }
 
-fn save(dir: &Path, c: &Credentials) -> Result<(), AgentError> {
-    std::fs::create_dir_all(dir).map_err(|source| AgentError::State {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+async fn save(state: &AgentState, c: &Credentials) -> Result<(), StateError> {
     // The key before the certificate: a certificate is never kept beside another's key.
-    for (name, text) in [
-        (KEY, &c.key_pem),
-        (CA, &c.ca_pem),
-        (CERT, &c.certificate_pem),
-    ] {
-        let path = dir.join(name);
-        crate::store::write_private(&path, text.as_bytes())
-            .map_err(|source| AgentError::State { path, source })?;
-    }
-    Ok(())
+    state
+        .write(&[
+            (KEY, &c.key_pem),
+            (CA, &c.ca_pem),
+            (CERT, &c.certificate_pem),
+        ])
+        .await
 }
 
 /// A certificate's notBefore and notAfter.

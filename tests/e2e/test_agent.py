@@ -29,21 +29,23 @@ from test_kube_faults import FreezableProxy
 
 AGENT_RBAC = ROOT / "deploy" / "rbac" / "agent.yaml"
 AGENT_SA = "meridian-agent"
+AGENT_STATE_SECRET = "meridian-agent-state"  # deploy/rbac/agent.yaml lets the agent keep this one
 NAME = "cart.shop.global"
 
 
 class Agent:
     """`meridian agent` for one member, logging to ROOT/agent-NAME-N.log."""
 
-    def __init__(self, fleet, member: str, hub_port: int, *, token: str | None, state_dir: Path,
-                 kubeconfig: Path, ca_file: Path, cluster: str | None = None):
+    def __init__(self, fleet, member: str, hub_port: int, *, token: str | None, state_dir: Path | None = None,
+                 kubeconfig: Path, ca_file: Path, cluster: str | None = None, state_secret: str | None = None):
         self.log = fleet.root / f"agent-{member}-{time.monotonic_ns()}.log"
         self.admin_port = free_port()
-        args = [str(BIN), "agent", "--hub", f"127.0.0.1:{hub_port}", "--cluster", cluster or member,
-                "--state-dir", str(state_dir), "--kubeconfig", str(kubeconfig), "--hub-ca-file", str(ca_file),
+        state = ["--state-dir", str(state_dir)] if state_dir else ["--state-secret", state_secret]
+        args = [str(BIN), "agent", "--hub", f"127.0.0.1:{hub_port}", "--cluster", cluster or member, *state,
+                "--kubeconfig", str(kubeconfig), "--hub-ca-file", str(ca_file),
                 "--admin-listen", f"127.0.0.1:{self.admin_port}"]
         if token is not None:
-            token_file = state_dir.parent / f"{member}-{time.monotonic_ns()}.token"
+            token_file = fleet.root / f"{member}-{time.monotonic_ns()}.token"
             token_file.write_text(token + "\n")
             args += ["--bootstrap-token-file", str(token_file)]
         self.proc = subprocess.Popen(args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
@@ -351,8 +353,20 @@ def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir_and_join
         approve = [str(BIN), "approve", "--config", str(config), "m2"]
         early = subprocess.run(approve, capture_output=True, text=True, timeout=30)
         assert early.returncode != 0 and "no join of cluster m2 is waiting" in early.stderr, early.stderr
-        agent = agents("m2", port, token=token, state_dir=tmp_path / "m2-state",
-                       kubeconfig=agent_kubeconfig(f, "m2"), ca_file=state / "ca.crt")
+        # This agent keeps its state in a Secret of its member (as one in a pod would).
+        m2 = f.cluster("m2")
+        m2.delete("v1", "Secret", AGENT_STATE_SECRET, HUB_NAMESPACE)
+        kubeconfig = agent_kubeconfig(f, "m2")
+
+        def start_agent(with_token: bool) -> Agent:
+            return agents("m2", port, token=token if with_token else None, kubeconfig=kubeconfig,
+                          ca_file=state / "ca.crt", state_secret=f"{HUB_NAMESPACE}/{AGENT_STATE_SECRET}")
+
+        def kept_in_secret() -> set[str]:
+            secret = m2.get("v1", "Secret", AGENT_STATE_SECRET, HUB_NAMESPACE) or {}
+            return set(secret.get("data") or {})
+
+        agent = start_agent(with_token=True)
 
         def waiting():
             return json.loads(m.http("/debug/agents")[1])["waitingForApproval"]
@@ -368,6 +382,14 @@ def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir_and_join
         assert m.addresses(NAME) == [], "an unapproved agent is served"
         assert "waits for the hub's approval" in agent.text()
         assert 'meridian_agent_joins_total{result="pending"}' in m.http("/metrics")[1]
+        # The key asking is kept before it is sent: restarted while waiting, the agent asks
+        # with the same key (another key would be refused).
+        assert kept_in_secret() == {"key.pem"}
+        agent.stop()
+        agent = start_agent(with_token=True)
+        wait_for(lambda: agent.text().count("waits for the hub's approval") >= 1, timeout=20,
+                 what="the restarted agent waiting with its kept key")
+        assert "another key" not in agent.text() and [a["key"] for a in waiting()] == [asked["key"]]
         approved = subprocess.run(approve, capture_output=True, text=True, timeout=30)
         assert approved.returncode == 0, approved.stderr
         assert asked["key"] in approved.stdout and "cluster m2" in approved.stdout, approved.stdout
@@ -375,6 +397,14 @@ def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir_and_join
         record = json.loads(kept.read_text())
         assert record["used"] is True and record["approved"] is True, "the join spent the approved token"
         assert waiting() == []
+        assert kept_in_secret() == {"key.pem", "cert.pem", "ca.pem"}
+        # Restarted with no token at all (it was spent), the agent reconnects with what its
+        # Secret keeps.
+        agent.stop()
+        f.publish("m2", "cart", ["10.2.0.1", "10.2.0.2"])
+        start_agent(with_token=False)
+        m.wait_for(lambda: m.addresses(NAME) == ["10.2.0.1", "10.2.0.2"], timeout=30,
+                   what="m2 through its restarted agent")
         # A token for a cluster the directory hub does not name as an agent member admits
         # nobody: the join is refused by the token's cluster, before any stream.
         bad = subprocess.run([str(BIN), "token", "create", "--config", str(config), "--cluster", "Not_A_Name"],
