@@ -80,6 +80,8 @@ HUB_VALUES_FILE = {
                                    "whenUnsatisfiable": "ScheduleAnyway",
                                    "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "meridian"}}}],
     "podAnnotations": {"example.com/team": "fleet"},
+    "agent": {"enabled": True, "port": 9444, "serverNames": ["hub.example.com"], "autoApprove": False,
+              "certificateLifetimeSeconds": 3600},
 }
 HUB_SET = ["--set", "replicas=3,kubernetes.watchTimeoutSeconds=45,dns.tcpIdleTimeoutSeconds=20,"
                     "resources.limits.memory=2Gi"]
@@ -197,6 +199,8 @@ BAD_VALUES = [
     (MEMBER_CHART, ["--set", "subjects[0].kind=ServiceAccount"], ["at '/subjects/0'", "missing property 'namespace'"]),
     (MEMBER_CHART, ["--set", "coredns.forwardTo={meridian.example}"], ["at '/coredns/forwardTo/0'", "does not match"]),
     (MEMBER_CHART, ["--set", "propagation.enable=true"], ["additional properties 'enable' not allowed"]),
+    (MEMBER_CHART, ["--set", "agent.cluster=EU_1"], ["at '/agent/cluster'", "does not match"]),
+    (MEMBER_CHART, ["--set", "agent.hub=hub.example"], ["at '/agent/hub'", "does not match"]),
 ]
 
 # What the schema cannot relate (one value against another): the templates refuse it, in
@@ -207,7 +211,8 @@ BAD_COMBINATIONS = [
     (["--set", "leaderElection.retryPeriodSeconds=10"],
      "retryPeriodSeconds (10) must be below renewDeadlineSeconds (10)"),
     (["--set", "xds.debounceMaxMillis=50"], "debounceMaxMillis (50) is shorter than debounceMillis (100)"),
-    (["--set", "xds.port=9180"], "dns.port, xds.port and admin.port must differ"),
+    (["--set", "xds.port=9180"], "dns.port, xds.port, admin.port (and agent.port) must differ"),
+    (["--set", "agent.enabled=true,agent.port=1053"], "dns.port, xds.port, admin.port (and agent.port) must differ"),
 ]
 
 
@@ -314,6 +319,26 @@ def test_rendered_rbac_is_deploy_rbac(helm):
     both = render(helm, MEMBER_CHART, "--set", "propagation.enabled=true", release="meridian-member",
                   namespace=MEMBER_NAMESPACE)
     assert rbac_view(both) == deploy_rbac("member.yaml", "member-propagation.yaml")
+    # Pull-mode agents: the hub's Secrets for the agent CA and tokens (hub-agents.yaml) and the
+    # listener in the config; in the member, agent.yaml's identity and roles instead of the
+    # hub's, and the agent's Deployment.
+    agents = render(helm, HUB_CHART, "--set", "agent.enabled=true,"
+                    "rbac.extraSubjects[0].apiGroup=rbac.authorization.k8s.io,"
+                    "rbac.extraSubjects[0].kind=User,rbac.extraSubjects[0].name=meridian")
+    assert rbac_view(agents) == deploy_rbac("hub.yaml", "hub-agents.yaml")
+    config = yaml.safe_load(one(agents, "ConfigMap")["data"]["meridian.yaml"])
+    assert config["agent"] == {"listen": "0.0.0.0:9443", "serverNames": [
+        f"meridian-agent.{RELEASE_NAMESPACE}.svc", f"meridian-agent.{RELEASE_NAMESPACE}.svc.cluster.local"],
+        "certificateLifetimeSeconds": 86400, "admissionPerSecond": 50, "autoApprove": True}
+    assert one(agents, "Service", "meridian-agent")["spec"]["ports"][0]["targetPort"] == "agent"
+    agent = render(helm, MEMBER_CHART, "--set", "agent.enabled=true,agent.hub=hub.example.com:9443,"
+                   "agent.cluster=edge-1", release="meridian-member", namespace="meridian-system")
+    assert rbac_view(agent) == deploy_rbac("agent.yaml")
+    args = one(agent, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:3] == ["agent", "--hub=hub.example.com:9443", "--cluster=edge-1"], args
+    assert "--state-secret=meridian-system/meridian-agent-state" in args, args
+    refused = helm("template", "m", MEMBER_CHART, "--set", "agent.enabled=true,agent.cluster=edge-1")
+    assert refused.returncode != 0 and "agent.hub" in refused.stderr, refused.stderr
 
 
 def test_rendered_config_is_accepted_by_meridian(helm, tmp_path):
@@ -397,10 +422,16 @@ def test_renders_with_other_values_pass_a_server_side_dry_run(helm, tmp_path, ba
     hub_docs = render(helm, HUB_CHART, "--values", values_file(tmp_path, "hub.yaml", HUB_VALUES_FILE), *HUB_SET,
                       release="dryrun", namespace=namespace)
     member_docs = render(helm, MEMBER_CHART, *MEMBER_SET, release="dryrun", namespace=namespace)
+    agent_docs = render(helm, MEMBER_CHART, "--set", "agent.enabled=true,agent.hub=hub.example.com:9443,"
+                        "agent.cluster=edge-1,agent.nodeSelector.kubernetes\\.io/os=linux",
+                        release="dryrun", namespace=namespace)
     assert {d["kind"] for d in hub_docs} == set(KIND_PATHS) | {"ServiceMonitor"}
     assert {d["kind"] for d in member_docs} == {"ClusterRole", "ClusterRoleBinding", "ConfigMap"}
 
-    for cluster, docs in ((bare_fleet.hub, hub_docs), (bare_fleet.cluster("m1"), member_docs)):
+    assert {d["kind"] for d in agent_docs} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                               "RoleBinding", "Deployment"}
+    for cluster, docs in ((bare_fleet.hub, hub_docs), (bare_fleet.cluster("m1"), member_docs),
+                          (bare_fleet.cluster("m1"), agent_docs)):
         for doc in docs:
             if doc["kind"] == "ServiceMonitor":
                 continue

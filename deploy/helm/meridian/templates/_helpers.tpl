@@ -47,6 +47,12 @@ the read-only ConfigMap volume would need a directory made in it). */}}
 
 {{/* Checks the values that the schema cannot relate to each other, with meridian's own
 words (src/config.rs would refuse them at start-up). */}}
+{{/* The agent Service's DNS names in this cluster (JSON), the default agent.serverNames. */}}
+{{- define "meridian.agentServiceNames" -}}
+{{- $svc := printf "%s-agent" (include "meridian.fullname" .) -}}
+{{- list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) | toJson -}}
+{{- end -}}
+
 {{- define "meridian.checks" -}}
 {{- $le := .Values.leaderElection -}}
 {{- if ge (int $le.retryPeriodSeconds) (int $le.renewDeadlineSeconds) -}}
@@ -59,7 +65,10 @@ words (src/config.rs would refuse them at start-up). */}}
 {{- fail (printf "xds: debounceMaxMillis (%v) is shorter than debounceMillis (%v)" .Values.xds.debounceMaxMillis .Values.xds.debounceMillis) -}}
 {{- end -}}
 {{- $ports := list (int .Values.dns.port) (int .Values.xds.port) (int .Values.admin.port) -}}
-{{- if ne (len ($ports | uniq)) 3 -}}
-{{- fail (printf "dns.port, xds.port and admin.port must differ (got %v)" $ports) -}}
+{{- if .Values.agent.enabled -}}
+{{- $ports = append $ports (int .Values.agent.port) -}}
+{{- end -}}
+{{- if ne (len ($ports | uniq)) (len $ports) -}}
+{{- fail (printf "dns.port, xds.port, admin.port (and agent.port) must differ (got %v)" $ports) -}}
 {{- end -}}
 {{- end -}}
