@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use meridian_controllers::reason_of;
 use meridian_core::ClusterId;
-use meridian_core::agent::{Admitted, Approval, JoinRefused, Tokens, token_id};
+use meridian_core::agent::{Admitted, Approval, BootstrapToken, JoinRefused, Tokens, token_id};
 use meridian_core::is_cluster_name;
 use tonic::{Request, Response, Status};
 
@@ -75,44 +75,48 @@ impl<S: TokenStore> Joins<S> {
                 reason_of(&e)
             ))
         })?;
-        let read = Tokens::new(kept);
-        let mut tokens = read.clone();
+        let mut tokens = Tokens::new(kept.clone());
         let admitted = tokens
             .admit(&request.token, &cluster, &key, self.approval, now)
             .map_err(|e| refused(&cluster, &e))?;
-        let token = match &admitted {
-            Admitted::Sign(token) | Admitted::Pending { token, .. } => token,
-        };
-        let record = |what: &'static str| {
-            let before = read.get(&token.id).unwrap_or(token);
-            async move {
-                self.store.replace(before, token).await.map_err(|e| {
-                    Status::unavailable(format!("cannot record the {what}: {}", reason_of(&e)))
-                })
-            }
-        };
-        match &admitted {
-            Admitted::Pending { recorded, .. } => {
-                if *recorded {
-                    record("join request").await?;
+        match admitted {
+            Admitted::Pending { token, recorded } => {
+                if recorded {
+                    self.record(kept.as_ref(), &token, "join request").await?;
                     tracing::info!(%cluster, token = %token, key = %key, "agent join waits for approval");
                 }
                 Err(Status::failed_precondition(format!(
                     "waiting for approval: run `meridian approve {cluster}` on the hub (key sha256:{key})"
                 )))
             }
-            Admitted::Sign(_) => {
+            Admitted::Sign(token) => {
                 // Signed before the token is spent (a bad request spends nothing); the
                 // certificate leaves only once the token is recorded as used.
                 let issued = self
                     .ca
                     .sign(&request.csr_pem, &cluster, self.lifetime, now)
                     .map_err(|e| Status::invalid_argument(reason_of(&e)))?;
-                record("token as used").await?;
+                self.record(kept.as_ref(), &token, "token as used").await?;
                 tracing::info!(%cluster, token = %token, "agent joined");
                 Ok(Response::new(answer(&self.ca, issued)))
             }
         }
+    }
+
+    /// Replaces the token as read (`before`) by `after` in the store; a failure refuses the
+    /// join as the hub's own (Unavailable: the agent tries again).
+    async fn record(
+        &self,
+        before: Option<&BootstrapToken>,
+        after: &BootstrapToken,
+        what: &str,
+    ) -> Result<(), Status> {
+        self.store
+            .replace(before.unwrap_or(after), after)
+            .await
+            .map_err(|e| {
+                Status::unavailable(format!("cannot record the {what}: {}", reason_of(&e)))
+            })
     }
 
     /// A new certificate for the cluster the caller's current one names.

@@ -26,7 +26,7 @@ pub(crate) const CA: &str = "ca.pem";
 #[derive(Clone)]
 pub enum AgentState {
     Directory(PathBuf),
-    Secret { api: Api<Secret>, name: String },
+    Secret { api: Box<Api<Secret>>, name: String },
 }
 
 impl std::fmt::Debug for AgentState {
@@ -66,7 +66,7 @@ impl AgentState {
     /// A Secret `namespace/name` in the member the client reaches.
     pub fn secret(client: kube::Client, namespace: &str, name: &str) -> Self {
         Self::Secret {
-            api: Api::namespaced(client, namespace),
+            api: Box::new(Api::namespaced(client, namespace)),
             name: name.to_string(),
         }
     }
