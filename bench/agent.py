@@ -42,6 +42,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
@@ -160,7 +162,6 @@ def storm(fleet: KubeFleet, work: Path, agents: int) -> dict:
         f"spec: {{source: {{agent: {{}}}}, network: {{name: {n}}}}}\n" for n in names))
     state, port = work / "storm-hub-state", free_port()
     config = work / "storm.yaml"
-    import yaml
     config.write_text(yaml.safe_dump({
         "hub": {"directory": str(hub_dir)},
         "agent": {"listen": f"127.0.0.1:{port}", "stateDir": str(state), "admissionPerSecond": ADMISSION_PER_SECOND},

@@ -1,8 +1,7 @@
 //! `meridian agent`: the member's side. It joins once (a bootstrap token for its key's
 //! certificate), keeps its key and certificate (`state`: a directory or a Secret in its
-//! member), and then holds one
-//! stream to the hub: its member's watch events (a full relist on every new stream) and a
-//! heartbeat every `heartbeatSeconds` the hub asks for. Down the same stream come the objects
+//! member), and then holds one stream to the hub: its member's watch events (a full relist on
+//! every new stream) and a heartbeat every `heartbeatSeconds` the hub asks for. Down the same stream come the objects
 //! the member should hold (the hub's MCS write-back set), which it writes with the member's own
 //! applier, as the hub writes a push member. It renews its certificate at 75–80 % of its
 //! lifetime on the side, without dropping the stream, and reconnects with jittered backoff.
