@@ -9,16 +9,14 @@
 //!      --tokens DIR --state-root DIR
 //! ```
 //!
-//! `DIR` holds one `<cluster>.token` file per agent (`meridian token create` output). Every
-//! second it prints one JSON line on stdout: `{"seconds": s, "agents": n, "connected": c,
-//! "stopped": k}` (`stopped`: agents whose run ended, e.g. a refused join; each is also logged
-//! on stderr). Logs go to stderr at `MERIDIAN_LOG` (default `warn`). It runs until killed.
+//! `DIR` holds one `<cluster>.token` file per agent (`meridian token create` output). An agent
+//! whose run ends (a refused join, a broken state dir) says so on stderr as `agent NAME:
+//! stopped`; progress is read on the hub (its metrics and `/debug/agents`). Logs go to stderr
+//! at `MERIDIAN_LOG` (default `warn`). It runs until killed, or exits 2 once every agent
+//! stopped.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use meridian_agent::AgentSettings;
@@ -60,11 +58,8 @@ async fn run() -> Result<()> {
     if clusters.is_empty() {
         bail!("no <cluster>.token files in {}", args.tokens.display());
     }
-    let stopped = Arc::new(AtomicUsize::new(0));
-    let mut sides = Vec::with_capacity(clusters.len());
+    let mut agents = tokio::task::JoinSet::new();
     for (cluster, token_file) in clusters {
-        let side = AgentSide::default();
-        sides.push(side.clone());
         let settings = AgentSettings {
             hub: args.hub.clone(),
             state: meridian_agent::AgentState::Directory(args.state_root.join(cluster.as_str())),
@@ -73,45 +68,21 @@ async fn run() -> Result<()> {
             hub_ca_file: Some(args.hub_ca_file.clone()),
             watch_timeout: Default::default(),
         };
-        tokio::spawn(run_one(settings, member.clone(), side, stopped.clone()));
+        agents.spawn(run_one(settings, member.clone()));
     }
-    report_every_second(&sides, &stopped).await
+    while agents.join_next().await.is_some() {}
+    bail!("every agent stopped")
 }
 
 /// One agent, until its run ends (which only a refusal or a broken state dir does).
-async fn run_one(
-    settings: AgentSettings,
-    member: kube::Client,
-    side: AgentSide,
-    stopped: Arc<AtomicUsize>,
-) {
+async fn run_one(settings: AgentSettings, member: kube::Client) {
     let cluster = settings.cluster.clone();
-    let ended = meridian_agent::member::run(settings, member, side).await;
-    stopped.fetch_add(1, Ordering::Relaxed);
-    match ended {
+    match meridian_agent::member::run(settings, member, AgentSide::default()).await {
         Ok(()) => eprintln!("agent {cluster}: stopped"),
         Err(e) => eprintln!(
             "agent {cluster}: stopped: {}",
             meridian_controllers::reason_of(&e)
         ),
-    }
-}
-
-async fn report_every_second(sides: &[AgentSide], stopped: &AtomicUsize) -> Result<()> {
-    let started = Instant::now();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        let connected = sides.iter().filter(|s| s.view.lock().connected).count();
-        println!(
-            "{}",
-            serde_json::json!({
-                "seconds": started.elapsed().as_secs_f64(),
-                "agents": sides.len(),
-                "connected": connected,
-                "stopped": stopped.load(Ordering::Relaxed),
-            })
-        );
     }
 }
 

@@ -38,7 +38,8 @@ use crate::events::encode;
 use crate::join::{Asking, JoinError, Joined, join, unix};
 use crate::metrics::AgentSide;
 use crate::proto::{self, AgentMessage, Heartbeat, RenewRequest, agent_message::Body};
-use crate::state::{AgentState, CA, CERT, KEY, Kept, StateError};
+use crate::state::{AgentState, CA, CERT, KEY, Kept};
+use crate::store::StoreError;
 
 /// The longest wait between two attempts to reach the hub.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -86,7 +87,7 @@ pub enum AgentError {
     #[error("the agent key in {0}")]
     Key(String, #[source] crate::ca::CaError),
     #[error("the agent's kept state")]
-    Kept(#[from] StateError),
+    Kept(#[from] StoreError),
     #[error("the hub at {0:?}")]
     Address(String, #[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -560,7 +561,7 @@ async fn load(state: &AgentState) -> Result<Option<Credentials>, AgentError> {
     }))
 }
 
-async fn save(state: &AgentState, c: &Credentials) -> Result<(), StateError> {
+async fn save(state: &AgentState, c: &Credentials) -> Result<(), StoreError> {
     // The key before the certificate: a certificate is never kept beside another's key.
     state
         .write(&[

@@ -18,6 +18,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
+use crate::store::{StoreError, io, kube_error, write_private};
+
 pub(crate) const KEY: &str = "key.pem";
 pub(crate) const CERT: &str = "cert.pem";
 pub(crate) const CA: &str = "ca.pem";
@@ -33,25 +35,6 @@ impl std::fmt::Debug for AgentState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.describe())
     }
-}
-
-/// Why the state cannot be read or kept.
-#[derive(Debug, thiserror::Error)]
-pub enum StateError {
-    #[error("{}", .path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{what}")]
-    Kube {
-        what: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
-    #[error("{what}: {entry} is not text")]
-    NotText { what: String, entry: &'static str },
 }
 
 /// What is kept, entry by entry (absent: not kept yet).
@@ -81,7 +64,7 @@ impl AgentState {
         }
     }
 
-    pub async fn read(&self) -> Result<Kept, StateError> {
+    pub async fn read(&self) -> Result<Kept, StoreError> {
         match self {
             AgentState::Directory(dir) => {
                 let read = |name: &str| read_file(&dir.join(name));
@@ -97,12 +80,12 @@ impl AgentState {
                     .await
                     .map_err(|e| self.kube_error("reading", e))?;
                 let data = secret.and_then(|s| s.data).unwrap_or_default();
-                let entry = |key: &'static str| -> Result<Option<String>, StateError> {
+                let entry = |key: &'static str| -> Result<Option<String>, StoreError> {
                     data.get(key)
                         .map(|v| {
-                            String::from_utf8(v.0.clone()).map_err(|_| StateError::NotText {
+                            String::from_utf8(v.0.clone()).map_err(|_| StoreError::Invalid {
                                 what: self.describe(),
-                                entry: key,
+                                why: format!("{key} is not text"),
                             })
                         })
                         .transpose()
@@ -119,17 +102,13 @@ impl AgentState {
     /// Keeps `entries` (name, PEM), in that order for a directory (the key before a
     /// certificate: a certificate is never kept beside another's key), in one write for a
     /// Secret; other entries stay as they were.
-    pub async fn write(&self, entries: &[(&'static str, &str)]) -> Result<(), StateError> {
+    pub async fn write(&self, entries: &[(&'static str, &str)]) -> Result<(), StoreError> {
         match self {
             AgentState::Directory(dir) => {
-                std::fs::create_dir_all(dir).map_err(|source| StateError::Io {
-                    path: dir.clone(),
-                    source,
-                })?;
+                std::fs::create_dir_all(dir).map_err(|source| io(dir, source))?;
                 for (name, text) in entries {
                     let path = dir.join(name);
-                    crate::store::write_private(&path, text.as_bytes())
-                        .map_err(|source| StateError::Io { path, source })?;
+                    write_private(&path, text.as_bytes()).map_err(|source| io(&path, source))?;
                 }
                 Ok(())
             }
@@ -169,21 +148,15 @@ impl AgentState {
         }
     }
 
-    fn kube_error(&self, doing: &str, source: kube::Error) -> StateError {
-        StateError::Kube {
-            what: format!("{doing} {}", self.describe()),
-            source: Box::new(source),
-        }
+    fn kube_error(&self, doing: &str, source: kube::Error) -> StoreError {
+        kube_error(format!("{doing} {}", self.describe()), source)
     }
 }
 
-fn read_file(path: &Path) -> Result<Option<String>, StateError> {
+fn read_file(path: &Path) -> Result<Option<String>, StoreError> {
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(StateError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
+        Err(source) => Err(io(path, source)),
     }
 }

@@ -34,7 +34,7 @@ const TOKEN_SECRET_PREFIX: &str = "meridian-agent-token-";
 /// The Secret holding the agent CA on a Kubernetes hub.
 pub const CA_SECRET: &str = "meridian-agent-ca";
 
-/// Why the hub's agent state cannot be read or written.
+/// Why the hub's agent state (or an agent's own, `state`) cannot be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{path}")]
@@ -507,14 +507,14 @@ fn write_kept(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     write_private(path, bytes).map_err(|source| io(path, source))
 }
 
-fn io(path: &Path, source: std::io::Error) -> StoreError {
+pub(crate) fn io(path: &Path, source: std::io::Error) -> StoreError {
     StoreError::Io {
         path: path.to_path_buf(),
         source,
     }
 }
 
-fn kube_error(what: String, source: kube::Error) -> StoreError {
+pub(crate) fn kube_error(what: String, source: kube::Error) -> StoreError {
     StoreError::Kube {
         what,
         source: Box::new(source),

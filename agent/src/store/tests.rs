@@ -14,6 +14,28 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// What a join does with the store: reads `token`, admits `key` for its cluster, records the
+/// admitted token as the join would.
+async fn admit_and_record(
+    store: &HubStore,
+    token: &BootstrapToken,
+    key: &str,
+    approval: Approval,
+    now: SystemTime,
+) -> Admitted {
+    let read = store.tokens().await.unwrap();
+    let mut tokens = read.clone();
+    let admitted = tokens
+        .admit(&token.presented(), &token.cluster, key, approval, now)
+        .unwrap();
+    let (Admitted::Sign(after) | Admitted::Pending { token: after, .. }) = &admitted;
+    store
+        .replace(read.get(&token.id).unwrap(), after)
+        .await
+        .unwrap();
+    admitted
+}
+
 #[tokio::test]
 async fn a_token_is_made_read_back_spent_once_and_deleted_when_expired() {
     let dir = temp_dir("tokens");
@@ -42,18 +64,10 @@ async fn a_token_is_made_read_back_spent_once_and_deleted_when_expired() {
         0o600
     );
 
-    let read = store.tokens().await.unwrap();
-    let mut tokens = read.clone();
-    let Admitted::Sign(admitted) = tokens
-        .admit(&token.presented(), &eu, "k", Approval::Automatic, now)
-        .unwrap()
+    let Admitted::Sign(_) = admit_and_record(&store, &token, "k", Approval::Automatic, now).await
     else {
         panic!("automatic approval signs")
     };
-    store
-        .replace(read.get(&token.id).unwrap(), &admitted)
-        .await
-        .unwrap();
     let again = store
         .tokens()
         .await
@@ -90,18 +104,11 @@ async fn a_join_request_and_its_approval_are_kept_in_the_token_file() {
         nothing.to_string().contains("no join of cluster eu-1"),
         "{nothing}"
     );
-    let read = store.tokens().await.unwrap();
-    let mut tokens = read.clone();
-    let Admitted::Pending { token: asked, .. } = tokens
-        .admit(&token.presented(), &eu, "k1", Approval::ByOperator, now)
-        .unwrap()
+    let Admitted::Pending { .. } =
+        admit_and_record(&store, &token, "k1", Approval::ByOperator, now).await
     else {
         panic!("waits for approval")
     };
-    store
-        .replace(read.get(&token.id).unwrap(), &asked)
-        .await
-        .unwrap();
     assert_eq!(store.tokens().await.unwrap().pending(now).len(), 1);
     let approved = store.approve(&eu).await.unwrap();
     assert_eq!(approved.len(), 1);
