@@ -35,7 +35,9 @@ use tracing::{debug, info, warn};
 use crate::SourceEvent;
 use crate::convert::{self, MemberSource, Validation};
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
-use crate::manifest::{self, DirRead, DirReader, Limits, Loaded, Manifest};
+use crate::manifest::{
+    self, DirRead, DirReader, DocKey, Limits, Loaded, Manifest, ManifestError, ServedFile,
+};
 use crate::members::{MemberTasks, Sources};
 
 /// How long to wait after a change on disk before reading, so an editor's burst of writes is
@@ -444,6 +446,24 @@ impl Converted {
     fn capacity(&self) -> Option<Capacity> {
         capacity_of([self])
     }
+
+    /// Nothing but objects (which callers move out first).
+    fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+            && self.pods.is_empty()
+            && self.quotas.is_empty()
+            && self.problems.is_empty()
+            && self.warnings.is_empty()
+    }
+
+    /// Adds `more`'s capacity inputs, problems and warnings.
+    fn add(&mut self, more: &Converted) {
+        self.nodes.extend_from_slice(&more.nodes);
+        self.pods.extend_from_slice(&more.pods);
+        self.quotas.extend_from_slice(&more.quotas);
+        self.problems.extend_from_slice(&more.problems);
+        self.warnings.extend_from_slice(&more.warnings);
+    }
 }
 
 /// The capacity of a member whose manifests were converted in `parts` (one per file).
@@ -465,16 +485,26 @@ fn capacity_of<'a>(parts: impl IntoIterator<Item = &'a Converted> + Clone) -> Op
 }
 
 fn convert_manifests(cluster: &ClusterId, loaded: &Loaded) -> Converted {
+    convert_read(cluster, &loaded.manifests, &loaded.errors, &loaded.warnings)
+}
+
+/// Converts `manifests`; `errors` and `warnings` are what reading them found.
+fn convert_read(
+    cluster: &ClusterId,
+    manifests: &[(PathBuf, Manifest)],
+    errors: &[ManifestError],
+    warnings: &[ManifestError],
+) -> Converted {
     let origin = Origin::Member(cluster.clone());
     let mut objects = ClusterObjects::default();
-    let mut errors: Vec<Problem> = (loaded.errors.iter().cloned())
+    let mut errors: Vec<Problem> = (errors.iter().cloned())
         .map(|e| e.into_problem(origin.clone()))
         .collect();
-    let mut warnings: Vec<Problem> = (loaded.warnings.iter().cloned())
+    let mut warnings: Vec<Problem> = (warnings.iter().cloned())
         .map(|e| e.into_problem(origin.clone()))
         .collect();
     let (mut nodes, mut pods, mut quotas) = (Vec::new(), Vec::new(), Vec::new());
-    for (file, m) in &loaded.manifests {
+    for (file, m) in manifests {
         let err = |object: ObjectRef, reason: String| {
             Problem::in_file(origin.clone(), file.clone(), object, reason)
         };
@@ -929,60 +959,149 @@ fn id_of(object: &Object) -> ObjectId {
     }
 }
 
-/// One file of a member directory, converted.
+/// One document of a member file, converted.
+struct DocObjects {
+    key: DocKey,
+    objects: Vec<Object>,
+    /// Its capacity inputs and problems; None for most documents, which have none.
+    rest: Option<Box<Converted>>,
+}
+
+impl DocObjects {
+    fn convert(cluster: &ClusterId, key: DocKey, manifests: &[(PathBuf, Manifest)]) -> Self {
+        let mut rest = convert_read(cluster, manifests, &[], &[]);
+        let objects = objects_of(std::mem::take(&mut rest.objects));
+        Self {
+            key,
+            objects,
+            rest: (!rest.is_empty()).then(|| Box::new(rest)),
+        }
+    }
+}
+
+fn objects_of(objects: ClusterObjects) -> Vec<Object> {
+    let ClusterObjects {
+        services,
+        exports,
+        slices,
+        imports,
+    } = objects;
+    (services.into_iter().map(|(k, v)| Object::Service(k, v)))
+        .chain(exports.into_iter().map(|(k, v)| Object::Export(k, v)))
+        .chain(slices.into_iter().map(|(k, v)| Object::Slice(k, v)))
+        .chain(imports.into_iter().map(|(k, v)| Object::Import(k, v)))
+        .collect()
+}
+
+/// One file of a member directory, converted document by document: the reader drops its
+/// typed manifests once they are converted, so an unchanged document's conversion is taken
+/// from here when the file is read again.
 struct FileObjects {
     /// The reader's version of the content it was converted from.
     version: u64,
-    /// Its objects (of two with one identity in the file, the later).
-    objects: HashMap<ObjectId, Object>,
-    /// Capacity inputs, problems and warnings (`objects` moved out).
+    docs: Vec<DocObjects>,
+    /// Where each object is (document, position): of two documents defining one object, the
+    /// later, as in a relist.
+    at: HashMap<ObjectId, (u32, u32)>,
+    /// The file's capacity inputs, problems and warnings, its documents' together.
     rest: Converted,
 }
 
+/// A served file's document was released by the reader but its conversion is not kept here
+/// (a bug): the file's last conversion, given back to keep serving while the file is read
+/// again from scratch.
+struct ConversionMissing(Option<FileObjects>);
+
+/// The version of a conversion no read has: the next read of its file converts it again.
+const STALE: u64 = u64::MAX;
+
 impl FileObjects {
-    fn convert(cluster: &ClusterId, version: u64, loaded: &Loaded) -> Self {
-        let mut rest = convert_manifests(cluster, loaded);
-        let objects = std::mem::take(&mut rest.objects);
-        let objects = (objects.services.into_iter())
-            .map(|(k, v)| Object::Service(k, v))
-            .chain(
-                objects
-                    .exports
-                    .into_iter()
-                    .map(|(k, v)| Object::Export(k, v)),
-            )
-            .chain(objects.slices.into_iter().map(|(k, v)| Object::Slice(k, v)))
-            .chain(
-                objects
-                    .imports
-                    .into_iter()
-                    .map(|(k, v)| Object::Import(k, v)),
-            )
-            .map(|o| (id_of(&o), o))
+    /// Converts what `served` holds, taking unchanged documents' conversions from `before`
+    /// (this file's last conversion). Returns the file and the objects whose content
+    /// differs from `before` — an edit of one object in a file of thousands is one change.
+    fn convert(
+        cluster: &ClusterId,
+        served: &ServedFile<'_>,
+        before: Option<FileObjects>,
+    ) -> Result<(Self, Vec<ObjectId>), ConversionMissing> {
+        let old_place: HashMap<DocKey, usize> = (before.iter())
+            .flat_map(|b| b.docs.iter().enumerate().map(|(i, d)| (d.key, i)))
             .collect();
+        let lost = |(key, manifests): (DocKey, Option<_>)| {
+            manifests.is_none() && !old_place.contains_key(&key)
+        };
+        if served.documents().any(lost) {
+            return Err(ConversionMissing(before));
+        }
+        let (mut kept, old_at) = match before {
+            Some(b) => (b.docs.into_iter().map(Some).collect(), b.at),
+            None => (Vec::new(), HashMap::new()),
+        };
+        // Each document: converted now, or its earlier conversion (by place in `kept`).
+        let plan: Vec<Result<DocObjects, usize>> = (served.documents())
+            .map(|(key, manifests)| match manifests {
+                Some(manifests) => Ok(DocObjects::convert(cluster, key, manifests)),
+                None => Err(old_place[&key]),
+            })
+            .collect();
+        // Only objects of documents converted now or gone may differ: every other object is
+        // defined by the same documents, in the same order, as before.
+        let mut reused = vec![false; kept.len()];
+        for place in plan.iter().filter_map(|p| p.as_ref().err()) {
+            reused[*place] = true;
+        }
+        let gone = (kept.iter().zip(&reused))
+            .filter(|(_, reused)| !**reused)
+            .filter_map(|(doc, _)| doc.as_ref());
+        let new = plan.iter().filter_map(|p| p.as_ref().ok());
+        let candidates: HashSet<ObjectId> = (gone.chain(new))
+            .flat_map(|d| d.objects.iter().map(id_of))
+            .collect();
+        let was: HashMap<ObjectId, Object> = (candidates.iter())
+            .filter_map(|id| Some((id.clone(), object_at(&kept, *old_at.get(id)?)?.clone())))
+            .collect();
+        let docs: Vec<DocObjects> = (plan.into_iter())
+            .map(|p| p.unwrap_or_else(|place| kept[place].take().expect("each place once")))
+            .collect();
+        let file = Self::assemble(cluster, served, docs);
+        let changed = (candidates.into_iter())
+            .filter(|id| file.get(id) != was.get(id))
+            .collect();
+        Ok((file, changed))
+    }
+
+    fn assemble(cluster: &ClusterId, served: &ServedFile<'_>, docs: Vec<DocObjects>) -> Self {
+        let mut at = HashMap::new();
+        let mut rest = convert_read(cluster, &[], served.errors(), served.warnings());
+        for (d, doc) in docs.iter().enumerate() {
+            for (o, object) in doc.objects.iter().enumerate() {
+                at.insert(id_of(object), (d as u32, o as u32));
+            }
+            if let Some(more) = &doc.rest {
+                rest.add(more);
+            }
+        }
         Self {
-            version,
-            objects,
+            version: served.version,
+            docs,
+            at,
             rest,
         }
     }
 
-    /// The objects that differ between `before` (what the file held) and now: an edit of one
-    /// object in a file of thousands is one change, not thousands.
-    fn differences(&self, before: Option<HashMap<ObjectId, Object>>) -> Vec<ObjectId> {
-        let Some(mut before) = before else {
-            return self.objects.keys().cloned().collect();
-        };
-        let mut changed: Vec<ObjectId> = self
-            .objects
-            .iter()
-            .filter(|(id, now)| before.remove(*id).as_ref() != Some(*now))
-            .map(|(id, _)| id.clone())
-            .collect();
-        // What is left is no longer in the file.
-        changed.extend(before.into_keys());
-        changed
+    fn get(&self, id: &ObjectId) -> Option<&Object> {
+        let (d, o) = *self.at.get(id)?;
+        self.docs.get(d as usize)?.objects.get(o as usize)
     }
+
+    /// Every object the file defines (of two with one identity, the later).
+    fn objects(&self) -> impl Iterator<Item = &Object> {
+        self.at.keys().filter_map(|id| self.get(id))
+    }
+}
+
+fn object_at(docs: &[Option<DocObjects>], (d, o): (u32, u32)) -> Option<&Object> {
+    docs.get(d as usize)?.as_ref()?.objects.get(o as usize)
 }
 
 /// A member directory's files, converted one by one and kept between reads, so that an edit
@@ -1001,26 +1120,39 @@ struct MemberFiles {
 
 impl MemberFiles {
     /// The events for what `reader` serves now (it just read the directory and found it
-    /// changed).
-    fn events(&mut self, cluster: &ClusterId, reader: &DirReader) -> Vec<SourceEvent> {
+    /// changed). Releases the reader's manifests: their conversions are kept here.
+    fn events(&mut self, cluster: &ClusterId, reader: &mut DirReader) -> Vec<SourceEvent> {
         let mut touched: HashSet<ObjectId> = HashSet::new();
         let mut files = BTreeMap::new();
-        for (path, version, loaded) in reader.served_files() {
-            let file = match self.files.remove(path) {
-                Some(same) if same.version == version => same,
-                before => {
-                    let file = FileObjects::convert(cluster, version, loaded);
-                    touched.extend(file.differences(before.map(|b| b.objects)));
-                    file
-                }
+        let mut read_again = Vec::new();
+        for served in reader.served_files() {
+            let file = match self.files.remove(served.path) {
+                Some(same) if same.version == served.version => same,
+                before => match FileObjects::convert(cluster, &served, before) {
+                    Ok((file, changed)) => {
+                        touched.extend(changed);
+                        file
+                    }
+                    Err(ConversionMissing(before)) => {
+                        read_again.push(served.path.to_path_buf());
+                        let Some(mut before) = before else { continue };
+                        before.version = STALE;
+                        before
+                    }
+                },
             };
-            files.insert(path.to_path_buf(), file);
+            files.insert(served.path.to_path_buf(), file);
         }
         // What is left was removed.
-        for old in std::mem::take(&mut self.files).into_values() {
-            touched.extend(old.objects.into_keys());
+        for old in std::mem::take(&mut self.files).values() {
+            touched.extend(old.at.keys().cloned());
         }
         self.files = files;
+        for path in read_again {
+            tracing::error!(file = %path.display(), "a document's conversion was lost; its last content keeps serving and the file is read again from scratch");
+            reader.forget_file(&path);
+        }
+        reader.release_manifests();
         let problems: Vec<Problem> = self.parts().flat_map(|c| c.problems.clone()).collect();
         let warnings: Vec<Problem> = self.parts().flat_map(|c| c.warnings.clone()).collect();
         let capacity = SourceEvent::Capacity {
@@ -1045,9 +1177,9 @@ impl MemberFiles {
         vec![list, capacity]
     }
 
-    /// The directory could not be read: it is relisted in full when it is back.
-    fn forget(&mut self) {
-        self.files.clear();
+    /// The directory could not be listed: it is relisted in full when it is back (the files'
+    /// conversions stay, as the reader keeps what it read).
+    fn relist_next(&mut self) {
         self.sent_warnings = None;
     }
 
@@ -1060,7 +1192,7 @@ impl MemberFiles {
         touched
             .into_iter()
             .map(
-                |id| match self.files.values().rev().find_map(|f| f.objects.get(&id)) {
+                |id| match self.files.values().rev().find_map(|f| f.get(&id)) {
                     Some(object) => Change::Upsert(object.clone()),
                     None => Change::Delete(id.0, id.1),
                 },
@@ -1071,7 +1203,7 @@ impl MemberFiles {
     /// Everything, for a relist: later files win, as in the Index.
     fn objects(&self) -> ClusterObjects {
         let mut objects = ClusterObjects::default();
-        for object in self.files.values().flat_map(|f| f.objects.values()) {
+        for object in self.files.values().flat_map(FileObjects::objects) {
             match object.clone() {
                 Object::Service(k, v) => objects.services.push((k, v)),
                 Object::Export(k, v) => objects.exports.push((k, v)),
@@ -1136,7 +1268,7 @@ pub async fn run_member(
     tx: mpsc::Sender<SourceEvent>,
 ) {
     let mut watch = DirWatch::new(dir.clone());
-    let mut reading = Reading::with(DirReader::per_file(limits));
+    let mut reading = Reading::with(DirReader::per_file(limits.clone()));
     let mut files = MemberFiles::default();
     let poll = Duration::from_secs(heartbeat_seconds.max(1));
     loop {
@@ -1147,7 +1279,7 @@ pub async fn run_member(
                 again_in = read.as_ref().ok().and_then(|r| r.again_in);
                 match read {
                     Ok(read) if read.changed && !read.first_read_pending => {
-                        let mut events = files.events(&cluster, &reading.reader.lock());
+                        let mut events = files.events(&cluster, &mut reading.reader.lock());
                         events.push(SourceEvent::Heartbeat {
                             cluster: cluster.clone(),
                             result: Ok(()),
@@ -1156,7 +1288,7 @@ pub async fn run_member(
                     }
                     read => {
                         if read.is_err() {
-                            files.forget();
+                            files.relist_next();
                         }
                         member_events(&cluster, &dir, read)
                     }
@@ -1164,7 +1296,9 @@ pub async fn run_member(
             }
             Outcome::Overran(budget) => vec![overran(&cluster, &dir, budget)],
             Outcome::Failed(reason) => {
-                files.forget();
+                // What the reader held may be half-updated: both start over.
+                reading = Reading::with(DirReader::per_file(limits.clone()));
+                files = MemberFiles::default();
                 vec![SourceEvent::Heartbeat {
                     cluster: cluster.clone(),
                     result: Err(reason),
@@ -1327,6 +1461,12 @@ mod tests {
             let read = reader.read(dir.path(), Instant::now()).unwrap();
             assert!(read.changed && read.loaded.manifests.is_empty());
             let events = files.events(&cluster, reader);
+            assert!(
+                reader
+                    .served_files()
+                    .all(|f| f.documents().all(|(_, m)| m.is_none())),
+                "the reader keeps no manifests once they are converted"
+            );
             assert_eq!(served_after(&mut fleet, &events), relisted(dir.path()));
             events
         };
@@ -1384,5 +1524,36 @@ mod tests {
         );
         let events = step(&mut reader, &mut files);
         assert!(matches!(&events[0], SourceEvent::Reset { warnings, .. } if warnings.len() == 1));
+    }
+
+    #[test]
+    fn a_lost_conversion_keeps_the_file_serving_and_the_file_is_read_again_from_scratch() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |text: String| std::fs::write(dir.path().join("a.yaml"), text).unwrap();
+        write(service_yaml("s1", "10.0.0.1", "s1-a"));
+        let cluster = ClusterId::new("m");
+        let mut reader = DirReader::per_file(Limits::default().once());
+        let mut files = MemberFiles::default();
+        let mut fleet = meridian_core::testing::FleetBuilder::with_members(&["m"]);
+        let mut step = |reader: &mut DirReader, files: &mut MemberFiles| {
+            assert!(reader.read(dir.path(), Instant::now()).unwrap().changed);
+            let events = files.events(&cluster, reader);
+            served_after(&mut fleet, &events)
+        };
+        let before = step(&mut reader, &mut files);
+        // A bug loses the documents' conversions; the Service and its export stay unchanged
+        // in the edit, so the reader offers them as released.
+        let file = files.files.values_mut().next().unwrap();
+        file.docs.clear();
+        write(service_yaml("s1", "10.0.0.9", "s1-a"));
+        assert_eq!(
+            step(&mut reader, &mut files),
+            before,
+            "what the file served keeps serving"
+        );
+        assert_eq!(files.files.values().next().unwrap().version, STALE);
+        let after = step(&mut reader, &mut files);
+        assert_eq!(after, relisted(dir.path()), "read again from scratch");
+        assert!(after.contains("10.0.0.9"), "{after}");
     }
 }

@@ -30,7 +30,8 @@ mod limits;
 pub(crate) mod settle;
 mod split;
 
-pub use dir::{DirRead, DirReader};
+pub use dir::{DirRead, DirReader, ServedFile};
+pub(crate) use docs::DocKey;
 pub use limits::Limits;
 
 /// One object read from disk.

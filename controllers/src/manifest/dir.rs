@@ -9,10 +9,35 @@ use std::time::{Duration, Instant, SystemTime};
 use meridian_core::Subject;
 use tracing::debug;
 
-use super::docs::{Spans, parse_reusing};
+use super::docs::{DocManifests, Spans, parse_reusing};
 use super::file::{self, ReadError};
 use super::settle::{Look, Stamp, Summary, Track};
 use super::{Error, Limits, Loaded, ManifestError, Result};
+
+/// A file a reader serves: its path, the version of its content (a new version whenever it
+/// changes) and what its documents gave.
+pub struct ServedFile<'a> {
+    pub path: &'a Path,
+    pub version: u64,
+    read: &'a FileRead,
+}
+
+impl<'a> ServedFile<'a> {
+    /// Each document's manifests, in file order; None for a document whose manifests were
+    /// released (see [`DirReader::release_manifests`]).
+    pub(crate) fn documents(&self) -> impl Iterator<Item = DocManifests<'a>> + 'a {
+        self.read.spans.documents(&self.read.loaded)
+    }
+
+    /// What the file's documents could not give (malformed, refused) and their caveats.
+    pub fn errors(&self) -> &'a [ManifestError] {
+        &self.read.loaded.errors
+    }
+
+    pub fn warnings(&self) -> &'a [ManifestError] {
+        &self.read.loaded.warnings
+    }
+}
 
 /// One directory's files and what each serves; kept from one read to the next.
 #[derive(Debug)]
@@ -71,12 +96,33 @@ impl DirReader {
         }
     }
 
-    /// What each file serves now, in path order, with the version of that content (a new
-    /// version whenever it changes).
-    pub fn served_files(&self) -> impl Iterator<Item = (&Path, u64, &Loaded)> {
-        self.files
-            .iter()
-            .filter_map(|(path, t)| Some((path.as_path(), t.version(), &t.served()?.loaded)))
+    /// What each file serves now, in path order.
+    pub fn served_files(&self) -> impl Iterator<Item = ServedFile<'_>> {
+        self.files.iter().filter_map(|(path, t)| {
+            Some(ServedFile {
+                path,
+                version: t.version(),
+                read: t.served()?,
+            })
+        })
+    }
+
+    /// Drops the typed manifests of every served file: the caller converted them and keeps
+    /// the conversions by document. A later read copies an unchanged document as released
+    /// (see [`ServedFile::documents`]). Only for a per-file reader.
+    pub fn release_manifests(&mut self) {
+        debug_assert!(
+            !self.assemble,
+            "an assembling reader's reads need their manifests"
+        );
+        for read in self.files.values_mut().filter_map(Track::served_mut) {
+            read.spans.release(&mut read.loaded);
+        }
+    }
+
+    /// Forgets what `path` served, so the next read parses it from scratch.
+    pub fn forget_file(&mut self, path: &Path) {
+        self.files.remove(path);
     }
 
     pub fn limits(&self) -> &Limits {
@@ -183,10 +229,9 @@ fn look_and_read(
             spans: Spans::default(),
         },
     };
-    let loaded = &read.loaded;
     let summary = Summary {
-        objects: loaded.manifests.len(),
-        problems: loaded.errors.len() + loaded.warnings.len(),
+        objects: read.spans.objects(),
+        problems: read.loaded.errors.len() + read.loaded.warnings.len(),
     };
     track.offer(stamp, read, summary, now, limits.grace);
     if track.holding() {

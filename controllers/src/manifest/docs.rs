@@ -8,14 +8,19 @@
 //! previous read gives the same manifests, errors and warnings (parsing a document looks at
 //! nothing else), so those are copied instead of parsed. The hash is 64 bits: two different
 //! texts of one length at one position colliding is about 2⁻⁶⁴ per edited document.
+//!
+//! A member directory's reader does not keep the typed manifests once its source has
+//! converted them ([`Spans::release`]): at a million endpoints they were half of meridian's
+//! memory. A released document copied into a new read stays released — the source keeps its
+//! conversion under the document's [`DocKey`] and uses that instead.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::split::{self, Document};
-use super::{Loaded, parse_document};
+use super::{Loaded, Manifest, parse_document};
 
 /// Which part of a file's [`Loaded`] each document gave.
 #[derive(Debug, Default)]
@@ -24,13 +29,17 @@ pub(crate) struct Spans(Vec<Span>);
 #[derive(Debug)]
 struct Span {
     key: DocKey,
-    manifests: Range<usize>,
+    /// How many manifests the document gave (kept when they are released).
+    objects: usize,
+    /// Where they are in the file's `Loaded::manifests`; None once released.
+    manifests: Option<Range<usize>>,
     errors: Range<usize>,
     warnings: Range<usize>,
 }
 
+/// One document of a file: unchanged documents have equal keys in every read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct DocKey {
+pub(crate) struct DocKey {
     number: usize,
     first_line: usize,
     len: usize,
@@ -47,6 +56,33 @@ impl DocKey {
             first_line: doc.first_line,
             len: doc.text.len(),
             hash: hasher.finish(),
+        }
+    }
+}
+
+/// What one document of a served file gave: its manifests, or None when they were released
+/// after the source converted them (it keeps that conversion under the key).
+pub(crate) type DocManifests<'a> = (DocKey, Option<&'a [(PathBuf, Manifest)]>);
+
+impl Spans {
+    /// How many objects the file's documents gave, released or not.
+    pub(crate) fn objects(&self) -> usize {
+        self.0.iter().map(|s| s.objects).sum()
+    }
+
+    /// Each document of the file `loaded` was read from, in file order.
+    pub(crate) fn documents<'a>(
+        &'a self,
+        loaded: &'a Loaded,
+    ) -> impl Iterator<Item = DocManifests<'a>> + 'a {
+        (self.0.iter()).map(|s| (s.key, s.manifests.clone().map(|r| &loaded.manifests[r])))
+    }
+
+    /// Drops the file's manifests (its source converted them); errors and warnings stay.
+    pub(crate) fn release(&mut self, loaded: &mut Loaded) {
+        loaded.manifests = Vec::new();
+        for span in &mut self.0 {
+            span.manifests = None;
         }
     }
 }
@@ -68,13 +104,18 @@ pub(crate) fn parse_reusing(
     for doc in split::split(text) {
         let key = DocKey::of(&doc);
         let start = (out.manifests.len(), out.errors.len(), out.warnings.len());
-        match (previous, before.get(&key)) {
+        let released = match (previous, before.get(&key)) {
             (Some((loaded, _)), Some(span)) => copy_span(loaded, span, &mut out),
-            _ => parse_document(file, &doc, max_depth, &mut out),
-        }
+            _ => {
+                parse_document(file, &doc, max_depth, &mut out);
+                None
+            }
+        };
+        let manifests = start.0..out.manifests.len();
         spans.push(Span {
             key,
-            manifests: start.0..out.manifests.len(),
+            objects: released.unwrap_or(manifests.len()),
+            manifests: released.is_none().then_some(manifests),
             errors: start.1..out.errors.len(),
             warnings: start.2..out.warnings.len(),
         });
@@ -82,13 +123,18 @@ pub(crate) fn parse_reusing(
     (out, Spans(spans))
 }
 
-fn copy_span(from: &Loaded, span: &Span, out: &mut Loaded) {
-    out.manifests
-        .extend_from_slice(&from.manifests[span.manifests.clone()]);
+/// Copies what `span` gave; returns its object count if its manifests were released (the
+/// copy is released too).
+fn copy_span(from: &Loaded, span: &Span, out: &mut Loaded) -> Option<usize> {
+    if let Some(manifests) = &span.manifests {
+        out.manifests
+            .extend_from_slice(&from.manifests[manifests.clone()]);
+    }
     out.errors
         .extend_from_slice(&from.errors[span.errors.clone()]);
     out.warnings
         .extend_from_slice(&from.warnings[span.warnings.clone()]);
+    span.manifests.is_none().then_some(span.objects)
 }
 
 #[cfg(test)]
@@ -165,5 +211,26 @@ mod tests {
             "{}",
             again.errors[0]
         );
+    }
+
+    #[test]
+    fn released_documents_stay_released_in_the_next_read_and_only_edited_ones_are_parsed() {
+        let path = Path::new("/m/services.yaml");
+        let first = service("a", 80) + &service("b", 81) + &service("c", 82);
+        let (mut loaded, mut spans) = parse_reusing(path, &first, MAX_DEPTH, None);
+        spans.release(&mut loaded);
+        assert!(loaded.manifests.is_empty());
+        assert_eq!(spans.objects(), 3, "the counts outlive the manifests");
+        let edited = service("a", 80) + &service("b", 91) + &service("c", 82);
+        let (again, spans_again) = parse_reusing(path, &edited, MAX_DEPTH, Some((&loaded, &spans)));
+        let parsed: Vec<Option<usize>> = spans_again
+            .documents(&again)
+            .map(|(_, manifests)| manifests.map(<[_]>::len))
+            .collect();
+        assert_eq!(parsed, [None, Some(1), None], "only b is parsed (and held)");
+        assert_eq!(spans_again.objects(), 3);
+        let keys = |s: &Spans| s.0.iter().map(|s| s.key).collect::<Vec<_>>();
+        assert_eq!(keys(&spans)[0], keys(&spans_again)[0]);
+        assert_ne!(keys(&spans)[1], keys(&spans_again)[1]);
     }
 }

@@ -175,6 +175,10 @@ impl<T> Track<T> {
         self.served.as_ref().map(|v| &v.value)
     }
 
+    pub(crate) fn served_mut(&mut self) -> Option<&mut T> {
+        self.served.as_mut().map(|v| &mut v.value)
+    }
+
     /// Whether a read is held back (the file is being written, or broken within its grace).
     pub(crate) fn holding(&self) -> bool {
         self.held.is_some()
