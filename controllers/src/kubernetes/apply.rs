@@ -406,6 +406,19 @@ impl Applier {
         kind: &str,
         label_selector: &str,
     ) -> Result<Vec<ObjectId>> {
+        let listed = self
+            .list_versions(api_version, kind, label_selector)
+            .await?;
+        Ok(listed.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// `list_managed` with each object's resourceVersion.
+    pub async fn list_versions(
+        &self,
+        api_version: &str,
+        kind: &str,
+        label_selector: &str,
+    ) -> Result<Vec<(ObjectId, Option<String>)>> {
         let k = self.kind(api_version, kind).await?;
         let api = Api::<DynamicObject>::all_with(self.client.clone(), &k.resource);
         let mut lp = ListParams::default()
@@ -419,12 +432,13 @@ impl Applier {
                 source,
             })?;
             out.extend(page.items.into_iter().filter_map(|o| {
-                Some(ObjectId {
+                let id = ObjectId {
                     api_version: api_version.to_string(),
                     kind: kind.to_string(),
                     namespace: o.metadata.namespace.filter(|_| k.namespaced),
                     name: o.metadata.name?,
-                })
+                };
+                Some((id, o.metadata.resource_version))
             }));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => lp = lp.continue_token(&token),
@@ -516,21 +530,43 @@ fn params(opts: ApplyOptions) -> PatchParams {
 }
 
 /// What an applier last wrote into one cluster: a fingerprint of each body sent, so that what
-/// is unchanged is not sent again.
+/// is unchanged is not sent again, and where the caller recorded it, the resourceVersion the
+/// write left, so that a later listing tells which objects someone else changed since.
 #[derive(Clone, Debug, Default)]
 pub struct Written {
-    prints: BTreeMap<ObjectId, u64>,
+    prints: BTreeMap<ObjectId, Print>,
+}
+
+#[derive(Clone, Debug)]
+struct Print {
+    body: u64,
+    version: Option<String>,
 }
 
 impl Written {
     /// `body` is what was last recorded for `id`.
     pub fn unchanged(&self, id: &ObjectId, body: &Value) -> bool {
-        self.prints.get(id) == Some(&fingerprint(body))
+        self.prints.get(id).map(|p| p.body) == Some(fingerprint(body))
     }
 
     /// `body` was written as `id`.
     pub fn record(&mut self, id: &ObjectId, body: &Value) {
-        self.prints.insert(id.clone(), fingerprint(body));
+        self.record_at(id, body, None);
+    }
+
+    /// `body` was written as `id`, which the write left at resourceVersion `version`.
+    pub fn record_at(&mut self, id: &ObjectId, body: &Value, version: Option<String>) {
+        let body = fingerprint(body);
+        self.prints.insert(id.clone(), Print { body, version });
+    }
+
+    /// Whether `id`, listed at resourceVersion `listed`, was changed by someone else since it
+    /// was written (unknown when the write's version was not recorded: not drifted).
+    pub fn drifted(&self, id: &ObjectId, listed: Option<&str>) -> bool {
+        self.prints
+            .get(id)
+            .and_then(|p| p.version.as_deref())
+            .is_some_and(|written| Some(written) != listed)
     }
 
     pub fn forget(&mut self, id: &ObjectId) {

@@ -104,6 +104,23 @@ impl ApiServer {
         )
     }
 
+    /// [`ApiServer::start`] with a cluster that keeps what is written in `store` (see
+    /// [`Store`]); `respond` still answers first where it says Some.
+    pub(crate) fn stateful(
+        store: Arc<Mutex<Store>>,
+        mut respond: impl FnMut(&Seen) -> Option<Reply> + Send + 'static,
+    ) -> (Client, ApiServer) {
+        Self::start(move |r| {
+            Some(match respond(r) {
+                Some((code, object)) if r.method == "PATCH" && code < 300 => {
+                    (code, store.lock().apply(r, object))
+                }
+                Some(reply) => reply,
+                None => store.lock().reply(r),
+            })
+        })
+    }
+
     /// Every request so far, discovery included.
     pub(crate) fn requests(&self) -> Vec<Seen> {
         self.seen.lock().clone()
@@ -116,6 +133,112 @@ impl ApiServer {
             .filter(|r| !r.is_discovery())
             .collect()
     }
+}
+
+/// A cluster that keeps what is written: an apply stores the object (a status apply merges its
+/// status) at a new resourceVersion, a delete removes it, a get finds it, a list in every
+/// namespace returns what is stored of its kind (metadata only, with resourceVersions).
+/// Objects are kept by path (`/api/v1/namespaces/shop/services/x`).
+#[derive(Default)]
+pub(crate) struct Store {
+    objects: BTreeMap<String, Value>,
+    version: u64,
+}
+
+impl Store {
+    /// A store holding `objects` (by path) at resourceVersion 1.
+    pub(crate) fn with(objects: impl IntoIterator<Item = (String, Value)>) -> Self {
+        let mut store = Store::default();
+        for (path, mut object) in objects {
+            store.version += 1;
+            object["metadata"]["resourceVersion"] = json!(store.version.to_string());
+            store.objects.insert(path, object);
+        }
+        store
+    }
+
+    /// The stored object at `path`, if any.
+    pub(crate) fn get(&self, path: &str) -> Option<&Value> {
+        self.objects.get(path)
+    }
+
+    /// Changes the object at `path` as someone else would (a new resourceVersion).
+    pub(crate) fn touch(&mut self, path: &str, edit: impl FnOnce(&mut Value)) {
+        self.version += 1;
+        if let Some(object) = self.objects.get_mut(path) {
+            edit(object);
+            object["metadata"]["resourceVersion"] = json!(self.version.to_string());
+        }
+    }
+
+    /// Stores `object` at `path` as someone else would create it.
+    pub(crate) fn put(&mut self, path: &str, mut object: Value) {
+        self.version += 1;
+        object["metadata"]["resourceVersion"] = json!(self.version.to_string());
+        self.objects.insert(path.to_string(), object);
+    }
+
+    pub(crate) fn remove(&mut self, path: &str) {
+        self.objects.remove(path);
+    }
+
+    /// Keeps what an apply of `r` left: `object` (a status apply changes only the status).
+    fn apply(&mut self, r: &Seen, mut object: Value) -> Value {
+        let (path, status_only) = match r.path.strip_suffix("/status") {
+            Some(path) => (path.to_string(), true),
+            None => (r.path.clone(), false),
+        };
+        if status_only && let Some(stored) = self.objects.get(&path) {
+            let status = object["status"].take();
+            object = stored.clone();
+            object["status"] = status;
+        }
+        if let Some((_, rest)) = path.split_once("/namespaces/") {
+            object["metadata"]["namespace"] = json!(rest.split('/').next());
+        }
+        self.version += 1;
+        object["metadata"]["resourceVersion"] = json!(self.version.to_string());
+        self.objects.insert(path, object.clone());
+        object
+    }
+
+    fn reply(&mut self, r: &Seen) -> Reply {
+        match r.method.as_str() {
+            "PATCH" => (200, self.apply(r, default_reply(r).1)),
+            "DELETE" => {
+                self.objects.remove(&r.path);
+                default_reply(r)
+            }
+            "GET" => match self.objects.get(&r.path) {
+                Some(object) => (200, object.clone()),
+                None if is_list(r) => (200, self.list(&r.path)),
+                None => default_reply(r),
+            },
+            _ => default_reply(r),
+        }
+    }
+
+    /// `/api/v1/services` lists `/api/v1/namespaces/*/services/*`.
+    fn list(&self, collection: &str) -> Value {
+        let (group, plural) = collection.rsplit_once('/').unwrap_or_default();
+        let items: Vec<Value> = (self.objects.iter())
+            .filter(|(path, _)| {
+                let parts: Vec<&str> = path
+                    .strip_prefix(group)
+                    .unwrap_or_default()
+                    .split('/')
+                    .collect();
+                matches!(parts.as_slice(), ["", "namespaces", _, p, _] if *p == plural)
+            })
+            .map(|(_, o)| json!({"metadata": o["metadata"]}))
+            .collect();
+        json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+               "metadata": {"resourceVersion": self.version.to_string()}, "items": items})
+    }
+}
+
+fn is_list(r: &Seen) -> bool {
+    r.query.contains_key("labelSelector") || r.query.contains_key("limit")
 }
 
 /// What an empty cluster answers: an apply is stored as sent (with a uid and a
@@ -134,7 +257,7 @@ pub(crate) fn default_reply(r: &Seen) -> Reply {
             200,
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 200}),
         ),
-        "GET" if r.query.contains_key("labelSelector") || r.query.contains_key("limit") => (
+        "GET" if is_list(r) => (
             200,
             json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": "1"}, "items": []}),
         ),

@@ -39,7 +39,9 @@ pub const SLICE_MANAGED_BY: (&str, &str) =
     ("endpointslice.kubernetes.io/managed-by", "meridian.io");
 /// Endpoints per derived EndpointSlice, as Kubernetes' own EndpointSlice controller fills them.
 const ENDPOINTS_PER_SLICE: usize = 100;
-/// Everything is applied again (and strays deleted) this often, to repair drift.
+/// What meridian wrote is listed this often (metadata only) to repair drift: an object someone
+/// else changed or deleted is written again, one carrying meridian's label that is not wanted
+/// is deleted.
 const RESYNC: Duration = Duration::from_secs(60);
 /// Changes arriving within this window are written together.
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -87,6 +89,27 @@ pub enum Scope {
     /// Only these: the services whose views changed since the snapshot of the member's last
     /// complete pass (gone ones included), so a change costs its services, not the fleet.
     Services(BTreeSet<ObjectKey>),
+}
+
+/// What one pass over a member writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pass {
+    /// The services whose objects are decided and written.
+    pub objects: Scope,
+    /// The exports whose conditions are decided and written.
+    pub conditions: Scope,
+    /// After writing, list what is in the member and note what drifted (`RESYNC`).
+    pub check_drift: bool,
+}
+
+impl Pass {
+    fn full(check_drift: bool) -> Self {
+        Self {
+            objects: Scope::Full,
+            conditions: Scope::Full,
+            check_drift,
+        }
+    }
 }
 
 /// The services whose views differ between two snapshots the store published (a view is
@@ -478,6 +501,12 @@ struct MemberWrites {
     by_service: BTreeMap<ObjectKey, Vec<ObjectId>>,
     /// What the last complete pass was made from; `None` until one completes.
     settled: Option<Settled>,
+    /// The services whose objects the last drift check found changed or gone in the member:
+    /// the next pass writes them again.
+    drifted: BTreeSet<ObjectKey>,
+    /// The last drift check found an export's status changed: the next pass writes every
+    /// export's conditions.
+    conditions_drifted: bool,
 }
 
 /// The inputs of a member's last complete pass: the next pass writes only what changed since.
@@ -498,6 +527,8 @@ impl MemberWrites {
             resynced: None,
             by_service: BTreeMap::new(),
             settled: None,
+            drifted: BTreeSet::new(),
+            conditions_drifted: false,
         }
     }
 
@@ -509,34 +540,71 @@ impl MemberWrites {
         self.resynced = None;
         self.by_service.clear();
         self.settled = None;
+        self.drifted.clear();
+        self.conditions_drifted = false;
     }
 
     fn resync_due(&self) -> bool {
         self.resynced.is_none_or(|t| t.elapsed() >= RESYNC)
     }
 
-    /// What the next pass must write: the services that changed since the last complete pass,
-    /// or everything after a failed pass, at a resync, or when the member's namespaces or
-    /// exports, or the fleet's problems (export conditions), are not what they were.
-    fn scope(
-        &self,
+    /// What the next pass must write: the services that changed since the last complete pass
+    /// (and those whose policy depends on time, and those the last drift check found
+    /// changed in the member), or everything after a failed pass, on a new term, or when the
+    /// member's namespaces are not what they were. Export conditions are all written again
+    /// when the member's exports or the fleet's problems changed.
+    fn plan<'k>(
+        &mut self,
         changes: &mut Changes<'_>,
         namespaces: &BTreeSet<String>,
         exports: &BTreeSet<ObjectKey>,
-    ) -> Scope {
+        timed: impl Iterator<Item = &'k ObjectKey>,
+    ) -> Pass {
+        let check_drift = self.resync_due();
+        let drifted = std::mem::take(&mut self.drifted);
+        let conditions_drifted = std::mem::take(&mut self.conditions_drifted);
         let Some(s) = &self.settled else {
-            return Scope::Full;
+            return Pass::full(check_drift);
         };
-        if self.resync_due()
-            || s.namespaces != *namespaces
-            || s.exports != *exports
-            || s.snapshot.problems != changes.next.problems
-        {
-            return Scope::Full;
+        let exports_changed = s.exports != *exports;
+        let problems_changed = s.snapshot.problems != changes.next.problems;
+        let changed = match changes.since(&s.snapshot) {
+            Some(changed) if s.namespaces == *namespaces => changed,
+            _ => return Pass::full(check_drift),
+        };
+        let mut keys = changed.clone();
+        keys.extend(drifted);
+        keys.extend(timed.cloned());
+        if exports_changed {
+            self.forget_exports_not_in(exports);
         }
-        changes
-            .since(&s.snapshot)
-            .map_or(Scope::Full, |keys| Scope::Services(keys.clone()))
+        let conditions = if conditions_drifted || exports_changed || problems_changed {
+            Scope::Full
+        } else {
+            Scope::Services(keys.clone())
+        };
+        Pass {
+            objects: Scope::Services(keys),
+            conditions,
+            check_drift,
+        }
+    }
+}
+
+impl MemberWrites {
+    /// Forgets what was written to exports the member no longer has: one created again gets
+    /// its conditions written again.
+    fn forget_exports_not_in(&mut self, exports: &BTreeSet<ObjectKey>) {
+        let gone: Vec<ObjectId> = (self.exports.ids())
+            .filter(|id| {
+                let ns = id.namespace.as_deref().unwrap_or_default();
+                !exports.contains(&ObjectKey::new(ns, id.name.as_str()))
+            })
+            .cloned()
+            .collect();
+        for id in &gone {
+            self.exports.forget(id);
+        }
     }
 }
 
@@ -561,11 +629,12 @@ impl LocalWriteback {
     }
 
     pub async fn apply(&mut self, set: &DesiredSet) -> Result<(), apply::Error> {
+        let pass = Pass::full(self.0.resync_due());
         let result = reconcile_member(
             &mut self.0,
             set.desired.clone(),
             set.conditions.clone(),
-            &Scope::Full,
+            &pass,
         )
         .await;
         if result.is_err() {
@@ -667,18 +736,23 @@ pub async fn run(
             let Some(state) = writes.get_mut(id) else {
                 continue;
             };
-            let scope = state.scope(&mut changes, &f.namespaces, &f.exports);
-            let desired =
-                desired_objects_in(&snapshot, member, &f.namespaces, Instant::now(), &scope);
-            let conditions = match &scope {
+            let pass = state.plan(
+                &mut changes,
+                &f.namespaces,
+                &f.exports,
+                snapshot.timed_keys(),
+            );
+            let now = Instant::now();
+            let desired = desired_objects_in(&snapshot, member, &f.namespaces, now, &pass.objects);
+            let conditions = match &pass.conditions {
                 Scope::Full => export_conditions(&snapshot, member, &f.exports),
                 Scope::Services(keys) => export_conditions(&snapshot, member, &(&f.exports & keys)),
             };
-            match &scope {
+            match &pass.objects {
                 Scope::Full => metrics.scope(id, true, snapshot.service_count()),
                 Scope::Services(keys) => metrics.scope(id, false, keys.len()),
             }
-            let result = reconcile_member(state, desired, conditions, &scope).await;
+            let result = reconcile_member(state, desired, conditions, &pass).await;
             metrics.round(id, result.is_ok());
             match result {
                 Ok(()) => {
@@ -791,9 +865,9 @@ async fn reconcile_member(
     state: &mut MemberWrites,
     desired: Vec<Desired>,
     conditions: Vec<ExportConditions>,
-    scope: &Scope,
+    pass: &Pass,
 ) -> Result<(), apply::Error> {
-    match reconcile_pass(state, desired, conditions, scope).await {
+    match reconcile_pass(state, desired, conditions, pass).await {
         // Leadership lapsed in the middle of the pass: stop writing, quietly; the next term
         // starts with a full resync.
         Err(apply::Error::NotLeader) => Ok(()),
@@ -805,15 +879,9 @@ async fn reconcile_pass(
     state: &mut MemberWrites,
     mut desired: Vec<Desired>,
     conditions: Vec<ExportConditions>,
-    scope: &Scope,
+    pass: &Pass,
 ) -> Result<(), apply::Error> {
     let cluster = state.applier.cluster().clone();
-    // A resync writes everything: a narrower scope never comes with one (`MemberWrites::scope`).
-    let resync = *scope == Scope::Full && state.resync_due();
-    if resync {
-        state.objects.clear();
-        state.exports.clear();
-    }
     desired.sort_by_key(|d| d.kind);
     let wanted: BTreeSet<ObjectId> = desired.iter().map(|d| d.id.clone()).collect();
     let written = written_by_service(&desired);
@@ -828,9 +896,9 @@ async fn reconcile_pass(
             continue;
         }
         match write(&state.applier, &d, &mut state.derived).await {
-            Ok(()) => {
+            Ok(version) => {
                 debug!(cluster = %cluster, object = %d.id, "written");
-                state.objects.record(&d.id, &d.body);
+                state.objects.record_at(&d.id, &d.body, version);
             }
             Err(apply::Error::NotLeader) => return Err(apply::Error::NotLeader),
             Err(e) => {
@@ -839,9 +907,8 @@ async fn reconcile_pass(
             }
         }
     }
-    // Strays: what was written before (for the services in scope) and is no longer wanted; on
-    // a resync, whatever carries our label in the member.
-    let mut strays: Vec<ObjectId> = match scope {
+    // Strays: what was written before (for the services in scope) and is no longer wanted.
+    let mut strays: Vec<ObjectId> = match &pass.objects {
         Scope::Full => state.objects.ids().cloned().collect(),
         Scope::Services(keys) => keys
             .iter()
@@ -851,7 +918,7 @@ async fn reconcile_pass(
             .collect(),
     };
     strays.retain(|id| !wanted.contains(id));
-    match scope {
+    match &pass.objects {
         Scope::Full => state.by_service = written,
         Scope::Services(keys) => {
             for key in keys {
@@ -860,30 +927,9 @@ async fn reconcile_pass(
             state.by_service.extend(written);
         }
     }
-    if resync {
-        strays.extend(
-            list_managed(&state.applier)
-                .await?
-                .into_iter()
-                .filter(|id| !wanted.contains(id)),
-        );
-    }
-    sort_for_deletion(&mut strays);
-    for id in strays {
-        state.applier.delete(&id).await?;
-        info!(cluster = %cluster, object = %id, "deleted what is no longer wanted");
-        state.objects.forget(&id);
-        if let (Some(WrittenKind::Service), Some(ns)) = (WrittenKind::of(&id), &id.namespace) {
-            state.derived.remove(&(ns.clone(), id.name.clone()));
-        }
-    }
+    delete_strays(state, strays).await?;
     for c in conditions {
-        let id = ObjectId::new(
-            MCS_API_VERSION,
-            "ServiceExport",
-            Some(&c.key.namespace),
-            &c.key.name,
-        );
+        let id = export_id(&c.key);
         let status = export_status(&c);
         if state.exports.unchanged(&id, &status) {
             continue;
@@ -895,17 +941,109 @@ async fn reconcile_pass(
             .await
         {
             // The export is gone; its watch will say so.
-            Err(e) if e.is_not_found() => {}
+            Err(e) if e.is_not_found() => state.exports.record(&id, &status),
             Err(e) => return Err(e),
-            Ok(_) => {}
+            Ok(written) => state
+                .exports
+                .record_at(&id, &status, written.metadata.resource_version),
         }
-        state.exports.record(&id, &status);
     }
     if let Some(e) = first_error {
         return Err(e);
     }
-    if resync {
+    if pass.check_drift {
+        check_drift(state).await?;
         state.resynced = Some(Instant::now());
+    }
+    Ok(())
+}
+
+fn export_id(key: &ObjectKey) -> ObjectId {
+    ObjectId::new(
+        MCS_API_VERSION,
+        "ServiceExport",
+        Some(&key.namespace),
+        &key.name,
+    )
+}
+
+/// Deletes `strays` (in reverse write order) and forgets them.
+async fn delete_strays(
+    state: &mut MemberWrites,
+    mut strays: Vec<ObjectId>,
+) -> Result<(), apply::Error> {
+    sort_for_deletion(&mut strays);
+    for id in strays {
+        state.applier.delete(&id).await?;
+        info!(cluster = %state.applier.cluster(), object = %id, "deleted what is no longer wanted");
+        state.objects.forget(&id);
+        if let (Some(WrittenKind::Service), Some(ns)) = (WrittenKind::of(&id), &id.namespace) {
+            state.derived.remove(&(ns.clone(), id.name.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// Lists what is in the member (metadata only) after a complete pass, when everything
+/// recorded as written is what is wanted: whatever carries meridian's label and is not
+/// recorded is deleted; an object whose resourceVersion is not the one meridian's write left
+/// (someone changed it) or that is gone is forgotten, and its service written again by the
+/// next pass; an export whose status changed gets its conditions written again. A resync
+/// costs three listings, not a write of everything.
+async fn check_drift(state: &mut MemberWrites) -> Result<(), apply::Error> {
+    let mut listed = Vec::new();
+    for kind in WrittenKind::ALL {
+        listed.extend(
+            state
+                .applier
+                .list_versions(kind.api_version(), kind.kind(), MANAGED_BY_SELECTOR)
+                .await?,
+        );
+    }
+    let service_of: HashMap<&ObjectId, &ObjectKey> = (state.by_service.iter())
+        .flat_map(|(key, ids)| ids.iter().map(move |id| (id, key)))
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut strays = Vec::new();
+    let mut changed = Vec::new();
+    for (id, version) in &listed {
+        if !state.objects.contains(id) {
+            strays.push(id.clone());
+        } else if state.objects.drifted(id, version.as_deref()) {
+            changed.push(id.clone());
+        }
+        seen.insert(id);
+    }
+    changed.extend(state.objects.ids().filter(|id| !seen.contains(id)).cloned());
+    let mut drifted = BTreeSet::new();
+    for id in &changed {
+        if let Some(key) = service_of.get(id) {
+            drifted.insert((*key).clone());
+        }
+    }
+    for id in &changed {
+        debug!(cluster = %state.applier.cluster(), object = %id, "changed or deleted in the member: written again");
+        state.objects.forget(id);
+    }
+    state.drifted.extend(drifted);
+    delete_strays(state, strays).await?;
+    let exports = state
+        .applier
+        .list_versions(MCS_API_VERSION, "ServiceExport", "")
+        .await?;
+    let exports: HashMap<ObjectId, Option<String>> = exports.into_iter().collect();
+    // An export not listed is gone, which the member's watch says (see `plan`).
+    let changed: Vec<ObjectId> = (state.exports.ids())
+        .filter(|id| {
+            exports
+                .get(*id)
+                .is_some_and(|listed| state.exports.drifted(id, listed.as_deref()))
+        })
+        .cloned()
+        .collect();
+    state.conditions_drifted |= !changed.is_empty();
+    for id in &changed {
+        state.exports.forget(id);
     }
     Ok(())
 }
@@ -953,8 +1091,13 @@ fn fill_from_derived(d: &mut Desired, derived: &Derived) {
 }
 
 /// Writes one object: a ServiceImport's status is a second request, a derived Service's
-/// ClusterIP and UID are read from what the API returned.
-async fn write(applier: &Applier, d: &Desired, derived: &mut Derived) -> Result<(), apply::Error> {
+/// ClusterIP and UID are read from what the API returned. Returns the resourceVersion the
+/// write left.
+async fn write(
+    applier: &Applier,
+    d: &Desired,
+    derived: &mut Derived,
+) -> Result<Option<String>, apply::Error> {
     let written = applier.apply(&d.id, &d.body, ApplyOptions::force()).await?;
     match d.kind {
         WrittenKind::Service => {
@@ -964,6 +1107,7 @@ async fn write(applier: &Applier, d: &Desired, derived: &mut Derived) -> Result<
                 .map(str::to_string);
             let namespace = d.id.namespace.clone().unwrap_or_default();
             derived.insert((namespace, d.id.name.clone()), (ip, written.metadata.uid));
+            Ok(written.metadata.resource_version)
         }
         WrittenKind::ServiceImport => {
             // A write of its own: the applier asks for leadership again before sending it.
@@ -972,13 +1116,13 @@ async fn write(applier: &Applier, d: &Desired, derived: &mut Derived) -> Result<
                 "kind": "ServiceImport",
                 "status": d.body["status"],
             });
-            applier
+            let written = applier
                 .apply_status(&d.id, &status, ApplyOptions::force())
                 .await?;
+            Ok(written.metadata.resource_version)
         }
-        WrittenKind::EndpointSlice => {}
+        WrittenKind::EndpointSlice => Ok(written.metadata.resource_version),
     }
-    Ok(())
 }
 
 /// A ServiceExport's status as written, but for `lastTransitionTime`: what the fingerprint is

@@ -307,10 +307,40 @@ use std::time::Duration;
 
 use tokio::sync::watch as leadership_watch;
 
-use crate::kubernetes::mock::{ApiServer, Seen, status};
+use crate::kubernetes::mock::{ApiServer, Reply, Seen, Store, status};
 
 fn writes(client: kube::Client, leadership: Leadership) -> MemberWrites {
     MemberWrites::new(Applier::new(client, leadership, ClusterId::new("m2")), 1)
+}
+
+/// An API server in the test process that keeps what is written (so a drift check finds
+/// what meridian wrote where it left it); `respond` answers first where it says Some.
+fn member_server(
+    respond: impl FnMut(&Seen) -> Option<Reply> + Send + 'static,
+) -> (kube::Client, ApiServer, Arc<parking_lot::Mutex<Store>>) {
+    let store = Arc::new(parking_lot::Mutex::new(Store::default()));
+    let (client, server) = ApiServer::stateful(store.clone(), respond);
+    (client, server, store)
+}
+
+/// A pass over everything, checking for drift afterwards when a check is due (the first
+/// pass, or one after a failed pass), as `MemberWrites::plan` decides.
+async fn full_pass(
+    state: &mut MemberWrites,
+    desired: Vec<Desired>,
+    conditions: Vec<ExportConditions>,
+) -> Result<(), apply::Error> {
+    let pass = Pass::full(state.resync_due());
+    reconcile_member(state, desired, conditions, &pass).await
+}
+
+/// A pass over `keys` only, with no drift check.
+fn scoped(keys: BTreeSet<ObjectKey>) -> Pass {
+    Pass {
+        objects: Scope::Services(keys.clone()),
+        conditions: Scope::Services(keys),
+        check_drift: false,
+    }
 }
 
 fn patched(server: &ApiServer) -> Vec<Seen> {
@@ -342,11 +372,9 @@ fn m2_desired() -> Vec<Desired> {
 
 #[tokio::test]
 async fn derived_services_go_first_and_fill_the_import_and_the_slices() {
-    let (client, server) = ApiServer::start(allocating);
+    let (client, server, _) = member_server(allocating);
     let mut state = writes(client, Leadership::always("test"));
-    reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full)
-        .await
-        .unwrap();
+    full_pass(&mut state, m2_desired(), vec![]).await.unwrap();
     let sent = patched(&server);
     let paths: Vec<&str> = sent.iter().map(|r| r.path.as_str()).collect();
     assert_eq!(paths.len(), 4, "{paths:?}");
@@ -375,35 +403,37 @@ async fn derived_services_go_first_and_fill_the_import_and_the_slices() {
         sent[3].body["metadata"]["ownerReferences"],
         json!([{"apiVersion": "v1", "kind": "Service", "name": "derived-payments", "uid": "derived-uid"}])
     );
-    // A first pass is a resync: it looks for strays of all three kinds in every namespace.
-    let lists: BTreeSet<String> = server
+    // A first pass checks for drift: it lists all three kinds in every namespace (what
+    // carries meridian's label), and the member's ServiceExports.
+    let lists: BTreeSet<(String, Option<String>)> = server
         .calls()
         .iter()
         .filter(|r| r.method == "GET")
-        .map(|r| {
-            assert_eq!(
-                r.param("labelSelector"),
-                Some("app.kubernetes.io/managed-by=meridian")
-            );
-            r.path.clone()
-        })
+        .map(|r| (r.path.clone(), r.param("labelSelector").map(str::to_string)))
         .collect();
+    let managed = Some("app.kubernetes.io/managed-by=meridian".to_string());
     assert_eq!(
         lists,
         [
-            "/api/v1/services",
-            "/apis/discovery.k8s.io/v1/endpointslices",
-            "/apis/multicluster.x-k8s.io/v1alpha1/serviceimports",
+            ("/api/v1/services", managed.clone()),
+            ("/apis/discovery.k8s.io/v1/endpointslices", managed.clone()),
+            (
+                "/apis/multicluster.x-k8s.io/v1alpha1/serviceimports",
+                managed.clone()
+            ),
+            (
+                "/apis/multicluster.x-k8s.io/v1alpha1/serviceexports",
+                Some(String::new())
+            ),
         ]
-        .map(String::from)
+        .map(|(p, s)| (p.to_string(), s))
         .into()
     );
+    assert!(state.drifted.is_empty() && !state.conditions_drifted);
 
     // Nothing changed: nothing is sent, not even discovery again.
     let before = server.requests().len();
-    reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full)
-        .await
-        .unwrap();
+    full_pass(&mut state, m2_desired(), vec![]).await.unwrap();
     assert_eq!(
         server.requests().len(),
         before,
@@ -414,7 +444,7 @@ async fn derived_services_go_first_and_fill_the_import_and_the_slices() {
 
 #[tokio::test]
 async fn one_refused_object_does_not_hold_up_the_others() {
-    let (client, server) = ApiServer::start(|r| {
+    let (client, server, _) = member_server(|r| {
         if r.method == "PATCH" && r.path == IMPORT {
             return Some(status(
                 422,
@@ -425,7 +455,7 @@ async fn one_refused_object_does_not_hold_up_the_others() {
         allocating(r)
     });
     let mut state = writes(client, Leadership::always("test"));
-    let err = reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full)
+    let err = full_pass(&mut state, m2_desired(), vec![])
         .await
         .unwrap_err();
     assert!(err.is_invalid(), "{err:?}");
@@ -439,16 +469,15 @@ async fn one_refused_object_does_not_hold_up_the_others() {
         paths.iter().any(|p| p.contains("/endpointslices/")),
         "the slices are still written: {paths:?}"
     );
-    // A pass with an error is no completed resync: the next pass writes everything again,
-    // the refused import included.
+    // The next pass writes again what was refused; what was written stays as written (a
+    // drift check after the first complete pass finds any change made meanwhile).
     let before = patched(&server).len();
-    let _ = reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full).await;
+    let _ = full_pass(&mut state, m2_desired(), vec![]).await;
     let again: Vec<String> = patched(&server)[before..]
         .iter()
         .map(|r| r.path.clone())
         .collect();
-    assert!(again.iter().any(|p| p == IMPORT), "{again:?}");
-    assert_eq!(again[0], DERIVED, "{again:?}");
+    assert_eq!(again, [IMPORT], "{again:?}");
 }
 
 #[tokio::test]
@@ -461,9 +490,7 @@ async fn leadership_lapsing_between_an_import_and_its_status_stops_the_pass() {
         allocating(r)
     });
     let mut state = writes(client, Leadership::following(until));
-    reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full)
-        .await
-        .unwrap();
+    full_pass(&mut state, m2_desired(), vec![]).await.unwrap();
     let paths: Vec<String> = patched(&server).into_iter().map(|r| r.path).collect();
     assert_eq!(paths, [DERIVED, IMPORT], "nothing after the lapse");
     assert!(
@@ -475,20 +502,14 @@ async fn leadership_lapsing_between_an_import_and_its_status_stops_the_pass() {
 #[tokio::test]
 async fn what_is_no_longer_wanted_is_deleted_slices_first() {
     // The member also holds a slice meridian wrote before this process started.
-    let (client, server) = ApiServer::start(|r| {
-        if r.method == "GET" && r.path == "/apis/discovery.k8s.io/v1/endpointslices" {
-            return Some((
-                200,
-                json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": {},
-                       "items": [{"metadata": {"name": "left-over", "namespace": "shop"}}]}),
-            ));
-        }
-        allocating(r)
-    });
+    let left_over = "/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/left-over";
+    let store = Arc::new(parking_lot::Mutex::new(Store::with([(
+        left_over.to_string(),
+        json!({"metadata": {"name": "left-over", "namespace": "shop"}}),
+    )])));
+    let (client, server) = ApiServer::stateful(store, allocating);
     let mut state = writes(client, Leadership::always("test"));
-    reconcile_member(&mut state, m2_desired(), vec![], &Scope::Full)
-        .await
-        .unwrap();
+    full_pass(&mut state, m2_desired(), vec![]).await.unwrap();
     let deleted = |server: &ApiServer| -> Vec<String> {
         server
             .calls()
@@ -502,9 +523,7 @@ async fn what_is_no_longer_wanted_is_deleted_slices_first() {
         ["/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/left-over"]
     );
     // The service is no longer exported: everything written for it goes, slices first.
-    reconcile_member(&mut state, vec![], vec![], &Scope::Full)
-        .await
-        .unwrap();
+    full_pass(&mut state, vec![], vec![]).await.unwrap();
     let gone = deleted(&server);
     assert_eq!(gone.len(), 4, "{gone:?}");
     assert!(gone[1].contains("/endpointslices/"), "{gone:?}");
@@ -526,11 +545,11 @@ async fn export_conditions_go_to_the_export_status_and_a_missing_export_is_no_er
     let conditions = export_conditions(&snap, m1, &exports);
     let export = "/apis/multicluster.x-k8s.io/v1alpha1/namespaces/shop/serviceexports";
     let ghost = format!("{export}/ghost/status");
-    let (client, server) = ApiServer::start(move |r| {
+    let (client, server, _) = member_server(move |r| {
         (r.path == ghost).then(|| status(404, "NotFound", "serviceexports \"ghost\" not found"))
     });
     let mut state = writes(client, Leadership::always("test"));
-    reconcile_member(&mut state, vec![], conditions.clone(), &Scope::Full)
+    full_pass(&mut state, vec![], conditions.clone())
         .await
         .unwrap();
     let sent = patched(&server);
@@ -546,9 +565,7 @@ async fn export_conditions_go_to_the_export_status_and_a_missing_export_is_no_er
     assert_eq!(payments.body["status"]["conditions"][1]["type"], "Conflict");
     assert_eq!(sent.len(), 2, "both exports: {sent:?}");
     // Unchanged conditions are not written again, though the time would differ.
-    reconcile_member(&mut state, vec![], conditions, &Scope::Full)
-        .await
-        .unwrap();
+    full_pass(&mut state, vec![], conditions).await.unwrap();
     assert_eq!(patched(&server).len(), 2);
 }
 
@@ -624,13 +641,11 @@ fn changed_services_are_those_whose_views_were_renewed_or_went() {
 #[tokio::test]
 async fn a_pass_over_changed_services_writes_and_deletes_only_theirs() {
     let mut p = Published::new();
-    let (client, server) = ApiServer::start(|_| None);
+    let (client, server, _) = member_server(|_| None);
     let mut state = writes(client, Leadership::always("test"));
     let m2 = p.last.cluster_index("m2").unwrap();
     let first = desired_objects(&p.last, m2, &shop(), Instant::now());
-    reconcile_member(&mut state, first, vec![], &Scope::Full)
-        .await
-        .unwrap();
+    full_pass(&mut state, first, vec![]).await.unwrap();
     let before = server.calls().len();
 
     // orders' endpoint moves: only orders' slice is written again.
@@ -638,13 +653,19 @@ async fn a_pass_over_changed_services_writes_and_deletes_only_theirs() {
         ("payments", false, 80, vec!["10.1.0.1"]),
         ("orders", false, 80, vec!["10.1.0.8"]),
     ]);
-    let scope = Scope::Services(changed_services(&was, &p.last).unwrap());
-    let desired = desired_objects_in(&p.last, m2, &shop(), Instant::now(), &scope);
+    let keys = changed_services(&was, &p.last).unwrap();
+    let desired = desired_objects_in(
+        &p.last,
+        m2,
+        &shop(),
+        Instant::now(),
+        &Scope::Services(keys.clone()),
+    );
     assert!(
         desired.iter().all(|d| d.service.name.as_ref() == "orders"),
         "{desired:?}"
     );
-    reconcile_member(&mut state, desired, vec![], &scope)
+    reconcile_member(&mut state, desired, vec![], &scoped(keys))
         .await
         .unwrap();
     let sent: Vec<Seen> = server.calls()[before..].to_vec();
@@ -657,10 +678,16 @@ async fn a_pass_over_changed_services_writes_and_deletes_only_theirs() {
 
     // orders goes: its three objects are deleted, payments' stay.
     let was = p.relist(&[("payments", false, 80, vec!["10.1.0.1"])]);
-    let scope = Scope::Services(changed_services(&was, &p.last).unwrap());
-    let desired = desired_objects_in(&p.last, m2, &shop(), Instant::now(), &scope);
+    let keys = changed_services(&was, &p.last).unwrap();
+    let desired = desired_objects_in(
+        &p.last,
+        m2,
+        &shop(),
+        Instant::now(),
+        &Scope::Services(keys.clone()),
+    );
     assert!(desired.is_empty(), "{desired:?}");
-    reconcile_member(&mut state, desired, vec![], &scope)
+    reconcile_member(&mut state, desired, vec![], &scoped(keys))
         .await
         .unwrap();
     let sent: Vec<Seen> = server.calls()[before..].to_vec();
@@ -671,4 +698,144 @@ async fn a_pass_over_changed_services_writes_and_deletes_only_theirs() {
         state.by_service.keys().cloned().collect::<Vec<_>>(),
         [ObjectKey::new("shop", "payments")]
     );
+}
+
+#[tokio::test]
+async fn a_drift_check_writes_again_only_what_someone_else_changed_or_deleted() {
+    let p = Published::new();
+    let (client, server, store) = member_server(|_| None);
+    let mut state = writes(client, Leadership::always("test"));
+    let m2 = p.last.cluster_index("m2").unwrap();
+    let all = desired_objects(&p.last, m2, &shop(), Instant::now());
+    full_pass(&mut state, all, vec![]).await.unwrap();
+    let orders_slice = patched(&server)
+        .into_iter()
+        .map(|r| r.path)
+        .find(|p| p.contains("/endpointslices/derived-orders-"))
+        .unwrap();
+    // Someone empties orders' slice, deletes payments' import and leaves an object with
+    // meridian's label that meridian did not write.
+    store
+        .lock()
+        .touch(&orders_slice, |o| o["endpoints"] = json!([]));
+    store.lock().remove(IMPORT);
+    let stray = "/api/v1/namespaces/shop/services/derived-gone";
+    store.lock().put(
+        stray,
+        json!({"metadata": {"name": "derived-gone", "namespace": "shop"}}),
+    );
+
+    let before = server.calls().len();
+    let check = Pass {
+        check_drift: true,
+        ..scoped(BTreeSet::new())
+    };
+    reconcile_member(&mut state, vec![], vec![], &check)
+        .await
+        .unwrap();
+    let sent: Vec<Seen> = server.calls()[before..].to_vec();
+    assert!(
+        sent.iter()
+            .all(|r| r.method == "GET" || (r.method == "DELETE" && r.path == stray)),
+        "a check lists, and deletes only the stray: {sent:?}"
+    );
+    assert_eq!(sent.iter().filter(|r| r.method == "GET").count(), 4);
+    assert!(store.lock().get(stray).is_none());
+    assert_eq!(
+        state.drifted,
+        [
+            ObjectKey::new("shop", "orders"),
+            ObjectKey::new("shop", "payments")
+        ]
+        .into()
+    );
+
+    // The next pass (its scope holds the drifted services) writes exactly what drifted.
+    let keys = std::mem::take(&mut state.drifted);
+    let desired = desired_objects_in(
+        &p.last,
+        m2,
+        &shop(),
+        Instant::now(),
+        &Scope::Services(keys.clone()),
+    );
+    let before = patched(&server).len();
+    reconcile_member(&mut state, desired, vec![], &scoped(keys))
+        .await
+        .unwrap();
+    let written: BTreeSet<String> = patched(&server)[before..]
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(
+        written,
+        [
+            IMPORT.to_string(),
+            format!("{IMPORT}/status"),
+            orders_slice.clone()
+        ]
+        .into()
+    );
+    assert_eq!(
+        store.lock().get(&orders_slice).unwrap()["endpoints"][0]["addresses"],
+        json!(["10.1.0.7"])
+    );
+}
+
+#[tokio::test]
+async fn a_pass_writes_the_services_that_changed_and_every_condition_when_exports_changed() {
+    let mut p = Published::new();
+    let (client, _server, _) = member_server(|_| None);
+    let mut state = writes(client, Leadership::always("test"));
+    let payments = ObjectKey::new("shop", "payments");
+    let orders = ObjectKey::new("shop", "orders");
+    let exports: BTreeSet<ObjectKey> = [payments.clone()].into();
+    let was = p.relist(&[
+        ("payments", false, 80, vec!["10.1.0.1"]),
+        ("orders", false, 80, vec!["10.1.0.8"]),
+    ]);
+    state.settled = Some(Settled {
+        snapshot: Arc::new(was),
+        namespaces: shop(),
+        exports: exports.clone(),
+    });
+    state.resynced = Some(Instant::now());
+    let next = &p.last;
+    let plan = |state: &mut MemberWrites,
+                namespaces: &BTreeSet<String>,
+                exports: &BTreeSet<ObjectKey>,
+                timed: &[ObjectKey]| {
+        state.plan(&mut Changes::new(next), namespaces, exports, timed.iter())
+    };
+    let set = |keys: &[&ObjectKey]| keys.iter().map(|k| (*k).clone()).collect::<BTreeSet<_>>();
+    let only = |keys: &[&ObjectKey]| Scope::Services(set(keys));
+
+    assert_eq!(
+        plan(&mut state, &shop(), &exports, &[]),
+        scoped(set(&[&orders]))
+    );
+    // A new export: every condition, still only orders' objects.
+    let both: BTreeSet<ObjectKey> = [payments.clone(), orders.clone()].into();
+    let pass = plan(&mut state, &shop(), &both, &[]);
+    assert_eq!(
+        (pass.objects, pass.conditions),
+        (only(&[&orders]), Scope::Full)
+    );
+    // What drifted and what depends on time are written with what changed, once.
+    state.drifted.insert(payments.clone());
+    let timed = ObjectKey::new("shop", "timed");
+    let pass = plan(&mut state, &shop(), &exports, std::slice::from_ref(&timed));
+    assert_eq!(pass.objects, only(&[&orders, &payments, &timed]));
+    assert_eq!(
+        plan(&mut state, &shop(), &exports, &[]).objects,
+        only(&[&orders])
+    );
+    // A drift check is due: it comes with a scoped pass, not a full one.
+    state.resynced = None;
+    let pass = plan(&mut state, &shop(), &exports, &[]);
+    assert!(pass.check_drift);
+    assert_eq!(pass.objects, only(&[&orders]));
+    // The member's namespaces changed: everything.
+    let more: BTreeSet<String> = ["shop".to_string(), "more".to_string()].into();
+    assert_eq!(plan(&mut state, &more, &exports, &[]), Pass::full(true));
 }
