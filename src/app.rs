@@ -113,6 +113,7 @@ impl App {
             leadership.clone(),
             sources.agents.clone(),
             WritebackMetrics::new(metrics.sub_registry_with_prefix("writeback")),
+            cfg.resync,
         )));
         // Kubernetes members get what is placed in them; a Kubernetes hub the Placements.
         let propagation = PropagationView::default();

@@ -293,6 +293,10 @@ pub struct HubArgs {
         env = "MERIDIAN_KUBE_WATCH_TIMEOUT_SECONDS"
     )]
     pub watch_timeout_seconds: Option<u32>,
+    /// How often the MCS write-back lists what it wrote into each member to repair drift, in
+    /// seconds (default 60).
+    #[arg(long = "kube-resync-seconds", env = "MERIDIAN_KUBE_RESYNC_SECONDS")]
+    pub resync_seconds: Option<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -56,6 +56,7 @@ pub struct File {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubernetesSection {
     pub watch_timeout_seconds: Option<u32>,
+    pub resync_seconds: Option<u32>,
 }
 
 /// Bounds of the directory sources (`meridian_controllers::manifest::Limits`).
@@ -306,6 +307,8 @@ pub struct Config {
     pub leader: LeaderConfig,
     /// Bound of one watch on a member's API (a stalled one is noticed a third later).
     pub watch_timeout_seconds: u32,
+    /// How often the write-back lists what it wrote into a member to repair drift.
+    pub resync: Duration,
     /// DNS answers (instead of SERVFAIL) after this long even if some member has neither
     /// synced nor failed yet, so one silent member cannot hold the fleet back.
     pub sync_deadline: Duration,
@@ -574,6 +577,12 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
     if watch_timeout_seconds == 0 {
         bail!("kubernetes.watchTimeoutSeconds must be positive");
     }
+    let resync_seconds = (args.hub.resync_seconds)
+        .or(file.kubernetes.resync_seconds)
+        .unwrap_or(60);
+    if resync_seconds == 0 {
+        bail!("kubernetes.resyncSeconds must be positive");
+    }
     let sync_deadline = resolve_sync_deadline(file.sync_deadline_seconds, args)?;
     let directory = resolve_directory(&file.directory, args)?;
     let geo = resolve_geo(&file.geo, base, args, &directory)?;
@@ -584,6 +593,7 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
     Ok(Config {
         leader,
         watch_timeout_seconds,
+        resync: Duration::from_secs(resync_seconds.into()),
         sync_deadline,
         directory,
         geo,

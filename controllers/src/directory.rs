@@ -1010,7 +1010,7 @@ struct FileObjects {
 /// A served file's document was released by the reader but its conversion is not kept here
 /// (a bug): the file's last conversion, given back to keep serving while the file is read
 /// again from scratch.
-struct ConversionMissing(Option<FileObjects>);
+struct ConversionMissing(Option<Box<FileObjects>>);
 
 /// The version of a conversion no read has: the next read of its file converts it again.
 const STALE: u64 = u64::MAX;
@@ -1031,7 +1031,7 @@ impl FileObjects {
             manifests.is_none() && !old_place.contains_key(&key)
         };
         if served.documents().any(lost) {
-            return Err(ConversionMissing(before));
+            return Err(ConversionMissing(before.map(Box::new)));
         }
         let (mut kept, old_at) = match before {
             Some(b) => (b.docs.into_iter().map(Some).collect(), b.at),
@@ -1137,7 +1137,7 @@ impl MemberFiles {
                         read_again.push(served.path.to_path_buf());
                         let Some(mut before) = before else { continue };
                         before.version = STALE;
-                        before
+                        *before
                     }
                 },
             };

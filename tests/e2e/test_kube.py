@@ -8,8 +8,10 @@ the service is unexported.
 """
 
 import re
+import time
+
 import ads
-from kube_fleet import FROM, wait_for
+from kube_fleet import FROM, MANAGED, resource_path, wait_for
 
 NAME = "payments.shop.global"
 
@@ -105,6 +107,63 @@ def test_services_created_through_the_api_are_answered_and_imported(kube_fleet, 
                  and not kube_fleet.managed_slices(member), what=f"cleanup in {member}", log=m)
     # The users' own objects are untouched.
     assert kube_fleet.cluster("m1").get("v1", "Service", "payments", "shop") is not None
+
+
+def import_writes(kube_fleet, member, name):
+    """How many writes of ServiceImport `name` the member's audit log holds so far."""
+    return sum(1 for e in kube_fleet.audit_events(member)
+               if e["objectRef"].get("resource") == "serviceimports" and e["objectRef"].get("name") == name
+               and e["stage"] == "ResponseComplete")
+
+
+def test_a_resync_writes_again_only_what_someone_else_changed_or_deleted(kube_fleet):
+    """`kubernetes.resyncSeconds` (2 s here): each member's write-back lists what meridian wrote
+    there (metadata only) and writes again what someone else deleted or changed, and deletes
+    what carries meridian's label without having been written by it. What nobody touched is not
+    written again: the member's audit log has no ServiceImport write over several resyncs (a
+    resync used to apply everything again)."""
+    m = kube_fleet.start_meridian(env={"MERIDIAN_KUBE_RESYNC_SECONDS": "2"})
+    kube_fleet.publish("m1", "payments", ["10.1.0.1"])
+
+    def imported(member):
+        si = kube_fleet.service_import(member, "payments")
+        clusters = [c["cluster"] for c in (si or {}).get("status", {}).get("clusters", [])]
+        return si if si and si["spec"].get("ips") and clusters == ["m1"] else None
+
+    def slice_addresses(member):
+        return sorted(a for s in kube_fleet.managed_slices(member, service="derived-payments")
+                      for e in s["endpoints"] or [] for a in e["addresses"])
+
+    for member in ("m2", "m3"):
+        wait_for(lambda: imported(member), what=f"the ServiceImport in {member}", log=m)
+        wait_for(lambda: slice_addresses(member) == ["10.1.0.1"], what=f"the derived slice in {member}", log=m)
+    time.sleep(1)  # the writes of the first rounds have landed
+    before = import_writes(kube_fleet, "m3", "payments")
+    assert before > 0, "the shared fleet audits ServiceImport writes"
+    time.sleep(7)  # three resyncs or more
+    assert import_writes(kube_fleet, "m3", "payments") == before, "a resync wrote what nobody touched"
+
+    # In m2 someone deletes the import, empties the derived slice and leaves a Service that
+    # carries meridian's label.
+    c = kube_fleet.cluster("m2")
+    assert c.delete("multicluster.x-k8s.io/v1alpha1", "ServiceImport", "payments", "shop")
+    emptied = kube_fleet.managed_slices("m2", service="derived-payments")[0]
+    emptied["endpoints"] = []
+    status, body = c.request("PUT", resource_path("discovery.k8s.io/v1", "EndpointSlice", "shop",
+                                                  emptied["metadata"]["name"]), emptied)
+    assert status == 200, body
+    assert slice_addresses("m2") == []
+    key, value = MANAGED.split("=")
+    c.apply({"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": "derived-stray", "namespace": "shop", "labels": {key: value}},
+             "spec": {"ports": [{"port": 80}]}})
+    wait_for(lambda: imported("m2"), timeout=15, what="the deleted ServiceImport written again", log=m)
+    wait_for(lambda: slice_addresses("m2") == ["10.1.0.1"], timeout=15, what="the emptied slice written again",
+             log=m)
+    wait_for(lambda: not c.get("v1", "Service", "derived-stray", "shop"), timeout=15,
+             what="the stray with meridian's label deleted", log=m)
+    # m3 was not touched, and is still not written.
+    assert import_writes(kube_fleet, "m3", "payments") == before
 
 
 def test_a_policy_on_the_hub_api_steers_dns_xds_and_the_derived_slices(kube_fleet, kube_meridian):

@@ -41,8 +41,8 @@ pub const SLICE_MANAGED_BY: (&str, &str) =
 const ENDPOINTS_PER_SLICE: usize = 100;
 /// What meridian wrote is listed this often (metadata only) to repair drift: an object someone
 /// else changed or deleted is written again, one carrying meridian's label that is not wanted
-/// is deleted.
-const RESYNC: Duration = Duration::from_secs(60);
+/// is deleted (`kubernetes.resyncSeconds`; an agent always uses this).
+pub const RESYNC: Duration = Duration::from_secs(60);
 /// Changes arriving within this window are written together.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
@@ -497,6 +497,8 @@ struct MemberWrites {
     /// For the ServiceImports' `spec.ips` and the slices' owner references.
     derived: Derived,
     resynced: Option<Instant>,
+    /// How often drift is checked.
+    resync: Duration,
     /// What was written for each service (for its strays when only it is written again).
     by_service: BTreeMap<ObjectKey, Vec<ObjectId>>,
     /// What the last complete pass was made from; `None` until one completes.
@@ -517,10 +519,11 @@ struct Settled {
 }
 
 impl MemberWrites {
-    fn new(applier: Applier, connection: u64) -> Self {
+    fn new(applier: Applier, connection: u64, resync: Duration) -> Self {
         Self {
             applier,
             connection,
+            resync,
             objects: Written::default(),
             exports: Written::default(),
             derived: Derived::new(),
@@ -545,7 +548,7 @@ impl MemberWrites {
     }
 
     fn resync_due(&self) -> bool {
-        self.resynced.is_none_or(|t| t.elapsed() >= RESYNC)
+        self.resynced.is_none_or(|t| t.elapsed() >= self.resync)
     }
 
     /// What the next pass must write: the services that changed since the last complete pass
@@ -625,7 +628,7 @@ pub struct LocalWriteback(MemberWrites);
 
 impl LocalWriteback {
     pub fn new(applier: Applier) -> Self {
-        Self(MemberWrites::new(applier, 0))
+        Self(MemberWrites::new(applier, 0, RESYNC))
     }
 
     pub async fn apply(&mut self, set: &DesiredSet) -> Result<(), apply::Error> {
@@ -674,6 +677,7 @@ pub async fn run(
     leadership: Leadership,
     agents: AgentRoutes,
     metrics: WritebackMetrics,
+    resync: Duration,
 ) {
     let mut writes: BTreeMap<ClusterId, MemberWrites> = BTreeMap::new();
     let mut sent = SentToAgents::default();
@@ -731,7 +735,7 @@ pub async fn run(
             if writes.get(id).is_none_or(|w| w.connection != f.connection)
                 && let Some(applier) = f.applier(leadership.for_member(id), id)
             {
-                writes.insert(id.clone(), MemberWrites::new(applier, f.connection));
+                writes.insert(id.clone(), MemberWrites::new(applier, f.connection, resync));
             }
             let Some(state) = writes.get_mut(id) else {
                 continue;

@@ -310,7 +310,11 @@ use tokio::sync::watch as leadership_watch;
 use crate::kubernetes::mock::{ApiServer, Reply, Seen, Store, status};
 
 fn writes(client: kube::Client, leadership: Leadership) -> MemberWrites {
-    MemberWrites::new(Applier::new(client, leadership, ClusterId::new("m2")), 1)
+    MemberWrites::new(
+        Applier::new(client, leadership, ClusterId::new("m2")),
+        1,
+        RESYNC,
+    )
 }
 
 /// An API server in the test process that keeps what is written (so a drift check finds
