@@ -83,7 +83,8 @@ HUB_VALUES_FILE = {
     "agent": {"enabled": True, "port": 9444, "serverNames": ["hub.example.com"], "autoApprove": False,
               "certificateLifetimeSeconds": 3600},
 }
-HUB_SET = ["--set", "replicas=3,kubernetes.watchTimeoutSeconds=45,dns.tcpIdleTimeoutSeconds=20,"
+HUB_SET = ["--set", "replicas=3,kubernetes.watchTimeoutSeconds=45,kubernetes.resyncSeconds=300,"
+                    "dns.tcpIdleTimeoutSeconds=20,"
                     "resources.limits.memory=2Gi"]
 MEMBER_SET = ["--set", "propagation.enabled=true,coredns.forwardTo={203.0.113.53:53,[2001:db8::53]:53},"
                        "coredns.cacheSeconds=0",
@@ -176,7 +177,7 @@ def test_both_charts_lint_clean_with_default_and_other_values(helm, tmp_path):
     config = yaml.safe_load(one(docs, "ConfigMap")["data"]["meridian.yaml"])
     assert config["dns"]["listen"] == "[::]:5353" and config["admin"]["listen"] == "[::]:9090"
     assert config["dns"]["cacheEntries"] == 1000000 and config["dns"]["tcpMaxConnections"] == 2048
-    assert config["kubernetes"] == {"watchTimeoutSeconds": 45}
+    assert config["kubernetes"] == {"watchTimeoutSeconds": 45, "resyncSeconds": 300}
     assert config["leaderElection"] == HUB_VALUES_FILE["leaderElection"]
     assert config["geo"] == HUB_VALUES_FILE["geo"]
     assert one(docs, "PodDisruptionBudget")["spec"] == {
