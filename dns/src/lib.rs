@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  UDP (dns.udpWorkers threads, recvmmsg/sendmmsg) ─► wire::hot_query: the cache key
-//!      ├─ moka hit of this snapshot version ─► cached bytes, ID and name case patched
+//!      ├─ cache hit (cache.rs), still valid ─► cached bytes, ID and name case patched
 //!      └─ miss, or not a plain query (ECS, …) ─► Request::from_bytes ─► Answerer::respond
 //!                                               ─► wire::encode (TC past the size limit) ─► cache
 //!  TCP ─► meridian_listen::Listener (bound, EMFILE backoff) ─► tcp::serve_conn (framing,
@@ -17,6 +17,7 @@
 //! `meridian_core::select` where traffic goes.
 
 pub mod answer;
+mod cache;
 pub mod config;
 pub mod explain;
 pub mod metrics;

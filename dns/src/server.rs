@@ -4,7 +4,7 @@
 //! same answer function and encode with `wire.rs`.
 //!
 //! ```text
-//!  UDP ─► hot_query (no alloc) ─► moka hit, still holds? ─► copy, patch ID + case ─► send
+//!  UDP ─► hot_query (no alloc) ─► cache hit, still holds? ─► copy, patch ID + case ─► send
 //!                                   │ miss
 //!                                   ▼
 //!           an address question or NXDOMAIN? ─► Answerer::respond_quick (answer::fast:
@@ -28,7 +28,6 @@ use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
 use meridian_core::{ClientPlace, Snapshot, Stamp};
 use meridian_listen::Listener;
-use moka::sync::Cache;
 use nix::errno::Errno;
 use nix::sys::socket::{
     ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg,
@@ -38,6 +37,7 @@ use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
 use crate::answer::{Answerer, Depends, Response, Transport};
+use crate::cache::AnswerCache;
 use crate::config::DnsConfig;
 use crate::metrics::{CounterSlot, DnsMetrics};
 use crate::{tcp, wire};
@@ -95,7 +95,7 @@ pub struct Dns {
     snapshots: watch::Receiver<Arc<Snapshot>>,
     /// Keyed by the exact bytes of `wire::HotKey` (boxed to their length, so an entry costs
     /// its key, not the key's 266-byte parse buffer).
-    cache: Cache<Box<[u8]>, Arc<CachedAnswer>, ahash::RandomState>,
+    cache: AnswerCache<Arc<CachedAnswer>>,
     metrics: DnsMetrics,
     /// Rotates answers that are not served from the cache (TCP, ECS): the cache keeps its
     /// own counter per question.
@@ -115,9 +115,7 @@ impl Dns {
             .map(|z| answerer.zone_name(z).to_string())
             .collect();
         Arc::new(Self {
-            cache: Cache::builder()
-                .max_capacity(answerer.config().cache_entries)
-                .build_with_hasher(ahash::RandomState::new()),
+            cache: AnswerCache::new(answerer.config().cache_entries),
             metrics: DnsMetrics::new(zones, registry),
             answerer,
             snapshots,

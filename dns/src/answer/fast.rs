@@ -223,6 +223,7 @@ impl Answerer {
         if size > usize::from(hot.limit()) {
             return None;
         }
+        reserve_exactly(out, size);
         header(raw, hot, rcode, [1, 0, 1, u16::from(hot.has_edns())], out);
         let apex_at = out.len();
         out.extend_from_slice(apex);
@@ -240,6 +241,7 @@ impl Answerer {
             push_u32(out, n);
         }
         push_opt(hot, out);
+        debug_assert_eq!(out.len(), size);
         Some(())
     }
 }
@@ -282,6 +284,7 @@ fn encode_addresses(
     if size > usize::from(hot.limit()) {
         return None;
     }
+    reserve_exactly(out, size);
     let count = addrs.len() as u16;
     header(
         raw,
@@ -312,7 +315,15 @@ fn encode_addresses(
         }
     }
     push_opt(hot, out);
+    debug_assert_eq!(out.len(), size);
     Some(())
+}
+
+/// Room for exactly a reply of `size` bytes: no reallocation while it is encoded, and none
+/// when the cache keeps it as a boxed slice.
+fn reserve_exactly(out: &mut Vec<u8>, size: usize) {
+    out.clear();
+    out.reserve_exact(size);
 }
 
 /// The header and the question as the client sent it.
