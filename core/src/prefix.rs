@@ -8,6 +8,7 @@
 //! costs the same per query as a handful of cluster CIDRs with as many lengths.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -18,14 +19,57 @@ pub struct PrefixTable<T> {
     /// Prefix lengths present, longest first, per family (v4, v6).
     lengths: [Vec<u8>; 2],
     /// Masked network → its value, or `None` when two values were given for it.
-    nets: HashMap<IpNet, Option<T>>,
+    nets: HashMap<IpNet, Option<T>, BuildHasherDefault<NetHasher>>,
+}
+
+/// The table's hasher. Every DNS query probes the table (a hit too: the cache key holds the
+/// client's place), and SipHash cost more than the rest of a lookup. The keys are the
+/// configured CIDRs, not chosen by clients, and a lookup never inserts, so a fast
+/// multiply-rotate hash (FxHash's) is enough.
+#[derive(Default)]
+struct NetHasher(u64);
+
+impl NetHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for NetHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl<T> Default for PrefixTable<T> {
     fn default() -> Self {
         Self {
             lengths: [Vec::new(), Vec::new()],
-            nets: HashMap::new(),
+            nets: HashMap::default(),
         }
     }
 }

@@ -1022,42 +1022,55 @@ struct Rotations {
 impl Rotations {
     /// Rotation `r` (below `rotations`), capped.
     fn rotation(&self, r: usize) -> Vec<IpAddr> {
-        let mut addrs = weighted_rotation(&self.weighted, r, self.rotations);
-        if self.cap > 0 {
-            addrs.truncate(self.cap);
-        }
-        addrs
+        let (tail, head) = self.from(self.starts(r + 1)[r]);
+        tail.iter().chain(head).copied().collect()
     }
-}
 
-/// Every address, starting where rotation `r` of `rotations` starts: the rotations' first
-/// addresses are spread over the clusters in proportion to their weights (smooth weighted
-/// round-robin), and over each cluster's addresses in turn. A client that takes the first
-/// address (or a `maxAnswers` cap) so splits traffic by weight, as EDS locality weights do.
-fn weighted_rotation(weighted: &Weighted, r: usize, rotations: usize) -> Vec<IpAddr> {
-    let Weighted { addrs, groups } = weighted;
-    let mut addrs = addrs.clone();
-    if addrs.len() < 2 {
-        return addrs;
-    }
-    let total: i64 = groups.iter().map(|(w, _)| i64::from(*w)).sum();
-    // Per cluster: its current credit and how many rotations it started.
-    let mut state = vec![(0i64, 0usize); groups.len()];
-    let mut pick = 0;
-    for _ in 0..=r.min(rotations) {
-        for ((credit, _), (w, _)) in state.iter_mut().zip(groups) {
-            *credit += i64::from(*w);
+    /// Where each of the first `n` rotations starts in the address list: the rotations' first
+    /// addresses are spread over the clusters in proportion to their weights (smooth weighted
+    /// round-robin), and over each cluster's addresses in turn. A client that takes the first
+    /// address (or a `maxAnswers` cap) so splits traffic by weight, as EDS locality weights do.
+    /// One pass for all of them (a miss encodes every rotation of a short answer).
+    fn starts(&self, n: usize) -> Vec<usize> {
+        let Weighted { addrs, groups } = &self.weighted;
+        if addrs.len() < 2 || groups.is_empty() {
+            return vec![0; n];
         }
-        pick = (0..groups.len())
-            .max_by_key(|&i| (state[i].0, std::cmp::Reverse(i)))
-            .expect("groups is not empty");
-        state[pick].0 -= total;
-        state[pick].1 += 1;
+        let total: i64 = groups.iter().map(|(w, _)| i64::from(*w)).sum();
+        let offsets: Vec<usize> = (groups.iter())
+            .scan(0, |at, (_, len)| {
+                let offset = *at;
+                *at += len;
+                Some(offset)
+            })
+            .collect();
+        // Per cluster: its current credit and how many rotations it started.
+        let mut state = vec![(0i64, 0usize); groups.len()];
+        (0..n)
+            .map(|_| {
+                for ((credit, _), (w, _)) in state.iter_mut().zip(groups) {
+                    *credit += i64::from(*w);
+                }
+                let pick = (0..groups.len())
+                    .max_by_key(|&i| (state[i].0, std::cmp::Reverse(i)))
+                    .expect("groups is not empty");
+                state[pick].0 -= total;
+                state[pick].1 += 1;
+                offsets[pick] + (state[pick].1 - 1) % groups[pick].1
+            })
+            .collect()
     }
-    let offset: usize = groups[..pick].iter().map(|(_, n)| n).sum();
-    let start = offset + (state[pick].1 - 1) % groups[pick].1;
-    addrs.rotate_left(start);
-    addrs
+
+    /// The answer starting at `start`, wrapped around and capped, as the two slices of the
+    /// address list it is made of (no copy).
+    fn from(&self, start: usize) -> (&[IpAddr], &[IpAddr]) {
+        let addrs = &self.weighted.addrs;
+        let start = start.min(addrs.len());
+        let (head, tail) = addrs.split_at(start);
+        let cap = if self.cap > 0 { self.cap } else { addrs.len() };
+        let first = tail.len().min(cap);
+        (&tail[..first], &head[..(cap - first).min(head.len())])
+    }
 }
 
 /// The DNS label of an endpoint: its hostname, else its first address with dashes

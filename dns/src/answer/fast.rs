@@ -114,16 +114,18 @@ impl Answerer {
                 depends,
             } => {
                 let rotations = answer.rotations.max(1);
-                let wanted: Vec<usize> = if rotations <= EAGER_ROTATIONS {
-                    (0..rotations).collect()
+                let wanted = if rotations <= EAGER_ROTATIONS {
+                    0..rotations
                 } else {
-                    vec![rotation % rotations]
+                    let r = rotation % rotations;
+                    r..r + 1
                 };
+                let starts = answer.starts(wanted.end);
                 let variants = wanted
-                    .into_iter()
                     .map(|r| {
                         let mut out = Vec::new();
-                        encode_addresses(raw, hot, &answer.rotation(r), ttl, qtype, &mut out)?;
+                        let addrs = answer.from(starts[r]);
+                        encode_addresses(raw, hot, addrs, ttl, qtype, &mut out)?;
                         Some((r, out))
                     })
                     .collect::<Option<Vec<_>>>()?;
@@ -265,27 +267,24 @@ fn relative_labels_of<'n>(relative: &'n [u8], labels: &mut [&'n str]) -> Option<
 fn encode_addresses(
     raw: &[u8],
     hot: &HotQuery,
-    addrs: &[IpAddr],
+    (tail, head): (&[IpAddr], &[IpAddr]),
     ttl: u32,
     qtype: RecordType,
     out: &mut Vec<u8>,
 ) -> Option<()> {
-    if addrs.len() > MAX_ANSWERS {
+    let n = tail.len() + head.len();
+    if n > MAX_ANSWERS {
         return None;
     }
     let name = hot.name();
     let rdata = if qtype == RecordType::A { 4 } else { 16 };
-    let size = 12
-        + (hot.name_end - 12 + 4)
-        + name.len()
-        + (addrs.len() - 1) * 2
-        + addrs.len() * (10 + rdata)
-        + opt_len(hot);
+    let size =
+        12 + (hot.name_end - 12 + 4) + name.len() + (n - 1) * 2 + n * (10 + rdata) + opt_len(hot);
     if size > usize::from(hot.limit()) {
         return None;
     }
     reserve_exactly(out, size);
-    let count = addrs.len() as u16;
+    let count = n as u16;
     header(
         raw,
         hot,
@@ -294,7 +293,7 @@ fn encode_addresses(
         out,
     );
     let owner_at = out.len();
-    for (i, ip) in addrs.iter().enumerate() {
+    for (i, ip) in tail.iter().chain(head).enumerate() {
         if i == 0 {
             out.extend_from_slice(name);
         } else {

@@ -623,9 +623,12 @@ fn rotations_start_at_clusters_in_proportion_to_their_weights() {
             .to_vec(),
         groups: vec![(70, 2), (15, 1), (15, 1)],
     };
-    let firsts: Vec<IpAddr> = (0..16)
-        .map(|r| weighted_rotation(&groups(), r, 16)[0])
-        .collect();
+    let rotations = |cap| Rotations {
+        weighted: groups(),
+        rotations: 16,
+        cap,
+    };
+    let firsts: Vec<IpAddr> = (0..16).map(|r| rotations(0).rotation(r)[0]).collect();
     let count = |prefix: &str| {
         firsts
             .iter()
@@ -643,7 +646,20 @@ fn rotations_start_at_clusters_in_proportion_to_their_weights() {
     let first = firsts.iter().filter(|a| **a == ip("10.1.0.1")).count();
     assert!(first.abs_diff(count("10.1.") - first) <= 1, "{firsts:?}");
     // Every rotation still holds every address.
-    assert!((0..16).all(|r| weighted_rotation(&groups(), r, 16).len() == 4));
+    assert!((0..16).all(|r| rotations(0).rotation(r).len() == 4));
+    // All starts in one pass are each rotation's own; a cap keeps the first addresses.
+    let all = rotations(0);
+    for (r, start) in all.starts(16).into_iter().enumerate() {
+        let (tail, head) = all.from(start);
+        assert_eq!([tail, head].concat(), all.rotation(r), "rotation {r}");
+        let capped = rotations(3);
+        let (tail, head) = capped.from(start);
+        assert_eq!(
+            [tail, head].concat(),
+            all.rotation(r)[..3],
+            "rotation {r}, cap 3"
+        );
+    }
 }
 
 #[test]
