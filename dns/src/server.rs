@@ -519,16 +519,22 @@ const UDP_MAX_REQUEST: usize = tcp::MAX_TCP_REQUEST;
 
 fn udp_worker(dns: &Dns, socket: &std::net::UdpSocket, stop: &AtomicBool) {
     let fd = socket.as_raw_fd();
-    let mut bufs = vec![[0u8; UDP_MAX_REQUEST]; UDP_BATCH];
+    // On the heap from the start (128 KiB would go through the thread's stack in Box::new).
+    let mut bufs: Box<[[u8; UDP_MAX_REQUEST]; UDP_BATCH]> =
+        (vec![[0u8; UDP_MAX_REQUEST]; UDP_BATCH].into_boxed_slice())
+            .try_into()
+            .expect("UDP_BATCH buffers");
     let mut outs: Vec<Vec<u8>> = (0..UDP_BATCH).map(|_| Vec::with_capacity(1232)).collect();
     let mut received: Vec<(usize, SocketAddr)> = Vec::with_capacity(UDP_BATCH);
+    let mut addrs: Vec<Option<SockaddrStorage>> = Vec::with_capacity(UDP_BATCH);
     let mut recv_headers = MultiHeaders::<SockaddrStorage>::preallocate(UDP_BATCH, None);
     let mut send_headers = MultiHeaders::<SockaddrStorage>::preallocate(UDP_BATCH, None);
+    // A batch allocates nothing (the I/O vectors are arrays on the stack): at a modest rate a
+    // batch is one datagram, so what a batch costs, each query costs.
     while !stop.load(Ordering::Relaxed) {
         received.clear();
         {
-            let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
-                bufs.iter_mut().map(|b| [IoSliceMut::new(b)]).collect();
+            let mut iovs = bufs.each_mut().map(|b| [IoSliceMut::new(b)]);
             match recvmmsg(
                 fd,
                 &mut recv_headers,
@@ -550,26 +556,23 @@ fn udp_worker(dns: &Dns, socket: &std::net::UdpSocket, stop: &AtomicBool) {
         for (i, &(len, src)) in received.iter().enumerate() {
             answered[i] = answer_one(dns, &bufs[i][..len], src, &mut outs[i]);
         }
-        let to_send = || {
-            received
-                .iter()
-                .zip(&outs)
-                .zip(answered)
-                .filter(|(_, sent)| *sent)
-        };
-        let replies: Vec<[IoSlice<'_>; 1]> =
-            to_send().map(|((_, out), _)| [IoSlice::new(out)]).collect();
-        let addrs: Vec<Option<SockaddrStorage>> = to_send()
-            .map(|(((_, src), _), _)| Some(SockaddrStorage::from(*src)))
-            .collect();
-        if replies.is_empty() {
+        let mut replies: [[IoSlice<'_>; 1]; UDP_BATCH] =
+            std::array::from_fn(|_| [IoSlice::new(&[])]);
+        addrs.clear();
+        for (((_, src), out), _) in
+            (received.iter().zip(&outs).zip(answered)).filter(|(_, sent)| *sent)
+        {
+            replies[addrs.len()] = [IoSlice::new(out)];
+            addrs.push(Some(SockaddrStorage::from(*src)));
+        }
+        if addrs.is_empty() {
             continue;
         }
         let no_cmsgs: [ControlMessage<'_>; 0] = [];
         if let Err(e) = sendmmsg(
             fd,
             &mut send_headers,
-            replies.iter(),
+            replies[..addrs.len()].iter(),
             &addrs,
             no_cmsgs,
             MsgFlags::empty(),
