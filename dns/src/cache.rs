@@ -33,10 +33,14 @@ struct Shard<V> {
 }
 
 impl<V: Clone> AnswerCache<V> {
-    /// A cache of at most `capacity` entries (young and old maps of every shard together).
+    /// A cache of at most `capacity` entries (young and old maps of every shard together;
+    /// at least one per map of each shard, 32, unless it is 0: then nothing is cached).
     pub(crate) fn new(capacity: u64) -> Self {
         let capacity = usize::try_from(capacity).unwrap_or(usize::MAX);
-        let generation = (capacity / (2 * SHARDS)).max(1);
+        let generation = match capacity {
+            0 => 0,
+            _ => (capacity / (2 * SHARDS)).max(1),
+        };
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(Shard {
@@ -62,7 +66,9 @@ impl<V: Clone> AnswerCache<V> {
     }
 
     pub(crate) fn insert(&self, key: Box<[u8]>, value: V) {
-        self.shard(&key).lock().keep(key, value, self.generation);
+        if self.generation > 0 {
+            self.shard(&key).lock().keep(key, value, self.generation);
+        }
     }
 
     /// Entries held now.
@@ -120,6 +126,13 @@ mod tests {
         // The most recent entries are there; long-unasked ones are gone.
         assert_eq!(cache.get(&key(9_999)), Some(9_999));
         assert_eq!(cache.get(&key(5)), None);
+    }
+
+    #[test]
+    fn a_cache_of_no_entries_keeps_nothing() {
+        let cache = AnswerCache::new(0);
+        cache.insert(key(1), 1);
+        assert_eq!((cache.get(&key(1)), cache.len()), (None, 0));
     }
 
     #[test]
