@@ -592,9 +592,7 @@ impl MemberWrites {
             check_drift,
         }
     }
-}
 
-impl MemberWrites {
     /// Forgets what was written to exports the member no longer has: one created again gets
     /// its conditions written again.
     fn forget_exports_not_in(&mut self, exports: &BTreeSet<ObjectKey>) {
@@ -1019,17 +1017,13 @@ async fn check_drift(state: &mut MemberWrites) -> Result<(), apply::Error> {
         seen.insert(id);
     }
     changed.extend(state.objects.ids().filter(|id| !seen.contains(id)).cloned());
-    let mut drifted = BTreeSet::new();
-    for id in &changed {
-        if let Some(key) = service_of.get(id) {
-            drifted.insert((*key).clone());
-        }
-    }
     for id in &changed {
         debug!(cluster = %state.applier.cluster(), object = %id, "changed or deleted in the member: written again");
         state.objects.forget(id);
+        if let Some(key) = service_of.get(id) {
+            state.drifted.insert((*key).clone());
+        }
     }
-    state.drifted.extend(drifted);
     delete_strays(state, strays).await?;
     let exports = state
         .applier
