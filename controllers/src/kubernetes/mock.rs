@@ -146,13 +146,11 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// A store holding `objects` (by path) at resourceVersion 1.
+    /// A store holding `objects` (by path), each at a resourceVersion of its own.
     pub(crate) fn with(objects: impl IntoIterator<Item = (String, Value)>) -> Self {
         let mut store = Store::default();
-        for (path, mut object) in objects {
-            store.version += 1;
-            object["metadata"]["resourceVersion"] = json!(store.version.to_string());
-            store.objects.insert(path, object);
+        for (path, object) in objects {
+            store.put(&path, object);
         }
         store
     }

@@ -338,6 +338,17 @@ async fn full_pass(
     reconcile_member(state, desired, conditions, &pass).await
 }
 
+/// What a pass over `keys` writes into member `member` of `snap` (as `run` decides it).
+fn desired_for(snap: &Snapshot, member: usize, keys: &BTreeSet<ObjectKey>) -> Vec<Desired> {
+    desired_objects_in(
+        snap,
+        member,
+        &shop(),
+        Instant::now(),
+        &Scope::Services(keys.clone()),
+    )
+}
+
 /// A pass over `keys` only, with no drift check.
 fn scoped(keys: BTreeSet<ObjectKey>) -> Pass {
     Pass {
@@ -658,13 +669,7 @@ async fn a_pass_over_changed_services_writes_and_deletes_only_theirs() {
         ("orders", false, 80, vec!["10.1.0.8"]),
     ]);
     let keys = changed_services(&was, &p.last).unwrap();
-    let desired = desired_objects_in(
-        &p.last,
-        m2,
-        &shop(),
-        Instant::now(),
-        &Scope::Services(keys.clone()),
-    );
+    let desired = desired_for(&p.last, m2, &keys);
     assert!(
         desired.iter().all(|d| d.service.name.as_ref() == "orders"),
         "{desired:?}"
@@ -683,13 +688,7 @@ async fn a_pass_over_changed_services_writes_and_deletes_only_theirs() {
     // orders goes: its three objects are deleted, payments' stay.
     let was = p.relist(&[("payments", false, 80, vec!["10.1.0.1"])]);
     let keys = changed_services(&was, &p.last).unwrap();
-    let desired = desired_objects_in(
-        &p.last,
-        m2,
-        &shop(),
-        Instant::now(),
-        &Scope::Services(keys.clone()),
-    );
+    let desired = desired_for(&p.last, m2, &keys);
     assert!(desired.is_empty(), "{desired:?}");
     reconcile_member(&mut state, desired, vec![], &scoped(keys))
         .await
@@ -756,13 +755,7 @@ async fn a_drift_check_writes_again_only_what_someone_else_changed_or_deleted() 
 
     // The next pass (its scope holds the drifted services) writes exactly what drifted.
     let keys = std::mem::take(&mut state.drifted);
-    let desired = desired_objects_in(
-        &p.last,
-        m2,
-        &shop(),
-        Instant::now(),
-        &Scope::Services(keys.clone()),
-    );
+    let desired = desired_for(&p.last, m2, &keys);
     let before = patched(&server).len();
     reconcile_member(&mut state, desired, vec![], &scoped(keys))
         .await
