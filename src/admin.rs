@@ -291,8 +291,6 @@ async fn debug_agents(State(s): State<AdminState>) -> Json<Value> {
                     "certificateExpires": a.certificate_expires.map(meridian_agent::join::unix),
                     "lastHeartbeat": a.last_heartbeat.map(meridian_agent::join::unix),
                     "secondsSinceHeartbeat": a.last_heartbeat.and_then(|t| t.elapsed().ok()).map(|d| d.as_secs_f64()),
-                    "appliedGeneration": a.applied_generation,
-                    "applyError": a.apply_error,
                 }),
             };
             (id.to_string(), agent)

@@ -111,7 +111,6 @@ impl App {
             snapshots.clone(),
             sources.fleet.clone(),
             leadership.clone(),
-            sources.agents.clone(),
             WritebackMetrics::new(metrics.sub_registry_with_prefix("writeback")),
             cfg.resync,
         )));

@@ -10,20 +10,21 @@
 //!                                                      client auth, the configured lifetime
 //!   ◄──────────────── certificate + CA ─────────────
 //!   Connect (mTLS): watch events, heartbeats ──────►  controllers::agents (MemberState, health)
-//!   ◄──────────────── the write-back set ───────────  writeback::run (DesiredSet)
-//!   LocalWriteback (the member's own applier)
+//!   api::carry (the agent's own credentials) ◄─────  requests for the member's API: the hub's
+//!     answers, streamed ──────────────────────────►   client of the member (agents::Tunnel),
+//!                                                    used by write-back, propagation, gateway
 //!   renews at core::agent::renew_at (20–25 % left)
 //! ```
 //!
 //! The parts: the agent CA ([`ca`]), joining ([`join`]), a member's watch events on the
-//! wire ([`events`]) and the objects it should hold ([`desired`]), the protocol ([`proto`]),
+//! wire ([`events`]) and the member's API carried for the hub ([`api`]), the protocol ([`proto`]),
 //! the hub's state ([`store`]: the CA and the tokens), the hub's side of a stream ([`stream`])
 //! and its listener ([`hub`]), the member's side ([`member`], `meridian agent`) and both
 //! sides' metrics ([`metrics`]). What the hub does with what agents send is
 //! `meridian_controllers::agents`: the same MemberState and store events as push members.
 
+pub mod api;
 pub mod ca;
-pub mod desired;
 pub mod events;
 pub mod hub;
 pub mod join;

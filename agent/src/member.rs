@@ -1,39 +1,37 @@
 //! `meridian agent`: the member's side. It joins once (a bootstrap token for its key's
 //! certificate), keeps its key and certificate (`state`: a directory or a Secret in its
 //! member), and then holds one stream to the hub: its member's watch events (a full relist on
-//! every new stream) and a heartbeat every `heartbeatSeconds` the hub asks for. Down the same stream come the objects
-//! the member should hold (the hub's MCS write-back set), which it writes with the member's own
-//! applier, as the hub writes a push member. It renews its certificate at 75–80 % of its
-//! lifetime on the side, without dropping the stream, and reconnects with jittered backoff.
-//! Nothing the hub does or fails to do makes it delete anything in its member but what the
-//! hub's own sets stop naming.
+//! every new stream) and a heartbeat every `heartbeatSeconds` the hub asks for. Down the same
+//! stream come the hub's requests for the member's API — the MCS write-back, placed
+//! workloads, tenant namespaces, the gateway's requests —, which it sends with its own
+//! credentials and answers back (`api.rs`): the member's RBAC for the agent decides. It
+//! renews its certificate at 75–80 % of its lifetime on the side, without dropping the stream,
+//! and reconnects with jittered backoff. The agent writes nothing of its own: a hub that is
+//! down or refuses it makes it delete nothing.
 //!
 //! ```text
 //!  state: key.pem cert.pem ca.pem   (none: Join with --bootstrap-token-file)
-//!  loop: Connect (mTLS) ── watch_all(member) ─ encode ─► up    heartbeats (/readyz, applied) ─► up
-//!                       ◄─ HubMessage (heartbeatSeconds; DesiredSet) ─► LocalWriteback (applier)
+//!  loop: Connect (mTLS) ── watch_all(member) ─ encode ─► up    heartbeats (/readyz) ─► up
+//!                       ◄─ ApiRequest ─► api::carry (the member's client) ─► ApiResponse ─► up
 //!  renew_at ─► Renew ─► state (whether or not a stream is up)
 //! ```
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
-use meridian_controllers::kubernetes::apply::Applier;
 use meridian_controllers::kubernetes::connect::WatchTimeout;
-use meridian_controllers::kubernetes::leader::Leadership;
 use meridian_controllers::kubernetes::member::{readyz, watch_all};
-use meridian_controllers::kubernetes::writeback::{DesiredSet, LocalWriteback};
 use meridian_controllers::reason_of;
 use meridian_core::ClusterId;
 use meridian_core::agent::renew_at;
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::ca::key_and_request;
-use crate::desired::decode as decode_desired;
 use crate::events::encode;
 use crate::join::{Asking, JoinError, Joined, join, unix};
 use crate::metrics::AgentSide;
@@ -49,8 +47,6 @@ const APPROVAL_POLL: Duration = Duration::from_secs(3);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Messages waiting to go up; a slow hub slows the watches down instead of growing this.
 const UP_QUEUE: usize = 1024;
-/// The last desired set is written again this often (retrying failures, repairing drift).
-const REAPPLY: Duration = Duration::from_secs(30);
 
 /// What `meridian agent` is told.
 #[derive(Debug, Clone)]
@@ -131,16 +127,12 @@ pub async fn run(
         member,
         credentials: Mutex::new(credentials),
         side,
-        desired: watch::channel(None).0,
-        applied: Mutex::new((0, String::new())),
     };
-    // Renewal and writing go on whether or not a stream is up: a certificate must not lapse
-    // while the hub is away (the token that made it is spent), and what the hub last asked
-    // for stays written (nothing is deleted for want of a hub).
+    // Renewal goes on whether or not a stream is up: a certificate must not lapse while the
+    // hub is away (the token that made it is spent).
     tokio::select! {
         () = agent.stay_connected() => {}
         () = agent.renew_when_due() => {}
-        () = agent.write_desired() => {}
     }
     Ok(())
 }
@@ -151,10 +143,6 @@ struct Agent {
     member: kube::Client,
     credentials: Mutex<Credentials>,
     side: AgentSide,
-    /// The objects the hub last asked the member to hold.
-    desired: watch::Sender<Option<DesiredSet>>,
-    /// The last set applied in full, and why the last attempt was not (empty: it was).
-    applied: Mutex<(u64, String)>,
 }
 
 impl Agent {
@@ -212,30 +200,7 @@ impl Agent {
             v.heartbeat_seconds = heartbeat.as_secs();
         });
         let watch_failure = WatchFailure::default();
-        let listening = async {
-            loop {
-                match down.message().await {
-                    Ok(Some(message)) if message.generation != 0 => {
-                        match decode_desired(message.generation, &message.desired_json) {
-                            Ok(set) => {
-                                tracing::debug!(
-                                    generation = set.generation,
-                                    objects = set.desired.len(),
-                                    "desired objects from the hub"
-                                );
-                                self.desired.send_replace(Some(set));
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %reason_of(&e), "the hub's desired objects cannot be read; keeping the last")
-                            }
-                        }
-                    }
-                    Ok(Some(_)) => {}
-                    Ok(None) => return Ok(()),
-                    Err(s) => return Err(format!("the hub ended the stream: {}", s.message())),
-                }
-            }
-        };
+        let listening = self.carry_requests(&mut down, &up);
         tokio::select! {
             end = listening => end,
             () = self.send_watches(&up, &watch_failure) => Err("the member's watches ended".into()),
@@ -289,13 +254,10 @@ impl Agent {
         loop {
             tick.tick().await;
             let ready = readyz(&self.member, every).await;
-            let (applied_generation, apply_error) = self.applied.lock().clone();
             let beat = Heartbeat {
                 member_ready: ready.is_ok(),
                 error: ready.err().map(|(reason, _)| reason).unwrap_or_default(),
                 watch_failure: watch_failure.reason(),
-                applied_generation,
-                apply_error,
             };
             let message = AgentMessage {
                 cluster: self.settings.cluster.to_string(),
@@ -308,46 +270,51 @@ impl Agent {
         }
     }
 
-    /// Writes what the hub asks for into the member with the member's own applier (the hub's
-    /// write-back, done here): at each new set, and again every `REAPPLY` (a failed write is
-    /// retried, drift repaired). Nothing is deleted but what the hub's sets no longer name.
-    async fn write_desired(&self) {
-        let applier = Applier::new(
-            self.member.clone(),
-            Leadership::always("meridian-agent"),
-            self.settings.cluster.clone(),
-        );
-        let mut local = LocalWriteback::new(applier);
-        let mut sets = self.desired.subscribe();
-        let mut again = tokio::time::interval(REAPPLY);
-        again.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    /// Carries the hub's requests for the member's API, each on its own task (a watch lasts
+    /// while the hub reads it), until the stream ends; the requests still running end with it.
+    async fn carry_requests(
+        &self,
+        down: &mut tonic::Streaming<proto::HubMessage>,
+        up: &mpsc::Sender<AgentMessage>,
+    ) -> Result<(), String> {
+        let mut running = tokio::task::JoinSet::new();
+        let mut by_id = HashMap::new();
         loop {
-            tokio::select! {
-                changed = sets.changed() => if changed.is_err() { return },
-                _ = again.tick() => {}
-            }
-            let Some(set) = sets.borrow_and_update().clone() else {
-                continue;
+            let message = tokio::select! {
+                message = down.message() => message,
+                Some(done) = running.join_next_with_id(), if !running.is_empty() => {
+                    let task = match done {
+                        Ok((task, ())) => task,
+                        Err(e) => e.id(),
+                    };
+                    by_id.retain(|_, h: &mut tokio::task::AbortHandle| h.id() != task);
+                    continue;
+                }
             };
-            let result = local.apply(&set).await;
-            let mut applied = self.applied.lock();
-            match result {
-                Ok(()) => {
-                    if applied.0 != set.generation {
-                        tracing::info!(
-                            generation = set.generation,
-                            objects = set.desired.len(),
-                            "desired objects applied"
-                        );
-                    }
-                    *applied = (set.generation, String::new());
+            let request = match message {
+                Ok(Some(proto::HubMessage {
+                    request: Some(request),
+                    ..
+                })) => request,
+                Ok(Some(_)) => continue,
+                Ok(None) => return Ok(()),
+                Err(s) => return Err(format!("the hub ended the stream: {}", s.message())),
+            };
+            if request.cancel {
+                if let Some(handle) = by_id.remove(&request.id) {
+                    handle.abort();
                 }
-                Err(e) => {
-                    let why = reason_of(&e);
-                    tracing::warn!(generation = set.generation, error = %why, "desired objects not all applied; retrying");
-                    applied.1 = why;
-                }
+                continue;
             }
+            self.side.api_requests.inc();
+            let id = request.id;
+            let handle = running.spawn(crate::api::carry(
+                self.member.clone(),
+                request,
+                self.settings.cluster.to_string(),
+                up.clone(),
+            ));
+            by_id.insert(id, handle);
         }
     }
 

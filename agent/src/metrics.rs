@@ -28,6 +28,10 @@ pub struct AgentMetrics {
     pub refused: Family<ReasonLabels, Counter>,
     /// New streams that waited for the admission rate.
     pub admission_waits: Counter,
+    /// Requests for members' APIs sent down agents' streams, and those waiting for (the rest
+    /// of) their answers (watches among them).
+    pub api_requests: Counter,
+    pub api_waiting: Gauge,
 }
 
 impl AgentMetrics {
@@ -58,6 +62,16 @@ impl AgentMetrics {
             "New agent streams that waited for the admission rate (agent.admissionPerSecond)",
             m.admission_waits.clone(),
         );
+        registry.register(
+            "api_requests",
+            "Requests for agent members' APIs sent down their agents' streams (the hub's writes and watches of those members)",
+            m.api_requests.clone(),
+        );
+        registry.register(
+            "api_requests_waiting",
+            "Requests for agent members' APIs waiting for (the rest of) their answers, watches included",
+            m.api_waiting.clone(),
+        );
         m
     }
 
@@ -81,6 +95,8 @@ pub struct AgentSide {
     pub connected: Gauge,
     pub events_sent: Counter,
     pub heartbeats_sent: Counter,
+    /// The hub's requests for the member's API the agent carried (refused ones included).
+    pub api_requests: Counter,
     pub reconnects: Counter,
     pub renewals: Family<ResultLabels, Counter>,
     /// The certificate's notAfter, seconds since the epoch.
@@ -120,6 +136,11 @@ impl AgentSide {
             "heartbeats_sent",
             "Heartbeats sent to the hub",
             m.heartbeats_sent.clone(),
+        );
+        registry.register(
+            "api_requests",
+            "The hub's requests for the member's API carried by the agent (writes and watches of the hub's writers)",
+            m.api_requests.clone(),
         );
         registry.register(
             "reconnects",

@@ -17,11 +17,19 @@
 //! message WatchEvent   { string resource = 1; Phase phase = 2; bytes object_json = 3; }
 //! enum Phase { APPLY = 0; DELETE = 1; INIT = 2; INIT_APPLY = 3; INIT_DONE = 4; }
 //! message AgentMessage { string cluster = 1; oneof body { WatchEvent event = 2;
-//!                                                          Heartbeat heartbeat = 3; } }
-//! message Heartbeat    { bool member_ready = 1; string error = 2; string watch_failure = 3;
-//!                        uint64 applied_generation = 4; string apply_error = 5; }
+//!                          Heartbeat heartbeat = 3; ApiResponse response = 4; } }
+//! message Heartbeat    { bool member_ready = 1; string error = 2; string watch_failure = 3; }
 //! message HubMessage   { int64 hub_time_unix = 1; uint32 heartbeat_seconds = 2;
-//!                        uint64 generation = 3; bytes desired_json = 4; }
+//!                        ApiRequest request = 5; }
+//! // A request for the member's API, sent by the agent with its own credentials; `cancel`
+//! // (with the id alone) ends one still running.
+//! message ApiRequest   { uint64 id = 1; string method = 2; string path = 3;
+//!                        repeated Header headers = 4; bytes body = 5; bool cancel = 6; }
+//! // The answer in parts: the first carries status and headers, then data, the last `end`
+//! // (with `error` when the answer broke off).
+//! message ApiResponse  { uint64 id = 1; uint32 status = 2; repeated Header headers = 3;
+//!                        bytes data = 4; bool end = 5; string error = 6; }
+//! message Header       { string name = 1; bytes value = 2; }
 //! ```
 
 use std::convert::Infallible;
@@ -84,7 +92,7 @@ pub struct WatchEvent {
 pub struct AgentMessage {
     #[prost(string, tag = "1")]
     pub cluster: String,
-    #[prost(oneof = "agent_message::Body", tags = "2, 3")]
+    #[prost(oneof = "agent_message::Body", tags = "2, 3, 4")]
     pub body: Option<agent_message::Body>,
 }
 
@@ -95,6 +103,8 @@ pub mod agent_message {
         Event(super::WatchEvent),
         #[prost(message, tag = "3")]
         Heartbeat(super::Heartbeat),
+        #[prost(message, tag = "4")]
+        Response(super::ApiResponse),
     }
 }
 
@@ -108,16 +118,10 @@ pub struct Heartbeat {
     /// A watch of the member that fails (empty: none), as push members report theirs.
     #[prost(string, tag = "3")]
     pub watch_failure: String,
-    /// The last set of desired objects the agent applied in full (0: none yet).
-    #[prost(uint64, tag = "4")]
-    pub applied_generation: u64,
-    /// Why the last set could not be applied in full (empty: it was).
-    #[prost(string, tag = "5")]
-    pub apply_error: String,
 }
 
-/// What the hub sends down: its time and the heartbeat it wants at first, then the objects the
-/// member should hold whenever they change.
+/// What the hub sends down: its time and the heartbeat it wants at first, then requests for
+/// the member's API.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct HubMessage {
     /// The hub's time, for the agent's log when clocks disagree.
@@ -126,12 +130,53 @@ pub struct HubMessage {
     /// How often the hub wants heartbeats (the member's `health.heartbeatSeconds`).
     #[prost(uint32, tag = "2")]
     pub heartbeat_seconds: u32,
-    /// The objects the member should hold (`desired.rs`), when `generation` is not 0: all of
-    /// them, replacing the last set.
-    #[prost(uint64, tag = "3")]
-    pub generation: u64,
+    #[prost(message, optional, tag = "5")]
+    pub request: Option<ApiRequest>,
+}
+
+/// A request for the member's API (`api.rs` says which the agent carries).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ApiRequest {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(string, tag = "2")]
+    pub method: String,
+    /// Path and query.
+    #[prost(string, tag = "3")]
+    pub path: String,
+    #[prost(message, repeated, tag = "4")]
+    pub headers: Vec<Header>,
+    #[prost(bytes = "vec", tag = "5")]
+    pub body: Vec<u8>,
+    /// Ends request `id` (its caller went): nothing else is set.
+    #[prost(bool, tag = "6")]
+    pub cancel: bool,
+}
+
+/// One part of an answer: the first has the status (never 0) and headers.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ApiResponse {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(uint32, tag = "2")]
+    pub status: u32,
+    #[prost(message, repeated, tag = "3")]
+    pub headers: Vec<Header>,
     #[prost(bytes = "vec", tag = "4")]
-    pub desired_json: Vec<u8>,
+    pub data: Vec<u8>,
+    #[prost(bool, tag = "5")]
+    pub end: bool,
+    /// Why the answer broke off (with `end`).
+    #[prost(string, tag = "6")]
+    pub error: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Header {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(bytes = "vec", tag = "2")]
+    pub value: Vec<u8>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]

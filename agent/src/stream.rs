@@ -3,15 +3,16 @@
 //! naming another cluster ends the stream (logged). What an agent sends becomes
 //! [`Inbound`]s for the cluster's agent member task (`meridian_controllers::agents`): the
 //! member's watch events (decoded into the same `MemberEvent`s a push member's watches give)
-//! and heartbeats. A cluster no MemberCluster names as an agent member is refused.
+//! and heartbeats; the hub's requests for the member's API go down and their answers come
+//! back to their callers (`api.rs`). A cluster no MemberCluster names as an agent member is
+//! refused.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meridian_controllers::agents::{
-    AgentRoutes, AgentStream, Connection, Inbound, NotAnAgentMember,
+    AgentRoutes, AgentStream, ApiCall, Connection, Inbound, NotAnAgentMember,
 };
-use meridian_controllers::kubernetes::writeback::DesiredSet;
 use meridian_core::ClusterId;
 use meridian_core::admission::TokenBucket;
 use meridian_core::agent::{Impersonation, check_sender, cluster_of_subject};
@@ -20,12 +21,13 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use crate::api::Pending;
 use crate::events::{DecodeError, decode};
 use crate::join::{Joins, unix};
 use crate::metrics::AgentMetrics;
 use crate::proto::{
-    AgentHub, AgentMessage, HubMessage, HubStream, JoinRequest, JoinResponse, RenewRequest,
-    agent_message,
+    AgentHub, AgentMessage, ApiRequest, ApiResponse, HubMessage, HubStream, JoinRequest,
+    JoinResponse, RenewRequest, agent_message,
 };
 use crate::store::TokenStore;
 
@@ -94,6 +96,8 @@ impl Streams {
             metrics,
             down,
             stream: None,
+            pending: Pending::default(),
+            waiting: 0,
         };
         tokio::spawn(reader.run(inbound));
         let stream = tokio_stream::wrappers::ReceiverStream::new(down_rx);
@@ -101,8 +105,8 @@ impl Streams {
     }
 }
 
-/// One agent stream's reader: what comes up goes to the member's task, the objects the
-/// member should hold go down.
+/// One agent stream's reader: what comes up goes to the member's task (answers to their
+/// callers), requests for the member's API go down.
 struct Reader {
     certified: ClusterId,
     connection: Connection,
@@ -112,15 +116,20 @@ struct Reader {
     /// Opened with the first message that passes the checks: a stream that is refused never
     /// displaces the cluster's current one.
     stream: Option<AgentStream>,
+    /// Requests sent down and waiting for their answers; dropped with the stream, which
+    /// fails each of them.
+    pending: Pending,
+    /// How many of them `api_requests_waiting` counts.
+    waiting: i64,
 }
 
 impl Reader {
     async fn run(mut self, mut inbound: tonic::Streaming<AgentMessage>) {
         loop {
-            let desired = self.stream.as_mut().map(|s| &mut s.desired);
+            let calls = self.stream.as_mut().map(|s| &mut s.calls);
             let next = tokio::select! {
                 message = inbound.message() => Next::Message(message),
-                changed = desired_changed(desired) => Next::Desired(changed),
+                call = next_call(calls) => Next::Call(call),
             };
             let go_on = match next {
                 Next::Message(Ok(Some(message))) => self.deliver(message).await,
@@ -129,13 +138,20 @@ impl Reader {
                     tracing::debug!(cluster = %self.certified, error = %e, "agent stream broke");
                     false
                 }
-                Next::Desired(true) => self.send_desired().await,
-                Next::Desired(false) => false,
+                Next::Call(Some(call)) => {
+                    let request = self.pending.start(call);
+                    self.metrics.api_requests.inc();
+                    self.send_down(request).await
+                }
+                Next::Call(None) => false,
             };
+            self.count_waiting();
             if !go_on {
                 break;
             }
         }
+        self.pending = Pending::default();
+        self.count_waiting();
         // The stream drops here: the member's task hears it closed.
         if self.stream.is_some() {
             self.metrics.streams.dec();
@@ -145,7 +161,13 @@ impl Reader {
     /// One message from the agent; false when the stream must end.
     async fn deliver(&mut self, message: AgentMessage) -> bool {
         let item = match read(&self.certified, message) {
-            Ok(Some(item)) => item,
+            Ok(Some(Up::Member(item))) => item,
+            Ok(Some(Up::Answer(response))) => {
+                return match self.pending.answer(response) {
+                    Some(cancel) => self.send_down(cancel).await,
+                    None => true,
+                };
+            }
             Ok(None) => return true,
             Err(refused) => {
                 tracing::warn!(cluster = %self.certified, why = %refused, "agent stream refused");
@@ -181,18 +203,17 @@ impl Reader {
         }
     }
 
-    /// The newest set of objects the member should hold, down to the agent.
-    async fn send_desired(&mut self) -> bool {
-        let Some(set) = self
-            .stream
-            .as_mut()
-            .and_then(|s| s.desired.borrow_and_update().clone())
-        else {
-            return true;
-        };
+    /// Keeps `api_requests_waiting` in step with this stream's waiting requests.
+    fn count_waiting(&mut self) {
+        let now = i64::try_from(self.pending.len()).unwrap_or(i64::MAX);
+        self.metrics.api_waiting.inc_by(now - self.waiting);
+        self.waiting = now;
+    }
+
+    /// A request (or a cancel) down to the agent.
+    async fn send_down(&mut self, request: ApiRequest) -> bool {
         let message = HubMessage {
-            generation: set.generation,
-            desired_json: crate::desired::encode(&set),
+            request: Some(request),
             ..HubMessage::default()
         };
         self.down.send(Ok(message)).await.is_ok()
@@ -201,18 +222,24 @@ impl Reader {
 
 enum Next {
     Message(Result<Option<AgentMessage>, Status>),
-    /// The set of desired objects changed (false: its sender is gone).
-    Desired(bool),
+    /// A request for the member's API (None: its sender is gone).
+    Call(Option<ApiCall>),
 }
 
-/// Waits for a new desired set; forever while no stream is open.
-async fn desired_changed(
-    desired: Option<&mut tokio::sync::watch::Receiver<Option<std::sync::Arc<DesiredSet>>>>,
-) -> bool {
-    match desired {
-        Some(rx) => rx.changed().await.is_ok(),
+/// Waits for a request for the member's API; forever while no stream is open.
+async fn next_call(calls: Option<&mut mpsc::Receiver<ApiCall>>) -> Option<ApiCall> {
+    match calls {
+        Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// What a message from the agent brings.
+enum Up {
+    /// For the member's task.
+    Member(Inbound),
+    /// Part of an answer from the member's API.
+    Answer(ApiResponse),
 }
 
 /// Why an agent's stream is refused.
@@ -281,17 +308,18 @@ fn certified(
 }
 
 /// One message from `certified`'s agent: what it brings, or why the stream ends.
-fn read(certified: &ClusterId, message: AgentMessage) -> Result<Option<Inbound>, Refused> {
+fn read(certified: &ClusterId, message: AgentMessage) -> Result<Option<Up>, Refused> {
     check_sender(certified, &ClusterId::new(&message.cluster))?;
     Ok(match message.body {
-        Some(agent_message::Body::Event(event)) => Some(Inbound::Event(Box::new(decode(&event)?))),
-        Some(agent_message::Body::Heartbeat(beat)) => Some(Inbound::Heartbeat {
+        Some(agent_message::Body::Event(event)) => {
+            Some(Up::Member(Inbound::Event(Box::new(decode(&event)?))))
+        }
+        Some(agent_message::Body::Heartbeat(beat)) => Some(Up::Member(Inbound::Heartbeat {
             member_ready: beat.member_ready,
             error: beat.error,
             watch_failure: beat.watch_failure,
-            applied_generation: beat.applied_generation,
-            apply_error: beat.apply_error,
-        }),
+        })),
+        Some(agent_message::Body::Response(response)) => Some(Up::Answer(response)),
         None => None,
     })
 }

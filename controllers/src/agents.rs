@@ -21,18 +21,26 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meridian_core::{ClusterId, HealthTimings};
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::SourceEvent;
 use crate::kubernetes::Fleet;
+use crate::kubernetes::connect::{Connected, Writer};
 use crate::kubernetes::member::publish_facts;
 use crate::kubernetes::state::{MemberEvent, MemberState};
-use crate::kubernetes::writeback::DesiredSet;
+
+mod tunnel;
+pub use tunnel::{
+    ApiCall, MAX_QUEUED_BYTES, Respond, ResponsePart, Tunnel, TunnelBody, TunnelError,
+    Undeliverable,
+};
 
 /// How many waiting messages of one agent are folded into one batch for the store.
 const BATCH: usize = 4096;
 /// An agent is silent for this many heartbeats before the hub counts its heartbeat failed.
 const SILENT_HEARTBEATS: u32 = 2;
+/// Requests waiting to go down one stream.
+const CALLS: usize = 256;
 
 /// What one agent's stream brings.
 #[derive(Debug)]
@@ -41,14 +49,11 @@ pub enum Inbound {
     Opened(Connection),
     /// One watch event of the member.
     Event(Box<MemberEvent>),
-    /// The agent's heartbeat: whether it reaches its member's API, its failing watch, and
-    /// the last set of desired objects it applied (and why not in full).
+    /// The agent's heartbeat: whether it reaches its member's API, and its failing watch.
     Heartbeat {
         member_ready: bool,
         error: String,
         watch_failure: String,
-        applied_generation: u64,
-        apply_error: String,
     },
     /// The stream ended (the agent went, or was refused).
     Closed,
@@ -72,10 +77,6 @@ pub struct AgentFacts {
     pub peer: String,
     pub certificate_expires: Option<SystemTime>,
     pub last_heartbeat: Option<SystemTime>,
-    /// The last set of desired objects the agent applied in full (0: none yet).
-    pub applied_generation: u64,
-    /// Why the agent could not apply the last set in full.
-    pub apply_error: Option<String>,
 }
 
 /// Where agents' streams find their member's task, by cluster.
@@ -92,8 +93,8 @@ struct Route {
     task: u64,
     tx: mpsc::Sender<(u64, Inbound)>,
     heartbeat: Duration,
-    /// The newest open stream, and where the objects the member should hold go down it.
-    current: Option<(u64, watch::Sender<Option<Arc<DesiredSet>>>)>,
+    /// The newest open stream, and where requests for the member's API go down it.
+    current: Option<(u64, mpsc::Sender<ApiCall>)>,
 }
 
 /// Why a stream cannot be opened for a cluster.
@@ -117,12 +118,12 @@ impl AgentRoutes {
             .cloned()
             .ok_or_else(|| NotAnAgentMember(cluster.clone()))?;
         let id = self.streams.fetch_add(1, Ordering::Relaxed) + 1;
-        let (desired_tx, desired) = watch::channel(None);
+        let (calls_tx, calls) = mpsc::channel(CALLS);
         let stream = AgentStream {
             id,
             tx: route.tx,
             heartbeat: route.heartbeat,
-            desired,
+            calls,
             cluster: cluster.clone(),
             routes: self.clone(),
         };
@@ -130,28 +131,19 @@ impl AgentRoutes {
             return Err(NotAnAgentMember(cluster.clone()));
         }
         if let Some(route) = self.routes.lock().get_mut(cluster) {
-            route.current = Some((id, desired_tx));
+            route.current = Some((id, calls_tx));
         }
         Ok(stream)
     }
 
-    /// The newest open stream of `cluster`'s agent.
-    pub fn stream_of(&self, cluster: &ClusterId) -> Option<u64> {
+    /// Where requests for `cluster`'s API go: down its agent's newest open stream.
+    pub fn calls_of(&self, cluster: &ClusterId) -> Option<mpsc::Sender<ApiCall>> {
         let routes = self.routes.lock();
-        routes.get(cluster)?.current.as_ref().map(|(id, _)| *id)
-    }
-
-    /// Sends what `cluster` should hold down stream `stream` (only the newest set waits to be
-    /// sent); false when that stream is no longer the cluster's.
-    pub fn send_desired(&self, cluster: &ClusterId, stream: u64, set: Arc<DesiredSet>) -> bool {
-        let routes = self.routes.lock();
-        match routes.get(cluster).and_then(|r| r.current.as_ref()) {
-            Some((id, tx)) if *id == stream => {
-                tx.send_replace(Some(set));
-                true
-            }
-            _ => false,
-        }
+        routes
+            .get(cluster)?
+            .current
+            .as_ref()
+            .map(|(_, tx)| tx.clone())
     }
 
     /// How often `cluster`'s heartbeat is due; None when it is no agent member here.
@@ -211,8 +203,8 @@ pub struct AgentStream {
     tx: mpsc::Sender<(u64, Inbound)>,
     /// How often the member's heartbeat is due (the agent is told).
     pub heartbeat: Duration,
-    /// What the member should hold, newest first: for the stream to send down.
-    pub desired: watch::Receiver<Option<Arc<DesiredSet>>>,
+    /// Requests for the member's API, for the stream to send down.
+    pub calls: mpsc::Receiver<ApiCall>,
     cluster: ClusterId,
     routes: AgentRoutes,
 }
@@ -248,6 +240,15 @@ pub async fn run(
 ) {
     let heartbeat = Duration::from_secs(timings.heartbeat_seconds.max(1));
     let mut registration = routes.register(&cluster, heartbeat);
+    // The hub's client for the member is its agent's stream: writers and watches use it as
+    // they use a push member's (a request while no agent is connected fails at once).
+    let tunnel = Tunnel::new(routes.clone(), cluster.clone());
+    fleet.update(&cluster, |f| {
+        f.connect(Connected {
+            client: tunnel.client(),
+            writer: Writer::agent(tunnel),
+        })
+    });
     let mut link = AgentLink::new(cluster.clone(), heartbeat);
     let mut tick = tokio::time::interval(heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -306,7 +307,6 @@ pub struct AgentLink {
     member_ready: Option<Result<(), String>>,
     /// The watch failure last reported to the store.
     watch_failure: Option<String>,
-    applied: (u64, Option<String>),
 }
 
 impl AgentLink {
@@ -322,7 +322,6 @@ impl AgentLink {
             relisting: true,
             member_ready: None,
             watch_failure: None,
-            applied: (0, None),
         }
     }
 
@@ -352,14 +351,8 @@ impl AgentLink {
                 member_ready,
                 error,
                 watch_failure,
-                applied_generation,
-                apply_error,
             } => {
                 self.last_heartbeat = Some((now, SystemTime::now()));
-                self.applied = (
-                    applied_generation,
-                    (!apply_error.is_empty()).then_some(apply_error),
-                );
                 let ready = match member_ready {
                     true => Ok(()),
                     false => Err(format!("the agent cannot reach its member's API: {error}")),
@@ -433,8 +426,6 @@ impl AgentLink {
             peer: connection.peer.clone(),
             certificate_expires: connection.certificate_expires,
             last_heartbeat: self.last_heartbeat.map(|(_, at)| at),
-            applied_generation: self.applied.0,
-            apply_error: self.applied.1.clone(),
         })
     }
 

@@ -537,7 +537,6 @@ pub fn member_cluster(
                     .and_then(|d| d.render_path.as_ref())
                     .map(|p| normalize(&base.join(p))),
                 retiring: mc.metadata.deletion_timestamp.is_some(),
-                agent: spec.source.agent.is_some(),
             },
             source,
         )),

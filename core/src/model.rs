@@ -255,11 +255,6 @@ pub struct ClusterSpec {
     /// placed there moves out the graceful way (replacement first, traffic next, the old copy
     /// last) before the member is let go.
     pub retiring: bool,
-    /// A pull-mode agent member (`spec.source.agent`): its agent brings its services and
-    /// writes the MCS write-back, but placed workloads do not go through agents yet, so
-    /// placement passes it over (`PlacementFilter::AgentMember`) rather than place replicas
-    /// nobody would write.
-    pub agent: bool,
     /// `spec.cost`: what running here costs, for the Cost score.
     pub cost: Option<Cost>,
 }
@@ -330,7 +325,6 @@ impl ClusterSpec {
             health: HealthTimings::default(),
             render_path: None,
             retiring: false,
-            agent: false,
             cost: None,
         }
     }

@@ -478,8 +478,6 @@ pub struct Inputs<'a> {
 pub enum PlacementFilter {
     /// Its MemberCluster is being deleted.
     Retiring,
-    /// A pull-mode agent member: placed workloads do not go through agents yet.
-    AgentMember,
     /// Unreachable for longer than `placement.failover.afterSeconds`.
     FailedOver { unreachable_seconds: u64 },
     /// Healthy again after a failover, but not yet for `failbackAfterSeconds`.

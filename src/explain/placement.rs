@@ -207,9 +207,6 @@ fn keys(of: &[TemplateKey]) -> String {
 fn excluded_words(reason: &PlacementFilter) -> String {
     match reason {
         PlacementFilter::Retiring => "its MemberCluster is being deleted (retiring)".into(),
-        PlacementFilter::AgentMember => {
-            "a pull-mode agent member: placed workloads do not go through agents yet".into()
-        }
         PlacementFilter::FailedOver {
             unreachable_seconds,
         } => format!("failed over: Unreachable for {unreachable_seconds} s"),

@@ -338,6 +338,16 @@ def test_rendered_rbac_is_deploy_rbac(helm):
     args = one(agent, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:3] == ["agent", "--hub=hub.example.com:9443", "--cluster=edge-1"], args
     assert "--state-secret=meridian-system/meridian-agent-state" in args, args
+    # Placed workloads reach an agent member through its agent: the propagation roles are the
+    # agent's.
+    placing = render(helm, MEMBER_CHART, "--set", "agent.enabled=true,agent.hub=hub.example.com:9443,"
+                     "agent.cluster=edge-1,propagation.enabled=true", release="meridian-member",
+                     namespace="meridian-system")
+    expected = deploy_rbac("agent.yaml", "member-propagation.yaml")
+    binding = ("ClusterRoleBinding", None, "meridian-member-propagation")
+    agent_sa = (("kind", "ServiceAccount"), ("name", "meridian-agent"), ("namespace", "meridian-system"))
+    expected[binding] = (expected[binding][0], [agent_sa])
+    assert rbac_view(placing) == expected
     refused = helm("template", "m", MEMBER_CHART, "--set", "agent.enabled=true,agent.cluster=edge-1")
     assert refused.returncode != 0 and "agent.hub" in refused.stderr, refused.stderr
 

@@ -29,8 +29,6 @@ fn ready() -> Inbound {
         member_ready: true,
         error: String::new(),
         watch_failure: String::new(),
-        applied_generation: 0,
-        apply_error: String::new(),
     }
 }
 
@@ -156,8 +154,6 @@ fn a_member_the_agent_cannot_reach_fails_its_heartbeat_with_the_agents_reason() 
         member_ready: false,
         error: "/readyz: connection refused".into(),
         watch_failure: "watch services: 500".into(),
-        applied_generation: 3,
-        apply_error: String::new(),
     };
     let events = feed(&mut l, 1, vec![down], t);
     assert!(

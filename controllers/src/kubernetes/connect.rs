@@ -94,21 +94,42 @@ pub struct Connected {
     pub writer: Writer,
 }
 
-/// The config a cluster's client was made from: its writer (`fence::writer`) is made the
-/// same way, once the Leadership that fences it is known.
+/// What a cluster's fenced writer client is made from, once the Leadership that fences it is
+/// known: the config its client was made from (`fence::writer`), or an agent member's tunnel.
 #[derive(Clone)]
-pub struct Writer(std::sync::Arc<Config>);
+pub struct Writer(WriterKind);
+
+#[derive(Clone)]
+enum WriterKind {
+    Config(std::sync::Arc<Config>),
+    Agent(crate::agents::Tunnel),
+}
 
 impl Writer {
+    /// An agent member's writer: its tunnel, fenced.
+    pub fn agent(tunnel: crate::agents::Tunnel) -> Self {
+        Self(WriterKind::Agent(tunnel))
+    }
+
     /// A client for writes only, whose connections carry nothing once `leadership` lapses.
     pub fn client(&self, leadership: &super::leader::Leadership) -> Result<Client> {
-        super::fence::writer(&self.0, leadership.clone()).map_err(Error::Client)
+        match &self.0 {
+            WriterKind::Config(config) => {
+                super::fence::writer(config, leadership.clone()).map_err(Error::Client)
+            }
+            WriterKind::Agent(tunnel) => Ok(tunnel.fenced(leadership.clone()).client()),
+        }
     }
 }
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Writer").field(&self.0.cluster_url).finish()
+        match &self.0 {
+            WriterKind::Config(config) => {
+                f.debug_tuple("Writer").field(&config.cluster_url).finish()
+            }
+            WriterKind::Agent(tunnel) => f.debug_tuple("Writer").field(tunnel).finish(),
+        }
     }
 }
 
@@ -237,6 +258,6 @@ fn client(mut config: Config, timeout: WatchTimeout) -> Result<Connected> {
     let client = Client::try_from(config.clone()).map_err(Error::Client)?;
     Ok(Connected {
         client,
-        writer: Writer(std::sync::Arc::new(config)),
+        writer: Writer(WriterKind::Config(std::sync::Arc::new(config))),
     })
 }

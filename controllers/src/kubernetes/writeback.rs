@@ -29,7 +29,6 @@ use tracing::{debug, info, warn};
 use super::apply::{self, Applier, ApplyOptions, ObjectId, Written, label_managed};
 use super::leader::Leadership;
 use super::{Fleet, MANAGED_BY_SELECTOR, bounded_name, name_hash};
-use crate::agents::AgentRoutes;
 use crate::metrics::WritebackMetrics;
 
 pub const MCS_API_VERSION: &str = "multicluster.x-k8s.io/v1alpha1";
@@ -41,7 +40,7 @@ pub const SLICE_MANAGED_BY: (&str, &str) =
 const ENDPOINTS_PER_SLICE: usize = 100;
 /// What meridian wrote is listed this often (metadata only) to repair drift: an object someone
 /// else changed or deleted is written again, one carrying meridian's label that is not wanted
-/// is deleted (`kubernetes.resyncSeconds`; an agent always uses this).
+/// is deleted (the default of `kubernetes.resyncSeconds`).
 pub const RESYNC: Duration = Duration::from_secs(60);
 /// Changes arriving within this window are written together.
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -609,42 +608,6 @@ impl MemberWrites {
     }
 }
 
-/// What an agent member should hold, as the hub sends it down: the objects and the export
-/// conditions of a full pass (the agent writes them with [`LocalWriteback`]).
-#[derive(Clone, Debug, PartialEq)]
-pub struct DesiredSet {
-    /// Counts up with every set sent to the member (the agent reports the one it applied).
-    pub generation: u64,
-    pub desired: Vec<Desired>,
-    pub conditions: Vec<ExportConditions>,
-}
-
-/// The write-back done in the member itself (by its agent) with the member's own applier:
-/// the same passes the hub makes for a push member, each a full one (what is unchanged since
-/// the last write is skipped, strays deleted, everything listed again at each resync).
-pub struct LocalWriteback(MemberWrites);
-
-impl LocalWriteback {
-    pub fn new(applier: Applier) -> Self {
-        Self(MemberWrites::new(applier, 0, RESYNC))
-    }
-
-    pub async fn apply(&mut self, set: &DesiredSet) -> Result<(), apply::Error> {
-        let pass = Pass::full(self.0.resync_due());
-        let result = reconcile_member(
-            &mut self.0,
-            set.desired.clone(),
-            set.conditions.clone(),
-            &pass,
-        )
-        .await;
-        if result.is_err() {
-            self.0.resynced = None;
-        }
-        result
-    }
-}
-
 /// `changed_services` from earlier snapshots to a round's, worked out once per round for each
 /// snapshot members settled at (usually one), not once per member.
 struct Changes<'a> {
@@ -673,12 +636,10 @@ pub async fn run(
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
     fleet: Fleet,
     leadership: Leadership,
-    agents: AgentRoutes,
     metrics: WritebackMetrics,
     resync: Duration,
 ) {
     let mut writes: BTreeMap<ClusterId, MemberWrites> = BTreeMap::new();
-    let mut sent = SentToAgents::default();
     let mut facts_changed = fleet.subscribe();
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
@@ -698,7 +659,6 @@ pub async fn run(
             }
             kept
         });
-        sent.last.retain(|id, _| facts.contains_key(id));
         for (id, f) in &facts {
             if f.retired {
                 // A member gone from the hub has no holder: the leader cleans up after it.
@@ -713,14 +673,6 @@ pub async fn run(
                 // A new term (or a handover back) starts with a full resync.
                 if let Some(w) = writes.get_mut(id) {
                     w.restart();
-                }
-                continue;
-            }
-            if f.client.is_none() && f.agent.is_some() && f.listed {
-                // An agent member: its agent writes; the hub sends it the full set when the
-                // set (or the agent's stream) changed.
-                if let Some(member) = snapshot.cluster_index(id.as_str()) {
-                    sent.offer(&agents, id, &snapshot, member, f);
                 }
                 continue;
             }
@@ -770,47 +722,6 @@ pub async fn run(
                     state.settled = None;
                 }
             }
-        }
-    }
-}
-
-/// The sets last sent to agent members, and down which stream.
-#[derive(Default)]
-struct SentToAgents {
-    last: BTreeMap<ClusterId, (u64, Arc<DesiredSet>)>,
-    generation: u64,
-}
-
-impl SentToAgents {
-    fn offer(
-        &mut self,
-        agents: &AgentRoutes,
-        id: &ClusterId,
-        snapshot: &Snapshot,
-        member: usize,
-        facts: &super::MemberFacts,
-    ) {
-        let mut set = DesiredSet {
-            generation: 0,
-            desired: desired_objects(snapshot, member, &facts.namespaces, Instant::now()),
-            conditions: export_conditions(snapshot, member, &facts.exports),
-        };
-        let Some(stream) = agents.stream_of(id) else {
-            return;
-        };
-        if let Some((last_stream, last)) = self.last.get(id)
-            && *last_stream == stream
-            && last.desired == set.desired
-            && last.conditions == set.conditions
-        {
-            return;
-        }
-        self.generation += 1;
-        set.generation = self.generation;
-        let set = Arc::new(set);
-        if agents.send_desired(id, stream, set.clone()) {
-            debug!(cluster = %id, generation = set.generation, objects = set.desired.len(), "desired objects sent to the agent");
-            self.last.insert(id.clone(), (stream, set));
         }
     }
 }

@@ -5,9 +5,7 @@
 //!
 //! Per cluster, in this order (the first that applies is the reason):
 //! 0. **retiring**: its MemberCluster is being deleted → `Retiring`, whatever the policy
-//!    tolerates (the member is let go only once meridian's copies have left it); else a
-//!    pull-mode **agent member** → `AgentMember` (placed workloads do not go through agents
-//!    yet: no replica is placed where nobody would write it).
+//!    tolerates (the member is let go only once meridian's copies have left it).
 //! 1. **failover** (only with `placement.failover.afterSeconds`): Unreachable for at least
 //!    that long → `FailedOver`; a cluster once failed over for a policy stays out as
 //!    `FailingBack` until it has been `Healthy` without a break for `failbackAfterSeconds`
@@ -255,9 +253,6 @@ impl<'p> Plan<'p> {
                 deadline = earliest(deadline, cp.1);
                 if failover.filter.is_some() {
                     cp.0.filter = failover.filter;
-                }
-                if fleet.clusters[p].view.spec.agent {
-                    cp.0.filter = Some(PlacementFilter::AgentMember);
                 }
                 if fleet.clusters[p].view.spec.retiring {
                     cp.0.filter = Some(PlacementFilter::Retiring);

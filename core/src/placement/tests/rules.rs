@@ -655,27 +655,6 @@ fn unschedulable_keeps_the_previous_placement() {
 }
 
 #[test]
-fn an_agent_member_is_placed_nothing_and_its_tier_falls_to_the_next() {
-    let mut world = World::new(&["eu-1", "eu-2", "us-1"])
-        .policy(eu_us(), duplicated())
-        .deployment("web", Some(3));
-    world.spec("eu-1").agent = true;
-    let mut placer = Placer::new();
-    let d = world.decide(&mut placer, 0, "web");
-    assert_eq!(split(&d), [("eu-2", Some(3))]);
-    assert!(
-        excluded(&d).contains(&("eu-1", PlacementFilter::AgentMember)),
-        "{:?}",
-        excluded(&d)
-    );
-    world.spec("eu-2").agent = true;
-    assert_eq!(
-        split(&world.decide(&mut placer, 1, "web")),
-        [("us-1", Some(3))]
-    );
-}
-
-#[test]
 fn a_retiring_cluster_is_placed_nothing_whatever_the_policy_tolerates() {
     let mut world = World::new(&["eu-1", "eu-2", "us-1"])
         .policy(eu_us(), duplicated())
