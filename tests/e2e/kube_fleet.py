@@ -24,7 +24,7 @@ no garbage collection (deleting a Service leaves its EndpointSlices unless the h
 deletes them too), a deleted Namespace never goes away (never delete one).
 
 The fixtures (conftest.py): `kube_fleet_session` starts the clusters once per session (with
-audit logs of ServiceImport writes only, SHARED_AUDIT_POLICY);
+audit logs of ServiceImport and Deployment writes only, SHARED_AUDIT_POLICY);
 `kube_fleet` hands that fleet to a test after reset() put it back to the state above;
 `kube_meridian` is meridian started on it. A test that needs other kube-apiserver flags
 builds its own fleet: `with started(tmp_path / "kube", extra_apiserver_args=[...]) as f:`.
@@ -117,7 +117,8 @@ SHARED_AUDIT_POLICY = {
     "omitStages": ["RequestReceived"],
     "rules": [
         {"level": "Metadata", "verbs": list(WRITE_VERBS),
-         "resources": [{"group": "multicluster.x-k8s.io", "resources": ["serviceimports"]}]},
+         "resources": [{"group": "multicluster.x-k8s.io", "resources": ["serviceimports"]},
+                       {"group": "apps", "resources": ["deployments"]}]},
         {"level": "None"},
     ],
 }

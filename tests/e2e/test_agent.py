@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from conftest import BIN, FROM_UNKNOWN, ROOT, Meridian, free_port, stop_process
-from kube_fleet import HUB_NAMESPACE, wait_for
+from kube_fleet import HUB_NAMESPACE, NAMESPACE, wait_for
 from test_kube_faults import FreezableProxy
 
 AGENT_RBAC = ROOT / "deploy" / "rbac" / "agent.yaml"
@@ -168,9 +168,6 @@ def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_
     assert all(code < 300 for _, code in writers), writers
     valid = wait_for(lambda: f.export_condition("m2", "cart", "Valid"), timeout=20, what="m2's export condition")
     assert valid["status"] == "True", valid
-    # The agent says so in its next heartbeat.
-    wait_for(lambda: yaml.safe_load(m.http("/debug/agents")[1])["agents"]["m2"]["appliedGeneration"] >= 1,
-             timeout=10, what="the applied generation in /debug/agents")
     # /debug/agents and `meridian status` show the agent.
     agents_view = yaml.safe_load(m.http("/debug/agents")[1])["agents"]
     assert agents_view["m2"]["connected"] is True
@@ -185,6 +182,9 @@ def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_
     agent_metrics = metric_values(agent.admin("/metrics"))
     assert agent_metrics["meridian_agent_connected"] == 1
     assert agent_metrics["meridian_agent_events_sent_total"] >= 10, agent_metrics
+    # The hub's writes went down the stream as API requests the agent carried.
+    assert agent_metrics["meridian_agent_api_requests_total"] >= 2, agent_metrics
+    assert metric_values(m.http("/metrics")[1])["meridian_agent_api_requests_total"] >= 2
     assert agent_metrics["meridian_agent_certificate_expiry_timestamp_seconds"] > time.time() + 3600
 
     # The token is spent: a second agent presenting it is refused and stops with the reason.
@@ -496,3 +496,61 @@ def test_two_hundred_agents_joining_at_once_converge_and_reconnect_at_a_bounded_
         if swarm is not None:
             stop_process(swarm)
         m.stop()
+
+
+def test_a_workload_placed_in_an_agent_member_is_written_watched_and_removed_through_its_agent(
+        kube_fleet, agents, tmp_path):
+    """Propagation into an agent member: the hub holds no credential for m2, so its writes and
+    watches go down m2's agent stream, and m2's RBAC for the *agent* decides — refused until
+    the agent's ServiceAccount has the propagation role, then applied (by the agent, says the
+    audit log), its status read back through the agent's watch and summed on the hub, scaled,
+    and deleted when the policy goes."""
+    from test_kube_propagation import (deployment, divided, member_replicas, placement,
+                                       write_status)
+    f = kube_fleet
+    f.grant_propagation()  # m1 (push): User meridian; m2 gets its agent's binding below
+    audited_before = len(f.audit_events("m2"))
+    agent_member(f, "m2")
+    port = free_port()
+    m = start_hub(f, port)
+    agents("m2", port, token=make_token(f, "m2"), state_dir=tmp_path / "m2-state",
+           kubeconfig=agent_kubeconfig(f, "m2"), ca_file=hub_ca(f))
+    m.wait_for(lambda: cluster(m, "m2")["health"] == "Healthy", timeout=20, what="m2's agent connected")
+
+    f.hub.apply(deployment("web", 4))
+    f.policy("web", divided("web", {"m1": 1, "m2": 1}))
+    # m1 gets its half; m2's agent may not write Deployments yet: the member's answer (403,
+    # naming the agent's ServiceAccount) comes back to the hub.
+    wait_for(lambda: member_replicas(f, "web") == {"m1": 2}, timeout=20, what="m1's half", log=m)
+    agent_user = "system:serviceaccount:meridian-system:meridian-agent"
+    wait_for(lambda: agent_user in m.http("/debug/placements")[1] + m.log.read_text(), timeout=20,
+             what="m2's refusal of the agent's write (naming the agent's user), seen on the hub", log=m)
+    assert member_replicas(f, "web") == {"m1": 2}
+    try:
+        f.cluster("m2").apply({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "meridian-member-propagation"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "meridian-member-propagation"},
+            "subjects": [{"kind": "ServiceAccount", "name": "meridian-agent", "namespace": HUB_NAMESPACE}]})
+        wait_for(lambda: member_replicas(f, "web") == {"m1": 2, "m2": 2}, timeout=30,
+                 what="m2's half, written through its agent once RBAC allows", log=m)
+        writers = {e["user"]["username"] for e in f.audit_events("m2")[audited_before:]
+                   if e["objectRef"].get("resource") == "deployments" and e["stage"] == "ResponseComplete"
+                   and e["responseStatus"]["code"] < 300}
+        assert writers == {agent_user}, writers
+        # The members report: m2's status reaches the hub through the agent's watch.
+        write_status(f, "m1", "web", 2)
+        write_status(f, "m2", "web", 1)
+        wait_for(lambda: (f.hub.get("apps/v1", "Deployment", "web", NAMESPACE).get("status") or {})
+                 .get("readyReplicas") == 3, timeout=20, what="the hub's status summed over m1 and m2", log=m)
+        record = wait_for(lambda: placement(f, "web"), timeout=10, what="the Placement of web")
+        assert record["spec"]["summary"] == "m1=2,m2=2", record["spec"]
+        # A new size is written through the agent too; the policy gone, m2's copy goes.
+        f.hub.apply(deployment("web", 6))
+        wait_for(lambda: member_replicas(f, "web") == {"m1": 3, "m2": 3}, timeout=20, what="6 as 3/3", log=m)
+        f.hub.delete("meridian.io/v1alpha1", "ClusterSchedulingPolicy", "web", NAMESPACE)
+        wait_for(lambda: member_replicas(f, "web") == {}, timeout=30,
+                 what="both copies deleted once nothing places web", log=m)
+    finally:
+        f.revoke_propagation()  # m2's binding (the agent's) too: it has the same name
