@@ -44,6 +44,15 @@ const ENDPOINTS_PER_SLICE: usize = 100;
 pub const RESYNC: Duration = Duration::from_secs(60);
 /// Changes arriving within this window are written together.
 const DEBOUNCE: Duration = Duration::from_millis(100);
+/// The longest wait before a member whose rounds keep failing is tried again.
+const MAX_RETRY: Duration = Duration::from_secs(10);
+
+/// How long to wait after `failures` rounds failed in a row: half a second, doubling, at most
+/// `MAX_RETRY`.
+fn retry_delay(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    (Duration::from_millis(500) * 2u32.pow(doublings)).min(MAX_RETRY)
+}
 
 /// The name of the derived Service of `service`: a DNS label of at most 63 characters.
 pub fn derived_name(service: &str) -> String {
@@ -508,6 +517,10 @@ struct MemberWrites {
     /// The last drift check found an export's status changed: the next pass writes every
     /// export's conditions.
     conditions_drifted: bool,
+    /// Rounds failed in a row, and when the next may be tried: a member that refuses
+    /// (its RBAC, its agent gone) is asked again less and less often, not at every wake.
+    failures: u32,
+    retry_at: Option<Instant>,
 }
 
 /// The inputs of a member's last complete pass: the next pass writes only what changed since.
@@ -531,6 +544,8 @@ impl MemberWrites {
             settled: None,
             drifted: BTreeSet::new(),
             conditions_drifted: false,
+            failures: 0,
+            retry_at: None,
         }
     }
 
@@ -544,6 +559,20 @@ impl MemberWrites {
         self.settled = None;
         self.drifted.clear();
         self.conditions_drifted = false;
+        self.failures = 0;
+        self.retry_at = None;
+    }
+
+    /// A round failed: the next waits `retry_delay` of the failures in a row.
+    fn failed(&mut self, now: Instant) {
+        self.resynced = None;
+        self.settled = None;
+        self.failures = self.failures.saturating_add(1);
+        self.retry_at = Some(now + retry_delay(self.failures));
+    }
+
+    fn retry_waits(&self, now: Instant) -> bool {
+        self.retry_at.is_some_and(|t| now < t)
     }
 
     fn resync_due(&self) -> bool {
@@ -690,6 +719,9 @@ pub async fn run(
             let Some(state) = writes.get_mut(id) else {
                 continue;
             };
+            if state.retry_waits(Instant::now()) {
+                continue;
+            }
             let pass = state.plan(
                 &mut changes,
                 &f.namespaces,
@@ -710,6 +742,8 @@ pub async fn run(
             metrics.round(id, result.is_ok());
             match result {
                 Ok(()) => {
+                    state.failures = 0;
+                    state.retry_at = None;
                     state.settled = Some(Settled {
                         snapshot: snapshot.clone(),
                         namespaces: f.namespaces.clone(),
@@ -717,9 +751,8 @@ pub async fn run(
                     })
                 }
                 Err(e) => {
-                    warn!(cluster = %id, error = %e, "write-back incomplete; retrying");
-                    state.resynced = None;
-                    state.settled = None;
+                    state.failed(Instant::now());
+                    warn!(cluster = %id, error = %e, failures = state.failures, "write-back incomplete; retrying");
                 }
             }
         }

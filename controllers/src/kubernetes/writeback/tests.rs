@@ -836,3 +836,12 @@ async fn a_pass_writes_the_services_that_changed_and_every_condition_when_export
     let more: BTreeSet<String> = ["shop".to_string(), "more".to_string()].into();
     assert_eq!(plan(&mut state, &more, &exports, &[]), Pass::full(true));
 }
+
+#[test]
+fn a_member_whose_rounds_keep_failing_is_tried_again_less_and_less_often() {
+    let delays: Vec<u64> = [1, 2, 3, 4, 5, 6, 40, u32::MAX]
+        .into_iter()
+        .map(|n| retry_delay(n).as_millis() as u64)
+        .collect();
+    assert_eq!(delays, [500, 1000, 2000, 4000, 8000, 10000, 10000, 10000]);
+}
