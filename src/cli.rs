@@ -444,7 +444,9 @@ pub struct ApproveArgs {
 
 #[derive(Debug, Args)]
 pub struct AgentRunArgs {
-    /// The hub's agent listener, host:port (its certificate must name host).
+    /// The hub's agent listener, host:port (its certificate must name host); a stream is held
+    /// to every address host resolves to (each replica behind a headless Service), and to
+    /// every entry of a comma-separated list (replicas reached at addresses of their own).
     #[arg(long, env = "MERIDIAN_AGENT_HUB")]
     pub hub: String,
     /// The member this agent speaks for (its MemberCluster's name on the hub).

@@ -16,7 +16,8 @@
 //!  renew_at ─► Renew ─► state (whether or not a stream is up)
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
@@ -45,6 +46,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const APPROVAL_POLL: Duration = Duration::from_secs(3);
 /// How long connecting to the hub may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the hub's name is resolved again (a replica added or gone), and again after a
+/// failed resolution.
+const RESOLVE: Duration = Duration::from_secs(30);
+const RESOLVE_RETRY: Duration = Duration::from_secs(5);
 /// Messages waiting to go up; a slow hub slows the watches down instead of growing this.
 const UP_QUEUE: usize = 1024;
 
@@ -146,19 +151,64 @@ struct Agent {
 }
 
 impl Agent {
-    /// One stream after another, forever, with jittered backoff between them.
+    /// A stream to every address the hub's name resolves to (every replica behind a headless
+    /// Service: each hears the member and writes it through its own stream), followed as the
+    /// name resolves to others.
     async fn stay_connected(&self) {
+        let mut streams: HashMap<SocketAddr, futures::future::AbortHandle> = HashMap::new();
+        let mut running = futures::stream::FuturesUnordered::new();
+        loop {
+            let wait = match resolve(&self.settings.hub).await {
+                Ok(addresses) => {
+                    streams.retain(|address, stream| {
+                        let kept = addresses.contains_key(address);
+                        if !kept {
+                            tracing::info!(%address, "the hub's name no longer resolves to this address: its stream ends");
+                            stream.abort();
+                        }
+                        kept
+                    });
+                    for (address, entry) in addresses {
+                        if let std::collections::hash_map::Entry::Vacant(e) = streams.entry(address)
+                        {
+                            let (stream, handle) =
+                                futures::future::abortable(self.stay_connected_to(address, entry));
+                            e.insert(handle);
+                            running.push(stream);
+                        }
+                    }
+                    RESOLVE
+                }
+                Err(why) => {
+                    tracing::warn!(hub = %self.settings.hub, %why, "cannot resolve the hub's name; keeping the streams held");
+                    RESOLVE_RETRY
+                }
+            };
+            let sleep = tokio::time::sleep(wait);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    () = &mut sleep => break,
+                    Some(_) = running.next(), if !running.is_empty() => {}
+                }
+            }
+        }
+    }
+
+    /// One stream after another to `address`, forever, with jittered backoff between them.
+    async fn stay_connected_to(&self, address: SocketAddr, entry: String) {
         let mut backoff = Backoff::default();
         loop {
             let started = std::time::Instant::now();
-            let ended = self.session().await;
+            let ended = self.session(address, &entry).await;
             match &ended {
-                Ok(()) => tracing::info!("the hub ended the stream; connecting again"),
-                Err(why) => tracing::warn!(%why, "no stream to the hub"),
+                Ok(()) => tracing::info!(%address, "the hub ended the stream; connecting again"),
+                Err(why) => tracing::warn!(%address, %why, "no stream to the hub"),
             }
             self.side.reconnects.inc();
             self.side.update(|v| {
-                v.connected = false;
+                v.streams.remove(&address.to_string());
+                v.connected = !v.streams.is_empty();
                 v.since_unix = unix(SystemTime::now());
                 v.last_error = ended.err();
             });
@@ -173,11 +223,11 @@ impl Agent {
         }
     }
 
-    /// One stream to the hub, until it ends.
-    async fn session(&self) -> Result<(), String> {
+    /// One stream to the hub's replica at `address`, until it ends.
+    async fn session(&self, address: SocketAddr, entry: &str) -> Result<(), String> {
         let current = self.credentials.lock().clone();
         let identity = Some((current.certificate_pem.as_str(), current.key_pem.as_str()));
-        let channel = channel(&self.settings.hub, &current.ca_pem, identity)
+        let channel = channel(entry, Some(address), &current.ca_pem, identity)
             .await
             .map_err(|e| reason_of(&e))?;
         let (up, up_rx) = mpsc::channel(UP_QUEUE);
@@ -191,10 +241,12 @@ impl Agent {
             .ok_or("the hub ended the stream at once")?;
         let heartbeat = Duration::from_secs(u64::from(hello.heartbeat_seconds.max(1)));
         tracing::info!(
+            %address,
             heartbeat_seconds = heartbeat.as_secs(),
             "connected to the hub"
         );
         self.side.update(|v| {
+            v.streams.insert(address.to_string());
             v.connected = true;
             v.since_unix = unix(SystemTime::now());
             v.heartbeat_seconds = heartbeat.as_secs();
@@ -357,9 +409,14 @@ impl Agent {
 
     async fn renew(&self, current: &Credentials) -> Result<Credentials, String> {
         let identity = Some((current.certificate_pem.as_str(), current.key_pem.as_str()));
-        let channel = channel(&self.settings.hub, &current.ca_pem, identity)
-            .await
-            .map_err(|e| reason_of(&e))?;
+        let channel = channel(
+            first_entry(&self.settings.hub),
+            None,
+            &current.ca_pem,
+            identity,
+        )
+        .await
+        .map_err(|e| reason_of(&e))?;
         let (key_pem, csr_pem) =
             key_and_request(&self.settings.cluster).map_err(|e| reason_of(&e))?;
         let answer = proto::renew(channel, RenewRequest { csr_pem })
@@ -405,7 +462,7 @@ async fn credentials(
     let asking = asking(settings).await?;
     let mut backoff = Backoff::default();
     loop {
-        let channel = channel(&settings.hub, &hub_ca, None).await;
+        let channel = channel(first_entry(&settings.hub), None, &hub_ca, None).await;
         let attempt = match channel {
             Ok(channel) => join(channel, &asking, &token).await,
             Err(e) => {
@@ -478,9 +535,41 @@ impl WatchFailure {
     }
 }
 
-/// A TLS channel to the hub, trusting `ca_pem`, with a client certificate or none.
+/// The addresses `--hub` (`host:port`, or several, comma-separated) resolves to, each with
+/// the entry that named it (whose host the hub's certificate must name).
+async fn resolve(hub: &str) -> Result<BTreeMap<SocketAddr, String>, String> {
+    let mut addresses = BTreeMap::new();
+    for entry in hub_entries(hub) {
+        let resolved = tokio::net::lookup_host(entry)
+            .await
+            .map_err(|e| format!("{entry}: {e}"))?;
+        for address in resolved {
+            addresses
+                .entry(address)
+                .or_insert_with(|| entry.to_string());
+        }
+    }
+    if addresses.is_empty() {
+        return Err(format!("{hub:?} resolves to no address"));
+    }
+    Ok(addresses)
+}
+
+/// The entries of `--hub`.
+fn hub_entries(hub: &str) -> impl Iterator<Item = &str> {
+    hub.split(',').map(str::trim).filter(|e| !e.is_empty())
+}
+
+/// The entry joins and renewals go to (any replica signs: they share the agent CA).
+fn first_entry(hub: &str) -> &str {
+    hub_entries(hub).next().unwrap_or(hub)
+}
+
+/// A TLS channel to the hub (at `address`, else wherever its name resolves to), trusting
+/// `ca_pem` for the hub's name, with a client certificate or none.
 async fn channel(
     hub: &str,
+    address: Option<SocketAddr>,
     ca_pem: &str,
     identity: Option<(&str, &str)>,
 ) -> Result<Channel, AgentError> {
@@ -495,7 +584,8 @@ async fn channel(
     if let Some((cert, key)) = identity {
         tls = tls.identity(Identity::from_pem(cert, key));
     }
-    Channel::from_shared(format!("https://{hub}"))
+    let target = address.map_or_else(|| hub.to_string(), |a| a.to_string());
+    Channel::from_shared(format!("https://{target}"))
         .map_err(|e| AgentError::Address(hub.to_string(), e.into()))?
         .tls_config(tls)
         .map_err(|e| AgentError::Address(hub.to_string(), e.into()))?
@@ -589,3 +679,6 @@ pub(crate) fn random_unit() -> f64 {
         Err(_) => 0.5,
     }
 }
+
+#[cfg(test)]
+mod tests;

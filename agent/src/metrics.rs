@@ -111,6 +111,8 @@ pub struct AgentView {
     pub hub: String,
     pub cluster: String,
     pub connected: bool,
+    /// The hub replicas' addresses a stream is open to.
+    pub streams: std::collections::BTreeSet<String>,
     /// When the current stream opened, or the last one ended (seconds since the epoch).
     pub since_unix: i64,
     pub certificate_expires_unix: i64,
@@ -124,7 +126,7 @@ impl AgentSide {
         let m = Self::default();
         registry.register(
             "connected",
-            "1 while the agent holds a stream to the hub",
+            "Streams the agent holds to the hub's replicas (one per address the hub's name resolves to)",
             m.connected.clone(),
         );
         registry.register(
@@ -167,7 +169,8 @@ impl AgentSide {
     pub(crate) fn update(&self, f: impl FnOnce(&mut AgentView)) {
         let mut view = self.view.lock();
         f(&mut view);
-        self.connected.set(i64::from(view.connected));
+        self.connected
+            .set(i64::try_from(view.streams.len()).unwrap_or(i64::MAX));
         self.certificate_expiry.set(view.certificate_expires_unix);
     }
 }

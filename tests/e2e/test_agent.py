@@ -36,12 +36,13 @@ NAME = "cart.shop.global"
 class Agent:
     """`meridian agent` for one member, logging to ROOT/agent-NAME-N.log."""
 
-    def __init__(self, fleet, member: str, hub_port: int, *, token: str | None, state_dir: Path | None = None,
+    def __init__(self, fleet, member: str, hub_port: int | str, *, token: str | None, state_dir: Path | None = None,
                  kubeconfig: Path, ca_file: Path, cluster: str | None = None, state_secret: str | None = None):
         self.log = fleet.root / f"agent-{member}-{time.monotonic_ns()}.log"
         self.admin_port = free_port()
         state = ["--state-dir", str(state_dir)] if state_dir else ["--state-secret", state_secret]
-        args = [str(BIN), "agent", "--hub", f"127.0.0.1:{hub_port}", "--cluster", cluster or member, *state,
+        hub = hub_port if isinstance(hub_port, str) else f"127.0.0.1:{hub_port}"  # str: --hub as is
+        args = [str(BIN), "agent", "--hub", hub, "--cluster", cluster or member, *state,
                 "--kubeconfig", str(kubeconfig), "--hub-ca-file", str(ca_file),
                 "--admin-listen", f"127.0.0.1:{self.admin_port}"]
         if token is not None:
@@ -554,3 +555,42 @@ def test_a_workload_placed_in_an_agent_member_is_written_watched_and_removed_thr
                  what="both copies deleted once nothing places web", log=m)
     finally:
         f.revoke_propagation()  # m2's binding (the agent's) too: it has the same name
+
+
+def test_an_agent_holds_a_stream_to_every_hub_replica_and_the_next_leader_writes_through_its_own(
+        kube_fleet, agents, tmp_path):
+    """Two hub replicas (leader election), each with an agent listener of its own; the agent is
+    given both (`--hub A,B`, as a headless Service's name resolves to every replica) and holds
+    a stream to each: both replicas hear m2 and serve its endpoints, and when the leader dies
+    the next one writes m2 at once through the stream it already holds."""
+    f = kube_fleet
+    publish_cart(f, "m1", ["10.1.0.1"])
+    publish_cart(f, "m2", ["10.2.0.1"])
+    agent_member(f, "m2")
+    port_a, port_b = free_port(), free_port()
+    a = start_hub(f, port_a)
+    wait_for(lambda: f.lease_holder() == "meridian", timeout=15, what="A leads", log=a)
+    b = f.start_meridian("meridian-2", agent={"listen": f"127.0.0.1:{port_b}"})
+    agent = agents("m2", f"127.0.0.1:{port_a},127.0.0.1:{port_b}", token=make_token(f, "m2"),
+                   state_dir=tmp_path / "m2-state", kubeconfig=agent_kubeconfig(f, "m2"), ca_file=hub_ca(f))
+    for replica in (a, b):
+        replica.wait_for(lambda r=replica: r.addresses(NAME) == ["10.1.0.1", "10.2.0.1"], timeout=20,
+                         what="m2's cart through its agent, on each replica")
+        assert cluster(replica, "m2")["health"] == "Healthy"
+        assert metric_values(replica.http("/metrics")[1])["meridian_agent_streams"] == 1
+    assert metric_values(agent.admin("/metrics"))["meridian_agent_connected"] == 2
+    assert sorted(json.loads(agent.admin("/debug"))["agent"]["streams"]) == sorted(
+        [f"127.0.0.1:{port_a}", f"127.0.0.1:{port_b}"])
+    wait_for(lambda: import_clusters(f, "m2", "cart") == ["m1", "m2"], timeout=20,
+             what="the ServiceImport in m2, written by the leader through its stream")
+
+    a.stop()
+    wait_for(lambda: f.lease_holder() == "meridian-2", timeout=15, what="B takes the lease", log=b)
+    # B writes m2 through its own stream: a service exported since appears there as an import.
+    publish_cart(f, "m1", ["10.1.0.1"])
+    f.publish("m1", "web", ["10.1.0.5"])
+    f.export("m1", "web")
+    wait_for(lambda: import_clusters(f, "m2", "web") == ["m1"], timeout=20,
+             what="web's ServiceImport in m2, written by B", log=b)
+    assert cluster(b, "m2")["health"] == "Healthy", "B heard m2 all along"
+    assert agent.proc.poll() is None
