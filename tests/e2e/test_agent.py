@@ -148,7 +148,8 @@ def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_
     agent = agents("m2", port, token=token, state_dir=state, kubeconfig=kubeconfig, ca_file=ca)
     m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1", "10.2.0.1"], timeout=20,
                what="m2's cart through its agent")
-    assert cluster(m, "m2")["health"] == "Healthy"
+    # Served from the relist on; Healthy with the agent's first heartbeat on the new stream.
+    m.wait_for(lambda: cluster(m, "m2")["health"] == "Healthy", timeout=10, what="m2 Healthy")
     assert sorted(p.name for p in state.iterdir()) == ["ca.pem", "cert.pem", "key.pem"]
     assert oct(os.stat(state / "key.pem").st_mode & 0o777) == "0o600"
     # Changes stream through: a new endpoint, then the service gone from m2.
