@@ -165,6 +165,10 @@ impl Agent {
                         if !kept {
                             tracing::info!(%address, "the hub's name no longer resolves to this address: its stream ends");
                             stream.abort();
+                            self.side.update(|v| {
+                                v.streams.remove(&address.to_string());
+                                v.connected = !v.streams.is_empty();
+                            });
                         }
                         kept
                     });
