@@ -165,10 +165,7 @@ impl Agent {
                         if !kept {
                             tracing::info!(%address, "the hub's name no longer resolves to this address: its stream ends");
                             stream.abort();
-                            self.side.update(|v| {
-                                v.streams.remove(&address.to_string());
-                                v.connected = !v.streams.is_empty();
-                            });
+                            self.side.update(|v| v.stream_ended(*address));
                         }
                         kept
                     });
@@ -211,8 +208,7 @@ impl Agent {
             }
             self.side.reconnects.inc();
             self.side.update(|v| {
-                v.streams.remove(&address.to_string());
-                v.connected = !v.streams.is_empty();
+                v.stream_ended(address);
                 v.since_unix = unix(SystemTime::now());
                 v.last_error = ended.err();
             });

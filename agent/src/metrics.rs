@@ -121,6 +121,14 @@ pub struct AgentView {
     pub last_error: Option<String>,
 }
 
+impl AgentView {
+    /// The stream to the replica at `address` is no longer open.
+    pub(crate) fn stream_ended(&mut self, address: std::net::SocketAddr) {
+        self.streams.remove(&address.to_string());
+        self.connected = !self.streams.is_empty();
+    }
+}
+
 impl AgentSide {
     pub fn new(registry: &mut Registry) -> Self {
         let m = Self::default();

@@ -43,12 +43,17 @@ fn tunnel_error(e: kube::Error) -> String {
     }
 }
 
-fn answer(call: &ApiCall, status: u16, body: &[u8], chunk: usize) {
+/// The head of a JSON answer.
+fn head(call: &ApiCall, status: u16) {
     let mut headers = HeaderMap::new();
     headers.insert("content-type", "application/json".parse().unwrap());
     call.respond
         .send(ResponsePart::Head { status, headers })
         .unwrap();
+}
+
+fn answer(call: &ApiCall, status: u16, body: &[u8], chunk: usize) {
+    head(call, status);
     for part in body.chunks(chunk) {
         let data = Bytes::copy_from_slice(part);
         call.respond.send(ResponsePart::Data(data)).unwrap();
@@ -125,14 +130,7 @@ async fn a_stream_that_ends_mid_answer_fails_the_request_it_carried() {
     let (routes, mut stream, _registration) = one_stream(&edge).await;
     let agent = tokio::spawn(async move {
         let call = stream.calls.recv().await.unwrap();
-        let mut headers = HeaderMap::new();
-        headers.insert("content-type", "application/json".parse().unwrap());
-        call.respond
-            .send(ResponsePart::Head {
-                status: 200,
-                headers,
-            })
-            .unwrap();
+        head(&call, 200);
         call.respond
             .send(ResponsePart::Data(Bytes::from_static(b"{\"kind\":")))
             .unwrap();
