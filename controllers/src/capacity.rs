@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use meridian_core::{Capacity, Quota, Resources};
+use meridian_core::{Capacity, Quota, Resources, Workload};
 use meridian_federation::{quantity, template};
 
 /// What a ResourceQuota allows and what is used of it: `status.hard` and `status.used` (a
@@ -66,29 +66,81 @@ pub fn node(n: &Node) -> Result<Resources, String> {
     }
 }
 
-/// What a Pod holds of its Node (nothing unless bound and unfinished).
-pub fn pod(p: &Pod) -> Result<Resources, String> {
-    if occupies_a_node(p) {
-        pod_requests(p)
-    } else {
-        Ok(Resources::default())
+/// What a Pod holds of its Node, and the workload it belongs to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodUse {
+    /// Nothing unless the pod is bound and unfinished.
+    pub requests: Resources,
+    /// Its controller ([`workload_of`]); None for a pod no workload controls.
+    pub workload: Option<Workload>,
+}
+
+/// What a Pod holds of its Node (nothing unless bound and unfinished), and whose it is.
+pub fn pod(p: &Pod) -> Result<PodUse, String> {
+    if !occupies_a_node(p) {
+        return Ok(PodUse::default());
     }
+    Ok(PodUse {
+        requests: pod_requests(p)?,
+        workload: workload_of(p),
+    })
+}
+
+/// The workload a pod belongs to: its controller (ownerReference with `controller: true`),
+/// except that a ReplicaSet named `<deployment>-<pod-template-hash>` stands for its
+/// Deployment — the object meridian places.
+pub fn workload_of(p: &Pod) -> Option<Workload> {
+    let owner = p
+        .metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let hash = p
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("pod-template-hash"));
+    let deployment = (owner.kind == "ReplicaSet")
+        .then(|| hash.and_then(|h| owner.name.strip_suffix(h)?.strip_suffix('-')))
+        .flatten();
+    let (kind, name) = match deployment {
+        Some(d) => ("Deployment", d),
+        None => (owner.kind.as_str(), owner.name.as_str()),
+    };
+    Some(Workload {
+        namespace: p.metadata.namespace.as_deref().unwrap_or("default").into(),
+        kind: kind.into(),
+        name: name.into(),
+    })
 }
 
 /// The capacity of a cluster's Nodes and Pods ([`node`], [`pod`]); None without Nodes (the
 /// capacity is then unknown, not zero).
-pub fn of(
+pub fn of<'p>(
     nodes: impl IntoIterator<Item = Resources>,
-    pods: impl IntoIterator<Item = Resources>,
+    pods: impl IntoIterator<Item = &'p PodUse>,
     quotas: Arc<BTreeMap<String, Vec<Quota>>>,
 ) -> Option<Capacity> {
     let mut nodes = nodes.into_iter().peekable();
     nodes.peek()?;
+    let mut requested = Resources::default();
+    let mut workloads: BTreeMap<Workload, Resources> = BTreeMap::new();
+    for pod in pods {
+        requested = requested.saturating_add(pod.requests);
+        if let Some(w) = pod
+            .workload
+            .as_ref()
+            .filter(|_| pod.requests != Resources::default())
+        {
+            let held = workloads.entry(w.clone()).or_default();
+            *held = held.saturating_add(pod.requests);
+        }
+    }
     Some(Capacity {
         allocatable: nodes.fold(Resources::default(), Resources::saturating_add),
-        requested: pods
-            .into_iter()
-            .fold(Resources::default(), Resources::saturating_add),
+        requested,
+        workloads: Arc::new(workloads),
         quotas,
     })
 }
@@ -185,9 +237,10 @@ mod tests {
             pod(None, "Pending", "8", None),
             pod(Some("n"), "Pending", "250m", Some("2")),
         ];
+        let pods: Vec<PodUse> = pods.iter().map(|p| super::pod(p).unwrap()).collect();
         let c = of(
             nodes.iter().map(|n| super::node(n).unwrap()),
-            pods.iter().map(|p| super::pod(p).unwrap()),
+            &pods,
             Arc::default(),
         )
         .unwrap();
@@ -208,6 +261,79 @@ mod tests {
             pods: 1,
         };
         assert_eq!(c.free_replicas(&per), 3, "3.4 cores free");
+    }
+
+    fn owned(mut p: Pod, kind: &str, name: &str, hash: Option<&str>) -> Pod {
+        p.metadata.namespace = Some("shop".into());
+        p.metadata.owner_references =
+            Some(vec![serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "u", "controller": true
+        }))
+        .unwrap()]);
+        if let Some(h) = hash {
+            p.metadata.labels = Some([("pod-template-hash".into(), h.into())].into());
+        }
+        p
+    }
+
+    #[test]
+    fn pods_are_counted_per_workload_a_replica_set_standing_for_its_deployment() {
+        let nodes = [node("8", "32Gi", "110", false)];
+        let pods: Vec<PodUse> = [
+            owned(
+                pod(Some("n"), "Running", "500m", None),
+                "ReplicaSet",
+                "web-7f9c",
+                Some("7f9c"),
+            ),
+            owned(
+                pod(Some("n"), "Running", "500m", None),
+                "ReplicaSet",
+                "web-7f9c",
+                Some("7f9c"),
+            ),
+            owned(
+                pod(Some("n"), "Running", "1", None),
+                "ReplicaSet",
+                "bare",
+                Some("x1"),
+            ),
+            owned(
+                pod(Some("n"), "Running", "1", None),
+                "StatefulSet",
+                "db",
+                None,
+            ),
+            owned(pod(Some("n"), "Succeeded", "1", None), "Job", "done", None),
+            pod(Some("n"), "Running", "1", None),
+        ]
+        .iter()
+        .map(|p| super::pod(p).unwrap())
+        .collect();
+        let c = of(
+            nodes.iter().map(|n| super::node(n).unwrap()),
+            &pods,
+            Arc::default(),
+        )
+        .unwrap();
+        let held = |kind: &str, name: &str| {
+            c.held_by(&Workload {
+                namespace: "shop".into(),
+                kind: kind.into(),
+                name: name.into(),
+            })
+            .cpu_millis
+        };
+        assert_eq!(held("Deployment", "web"), 1200, "two pods of 500m + 100m");
+        assert_eq!(
+            held("ReplicaSet", "bare"),
+            1100,
+            "a hash that is not its suffix"
+        );
+        assert_eq!(held("StatefulSet", "db"), 1100);
+        assert_eq!(held("Job", "done"), 0, "a finished pod holds nothing");
+        assert_eq!(c.workloads.len(), 3);
+        assert_eq!(c.requested.cpu_millis, 1200 + 1100 * 3);
     }
 
     #[test]

@@ -436,7 +436,7 @@ pub fn member_objects(cluster: &ClusterId, loaded: Loaded) -> MemberRead {
 struct Converted {
     objects: ClusterObjects,
     nodes: Vec<Resources>,
-    pods: Vec<Resources>,
+    pods: Vec<crate::capacity::PodUse>,
     quotas: Vec<(String, Quota)>,
     problems: Vec<Problem>,
     warnings: Vec<Problem>,
@@ -459,7 +459,7 @@ impl Converted {
     /// Adds `more`'s capacity inputs, problems and warnings.
     fn add(&mut self, more: &Converted) {
         self.nodes.extend_from_slice(&more.nodes);
-        self.pods.extend_from_slice(&more.pods);
+        self.pods.extend(more.pods.iter().cloned());
         self.quotas.extend_from_slice(&more.quotas);
         self.problems.extend_from_slice(&more.problems);
         self.warnings.extend_from_slice(&more.warnings);
@@ -479,7 +479,7 @@ fn capacity_of<'a>(parts: impl IntoIterator<Item = &'a Converted> + Clone) -> Op
             .clone()
             .into_iter()
             .flat_map(|c| c.nodes.iter().copied()),
-        parts.into_iter().flat_map(|c| c.pods.iter().copied()),
+        parts.into_iter().flat_map(|c| c.pods.iter()),
         quotas,
     )
 }

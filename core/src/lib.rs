@@ -50,7 +50,7 @@ pub use model::*;
 pub use placement::{
     Capacity, ConflictResolution, Division, OverridePolicy, PlacementPolicy, Placements,
     Propagation, PurgeMode, Quota, ReplicaScheduling, Resources, SpreadBy, SpreadConstraint,
-    Template, TemplateKey, TemplateSelector,
+    Template, TemplateKey, TemplateSelector, Workload,
 };
 pub use policy::{
     AffinityTier, ClusterSet, LabelSelector, Mode, Operator, Policies, Policy, Requirement,

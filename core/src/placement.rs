@@ -129,6 +129,16 @@ impl Resources {
         }
     }
 
+    /// `n` pods' worth of these requests.
+    pub fn times(self, n: u64) -> Resources {
+        Resources {
+            cpu_millis: self.cpu_millis.saturating_mul(n),
+            memory_bytes: self.memory_bytes.saturating_mul(n),
+            gpus: self.gpus.saturating_mul(n),
+            pods: self.pods.saturating_mul(n),
+        }
+    }
+
     pub fn saturating_add(self, other: Resources) -> Resources {
         Resources {
             cpu_millis: self.cpu_millis.saturating_add(other.cpu_millis),
@@ -140,13 +150,58 @@ impl Resources {
 }
 
 /// What a cluster can still run: its Nodes' allocatable, and the requests of the pods bound
-/// to them; and how much of their ResourceQuotas each namespace uses.
+/// to them (in all, and per workload they belong to); and how much of their ResourceQuotas
+/// each namespace uses.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Capacity {
     pub allocatable: Resources,
     pub requested: Resources,
+    /// The part of `requested` each workload's pods hold (a pod's controlling Deployment,
+    /// StatefulSet, ReplicaSet, Job or DaemonSet): a template's own pods would be replaced,
+    /// not added, so they count as room for it. Shared until one changes.
+    #[serde(
+        skip_serializing_if = "BTreeMap::is_empty",
+        serialize_with = "workloads_as_list"
+    )]
+    pub workloads: Arc<BTreeMap<Workload, Resources>>,
     /// ResourceQuotas by namespace (every quota of a namespace binds); shared until one changes.
     pub quotas: Arc<BTreeMap<String, Vec<Quota>>>,
+}
+
+/// The workload a pod belongs to: its namespace and its controller's kind and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Workload {
+    pub namespace: Arc<str>,
+    pub kind: Arc<str>,
+    pub name: Arc<str>,
+}
+
+impl Workload {
+    /// The workload a template's copies are (its pods' controller in the member).
+    pub fn of(t: &TemplateKey) -> Self {
+        Self {
+            namespace: t.namespace.clone(),
+            kind: t.kind.clone(),
+            name: t.name.clone(),
+        }
+    }
+}
+
+fn workloads_as_list<S: serde::Serializer>(
+    workloads: &Arc<BTreeMap<Workload, Resources>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Entry<'a> {
+        #[serde(flatten)]
+        workload: &'a Workload,
+        requests: &'a Resources,
+    }
+    s.collect_seq(
+        workloads
+            .iter()
+            .map(|(workload, requests)| Entry { workload, requests }),
+    )
 }
 
 /// One ResourceQuota: what it allows (`hard`) and what is used. CPU and memory are the
@@ -161,13 +216,36 @@ impl Capacity {
     /// How many more replicas requesting `per` (each one pod) fit: the smallest over the
     /// resources `per` asks for, and over pods.
     pub fn free_replicas(&self, per: &Resources) -> u64 {
-        let free = self.allocatable.saturating_sub(self.requested);
-        let fits = |free: u64, want: u64| free.checked_div(want).unwrap_or(u64::MAX);
-        fits(free.cpu_millis, per.cpu_millis)
-            .min(fits(free.memory_bytes, per.memory_bytes))
-            .min(fits(free.gpus, per.gpus))
-            .min(fits(free.pods, per.pods.max(1)))
+        replicas_in(self.allocatable.saturating_sub(self.requested), per)
     }
+
+    /// The requests `workload`'s pods hold here (none when it runs no pod here).
+    pub fn held_by(&self, workload: &Workload) -> Resources {
+        self.workloads.get(workload).copied().unwrap_or_default()
+    }
+
+    /// How many replicas of `workload` requesting `per` fit in all (DESIGN §14): the Nodes'
+    /// allocatable, less the requests of every pod there but the workload's own (they would
+    /// be replaced, not added), less `assumed` (replicas of other workloads decided and not
+    /// yet running as pods). A replica decided for `workload` itself is never room.
+    pub fn room_for(&self, workload: &Workload, per: &Resources, assumed: Resources) -> u64 {
+        let others = self.requested.saturating_sub(self.held_by(workload));
+        let free = self
+            .allocatable
+            .saturating_sub(others)
+            .saturating_sub(assumed);
+        replicas_in(free, per)
+    }
+}
+
+/// How many pods requesting `per` fit in `free`: the smallest over the resources `per` asks
+/// for, and over pods.
+fn replicas_in(free: Resources, per: &Resources) -> u64 {
+    let fits = |free: u64, want: u64| free.checked_div(want).unwrap_or(u64::MAX);
+    fits(free.cpu_millis, per.cpu_millis)
+        .min(fits(free.memory_bytes, per.memory_bytes))
+        .min(fits(free.gpus, per.gpus))
+        .min(fits(free.pods, per.pods.max(1)))
 }
 
 /// A resource template: a namespaced hub object placed into member clusters, summarised by

@@ -29,7 +29,7 @@ use crate::model::{
     Protocol, Service, Slice, Taint, TaintEffect,
 };
 use crate::placement::{
-    Capacity, PlacementPolicy, Resources, Template, TemplateKey, TemplateSelector,
+    Capacity, PlacementPolicy, Resources, Template, TemplateKey, TemplateSelector, Workload,
 };
 use crate::policy::{AffinityTier, ClusterSet, LabelSelector, Policies, Policy, TrafficPolicy};
 use crate::registry::{Health, Registry};
@@ -366,6 +366,7 @@ pub fn pods_free(pods: u64) -> Capacity {
             pods,
         },
         requested: Resources::default(),
+        workloads: Arc::default(),
         quotas: Arc::default(),
     }
 }
@@ -391,8 +392,21 @@ pub fn capacity(
             gpus: 0,
             pods: 0,
         },
+        workloads: Arc::default(),
         quotas: Arc::default(),
     }
+}
+
+/// `capacity` with `pods` pods of `t` running in it (bound, their requests counted, as a
+/// member reports them).
+pub fn running(mut capacity: Capacity, t: &Template, pods: u64) -> Capacity {
+    let held = t.requests.times(pods);
+    capacity.requested = capacity.requested.saturating_add(held);
+    let mut workloads = (*capacity.workloads).clone();
+    let entry = workloads.entry(Workload::of(&t.key)).or_default();
+    *entry = entry.saturating_add(held);
+    capacity.workloads = Arc::new(workloads);
+    capacity
 }
 
 /// The Deployment `shop/<name>` with `replicas` (None: a kind placed whole), each pod

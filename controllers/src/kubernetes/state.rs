@@ -178,7 +178,7 @@ pub struct MemberState {
     namespaces: Table<BTreeMap<String, String>>,
     /// Each unfinished pod's requests on its Node (only those, not the Pod: a member can have
     /// many pods).
-    pods: Table<Resources>,
+    pods: Table<crate::capacity::PodUse>,
     /// Why the member's Pods cannot be listed (its RBAC forbids it): capacity is unknown.
     pods_refused: Option<String>,
     /// Each ResourceQuota's allowance and use, for the ResourceBalance score.
@@ -351,7 +351,7 @@ impl MemberState {
         };
         Some(crate::capacity::of(
             self.nodes.live.values().map(|n| n.placement),
-            self.pods.live.values().copied(),
+            self.pods.live.values(),
             quotas,
         ))
     }
@@ -526,10 +526,10 @@ fn node_facts(n: &Node) -> NodeFacts {
 
 /// What a pod holds of its Node ([`crate::capacity::pod`]); the API validated its quantities,
 /// so one that does not read is left out with a warning.
-fn pod_requests(p: &Pod) -> Resources {
+fn pod_requests(p: &Pod) -> crate::capacity::PodUse {
     crate::capacity::pod(p).unwrap_or_else(|reason| {
         tracing::warn!(namespace = ?p.metadata.namespace, pod = ?p.metadata.name, %reason, "pod's requests left out of its cluster's capacity");
-        Resources::default()
+        crate::capacity::PodUse::default()
     })
 }
 

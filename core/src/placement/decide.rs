@@ -27,9 +27,11 @@
 //!
 //! **Division.** An object without replicas is placed whole in every selected cluster.
 //! Duplicated: every selected cluster runs `spec.replicas`. Weights: Webster/Sainte-Laguë
-//! ([`super::divide`]). By capacity: each cluster's room for this template is its free
-//! replicas ([`super::Capacity::free_replicas`], which counts the pods bound there, so the
-//! template's own) plus the replicas the template ran there last time; the first decision
+//! ([`super::divide`]). By capacity: each cluster's room for this template is
+//! [`super::Capacity::room_for`] — the Nodes' allocatable less every pod there but the
+//! template's own (they would be replaced), less the replicas of the templates decided before
+//! it this round that are not running yet ([`Assumed`]); a replica decided for the template
+//! itself is never room, so no round can over-commit a cluster. The first decision
 //! divides in proportion to that room, later ones are steady — a scale-up keeps the previous
 //! split and divides the increment (and the replicas of clusters that dropped out, so the
 //! total is kept) by the room left; a scale-down shrinks the previous split proportionally;
@@ -62,7 +64,7 @@ use super::spread::spread;
 use super::{
     ClusterInput, Decision, Division, Excluded, FailurePolicy, Inputs, Judgement, Outcome,
     OverridePolicy, Placed, PlacedReason, PlacementFilter, Placements, Plugin, Program, Programs,
-    ReplicaScheduling, Template, TemplateKey,
+    ReplicaScheduling, Resources, Template, TemplateKey, Workload,
 };
 
 /// The memory placement keeps between rounds: the only state a decision depends on besides
@@ -106,6 +108,7 @@ impl Placer {
         let plans = self.plans(inputs.policies, &governing, &fleet, now);
         let overrides = Overrides::new(inputs.overrides);
         let mut decisions = BTreeMap::new();
+        let mut assumed = Assumed::new(fleet.len());
         let mut next_deadline = None;
         for plan in plans.iter().flatten() {
             next_deadline = earliest(next_deadline, plan.deadline);
@@ -138,7 +141,8 @@ impl Placer {
                 programs: inputs.programs,
             };
             let (decision, failed_over) =
-                decide_template(&fleet, plan, t, prev, &overrides, &judge);
+                decide_template(&fleet, plan, t, prev, &overrides, &judge, &assumed);
+            assumed.hold(&fleet, t, &decision);
             if decision.is_scheduled() {
                 remember(&mut self.previous, &decision, failed_over);
             }
@@ -214,6 +218,38 @@ fn governing_used(governing: &[Option<usize>], count: usize) -> Vec<bool> {
         used[*g] = true;
     }
     used
+}
+
+/// Per cluster position, the requests of the replicas this round has decided so far beyond
+/// the pods they already run there: room the templates decided after them cannot take, so
+/// two templates never both take the last of it (DESIGN §14). The same order in `serve`
+/// and `render` gives the same split.
+struct Assumed(Vec<Resources>);
+
+impl Assumed {
+    fn new(clusters: usize) -> Self {
+        Self(vec![Resources::default(); clusters])
+    }
+
+    /// Holds what `decision` places of `t` (its replicas, less the pods of `t` already there).
+    fn hold(&mut self, fleet: &Fleet<'_>, t: &Template, decision: &Decision) {
+        if t.requests == Resources::default() {
+            return;
+        }
+        let workload = Workload::of(&t.key);
+        for placed in &decision.placed {
+            let replicas = u64::from(placed.replicas.unwrap_or(0));
+            let Some(p) = fleet.position(&placed.cluster).filter(|_| replicas > 0) else {
+                continue;
+            };
+            let running = fleet.clusters[p]
+                .capacity
+                .map(|c| c.held_by(&workload))
+                .unwrap_or_default();
+            let decided = t.requests.times(replicas);
+            self.0[p] = self.0[p].saturating_add(decided.saturating_sub(running));
+        }
+    }
 }
 
 /// Keeps a scheduled decision as the template's previous one (cloned only when it changed).
@@ -363,9 +399,10 @@ fn decide_template(
     prev: Option<&Previous>,
     overrides: &Overrides<'_>,
     judge: &Judge<'_>,
+    assumed: &Assumed,
 ) -> (Decision, Vec<ClusterId>) {
     let split = Split::of(plan, t.replicas);
-    let mut ctx = context(fleet, t, prev, split);
+    let mut ctx = context(fleet, t, prev, split, assumed);
     let n = fleet.len();
     let failed_over: Vec<ClusterId> = (0..n)
         .filter(|&p| {
@@ -660,6 +697,7 @@ fn context<'f, 'a>(
     t: &Template,
     prev: Option<&Previous>,
     split: Split,
+    assumed: &Assumed,
 ) -> Ctx<'f, 'a> {
     let object = Fnv::new()
         .str(&t.key.api_version)
@@ -689,12 +727,11 @@ fn context<'f, 'a>(
         }
     }
     let avail = if split.by_capacity() {
+        let workload = Workload::of(&t.key);
         (0..n)
             .map(|p| {
-                fleet.clusters[p].capacity.map(|c| {
-                    let mine = before[p].0 + before[p].1;
-                    c.free_replicas(&t.requests).saturating_add(mine)
-                })
+                let capacity = fleet.clusters[p].capacity?;
+                Some(capacity.room_for(&workload, &t.requests, assumed.0[p]))
             })
             .collect()
     } else {

@@ -10,6 +10,7 @@ use crate::policy::{AffinityTier, Toleration};
 use crate::snapshot::ClusterView;
 use crate::testing::{cluster, deployment, healthy, placing, secs};
 
+mod capacity;
 mod divide;
 mod props;
 mod rules;

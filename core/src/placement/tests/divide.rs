@@ -346,11 +346,11 @@ fn aggregated_through_decisions() {
     let down = world.decide(&mut placer, 1, "web");
     assert_eq!(counts(&down), vec![("b", 4), ("c", 2)]);
     // Scale up: the holders keep theirs and have room for the rest, so a stays out.
-    world.replicas("web", 20);
+    world.replicas("web", 18);
     let up = world.decide(&mut placer, 2, "web");
     assert_eq!(up.placed.len(), 2, "{up:?}");
     assert!(up.placed.iter().all(|p| p.cluster.as_str() != "a"));
-    assert_eq!(counts(&up).iter().map(|c| c.1).sum::<u32>(), 20);
+    assert_eq!(counts(&up).iter().map(|c| c.1).sum::<u32>(), 18);
     assert!(
         counts(&up)
             .iter()

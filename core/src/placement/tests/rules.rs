@@ -634,7 +634,12 @@ fn unschedulable_keeps_the_previous_placement() {
     let d = world.decide(&mut placer, 0, "web");
     assert_eq!(counts(&d), vec![("a", 4)]);
     // The pods run now; scaling to 10 does not fit (a's 4 plus nothing free).
-    world.capacities[0] = Some(crate::testing::pods_free(0));
+    let web = world.template("web").clone();
+    world.capacities[0] = Some(crate::testing::running(
+        crate::testing::pods_free(4),
+        &web,
+        4,
+    ));
     world.replicas("web", 10);
     let d = world.decide(&mut placer, 1, "web");
     assert_eq!(

@@ -957,10 +957,10 @@ fn aggregated_fills_the_best_scored_cluster_first_and_stays() {
     world.placement("p").scoring = preferring("a");
     let d = world.decide(&mut placer, 1, "web");
     assert_eq!(counts(&d), vec![("c", 4)], "steady on a later round");
-    // A scale-up beyond c's room (its 10 free and its own 4) adds the best-scored, a.
+    // A scale-up beyond c's room (10, its own 4 included) adds the best-scored, a.
     world.replicas("web", 20);
     let d = world.decide(&mut placer, 2, "web");
-    assert_eq!(counts(&d), vec![("a", 8), ("c", 12)]);
+    assert_eq!(counts(&d), vec![("a", 10), ("c", 10)]);
 }
 
 #[test]
