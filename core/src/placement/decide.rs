@@ -52,7 +52,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::model::{ClusterId, ClusterSpec, ObjectKey};
 use crate::policy::Policy;
@@ -89,6 +89,18 @@ struct Previous {
     /// Clusters the decision excluded as FailedOver or FailingBack: when one of them is
     /// feasible again, capacity is divided afresh (the policy's split returns).
     failed_over: Vec<ClusterId>,
+    /// Since when an earlier tier than `tier` could take the template again (capacity
+    /// divisions): it returns there `failbackAfterSeconds` later.
+    room_back_since: Option<Instant>,
+}
+
+/// What deciding one template leaves for the next round besides the decision.
+#[derive(Default)]
+struct Memo {
+    failed_over: Vec<ClusterId>,
+    room_back_since: Option<Instant>,
+    /// When the decision changes with time alone (the template returns to an earlier tier).
+    deadline: Option<Instant>,
 }
 
 impl Placer {
@@ -108,7 +120,7 @@ impl Placer {
         let plans = self.plans(inputs.policies, &governing, &fleet, now);
         let overrides = Overrides::new(inputs.overrides);
         let mut decisions = BTreeMap::new();
-        let mut assumed = Assumed::new(fleet.len());
+        let mut assumed = Assumed::new(&fleet, inputs.templates, &governing, &self.previous);
         let mut next_deadline = None;
         for plan in plans.iter().flatten() {
             next_deadline = earliest(next_deadline, plan.deadline);
@@ -136,15 +148,19 @@ impl Placer {
                 Neighbours::default()
             };
             let prev = self.previous.get(&t.key);
+            if let Some(prev) = prev {
+                assumed.release(&fleet, t, &prev.placed);
+            }
             let judge = Judge {
                 neighbours: &neighbours,
                 programs: inputs.programs,
             };
-            let (decision, failed_over) =
+            let (decision, memo) =
                 decide_template(&fleet, plan, t, prev, &overrides, &judge, &assumed);
-            assumed.hold(&fleet, t, &decision);
+            assumed.hold(&fleet, t, &decision.placed);
+            next_deadline = earliest(next_deadline, memo.deadline);
             if decision.is_scheduled() {
-                remember(&mut self.previous, &decision, failed_over);
+                remember(&mut self.previous, &decision, memo);
             }
             decisions.insert(t.key.clone(), decision);
         }
@@ -220,51 +236,79 @@ fn governing_used(governing: &[Option<usize>], count: usize) -> Vec<bool> {
     used
 }
 
-/// Per cluster position, the requests of the replicas this round has decided so far beyond
-/// the pods they already run there: room the templates decided after them cannot take, so
-/// two templates never both take the last of it (DESIGN §14). The same order in `serve`
-/// and `render` gives the same split.
+/// Per cluster position, the requests of the replicas placed there beyond the pods they
+/// already run: room no other template can take, so two templates never both take the last
+/// of it (DESIGN §14). A round starts from every template's previous decision — what is
+/// placed keeps its room against newcomers — and swaps each template's share for its new
+/// decision as it is decided ([`Self::release`] then [`Self::hold`]); a template's own
+/// replicas are never room against itself.
 struct Assumed(Vec<Resources>);
 
 impl Assumed {
-    fn new(clusters: usize) -> Self {
-        Self(vec![Resources::default(); clusters])
+    /// What the previous decisions of the templates a policy still places hold.
+    fn new(
+        fleet: &Fleet<'_>,
+        templates: &[Template],
+        governing: &[Option<usize>],
+        previous: &HashMap<TemplateKey, Previous>,
+    ) -> Self {
+        let mut assumed = Self(vec![Resources::default(); fleet.len()]);
+        if previous.is_empty() {
+            return assumed;
+        }
+        for (t, _) in templates.iter().zip(governing).filter(|(_, g)| g.is_some()) {
+            if let Some(prev) = previous.get(&t.key) {
+                assumed.hold(fleet, t, &prev.placed);
+            }
+        }
+        assumed
     }
 
-    /// Holds what `decision` places of `t` (its replicas, less the pods of `t` already there).
-    fn hold(&mut self, fleet: &Fleet<'_>, t: &Template, decision: &Decision) {
-        if t.requests == Resources::default() {
-            return;
+    /// Holds what `placed` puts of `t` in each cluster.
+    fn hold(&mut self, fleet: &Fleet<'_>, t: &Template, placed: &[Placed]) {
+        for (p, held) in Self::share(fleet, t, placed) {
+            self.0[p] = self.0[p].saturating_add(held);
         }
-        let workload = Workload::of(&t.key);
-        for placed in &decision.placed {
+    }
+
+    /// Gives back what [`Self::hold`] held for the same `t` and `placed`.
+    fn release(&mut self, fleet: &Fleet<'_>, t: &Template, placed: &[Placed]) {
+        for (p, held) in Self::share(fleet, t, placed) {
+            self.0[p] = self.0[p].saturating_sub(held);
+        }
+    }
+
+    /// Per cluster `placed` names, its replicas' requests less the pods of `t` already there.
+    fn share<'p>(
+        fleet: &'p Fleet<'_>,
+        t: &'p Template,
+        placed: &'p [Placed],
+    ) -> impl Iterator<Item = (usize, Resources)> + 'p {
+        let counts = t.requests != Resources::default();
+        let workload = counts.then(|| Workload::of(&t.key));
+        placed.iter().filter_map(move |placed| {
+            let workload = workload.as_ref()?;
             let replicas = u64::from(placed.replicas.unwrap_or(0));
-            let Some(p) = fleet.position(&placed.cluster).filter(|_| replicas > 0) else {
-                continue;
-            };
+            let p = fleet.position(&placed.cluster).filter(|_| replicas > 0)?;
             let running = fleet.clusters[p]
                 .capacity
-                .map(|c| c.held_by(&workload))
+                .map(|c| c.held_by(workload))
                 .unwrap_or_default();
-            let decided = t.requests.times(replicas);
-            self.0[p] = self.0[p].saturating_add(decided.saturating_sub(running));
-        }
+            Some((p, t.requests.times(replicas).saturating_sub(running)))
+        })
     }
 }
 
 /// Keeps a scheduled decision as the template's previous one (cloned only when it changed).
-fn remember(
-    previous: &mut HashMap<TemplateKey, Previous>,
-    decision: &Decision,
-    failed_over: Vec<ClusterId>,
-) {
+fn remember(previous: &mut HashMap<TemplateKey, Previous>, decision: &Decision, memo: Memo) {
     match previous.get_mut(&decision.template) {
         Some(prev) => {
             if prev.placed != decision.placed {
                 prev.placed.clone_from(&decision.placed);
             }
             prev.tier.clone_from(&decision.tier);
-            prev.failed_over = failed_over;
+            prev.failed_over = memo.failed_over;
+            prev.room_back_since = memo.room_back_since;
         }
         None => {
             previous.insert(
@@ -272,7 +316,8 @@ fn remember(
                 Previous {
                     placed: decision.placed.clone(),
                     tier: decision.tier.clone(),
-                    failed_over,
+                    failed_over: memo.failed_over,
+                    room_back_since: memo.room_back_since,
                 },
             );
         }
@@ -400,7 +445,7 @@ fn decide_template(
     overrides: &Overrides<'_>,
     judge: &Judge<'_>,
     assumed: &Assumed,
-) -> (Decision, Vec<ClusterId>) {
+) -> (Decision, Memo) {
     let split = Split::of(plan, t.replicas);
     let mut ctx = context(fleet, t, prev, split, assumed);
     let n = fleet.len();
@@ -413,6 +458,10 @@ fn decide_template(
         })
         .map(|p| fleet.id(p).clone())
         .collect();
+    let mut memo = Memo {
+        failed_over,
+        ..Memo::default()
+    };
     match judge_template(fleet, plan, t, judge) {
         Ok(judged) => ctx.judged = judged,
         Err(why) => {
@@ -421,7 +470,7 @@ fn decide_template(
             let waiting = vec![Some(Arc::<str>::from(why.as_str())); plan.tiers.len()];
             let mut decision = unschedulable(fleet, plan, t, prev, vec![None; n], &waiting);
             decision.outcome = Outcome::Unschedulable { reason: why };
-            return (decision, failed_over);
+            return (decision, memo);
         }
     }
     let mut reasons: Vec<Option<PlacementFilter>> = vec![None; n];
@@ -434,9 +483,10 @@ fn decide_template(
                 .is_some_and(|p| plan.clusters[p].filter.is_none())
         })
     });
-    let mut used = prev
-        .filter(|_| !fresh)
-        .and_then(|prev| stay_on_scale_down(&ctx, plan, prev, split));
+    let mut used = match prev.filter(|_| !fresh) {
+        Some(prev) => stay(&ctx, plan, prev, split, &mut tier_errors, &mut memo),
+        None => None,
+    };
     for (ti, error) in tier_errors.iter_mut().enumerate() {
         if used.is_some() {
             break;
@@ -452,7 +502,7 @@ fn decide_template(
     let Some((ti, choice)) = used else {
         let mut decision = unschedulable(fleet, plan, t, prev, reasons, &tier_errors);
         decision.scores = ctx.judged.report.take();
-        return (decision, failed_over);
+        return (decision, memo);
     };
     let mut assigned: Vec<Option<(Option<u32>, PlacedReason)>> = vec![None; n];
     record(&mut reasons, choice.dropped, true);
@@ -478,7 +528,7 @@ fn decide_template(
         excluded,
         scores: ctx.judged.report.take(),
     };
-    (decision, failed_over)
+    (decision, memo)
 }
 
 /// The template's own filters — required workload terms, the programs' verdicts — and the
@@ -746,6 +796,42 @@ fn context<'f, 'a>(
     }
 }
 
+/// Whether a capacity division stays in the later tier it runs in (see the module docs,
+/// "Returning"): a scale-down stays on the clusters that run it while no earlier tier can
+/// take it; once one can, the template returns after `failbackAfterSeconds` of that being
+/// so (at once without it), staying until then — the earlier tier's clusters say why.
+fn stay(
+    ctx: &Ctx<'_, '_>,
+    plan: &Plan<'_>,
+    prev: &Previous,
+    split: Split,
+    tier_errors: &mut [Option<Arc<str>>],
+    memo: &mut Memo,
+) -> Option<(usize, Choice)> {
+    if !split.by_capacity() {
+        return None;
+    }
+    let ti = plan.tiers.iter().position(|t| t.name == prev.tier)?;
+    let none = vec![false; ctx.fleet.len()];
+    let Some(back) = (0..ti).find(|&e| try_tier(ctx, plan, e, split, &none).is_ok()) else {
+        return stay_on_scale_down(ctx, plan, split, ti);
+    };
+    let window = Duration::from_secs(plan.placement.failback_after_seconds);
+    let since = prev.room_back_since.unwrap_or(ctx.fleet.now);
+    if ctx.fleet.now >= since + window {
+        return None;
+    }
+    let kept = stay_on_scale_down(ctx, plan, split, ti)
+        .or_else(|| Some((ti, try_tier(ctx, plan, ti, split, &none).ok()?)))?;
+    memo.room_back_since = Some(since);
+    memo.deadline = Some(since + window);
+    tier_errors[back] = Some(Arc::from(format!(
+        "has room again: the template returns after failbackAfterSeconds ({} s)",
+        window.as_secs()
+    )));
+    Some(kept)
+}
+
 /// A scale-down divided by capacity stays on the clusters that run the template, when they
 /// are still feasible, hold at least the new count and satisfy the spread constraints: a
 /// scale-down moves nothing (an earlier tier that now has room is not taken — it would grow
@@ -753,30 +839,47 @@ fn context<'f, 'a>(
 fn stay_on_scale_down(
     ctx: &Ctx<'_, '_>,
     plan: &Plan<'_>,
-    prev: &Previous,
     split: Split,
+    ti: usize,
 ) -> Option<(usize, Choice)> {
-    if !split.by_capacity() {
-        return None;
-    }
     let before: u64 = ctx.prev.iter().map(|r| r.0).sum();
     if split.replicas() >= before {
         return None;
     }
-    let ti = plan.tiers.iter().position(|t| t.name == prev.tier)?;
     // The template's own filters (workload terms, programs) hold on a scale-down too.
     let mut rejected = Vec::new();
     let mut held = Vec::new();
+    let mut roomy = Vec::new();
     for &p in &plan.tiers[ti].feasible {
         if let Some(why) = ctx.rejected(p) {
             rejected.push((p, why.clone()));
-        } else if ctx.prev[p].0 > 0 && ctx.avail[p].is_some_and(|a| a > 0) {
-            held.push(p);
+        } else if ctx.avail[p].is_some_and(|a| a > 0) {
+            if ctx.prev[p].0 > 0 {
+                held.push(p);
+            } else {
+                roomy.push(p);
+            }
         }
     }
-    let score = |p: usize| ctx.avail[p].unwrap_or(0);
-    let spread = spread(ctx.fleet, &plan.placement.spread, &held, score).ok()?;
-    let kept: u64 = spread.kept.iter().map(|&p| ctx.prev[p].0).sum();
+    let room = |p: usize| ctx.avail[p].unwrap_or(0);
+    // When the holders alone are too few groups for the spread constraints, the clusters
+    // the previous decision selected with no replica (Aggregated, say) come back the same
+    // way: beside the holders, which the spread prefers, given nothing by the division.
+    let spread = spread(ctx.fleet, &plan.placement.spread, &held, room)
+        .or_else(|_| {
+            let holder = |p: usize| ctx.prev[p].0 > 0;
+            let prefer_holders = |p: usize| (u64::from(holder(p)) << 62) | room(p).min(1 << 61);
+            let candidates: Vec<usize> = held.iter().chain(&roomy).copied().collect();
+            spread(
+                ctx.fleet,
+                &plan.placement.spread,
+                &candidates,
+                prefer_holders,
+            )
+        })
+        .ok()?;
+    let fits = |p: usize| ctx.prev[p].0.min(ctx.avail[p].unwrap_or(0));
+    let kept: u64 = spread.kept.iter().map(|&p| fits(p)).sum();
     let mut dropped = spread.dropped;
     dropped.extend(rejected);
     let choice = Choice {
@@ -1035,15 +1138,20 @@ fn divide_into(
         Split::Capacity(r) | Split::Aggregated(r) => {
             let rooms: Vec<Room> = kept
                 .iter()
-                .map(|&p| Room {
-                    avail: ctx.avail[p].unwrap_or(0),
-                    base: if standby {
+                .map(|&p| {
+                    let avail = ctx.avail[p].unwrap_or(0);
+                    let before = if standby {
                         ctx.prev[p].1
                     } else {
                         ctx.prev[p].0
-                    },
-                    tie: ctx.tie(p),
-                    rank: ctx.rank(p),
+                    };
+                    // A cluster whose room shrank keeps no more than fits now.
+                    Room {
+                        avail,
+                        base: before.min(avail),
+                        tie: ctx.tie(p),
+                        rank: ctx.rank(p),
+                    }
                 })
                 .collect();
             let chosen: Vec<usize> = if matches!(split, Split::Aggregated(_)) && r > 0 {

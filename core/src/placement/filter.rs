@@ -96,6 +96,8 @@ pub(super) struct Fleet<'a> {
     pub region_peers: Vec<usize>,
     /// Per cluster, what placement remembers of it (after this round's observation).
     pub memory: Vec<ClusterMemory>,
+    /// The round's clock.
+    pub now: Instant,
 }
 
 impl<'a> Fleet<'a> {
@@ -127,6 +129,7 @@ impl<'a> Fleet<'a> {
             zones,
             region_peers,
             memory: remembered,
+            now,
         }
     }
 

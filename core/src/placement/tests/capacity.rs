@@ -234,3 +234,147 @@ fn two_templates_of_one_round_never_both_take_the_last_room() {
         assert_eq!(of("web"), vec![("b".to_owned(), 3)], "round {round}");
     }
 }
+
+#[test]
+fn a_scale_down_into_the_first_tiers_room_returns_there_after_the_failback_window() {
+    for window in [0, 300] {
+        let mut world = eu_first([2, 1, 8], 500, 8);
+        world.placement("p").failback_after_seconds = window;
+        let mut placer = Placer::new();
+        let d = world.decide(&mut placer, 0, "web");
+        assert_eq!(counts(&d), vec![("us-1", 8)]);
+        world.replicas("web", 6);
+        let round = world.place(&mut placer, 10);
+        let d = &round.decisions.values().next().expect("web");
+        if window == 0 {
+            assert_eq!(
+                counts(d),
+                vec![("eu-1", 4), ("eu-2", 2)],
+                "at once without a window"
+            );
+            assert_eq!(round.next_deadline, None);
+            continue;
+        }
+        assert_eq!(
+            counts(d),
+            vec![("us-1", 6)],
+            "stays for failbackAfterSeconds"
+        );
+        assert_eq!(
+            round.next_deadline,
+            Some(world.at(10 + window)),
+            "decided again then"
+        );
+        assert_eq!(
+            reason_of(d, "eu-1"),
+            PlacementFilter::TierUnusable {
+                tier: Some("eu".into()),
+                why: "has room again: the template returns after failbackAfterSeconds (300 s)"
+                    .into()
+            }
+        );
+        let d = world.decide(&mut placer, 10 + window - 1, "web");
+        assert_eq!(
+            counts(&d),
+            vec![("us-1", 6)],
+            "a later round inside the window"
+        );
+        let d = world.decide(&mut placer, 10 + window, "web");
+        assert_eq!(
+            counts(&d),
+            vec![("eu-1", 4), ("eu-2", 2)],
+            "the window passed: EU first"
+        );
+        let rendered = world.decide(&mut Placer::new(), 10 + window, "web");
+        assert_eq!(
+            counts(&d),
+            counts(&rendered),
+            "serve and render agree once settled"
+        );
+    }
+}
+
+#[test]
+fn the_window_restarts_when_the_first_tier_loses_the_room_again() {
+    let mut world = eu_first([2, 1, 8], 500, 8);
+    world.placement("p").failback_after_seconds = 60;
+    let mut placer = Placer::new();
+    world.decide(&mut placer, 0, "web");
+    world.replicas("web", 6);
+    assert_eq!(
+        counts(&world.decide(&mut placer, 10, "web")),
+        vec![("us-1", 6)]
+    );
+    // eu-2 loses its room (another workload's pods): EU cannot take 6, the clock stops.
+    let full = world.capacities[1].clone();
+    world.capacities[1] = Some(capacity(1000, 64 << 10, 1000, 0));
+    assert_eq!(
+        counts(&world.decide(&mut placer, 40, "web")),
+        vec![("us-1", 6)]
+    );
+    world.capacities[1] = full;
+    assert_eq!(
+        counts(&world.decide(&mut placer, 80, "web")),
+        vec![("us-1", 6)],
+        "60 s from 80"
+    );
+    assert_eq!(
+        counts(&world.decide(&mut placer, 140, "web")),
+        vec![("eu-1", 4), ("eu-2", 2)]
+    );
+}
+
+/// One edit of a serving fleet: a replica count, or one cluster's CPUs.
+#[derive(Clone, Debug)]
+enum Edit {
+    Replicas(u32),
+    Cpus(usize, u64),
+}
+
+fn edit() -> impl proptest::strategy::Strategy<Value = Edit> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (0u32..20).prop_map(Edit::Replicas),
+        (0usize..3, 0u64..9).prop_map(|(c, n)| Edit::Cpus(c, n)),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// `serve` ≡ `render`: after every edit, once settled past the failback window, the
+    /// served placement uses the tier a fresh render uses (the split inside it may differ:
+    /// steady division is the one other hysteresis), the same outcome and total, and never
+    /// holds more replicas in a cluster than fit there.
+    #[test]
+    fn serve_settles_where_render_places(
+        edits in proptest::collection::vec(edit(), 1..12),
+        window in proptest::prop_oneof![proptest::strategy::Just(0u64), proptest::strategy::Just(30)],
+    ) {
+        let mut world = eu_first([2, 1, 8], 500, 6);
+        world.placement("p").failback_after_seconds = window;
+        let mut placer = Placer::new();
+        let mut at = 0;
+        for e in edits {
+            match e {
+                Edit::Replicas(r) => world.replicas("web", r),
+                Edit::Cpus(c, n) => world.capacities[c] = Some(capacity(n * 1000, 64 << 10, 0, 0)),
+            }
+            at += 1;
+            let served = world.decide(&mut placer, at, "web");
+            if served.is_scheduled() {
+                within_capacity(&world, &served);
+            }
+            at += window + 1;
+            let settled = world.decide(&mut placer, at, "web");
+            let rendered = world.decide(&mut Placer::new(), at, "web");
+            proptest::prop_assert_eq!(settled.is_scheduled(), rendered.is_scheduled(), "{:?} / {:?}", settled, rendered);
+            if rendered.is_scheduled() {
+                within_capacity(&world, &settled);
+                proptest::prop_assert_eq!(&settled.tier, &rendered.tier, "{:?} / {:?}", settled, rendered);
+                let total = |d: &Decision| counts(d).iter().map(|c| c.1).sum::<u32>();
+                proptest::prop_assert_eq!(total(&settled), total(&rendered));
+            }
+        }
+    }
+}
