@@ -13,6 +13,8 @@ use meridian_controllers::kubernetes::leader::Leadership;
 use meridian_controllers::kubernetes::propagate::PropagationView;
 use meridian_controllers::kubernetes::shard::ShardView;
 use meridian_core::Snapshot;
+use meridian_core::placement::room::{self, Room};
+use meridian_core::registry::NEVER_SYNCED;
 use meridian_dns::Dns;
 use meridian_dns::explain::explain;
 use meridian_xds::{Group, Role, Xds};
@@ -50,6 +52,8 @@ pub struct AdminState {
     pub agents: meridian_controllers::agents::AgentRoutes,
     /// The agent CA and tokens (None: no agent listener), for the joins waiting for approval.
     pub agent_store: Option<meridian_agent::HubStore>,
+    /// The status page's streams: their bound and the views they share.
+    pub ui: crate::ui::UiStreams,
 }
 
 /// A listener failing to accept for this long makes meridian unready: long enough to ride
@@ -158,7 +162,17 @@ async fn readyz(State(s): State<AdminState>) -> Response {
     }
     let snap = s.snapshot();
     if snap.synced {
-        (StatusCode::OK, "ready\n").into_response()
+        // Ready to serve what the others hold; a member that never synced is named so the
+        // probe's body says what is missing (it never makes the whole server unready).
+        let mut body = String::from("ready\n");
+        for p in snap
+            .problems
+            .iter()
+            .filter(|p| p.reason.starts_with(NEVER_SYNCED))
+        {
+            body.push_str(&format!("not synced: {}: {}\n", p.origin, p.reason));
+        }
+        (StatusCode::OK, body).into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -210,11 +224,38 @@ async fn debug_index() -> Json<Value> {
 }
 
 pub fn clusters_json(snap: &Snapshot) -> Value {
+    let rooms = rooms_by_cluster(snap);
+    let clusters: Vec<Value> = snap
+        .clusters
+        .iter()
+        .map(|c| with_capacity(cluster_json(c), rooms.get(&c.spec.id)))
+        .collect();
     json!({
         "version": snap.version,
         "synced": snap.synced,
-        "clusters": snap.clusters.iter().map(cluster_json).collect::<Vec<_>>(),
+        "clusters": clusters,
     })
+}
+
+/// Each member's capacity as placement counts it (allocatable, used, assumed).
+pub fn rooms_by_cluster(
+    snap: &Snapshot,
+) -> std::collections::BTreeMap<meridian_core::ClusterId, Room> {
+    room::rooms(
+        &snap.capacities,
+        &snap.templates,
+        &snap.placements.decisions,
+        None,
+    )
+    .into_iter()
+    .map(|r| (r.cluster.clone(), r))
+    .collect()
+}
+
+/// A member's JSON with its capacity (null when it reports none).
+pub fn with_capacity(mut card: Value, room: Option<&Room>) -> Value {
+    card["capacity"] = json!(room);
+    card
 }
 
 /// One member as `/debug/clusters` and the status page show it.

@@ -209,6 +209,7 @@ impl App {
             gateway: gateway_view,
             agents: sources.agents.clone(),
             agent_store,
+            ui: Default::default(),
         });
         tasks.push(tokio::spawn(admin::serve(
             admin_listener,

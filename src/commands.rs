@@ -1,6 +1,7 @@
 //! The subcommands: `serve`, `validate`, `render`, `crds`, and the clients of a running meridian
 //! (`status`, `resolve`, `explain`, `xds dump`, `xds clients`, `gateway kubeconfig`).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
@@ -519,6 +520,38 @@ async fn validate(args: &ServeArgs) -> Result<ExitCode> {
     })
 }
 
+/// One line per template whose files `render` kept: where, and why it is not rendered now.
+fn kept_lines(snapshot: &Snapshot, kept: &[(std::path::PathBuf, String)]) -> Vec<String> {
+    let mut by_template: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (path, template) in kept {
+        by_template
+            .entry(template)
+            .or_default()
+            .push(path.display().to_string());
+    }
+    by_template
+        .into_iter()
+        .map(|(template, paths)| {
+            let why = snapshot
+                .placements
+                .decisions
+                .iter()
+                .find(|(k, _)| k.to_string() == template)
+                .and_then(|(_, d)| match &d.outcome {
+                    meridian_core::placement::Outcome::Unschedulable { reason } => {
+                        Some(format!("unschedulable now because {reason}"))
+                    }
+                    meridian_core::placement::Outcome::Scheduled => None,
+                })
+                .unwrap_or_else(|| "a dependency of an unschedulable workload".to_owned());
+            format!(
+                "kept: {template}: as rendered before ({}): {why}",
+                paths.join(", ")
+            )
+        })
+        .collect()
+}
+
 /// Renders every placed object into `--out` (`<cluster>/<namespace>/<Kind>.<name>.yaml`),
 /// removing the files it wrote earlier that are no longer placed. Exits non-zero, naming each
 /// problem, when any template is unschedulable or any override cannot apply; the objects
@@ -527,11 +560,15 @@ async fn render_command(args: &RenderArgs) -> Result<ExitCode> {
     let cfg = config::load(&args.serve)?;
     let read = read_once(&cfg, "render", true).await?;
     let rendered = render::render_snapshot(&read.snapshot);
-    let synced = render::sync_dir(&args.out, &rendered.files)
+    let keep = render::Keep::of(&read.snapshot);
+    let synced = render::sync_dir(&args.out, &rendered.files, &keep)
         .with_context(|| format!("writing {}", args.out.display()))?;
     let not_rendered = render_problems(&rendered);
     for p in &read.snapshot.problems {
         eprintln!("error: {p}");
+    }
+    for line in kept_lines(&read.snapshot, &synced.kept) {
+        eprintln!("{line}");
     }
     for e in read.unreadable.iter().chain(&not_rendered) {
         eprintln!("error: {e}");

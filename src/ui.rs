@@ -4,9 +4,12 @@
 //!
 //! The page is three static files embedded in the binary (no build step). It reads one view
 //! model: `/ui/state` once, then `/ui/events`, a server-sent event stream that sends the view
-//! again whenever it changes. The view is asked of the same answer function and xDS builders
+//! again whenever it changes (at most [`MAX_STREAMS`] at once, each view made once for every
+//! stream asking the same; the page counts heartbeat ages itself). The view is asked of the same answer function and xDS builders
 //! as `explain`, so the picture is what clients get.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -19,8 +22,10 @@ use futures::Stream;
 use meridian_core::Snapshot;
 use meridian_dns::explain::explain_at;
 use meridian_xds::{Group, Role};
+use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::admin::AdminState;
 use crate::explain::{filter_words, tier_words};
@@ -32,8 +37,16 @@ const STYLE: &str = include_str!("ui/app.css");
 /// Services pictured at once: a page of pictures, not the whole fleet (the filter finds the rest).
 const SHOWN_SERVICES: usize = 100;
 
-/// How often the stream looks again when no snapshot came (heartbeat ages move on their own).
-const REFRESH: Duration = Duration::from_secs(1);
+/// How often the stream looks again when no snapshot came: the members' last heartbeats move
+/// on their own (the page counts their age itself, every second, from `lastHeartbeat`).
+const REFRESH: Duration = Duration::from_secs(5);
+
+/// Status-page streams open at once; one more is refused (503, the browser retries) until one
+/// ends, so subscribers cannot take the admin listener's threads or memory.
+const MAX_STREAMS: usize = 64;
+
+/// Views kept for the streams, by what they were asked; past this they are computed again.
+const MAX_SHARED_VIEWS: usize = 64;
 
 /// One event stream lasts this long, then ends and the browser reconnects at once: the admin
 /// listener closes connections that send nothing for its idle timeout (60 s by default), and
@@ -99,24 +112,119 @@ async fn events(State(s): State<AdminState>, Query(q): Query<ViewQuery>) -> Resp
     if let Err(e) = checked {
         return (StatusCode::BAD_REQUEST, axum::Json(json!({ "error": e }))).into_response();
     }
-    Sse::new(view_changes(s, q))
+    let Ok(slot) = s.ui.slots.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "5")],
+            format!("{MAX_STREAMS} status-page streams are open; try again shortly\n"),
+        )
+            .into_response();
+    };
+    Sse::new(view_changes(s, q, slot))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
         .into_response()
+}
+
+/// What the status page's streams share: their bound, and the views they send — one
+/// computation per snapshot (or refresh) and question, however many pages ask it.
+#[derive(Clone)]
+pub struct UiStreams {
+    slots: Arc<Semaphore>,
+    views: Arc<Mutex<HashMap<ViewKey, SharedView>>>,
+}
+
+impl Default for UiStreams {
+    fn default() -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(MAX_STREAMS)),
+            views: Arc::default(),
+        }
+    }
+}
+
+type ViewKey = (Option<String>, Option<String>);
+
+/// A view as the streams send it: its JSON without `now`, and when it was made.
+#[derive(Clone)]
+struct SharedView {
+    /// The snapshot version and the refresh period it was made in.
+    made_for: (u64, u64),
+    body: Arc<str>,
+    now: u64,
+}
+
+impl SharedView {
+    /// The event's data: the view with the server's clock (the page counts ages from it).
+    fn data(&self) -> String {
+        let rest = self.body.strip_prefix('{').unwrap_or(&self.body);
+        let comma = if rest == "}" { "" } else { "," };
+        format!("{{\"now\":{}{comma}{rest}", self.now)
+    }
+}
+
+impl UiStreams {
+    /// The view for `query` at this snapshot and refresh period: shared, or made now.
+    async fn view(&self, admin: &AdminState, query: &ViewQuery) -> SharedView {
+        let made_for = (admin.snapshots.borrow().version, refresh_period());
+        let key = (query.cluster.clone(), query.filter.clone());
+        if let Some(v) = self
+            .views
+            .lock()
+            .get(&key)
+            .filter(|v| v.made_for == made_for)
+        {
+            return v.clone();
+        }
+        let (a, q) = (admin.clone(), query.clone());
+        let made = tokio::task::spawn_blocking(move || {
+            let mut v = view(&a, &q);
+            let now = v
+                .as_object_mut()
+                .and_then(|o| o.remove("now"))
+                .and_then(|n| n.as_u64())
+                .unwrap_or_default();
+            (v.to_string(), now)
+        })
+        .await
+        .unwrap_or_else(|e| (json!({ "error": e.to_string() }).to_string(), 0));
+        let shared = SharedView {
+            made_for,
+            body: made.0.into(),
+            now: made.1,
+        };
+        let mut views = self.views.lock();
+        if views.len() >= MAX_SHARED_VIEWS {
+            views.clear();
+        }
+        views.insert(key, shared.clone());
+        shared
+    }
+}
+
+fn refresh_period() -> u64 {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    secs / REFRESH.as_secs()
 }
 
 struct Watching {
     admin: AdminState,
     query: ViewQuery,
-    snapshots: tokio::sync::watch::Receiver<std::sync::Arc<Snapshot>>,
-    last: Option<String>,
+    snapshots: tokio::sync::watch::Receiver<Arc<Snapshot>>,
+    last: Option<Arc<str>>,
     until: Instant,
+    /// Held while the stream lives: its place among [`MAX_STREAMS`].
+    _slot: OwnedSemaphorePermit,
 }
 
-/// The view now, then again each time it differs (a new snapshot, a heartbeat's age), until
-/// the stream's time is up.
+/// The view now, then again each time it differs (a new snapshot, a heartbeat), until the
+/// stream's time is up. Pull-driven: a page that does not read is sent nothing more, and
+/// nothing queues for it.
 fn view_changes(
     admin: AdminState,
     query: ViewQuery,
+    slot: OwnedSemaphorePermit,
 ) -> impl Stream<Item = Result<Event, std::convert::Infallible>> {
     let watching = Watching {
         snapshots: admin.snapshots.clone(),
@@ -124,6 +232,7 @@ fn view_changes(
         query,
         last: None,
         until: Instant::now() + STREAM_FOR,
+        _slot: slot,
     };
     futures::stream::unfold(watching, |mut w| async move {
         loop {
@@ -141,14 +250,11 @@ fn view_changes(
                     _ = tokio::time::sleep(REFRESH.min(left)) => {}
                 }
             }
-            let (admin, query) = (w.admin.clone(), w.query.clone());
-            let text = tokio::task::spawn_blocking(move || view(&admin, &query).to_string())
-                .await
-                .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string());
-            if w.last.as_ref() != Some(&text) {
+            let shared = w.admin.ui.view(&w.admin, &w.query).await;
+            if w.last.as_ref() != Some(&shared.body) {
                 let first = w.last.is_none();
-                w.last = Some(text.clone());
-                let mut event = Event::default().event("state").data(text);
+                w.last = Some(shared.body.clone());
+                let mut event = Event::default().event("state").data(shared.data());
                 if first {
                     event = event.retry(Duration::from_millis(500));
                 }
@@ -205,18 +311,14 @@ fn millis_since_epoch(t: SystemTime) -> u64 {
 }
 
 fn clusters(s: &AdminState, snap: &Snapshot) -> Vec<Value> {
-    let now = SystemTime::now();
+    let rooms = crate::admin::rooms_by_cluster(snap);
     snap.clusters
         .iter()
         .map(|c| {
             let heartbeat = s.heartbeats.last(&c.spec.id);
-            let mut card = crate::admin::cluster_json(c);
+            let mut card =
+                crate::admin::with_capacity(crate::admin::cluster_json(c), rooms.get(&c.spec.id));
             card["lastHeartbeat"] = json!(heartbeat.map(millis_since_epoch));
-            card["secondsSinceHeartbeat"] = json!(
-                heartbeat
-                    .and_then(|t| now.duration_since(t).ok())
-                    .map(|d| d.as_secs())
-            );
             card
         })
         .collect()

@@ -44,6 +44,7 @@ mod decide;
 mod divide;
 mod filter;
 mod rollout;
+pub mod room;
 pub mod score;
 mod spread;
 #[cfg(test)]
@@ -600,6 +601,8 @@ pub enum PlacementFilter {
     /// Feasible, but given no replica: fewer replicas than clusters, Aggregated did not need
     /// it, or a scale-down by capacity kept to the clusters already running the template.
     NoReplicas,
+    /// A replica-less template follows its policy's workloads, and none runs here.
+    WorkloadsElsewhere,
 }
 
 /// Why a placed cluster holds what it holds.
@@ -620,6 +623,9 @@ pub enum PlacedReason {
     Standby,
     /// A dependency of these placed workloads.
     Dependency(Vec<TemplateKey>),
+    /// A replica-less template of the policy, where these workloads of the policy (same
+    /// namespace) were placed.
+    Follows(Vec<TemplateKey>),
 }
 
 /// One cluster a template is placed in.
@@ -697,6 +703,21 @@ impl Decision {
 
     pub fn is_scheduled(&self) -> bool {
         matches!(self.outcome, Outcome::Scheduled)
+    }
+    /// The workloads a replica-less template follows (none: it is placed on its own).
+    pub fn follows(&self) -> Vec<&TemplateKey> {
+        let mut leaders: Vec<&TemplateKey> = self
+            .placed
+            .iter()
+            .filter_map(|p| match &p.reason {
+                PlacedReason::Follows(of) => Some(of),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        leaders.sort();
+        leaders.dedup();
+        leaders
     }
 }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use anyhow::{Result, anyhow};
 use meridian_controllers::kubernetes::propagate::TemplateView;
 use meridian_core::Snapshot;
+use meridian_core::placement::room::{self, Room};
 use meridian_core::placement::{
     Decision, Judgement, Outcome, PlacedReason, PlacementFilter, Scores, SpreadBy, TemplateKey,
     score,
@@ -45,6 +46,15 @@ pub fn explain_template(
         }));
     };
     let mut words = placement_words(decision);
+    let rooms = room::rooms(
+        &snap.capacities,
+        &snap.templates,
+        &snap.placements.decisions,
+        Some(template),
+    );
+    if template.replicas.is_some() {
+        words.extend(rooms.iter().map(room_words));
+    }
     let held = propagation.get(&template.key);
     if let Some(view) = held {
         words.extend(propagation_words(view));
@@ -72,10 +82,28 @@ pub fn explain_template(
     Ok(json!({
         "template": template.key.to_string(),
         "placement": decision,
+        "capacity": rooms,
         "propagation": held,
         "traffic": traffic,
         "words": words,
     }))
+}
+
+/// A member's room for the template: what fits, and the accounting behind it.
+fn room_words(r: &Room) -> String {
+    let cpu = |res: &meridian_core::Resources| format!("{}m CPU", res.cpu_millis);
+    let memory = |res: &meridian_core::Resources| format!("{} MiB", res.memory_bytes >> 20);
+    format!(
+        "capacity of {}: room for {} replica(s) of it; allocatable {}, {}; used by pods {}, {}; assumed for other decisions {}, {}",
+        r.cluster,
+        r.replicas_free.unwrap_or_default(),
+        cpu(&r.allocatable),
+        memory(&r.allocatable),
+        cpu(&r.used),
+        memory(&r.used),
+        cpu(&r.assumed),
+        memory(&r.assumed),
+    )
 }
 
 /// What each member holds of the template, and what the rollout waits for.
@@ -194,6 +222,7 @@ fn placed_words(reason: &PlacedReason) -> String {
         PlacedReason::Aggregated { free } => format!("Aggregated, {free} free"),
         PlacedReason::Standby => "standby".into(),
         PlacedReason::Dependency(of) => format!("used by {}", keys(of)),
+        PlacedReason::Follows(of) => format!("follows {}", keys(of)),
     }
 }
 
@@ -240,6 +269,7 @@ fn excluded_words(reason: &PlacementFilter) -> String {
                 .map_or("(all clusters)".into(), |t| format!("{t:?}"))
         ),
         PlacementFilter::NoReplicas => "feasible, but the division gave it none".into(),
+        PlacementFilter::WorkloadsElsewhere => "none of the workloads it follows runs here".into(),
         PlacementFilter::WorkloadAffinity { term } => format!(
             "required workloadAffinity[{term}]: no matching workload runs in its topology domain"
         ),

@@ -22,11 +22,34 @@ function text(v) {
   return typeof v === "object" ? JSON.stringify(v) : String(v);
 }
 
+// The server's clock less the browser's (each view carries the server's `now`): heartbeat
+// ages are counted here, every second, not sent by the server every second.
+let clockOffset = 0;
+
+function secondsSince(millis) {
+  if (millis === undefined || millis === null) return null;
+  return Math.max(0, Math.floor((Date.now() + clockOffset - millis) / 1000));
+}
+
+function tickHeartbeats() {
+  for (const dd of document.querySelectorAll("dd.heartbeat[data-at]")) {
+    dd.textContent = ago(secondsSince(Number(dd.dataset.at)));
+  }
+}
+
 function ago(seconds) {
   if (seconds === undefined || seconds === null) return "never";
   if (seconds < 60) return `${seconds} s ago`;
   if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
   return `${Math.floor(seconds / 3600)} h ago`;
+}
+
+// CPU as placement counts it: used by pods, assumed for decisions not running yet, of the
+// Nodes' allocatable.
+function capacityText(c) {
+  if (!c) return "-";
+  const cpu = (r) => `${(r.cpuMillis / 1000).toFixed(1)}`;
+  return `CPU ${cpu(c.used)} used + ${cpu(c.assumed)} assumed of ${cpu(c.allocatable)}`;
 }
 
 function renderClusters(clusters) {
@@ -43,7 +66,8 @@ function renderClusters(clusters) {
         el("dt", {}, "network"), el("dd", {}, text(c.network)),
         el("dt", {}, "gateway"), el("dd", {}, c.gateway ? `${c.gateway.address}:${c.gateway.port}` : "-"),
         el("dt", {}, "endpoints"), el("dd", { class: "endpoints" }, c.endpoints),
-        el("dt", {}, "heartbeat"), el("dd", { class: "heartbeat" }, ago(c.secondsSinceHeartbeat)),
+        el("dt", {}, "heartbeat"), el("dd", { class: "heartbeat", "data-at": c.lastHeartbeat }, ago(secondsSince(c.lastHeartbeat))),
+        el("dt", {}, "capacity"), el("dd", { class: "capacity" }, capacityText(c.capacity)),
         el("dt", {}, "taints"), el("dd", {}, taints.length ? taints : "-"),
         c.reason ? [el("dt", {}, "reason"), el("dd", { class: "reason" }, c.reason)] : null));
   });
@@ -147,6 +171,7 @@ function render(view) {
     $("snapshot").textContent = view.error;
     return;
   }
+  if (typeof view.now === "number") clockOffset = view.now - Date.now();
   $("snapshot").textContent = `snapshot ${view.version}${view.synced ? "" : " (not synced yet)"}`;
   renderClusters(view.clusters);
   renderClientChoices(view.clusters);
@@ -180,6 +205,7 @@ function subscribe() {
 }
 
 function start() {
+  setInterval(tickHeartbeats, 1000);
   const params = new URLSearchParams(location.search);
   if (params.has("filter")) $("filter").value = params.get("filter");
   const wanted = params.get("cluster");

@@ -82,18 +82,17 @@ def test_render_writes_each_placed_object_once_per_cluster(example, tmp_path):
     assert "0 written, 6 unchanged, 0 removed" in p.stdout, p.stdout
 
     # 10 replicas do not fit in the EU (6 free): the US tier takes them all, from its mirror,
-    # and the ConfigMap goes with them. The Service has no replicas and needs no capacity:
-    # decided on its own, its first tier (the EU) still takes it.
+    # and the ConfigMap goes with them. The Service has no replicas: under the same policy it
+    # follows the Deployment to the US, never left where no pod runs.
     web = (example.hub / "web.yaml").read_text().replace("replicas: 6", "replicas: 10")
     example.write("hub/web.yaml", web)
     p = run("render", "--config", example.config, "--out", out, check=0)
-    assert "2 written, 2 unchanged, 4 removed" in p.stdout, p.stdout
+    assert "3 written, 0 unchanged, 6 removed" in p.stdout, p.stdout
     assert files(out) == [
         "README.md",
-        "eu-1/shop/Service.web.yaml",
-        "eu-2/shop/Service.web.yaml",
         "us-1/shop/ConfigMap.web-config.yaml",
         "us-1/shop/Deployment.web.yaml",
+        "us-1/shop/Service.web.yaml",
     ]
     us = load(out / "us-1/shop/Deployment.web.yaml")
     assert us["spec"]["replicas"] == 10

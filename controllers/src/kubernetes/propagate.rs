@@ -542,15 +542,32 @@ pub async fn run(
             .collect();
         let planning = Instant::now();
         let mut steps = Vec::with_capacity(keys.len());
-        for key in keys {
+        // Workloads first: the templates that follow them (a Service, its ConfigMaps) keep
+        // their old copies until the workloads run ready where they went (make before break).
+        let (followers, leaders): (Vec<TemplateKey>, Vec<TemplateKey>) =
+            keys.into_iter().partition(|k| {
+                snapshot
+                    .placements
+                    .decisions
+                    .get(k)
+                    .is_some_and(|d| !d.follows().is_empty())
+            });
+        let mut growth_ready: BTreeMap<TemplateKey, bool> = BTreeMap::new();
+        for key in leaders.into_iter().chain(followers) {
             let decision = snapshot.placements.decisions.get(&key);
             let propagation = settings
                 .get(&key)
                 .cloned()
                 .unwrap_or_else(|| settings_from_copies(&members, &key));
             let held = held_copies(&mut members, &key, decision);
+            let leaders_ready = decision.is_none_or(|d| {
+                d.follows()
+                    .iter()
+                    .all(|l| growth_ready.get(*l).copied().unwrap_or(true))
+            });
             let rollout = rollouts.entry(key.clone()).or_default();
-            let step = rollout.step(decision, &held, &propagation, pass.now);
+            let step = rollout.step_after(decision, &held, &propagation, pass.now, leaders_ready);
+            growth_ready.insert(key.clone(), step.growth_ready);
             if let Some(d) = step.deadline {
                 deadline = Some(deadline.map_or(d, |x: Instant| x.min(d)));
             }

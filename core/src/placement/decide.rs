@@ -125,11 +125,17 @@ impl Placer {
         for plan in plans.iter().flatten() {
             next_deadline = earliest(next_deadline, plan.deadline);
         }
+        let leaders = leaders(inputs.templates, &governing);
+        let mut followers = Vec::new();
         for i in workload_terms_last(inputs.templates, &governing, &plans) {
             let t = &inputs.templates[i];
             let Some(plan) = governing[i].and_then(|g| plans[g].as_ref()) else {
                 continue;
             };
+            if let Some(led) = leaders.of(t, governing[i]) {
+                followers.push((t, plan, led));
+                continue;
+            }
             let neighbours = if plan.placement.scoring.reads_workloads() {
                 let at = |placed: &[Placed]| -> Vec<usize> {
                     placed
@@ -161,6 +167,14 @@ impl Placer {
             next_deadline = earliest(next_deadline, memo.deadline);
             if decision.is_scheduled() {
                 remember(&mut self.previous, &decision, memo);
+            }
+            decisions.insert(t.key.clone(), decision);
+        }
+        for (t, plan, led) in followers {
+            let prev = self.previous.get(&t.key);
+            let decision = follow(&fleet, plan, t, led, prev, &decisions, &overrides);
+            if decision.is_scheduled() {
+                remember(&mut self.previous, &decision, Memo::default());
             }
             decisions.insert(t.key.clone(), decision);
         }
@@ -225,6 +239,107 @@ fn workload_terms_last(
     let mut order: Vec<usize> = (0..templates.len()).collect();
     order.sort_by_key(|&i| reads(i));
     order
+}
+
+/// Per policy and namespace, the templates with replicas it places there: the workloads the
+/// policy's replica-less templates in that namespace (its Service, ConfigMaps, PDB …) follow.
+struct Leaders<'t>(HashMap<(usize, Arc<str>), Vec<&'t Template>>);
+
+fn leaders<'t>(templates: &'t [Template], governing: &[Option<usize>]) -> Leaders<'t> {
+    let mut by: HashMap<(usize, Arc<str>), Vec<&'t Template>> = HashMap::new();
+    for (t, g) in templates.iter().zip(governing) {
+        if let (Some(g), Some(_)) = (g, t.replicas) {
+            by.entry((*g, t.key.namespace.clone())).or_default().push(t);
+        }
+    }
+    Leaders(by)
+}
+
+impl<'t> Leaders<'t> {
+    /// The workloads `t` follows: none for a template with replicas, or whose policy places
+    /// no workload in its namespace (it then goes by the tiers).
+    fn of(&self, t: &Template, governing: Option<usize>) -> Option<&[&'t Template]> {
+        if t.replicas.is_some() || self.0.is_empty() {
+            return None;
+        }
+        self.0
+            .get(&(governing?, t.key.namespace.clone()))
+            .map(Vec::as_slice)
+    }
+}
+
+/// A replica-less template placed whole where the workloads it follows were placed this round
+/// (running or standby: what they run finds its Service and ConfigMaps there), in their tier;
+/// unschedulable, keeping its last placement, while they are placed nowhere.
+fn follow(
+    fleet: &Fleet<'_>,
+    plan: &Plan<'_>,
+    t: &Template,
+    leaders: &[&Template],
+    prev: Option<&Previous>,
+    decisions: &BTreeMap<TemplateKey, Decision>,
+    overrides: &Overrides<'_>,
+) -> Decision {
+    let mut at: BTreeMap<&ClusterId, Vec<TemplateKey>> = BTreeMap::new();
+    let mut tier = None;
+    for leader in leaders {
+        let Some(d) = decisions.get(&leader.key) else {
+            continue;
+        };
+        if tier.is_none() {
+            tier.clone_from(&d.tier);
+        }
+        for placed in &d.placed {
+            at.entry(&placed.cluster)
+                .or_default()
+                .push(leader.key.clone());
+        }
+    }
+    let applicable = overrides.applicable(t);
+    let placed: Vec<Placed> = at
+        .iter()
+        .map(|(&cluster, workloads)| Placed {
+            overrides: applicable.rules_for(
+                fleet
+                    .position(cluster)
+                    .map(|p| &fleet.clusters[p].view.spec),
+            ),
+            cluster: cluster.clone(),
+            replicas: None,
+            reason: PlacedReason::Follows(workloads.clone()),
+        })
+        .collect();
+    let excluded = (0..fleet.len())
+        .filter(|&p| !at.contains_key(fleet.id(p)))
+        .map(|p| Excluded {
+            cluster: fleet.id(p).clone(),
+            reason: plan.clusters[p]
+                .filter
+                .clone()
+                .unwrap_or(PlacementFilter::WorkloadsElsewhere),
+        })
+        .collect();
+    let (outcome, placed) = if placed.is_empty() {
+        let names: Vec<String> = leaders
+            .iter()
+            .map(|l| format!("{}/{}", l.key.kind, l.key.name))
+            .collect();
+        let reason = format!("follows {}, placed nowhere", names.join(", "));
+        let kept = prev.map(|p| p.placed.clone()).unwrap_or_default();
+        (Outcome::Unschedulable { reason }, kept)
+    } else {
+        (Outcome::Scheduled, placed)
+    };
+    Decision {
+        template: t.key.clone(),
+        policy: Some(plan.policy.key.clone()),
+        outcome,
+        tier,
+        standby_tier: None,
+        placed,
+        excluded,
+        scores: None,
+    }
 }
 
 /// Which of `count` policies govern a template.

@@ -81,6 +81,9 @@ pub struct Step {
     /// When this step changes with time alone (a grace period ends).
     #[serde(skip)]
     pub deadline: Option<Instant>,
+    /// Every placed cluster runs what the decision gives it, ready: what the old copies of
+    /// the templates that follow this one wait for (make before break).
+    pub growth_ready: bool,
 }
 
 impl Step {
@@ -114,6 +117,21 @@ impl Rollout {
         propagation: &Propagation,
         now: Instant,
     ) -> Step {
+        self.step_after(decision, held, propagation, now, true)
+    }
+
+    /// [`Rollout::step`] of a template that follows workloads (its Service, its ConfigMaps):
+    /// its old copies also wait until `leaders_ready`, every workload it follows running
+    /// ready where it now goes. A planned move keeps the old cluster's Service, and so its
+    /// endpoints and traffic, until the new cluster can answer.
+    pub fn step_after(
+        &mut self,
+        decision: Option<&Decision>,
+        held: &BTreeMap<ClusterId, Held>,
+        propagation: &Propagation,
+        now: Instant,
+        leaders_ready: bool,
+    ) -> Step {
         let Some(decision) = decision else {
             self.waiting.clear();
             return removed(held, propagation.preserve_on_deletion);
@@ -133,10 +151,13 @@ impl Rollout {
             now: BTreeMap::new(),
             at: now,
             grace: Duration::from_secs(propagation.grace_period_seconds),
-            growth_ready,
+            growth_ready: growth_ready && leaders_ready,
             deadline: None,
         };
-        let mut step = Step::default();
+        let mut step = Step {
+            growth_ready,
+            ..Step::default()
+        };
         for p in &decision.placed {
             let held_count = held.get(&p.cluster).and_then(|h| h.replicas);
             let held_back = shrinks(held.get(&p.cluster), p.replicas)
@@ -348,6 +369,36 @@ mod tests {
             later,
         );
         assert!(step.draining.is_empty());
+        assert_eq!(names(&step.deletes), vec!["m1"]);
+    }
+
+    #[test]
+    fn a_follower_keeps_its_old_copy_until_the_workloads_it_follows_are_ready() {
+        let now = Instant::now();
+        let mut rollout = Rollout::new();
+        // The Service moved from m1 to m2 with its Deployment: its own copy in m2 is ready at
+        // once (no replicas), yet m1's stays while the Deployment is not ready in m2.
+        let mut d = decision(&[("m2", 0)], &[("m1", failed_over())]);
+        d.placed[0].replicas = None;
+        let copies: BTreeMap<ClusterId, Held> = [("m1", true), ("m2", true)]
+            .into_iter()
+            .map(|(c, ready)| {
+                let held = Held {
+                    replicas: None,
+                    ready,
+                };
+                (ClusterId::new(c), held)
+            })
+            .collect();
+        let step = rollout.step_after(Some(&d), &copies, &graceful(600), now, false);
+        assert!(step.growth_ready, "its own copies are ready");
+        assert_eq!(names(&step.deletes), Vec::<&str>::new());
+        assert_eq!(step.draining.len(), 1, "{step:?}");
+        let later = now + Duration::from_secs(3);
+        let step = rollout.step_after(Some(&d), &copies, &graceful(600), later, true);
+        assert_eq!(names(&step.deletes), vec!["m1"], "the workloads are ready");
+        // Without the wait (a template placed on its own) it would have gone at once.
+        let step = Rollout::new().step(Some(&d), &copies, &graceful(600), now);
         assert_eq!(names(&step.deletes), vec!["m1"]);
     }
 

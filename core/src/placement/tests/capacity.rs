@@ -378,3 +378,54 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_service_follows_its_deployment_to_the_tier_with_room() {
+    let mut world = eu_first([2, 1, 8], 500, 7);
+    let mut service = crate::testing::config_map("web");
+    service.key = TemplateKey::new("v1", "Service", "shop", "web");
+    world.templates.push(service.clone());
+    world.policies[0].templates.push(TemplateSelector {
+        kind: Some("Service".into()),
+        ..TemplateSelector::default()
+    });
+    let mut placer = Placer::new();
+    let round = world.place(&mut placer, 0);
+    let d = &round.decisions[&service.key];
+    assert_eq!(
+        split(d),
+        vec![("us-1", None)],
+        "where the 7 pods are: {d:?}"
+    );
+    assert_eq!(d.tier.as_deref(), Some("us"));
+    let web = TemplateKey::new("apps/v1", "Deployment", "shop", "web");
+    assert_eq!(d.placed[0].reason, PlacedReason::Follows(vec![web.clone()]));
+    assert_eq!(reason_of(d, "eu-1"), PlacementFilter::WorkloadsElsewhere);
+    // Back to 6: both go to the EU together.
+    world.replicas("web", 6);
+    let round = world.place(&mut placer, 1);
+    assert_eq!(
+        split(&round.decisions[&service.key]),
+        vec![("eu-1", None), ("eu-2", None)]
+    );
+    // Unschedulable: the Deployment keeps its placement, and its Service stays beside it.
+    world.replicas("web", 100);
+    let round = world.place(&mut placer, 2);
+    assert!(!round.decisions[&web].is_scheduled());
+    let d = &round.decisions[&service.key];
+    assert_eq!(
+        split(d),
+        vec![("eu-1", None), ("eu-2", None)],
+        "kept: {d:?}"
+    );
+    // A fresh round (render) with nowhere for the Deployment: the Service is placed nowhere.
+    let round = world.place(&mut Placer::new(), 3);
+    let d = &round.decisions[&service.key];
+    assert_eq!(
+        d.outcome,
+        Outcome::Unschedulable {
+            reason: "follows Deployment/web, placed nowhere".into()
+        }
+    );
+    assert!(d.placed.is_empty());
+}

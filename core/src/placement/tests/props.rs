@@ -214,6 +214,13 @@ fn check(w: &World, t: &Template, d: &Decision) -> Result<(), TestCaseError> {
             prop_assert!(primary.iter().all(|p| p.replicas == Some(r)), "duplicated");
         }
     }
+    if d.placed
+        .iter()
+        .any(|p| matches!(p.reason, PlacedReason::Follows(_)))
+    {
+        // A follower goes where its workloads went (checked by the caller), not by spread.
+        return Ok(());
+    }
     // Spread bounds: at most maxGroups run it; at least minGroups are selected (the division
     // may leave a selected cluster without replicas: `NoReplicas`).
     let placement = w.policies[0].placement.as_ref().expect("placement");
@@ -281,6 +288,20 @@ proptest! {
         for t in &w.templates {
             let d = round.decisions.get(&t.key).expect("every template is placed by p");
             check(&w, t, d)?;
+            // A template without replicas follows the workloads of its policy: it is
+            // wherever one of them is placed, and nowhere else.
+            if t.replicas.is_none() && w.templates.iter().any(|o| o.replicas.is_some()) {
+                let mut want: Vec<&ClusterId> = round
+                    .decisions
+                    .values()
+                    .filter(|o| w.templates.iter().any(|x| x.key == o.template && x.replicas.is_some()))
+                    .flat_map(|o| o.placed.iter().map(|p| &p.cluster))
+                    .collect();
+                want.sort();
+                want.dedup();
+                let got: Vec<&ClusterId> = d.placed.iter().map(|p| &p.cluster).collect();
+                prop_assert_eq!(got, want, "{:?}", d);
+            }
         }
     }
 
