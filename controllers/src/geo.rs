@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ipnet::IpNet;
-use meridian_core::problem::{Origin, Problem, Source, Subject};
+use meridian_core::problem::{Bounded, MAX_PER_SOURCE, Origin, Problem, Source, Subject};
 use meridian_core::{GeoBuilder, GeoConflict, GeoTable, Locality};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -125,7 +125,8 @@ pub struct Line {
 /// line number and the reason; the good lines are returned.
 pub fn parse(path: &Path, text: &str) -> (Vec<Line>, Vec<Problem>) {
     let mut lines = Vec::new();
-    let mut problems = Vec::new();
+    // A million bad lines are a hundred problems and a count, not a million problems.
+    let mut problems = Bounded::default();
     let mut seen_content = false;
     for (i, raw) in text.lines().enumerate() {
         let number = i + 1;
@@ -145,10 +146,24 @@ pub fn parse(path: &Path, text: &str) -> (Vec<Line>, Vec<Problem>) {
                 net,
                 locality,
             }),
-            Err(reason) => problems.push(line_problem(path, number, reason)),
+            Err(reason) => {
+                if problems.kept.len() < MAX_PER_SOURCE {
+                    problems.push(line_problem(path, number, reason));
+                } else {
+                    problems.more += 1;
+                }
+            }
         }
     }
-    (lines, problems)
+    (lines, problems.finish())
+}
+
+/// A field as a reason quotes it: at most 64 characters of it.
+fn quoted(field: &str) -> String {
+    match field.char_indices().nth(64) {
+        Some((end, _)) => format!("{:?}…", &field[..end]),
+        None => format!("{field:?}"),
+    }
 }
 
 fn unquote(field: &str) -> &str {
@@ -175,7 +190,7 @@ fn parse_fields(fields: &[&str]) -> Result<(IpNet, Locality), String> {
     let zone = fields.get(2).copied().filter(|z| !z.is_empty());
     for value in std::iter::once(region).chain(zone) {
         if value.chars().any(char::is_whitespace) {
-            return Err(format!("{value:?}: a region or zone has no spaces"));
+            return Err(format!("{}: a region or zone has no spaces", quoted(value)));
         }
     }
     Ok((
@@ -196,7 +211,10 @@ fn parse_net(field: &str) -> Result<IpNet, String> {
         Err(_) if field.parse::<IpAddr>().is_ok() => Err(format!(
             "bad CIDR {field:?}: a network needs its prefix length (e.g. {field}/32)"
         )),
-        Err(_) => Err(format!("bad CIDR {field:?} (expected e.g. 203.0.113.0/24)")),
+        Err(_) => Err(format!(
+            "bad CIDR {} (expected e.g. 203.0.113.0/24)",
+            quoted(field)
+        )),
     }
 }
 
@@ -421,7 +439,7 @@ impl GeoSource {
         let text = String::from_utf8(bytes).map_err(|e| format!("is not UTF-8 text: {e}"))?;
         let (lines, mut problems) = parse(path, &text);
         let (table, conflicts) = build(s, &lines);
-        problems.extend(conflicts);
+        problems.extend(meridian_core::problem::bounded(conflicts));
         info!(
             file = %path.display(),
             ranges = table.len(),

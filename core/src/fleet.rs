@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::checks;
 use crate::geo::GeoTable;
 use crate::index::{Index, Kind, Object};
 use crate::model::{ClusterId, ClusterObjects, ClusterSpec, ObjectKey};
@@ -185,6 +186,8 @@ struct Federation {
     deadline: Option<Instant>,
     /// Policies that select a template an older policy places.
     conflicts: Vec<Problem>,
+    /// Placed templates naming a dependency the hub does not hold (warnings).
+    missing: Vec<Problem>,
     /// Runs the policies' scripts and scoring webhooks.
     programs: Runner,
 }
@@ -541,12 +544,26 @@ impl Fleet {
                 .chain(self.member_problems.values().flatten())
                 .cloned(),
         );
+        snapshot
+            .problems
+            .extend(self.registry.never_synced().map(|(id, reason)| {
+                Problem::in_merge(
+                    Origin::Member(id.clone()),
+                    ObjectRef::cluster_scoped("MemberCluster", id.to_string()),
+                    format!("{}{reason}", crate::registry::NEVER_SYNCED),
+                )
+            }));
         snapshot.warnings.extend(
             self.hub_warnings
                 .iter()
                 .chain(self.member_warnings.values().flatten())
                 .cloned(),
         );
+        snapshot.warnings.extend(checks::unknown_clusters(
+            &self.policies,
+            snapshot.clusters.iter().map(|c| &c.spec),
+        ));
+        snapshot.problems.extend(checks::no_traffic(&snapshot));
         Built {
             snapshot,
             services_changed: dirty.services.len(),
@@ -574,10 +591,15 @@ impl Fleet {
         if decided {
             self.federation.conflicts =
                 template_conflicts(&self.federation.templates, self.policies.as_slice()).collect();
+            self.federation.missing =
+                missing_dependencies(&self.federation.templates, &snapshot.placements);
         }
         snapshot
             .problems
             .extend(self.federation.conflicts.iter().cloned());
+        snapshot
+            .warnings
+            .extend(self.federation.missing.iter().cloned());
         decided
     }
 
@@ -674,6 +696,37 @@ fn template_conflicts<'a>(
 }
 
 /// An unschedulable template is a problem of the hub's, with the decision's numbers.
+/// A placed workload naming a ConfigMap, Secret, ServiceAccount or PVC the hub does not
+/// hold: its copies start without it (the workload is placed all the same).
+fn missing_dependencies(templates: &[Template], placements: &Placements) -> Vec<Problem> {
+    let on_hub: std::collections::HashSet<&placement::TemplateKey> =
+        templates.iter().map(|t| &t.key).collect();
+    templates
+        .iter()
+        .filter(|t| placements.decisions.contains_key(&t.key))
+        .flat_map(|t| {
+            let on_hub = &on_hub;
+            t.dependencies
+                .iter()
+                .filter(move |d| !on_hub.contains(d))
+                .map(move |d| {
+                    Problem::in_merge(
+                        Origin::Hub,
+                        ObjectRef {
+                            kind: t.key.kind.to_string(),
+                            namespace: Some(t.key.namespace.to_string()),
+                            name: t.key.name.to_string(),
+                        },
+                        format!(
+                            "uses {} {}/{}, which is not on the hub: its copies start without it",
+                            d.kind, d.namespace, d.name
+                        ),
+                    )
+                })
+        })
+        .collect()
+}
+
 fn unschedulable(placements: &Placements) -> impl Iterator<Item = Problem> + '_ {
     placements
         .decisions

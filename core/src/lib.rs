@@ -27,6 +27,7 @@
 
 pub mod admission;
 pub mod agent;
+pub mod checks;
 pub mod fleet;
 pub mod geo;
 pub mod index;

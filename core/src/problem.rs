@@ -142,6 +142,79 @@ pub struct Problem {
     pub reason: String,
 }
 
+/// The longest reason a problem keeps: input quoted in a reason (a 50 MB line of a file) is
+/// cut here, so logs, `/debug/problems`, the status page and `validate` stay readable.
+pub const MAX_REASON_BYTES: usize = 512;
+
+/// How many problems one source reports in full (the bad lines of one file); the rest are
+/// counted in one more problem ([`bounded`]).
+pub const MAX_PER_SOURCE: usize = 100;
+
+/// `reason`, cut to [`MAX_REASON_BYTES`] (at a character boundary) with what was cut said.
+pub fn clip(mut reason: String) -> String {
+    if reason.len() <= MAX_REASON_BYTES {
+        return reason;
+    }
+    let mut end = MAX_REASON_BYTES;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = reason.len() - end;
+    reason.truncate(end);
+    reason.push_str(&format!("… ({cut} more bytes not shown)"));
+    reason
+}
+
+/// Counts what one source rejects past its first [`MAX_PER_SOURCE`] problems, keeping those.
+#[derive(Debug, Default)]
+pub struct Bounded {
+    pub kept: Vec<Problem>,
+    /// Problems past the bound, counted only.
+    pub more: usize,
+}
+
+impl Bounded {
+    /// Keeps `p` if there is room; else counts it. Returns whether it was kept.
+    pub fn push(&mut self, p: Problem) -> bool {
+        if self.kept.len() < MAX_PER_SOURCE {
+            self.kept.push(p);
+            true
+        } else {
+            self.more += 1;
+            false
+        }
+    }
+
+    /// The kept problems, and one more saying how many were only counted (like the last
+    /// kept one: same origin and source).
+    pub fn finish(mut self) -> Vec<Problem> {
+        if self.more > 0
+            && let Some(last) = self.kept.last()
+        {
+            let summary = Problem {
+                origin: last.origin.clone(),
+                subject: Subject::Input(format!("{} more", self.more)),
+                source: last.source.clone(),
+                reason: format!(
+                    "{} more problems of this input are not listed (the first {MAX_PER_SOURCE} are)",
+                    self.more
+                ),
+            };
+            self.kept.push(summary);
+        }
+        self.kept
+    }
+}
+
+/// At most [`MAX_PER_SOURCE`] of `problems`, and one more counting the rest.
+pub fn bounded(problems: impl IntoIterator<Item = Problem>) -> Vec<Problem> {
+    let mut b = Bounded::default();
+    for p in problems {
+        b.push(p);
+    }
+    b.finish()
+}
+
 impl Problem {
     /// A problem with (part of) a manifest file.
     pub fn in_file(
@@ -154,7 +227,7 @@ impl Problem {
             origin,
             subject: subject.into(),
             source: Source::File { path: path.into() },
-            reason: reason.into(),
+            reason: clip(reason.into()),
         }
     }
 
@@ -164,7 +237,7 @@ impl Problem {
             origin,
             subject: Subject::Object(object),
             source: Source::Api,
-            reason: reason.into(),
+            reason: clip(reason.into()),
         }
     }
 
@@ -174,7 +247,7 @@ impl Problem {
             origin,
             subject: Subject::Object(object),
             source: Source::Merge,
-            reason: reason.into(),
+            reason: clip(reason.into()),
         }
     }
 
@@ -256,6 +329,32 @@ impl Serialize for Problem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_reason_is_cut_and_a_flood_of_problems_is_counted() {
+        let line = "x".repeat(50 << 20);
+        let p = Problem::in_file(Origin::Geo, "/g.csv", Subject::Input("line 1".into()), line);
+        assert!(p.reason.len() < MAX_REASON_BYTES + 64, "{}", p.reason.len());
+        assert!(
+            p.reason.ends_with("more bytes not shown)"),
+            "{}",
+            &p.reason[500..]
+        );
+        let many = (0..1_000_000).map(|i| {
+            Problem::in_file(
+                Origin::Geo,
+                "/g.csv",
+                Subject::Input(format!("line {i}")),
+                "bad",
+            )
+        });
+        let kept = bounded(many);
+        assert_eq!(kept.len(), MAX_PER_SOURCE + 1);
+        assert_eq!(
+            kept.last().unwrap().reason,
+            "999900 more problems of this input are not listed (the first 100 are)"
+        );
+    }
 
     #[test]
     fn every_source_reads_as_it_always_did() {

@@ -65,6 +65,9 @@ pub struct MemberHealth {
     watch_failing: bool,
 }
 
+/// How the problem of a member that never synced starts (`Registry::never_synced`).
+pub const NEVER_SYNCED: &str = "never synced: ";
+
 /// A change of health, for logs, metrics and status conditions; `from == to` when only the
 /// reason shown changed (a member lost from this replica alone, sharded writers).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,11 +185,39 @@ impl Registry {
         now: Instant,
         reason: impl Into<String>,
     ) -> Option<Transition> {
+        let reason = reason.into();
         let h = self.health.get_mut(id)?;
+        // A new failure, or a new reason for it, is news even when the health stays
+        // (Degraded before the first sync): said at once, not after unreachableAfterSeconds.
+        let news = !h.heartbeat_failing || h.reason.as_deref() != Some(reason.as_str());
         h.heartbeat_failing = true;
         h.settled = true;
-        h.reason = Some(reason.into());
+        h.reason = Some(reason);
         self.evaluate(id, now)
+            .or_else(|| news.then(|| self.unchanged(id)).flatten())
+    }
+
+    /// A transition that changes no health: only its reason is news.
+    fn unchanged(&self, id: &ClusterId) -> Option<Transition> {
+        let h = self.health.get(id)?;
+        Some(Transition {
+            cluster: id.clone(),
+            from: h.health,
+            to: h.health,
+            withdrawn: h.withdrawn,
+            was_withdrawn: h.withdrawn,
+            reason: h.shown_reason(),
+        })
+    }
+
+    /// Members that have never synced and whose heartbeats fail, with the reason: nothing of
+    /// theirs is served, so each is a problem at once (a directory that does not exist, a
+    /// credential refused), not only a health after `unreachableAfterSeconds`.
+    pub fn never_synced(&self) -> impl Iterator<Item = (&ClusterId, &str)> {
+        self.health.iter().filter_map(|(id, h)| {
+            (h.heartbeat_failing && !h.synced_once)
+                .then_some((id, h.reason.as_deref().unwrap_or("not yet synced")))
+        })
     }
 
     /// A watch failed or stalled (`Some(reason)`), or recovered (`None`).
