@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from conftest import BIN
-from kube_fleet import CORE, FROM, MERIDIAN, NAMESPACE, wait_for
+from kube_fleet import CORE, FROM, MCS, MERIDIAN, NAMESPACE, wait_for
 from kube_cluster import resource_path
 from test_kube import eds_addresses
 
@@ -567,3 +567,95 @@ def test_members_keep_what_they_hold_while_the_hub_is_down(kube_fleet, kube_meri
     hub.apply(deployment("api", 3))
     wait_for(lambda: member_replicas(kube_fleet, "api") == {"m1": 3}, timeout=30,
              what="the edit applied after the hub's return", log=m)
+
+
+def test_a_hub_configmap_a_deployment_uses_follows_it_changes_with_it_and_goes_with_it(kube_fleet, kube_meridian):
+    """On a Kubernetes hub the ConfigMap a pod template names (envFrom, a volume) is read from
+    the hub and propagated where the Deployment went (issue 36): only the kinds a policy
+    selects used to be watched, so the copies started without their configuration."""
+    m, hub = kube_meridian, kube_fleet.hub
+    hub.apply({"apiVersion": CORE, "kind": "ConfigMap", "metadata": {"name": "cfgweb-env", "namespace": NAMESPACE},
+               "data": {"MODE": "fast"}})
+    hub.apply({"apiVersion": CORE, "kind": "ConfigMap", "metadata": {"name": "unrelated", "namespace": NAMESPACE},
+               "data": {"x": "1"}})
+    d = deployment("cfgweb", 1)
+    pod = d["spec"]["template"]["spec"]
+    pod["containers"][0]["envFrom"] = [{"configMapRef": {"name": "cfgweb-env"}}]
+    pod["volumes"] = [{"name": "files", "configMap": {"name": "cfgweb-env"}}]
+    hub.apply(d)
+    kube_fleet.policy("cfgweb", {
+        "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "cfgweb"}],
+        "placement": {"clusterAffinities": [{"name": "one", "clusterNames": ["m1"]}]},
+    })
+    m1 = kube_fleet.cluster("m1")
+    cm = wait_for(lambda: m1.get(CORE, "ConfigMap", "cfgweb-env", NAMESPACE), timeout=20,
+                  what="the ConfigMap the Deployment uses, in m1", log=m)
+    assert cm["data"] == {"MODE": "fast"}
+    assert member_deployment(kube_fleet, "m1", "cfgweb") is not None
+    assert kube_fleet.cluster("m2").get(CORE, "ConfigMap", "cfgweb-env", NAMESPACE) is None, "only where it went"
+    assert m1.get(CORE, "ConfigMap", "unrelated", NAMESPACE) is None, "a ConfigMap nothing names stays on the hub"
+    # Edited on the hub: the copy follows.
+    hub.apply({"apiVersion": CORE, "kind": "ConfigMap", "metadata": {"name": "cfgweb-env", "namespace": NAMESPACE},
+               "data": {"MODE": "slow"}})
+    wait_for(lambda: (m1.get(CORE, "ConfigMap", "cfgweb-env", NAMESPACE) or {}).get("data") == {"MODE": "slow"},
+             timeout=20, what="the edit in m1", log=m)
+    # The Deployment goes: so does the ConfigMap it named.
+    hub.delete(APPS, "Deployment", "cfgweb", NAMESPACE)
+    wait_for(lambda: m1.get(CORE, "ConfigMap", "cfgweb-env", NAMESPACE) is None, timeout=20,
+             what="the ConfigMap removed with the Deployment", log=m)
+    hub.delete(CORE, "ConfigMap", "cfgweb-env", NAMESPACE)
+    hub.delete(CORE, "ConfigMap", "unrelated", NAMESPACE)
+
+
+def test_a_planned_move_keeps_the_old_clusters_answers_until_the_new_one_is_ready(kube_fleet, kube_meridian):
+    """Make before break (issue 36): the policy places Deployment mbb with its Service and
+    ServiceExport (templates without replicas follow it) in m1; an edit moves them to m2.
+    Until m2's copy is ready, m1 keeps its Service and export, so a client in m1, sampled
+    every 100 ms, is never answered empty; then traffic moves and m1's copies go."""
+    m, hub = kube_meridian, kube_fleet.hub
+    hub.apply(deployment("mbb", 1))
+    hub.apply({"apiVersion": CORE, "kind": "Service", "metadata": {"name": "mbb", "namespace": NAMESPACE},
+               "spec": {"selector": {"app": "mbb"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})
+    hub.apply({"apiVersion": MCS, "kind": "ServiceExport", "metadata": {"name": "mbb", "namespace": NAMESPACE}})
+    spec = {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "mbb"},
+                                  {"apiVersion": CORE, "kind": "Service", "name": "mbb"},
+                                  {"apiVersion": MCS, "kind": "ServiceExport", "name": "mbb"},
+                                  {"name": "mbb"}],
+            "placement": {"clusterAffinities": [{"name": "here", "clusterNames": ["m1"]}],
+                          "gracePeriodSeconds": 300}}
+    kube_fleet.policy("mbb", spec)
+    m1, m2 = kube_fleet.cluster("m1"), kube_fleet.cluster("m2")
+    wait_for(lambda: m1.get(CORE, "Service", "mbb", NAMESPACE) and m1.get(MCS, "ServiceExport", "mbb", NAMESPACE),
+             timeout=20, what="the Service and its export in m1", log=m)
+    # What m1's endpoints controller would publish for the running pod.
+    kube_fleet.endpoint_slice("m1", "mbb", ["10.1.0.55"])
+    write_status(kube_fleet, "m1", "mbb", 1)
+    name = "mbb.shop.global"
+    m.wait_for(lambda: m.addresses(name, source=FROM["m1"]) == ["10.1.0.55"], timeout=20,
+               what="a client in m1 answered by m1")
+
+    spec["placement"]["clusterAffinities"] = [{"name": "here", "clusterNames": ["m2"]}]
+    kube_fleet.policy("mbb", spec)
+    wait_for(lambda: m2.get(CORE, "Service", "mbb", NAMESPACE) and member_deployment(kube_fleet, "m2", "mbb"),
+             timeout=20, what="the new copies in m2", log=m)
+    # m2's pod is starting: its endpoint is not ready. m1 keeps answering meanwhile.
+    kube_fleet.endpoint_slice("m2", "mbb", ["10.2.0.55"], ready=False)
+    empty = []
+    deadline = time.time() + 3
+    while time.time() < deadline:
+        if not m.addresses(name, source=FROM["m1"]):
+            empty.append(round(time.time() - deadline + 3, 1))
+        time.sleep(0.1)
+    assert not empty, f"empty answers during the move, at seconds {empty}"
+    assert m1.get(CORE, "Service", "mbb", NAMESPACE) is not None, "m1's Service deleted before m2 was ready"
+    assert m.addresses(name, source=FROM["m1"]) == ["10.1.0.55"]
+    # m2 is ready: traffic moves there, then m1's copies go.
+    kube_fleet.endpoint_slice("m2", "mbb", ["10.2.0.55"])
+    write_status(kube_fleet, "m2", "mbb", 1)
+    m.wait_for(lambda: m.addresses(name, source=FROM["m1"]) == ["10.2.0.55"], timeout=20,
+               what="a client in m1 answered by m2 once it is ready")
+    wait_for(lambda: m1.get(CORE, "Service", "mbb", NAMESPACE) is None and member_deployment(kube_fleet, "m1", "mbb") is None,
+             timeout=20, what="m1's copies deleted after the move", log=m)
+    kube_fleet.policy("mbb", {"resourceSelectors": [{"name": "mbb"}]})
+    for kind, api in (("Deployment", APPS), ("Service", CORE), ("ServiceExport", MCS)):
+        hub.delete(api, kind, "mbb", NAMESPACE)

@@ -281,6 +281,41 @@ impl Templates {
                 }
             }
         }
+        out.extend(self.dependency_problems(policies));
+        out
+    }
+
+    /// The dependency kinds no policy selects itself that cannot be watched: the workloads
+    /// are placed, their ConfigMaps or Secrets do not follow them.
+    fn dependency_problems(&self, policies: &[Policy]) -> Vec<Problem> {
+        let selected: BTreeSet<Wanted> = policies
+            .iter()
+            .flat_map(|p| p.templates.iter().filter_map(wanted_of))
+            .collect();
+        let mut out = Vec::new();
+        for kind in DEPENDENCY_KINDS {
+            let w = (Some("v1".to_owned()), kind.to_owned());
+            if selected.contains(&w) {
+                continue;
+            }
+            let failure = match self.resolved.get(&w) {
+                Some((Err(reason), _)) => Some(reason.clone()),
+                Some((Ok(_), _)) => self
+                    .watches
+                    .get(&("v1".to_owned(), kind.to_owned()))
+                    .and_then(|w| w.failure.clone()),
+                None => None,
+            };
+            if let Some(f) = failure {
+                out.push(Problem::in_api(
+                    Origin::Hub,
+                    ObjectRef::cluster_scoped("Kind", kind),
+                    format!(
+                        "cannot watch {kind}s on the hub, so those placed workloads name do not follow them: {f}"
+                    ),
+                ));
+            }
+        }
         out
     }
 }
@@ -289,12 +324,58 @@ fn wanted_of(s: &meridian_core::TemplateSelector) -> Option<Wanted> {
     Some((s.api_version.clone(), s.kind.clone()?))
 }
 
-/// Every kind the policies select.
+/// The kinds whose templates carry a pod template, and so may name dependencies.
+const WORKLOAD_KINDS: [&str; 6] = [
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "Job",
+    "CronJob",
+];
+
+/// What a pod template may name, placed where its workload goes (DESIGN §9): watched on the
+/// hub whenever a policy selects a workload kind, kept only when a template names them.
+pub(crate) const DEPENDENCY_KINDS: [&str; 4] = [
+    "ConfigMap",
+    "Secret",
+    "ServiceAccount",
+    "PersistentVolumeClaim",
+];
+
+/// Every kind the policies select, and the dependency kinds when they select workloads.
 pub(crate) fn wanted(policies: &[Policy]) -> BTreeSet<Wanted> {
-    policies
+    let mut wanted: BTreeSet<Wanted> = policies
         .iter()
         .flat_map(|p| p.templates.iter().filter_map(wanted_of))
-        .collect()
+        .collect();
+    if wanted
+        .iter()
+        .any(|(_, kind)| WORKLOAD_KINDS.contains(&kind.as_str()))
+    {
+        wanted.extend(
+            DEPENDENCY_KINDS
+                .iter()
+                .map(|kind| (Some("v1".to_owned()), (*kind).to_owned())),
+        );
+    }
+    wanted
+}
+
+/// Drops the objects of dependency kinds that no policy selects and no template names:
+/// the hub's other ConfigMaps and Secrets are none of meridian's business.
+pub(crate) fn keep_named_dependencies(hub: &mut Hub) {
+    let named: std::collections::HashSet<meridian_core::TemplateKey> = hub
+        .templates
+        .iter()
+        .flat_map(|t| t.dependencies.iter().cloned())
+        .collect();
+    let policies = &hub.policies;
+    hub.templates.retain(|t| {
+        !(t.key.api_version.as_ref() == "v1" && DEPENDENCY_KINDS.contains(&t.key.kind.as_ref()))
+            || named.contains(&t.key)
+            || policies.iter().any(|p| p.places(t))
+    });
 }
 
 fn same_resolution(
@@ -315,6 +396,7 @@ pub(crate) fn add_templates(hub: &mut Hub, templates: Vec<(ObjectRef, Arc<serde_
         let value = Arc::try_unwrap(value).unwrap_or_else(|v| (*v).clone());
         crate::directory::add_template(hub, &ReadFrom::Api, object, value);
     }
+    keep_named_dependencies(hub);
 }
 
 /// The namespaced kinds the hub serves for what a policy selects, or why there are none.
@@ -433,9 +515,17 @@ mod tests {
             ],
         };
         let w = wanted(&[p]);
+        let v1 = |k: &str| (Some("v1".to_string()), k.to_string());
         assert_eq!(
             w.into_iter().collect::<Vec<_>>(),
-            [(Some("apps/v1".to_string()), "Deployment".to_string())]
+            [
+                (Some("apps/v1".to_string()), "Deployment".to_string()),
+                v1("ConfigMap"),
+                v1("PersistentVolumeClaim"),
+                v1("Secret"),
+                v1("ServiceAccount"),
+            ],
+            "a workload kind brings the kinds its pods may name"
         );
     }
 }
