@@ -5,6 +5,7 @@
 //! (`meridian_core::select`: tiers, and per member its endpoints or its gateway); this module
 //! only turns it into records.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -549,20 +550,7 @@ impl Answerer {
                 let Some(backend) = view.backend_of(ci) else {
                     return Found::NxDomain;
                 };
-                // A hostname is an explicit address (a StatefulSet member): the policy's
-                // filters apply; the client's network, and another cluster answering the same
-                // address for the service name, are its own business.
-                let held_back = select(snap, view, client, now)
-                    .filter_reason(ci)
-                    .is_some_and(|r| {
-                        !matches!(
-                            r,
-                            FilterReason::OtherNetworkNoGateway
-                                | FilterReason::GatewayUnusable
-                                | FilterReason::DuplicateAddresses(_)
-                        )
-                    });
-                if held_back {
+                if endpoint_names_held_back(&select(snap, view, client, now), ci) {
                     return Found::NxDomain;
                 }
                 let Some(ep) = backend.answerable().find(|e| endpoint_label(e) == host) else {
@@ -826,6 +814,9 @@ impl Answerer {
                 );
                 records.extend(self.records_at(snap, zone, &srv, &[RecordType::SRV], now));
             }
+            // One decision per service, not one per endpoint name: a transfer is linear in
+            // the records it holds.
+            let selection = select(snap, view, None, now);
             for backend in &view.backends {
                 let cluster = &snap.clusters[backend.cluster];
                 let cname = child_name(&[cluster.spec.id.as_str()], &svc_name);
@@ -836,15 +827,26 @@ impl Answerer {
                     &[RecordType::A, RecordType::AAAA],
                     now,
                 ));
+                if zone.cfg.style == Style::Clusterset && !view.headless
+                    || endpoint_names_held_back(&selection, backend.cluster)
+                {
+                    continue;
+                }
+                let ttl = view.policy.ttl.unwrap_or(self.cfg.ttl);
+                let mut seen = HashSet::new();
                 for ep in backend.answerable() {
-                    let ename = child_name(&[&endpoint_label(ep)], &cname);
-                    records.extend(self.records_at(
-                        snap,
-                        zone,
-                        &ename,
-                        &[RecordType::A, RecordType::AAAA],
-                        now,
-                    ));
+                    let label = endpoint_label(ep);
+                    if !seen.insert(label.clone()) {
+                        continue; // the name answers the first endpoint with that label
+                    }
+                    let ename = child_name(&[&label], &cname);
+                    for qtype in [RecordType::A, RecordType::AAAA] {
+                        records.extend(
+                            ep.addresses
+                                .iter()
+                                .filter_map(|ip| address_record(&ename, ttl, *ip, qtype)),
+                        );
+                    }
                 }
             }
         }
@@ -1071,6 +1073,20 @@ impl Rotations {
         let first = tail.len().min(cap);
         (&tail[..first], &head[..(cap - first).min(head.len())])
     }
+}
+
+/// Whether the endpoint names of cluster `ci` answer nothing: a hostname is an explicit
+/// address (a StatefulSet member), so the policy's filters apply; the client's network, and
+/// another cluster answering the same address for the service name, are its own business.
+fn endpoint_names_held_back(selection: &Selection, ci: usize) -> bool {
+    selection.filter_reason(ci).is_some_and(|r| {
+        !matches!(
+            r,
+            FilterReason::OtherNetworkNoGateway
+                | FilterReason::GatewayUnusable
+                | FilterReason::DuplicateAddresses(_)
+        )
+    })
 }
 
 /// The DNS label of an endpoint: its hostname, else its first address with dashes

@@ -93,8 +93,14 @@ fn emit(
         None,
         &mut encoder,
     );
+    // A record that did not fit 65,535 bytes is rolled back by moving the offset, not by
+    // shortening the buffer: without this its first bytes would follow the records counted.
+    let end = encoder.offset();
     match result {
-        Ok(_) => bytes,
+        Ok(_) => {
+            bytes.truncate(end);
+            bytes
+        }
         Err(_) => server_failure(metadata.id),
     }
 }
@@ -332,6 +338,46 @@ pub fn hot_query(raw: &[u8], client: Option<ClientPlace>) -> Option<HotQuery> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_over_65535_bytes_drops_whole_records_and_counts_what_it_keeps() {
+        use hickory_proto::op::{Message, MessageType, OpCode};
+        use hickory_proto::rr::rdata::A;
+        use hickory_proto::rr::{Name, RData};
+        let name = Name::from_ascii("big.shop.global.").unwrap();
+        // 5,000 A records of 16 bytes each (a compressed name) do not fit 65,535 bytes.
+        let answers: Vec<Record> = (0..5_000u32)
+            .map(|i| {
+                Record::from_rdata(
+                    name.clone(),
+                    5,
+                    RData::A(A::from(std::net::Ipv4Addr::from(i))),
+                )
+            })
+            .collect();
+        let resp = Response {
+            metadata: Metadata::new(7, MessageType::Response, OpCode::Query),
+            answers,
+            authorities: Vec::new(),
+            additionals: Vec::new(),
+            edns: None,
+            cacheable: false,
+            rotations: 1,
+            zone: None,
+            continuation: Vec::new(),
+            depends: crate::answer::Depends::Snapshot,
+            echo_question: false,
+        };
+        let empty = Queries::read(&mut BinDecoder::new(&[]), 0).unwrap();
+        let bytes = encode(&resp, &empty, u16::MAX);
+        assert!(bytes.len() <= usize::from(u16::MAX), "{}", bytes.len());
+        let mut decoder = BinDecoder::new(&bytes);
+        let message = Message::read(&mut decoder).expect("a valid message");
+        assert_eq!(decoder.len(), 0, "bytes after the records it counts");
+        assert!(message.metadata.truncation, "what was dropped is said");
+        let kept = message.answers.len();
+        assert!(kept > 1_000 && kept < 5_000, "{kept}");
+    }
 
     #[test]
     fn a_wire_name_reads_as_dotted_text_with_odd_bytes_escaped() {

@@ -51,7 +51,10 @@
 //!   other keys. (Lua seeds its string hash per state, so hash order — `next`'s — differs between
 //!   two states of the same script: a script should not depend on `next`'s order, nor on
 //!   `tostring` of a table or `%p`, which show addresses.)
-//! - `setmetatable` refuses a metatable with `__gc`: finalizers run where no hook can stop them.
+//! - `setmetatable` refuses a metatable with `__gc` or `__close`: finalizers, and to-be-closed
+//!   variables closed while an error unwinds, run where no hook can stop them. It sets a copy
+//!   the script cannot reach (`getmetatable` answers the table it passed), so neither can be
+//!   added afterwards.
 //! - `pcall` does not catch a limit: once one is hit, the decision ends.
 //! - `getmetatable("")` is `false`; the strings' methods are the decision's `string` table.
 //!

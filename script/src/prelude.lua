@@ -218,8 +218,16 @@ end
 
 local rawlen, rawset = rawlen, rawset
 
+-- The metatables setmetatable really sets, each mapped to the table the script passed: what
+-- getmetatable shows it. The real one is a copy out of the script's reach (see setmetatable).
+local shown = setmetatable({}, { __mode = "k" })
+
 local base = {
-  assert = assert, error = error, getmetatable = getmetatable, ipairs = ipairs,
+  assert = assert, error = error, ipairs = ipairs,
+  getmetatable = function(v)
+    local mt = getmetatable(v)
+    return shown[mt] or mt
+  end,
   rawequal = rawequal, select = select, tonumber = tonumber, tostring = tostring, type = type,
   _VERSION = _VERSION,
   pairs = ordered_pairs,
@@ -231,12 +239,23 @@ local base = {
     return rawset(t, k, v)
   end,
   pcall = function(f, ...) return caught(pcall(f, ...)) end,
-  -- A finalizer (__gc) runs inside the collector, where Lua turns the instruction hook off:
-  -- no limit could stop it. Lua 5.4 marks an object for finalization only when its metatable
-  -- has __gc as it is set, so refusing it here is enough.
+  -- A finalizer (__gc) runs inside the collector, and a to-be-closed variable's __close while
+  -- an error (a limit's among them) unwinds: in both Lua runs no instruction hook, so no
+  -- limit could stop them. Both are refused, and the metatable set is a copy the script
+  -- cannot reach (getmetatable shows it the table it passed), so neither can be added
+  -- afterwards. (Changing that table later changes nothing; its __index tables still do.)
   setmetatable = function(t, mt)
-    if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
-      error("__gc metamethods are not allowed in a placement script", 2)
+    if type(mt) == "table" then
+      if rawget(mt, "__gc") ~= nil then
+        error("__gc metamethods are not allowed in a placement script", 2)
+      end
+      if rawget(mt, "__close") ~= nil then
+        error("__close metamethods are not allowed in a placement script", 2)
+      end
+      local real = {}
+      for k, v in next, mt do real[k] = v end
+      shown[real] = mt
+      mt = real
     end
     return setmetatable(t, mt)
   end,

@@ -801,6 +801,13 @@ fn the_limits_hold_within_time() {
             r#"local s = string.rep("a", 300) while true do s:find("a-a-b") end"#,
             r#"local t = {} for i = 1, 1e6 do t[i] = i end while true do table.sort(t) end"#,
             "local function f(n) return 1 + f(n + 1) end return f(1)",
+            // A to-be-closed variable whose __close never returns: run as the error unwinds.
+            "local x <close> = setmetatable({}, {__close = function() while true do end end}) while true do end",
+            "local x <close> = setmetatable({}, {__close = function() while true do end end}) return 1",
+            "local x <close> = setmetatable({}, {__close = function() while true do pcall(function() while true do end end) end end}) error('x')",
+            // Added after setmetatable, or to what getmetatable answers: neither is the real one.
+            "local mt = {} local t = setmetatable({}, mt) mt.__close = function() while true do end end local x <close> = t while true do end",
+            "local t = setmetatable({}, {}) getmetatable(t).__close = function() while true do end end local x <close> = t while true do end",
         ] {
             let why = failed(judge(
                 &runner,
@@ -811,7 +818,7 @@ fn the_limits_hold_within_time() {
             tx.send((body, why)).expect("the test waits");
         }
     });
-    for _ in 0..7 {
+    for _ in 0..12 {
         let (body, why) = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("every endless script returns");
@@ -956,4 +963,21 @@ fn library_errors_name_the_scripts_line() {
             "{body}"
         );
     }
+}
+
+#[test]
+fn getmetatable_answers_the_table_the_script_set() {
+    let runner = ScriptRunner::default();
+    let lua = r#"
+        local Class = {}
+        Class.__index = Class
+        function Class.weight() return 7 end
+        local o = setmetatable({}, Class)
+        function score(c, w)
+          assert(getmetatable(o) == Class, "getmetatable shows the table passed")
+          return o.weight()
+        end
+    "#;
+    let verdicts = answered(judge(&runner, lua, &workload("web"), &fleet()));
+    assert_eq!(verdicts, vec![kept(Some(7)); 4]);
 }

@@ -555,7 +555,7 @@ def test_validate_rejects_a_bad_config_file(fleet):
 def test_serve_refuses_a_missing_hub(fleet):
     fleet.write("nohub.yaml", fleet.config.read_text().replace("directory: hub", "directory: no-such-hub"))
     p = subprocess.run(
-        [str(BIN), "serve", "--config", str(fleet.root / "nohub.yaml"), "--dns-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"],
+        [str(BIN), "serve", "--config", str(fleet.root / "nohub.yaml"), "--dns-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--xds-listen", "127.0.0.1:0"],
         capture_output=True, text=True, timeout=20,
     )
     assert p.returncode != 0

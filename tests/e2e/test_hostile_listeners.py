@@ -30,6 +30,8 @@ from ads import CDS, EDS, PREFACE, SETTINGS, AdsStream, RawH2, StreamEnded, ack,
 from conftest import BIN, FROM_EU1, Meridian, wait_xds_listening
 
 NAME = "payments.shop.global"
+# Never meridian's default ports: a user's own meridian may be serving beside the suite.
+NO_DEFAULT_PORTS = ("--dns-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--xds-listen", "127.0.0.1:0")
 RST_STREAM = 3
 REFUSED_STREAM = 7
 SDS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
@@ -562,7 +564,7 @@ def test_a_hundred_thousand_udp_workers_is_a_config_error(fleet):
     assert re.search(r"^dns:\n", text, re.M), text
     fleet.write("meridian.yaml", re.sub(r"^dns:\n", "dns:\n  udpWorkers: 100000\n", text, count=1, flags=re.M))
     for command in ("validate", "serve"):
-        r = subprocess.run([str(BIN), command, "--config", str(fleet.config)],
+        r = subprocess.run([str(BIN), command, "--config", str(fleet.config), *NO_DEFAULT_PORTS],
                            capture_output=True, text=True, timeout=20)
         assert r.returncode not in (0, 134, -6), f"{command}: rc {r.returncode}\n{r.stderr}"
         assert "dns.udpWorkers must be between 1 and 1024 (got 100000)" in r.stderr, f"{command}: {r.stderr}"

@@ -310,7 +310,9 @@ def test_a_hub_path_that_is_a_file_is_reported_as_such(health, fleet, tmp_path):
     not_a_dir = tmp_path / "hub-file"
     not_a_dir.write_text("apiVersion: v1\n")
     for command in ("serve", "validate"):
-        p = subprocess.run([str(BIN), command, "--hub-directory", str(not_a_dir)], capture_output=True, text=True, timeout=20)
+        p = subprocess.run([str(BIN), command, "--hub-directory", str(not_a_dir), "--dns-listen", "127.0.0.1:0",
+                            "--admin-listen", "127.0.0.1:0", "--xds-listen", "127.0.0.1:0"],
+                           capture_output=True, text=True, timeout=20)
         assert p.returncode != 0
         assert "is not a directory" in p.stderr and "does not exist" not in p.stderr, (command, p.stderr)
     # While running: the hub directory replaced by a file keeps the members serving.

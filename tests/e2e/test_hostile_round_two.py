@@ -1,0 +1,272 @@
+"""Hostile input, round two (issue 43), against the release binary: the surfaces added since
+the first round must not stall the server. Each attack is checked while it runs and after:
+UDP and TCP DNS answer another name, /healthz answers within 1 s.
+
+- an answer over 64 KiB over TCP is valid DNS (whole records, counted; dnspython is strict
+  about trailing bytes);
+- a zone transfer of 40,000 records is linear: it completes while the rest keeps answering,
+  and twenty transfers that are never read stall nothing;
+- the status page's stream is bounded (a 503 past its bound), and idle pages cost no CPU;
+- `render` never writes through a symlink planted in `--out`.
+"""
+
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+import urllib.request
+
+import dns.message
+import dns.query
+import dns.rdatatype
+import pytest
+
+from conftest import BIN, FROM_EU1, ROOT, Fleet, Meridian
+
+OTHER = "payments.shop.global"
+
+
+def slice_yaml(name, addresses, hostnames=False):
+    """An EndpointSlice of service `big` in namespace shop (an exported Service with it)."""
+    endpoints = "\n".join(
+        f"  - addresses: [{a}]" + (f"\n    hostname: h{i}" if hostnames else "")
+        for i, a in enumerate(addresses)
+    )
+    return f"""apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {name}, namespace: shop, labels: {{kubernetes.io/service-name: big}}}}
+addressType: IPv4
+ports: [{{name: http, port: 8080}}]
+endpoints:
+{endpoints}
+"""
+
+
+def big_service(fleet: Fleet, count, hostnames=False):
+    docs = ["""apiVersion: v1
+kind: Service
+metadata: {name: big, namespace: shop}
+spec:
+  ports: [{name: http, port: 80}]
+""", """apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: big, namespace: shop}
+"""]
+    addresses = [f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}" for i in range(1, count + 1)]
+    for n in range(0, count, 1000):
+        docs.append(slice_yaml(f"big-{n // 1000}", addresses[n:n + 1000], hostnames))
+    fleet.write("clusters/eu-1/big.yaml", "---\n".join(docs))
+    return addresses
+
+
+def healthz_within(m, seconds=1.0):
+    started = time.time()
+    with urllib.request.urlopen(m.url("/healthz"), timeout=seconds) as r:
+        assert r.status == 200
+    return time.time() - started
+
+
+def still_serving(m):
+    assert healthz_within(m) < 1.0
+    assert m.addresses(OTHER, source=FROM_EU1), "UDP DNS answers"
+    r = m.query(OTHER, source=FROM_EU1, tcp=True)
+    assert r.answer, "TCP DNS answers"
+
+
+def test_an_answer_over_64_kib_over_tcp_is_valid_dns(fleet):
+    big_service(fleet, 5000)
+    m = Meridian(fleet)
+    try:
+        m.wait_for(lambda: m.query("big.shop.global", tcp=True).answer, timeout=15, what="big to resolve")
+        # dnspython raises TrailingJunk on any byte after the records the header counts.
+        r = m.query("big.shop.global", tcp=True)
+        kept = sum(len(rrset) for rrset in r.answer)
+        assert 1000 < kept < 5000, kept
+        assert r.flags & dns.flags.TC, "what did not fit is said"
+        kdig = shutil.which("kdig")
+        assert kdig, "kdig is installed by tests/run (knot-dnsutils)"
+        out = subprocess.run([kdig, "+tcp", "-p", str(m.dns_port), "@127.0.0.1", "big.shop.global", "A"],
+                             capture_output=True, text=True, timeout=20)
+        assert "trailing" not in (out.stdout + out.stderr).lower(), out.stdout[-2000:] + out.stderr
+        assert ";; ANSWER SECTION:" in out.stdout, out.stdout[-2000:]
+        still_serving(m)
+    finally:
+        m.stop()
+
+
+def test_a_zone_transfer_of_40_000_records_is_linear_and_stalls_nothing(fleet):
+    big_service(fleet, 20_000, hostnames=True)
+    m = Meridian(fleet)
+    try:
+        m.wait_for(lambda: m.addresses("h1.eu-1.big.shop.global"), timeout=30, what="the endpoints to load")
+        done = {}
+
+        def transfer():
+            started = time.time()
+            records = 0
+            for message in dns.query.xfr("127.0.0.1", "global.", port=m.dns_port, timeout=60, lifetime=60):
+                records += sum(len(rrset) for rrset in message.answer)
+            done["records"], done["seconds"] = records, time.time() - started
+
+        t = threading.Thread(target=transfer)
+        t.start()
+        while t.is_alive():
+            still_serving(m)
+            time.sleep(0.1)
+        t.join()
+        assert done.get("records", 0) >= 40_000, done
+        # Quadratic, it took 32 s on this machine; linear, a second or two.
+        assert done["seconds"] < 15, done
+
+        # Twenty transfers whose answers are never read.
+        query = dns.message.make_query("global.", "AXFR").to_wire()
+        sockets = []
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", m.dns_port))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(struct.pack("!H", len(query)) + query)
+            sockets.append(s)
+        try:
+            for _ in range(20):
+                still_serving(m)
+                time.sleep(0.1)
+        finally:
+            for s in sockets:
+                s.close()
+        # SIGTERM ends it within the grace, whatever was in flight.
+        stopped = time.time()
+        m.proc.terminate()
+        m.proc.wait(timeout=15)
+        assert time.time() - stopped < 15
+    finally:
+        m.stop()
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_status_page_stream_is_bounded_and_idle_pages_cost_nothing(fleet):
+    m = Meridian(fleet)
+    streams = []
+    try:
+        for _ in range(64):
+            s = socket.create_connection(("127.0.0.1", m.admin_port))
+            s.sendall(b"GET /ui/events HTTP/1.1\r\nHost: x\r\n\r\n")
+            streams.append(s)
+        for s in streams:
+            s.settimeout(10)
+            head = s.recv(4096)
+            assert head.startswith(b"HTTP/1.1 200"), head[:200]
+        status, body = m.http("/ui/events")
+        assert status == 503 and "status-page streams are open" in body, (status, body)
+        # 64 open pages, no change in the fleet: the server sleeps.
+        before = cpu_seconds(m.proc.pid)
+        time.sleep(6)
+        used = cpu_seconds(m.proc.pid) - before
+        assert used < 1.0, f"{used:.2f} s of CPU in 6 s for 64 idle pages"
+        still_serving(m)
+        # A change reaches every page as one event each.
+        fleet.write("clusters/eu-1/extra.yaml", slice_yaml("extra", ["10.99.0.1"]).replace("big", "extra") +
+                    "---\napiVersion: v1\nkind: Service\nmetadata: {name: extra, namespace: shop}\n"
+                    "spec: {ports: [{name: http, port: 80}]}\n---\n"
+                    "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\n"
+                    "metadata: {name: extra, namespace: shop}\n")
+        for s in streams[:5]:
+            s.settimeout(10)
+            seen = b""
+            while b"extra.shop" not in seen and b"shop/extra" not in seen:
+                chunk = s.recv(1 << 20)
+                assert chunk, "the stream ended before the change"
+                seen += chunk
+        # Closed pages give their places back.
+        for s in streams:
+            s.close()
+        streams.clear()
+        m.wait_for(lambda: m.http("/ui/state")[0] == 200, what="the admin listener")
+
+        def a_stream_opens():
+            s = socket.create_connection(("127.0.0.1", m.admin_port))
+            try:
+                s.settimeout(5)
+                s.sendall(b"GET /ui/events HTTP/1.1\r\nHost: x\r\n\r\n")
+                return s.recv(4096).startswith(b"HTTP/1.1 200")
+            finally:
+                s.close()
+
+        m.wait_for(a_stream_opens, timeout=10, interval=0.5, what="a stream to open again")
+    finally:
+        for s in streams:
+            s.close()
+        m.stop()
+
+
+def test_render_never_writes_through_a_symlink_in_its_output(tmp_path):
+    root = tmp_path / "federation"
+    shutil.copytree(ROOT / "examples" / "federation", root)
+    fleet = Fleet(root)
+    out = tmp_path / "out"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (out / "eu-1" / "shop").mkdir(parents=True)
+    # A link planted at the temporary name meridian writes first.
+    (out / "eu-1" / "shop" / ".Deployment.web.yaml.meridian-tmp").symlink_to(victim)
+    # An output subdirectory that is a link out of --out.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / "eu-2").symlink_to(elsewhere)
+    p = subprocess.run([str(BIN), "render", "--config", str(fleet.config), "--out", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert victim.read_text() == "keep me\n", "written through the planted link"
+    assert not any(elsewhere.iterdir()), "written outside --out"
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "is in the way: a symlink" in p.stderr and "eu-2" in p.stderr, p.stderr
+
+
+def rss_mib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_geo_file_of_a_million_bad_lines_is_a_bounded_report(fleet):
+    """Issue 43 #6: 1,000,000 bad lines took RSS to 3.1 GB and /debug/problems to 100 MB;
+    one 50 MB line was copied whole into the log, the problems and the UI."""
+    fleet.write("meridian.yaml", fleet.config.read_text() +
+                "geo:\n  file: geo.csv\n  reloadSeconds: 1\n  maxFileBytes: 134217728\n")
+    fleet.write("geo.csv", "198.51.100.0/24,us\n")
+    m = Meridian(fleet)
+    try:
+        baseline = rss_mib(m.proc.pid)
+        fleet.write("geo.csv", "198.51.100.0/24,us\n" + "not-a-cidr,eu\n" * 1_000_000
+                    + "bad-" + "x" * (50 << 20) + ",eu\n")
+
+        def reported():
+            status, body = m.http("/debug/problems")
+            found = [p for p in json.loads(body)["problems"] if p["cluster"] == "geo"]
+            return (found, len(body)) if len(found) > 100 else None
+
+        found, size = m.wait_for(reported, timeout=60, interval=0.5, what="the geo problems")
+        assert len(found) == 101, len(found)
+        assert found[-1]["reason"].startswith("999901 more problems of this input"), found[-1]
+        assert size < 1 << 20, f"/debug/problems is {size} bytes"
+        assert max(len(p["reason"]) for p in found) < 1024
+        status, state = m.http("/ui/state")
+        assert status == 200 and len(state) < 2 << 20, len(state)
+        assert rss_mib(m.proc.pid) - baseline < 600, f"RSS grew from {baseline} to {rss_mib(m.proc.pid)} MiB"
+        log = m.log.read_text()
+        assert log.count("geo range rejected") <= 101 + 1, log.count("geo range rejected")
+        assert max(len(line) for line in log.splitlines()) < 8192, "a line of the input copied into the log"
+        still_serving(m)
+        # The good range still serves: 198.51.100.0/24 is in us.
+        r = m.query(OTHER, source=FROM_EU1)
+        assert r.answer
+    finally:
+        m.stop()
