@@ -25,7 +25,7 @@ import dns.query
 import dns.rdatatype
 import pytest
 
-from conftest import BIN, FROM_EU1, ROOT, Fleet, Meridian
+from conftest import BIN, FROM_EU1, ROOT, Fleet, Meridian, wait_xds_listening
 
 OTHER = "payments.shop.global"
 
@@ -269,4 +269,39 @@ def test_a_geo_file_of_a_million_bad_lines_is_a_bounded_report(fleet):
         r = m.query(OTHER, source=FROM_EU1)
         assert r.answer
     finally:
+        m.stop()
+
+
+def test_a_delta_subscription_of_100_000_names_is_linear_and_more_is_refused(fleet):
+    """Issue 43 #3: one request naming 100,000 EDS resources stalled /healthz and TCP DNS for
+    13 s (each absent name was searched for in a list of the others)."""
+    from ads import EDS, AdsStream, DeltaDiscoveryRequest, node
+
+    m = Meridian(fleet)
+    streams = []
+    try:
+        wait_xds_listening(m)
+        names = [f"absent-{i}.shop.global:80" for i in range(100_000)]
+        s = AdsStream(m.xds_port, delta=True)
+        streams.append(s)
+        s.send(DeltaDiscoveryRequest(type_url=EDS, node=node("many", "eu-1", "n1"), resource_names_subscribe=names))
+        started = time.time()
+        while True:
+            still_serving(m)
+            try:
+                r = s.recv(timeout=0.2)
+                break
+            except TimeoutError:
+                assert time.time() - started < 30, "no answer to the subscription"
+        assert len(r.removed_resources) == 100_000, len(r.removed_resources)
+        # One more name than a stream may hold: the stream ends, saying why.
+        s.send(DeltaDiscoveryRequest(type_url=EDS, resource_names_subscribe=["one-more.shop.global:80"],
+                                     response_nonce=r.nonce))
+        ended = s.end(timeout=10)
+        assert ended.code is not None and ended.code.name == "RESOURCE_EXHAUSTED", ended
+        assert "at most 100000 names" in (ended.details or ""), ended.details
+        still_serving(m)
+    finally:
+        for s in streams:
+            s.close()
         m.stop()

@@ -350,15 +350,18 @@ impl Xds {
     async fn refuse<R>(&self, id: u64, error: StreamError, out: &mpsc::Sender<Result<R, Status>>) {
         let reason = match error {
             StreamError::MissingNode => "missing_node",
+            StreamError::TooManyNames { .. } => "too_many_names",
         };
         self.metrics
             .stream_errors
             .get_or_create(&ReasonLabels { reason })
             .inc();
         warn!(stream = id, %error, "xDS stream refused");
-        let _ = out
-            .send(Err(Status::invalid_argument(error.to_string())))
-            .await;
+        let status = match error {
+            StreamError::MissingNode => Status::invalid_argument(error.to_string()),
+            StreamError::TooManyNames { .. } => Status::resource_exhausted(error.to_string()),
+        };
+        let _ = out.send(Err(status)).await;
     }
 
     fn close_stream(&self, id: u64, open: Option<OpenStream>) {

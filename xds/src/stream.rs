@@ -38,7 +38,14 @@ use crate::resources::{Kind, Resource, Resources};
 pub enum StreamError {
     #[error("the first request of a stream must carry a node")]
     MissingNode,
+    #[error("a stream may subscribe to at most {limit} names of one type")]
+    TooManyNames { limit: usize },
 }
+
+/// The names one stream may subscribe to per type: far above any real proxy's (an Envoy asks
+/// for the clusters it routes to), and the bound on what a subscription can make one stream
+/// hold and compute.
+pub const MAX_NAMES_PER_TYPE: usize = 100_000;
 
 /// What happened, for metrics and logs; the server turns these into counters.
 #[derive(Debug, Clone, PartialEq)]
@@ -362,6 +369,11 @@ impl SotwStream {
         else {
             return Ok(step);
         };
+        if req.resource_names.len() > MAX_NAMES_PER_TYPE {
+            return Err(StreamError::TooManyNames {
+                limit: MAX_NAMES_PER_TYPE,
+            });
+        }
         let status = &self.common.types[kind.index()];
         if !req.response_nonce.is_empty() {
             if status.sent_nonce.as_deref() != Some(req.response_nonce.as_str()) {
@@ -539,6 +551,11 @@ impl DeltaStream {
             step.events.push(Event::Subscribed { kind });
         }
         self.apply_subscription(kind, req, first);
+        if self.common.types[kind.index()].names.len() > MAX_NAMES_PER_TYPE {
+            return Err(StreamError::TooManyNames {
+                limit: MAX_NAMES_PER_TYPE,
+            });
+        }
         if let Some(r) = self.respond(kind, first, now) {
             step.responses.push(r);
         }
@@ -655,18 +672,19 @@ impl DeltaStream {
             keys.push(key);
             resources.push(r.clone());
         }
-        let mut removed: Vec<String> = status
+        // A set: newly subscribed absent names are many at once (linear, not quadratic).
+        let mut removed: BTreeSet<String> = status
             .sent
             .keys()
             .filter(|n| !all.contains_key(n.as_str()))
             .cloned()
             .collect();
-        for name in &self.pending_absent[kind.index()] {
-            if !all.contains_key(name.as_str()) && !removed.contains(name) {
-                removed.push(name.clone());
+        for name in std::mem::take(&mut self.pending_absent[kind.index()]) {
+            if !all.contains_key(name.as_str()) {
+                removed.insert(name);
             }
         }
-        self.pending_absent[kind.index()].clear();
+        let removed: Vec<String> = removed.into_iter().collect();
         if resources.is_empty() && removed.is_empty() && !force {
             return None;
         }
