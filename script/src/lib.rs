@@ -1,5 +1,7 @@
 //! Lua placement policies (`placement.script.lua`), run in a sandbox: the [`Programs`] of
-//! `Program::Script` ([`ScriptRunner`]), and [`check`] for policy validation.
+//! `Program::Script` ([`ScriptRunner`], run by the caller; [`ScriptPool`], run on worker
+//! threads with verdicts cached by input, so the writer never runs a script), and [`check`]
+//! for policy validation.
 //!
 //! ```text
 //!  decide (core) ── judge(Program::Script, template, candidates) ──► ScriptRunner
@@ -85,12 +87,14 @@ use std::time::Duration;
 mod inputs;
 mod meter;
 mod pattern;
+mod pool;
 mod runner;
 mod sandbox;
 
 #[cfg(test)]
 mod tests;
 
+pub use pool::{ScriptPool, Wake};
 pub use runner::ScriptRunner;
 
 use sandbox::{At, Sandbox};

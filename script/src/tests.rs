@@ -981,3 +981,47 @@ fn getmetatable_answers_the_table_the_script_set() {
     let verdicts = answered(judge(&runner, lua, &workload("web"), &fleet()));
     assert_eq!(verdicts, vec![kept(Some(7)); 4]);
 }
+
+#[test]
+fn the_pool_answers_pending_at_once_and_wakes_the_fleet_with_the_verdicts() {
+    let (tx, rx) = mpsc::channel();
+    let tx = parking_lot::Mutex::new(tx);
+    let wake: Wake = Arc::new(move || {
+        let _ = tx.lock().send(());
+    });
+    let pool = ScriptPool::new(ScriptRunner::default(), 1, wake);
+    let members = fleet();
+    let by_tier = script(BY_TIER);
+    // A script that burns its whole budget: the caller (the writer) is not the one who waits.
+    let hog = script("function score(c, w) while true do end end");
+    for i in 0..20 {
+        let j = pool.judge(&hog, &workload(&format!("evil-{i}")), &inputs(&members));
+        assert!(matches!(j, Judgement::Pending), "{j:?}");
+    }
+    assert!(matches!(
+        pool.judge(&by_tier, &workload("web"), &inputs(&members)),
+        Judgement::Pending
+    ));
+    assert!(pool.in_flight() >= 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while pool.in_flight() > 0 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        rx.recv_timeout(left).expect("every decision is answered");
+    }
+    // Answered from the cache now, the same as the runner answers it.
+    let direct = ScriptRunner::default().judge(&by_tier, &workload("web"), &inputs(&members));
+    let cached = pool.judge(&by_tier, &workload("web"), &inputs(&members));
+    assert_eq!(format!("{cached:?}"), format!("{direct:?}"));
+    let failed = pool.judge(&hog, &workload("evil-3"), &inputs(&members));
+    assert!(
+        matches!(&failed, Judgement::Failed(why) if why.contains("exceeded its budget")),
+        "{failed:?}"
+    );
+    // Another input is another decision.
+    let mut other = fleet();
+    other[0].view.endpoints = 99;
+    assert!(matches!(
+        pool.judge(&by_tier, &workload("web"), &inputs(&other)),
+        Judgement::Pending
+    ));
+}

@@ -305,3 +305,46 @@ def test_a_delta_subscription_of_100_000_names_is_linear_and_more_is_refused(fle
         for s in streams:
             s.close()
         m.stop()
+
+
+def test_scripts_that_burn_their_budget_never_hold_dns_updates(fleet):
+    """Issue 43 #1: a script burning its 250 ms on each of 100 templates held every DNS and
+    xDS update for 27 s, because placement ran it on the writer. Scripts now run on their
+    own worker: a member's change reaches DNS meanwhile."""
+    deployments = "\n---\n".join(f"""apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: burn-{i}, namespace: shop}}
+spec: {{replicas: 1}}""" for i in range(100))
+    fleet.write("hub/burn.yaml", deployments + """
+---
+apiVersion: meridian.io/v1alpha1
+kind: ClusterSchedulingPolicy
+metadata: {name: burn, namespace: shop}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment}]
+  placement:
+    script:
+      lua: |
+        function score(cluster, workload)
+          while true do local s = string.rep("x", 1048576) end
+        end
+""")
+    m = Meridian(fleet)
+    try:
+        time.sleep(1)  # the worker is busy with the first of 100 quarter-second decisions
+        text = (fleet.cluster_dir("eu-1") / "payments.yaml").read_text()
+        fleet.write("clusters/eu-1/payments.yaml", text.replace("127.1.1.2]", "127.1.1.9]"))
+        changed = time.time()
+        m.wait_for(lambda: "127.1.1.9" in m.addresses(OTHER, source=FROM_EU1), timeout=5, interval=0.05,
+                   what="the member's change in DNS while scripts burn")
+        assert time.time() - changed < 5
+        still_serving(m)
+
+        def all_failed():
+            placements = json.loads(m.http("/debug/placements")[1])["decisions"]
+            burn = [d for d in placements if d["template"]["name"].startswith("burn-")]
+            return len(burn) == 100 and all("time limit" in d["outcome"].get("reason", "") for d in burn)
+
+        m.wait_for(all_failed, timeout=90, interval=1, what="every burning template unschedulable, with the reason")
+    finally:
+        m.stop()

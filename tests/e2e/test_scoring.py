@@ -376,7 +376,8 @@ def test_a_hostile_script_is_stopped_with_its_reason_and_the_rest_keeps_serving(
     fleet.write("hub/placement.yaml", policy + "---\n" + POLICY.split("---\n", 1)[1].format())
     m = Meridian(fleet)
     try:
-        m.wait_for(lambda: "script" in (outcome(m) or {}).get("reason", ""), timeout=15, what="the script's failure")
+        # "waiting for the script" first: it runs off the writer, on the script worker.
+        m.wait_for(lambda: reason in (outcome(m) or {}).get("reason", ""), timeout=15, what="the script's failure")
         got = outcome(m)
         assert got["result"] == "unschedulable" and reason in got["reason"], got
         assert outcome(m, "flags")["result"] == "scheduled"

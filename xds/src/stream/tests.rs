@@ -1032,7 +1032,9 @@ fn random_interleavings_keep_every_delta_rule() {
 fn delta_answers_a_hundred_thousand_absent_names_in_linear_time_and_refuses_more() {
     let mut s = DeltaStream::new();
     s.on_view(fleet(), t0());
-    let names: Vec<String> = (0..MAX_NAMES_PER_TYPE).map(|i| format!("absent-{i}")).collect();
+    let names: Vec<String> = (0..MAX_NAMES_PER_TYPE)
+        .map(|i| format!("absent-{i}"))
+        .collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     // Quadratic (a list searched for each name), this took minutes.
     let r = s.on_request(&dreq(E, &refs), t0()).unwrap().responses;
@@ -1041,6 +1043,8 @@ fn delta_answers_a_hundred_thousand_absent_names_in_linear_time_and_refuses_more
     one_more.node = None;
     assert!(matches!(
         s.on_request(&one_more, t0()),
-        Err(StreamError::TooManyNames { limit: MAX_NAMES_PER_TYPE })
+        Err(StreamError::TooManyNames {
+            limit: MAX_NAMES_PER_TYPE
+        })
     ));
 }
