@@ -470,9 +470,19 @@ pub fn load(args: &ServeArgs) -> Result<Config> {
     resolve(file, &base, args)
 }
 
+/// The largest config file read: far beyond any real one (it names files, it does not hold
+/// the fleet).
+const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
 pub fn read_file(path: &Path) -> Result<File> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read config {}", path.display()))?;
+    let bytes = meridian_controllers::manifest::read_bounded(
+        path,
+        MAX_CONFIG_BYTES,
+        Duration::from_secs(10),
+    )
+    .map_err(|why| anyhow::anyhow!("cannot read config {}: {why}", path.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| anyhow::anyhow!("cannot read config {}: not UTF-8: {e}", path.display()))?;
     parse_file(&text).with_context(|| format!("{}", path.display()))
 }
 

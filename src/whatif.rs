@@ -69,6 +69,11 @@ impl ScenarioRequest {
                 }
             }
         }
+        if self.after_seconds.is_some_and(|a| a > MAX_AFTER_SECONDS) {
+            errors.push(format!(
+                "after: at most {MAX_AFTER_SECONDS} seconds (ten years); every timer has run out long before"
+            ));
+        }
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -78,6 +83,10 @@ impl ScenarioRequest {
         })
     }
 }
+
+/// The furthest a scenario looks ahead: a clock that far is past every timer, and an
+/// `Instant` cannot hold much more.
+const MAX_AFTER_SECONDS: u64 = 10 * 365 * 24 * 3600;
 
 /// At most this many changed (service, client) routes are told with their DNS answers; the
 /// totals count them all.

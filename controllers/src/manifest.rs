@@ -32,6 +32,7 @@ mod split;
 
 pub use dir::{DirRead, DirReader, ServedFile};
 pub(crate) use docs::DocKey;
+pub use file::read_bounded;
 pub use limits::Limits;
 
 /// One object read from disk.

@@ -348,3 +348,38 @@ spec:
         m.wait_for(all_failed, timeout=90, interval=1, what="every burning template unschedulable, with the reason")
     finally:
         m.stop()
+
+
+def test_simulate_far_in_the_future_is_a_clear_error(fleet):
+    """Issue 43: `/debug/simulate?after=` of 2^63 or more panicked (caught) computing the
+    instant; it is an error naming the bound now."""
+    m = Meridian(fleet)
+    try:
+        for after in (2 ** 63, 2 ** 64 - 1, 10 ** 12):
+            status, body = m.http(f"/debug/simulate?assume=eu-1=Unreachable&after={after}")
+            assert status == 400, (after, status, body)
+            assert "at most 315360000 seconds" in json.loads(body)["error"], body
+        status, body = m.http("/debug/simulate?assume=eu-1=Unreachable&after=60")
+        assert status == 200, body
+        assert "panicked" not in m.log.read_text()
+        still_serving(m)
+    finally:
+        m.stop()
+
+
+def test_the_config_file_is_read_like_any_untrusted_file(tmp_path):
+    """Issue 43: a FIFO as the config hung start-up silently; /dev/zero reached 2 GB."""
+    fifo = tmp_path / "meridian.yaml"
+    os.mkfifo(fifo)
+    for config, said in ((fifo, "a FIFO, not a regular file"), ("/dev/zero", "a character device")):
+        for command in ("validate", "serve"):
+            started = time.time()
+            p = subprocess.run([str(BIN), command, "--config", str(config), "--dns-listen", "127.0.0.1:0",
+                                "--admin-listen", "127.0.0.1:0", "--xds-listen", "127.0.0.1:0"],
+                               capture_output=True, text=True, timeout=30)
+            assert p.returncode != 0 and said in p.stderr, (command, config, p.stderr)
+            assert time.time() - started < 10
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * (5 << 20) + "\n")
+    p = subprocess.run([str(BIN), "validate", "--config", str(big)], capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "is larger than 4194304 bytes" in p.stderr, p.stderr

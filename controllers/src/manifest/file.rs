@@ -55,6 +55,26 @@ pub(crate) fn kind_of(meta: &Metadata) -> Option<&'static str> {
     }
 }
 
+/// Reads a small file a user names (the config): a regular file only (a FIFO or a device is
+/// refused, never waited on), at most `limit` bytes, within `budget`. Blocking.
+pub fn read_bounded(path: &Path, limit: u64, budget: Duration) -> Result<Vec<u8>, String> {
+    for _ in 0..3 {
+        let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+        if let Some(kind) = kind_of(&meta) {
+            return Err(format!("it is {kind}, not a regular file"));
+        }
+        match read(path, Stamp::of(&meta), limit, budget) {
+            Ok(bytes) => return Ok(bytes),
+            Err(ReadError::Moved(_)) => continue,
+            Err(ReadError::TooLarge { limit }) => {
+                return Err(format!("it is larger than {limit} bytes"));
+            }
+            Err(e) => return Err(format!("it {}", crate::reason_of(&e))),
+        }
+    }
+    Err("it kept changing while it was read".into())
+}
+
 /// Reads `path` if it is still the regular file stamped `expected`, at most `limit` bytes,
 /// giving up after `budget`.
 pub(crate) fn read(
