@@ -6,7 +6,8 @@
 //!     request body (workload + candidates) ─ fingerprint ─► cache
 //!        answered:   the cached verdicts (asked again in the background once stale)
 //!        not asked:  queued for the caller task ─► Pending (the template waits)
-//!  caller task ─ at most `concurrency` calls at once, each bounded by its timeoutMillis
+//!  caller task ─ at most `concurrency` calls at once, 2 per webhook (one that hangs starves
+//!     only itself), each bounded by its timeoutMillis
 //!     POST JSON ─► 200 + {"clusters": [{"name", "score"?, "filter"?, "reason"?}]}
 //!        ─► cache ─► SourceEvent::ProgramsAnswered ─► the fleet decides again (a cache hit)
 //! ```
@@ -41,6 +42,9 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::SourceEvent;
+
+/// Calls to one webhook (URL) at once, of [`Settings::concurrency`] in all.
+const PER_WEBHOOK: usize = 2;
 
 /// The largest answer read from a webhook.
 const MAX_ANSWER_BYTES: usize = 1 << 20;
@@ -393,11 +397,17 @@ async fn caller(
     events: mpsc::Sender<SourceEvent>,
 ) {
     let slots = Arc::new(Semaphore::new(webhooks.settings.concurrency.max(1)));
+    // Each webhook's own share of the slots: one that hangs holds only its own, and the calls
+    // of the others never queue behind it.
+    let mut own_slots: HashMap<String, Arc<Semaphore>> = HashMap::new();
     let mut clients: HashMap<Option<String>, Result<HttpsClient, String>> = HashMap::new();
     while let Some(call) = queued.recv().await {
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
+        let own = Arc::clone(
+            own_slots
+                .entry(call.webhook.url.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(PER_WEBHOOK))),
+        );
+        let slots = Arc::clone(&slots);
         let client = clients
             .entry(call.webhook.ca_bundle.clone())
             .or_insert_with(|| client_for(call.webhook.ca_bundle.as_deref()))
@@ -405,6 +415,10 @@ async fn caller(
         let webhooks = webhooks.clone();
         let events = events.clone();
         tokio::spawn(async move {
+            let (Ok(_own), Ok(slot)) = (own.acquire_owned().await, slots.acquire_owned().await)
+            else {
+                return;
+            };
             let started = Instant::now();
             let (judgement, result) = match client {
                 Ok(client) => ask(&client, &call).await,

@@ -78,6 +78,9 @@ class ScoringWebhook:
                 if answer == "slow":
                     time.sleep(3)
                     answer = {}
+                if answer == "hang":
+                    time.sleep(40)
+                    answer = {}
                 if isinstance(answer, bytes):
                     data = answer
                 else:
@@ -407,3 +410,42 @@ def test_render_calls_the_webhooks_and_waits_for_their_answers(fleet, webhook, t
     assert p.returncode != 0, p.stdout
     out = p.stdout + p.stderr
     assert "failed (failurePolicy Fail): no answer within 300 ms" in out, out
+
+
+def test_a_hanging_webhook_starves_only_its_own_policy(fleet, webhook):
+    """Issue 43: one hanging webhook took all 8 shared call slots for minutes, so every other
+    policy's webhook waited behind it. Each webhook now has a share of its own."""
+    webhook.answers["/hang"] = "hang"
+    webhook.answers["/fast"] = {"eu-1": 100, "eu-2": 50, "us-1": 0}
+    ca = "\n".join("          " + line for line in webhook.ca.read_text().strip().splitlines())
+    hanging = "\n---\n".join(f"""apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: hang-{i}, namespace: shop}}
+spec: {{replicas: 1}}""" for i in range(12))
+    selectors = ", ".join(f"{{apiVersion: apps/v1, kind: Deployment, name: hang-{i}}}" for i in range(12))
+    fleet.write("hub/hang.yaml", hanging + f"""
+---
+apiVersion: meridian.io/v1alpha1
+kind: ClusterSchedulingPolicy
+metadata: {{name: hang, namespace: shop}}
+spec:
+  resourceSelectors: [{selectors}]
+  placement:
+    webhooks:
+      - url: https://127.0.0.1:{webhook.port}/hang
+        timeoutMillis: 60000
+        failurePolicy: Fail
+        caBundle: |
+{ca}
+""")
+    use_webhook(fleet, webhook, "/fast", timeout=5000, failure="Fail", scheduling=AGGREGATED)
+    m = Meridian(fleet)
+    try:
+        m.wait_for(lambda: len(webhook.calls("/hang")) >= 2, timeout=15, what="the hanging webhook called")
+        # web's own webhook answers at once, though twelve calls to /hang hang.
+        m.wait_for(lambda: webhook.calls("/fast") and placed(m), timeout=10,
+                   what="web placed with its own webhook's answer while /hang hangs")
+        assert len(webhook.calls("/hang")) <= 2, "a hanging webhook gets at most its own two slots"
+        assert "waiting for the webhook" in decisions(m)["hang-0"]["outcome"]["reason"]
+    finally:
+        m.stop()
