@@ -433,7 +433,7 @@ spec:
   placement:
     webhooks:
       - url: https://127.0.0.1:{webhook.port}/hang
-        timeoutMillis: 60000
+        timeoutMillis: 30000
         failurePolicy: Fail
         caBundle: |
 {ca}

@@ -92,6 +92,10 @@ struct Previous {
     /// Since when an earlier tier than `tier` could take the template again (capacity
     /// divisions): it returns there `failbackAfterSeconds` later.
     room_back_since: Option<Instant>,
+    /// It went to `tier` while an earlier tier had a cluster whose capacity was not known
+    /// yet (members report Nodes at their own pace, at start-up): not a move worth
+    /// hysteresis, so it returns as soon as the earlier tier can take it.
+    blind: bool,
 }
 
 /// What deciding one template leaves for the next round besides the decision.
@@ -99,6 +103,7 @@ struct Previous {
 struct Memo {
     failed_over: Vec<ClusterId>,
     room_back_since: Option<Instant>,
+    blind: bool,
     /// When the decision changes with time alone (the template returns to an earlier tier).
     deadline: Option<Instant>,
 }
@@ -424,6 +429,7 @@ fn remember(previous: &mut HashMap<TemplateKey, Previous>, decision: &Decision, 
             prev.tier.clone_from(&decision.tier);
             prev.failed_over = memo.failed_over;
             prev.room_back_since = memo.room_back_since;
+            prev.blind = memo.blind;
         }
         None => {
             previous.insert(
@@ -433,6 +439,7 @@ fn remember(previous: &mut HashMap<TemplateKey, Previous>, decision: &Decision, 
                     tier: decision.tier.clone(),
                     failed_over: memo.failed_over,
                     room_back_since: memo.room_back_since,
+                    blind: memo.blind,
                 },
             );
         }
@@ -619,6 +626,10 @@ fn decide_template(
         decision.scores = ctx.judged.report.take();
         return (decision, memo);
     };
+    memo.blind = split.by_capacity()
+        && plan.tiers[..ti]
+            .iter()
+            .any(|tier| tier.feasible.iter().any(|&p| ctx.avail[p].is_none()));
     let mut assigned: Vec<Option<(Option<u32>, PlacedReason)>> = vec![None; n];
     record(&mut reasons, choice.dropped, true);
     divide_into(
@@ -927,6 +938,9 @@ fn stay(
         return None;
     }
     let ti = plan.tiers.iter().position(|t| t.name == prev.tier)?;
+    if prev.blind {
+        return None; // decided without knowing the earlier tiers' room: decide afresh
+    }
     let none = vec![false; ctx.fleet.len()];
     let Some(back) = (0..ti).find(|&e| try_tier(ctx, plan, e, split, &none).is_ok()) else {
         return stay_on_scale_down(ctx, plan, split, ti);

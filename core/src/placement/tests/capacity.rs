@@ -429,3 +429,24 @@ fn a_service_follows_its_deployment_to_the_tier_with_room() {
     );
     assert!(d.placed.is_empty());
 }
+
+#[test]
+fn a_template_placed_before_the_first_tier_reported_its_capacity_returns_there_at_once() {
+    // At start-up members report their Nodes at their own pace: us-1 first. The Deployment
+    // goes to the US for want of knowing the EU's room — no move worth failbackAfterSeconds.
+    let mut world = eu_first([2, 1, 8], 500, 6);
+    world.placement("p").failback_after_seconds = 300;
+    let known = world.capacities.clone();
+    world.capacities[0] = None;
+    world.capacities[1] = None;
+    let mut placer = Placer::new();
+    let d = world.decide(&mut placer, 0, "web");
+    assert_eq!(counts(&d), vec![("us-1", 6)]);
+    world.capacities = known;
+    let d = world.decide(&mut placer, 1, "web");
+    assert_eq!(
+        counts(&d),
+        vec![("eu-1", 4), ("eu-2", 2)],
+        "back to the EU as soon as its room is known, as render places it"
+    );
+}
