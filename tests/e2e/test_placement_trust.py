@@ -9,26 +9,19 @@ no cluster for traffic) are reported.
 
 import json
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import BIN, QUICKSTART, ROOT, Fleet, Meridian
+from conftest import QUICKSTART, ROOT, Fleet, Meridian
+from test_placement import run
 
 EXAMPLE = ROOT / "examples" / "federation"
 # Each member's Nodes (examples/federation/clusters/*/nodes.yaml), in millicores.
 ALLOCATABLE_MILLI = {"eu-1": 2000, "eu-2": 1000, "us-1": 8000}
 REPLICA_MILLI = 500  # the Deployment's request
-
-
-def run(*args, check=None):
-    p = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, timeout=60)
-    if check is not None:
-        assert p.returncode == check, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    return p
 
 
 def tree(root: Path):
