@@ -717,7 +717,7 @@ fn shards_summary(body: &Value) -> String {
 
 /// The members as a table whose columns are as wide as their widest cell, `-` for nothing.
 fn status_table(body: &Value) -> String {
-    const HEADER: [&str; 8] = [
+    const HEADER: [&str; 9] = [
         "CLUSTER",
         "HEALTH",
         "WITHDRAWN",
@@ -725,9 +725,10 @@ fn status_table(body: &Value) -> String {
         "ZONE",
         "NETWORK",
         "ENDPOINTS",
+        "CPU USED+ASSUMED/ALLOC",
         "REASON",
     ];
-    let rows: Vec<[String; 8]> = body["clusters"]
+    let rows: Vec<[String; 9]> = body["clusters"]
         .as_array()
         .into_iter()
         .flatten()
@@ -740,6 +741,7 @@ fn status_table(body: &Value) -> String {
                 text(&c["zone"]),
                 text(&c["network"]),
                 text(&c["endpoints"]),
+                cpu_cell(&c["capacity"]),
                 text(&c["reason"]),
             ]
         })
@@ -751,14 +753,14 @@ fn status_table(body: &Value) -> String {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: [&str; 8]| {
+    let line = |cells: [&str; 9]| {
         let mut out = String::new();
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
             let pad = w - cell.chars().count();
             match i {
                 // Counts align right; the last column is not padded at all.
-                6 => out.push_str(&format!("{}{cell}  ", " ".repeat(pad))),
-                7 => out.push_str(cell),
+                6 | 7 => out.push_str(&format!("{}{cell}  ", " ".repeat(pad))),
+                8 => out.push_str(cell),
                 _ => out.push_str(&format!("{cell}{}  ", " ".repeat(pad))),
             }
         }
@@ -771,6 +773,21 @@ fn status_table(body: &Value) -> String {
         table.push_str(&line(row.each_ref().map(String::as_str)));
     }
     table
+}
+
+/// A member's CPU as placement counts it, in cores: used by pods + assumed for decisions not
+/// running yet / allocatable (empty when it reports no capacity).
+fn cpu_cell(capacity: &Value) -> String {
+    let cores = |r: &Value| r["cpuMillis"].as_u64().unwrap_or(0) as f64 / 1000.0;
+    if capacity.is_null() {
+        return String::new();
+    }
+    format!(
+        "{:.1}+{:.1}/{:.1}",
+        cores(&capacity["used"]),
+        cores(&capacity["assumed"]),
+        cores(&capacity["allocatable"])
+    )
 }
 
 async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
@@ -1017,7 +1034,9 @@ mod tests {
     fn status_columns_line_up_whatever_the_names() {
         let body = json!({"clusters": [
             {"name": "eu-1", "health": "Healthy", "withdrawn": false, "region": "eu",
-             "zone": "eu-a", "network": "net1", "endpoints": 3, "reason": null},
+             "zone": "eu-a", "network": "net1", "endpoints": 3, "reason": null,
+             "capacity": {"allocatable": {"cpuMillis": 8000}, "used": {"cpuMillis": 1500},
+                          "assumed": {"cpuMillis": 2000}}},
             {"name": "a-very-long-member-cluster-name", "health": "Unreachable", "withdrawn": true,
              "region": "us", "zone": null, "network": "", "endpoints": 120,
              "reason": "heartbeat failed: connection refused"},

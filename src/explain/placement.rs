@@ -89,6 +89,21 @@ pub fn explain_template(
     }))
 }
 
+/// Which rule moves a drained cluster's traffic (DESIGN §10): a fault takes it away at once,
+/// a planned move only once the placed clusters can answer (make before break).
+fn traffic_rule(reason: Option<&PlacementFilter>) -> &'static str {
+    match reason {
+        Some(
+            PlacementFilter::FailedOver { .. }
+            | PlacementFilter::NoExecuteTaint(_)
+            | PlacementFilter::Retiring,
+        ) => "a fault: its traffic left it at once",
+        _ => {
+            "a planned move: it keeps its traffic only while no placed cluster has ready endpoints (make before break)"
+        }
+    }
+}
+
 /// A member's room for the template: what fits, and the accounting behind it.
 fn room_words(r: &Room) -> String {
     let cpu = |res: &meridian_core::Resources| format!("{}m CPU", res.cpu_millis);
@@ -141,8 +156,10 @@ fn propagation_words(view: &TemplateView) -> Vec<String> {
             format!("{}: draining for good (purgeMode Never): {why}", d.cluster)
         } else {
             format!(
-                "{}: draining for {} s ({why}): deleted once its replacements are ready or the grace period ends; its traffic already goes to the placed clusters first",
-                d.cluster, d.waited_seconds
+                "{}: draining for {} s ({why}): deleted once its replacements are ready or the grace period ends; {}",
+                d.cluster,
+                d.waited_seconds,
+                traffic_rule(d.reason.as_ref())
             )
         });
     }

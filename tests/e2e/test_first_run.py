@@ -116,7 +116,8 @@ def test_status_columns_line_up(meridian):
     assert out.returncode == 0, out.stderr
     header, *rows = out.stdout.splitlines()[1:]
     starts = [m.start() for m in re.finditer(r"\S+", header)]
-    assert header.split() == ["CLUSTER", "HEALTH", "WITHDRAWN", "REGION", "ZONE", "NETWORK", "ENDPOINTS", "REASON"]
+    assert header.split() == ["CLUSTER", "HEALTH", "WITHDRAWN", "REGION", "ZONE", "NETWORK", "ENDPOINTS",
+                              "CPU", "USED+ASSUMED/ALLOC", "REASON"]
     assert len(rows) == 3
     for row in rows:
         cells = [m.start() for m in re.finditer(r"\S+", row)]
