@@ -7,6 +7,7 @@
 //!  Fleet::place ─ judge(script, template, candidates) ─ fingerprint ─► cache
 //!     answered:  the verdicts (or the failure) of the same inputs
 //!     missed:    a Job (owned inputs) ─► bounded queue ─► worker thread ─ ScriptRunner
+//!                 (skipped when the template was asked again with newer inputs since)
 //!                 (instruction hook, memory limit, deadline) ─► cache ─► wake()
 //!                 ─► SourceEvent::ProgramsAnswered ─► the fleet decides again (a hit)
 //! ```
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Instant;
 
-use meridian_core::placement::{ClusterInput, Judgement, Program, Programs};
+use meridian_core::placement::{ClusterInput, Judgement, Program, Programs, TemplateKey};
 use meridian_core::{Capacity, ClusterView, Template};
 use parking_lot::Mutex;
 use tracing::warn;
@@ -38,8 +39,16 @@ pub type Wake = Arc<dyn Fn() + Send + Sync>;
 /// Scripts run on worker threads, their verdicts cached by input.
 pub struct ScriptPool {
     runner: Arc<ScriptRunner>,
-    cache: Arc<Mutex<HashMap<u64, Entry>>>,
+    cache: Arc<Mutex<Cache>>,
     jobs: mpsc::SyncSender<Job>,
+}
+
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<u64, Entry>,
+    /// The inputs each template was last asked with: a queued decision on older inputs (the
+    /// members were still syncing, a cluster changed since) is skipped, not run.
+    latest: HashMap<TemplateKey, u64>,
 }
 
 #[derive(Clone)]
@@ -62,7 +71,7 @@ impl ScriptPool {
     /// answer.
     pub fn new(runner: ScriptRunner, workers: usize, wake: Wake) -> Self {
         let runner = Arc::new(runner);
-        let cache: Arc<Mutex<HashMap<u64, Entry>>> = Arc::default();
+        let cache: Arc<Mutex<Cache>> = Arc::default();
         let (jobs, queued) = mpsc::sync_channel::<Job>(QUEUE);
         let queued = Arc::new(Mutex::new(queued));
         for i in 0..workers.max(1) {
@@ -90,6 +99,7 @@ impl ScriptPool {
     pub fn in_flight(&self) -> usize {
         self.cache
             .lock()
+            .entries
             .values()
             .filter(|e| e.answer.is_none())
             .count()
@@ -107,7 +117,7 @@ impl std::fmt::Debug for ScriptPool {
 
 fn work(
     runner: &ScriptRunner,
-    cache: &Mutex<HashMap<u64, Entry>>,
+    cache: &Mutex<Cache>,
     queued: &Mutex<mpsc::Receiver<Job>>,
     wake: &Wake,
 ) {
@@ -116,6 +126,13 @@ fn work(
             Ok(job) => job,
             Err(_) => return, // the pool is gone
         };
+        {
+            let mut cache = cache.lock();
+            if cache.latest.get(&job.template.key) != Some(&job.key) {
+                cache.entries.remove(&job.key); // superseded: asked again if ever needed
+                continue;
+            }
+        }
         let inputs: Vec<ClusterInput<'_>> = job
             .candidates
             .iter()
@@ -125,7 +142,7 @@ fn work(
             })
             .collect();
         let judgement = runner.judge(&job.program, &job.template, &inputs);
-        if let Some(e) = cache.lock().get_mut(&job.key) {
+        if let Some(e) = cache.lock().entries.get_mut(&job.key) {
             e.answer = Some(judgement);
         }
         wake();
@@ -142,7 +159,8 @@ impl Programs for ScriptPool {
         let key = fingerprint(program, template, candidates);
         let now = Instant::now();
         let mut cache = self.cache.lock();
-        if let Some(e) = cache.get_mut(&key) {
+        cache.latest.insert(template.key.clone(), key);
+        if let Some(e) = cache.entries.get_mut(&key) {
             e.used = now;
             return e.answer.clone().unwrap_or(Judgement::Pending);
         }
@@ -160,7 +178,7 @@ impl Programs for ScriptPool {
                 "more than {QUEUE} placement script decisions are waiting"
             ));
         }
-        cache.insert(
+        cache.entries.insert(
             key,
             Entry {
                 answer: None,
@@ -172,21 +190,25 @@ impl Programs for ScriptPool {
     }
 }
 
-/// Drops the least recently used answers past [`MAX_ENTRIES`] (never one being computed).
-fn evict(cache: &mut HashMap<u64, Entry>) {
-    if cache.len() <= MAX_ENTRIES {
+/// Drops the least recently used answers past [`MAX_ENTRIES`] (never one being computed),
+/// and forgets the inputs of templates none of the answers left is for.
+fn evict(cache: &mut Cache) {
+    if cache.entries.len() <= MAX_ENTRIES {
         return;
     }
     let mut answered: Vec<(Instant, u64)> = cache
+        .entries
         .iter()
         .filter(|(_, e)| e.answer.is_some())
         .map(|(k, e)| (e.used, *k))
         .collect();
     answered.sort_unstable();
-    let excess = cache.len() - MAX_ENTRIES;
+    let excess = cache.entries.len() - MAX_ENTRIES;
     for (_, k) in answered.into_iter().take(excess) {
-        cache.remove(&k);
+        cache.entries.remove(&k);
     }
+    let entries = &cache.entries;
+    cache.latest.retain(|_, key| entries.contains_key(key));
 }
 
 /// A hash of everything the script sees: its source, the workload and each candidate as
