@@ -336,12 +336,10 @@ const WORKLOAD_KINDS: [&str; 6] = [
 
 /// What a pod template may name, placed where its workload goes (DESIGN §9): watched on the
 /// hub whenever a policy selects a workload kind, kept only when a template names them.
-pub(crate) const DEPENDENCY_KINDS: [&str; 4] = [
-    "ConfigMap",
-    "Secret",
-    "ServiceAccount",
-    "PersistentVolumeClaim",
-];
+/// Not Secrets: the hub role reads none outside meridian-system (a policy may still select
+/// a Secret by kind, with the RBAC to read it).
+pub(crate) const DEPENDENCY_KINDS: [&str; 3] =
+    ["ConfigMap", "ServiceAccount", "PersistentVolumeClaim"];
 
 /// Every kind the policies select, and the dependency kinds when they select workloads.
 pub(crate) fn wanted(policies: &[Policy]) -> BTreeSet<Wanted> {
@@ -522,7 +520,6 @@ mod tests {
                 (Some("apps/v1".to_string()), "Deployment".to_string()),
                 v1("ConfigMap"),
                 v1("PersistentVolumeClaim"),
-                v1("Secret"),
                 v1("ServiceAccount"),
             ],
             "a workload kind brings the kinds its pods may name"
