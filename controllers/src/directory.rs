@@ -108,7 +108,19 @@ pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
         warnings: loaded.warnings.into_iter().map(on_hub).collect(),
         ..Hub::default()
     };
-    for (file, m) in loaded.manifests {
+    let mut manifests = loaded.manifests;
+    // Two MemberClusters of one name: the oldest wins (creationTimestamp, as for exports),
+    // so a new file sorting first never displaces a running member that says when it was
+    // made. Without timestamps, file order decides, as before.
+    manifests.sort_by_key(|(_, m)| match m {
+        Manifest::MemberCluster(mc) => mc
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(i64::MAX, |t| t.0.as_second()),
+        _ => i64::MAX,
+    });
+    for (file, m) in manifests {
         let base = file.parent().unwrap_or(dir).to_path_buf();
         let from = ReadFrom::File(file);
         match m {
@@ -1344,6 +1356,38 @@ mod tests {
             ObjectRef::namespaced("ClusterSchedulingPolicy", &ObjectKey::new("shop", name)),
             "unknown field(s): spec.traffic.minHealthyEndpoint",
         )
+    }
+
+    #[test]
+    fn of_two_members_of_one_name_the_oldest_wins_whatever_the_file_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let member = |created: &str, path: &str| {
+            format!(
+                "apiVersion: meridian.io/v1alpha1\nkind: MemberCluster\nmetadata: {{name: eu-1, creationTimestamp: \"{created}\"}}\nspec: {{source: {{directory: {{path: {path}}}}}}}\n"
+            )
+        };
+        std::fs::write(
+            dir.path().join("b-running.yaml"),
+            member("2026-01-01T00:00:00Z", "running"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("a-new.yaml"),
+            member("2026-06-01T00:00:00Z", "newcomer"),
+        )
+        .unwrap();
+        let hub = read_hub(dir.path()).unwrap();
+        assert_eq!(hub.members.len(), 1);
+        let MemberSource::Directory(path) = &hub.members[0].source else {
+            panic!("a directory member: {:?}", hub.members[0].source);
+        };
+        assert!(path.ends_with("running"), "{path:?}");
+        assert!(
+            hub.errors[0].to_string().contains("a-new.yaml")
+                && hub.errors[0].reason.contains("defined twice"),
+            "{:?}",
+            hub.errors
+        );
     }
 
     #[test]
