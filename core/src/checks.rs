@@ -5,7 +5,8 @@
 //!
 //! ```text
 //!  Policies + the members' specs ─► unknown_clusters ─► warnings ─┐
-//!  services (their exporting clusters) + their policy ─► no_traffic ─► problems ─┴─► Snapshot
+//!  a service (its exporting clusters) + its policy ─► no_traffic ─► problems ─┴─► Snapshot
+//!  (the fleet asks again only for the services a build changed)
 //! ```
 
 use std::collections::BTreeSet;
@@ -13,7 +14,7 @@ use std::collections::BTreeSet;
 use crate::model::ClusterSpec;
 use crate::policy::{Mode, Policies, TrafficPolicy};
 use crate::problem::{ObjectRef, Origin, Problem};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{ServiceView, Snapshot};
 
 /// One warning per cluster name a policy's tiers or weights give that no member has.
 pub fn unknown_clusters<'a>(
@@ -44,32 +45,24 @@ pub fn unknown_clusters<'a>(
     warnings
 }
 
-/// One problem per service whose governing policy gives none of the clusters that export it
-/// any traffic: every one at weight 0, or (mode Tiers) in none of its tiers.
-pub fn no_traffic(snapshot: &Snapshot) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    for view in snapshot.services() {
-        let policy = &view.policy;
-        let Some(source) = &policy.source else {
-            continue;
-        };
-        if view.backends.is_empty() {
-            continue;
-        }
-        let clusters = view
-            .backends
-            .iter()
-            .map(|b| &snapshot.clusters[b.cluster].spec);
-        let Some(why) = why_no_traffic(policy, clusters) else {
-            continue;
-        };
-        problems.push(Problem::in_merge(
-            Origin::Hub,
-            ObjectRef::namespaced("Service", &view.key),
-            format!("no cluster gets its traffic under ClusterSchedulingPolicy {source}: {why}"),
-        ));
+/// The problem of a service whose governing policy gives none of the clusters that export
+/// it any traffic: every one at weight 0, or (mode Tiers) in none of its tiers.
+pub fn no_traffic(snapshot: &Snapshot, view: &ServiceView) -> Option<Problem> {
+    let policy = &view.policy;
+    let source = policy.source.as_ref()?;
+    if view.backends.is_empty() {
+        return None;
     }
-    problems
+    let clusters = view
+        .backends
+        .iter()
+        .map(|b| &snapshot.clusters[b.cluster].spec);
+    let why = why_no_traffic(policy, clusters)?;
+    Some(Problem::in_merge(
+        Origin::Hub,
+        ObjectRef::namespaced("Service", &view.key),
+        format!("no cluster gets its traffic under ClusterSchedulingPolicy {source}: {why}"),
+    ))
 }
 
 /// Why none of `clusters` (those exporting a service) can get traffic under `policy`, if so.

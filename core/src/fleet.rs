@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::checks;
 use crate::geo::GeoTable;
-use crate::index::{Index, Kind, Object};
+use crate::index::{Dirty, Index, Kind, Object};
 use crate::model::{ClusterId, ClusterObjects, ClusterSpec, ObjectKey};
 use crate::placement::{
     self, Capacity, ClusterInput, Inputs, OverridePolicy, Placements, Placer, Runner, Template,
@@ -154,6 +154,9 @@ pub struct Fleet {
     decision_deadline: Option<Instant>,
     /// Rejected hub objects; replaced with every hub read.
     hub_problems: Vec<Problem>,
+    /// Services their policy leaves with no cluster for traffic (`checks::no_traffic`),
+    /// updated per build for the services it changed.
+    no_traffic: BTreeMap<ObjectKey, Problem>,
     /// Hub objects served with a caveat; replaced with every hub read.
     hub_warnings: Vec<Problem>,
     /// Per member, so a member that leaves takes its problems with it.
@@ -212,6 +215,7 @@ impl Fleet {
             policies_changed: false,
             decision_deadline: None,
             hub_problems: Vec::new(),
+            no_traffic: BTreeMap::new(),
             hub_warnings: Vec::new(),
             member_problems: BTreeMap::new(),
             member_warnings: BTreeMap::new(),
@@ -563,7 +567,8 @@ impl Fleet {
             &self.policies,
             snapshot.clusters.iter().map(|c| &c.spec),
         ));
-        snapshot.problems.extend(checks::no_traffic(&snapshot));
+        self.refresh_traffic_checks(prev, &snapshot, &dirty);
+        snapshot.problems.extend(self.no_traffic.values().cloned());
         Built {
             snapshot,
             services_changed: dirty.services.len(),
@@ -573,6 +578,27 @@ impl Fleet {
 }
 
 impl Fleet {
+    /// Keeps `no_traffic` in step with a build: every service again when the policies or the
+    /// clusters changed, else only those the build changed (a snapshot is built for every
+    /// endpoint change: the check must not walk every service each time).
+    fn refresh_traffic_checks(&mut self, prev: &Snapshot, snapshot: &Snapshot, dirty: &Dirty) {
+        if dirty.all || !snapshot.same_clusters_as(prev) {
+            self.no_traffic = snapshot
+                .services()
+                .filter_map(|v| Some((v.key.clone(), checks::no_traffic(snapshot, v)?)))
+                .collect();
+            return;
+        }
+        for key in &dirty.services {
+            self.no_traffic.remove(key);
+            if let Some(v) = snapshot.service(&key.namespace, &key.name)
+                && let Some(p) = checks::no_traffic(snapshot, v)
+            {
+                self.no_traffic.insert(key.clone(), p);
+            }
+        }
+    }
+
     /// Adds the placement decisions to a snapshot `build_snapshot` just built after `prev`:
     /// decided again when something placement reads changed (returns true then), else the
     /// previous snapshot's. Separate from the build so the caller can time each.

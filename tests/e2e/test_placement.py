@@ -265,8 +265,9 @@ endpoints:
 WEB_ADDRESS = {"eu-1": "127.20.1.1", "eu-2": "127.20.2.1", "us-1": "127.20.3.1"}
 
 
-def render_paths(fleet: Fleet):
-    """Each member gets renderPath ../rendered/<name>, outside its own directory."""
+def render_paths(fleet: Fleet, short_health=True):
+    """Each member gets renderPath ../rendered/<name>, outside its own directory (and short
+    health timings unless `short_health` is False)."""
     text = (fleet.hub / "members.yaml").read_text()
     for name in ("eu-1", "eu-2", "us-1"):
         text = text.replace(
@@ -274,7 +275,8 @@ def render_paths(fleet: Fleet):
             f"source: {{directory: {{path: ../clusters/{name}, renderPath: ../rendered/{name}}}}}",
         )
     fleet.write("hub/members.yaml", text)
-    fleet.set_health(heartbeat=1, unreachable=2, withdraw=30)
+    if short_health:
+        fleet.set_health(heartbeat=1, unreachable=2, withdraw=30)
 
 
 def with_traffic(fleet: Fleet):

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import QUICKSTART, ROOT, Fleet, Meridian
-from test_placement import run
+from test_placement import render_paths, run
 
 EXAMPLE = ROOT / "examples" / "federation"
 # Each member's Nodes (examples/federation/clusters/*/nodes.yaml), in millicores.
@@ -51,13 +51,7 @@ def federation(tmp_path):
     fleet = Fleet(root)
     # Each member renders into rendered/<name>; failback after 3 s instead of 300, so the
     # return to the EU is seen (the window is the one place serve may rightly differ).
-    text = (fleet.hub / "members.yaml").read_text()
-    for name in ("eu-1", "eu-2", "us-1"):
-        text = text.replace(
-            f"source: {{directory: {{path: ../clusters/{name}}}}}",
-            f"source: {{directory: {{path: ../clusters/{name}, renderPath: ../rendered/{name}}}}}",
-        )
-    fleet.write("hub/members.yaml", text)
+    render_paths(fleet, short_health=False)
     policy = (fleet.hub / "placement.yaml").read_text().replace("failbackAfterSeconds: 300", "failbackAfterSeconds: 3")
     fleet.write("hub/placement.yaml", policy)
     return fleet
