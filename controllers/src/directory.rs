@@ -747,6 +747,8 @@ impl SharedWatcher {
         let _ = w.unwatch(dir);
         if let Err(e) = w.watch(dir, RecursiveMode::Recursive) {
             debug!(dir = %dir.display(), error = %e, "cannot watch directory");
+            // A recursive watch that failed half-way keeps the watches it took.
+            let _ = w.unwatch(dir);
             return false;
         }
         let mut subscribers = self.subscribers.lock();
@@ -758,13 +760,38 @@ impl SharedWatcher {
         }
         true
     }
+
+    /// `notify` no longer listens under `dir`; the watch goes with its last listener, so a
+    /// removed member gives its watches back to the others.
+    fn forget(&self, dir: &Path, notify: &Arc<Notify>) {
+        let mut watcher = self.watcher.lock();
+        let last = {
+            let mut subscribers = self.subscribers.lock();
+            subscribers.retain(|(d, n)| {
+                n.upgrade()
+                    .is_some_and(|n| !(d == dir && Arc::ptr_eq(&n, notify)))
+            });
+            !subscribers.iter().any(|(d, _)| d == dir)
+        };
+        // Not under the subscribers' lock: unwatching waits on the event thread, whose
+        // callback takes that lock.
+        if last && let Some(w) = watcher.as_mut() {
+            let _ = w.unwatch(dir);
+        }
+    }
 }
+
+/// Directories one member's watch may take at most: inotify watches are counted per user
+/// (`fs.inotify.max_user_watches`) and shared by every member, so one member pointed at a
+/// large tree must not leave the others polling. A larger tree is polled.
+const MAX_WATCHED_DIRECTORIES: usize = 1024;
 
 /// A watch on a directory that may not exist yet; `arm` retries until it does.
 struct DirWatch {
     dir: PathBuf,
     changed: Arc<Notify>,
-    watching: bool,
+    /// The canonical path watched, while watching.
+    watching: Option<PathBuf>,
     warned: bool,
 }
 
@@ -773,25 +800,42 @@ impl DirWatch {
         Self {
             dir,
             changed: Arc::new(Notify::new()),
-            watching: false,
+            watching: None,
             warned: false,
         }
     }
 
     fn arm(&mut self) {
         if !self.dir.is_dir() {
-            self.watching = false;
+            self.unwatch();
             return;
         }
-        if self.watching {
+        if self.watching.is_some() {
+            return;
+        }
+        if let Err(e) = manifest::directories_within(&self.dir, MAX_WATCHED_DIRECTORIES) {
+            self.warn_once(&format!("not watched, polled: {e}"));
             return;
         }
         // Events name paths under the watched path as given: watch the canonical one.
         let dir = std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone());
-        self.watching = SHARED_WATCHER.watch(&dir, &self.changed);
-        if !self.watching && !self.warned {
+        if SHARED_WATCHER.watch(&dir, &self.changed) {
+            self.watching = Some(dir);
+        } else {
+            self.warn_once("cannot watch directory; polling only");
+        }
+    }
+
+    fn warn_once(&mut self, what: &str) {
+        if !self.warned {
             self.warned = true;
-            warn!(dir = %self.dir.display(), "cannot watch directory; polling only");
+            warn!(dir = %self.dir.display(), "{what}");
+        }
+    }
+
+    fn unwatch(&mut self) {
+        if let Some(dir) = self.watching.take() {
+            SHARED_WATCHER.forget(&dir, &self.changed);
         }
     }
 
@@ -803,6 +847,12 @@ impl DirWatch {
             }
             _ = tokio::time::sleep(poll) => {}
         }
+    }
+}
+
+impl Drop for DirWatch {
+    fn drop(&mut self) {
+        self.unwatch();
     }
 }
 

@@ -30,7 +30,7 @@ mod limits;
 pub(crate) mod settle;
 mod split;
 
-pub use dir::{DirRead, DirReader, ServedFile};
+pub use dir::{DirRead, DirReader, MAX_LISTED_ENTRIES, ServedFile, directories_within};
 pub(crate) use docs::DocKey;
 pub use file::read_bounded;
 pub use limits::Limits;
@@ -139,6 +139,11 @@ pub enum Error {
     },
     #[error("{} is not a directory", path.display())]
     NotADirectory { path: PathBuf },
+    #[error(
+        "{} holds more than {max} entries (files and directories, hidden ones aside): not a directory of manifests",
+        path.display()
+    )]
+    TooManyEntries { path: PathBuf, max: usize },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

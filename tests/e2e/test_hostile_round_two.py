@@ -12,6 +12,7 @@ UDP and TCP DNS answer another name, /healthz answers within 1 s.
 
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -387,3 +388,50 @@ def test_the_config_file_is_read_like_any_untrusted_file(tmp_path):
     big.write_text("# " + "x" * (5 << 20) + "\n")
     p = subprocess.run([str(BIN), "validate", "--config", str(big)], capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 and "is larger than 4194304 bytes" in p.stderr, p.stderr
+
+
+def test_a_member_pointed_at_a_huge_tree_never_slows_the_other_members(fleet, tmp_path):
+    """Issue 43: a MemberCluster with path `/` took every inotify watch the user may hold, so
+    every member fell back to polling (changes took a heartbeat), and kept doing so after it
+    was removed. A tree past the watch bound (1,024 directories) is polled, one past the
+    listing bound (100,000 entries) refused with the reason; the others keep their watches.
+    (`/` itself fails on an unreadable /proc entry on some machines: a tree of our own.)"""
+    huge = tmp_path / "huge"
+    for d in range(1100):
+        sub = huge / f"d{d}"
+        sub.mkdir(parents=True)
+        for f in range(91):
+            (sub / f"f{f}.txt").touch()
+    members = (fleet.hub / "members.yaml").read_text()
+    fleet.write("hub/members.yaml", members + f"""---
+apiVersion: meridian.io/v1alpha1
+kind: MemberCluster
+metadata: {{name: huge}}
+spec:
+  source: {{directory: {{path: {huge}}}}}
+  network: {{name: n1, dnsClientCIDRs: [127.0.9.0/24]}}
+""")
+    m = Meridian(fleet)
+    try:
+        def edit_reaches_dns(address):
+            text = (fleet.cluster_dir("eu-1") / "payments.yaml").read_text()
+            fleet.write("clusters/eu-1/payments.yaml", re.sub(r"127\.1\.1\.\d+\]", address + "]", text, count=1))
+            changed = time.time()
+            m.wait_for(lambda: address in m.addresses(OTHER, source=FROM_EU1), timeout=15, interval=0.05,
+                       what=f"{address} in DNS")
+            return time.time() - changed
+
+        def reported():
+            problems = json.loads(m.http("/debug/problems")[1])
+            return "holds more than 100000 entries" in json.dumps(problems)
+
+        m.wait_for(reported, timeout=30, what="the huge member's directory refused with the reason")
+        assert "not watched, polled" in m.log.read_text()
+        # The default heartbeat is 10 s: a change seen by polling takes seconds, a watch far less.
+        assert edit_reaches_dns("127.1.1.7") < 2.0
+        still_serving(m)
+        fleet.write("hub/members.yaml", members)
+        m.wait_for(lambda: "huge" not in m.http("/debug/clusters")[1], timeout=15, what="the huge member gone")
+        assert edit_reaches_dns("127.1.1.8") < 2.0
+    finally:
+        m.stop()

@@ -318,6 +318,10 @@ fn unstamped() -> Stamp {
     }
 }
 
+/// Entries one listing of a directory walks at most: a member pointed at `/` or a home
+/// directory is refused at this size instead of walked whole on every round.
+pub const MAX_LISTED_ENTRIES: usize = 100_000;
+
 /// The manifest files under `dir`, sorted. Hidden files and directories are skipped; so are
 /// symlinked directories (no loops).
 fn list(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -330,30 +334,75 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>> {
         _ => {}
     }
     let mut files = Vec::new();
-    collect(dir, &mut files)?;
+    let mut walk = Walk::new(dir, MAX_LISTED_ENTRIES);
+    walk.visit(dir, &mut |path, is_dir| {
+        if !is_dir
+            && matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            )
+        {
+            files.push(path);
+        }
+    })?;
     files.sort();
     Ok(files)
 }
 
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let unreadable = |source| Error::ReadDir {
-        path: dir.to_path_buf(),
-        source,
-    };
-    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
-        let entry = entry.map_err(unreadable)?;
-        let path = entry.path();
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        if entry.file_type().map_err(unreadable)?.is_dir() {
-            collect(&path, out)?;
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        ) {
-            out.push(path);
+/// The directories under `dir` (itself included) a recursive watch would take, if there
+/// are at most `max` of them; each takes one of the inotify watches all members share.
+pub fn directories_within(dir: &Path, max: usize) -> Result<usize> {
+    let mut dirs = 1;
+    let mut walk = Walk::new(dir, max);
+    walk.dirs_only = true;
+    walk.visit(dir, &mut |_, is_dir| dirs += usize::from(is_dir))?;
+    Ok(dirs)
+}
+
+/// A bounded walk under one directory, as [`list`] reads it: hidden entries and symlinked
+/// directories skipped.
+struct Walk<'a> {
+    root: &'a Path,
+    left: usize,
+    max: usize,
+    /// Count (and descend into) directories only: files cost a watch nothing.
+    dirs_only: bool,
+}
+
+impl<'a> Walk<'a> {
+    fn new(root: &'a Path, max: usize) -> Self {
+        Self {
+            root,
+            left: max,
+            max,
+            dirs_only: false,
         }
     }
-    Ok(())
+
+    fn visit(&mut self, dir: &Path, seen: &mut impl FnMut(PathBuf, bool)) -> Result<()> {
+        let unreadable = |source| Error::ReadDir {
+            path: dir.to_path_buf(),
+            source,
+        };
+        for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+            let entry = entry.map_err(unreadable)?;
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let is_dir = entry.file_type().map_err(unreadable)?.is_dir();
+            if self.dirs_only && !is_dir {
+                continue;
+            }
+            self.left = self.left.checked_sub(1).ok_or(Error::TooManyEntries {
+                path: self.root.to_path_buf(),
+                max: self.max,
+            })?;
+            let path = entry.path();
+            if is_dir {
+                self.visit(&path, seen)?;
+            }
+            seen(path, is_dir);
+        }
+        Ok(())
+    }
 }

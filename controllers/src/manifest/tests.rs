@@ -290,3 +290,25 @@ fn a_directory_written_just_now_is_served_whole_once_it_settled() {
     assert!(settled.changed && !settled.first_read_pending);
     assert_eq!(settled.loaded.manifests.len(), 1);
 }
+
+#[test]
+fn a_tree_past_the_bounds_is_refused_not_walked_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in 0..5 {
+        let sub = dir.path().join(format!("d{d}"));
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::create_dir(sub.join(".hidden")).unwrap();
+        std::fs::write(sub.join("a.yaml"), SERVICE).unwrap();
+    }
+    assert_eq!(
+        directories_within(dir.path(), 5).unwrap(),
+        6,
+        "hidden ones aside"
+    );
+    let err = directories_within(dir.path(), 4).unwrap_err();
+    assert!(matches!(err, Error::TooManyEntries { max: 4, .. }), "{err}");
+    assert!(
+        load_dir(dir.path()).is_ok(),
+        "10 entries are far below the listing bound"
+    );
+}
