@@ -36,7 +36,8 @@ use crate::SourceEvent;
 use crate::convert::{self, MemberSource, Validation};
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster};
 use crate::manifest::{
-    self, DirRead, DirReader, DocKey, Limits, Loaded, Manifest, ManifestError, ServedFile,
+    self, DirRead, DirReader, DocKey, Limits, Loaded, Manifest, ManifestError, OpenWrites,
+    ServedFile,
 };
 use crate::members::{MemberTasks, Sources};
 
@@ -638,7 +639,9 @@ impl Reading {
         Self::with(DirReader::new(limits))
     }
 
+    /// A reader of a watched directory: files being written are read once closed.
     fn with(reader: DirReader) -> Self {
+        let reader = reader.watching_writes(OPEN_WRITES.clone());
         // A file has `read_timeout`; the whole directory gets twice that before it is reported.
         let budget = reader.limits().read_timeout * 2;
         Self {
@@ -703,15 +706,38 @@ type Subscriber = (PathBuf, Weak<Notify>);
 
 static SHARED_WATCHER: LazyLock<SharedWatcher> = LazyLock::new(SharedWatcher::new);
 
+/// The files being written under every watched directory (see [`OpenWrites`]).
+static OPEN_WRITES: LazyLock<Arc<OpenWrites>> = LazyLock::new(Arc::default);
+
+/// Keeps [`OPEN_WRITES`] up to date; false for an event that changes nothing a reader sees.
+fn note_writes(event: &notify::Event) -> bool {
+    use notify::EventKind::{Access, Create, Modify, Remove};
+    use notify::event::{AccessKind, AccessMode, ModifyKind};
+    match event.kind {
+        Modify(ModifyKind::Data(_)) => {
+            let now = Instant::now();
+            event.paths.iter().for_each(|p| OPEN_WRITES.written(p, now));
+            true
+        }
+        // A writer done, or another file renamed onto the path: what is there is whole.
+        Access(AccessKind::Close(AccessMode::Write)) | Modify(ModifyKind::Name(_)) | Remove(_) => {
+            event.paths.iter().for_each(|p| OPEN_WRITES.closed(p));
+            true
+        }
+        // Our own reads open the files and directories (inotify IN_OPEN, IN_ACCESS,
+        // IN_CLOSE_NOWRITE): those must not count, or every read would schedule the next.
+        Access(_) => false,
+        Create(_) | Modify(_) | notify::EventKind::Any | notify::EventKind::Other => true,
+    }
+}
+
 impl SharedWatcher {
     fn new() -> Self {
         let subscribers: Arc<Mutex<Vec<Subscriber>>> = Arc::default();
         let routes = subscribers.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            // Our own reads open the files and directories (inotify IN_OPEN, IN_ACCESS): those
-            // must not count, or every read would schedule the next one.
             let Ok(event) = event else { return };
-            if matches!(event.kind, notify::EventKind::Access(_)) {
+            if !note_writes(&event) {
                 return;
             }
             let mut routes = routes.lock();

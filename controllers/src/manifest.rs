@@ -29,11 +29,13 @@ pub(crate) mod file;
 mod limits;
 pub(crate) mod settle;
 mod split;
+mod writes;
 
 pub use dir::{DirRead, DirReader, MAX_LISTED_ENTRIES, ServedFile, directories_within};
 pub(crate) use docs::DocKey;
 pub use file::read_bounded;
 pub use limits::Limits;
+pub use writes::OpenWrites;
 
 /// One object read from disk.
 #[derive(Clone, Debug)]

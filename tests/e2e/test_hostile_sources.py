@@ -164,25 +164,33 @@ def test_a_file_rewritten_in_place_is_never_served_half_written(health, fleet):
                 if got != RW_ADDRESSES:
                     bad.append((r.rcode(), got))
 
-    # Fast rewrites (20 ms between the halves), cut anywhere: never stable, never read.
-    writer = threading.Thread(target=rewrite, args=(0.02, lambda t: len(t) // 2))
-    writer.start()
+    def phase(pause, cut_at, seconds=3):
+        stop.clear()
+        writer = threading.Thread(target=rewrite, args=(pause, cut_at))
+        writer.start()
+        try:
+            query_while(seconds)
+        finally:
+            stop.set()
+            writer.join()
+
+    # Issue 43: with every core busy, a writer is descheduled between its writes for longer
+    # than the settle time whatever that is: the defence must not rest on timing alone.
+    hogs = [subprocess.Popen(["python3", "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
     try:
-        query_while(3)
+        # Fast rewrites (20 ms between the halves), cut anywhere: never stable, never read.
+        phase(0.02, lambda t: len(t) // 2)
         health.check("while the file is rewritten")
+        # Slow rewrites (400 ms between the halves: past the settle time), cut inside
+        # "kind: EndpointSlice": the last good version serves.
+        phase(0.4, lambda t: t.index("kind: EndpointSlice") + 8)
+        # A writer pausing where the YAML is valid (before the last endpoint): a prefix that
+        # parses, as many objects, one endpoint short. Not read while the file is open.
+        phase(0.6, lambda t: t.rindex("  - {addresses"))
     finally:
-        stop.set()
-        writer.join()
-    # Slow rewrites (400 ms between the halves: past the settle time, so the half file is
-    # read), cut inside "kind: EndpointSlice": the last good version serves through the grace.
-    stop.clear()
-    writer = threading.Thread(target=rewrite, args=(0.4, lambda t: t.index("kind: EndpointSlice") + 8))
-    writer.start()
-    try:
-        query_while(3)
-    finally:
-        stop.set()
-        writer.join()
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     assert answers > 100
     assert not bad, f"{len(bad)} of {answers} answers were NXDOMAIN or lacked addresses: {bad[:5]}"
     # After: the file is read again once it is quiet, and no half-written read was reported.

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meridian_core::Subject;
@@ -12,6 +13,7 @@ use tracing::debug;
 use super::docs::{DocManifests, Spans, parse_reusing};
 use super::file::{self, ReadError};
 use super::settle::{Look, Stamp, Summary, Track};
+use super::writes::OpenWrites;
 use super::{Error, Limits, Loaded, ManifestError, Result};
 
 /// A file a reader serves: its path, the version of its content (a new version whenever it
@@ -49,6 +51,8 @@ pub struct DirReader {
     /// `DirRead::loaded` holds every file's manifests (else the caller takes what changed
     /// from `served_files`).
     assemble: bool,
+    /// Files being written under the directory, when a watch tells (else timing alone).
+    writes: Option<Arc<OpenWrites>>,
 }
 
 /// What one file served.
@@ -84,7 +88,15 @@ impl DirReader {
             files: BTreeMap::new(),
             last: None,
             assemble: true,
+            writes: None,
         }
+    }
+
+    /// Reads no file while its writer has it open, as `writes` (fed by a watch on the
+    /// directory, by canonical path) tells.
+    pub fn watching_writes(mut self, writes: Arc<OpenWrites>) -> Self {
+        self.writes = Some(writes);
+        self
     }
 
     /// A reader whose reads leave `DirRead::loaded` empty: the caller looks at each file
@@ -144,9 +156,18 @@ impl DirReader {
         let mut again_in: Option<Duration> = None;
         let mut wake = |d: Duration| again_in = Some(again_in.map_or(d, |a| a.min(d)));
         let mut used = 0u64;
+        // The kernel names files by the canonical path of the directory watched.
+        let writes_under = self
+            .writes
+            .as_ref()
+            .and_then(|w| Some((w, std::fs::canonicalize(dir).ok()?)));
         for path in paths {
+            let writing = writes_under.as_ref().is_some_and(|(writes, canonical)| {
+                let relative = path.strip_prefix(dir).unwrap_or(&path);
+                writes.writing(&canonical.join(relative), now, self.limits.grace)
+            });
             let track = self.files.entry(path.clone()).or_default();
-            if let Some(d) = look_and_read(&self.limits, &path, track, used, now) {
+            if let Some(d) = look_and_read(&self.limits, &path, track, used, writing, now) {
                 wake(d);
             }
             used += track.served().map_or(0, |f| f.bytes);
@@ -187,13 +208,14 @@ impl DirReader {
     }
 }
 
-/// One file: a look, and a read if it is due. Returns when to look again, if sooner than
-/// the next change or poll.
+/// One file: a look, and a read if it is due (and no process is `writing` it). Returns
+/// when to look again, if sooner than the next change or poll.
 fn look_and_read(
     limits: &Limits,
     path: &Path,
     track: &mut Track<FileRead>,
     used: u64,
+    writing: bool,
     now: Instant,
 ) -> Option<Duration> {
     let expires = track.expire(now, limits.grace);
@@ -209,6 +231,10 @@ fn look_and_read(
     match track.look(stamp, age, now, limits.settle) {
         Look::Unchanged => return expires,
         Look::Wait(d) => return Some(expires.map_or(d, |e| e.min(d))),
+        Look::Read if writing => {
+            debug!(file = %path.display(), "the file is open for writing; read once it is closed");
+            return Some(expires.map_or(limits.settle, |e| e.min(limits.settle)));
+        }
         Look::Read => {}
     }
     let read = match read_file(limits, path, meta.as_ref(), stamp, used, track.served()) {

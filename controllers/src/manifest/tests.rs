@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use super::*;
 
 fn parse(text: &str) -> Loaded {
@@ -271,6 +273,43 @@ fn a_rewrite_in_progress_keeps_serving_the_last_good_content() {
         "still broken after the grace: served and reported"
     );
     assert!(later.loaded.manifests.is_empty() && !later.loaded.errors.is_empty());
+}
+
+#[test]
+fn a_valid_prefix_is_not_read_while_its_writer_has_the_file_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.yaml");
+    let two = format!("{SERVICE}---\n{}", SERVICE.replace("web", "api"));
+    std::fs::write(&path, &two).unwrap();
+    let limits = Limits {
+        settle: std::time::Duration::ZERO,
+        ..Limits::default()
+    };
+    let writes = Arc::new(OpenWrites::default());
+    let mut reader = DirReader::new(limits).watching_writes(writes.clone());
+    let t0 = std::time::Instant::now();
+    assert_eq!(
+        reader.read(dir.path(), t0).unwrap().loaded.manifests.len(),
+        2
+    );
+    // A writer paused after the first document: one valid Service, nothing half-written.
+    std::fs::write(&path, SERVICE).unwrap();
+    let canonical = std::fs::canonicalize(&path).unwrap();
+    writes.written(&canonical, t0);
+    let paused = reader.read(dir.path(), t0).unwrap();
+    assert!(
+        !paused.changed && paused.again_in.is_some(),
+        "not read while open"
+    );
+    std::fs::write(
+        &path,
+        format!("{SERVICE}---\n{}", SERVICE.replace("web", "db")),
+    )
+    .unwrap();
+    writes.closed(&canonical);
+    let done = reader.read(dir.path(), t0).unwrap();
+    assert!(done.changed);
+    assert_eq!(done.loaded.manifests.len(), 2);
 }
 
 #[test]
