@@ -483,7 +483,7 @@ mod tests {
         let keep = Keep(HashSet::from(["v1/ConfigMap/shop/a".to_owned()]));
         let synced = sync_dir(root, &BTreeMap::new(), &keep).unwrap();
         assert_eq!(synced.kept, [(a.clone(), "v1/ConfigMap/shop/a".to_owned())]);
-        assert_eq!(synced.removed, [b.clone()]);
+        assert_eq!(synced.removed, std::slice::from_ref(&b));
         assert!(root.join(&a).exists() && !root.join(&b).exists());
     }
 }
