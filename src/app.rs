@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use meridian_agent::{HubSettings, HubStore, PreparedHub};
@@ -45,6 +45,12 @@ pub struct App {
     tasks: Vec<JoinHandle<()>>,
 }
 
+/// A TCP DNS connection quiet this long (no query, no answer being written) may be closed
+/// for a new client when the listener is full: RFC 7766 §6.2.3 lets a server close idle
+/// connections under pressure, and answered connections held open by one source locked every
+/// other TCP client out (issue 43).
+const QUIET_EVICTABLE: Duration = Duration::from_secs(1);
+
 impl App {
     pub async fn start(cfg: Config) -> Result<Self> {
         let bounds = descriptor_bounds(&cfg)?;
@@ -54,20 +60,25 @@ impl App {
         let mut metrics = Registry::with_prefix("meridian");
         let listener_metrics = ListenerMetrics::new(metrics.sub_registry_with_prefix("listener"));
         let health = Health::default();
-        let guarded = |name, tcp, max_connections, guard: Guard, handshake_bytes| {
-            Listener::new(
-                name,
-                tcp,
-                ListenerSettings {
-                    max_connections,
-                    handshake_timeout: guard.handshake_timeout,
-                    handshake_bytes,
-                    idle_timeout: guard.idle_timeout,
-                },
-                &health,
-                &listener_metrics,
-            )
-        };
+        // `fair`: quiet connections are evicted for new ones, and one source holds at most a
+        // quarter of the bound (DNS over TCP, whose clients reconnect as a matter of course).
+        let guarded =
+            |name, tcp, max_connections: usize, guard: Guard, handshake_bytes, fair: bool| {
+                Listener::new(
+                    name,
+                    tcp,
+                    ListenerSettings {
+                        max_connections,
+                        handshake_timeout: guard.handshake_timeout,
+                        handshake_bytes,
+                        idle_timeout: guard.idle_timeout,
+                        quiet_eviction: fair.then_some(QUIET_EVICTABLE),
+                        max_per_source: fair.then_some((max_connections / 4).max(1)),
+                    },
+                    &health,
+                    &listener_metrics,
+                )
+            };
         let (publish, snapshots) = watch::channel(Arc::new(Snapshot::empty()));
         let (events_tx, events_rx) = mpsc::channel(1024);
         let mut fleet = Fleet::new(Instant::now(), cfg.sync_deadline);
@@ -164,13 +175,13 @@ impl App {
             idle_timeout: dns_tcp_idle,
         };
         let dns_listeners = meridian_dns::serve(dns.clone(), sockets.dns, |tcp| {
-            guarded("dns_tcp", tcp, bounds.dns_tcp, dns_guard, 14)
+            guarded("dns_tcp", tcp, bounds.dns_tcp, dns_guard, 14, true)
         })
         .await
         .with_context(|| format!("cannot serve DNS on {}", cfg.dns_listen))?;
         let xds_tcp = sockets.xds;
         // 24 bytes: the HTTP/2 preface (or a TLS hello) is what a real client sends first.
-        let xds_listener = guarded("xds", xds_tcp, bounds.xds, cfg.listeners.xds, 24);
+        let xds_listener = guarded("xds", xds_tcp, bounds.xds, cfg.listeners.xds, 24, false);
         let (xds, xds_addr, xds_task) =
             start_xds(&cfg, xds_listener, snapshots.clone(), &mut metrics)?;
         tasks.push(xds_task);
@@ -188,6 +199,7 @@ impl App {
             bounds.admin,
             cfg.listeners.admin,
             16,
+            false,
         );
         let metrics = Arc::new(metrics);
         let gateway_view = gateway.map(|g| {

@@ -187,6 +187,8 @@ async fn serve_agent_admin(listen: SocketAddr) -> Result<meridian_agent::metrics
         handshake_timeout: timeout,
         handshake_bytes: 16,
         idle_timeout: Duration::from_secs(60),
+        quiet_eviction: None,
+        max_per_source: None,
     };
     let listener = Listener::new(
         "admin",

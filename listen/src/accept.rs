@@ -6,8 +6,9 @@
 //! are counted, warned about at most every [`WARN_EVERY`], and waited out ([`BACKOFF`]); the
 //! listener is kept.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -42,6 +43,13 @@ pub struct ListenerSettings {
     pub handshake_bytes: u64,
     /// A connection that sends nothing for this long is closed.
     pub idle_timeout: Duration,
+    /// Connections past their handshake that have neither read nor written for this long
+    /// may be closed for new ones when the listener is full (the source holding the most
+    /// first), or when their source is at `max_per_source`: for protocols whose clients
+    /// reconnect as a matter of course (DNS over TCP). None: only probes are evicted.
+    pub quiet_eviction: Option<Duration>,
+    /// Connections from one source address at most; None: no bound but the listener's.
+    pub max_per_source: Option<usize>,
 }
 
 /// What an accept error means.
@@ -174,6 +182,11 @@ pub struct Listener {
     /// Connections that have not sent their handshake yet, oldest first (entries of closed
     /// or handshaken ones are dropped as they are met).
     pending: Mutex<VecDeque<Weak<Pending>>>,
+    /// Every connection (entries of closed ones pruned as the list grows), when quiet ones
+    /// may be evicted.
+    live: Mutex<Vec<Weak<Pending>>>,
+    /// Open connections per source address.
+    sources: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
 impl Listener {
@@ -200,6 +213,8 @@ impl Listener {
             metrics: metrics.clone(),
             rejected_warn: Mutex::new(RateLimit::default()),
             pending: Mutex::new(VecDeque::new()),
+            live: Mutex::new(Vec::new()),
+            sources: Arc::default(),
         }
     }
 
@@ -236,25 +251,74 @@ impl Listener {
         }
     }
 
-    /// Evicts the oldest connection that has not sent its handshake; false if there is none.
-    fn evict_oldest_pending(&self) -> bool {
+    /// Evicts the oldest connection that has not sent its handshake (of `source`, if
+    /// given); false if there is none.
+    fn evict_oldest_pending(&self, source: Option<IpAddr>) -> bool {
         let mut pending = self.pending.lock();
-        while let Some(weak) = pending.pop_front() {
-            if let Some(p) = weak.upgrade()
-                && p.evict()
-            {
+        let mut i = 0;
+        while i < pending.len() {
+            let Some(p) = pending[i].upgrade() else {
+                pending.remove(i);
+                continue;
+            };
+            if source.is_some_and(|s| s != p.source) {
+                i += 1;
+                continue;
+            }
+            pending.remove(i);
+            if p.evict() {
                 return true;
             }
         }
         false
     }
 
-    /// A place under the bound: a free one, or that of an evicted connection in handshake.
-    async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    /// Evicts the quietest connection (quiet for at least `quiet_eviction`) of `source`, or
+    /// if None of the source holding the most connections; false if there is none.
+    fn evict_quietest(&self, source: Option<IpAddr>) -> bool {
+        let Some(quiet) = self.settings.quiet_eviction else {
+            return false;
+        };
+        let source = source.or_else(|| {
+            let sources = self.sources.lock();
+            sources.iter().max_by_key(|(_, n)| **n).map(|(ip, _)| *ip)
+        });
+        let Some(source) = source else {
+            return false;
+        };
+        let quietest = self
+            .live
+            .lock()
+            .iter()
+            // Reversed: of equally quiet ones, the oldest (max_by_key keeps the last).
+            .rev()
+            .filter_map(Weak::upgrade)
+            .filter(|p| p.source == source)
+            .max_by_key(|p| p.quiet_for());
+        quietest.is_some_and(|p| p.evict_quiet(quiet))
+    }
+
+    fn at_source_bound(&self, source: IpAddr) -> bool {
+        self.settings
+            .max_per_source
+            .is_some_and(|max| self.sources.lock().get(&source).copied().unwrap_or(0) >= max)
+    }
+
+    /// A place under the bound: a free one, or that of an evicted connection (one in its
+    /// handshake, else a quiet one). A source at its own bound only ever evicts its own.
+    async fn permit(&self, source: IpAddr) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if self.at_source_bound(source)
+            && !self.evict_oldest_pending(Some(source))
+            && !self.evict_quietest(Some(source))
+        {
+            debug!(listener = self.name, %source, "connection closed: its source holds its share of the bound, none of them quiet");
+            return None;
+        }
         if let Ok(permit) = self.permits.clone().try_acquire_owned() {
             return Some(permit);
         }
-        if !self.evict_oldest_pending() {
+        if !self.evict_oldest_pending(None) && !self.evict_quietest(None) {
+            debug!(listener = self.name, %source, "connection closed: the listener is full, no connection in its handshake or quiet");
             return None;
         }
         if let Some(left_out) = self.rejected_warn.lock().allow(Instant::now()) {
@@ -262,7 +326,7 @@ impl Listener {
                 listener = self.name,
                 max_connections = self.settings.max_connections,
                 left_out,
-                "listener at its connection bound: closed the oldest connection that sent nothing yet for a new one (see meridian_listener_timeouts_total, kind evicted)"
+                "listener at its connection bound: closed the oldest connection that sent nothing yet (or the quietest of the source holding the most) for a new one (see meridian_listener_timeouts_total, kind evicted)"
             );
         }
         tokio::time::timeout(EVICTION_WAIT, self.permits.clone().acquire_owned())
@@ -278,7 +342,7 @@ impl Listener {
         stream: TcpStream,
         peer: std::net::SocketAddr,
     ) -> Option<Conn<TcpStream>> {
-        let Some(permit) = self.permit().await else {
+        let Some(permit) = self.permit(peer.ip()).await else {
             let labels = ListenerMetrics::labels(self.name);
             self.metrics.rejected.get_or_create(&labels).inc();
             if let Some(left_out) = self.rejected_warn.lock().allow(Instant::now()) {
@@ -287,14 +351,21 @@ impl Listener {
                     %peer,
                     max_connections = self.settings.max_connections,
                     left_out,
-                    "listener at its connection bound: new connections are closed at once (see meridian_listener_rejected_connections_total)"
+                    "listener at its connection bound (or this source at its share of it): new connections are closed at once (see meridian_listener_rejected_connections_total)"
                 );
             }
             // Dropped here: closed, without ever being read.
             return None;
         };
         let _ = stream.set_nodelay(true);
-        let pending = Arc::new(Pending::default());
+        let pending = Arc::new(Pending::new(peer.ip(), Some(self.sources.clone())));
+        if self.settings.quiet_eviction.is_some() {
+            let mut live = self.live.lock();
+            if live.len() >= 2 * self.settings.max_connections {
+                live.retain(|w| w.strong_count() > 0);
+            }
+            live.push(Arc::downgrade(&pending));
+        }
         {
             let mut queue = self.pending.lock();
             // Forget entries of connections gone or past their handshake, so the queue stays
@@ -447,6 +518,8 @@ mod tests {
             handshake_timeout: Duration::from_secs(5),
             handshake_bytes: 1,
             idle_timeout: Duration::from_secs(5),
+            quiet_eviction: None,
+            max_per_source: None,
         }
     }
 
@@ -531,5 +604,81 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(metrics.connections.get_or_create(&labels).get(), 1);
+    }
+
+    /// A connection from `source` to `addr` past its handshake, with the server side reading
+    /// as a server would; returns the client and the server side's read.
+    async fn answered(
+        listener: &Listener,
+        addr: std::net::SocketAddr,
+        source: [u8; 4],
+    ) -> (TcpStream, tokio::task::JoinHandle<io::Result<usize>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind((std::net::Ipv4Addr::from(source), 0).into())
+            .unwrap();
+        let mut client = socket.connect(addr).await.unwrap();
+        client.write_all(b"q").await.unwrap();
+        let mut conn = listener.accept().await;
+        conn.read_exact(&mut [0u8; 1]).await.unwrap();
+        let reader = tokio::spawn(async move { conn.read(&mut [0u8; 8]).await });
+        (client, reader)
+    }
+
+    #[tokio::test]
+    async fn quiet_connections_of_the_heaviest_source_make_room_and_one_source_holds_its_share() {
+        let metrics = ListenerMetrics::default();
+        let quiet = Duration::from_millis(200);
+        let listener = Arc::new(Listener::new(
+            "test",
+            TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            ListenerSettings {
+                quiet_eviction: Some(quiet),
+                max_per_source: Some(2),
+                ..settings(3)
+            },
+            &Health::default(),
+            &metrics,
+        ));
+        let addr = listener.local_addr().unwrap();
+        let (_a1, a1) = answered(&listener, addr, [127, 0, 0, 2]).await;
+        let (_a2, a2) = answered(&listener, addr, [127, 0, 0, 2]).await;
+        let (_b1, b1) = answered(&listener, addr, [127, 0, 0, 3]).await;
+        // A third from 127.0.0.2 while its two are busy: closed at once, the others kept.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(([127, 0, 0, 2], 0).into()).unwrap();
+        let mut over = socket.connect(addr).await.unwrap();
+        let l = listener.clone();
+        let rejecting = tokio::spawn(async move { l.accept().await });
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read(&mut over, &mut buf),
+        )
+        .await
+        .expect("closed at once");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        assert!(!a1.is_finished() && !a2.is_finished() && !b1.is_finished());
+        rejecting.abort();
+        // Once they are quiet, a new source's client takes the place of the quietest
+        // connection of the source holding the most: 127.0.0.2's first.
+        tokio::time::sleep(quiet + Duration::from_millis(50)).await;
+        let (_c, c) = tokio::time::timeout(
+            Duration::from_secs(5),
+            answered(&listener, addr, [127, 0, 0, 4]),
+        )
+        .await
+        .expect("admitted once a connection is quiet");
+        let evicted = a1.await.unwrap();
+        assert_eq!(
+            evicted.unwrap_err().kind(),
+            io::ErrorKind::ConnectionAborted
+        );
+        assert!(!a2.is_finished() && !b1.is_finished() && !c.is_finished());
+        assert_eq!(
+            listener.sources.lock().get(&[127, 0, 0, 2].into()),
+            Some(&1)
+        );
     }
 }

@@ -6,12 +6,13 @@
 //! descriptor for nothing. HTTP/2 keepalive pings (xDS) are answered by live clients, so a
 //! quiet ADS stream is not idle here.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
@@ -57,28 +58,112 @@ impl Deadlines {
     }
 }
 
-/// What the listener shares with a connection still in its handshake: a full listener evicts
-/// the oldest such connection for a new one, so idle probes cannot lock real clients out.
-#[derive(Debug, Default)]
+/// What the listener shares with each of its connections: a full listener evicts the oldest
+/// connection still in its handshake for a new one, so idle probes cannot lock real clients
+/// out; a listener whose protocol allows it (DNS, RFC 7766 §6.2.3) also evicts connections
+/// that have been quiet a while, from the source that holds the most first.
+#[derive(Debug)]
 pub(crate) struct Pending {
-    /// Set once the handshake bytes have come: no longer evictable.
+    /// Set once the handshake bytes have come: no longer evictable as a probe.
     pub(crate) handshook: AtomicBool,
     evicted: AtomicBool,
     waker: Mutex<Option<Waker>>,
+    pub(crate) source: IpAddr,
+    /// When the connection last read or wrote a byte, in ms since `EPOCH`.
+    active_ms: AtomicU64,
+    /// The listener's count of connections per source, taken down when the connection goes.
+    sources: Option<Arc<Mutex<HashMap<IpAddr, usize>>>>,
+    /// The connection's place under the bound. Given back when it is evicted, not when its
+    /// task next runs: a burst of new connections evicts one after the other, and each must
+    /// find the place of the one before free.
+    place: Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+/// The origin of `Pending::active_ms`.
+static EPOCH: LazyLock<std::time::Instant> = LazyLock::new(std::time::Instant::now);
+
+fn now_ms() -> u64 {
+    EPOCH.elapsed().as_millis() as u64
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Self::new(IpAddr::from([0, 0, 0, 0]), None)
+    }
 }
 
 impl Pending {
+    pub(crate) fn new(source: IpAddr, sources: Option<Arc<Mutex<HashMap<IpAddr, usize>>>>) -> Self {
+        if let Some(sources) = &sources {
+            *sources.lock().entry(source).or_default() += 1;
+        }
+        Self {
+            handshook: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
+            waker: Mutex::new(None),
+            source,
+            active_ms: AtomicU64::new(now_ms()),
+            sources,
+            place: Mutex::new(None),
+        }
+    }
+
     /// Ends the connection at its next read (or now, if it waits for one). False if it had
     /// already sent its handshake.
     pub(crate) fn evict(&self) -> bool {
         if self.handshook.load(Ordering::Acquire) {
             return false;
         }
+        self.end();
+        true
+    }
+
+    /// How long the connection has neither read nor written.
+    pub(crate) fn quiet_for(&self) -> Duration {
+        Duration::from_millis(now_ms().saturating_sub(self.active_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Ends the connection if it has been quiet at least `quiet`; false if it has not.
+    pub(crate) fn evict_quiet(&self, quiet: Duration) -> bool {
+        if self.evicted.load(Ordering::Acquire) || self.quiet_for() < quiet {
+            return false;
+        }
+        self.end();
+        true
+    }
+
+    fn end(&self) {
         self.evicted.store(true, Ordering::Release);
+        self.give_back();
         if let Some(waker) = self.waker.lock().take() {
             waker.wake();
         }
-        true
+    }
+
+    /// Gives the place under the bound and the source's count back (once).
+    fn give_back(&self) {
+        if self.place.lock().take().is_none() {
+            return;
+        }
+        if let Some(sources) = &self.sources {
+            let mut sources = sources.lock();
+            if let Some(n) = sources.get_mut(&self.source) {
+                *n -= 1;
+                if *n == 0 {
+                    sources.remove(&self.source);
+                }
+            }
+        }
+    }
+
+    fn active(&self) {
+        self.active_ms.store(now_ms(), Ordering::Relaxed);
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
 
@@ -93,8 +178,6 @@ pub struct Conn<S> {
     /// Fires at the deadline in force when it was last set; checked (and moved on) when it
     /// fires, so a busy connection does not reset a timer on every read.
     timer: Pin<Box<Sleep>>,
-    /// The connection's place under the bound, given back when it is dropped.
-    _permit: Option<OwnedSemaphorePermit>,
     pending: Arc<Pending>,
     listener: &'static str,
     metrics: ListenerMetrics,
@@ -129,6 +212,7 @@ impl<S> Conn<S> {
         metrics: ListenerMetrics,
         pending: Arc<Pending>,
     ) -> Self {
+        *pending.place.lock() = Some(permit);
         let now = Instant::now();
         metrics
             .connections
@@ -142,7 +226,6 @@ impl<S> Conn<S> {
             started: now,
             last_read: now,
             bytes_read: 0,
-            _permit: Some(permit),
             pending,
             listener,
             metrics,
@@ -209,7 +292,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
                 .inc();
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
-                "evicted: the listener is full and this connection sent nothing yet",
+                "evicted: the listener is full and this connection sent nothing yet, or nothing for a while",
             )));
         }
         let before = buf.filled().len();
@@ -217,6 +300,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
             Poll::Ready(result) => {
                 let n = buf.filled().len() - before;
                 if n > 0 {
+                    this.pending.active();
                     this.bytes_read += n as u64;
                     this.last_read = Instant::now();
                     if this.bytes_read >= this.deadlines.handshake_bytes {
@@ -228,9 +312,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
             Poll::Pending => match this.poll_deadline(cx) {
                 Poll::Ready(e) => Poll::Ready(Err(e)),
                 Poll::Pending => {
-                    if !this.pending.handshook.load(Ordering::Acquire) {
-                        *this.pending.waker.lock() = Some(cx.waker().clone());
-                    }
+                    *this.pending.waker.lock() = Some(cx.waker().clone());
                     Poll::Pending
                 }
             },
@@ -244,7 +326,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let written = ready!(Pin::new(&mut self.inner).poll_write(cx, buf));
+        if matches!(written, Ok(n) if n > 0) {
+            self.pending.active();
+        }
+        Poll::Ready(written)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -260,7 +346,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let written = ready!(Pin::new(&mut self.inner).poll_write_vectored(cx, bufs));
+        if matches!(written, Ok(n) if n > 0) {
+            self.pending.active();
+        }
+        Poll::Ready(written)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -238,11 +238,14 @@ def read_framed(s):
     return dns.message.from_wire(exact(length))
 
 
-def tcp_dns_client(m, qid):
-    """A TCP DNS connection that has asked one question and got its answer (past the
-    listener's handshake, so never evicted), or None if meridian closed it instead."""
-    s = socket.create_connection(("127.0.0.1", m.dns_port), timeout=2)
+def tcp_dns_client(m, qid, source="127.0.0.1"):
+    """A TCP DNS connection from `source` that has asked one question and got its answer
+    (past the listener's handshake: not a probe), or None if meridian closed it instead."""
+    s = socket.socket()
+    s.settimeout(2)
+    s.bind((source, 0))
     try:
+        s.connect(("127.0.0.1", m.dns_port))
         s.sendall(framed_query(NAME, qid))
         r = read_framed(s)
         assert r.id == qid and r.answer, r
@@ -278,7 +281,8 @@ def test_accept_errors_are_survived_and_reported(fleet, low_ulimit, started):
     admin = http.client.HTTPConnection("127.0.0.1", m.admin_port, timeout=5)
     admin.request("GET", "/healthz")
     assert admin.getresponse().read() == b"ok\n"
-    held = [tcp_dns_client(m, 100 + i) for i in range(20)]
+    # From sources of their own: one source holds at most a quarter of the bound.
+    held = [tcp_dns_client(m, 100 + i, source=f"127.0.8.{i + 1}") for i in range(20)]
     assert all(held), "TCP DNS refused clients within its bound"
     pid = m.proc.pid
     fds = len(os.listdir(f"/proc/{pid}/fd"))
@@ -348,41 +352,73 @@ def test_accept_errors_are_survived_and_reported(fleet, low_ulimit, started):
     watcher.close()
 
 
-def test_tcp_dns_beyond_its_bound_is_closed_and_the_rest_keeps_answering(fleet, started):
-    """TCP DNS holds at most dns.tcpMaxConnections: clients past it (that have asked, so are
-    not probes to evict) are closed at once and counted, while UDP DNS and the connections
-    within the bound keep answering; connections that never asked are evicted for real
-    clients; once the flood is gone, new TCP clients (dnspython, dig, kdig) are answered."""
+def test_tcp_dns_is_bounded_and_fair_between_sources(fleet, started):
+    """TCP DNS holds at most dns.tcpMaxConnections, one source at most a quarter of them
+    (issue 43: answered connections held open by one source locked every other TCP client
+    out). At the bound, a new client takes the place of the quietest connection (nothing
+    asked or answered for a second) of the source holding the most; while every connection
+    is busy it is closed at once and counted. UDP DNS and the connections within the bound
+    keep answering; once the flood is gone, new TCP clients (dnspython, dig, kdig) are
+    answered."""
     bound = 20
+    share = bound // 4
     m = started(fleet, "--dns-tcp-max-connections", str(bound), "--dns-tcp-idle-timeout-seconds", "60")
     assert metric(m, "meridian_listener_max_connections", listener="dns_tcp") == bound
-    existing = tcp_dns_client(m, 1)
+    existing = tcp_dns_client(m, 1, source=FROM_EU1)
     assert existing
-    flood = []
-    closed = 0
+    held = []
     try:
+        # One source asks on three bounds' worth of connections: it holds its share.
         for i in range(3 * bound):
-            s = tcp_dns_client(m, 1000 + i)
+            s = tcp_dns_client(m, 1000 + i, source="127.0.9.1")
             if s:
-                flood.append(s)
-            else:
-                closed += 1
-        assert len(flood) == bound - 1, f"{len(flood)} flood connections answered, bound {bound}"
-        assert closed == 2 * bound + 1, closed
-        assert metric(m, "meridian_listener_rejected_connections_total", listener="dns_tcp") >= closed
+                held.append(s)
+        assert metric(m, "meridian_listener_connections", listener="dns_tcp") <= 1 + share
+        assert metric(m, "meridian_listener_rejected_connections_total", listener="dns_tcp") >= 1
+        assert re.search(r"listener at its connection bound.*share of it.*new connections are closed at once", log_text(m))
+        # Others are answered meanwhile.
+        other = tcp_dns_client(m, 2, source="127.0.9.200")
+        assert other, "a client of another source is answered while one source floods"
+        held.append(other)
+        # Three more sources fill the bound.
+        for source in ("127.0.9.2", "127.0.9.3", "127.0.9.4"):
+            for i in range(share):
+                s = tcp_dns_client(m, 2000 + i, source=source)
+                if s:
+                    held.append(s)
+        live = list(held)
+
+        def busy():
+            """Every held connection asks again: none is quiet (those closed are dropped)."""
+            for i, s in enumerate(list(live)):
+                try:
+                    asks_again(s, 3000 + i)
+                except Exception:  # evicted while the bound filled: closed by meridian
+                    live.remove(s)
+            asks_again(existing, 5)
+
+        busy()
         assert metric(m, "meridian_listener_connections", listener="dns_tcp") == bound
-        assert re.search(r"listener at its connection bound.*new connections are closed at once", log_text(m))
+        # Every connection busy: a new client is closed at once, and counted.
+        rejected = metric(m, "meridian_listener_rejected_connections_total", listener="dns_tcp")
+        assert tcp_dns_client(m, 4, source="127.0.9.201") is None
+        assert metric(m, "meridian_listener_rejected_connections_total", listener="dns_tcp") > rejected
         # Everything else keeps answering, during the flood.
         for i in range(5):
             r = m.query(NAME, source=FROM_EU1)
             assert [rr.address for rrset in r.answer for rr in rrset], r
-        asks_again(existing, 2)
-        asks_again(flood[0], 3)
         healthz_fast(m)
-        with pytest.raises((OSError, EOFError, dns.exception.DNSException)):
-            m.query(NAME, source=FROM_EU1, tcp=True)
+        # Quiet for a second: a new client takes a place, from a source holding the most.
+        time.sleep(1.5)
+        evicted = metric(m, "meridian_listener_timeouts_total", listener="dns_tcp", kind="evicted")
+        newcomer = tcp_dns_client(m, 6, source="127.0.9.202")
+        assert newcomer, "a new client is answered once the held connections are quiet"
+        held.append(newcomer)
+        assert metric(m, "meridian_listener_timeouts_total", listener="dns_tcp", kind="evicted") == evicted + 1
+        asks_again(existing, 7)  # its source holds one connection: never the one evicted
+        assert metric(m, "meridian_listener_connections", listener="dns_tcp") <= bound
     finally:
-        close_all(flood)
+        close_all(held)
     m.wait_for(lambda: metric(m, "meridian_listener_connections", listener="dns_tcp") <= 1,
                what="the flood's connections closed")
     assert m.addresses(NAME, source=FROM_EU1) == sorted(
@@ -394,7 +430,8 @@ def test_tcp_dns_beyond_its_bound_is_closed_and_the_rest_keeps_answering(fleet, 
     kdig = subprocess.run(["kdig", "@127.0.0.1", "-p", str(m.dns_port), "-b", FROM_EU1, "+tcp", "+norec",
                            "+short", "+time=3", "+retry=0", NAME], capture_output=True, text=True, timeout=20)
     assert kdig.returncode == 0 and sorted(kdig.stdout.split()) == sorted(dig.stdout.split()), kdig
-    # Connections that never ask are probes: at the bound, each real client evicts the oldest.
+    # Connections that never ask are probes: their source holds its share of them, each new
+    # one evicting its oldest; real clients are answered meanwhile.
     probes = hold(m.dns_port, 2 * bound)
     try:
         for _ in range(3):
