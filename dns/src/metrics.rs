@@ -46,6 +46,7 @@ pub struct DnsMetrics {
     /// deadlines; these are the protocol's (a query not whole in time, a reply not taken,
     /// an impossible length prefix).
     tcp_closed: Family<ReasonLabels, Counter>,
+    transfers_refused: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -110,6 +111,7 @@ impl DnsMetrics {
             quick_answers: Counter::default(),
             dropped: Family::default(),
             tcp_closed: Family::default(),
+            transfers_refused: Counter::default(),
         };
         registry.register(
             "queries",
@@ -135,6 +137,11 @@ impl DnsMetrics {
             "dropped",
             "Requests not answered at all, by reason",
             metrics.dropped.clone(),
+        );
+        registry.register(
+            "transfers_refused",
+            "Zone transfers answered REFUSED because MAX_TRANSFERS (4) were in progress for 5 s",
+            metrics.transfers_refused.clone(),
         );
         registry.register(
             "tcp_closed",
@@ -200,6 +207,10 @@ impl DnsMetrics {
 
     pub fn dropped(&self, reason: &'static str) {
         self.dropped.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    pub fn transfer_refused(&self) {
+        self.transfers_refused.inc();
     }
 
     pub fn tcp_closed(&self, reason: &'static str) {

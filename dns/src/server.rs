@@ -96,10 +96,12 @@ pub struct Dns {
     /// Keyed by the exact bytes of `wire::HotKey` (boxed to their length, so an entry costs
     /// its key, not the key's 266-byte parse buffer).
     cache: AnswerCache<Arc<CachedAnswer>>,
-    metrics: DnsMetrics,
+    pub(crate) metrics: DnsMetrics,
     /// Rotates answers that are not served from the cache (TCP, ECS): the cache keeps its
     /// own counter per question.
     rotation: AtomicUsize,
+    /// Places for zone transfers in progress (see `tcp::MAX_TRANSFERS`).
+    pub(crate) transfers: Arc<tokio::sync::Semaphore>,
 }
 
 impl Dns {
@@ -120,6 +122,7 @@ impl Dns {
             answerer,
             snapshots,
             rotation: AtomicUsize::new(0),
+            transfers: Arc::new(tokio::sync::Semaphore::new(crate::tcp::MAX_TRANSFERS)),
         })
     }
 

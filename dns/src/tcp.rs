@@ -5,7 +5,9 @@
 //! ```text
 //!  Conn (bound, handshake + idle deadlines) ─► read into a fixed buffer ─► frame()
 //!      ├─ Incomplete: read more, until the message deadline
-//!      ├─ Message(n) ─► Dns::answer_tcp ─► length-prefixed replies (a transfer: several) ─► write
+//!      ├─ Message(n) ─► Dns::answer_tcp ─► length-prefixed replies ─► write
+//!      │    a transfer (AXFR/IXFR): a place among MAX_TRANSFERS (else REFUSED after
+//!      │    TRANSFER_WAIT), answered on a blocking thread, the place held while written
 //!      └─ Invalid (shorter than a header, longer than MAX_TCP_REQUEST): close
 //! ```
 //!
@@ -17,13 +19,16 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, timeout_at};
 use tracing::debug;
 
 use crate::server::Dns;
+use crate::wire;
 
 /// The longest query read over TCP. The length prefix allows 65,535, but a query is a header,
 /// one question and an OPT record: 4 KiB (the UDP bound too) is generous, and it keeps the
@@ -31,6 +36,12 @@ use crate::server::Dns;
 pub const MAX_TCP_REQUEST: usize = 4096;
 /// Shorter than a DNS header: not a message at all.
 const MIN_MESSAGE: usize = 12;
+/// Zone transfers answered (built and written) at once, across every connection: a transfer
+/// of the whole zone is the one answer whose cost grows with the fleet, and twenty of them
+/// must not take the serving threads or the memory of twenty zones.
+pub const MAX_TRANSFERS: usize = 4;
+/// How long a transfer waits for a place before it is REFUSED.
+const TRANSFER_WAIT: Duration = Duration::from_secs(5);
 
 /// What the bytes buffered so far start with (pure).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,7 +113,12 @@ impl Closed {
 
 /// Serves one connection until the client closes it or it is closed for one of the reasons
 /// of [`Closed`]; returns which.
-pub async fn serve_conn<S>(dns: &Dns, mut stream: S, peer: SocketAddr, idle: Duration) -> Closed
+pub async fn serve_conn<S>(
+    dns: &Arc<Dns>,
+    mut stream: S,
+    peer: SocketAddr,
+    idle: Duration,
+) -> Closed
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -131,7 +147,14 @@ where
                 }
             }
             Frame::Message(len) => {
-                let Some(replies) = dns.answer_tcp(&buf[2..2 + len], peer) else {
+                let query = &buf[2..2 + len];
+                // A transfer's place is held until its replies are written.
+                let (replies, _place) = if wire::asks_transfer(query) {
+                    transfer(dns, query, peer).await
+                } else {
+                    (dns.answer_tcp(query, peer), None)
+                };
+                let Some(replies) = replies else {
                     return Closed::InternalError;
                 };
                 buf.copy_within(2 + len..filled, 0);
@@ -154,6 +177,33 @@ where
             }
         }
     }
+}
+
+/// A transfer's replies, built on a blocking thread once it has a place among
+/// [`MAX_TRANSFERS`] (returned, to be held while they are written); REFUSED if no place
+/// frees within [`TRANSFER_WAIT`]. None if answering panicked.
+async fn transfer(
+    dns: &Arc<Dns>,
+    query: &[u8],
+    peer: SocketAddr,
+) -> (Option<Vec<Vec<u8>>>, Option<OwnedSemaphorePermit>) {
+    let place = timeout_at(
+        Instant::now() + TRANSFER_WAIT,
+        dns.transfers.clone().acquire_owned(),
+    )
+    .await;
+    let Ok(Ok(place)) = place else {
+        debug!(%peer, "zone transfer refused: {MAX_TRANSFERS} transfers in progress");
+        dns.metrics.transfer_refused();
+        let refused = wire::refused(query).and_then(|r| framed(&r));
+        return (Some(refused.into_iter().collect()), None);
+    };
+    let (dns, query) = (dns.clone(), query.to_vec());
+    let replies = tokio::task::spawn_blocking(move || dns.answer_tcp(&query, peer))
+        .await
+        .ok()
+        .flatten();
+    (replies, Some(place))
 }
 
 async fn write<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) -> io::Result<()> {

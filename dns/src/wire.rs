@@ -131,13 +131,23 @@ fn header_only(metadata: Metadata) -> Vec<u8> {
 /// header echoed, as hickory-server answers it. `None` when not even the header parses, or
 /// the message is itself a response (never answered, to avoid reflection loops).
 pub fn format_error(raw: &[u8]) -> Option<Vec<u8>> {
+    header_reply(raw, ResponseCode::FormErr)
+}
+
+/// REFUSED with the header echoed and no sections (a transfer past the concurrent bound);
+/// `None` as for [`format_error`].
+pub fn refused(raw: &[u8]) -> Option<Vec<u8>> {
+    header_reply(raw, ResponseCode::Refused)
+}
+
+fn header_reply(raw: &[u8], rcode: ResponseCode) -> Option<Vec<u8>> {
     let mut decoder = BinDecoder::new(raw);
     let header = Header::read(&mut decoder).ok()?;
     if header.metadata.message_type == hickory_proto::op::MessageType::Response {
         return None;
     }
     let mut metadata = Metadata::response_from_request(&header.metadata);
-    metadata.response_code = ResponseCode::FormErr;
+    metadata.response_code = rcode;
     Some(header_only(metadata))
 }
 
@@ -208,6 +218,31 @@ impl std::fmt::Display for WireName<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether `raw` asks for a zone transfer (AXFR or IXFR in its first question): those are
+/// answered off the serving threads, a few at a time (see `tcp`). A message that does not
+/// parse this far is not one.
+pub fn asks_transfer(raw: &[u8]) -> bool {
+    const IXFR: u16 = 251;
+    const AXFR: u16 = 252;
+    if raw.len() < 17 || u16::from_be_bytes([raw[4], raw[5]]) == 0 {
+        return false;
+    }
+    let mut pos = 12;
+    while let Some(&len) = raw.get(pos) {
+        match len {
+            0 => {
+                return raw
+                    .get(pos + 1..pos + 3)
+                    .is_some_and(|t| matches!(u16::from_be_bytes([t[0], t[1]]), AXFR | IXFR));
+            }
+            // A compression pointer or a reserved label type: not a question name we read.
+            64.. => return false,
+            len => pos += 1 + usize::from(len),
+        }
+    }
+    false
 }
 
 /// What the hot path learned from a request.
@@ -338,6 +373,23 @@ pub fn hot_query(raw: &[u8], client: Option<ClientPlace>) -> Option<HotQuery> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transfer_is_told_by_its_question_type() {
+        use hickory_proto::op::{Message, MessageType, OpCode, Query};
+        use hickory_proto::rr::{Name, RecordType};
+        let ask = |qtype| {
+            let mut m = Message::new(1, MessageType::Query, OpCode::Query);
+            m.add_query(Query::query(Name::from_ascii("global.").unwrap(), qtype));
+            m.to_vec().unwrap()
+        };
+        assert!(asks_transfer(&ask(RecordType::AXFR)));
+        assert!(asks_transfer(&ask(RecordType::IXFR)));
+        assert!(!asks_transfer(&ask(RecordType::A)));
+        let axfr = ask(RecordType::AXFR);
+        assert!(!asks_transfer(&axfr[..axfr.len() - 3]), "cut short");
+        assert!(!asks_transfer(&[0u8; 12]));
+    }
 
     #[test]
     fn an_answer_over_65535_bytes_drops_whole_records_and_counts_what_it_keeps() {

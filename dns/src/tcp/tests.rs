@@ -245,6 +245,42 @@ async fn a_zone_transfer_spans_several_messages_from_soa_to_soa() {
 }
 
 #[tokio::test]
+async fn transfers_past_the_bound_are_refused_and_queries_keep_their_answers() {
+    let dns = dns(fleet(200));
+    // Clients that never read: each transfer holds its place while its replies wait.
+    let mut stalled = Vec::new();
+    for id in 0..MAX_TRANSFERS as u16 {
+        let (mut client, task) = connect(dns.clone(), 1024);
+        client
+            .write_all(&with_prefix(&query(id, "global.", RecordType::AXFR)))
+            .await
+            .unwrap();
+        stalled.push((client, task));
+    }
+    let (mut asker, asked) = connect(dns.clone(), 64 * 1024);
+    asker
+        .write_all(&with_prefix(&query(90, "web.shop.global.", RecordType::A)))
+        .await
+        .unwrap();
+    assert_eq!(read_reply(&mut asker).await.metadata.id, 90);
+    let (mut late, _late) = connect(dns.clone(), 64 * 1024);
+    late.write_all(&with_prefix(&query(91, "global.", RecordType::AXFR)))
+        .await
+        .unwrap();
+    let refused = read_reply(&mut late).await;
+    assert_eq!(
+        (refused.metadata.id, refused.metadata.response_code),
+        (91, ResponseCode::Refused)
+    );
+    drop(asker);
+    asked.await.unwrap();
+    for (client, task) in stalled {
+        drop(client);
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn a_malformed_message_gets_formerr_and_the_connection_goes_on() {
     let (mut client, task) = connect(dns(fleet(1)), 64 * 1024);
     // A header announcing one question, and no question.
