@@ -29,16 +29,44 @@ pub(crate) struct Table<T> {
     problems: BTreeMap<ObjectKey, String>,
     relist: Option<(BTreeMap<ObjectKey, T>, BTreeMap<ObjectKey, String>)>,
     pub(crate) listed: bool,
+    /// Objects (served and rejected) kept at most: a member's API or agent that streams
+    /// more cannot grow the hub's memory without end. The others are left out and counted.
+    cap: usize,
+    /// Objects left out for the cap since the last full list (and in the list in progress).
+    left_out: usize,
+    relist_left_out: usize,
 }
 
-impl<T> Default for Table<T> {
-    fn default() -> Self {
+/// Objects of one kind (Services, EndpointSlices, exports, imports …) kept per member: three
+/// times the 33,000 fleet services meridian is measured at (a member holds an import of each),
+/// ten times Kubernetes' own threshold of 10,000 Services a cluster. A bound, not a budget: at
+/// the ~4 KiB an EndpointSlice of 100 endpoints takes converted, 400 MiB for that kind.
+pub const MAX_OBJECTS_PER_KIND: usize = 100_000;
+/// Pods (their requests only) kept per member: Kubernetes' threshold is 150,000.
+pub const MAX_PODS: usize = 300_000;
+
+impl<T> Table<T> {
+    fn capped(cap: usize) -> Self {
         Self {
             live: BTreeMap::new(),
             problems: BTreeMap::new(),
             relist: None,
             listed: false,
+            cap,
+            left_out: 0,
+            relist_left_out: 0,
         }
+    }
+
+    /// Objects past the cap since the last full list.
+    pub(crate) fn left_out(&self) -> usize {
+        self.left_out
+    }
+}
+
+impl<T> Default for Table<T> {
+    fn default() -> Self {
+        Self::capped(MAX_OBJECTS_PER_KIND)
     }
 }
 
@@ -62,6 +90,7 @@ impl<T: Clone + PartialEq> Table<T> {
         match event {
             Event::Init => {
                 self.relist = Some(Default::default());
+                self.relist_left_out = 0;
                 Applied::Nothing
             }
             Event::InitApply(obj) => {
@@ -69,6 +98,11 @@ impl<T: Clone + PartialEq> Table<T> {
                     return Applied::Nothing;
                 };
                 let (objects, problems) = self.relist.get_or_insert_with(Default::default);
+                let known = objects.contains_key(&key) || problems.contains_key(&key);
+                if !known && objects.len() + problems.len() >= self.cap {
+                    self.relist_left_out += 1;
+                    return Applied::Nothing;
+                }
                 match convert(&obj) {
                     Ok(v) => {
                         objects.insert(key, v);
@@ -83,6 +117,7 @@ impl<T: Clone + PartialEq> Table<T> {
                 let (objects, problems) = self.relist.take().unwrap_or_default();
                 self.live = objects;
                 self.problems = problems;
+                self.left_out = std::mem::take(&mut self.relist_left_out);
                 self.listed = true;
                 Applied::Relisted
             }
@@ -90,6 +125,11 @@ impl<T: Clone + PartialEq> Table<T> {
                 let Ok(key) = key_of(meta(&obj)) else {
                     return Applied::Nothing;
                 };
+                let known = self.live.contains_key(&key) || self.problems.contains_key(&key);
+                if !known && self.live.len() + self.problems.len() >= self.cap {
+                    self.left_out += 1;
+                    return Applied::Nothing;
+                }
                 match convert(&obj) {
                     Ok(v) => {
                         self.problems.remove(&key);
@@ -203,7 +243,7 @@ impl MemberState {
             imports: Table::default(),
             nodes: Table::default(),
             namespaces: Table::default(),
-            pods: Table::default(),
+            pods: Table::capped(MAX_PODS),
             pods_refused: None,
             quotas: Table::default(),
             quotas_refused: None,
@@ -315,6 +355,10 @@ impl MemberState {
             + self.exports.problems.len()
             + self.imports.problems.len()
             + usize::from(self.pods_refused.is_some())
+            + self.services.left_out()
+            + self.slices.left_out()
+            + self.exports.left_out()
+            + self.imports.left_out()
     }
 
     /// The member's Pods cannot be listed (`reason`): its capacity is unknown (not zero), and
@@ -442,6 +486,30 @@ impl MemberState {
         }
         out.extend(named("ServiceExport", &self.exports.problems));
         out.extend(named("ServiceImport", &self.imports.problems));
+        let left_out = [
+            ("Services", self.services.left_out(), self.services.cap),
+            ("EndpointSlices", self.slices.left_out(), self.slices.cap),
+            ("ServiceExports", self.exports.left_out(), self.exports.cap),
+            ("ServiceImports", self.imports.left_out(), self.imports.cap),
+            ("Nodes", self.nodes.left_out(), self.nodes.cap),
+            (
+                "Namespaces",
+                self.namespaces.left_out(),
+                self.namespaces.cap,
+            ),
+            ("Pods", self.pods.left_out(), self.pods.cap),
+            ("ResourceQuotas", self.quotas.left_out(), self.quotas.cap),
+        ];
+        for (kind, n, cap) in left_out.into_iter().filter(|(_, n, _)| *n > 0) {
+            out.push(Problem {
+                origin: origin.clone(),
+                subject: Subject::Input(kind.into()),
+                source: Source::Api,
+                reason: format!(
+                    "the member serves more than {cap} {kind}, the most meridian keeps of a member: {n} left out"
+                ),
+            });
+        }
         if let Some(reason) = &self.pods_refused {
             out.push(Problem {
                 origin,

@@ -454,3 +454,41 @@ fn pods_that_cannot_be_listed_make_capacity_unknown_and_a_problem_only() {
     assert!(capacity_of(s.take_capacity()).unwrap().is_some());
     assert!(changes(s.take_event()).1.is_empty());
 }
+
+#[test]
+fn a_member_serving_more_than_the_cap_is_kept_at_the_cap_and_says_so() {
+    let mut table: Table<u16> = Table::capped(2);
+    let port = |s: &Service| {
+        Ok::<_, Infallible>(s.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port as u16)
+    };
+    table.apply(Event::Init, |s: &Service| &s.metadata, port);
+    for name in ["a", "b", "c"] {
+        table.apply(Event::InitApply(service(name, 80)), |s| &s.metadata, port);
+    }
+    table.apply(Event::InitDone, |s| &s.metadata, port);
+    assert_eq!(table.live.len(), 2);
+    assert_eq!(table.left_out(), 1);
+    // Known objects still change and go; a new one waits for room.
+    table.apply(Event::Apply(service("a", 81)), |s| &s.metadata, port);
+    assert_eq!(table.live.values().copied().collect::<Vec<_>>(), [81, 80]);
+    table.apply(Event::Apply(service("d", 80)), |s| &s.metadata, port);
+    assert_eq!(table.left_out(), 2);
+    table.apply(Event::Delete(service("b", 80)), |s| &s.metadata, port);
+    table.apply(Event::Apply(service("d", 80)), |s| &s.metadata, port);
+    assert!(table.live.contains_key(&ObjectKey::new("shop", "d")));
+
+    let mut s = MemberState::new(ClusterId::new("m1"));
+    s.services = Table::capped(1);
+    list_all(
+        &mut s,
+        vec![service("web", 80), service("api", 80)],
+        vec![],
+        vec![],
+    );
+    let said: Vec<String> = s.problems().into_iter().map(|p| p.reason).collect();
+    assert!(
+        said.iter()
+            .any(|r| r.contains("more than 1 Services") && r.contains("1 left out")),
+        "{said:?}"
+    );
+}
