@@ -113,14 +113,30 @@ SEEDS = {
 }
 
 
+def tcp(message, capacity=255):
+    """A dns_tcp input: the source (the message's first byte, as in dns_request), the pipe's
+    capacity, then the message with its length prefix."""
+    return bytes([message[0], capacity]) + struct.pack(">H", len(message)) + message
+
+
+# dns_tcp: an A answer over 65,535 bytes (truncated at a whole record), and it pipelined
+# behind a small query through a 16-byte pipe.
+TCP_SEEDS = {
+    "huge-a": tcp(query(EU1, "huge.shop.global", A)),
+    "pipelined-huge": tcp(query(EU1, "payments.shop.global", A), 15)
+    + struct.pack(">H", len(query(EU1, "huge.shop.global", A))) + query(EU1, "huge.shop.global", A),
+}
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    out = os.path.join(here, "corpus", "dns_request")
-    os.makedirs(out, exist_ok=True)
-    for label, data in SEEDS.items():
-        with open(os.path.join(out, f"seed-{label}"), "wb") as f:
-            f.write(data)
-    print(f"wrote {len(SEEDS)} seeds to {out}")
+    for target, seeds in (("dns_request", SEEDS), ("dns_tcp", TCP_SEEDS)):
+        out = os.path.join(here, "corpus", target)
+        os.makedirs(out, exist_ok=True)
+        for label, data in seeds.items():
+            with open(os.path.join(out, f"seed-{label}"), "wb") as f:
+                f.write(data)
+        print(f"wrote {len(seeds)} seeds to {out}")
 
 
 if __name__ == "__main__":

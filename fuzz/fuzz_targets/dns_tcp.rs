@@ -14,7 +14,8 @@
 //! - what the server sent is a sequence of whole length-prefixed messages and nothing else,
 //!   each one parses, is a response, and carries the ID of a query it answers, in the order
 //!   the queries were sent (a zone transfer answers one query with several messages; a
-//!   message that is itself a response gets none).
+//!   message that is itself a response gets none), with nothing after the records its header
+//!   counts (`huge` in `fleet.rs` answers over 65,535 bytes: truncated at a whole record).
 
 #![no_main]
 
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 use fleet::{FIXTURE, SOURCES};
 use hickory_proto::op::{Message, MessageType};
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
 use libfuzzer_sys::fuzz_target;
 use meridian_dns::tcp::{Closed, Frame, frame, serve_conn};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -107,10 +109,14 @@ fuzz_target!(|data: &[u8]| {
 
     let mut answering = 0;
     for reply in replies(&received) {
-        let msg = match Message::from_vec(reply) {
+        let mut decoder = BinDecoder::new(reply);
+        let msg = match Message::read(&mut decoder) {
             Ok(m) => m,
             Err(e) => panic!("a TCP reply does not parse: {e}: {reply:02x?}"),
         };
+        // A reply over 65,535 bytes is truncated at a whole record (dnspython's TrailingJunk,
+        // kdig's "trailing data" otherwise).
+        assert!(decoder.is_empty(), "{} bytes after the records the header counts", decoder.len());
         assert_eq!(msg.metadata.message_type, MessageType::Response, "a TCP reply is not a response");
         // Replies come in query order: this one answers the current query or a later one.
         while queries.get(answering).is_some_and(|q| q[..2] != reply[..2]) {

@@ -173,6 +173,22 @@ fn snapshot() -> Snapshot {
             (1..=40u16).map(|i| endpoint(v6(0xfd00, 1, 4, i), None, None, &big_slice_ports)).collect(),
         ),
     ));
+    // huge: 5,000 endpoints, so an A answer over TCP passes 65,535 bytes and is truncated at
+    // a whole record (issue 43: it kept part of one after the records it counted).
+    let huge_ports: Arc<[Port]> = vec![port("http", 80, Protocol::Tcp)].into();
+    objects.services.push((key("huge"), service(false, vec![port("http", 80, Protocol::Tcp)])));
+    objects.exports.push((key("huge"), Export { created: 6, ..Export::default() }));
+    for s in 0..5u8 {
+        objects.slices.push((
+            key(&format!("huge-{s}")),
+            slice(
+                "huge",
+                (0..1000u16)
+                    .map(|i| endpoint(v4(127, 5 + s, (i >> 8) as u8, (i & 255) as u8), None, None, &huge_ports))
+                    .collect(),
+            ),
+        ));
+    }
     index.reset(&eu1.id, objects);
 
     // eu-2: payments, cart (dual-stack), and a ServiceImport of payments (ClusterSetIP).
@@ -237,7 +253,7 @@ fn snapshot() -> Snapshot {
     assert!(conflicts.is_empty());
     snap.geo = Arc::new(geo);
     assert!(snap.synced);
-    assert_eq!(snap.service_count(), 4, "payments, db, big, cart");
+    assert_eq!(snap.service_count(), 5, "payments, db, big, huge, cart");
     snap
 }
 

@@ -1025,3 +1025,93 @@ fn the_pool_answers_pending_at_once_and_wakes_the_fleet_with_the_verdicts() {
         Judgement::Pending
     ));
 }
+
+/// Generated hostile scripts (issue 43: a `__close` handler that looped froze the writer for
+/// good): whatever a script does — loops in handlers, metamethods, coroutines, patterns,
+/// recursion, growth — a decision returns within its deadline (plus a margin for a loaded
+/// machine and unoptimised Lua), and the runner serves the next script as before.
+mod generated {
+    use std::time::Instant;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Statements a score function's body is assembled from; `N` is a generated number.
+    const FRAGMENTS: &[&str] = &[
+        "while true do end",
+        "for i = 1, N * 100000 do local t = {i} end",
+        "local s = 'x' for i = 1, 40 do s = s .. s end",
+        "local t = {} for i = 1, N * 1000000 do t[i] = i end",
+        "local function f(n) return f(n + 1) + 1 end f(1)",
+        "local x <close> = setmetatable({}, {__close = function() while true do end end})",
+        "setmetatable({}, {__gc = function() while true do end end}) collectgarbage()",
+        "local t = setmetatable({}, {__index = function(t, k) return t[k .. 'x'] end}) local _ = t.a",
+        "pcall(function() while true do end end)",
+        "local ok = pcall(error, setmetatable({}, {__tostring = function() while true do end end}))",
+        "local co = coroutine.wrap(function() while true do coroutine.yield() end end) for i = 1, N * 100000 do co() end",
+        "local _ = string.rep('a', N * 1000000)",
+        "local _ = string.find(string.rep('a', 5000), '.-.-.-.-.-.-b')",
+        "local _ = string.gsub(string.rep('a', 100000), 'a', function() while true do end end)",
+        "for i = 1, N do local t = setmetatable({}, {__gc = function() end}) end",
+        "local t = setmetatable({}, {__len = function() while true do end end}) local _ = #t",
+        "local _ = tostring(setmetatable({}, {__tostring = function(t) return tostring(t) end}))",
+        "local t = {} t[1] = t local _ = table.concat({string.rep('ab', N)}, ',')",
+        "error(string.rep('e', N * 1000))",
+        "do return N end",
+        "goto done ::done::",
+        "local _ = math.huge // 1",
+    ];
+
+    fn script_of(parts: &[(usize, u16)]) -> String {
+        let body: Vec<String> = parts
+            .iter()
+            .map(|(i, n)| FRAGMENTS[i % FRAGMENTS.len()].replace('N', &n.to_string()))
+            .collect();
+        format!(
+            "function score(cluster, workload)\n  {}\n  return 50\nend\n",
+            body.join("\n  ")
+        )
+    }
+
+    #[test]
+    fn every_fragment_compiles_and_ends_by_a_limit_or_an_answer() {
+        let limits = Limits {
+            time: Duration::from_millis(100),
+            ..Limits::default()
+        };
+        let runner = ScriptRunner::new(limits);
+        let members = fleet();
+        for i in 0..FRAGMENTS.len() {
+            let lua = script_of(&[(i, 7)]);
+            assert!(check(&lua).is_ok(), "does not compile:\n{lua}");
+            let started = Instant::now();
+            let judged = judge(&runner, &lua, &workload("w"), &members);
+            assert!(started.elapsed() < Duration::from_secs(3), "{lua}");
+            if let Judgement::Failed(why) = judged {
+                assert!(!why.contains("internal error"), "{why}\n{lua}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_generated_script_returns_within_its_deadline(
+            parts in proptest::collection::vec((0usize..64, 1u16..50), 1..5),
+        ) {
+            let limits = Limits { time: Duration::from_millis(100), ..Limits::default() };
+            let runner = ScriptRunner::new(limits);
+            let members = fleet();
+            let lua = script_of(&parts);
+            let started = Instant::now();
+            let _ = judge(&runner, &lua, &workload("w"), &members);
+            let took = started.elapsed();
+            prop_assert!(took < Duration::from_secs(3), "{took:?} for\n{lua}");
+            // The runner is not poisoned: a plain script answers next.
+            let next = answered(judge(&runner, BY_COST, &workload("w"), &members));
+            prop_assert_eq!(next.len(), members.len());
+        }
+    }
+}
