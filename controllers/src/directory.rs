@@ -812,6 +812,25 @@ impl SharedWatcher {
 /// large tree must not leave the others polling. A larger tree is polled.
 const MAX_WATCHED_DIRECTORIES: usize = 1024;
 
+/// Keeps a directory watched for as long as it lives, so that [`open_writes`] knows which of
+/// its files are being written (a file read on its own, like the geo ranges).
+pub(crate) struct WritesWatch(DirWatch);
+
+impl WritesWatch {
+    pub(crate) fn new(dir: PathBuf) -> Self {
+        Self(DirWatch::new(dir))
+    }
+
+    pub(crate) fn arm(&mut self) {
+        self.0.arm();
+    }
+}
+
+/// The files being written under every watched directory.
+pub(crate) fn open_writes() -> Arc<OpenWrites> {
+    OPEN_WRITES.clone()
+}
+
 /// A watch on a directory that may not exist yet; `arm` retries until it does.
 struct DirWatch {
     dir: PathBuf,

@@ -34,6 +34,7 @@ use tracing::{debug, info, warn};
 use crate::SourceEvent;
 use crate::manifest::file::{self, ReadError};
 use crate::manifest::settle::Stamp;
+use crate::manifest::{Limits, OpenWrites};
 
 /// Ranges of one locality given in the config (`geo.ranges[]`, or `--geo-range`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -336,6 +337,9 @@ pub struct GeoSource {
     problems: Vec<Problem>,
     /// Why the file cannot be read now (the last good table keeps serving).
     unreadable: Option<Problem>,
+    /// Files being written, while `run` watches the file's directory: a writer pausing where
+    /// the lines still parse is not read as a shorter table.
+    writes: Option<Arc<OpenWrites>>,
 }
 
 /// What a look at the file found.
@@ -361,6 +365,7 @@ impl GeoSource {
             table: Arc::new(table),
             problems,
             unreadable: None,
+            writes: None,
         };
         // The first look reads whatever is there, settled or not: nobody waits on start-up.
         source.look(None);
@@ -427,6 +432,12 @@ impl GeoSource {
                 return Ok(Looked::Settling);
             }
         }
+        if self.writes.as_ref().is_some_and(|w| {
+            let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            w.writing(&path, std::time::Instant::now(), Limits::DEFAULT_GRACE)
+        }) {
+            return Ok(Looked::Settling);
+        }
         let s = &self.settings;
         let bytes = match file::read(path, stamp, s.max_file_bytes, s.read_timeout) {
             Ok(bytes) => bytes,
@@ -461,10 +472,17 @@ impl GeoSource {
     /// when the channel closes or there is no file to watch.
     pub async fn run(mut self, tx: mpsc::Sender<SourceEvent>, metrics: GeoMetrics) {
         metrics.record(&self.table, self.all_problems().len());
-        if self.settings.file.is_none() {
+        let Some(file) = self.settings.file.clone() else {
             return;
-        }
+        };
+        let mut watch = file
+            .parent()
+            .map(|dir| crate::directory::WritesWatch::new(dir.to_path_buf()));
+        self.writes = Some(crate::directory::open_writes());
         loop {
+            if let Some(watch) = &mut watch {
+                watch.arm();
+            }
             tokio::time::sleep(self.settings.reload).await;
             let settle = self.settings.settle;
             // Parsing hundreds of thousands of lines takes a while: off the runtime.

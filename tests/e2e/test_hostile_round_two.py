@@ -439,3 +439,36 @@ spec:
         assert edit_reaches_dns("127.1.1.8") < 2.0
     finally:
         m.stop()
+
+
+def test_a_geo_file_written_slowly_is_never_read_half_way(fleet):
+    """Issue 43: a slow writer pausing where the lines still parse had its prefix served (a
+    shorter table: clients of the ranges still to come lost their place). A file its writer
+    has open is read once it is closed."""
+    fleet.write("meridian.yaml", fleet.config.read_text() + "geo:\n  file: geo.csv\n  reloadSeconds: 1\n")
+    ranges = "".join(f"10.{i // 256}.{i % 256}.0/24,eu\n" for i in range(2000))
+    last = "127.0.200.0/24,us\n"
+    fleet.write("geo.csv", ranges + last)
+    m = Meridian(fleet)
+    try:
+        geo_client, unknown_client = "127.0.200.1", "127.0.201.1"
+        time.sleep(2)
+        expected = m.addresses(OTHER, source=geo_client)
+        assert expected and expected != m.addresses(OTHER, source=unknown_client), "the geo range decides"
+        wrong = []
+        with open(fleet.root / "geo.csv", "w") as f:
+            f.write(ranges)
+            f.flush()
+            deadline = time.time() + 3.5  # past the settle time and three reloads
+            while time.time() < deadline:
+                got = m.addresses(OTHER, source=geo_client)
+                if got != expected:
+                    wrong.append(got)
+                time.sleep(0.05)
+            f.write(last)
+        time.sleep(2)
+        assert m.addresses(OTHER, source=geo_client) == expected
+        assert not wrong, f"{len(wrong)} answers from a half-written geo file: {wrong[:3]}"
+        still_serving(m)
+    finally:
+        m.stop()
