@@ -744,7 +744,7 @@ fn missing_dependencies(templates: &[Template], placements: &Placements) -> Vec<
                             name: t.key.name.to_string(),
                         },
                         format!(
-                            "uses {} {}/{}, which meridian does not have from the hub (a Kubernetes hub's Secrets are not read): its copies start without it",
+                            "uses {} {}/{}, which meridian does not have from the hub: its copies start without it",
                             d.kind, d.namespace, d.name
                         ),
                     )

@@ -74,6 +74,7 @@ MEMBER_RBAC = ROOT / "deploy" / "rbac" / "member.yaml"
 PROPAGATION_RBAC = ROOT / "deploy" / "rbac" / "member-propagation.yaml"
 SHARDS_RBAC = ROOT / "deploy" / "rbac" / "hub-shards.yaml"
 AGENTS_RBAC = ROOT / "deploy" / "rbac" / "hub-agents.yaml"
+SECRETS_RBAC = ROOT / "deploy" / "rbac" / "hub-secrets.yaml"
 
 USER = "meridian"  # the token user meridian runs as, on the hub and in every member
 HUB_NAMESPACE = "meridian-system"
@@ -394,6 +395,16 @@ class KubeFleet:
     def revoke_agents(self) -> None:
         for binding in ["meridian-hub-agents", *(f"meridian-hub-agents-{u}" for u in self.replica_users)]:
             self.hub.delete("rbac.authorization.k8s.io/v1", "RoleBinding", binding, HUB_NAMESPACE)
+
+    def grant_secrets(self) -> None:
+        """deploy/rbac/hub-secrets.yaml on the hub: `get` on every Secret, so the Secrets
+        placed workloads name follow them. The caller revokes it (revoke_secrets)."""
+        self.hub.apply(SECRETS_RBAC)
+        self._bind_replica_users(self.hub, SECRETS_RBAC)
+
+    def revoke_secrets(self) -> None:
+        for binding in ["meridian-hub-secrets", *(f"meridian-hub-secrets-{u}" for u in self.replica_users)]:
+            self.hub.delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", binding)
 
     def service_account_kubeconfig(self, name, rbac: Path, account: str, path: Path) -> Path:
         """Applies `rbac` (a file making ServiceAccount meridian-system/`account` and its

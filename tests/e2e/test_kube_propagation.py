@@ -8,6 +8,7 @@ There is no controller manager and no kubelet: nothing runs the Deployments. The
 a member Deployment's status itself, as the Deployment controller would, to say what is ready.
 """
 
+import base64
 import json
 import subprocess
 import threading
@@ -605,6 +606,53 @@ def test_a_hub_configmap_a_deployment_uses_follows_it_changes_with_it_and_goes_w
              what="the ConfigMap removed with the Deployment", log=m)
     hub.delete(CORE, "ConfigMap", "cfgweb-env", NAMESPACE)
     hub.delete(CORE, "ConfigMap", "unrelated", NAMESPACE)
+
+
+def test_a_hub_secret_a_deployment_names_follows_it_once_the_hub_may_read_it(kube_fleet, kube_meridian):
+    """Issue 36: the Secrets a pod template names follow it as its ConfigMaps do, read on the
+    hub one by one (never listed). Without deploy/rbac/hub-secrets.yaml the hub cannot read
+    them: the Deployment is placed, the Secret is a warning saying what to grant; granted, it
+    follows, follows its edits, and goes with the Deployment."""
+    m, hub = kube_meridian, kube_fleet.hub
+    secret = lambda value: {"apiVersion": CORE, "kind": "Secret", "type": "Opaque",  # noqa: E731
+                            "metadata": {"name": "secweb-token", "namespace": NAMESPACE},
+                            "data": {"TOKEN": base64.b64encode(value).decode()}}
+    hub.apply(secret(b"one"))
+    d = deployment("secweb", 1)
+    d["spec"]["template"]["spec"]["containers"][0]["envFrom"] = [{"secretRef": {"name": "secweb-token"}}]
+    hub.apply(d)
+    kube_fleet.policy("secweb", {
+        "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "secweb"}],
+        "placement": {"clusterAffinities": [{"name": "one", "clusterNames": ["m1"]}]},
+    })
+    m1 = kube_fleet.cluster("m1")
+    wait_for(lambda: member_deployment(kube_fleet, "m1", "secweb"), timeout=30,
+             what="the Deployment placed without its Secret", log=m)
+
+    def warned():
+        warnings = json.loads(m.http("/debug/problems")[1])["warnings"]
+        return [p for p in warnings if "secweb-token" in p["object"] and "hub-secrets.yaml" in p["reason"]
+                and "403 Forbidden" in p["reason"]]
+
+    wait_for(warned, timeout=20, what="a warning naming the grant", log=m)
+    assert m1.get(CORE, "Secret", "secweb-token", NAMESPACE) is None
+    kube_fleet.grant_secrets()
+    try:
+        copy = wait_for(lambda: m1.get(CORE, "Secret", "secweb-token", NAMESPACE), timeout=40,
+                        what="the Secret in m1 once the hub may read it", log=m)
+        assert base64.b64decode(copy["data"]["TOKEN"]) == b"one"
+        assert kube_fleet.cluster("m2").get(CORE, "Secret", "secweb-token", NAMESPACE) is None
+        assert not warned()
+        hub.apply(secret(b"two"))
+        wait_for(lambda: base64.b64decode((m1.get(CORE, "Secret", "secweb-token", NAMESPACE) or {})
+                                          .get("data", {}).get("TOKEN", "")) == b"two",
+                 timeout=60, what="the edit in m1 (read again every 30 s)", log=m)
+        hub.delete(APPS, "Deployment", "secweb", NAMESPACE)
+        wait_for(lambda: m1.get(CORE, "Secret", "secweb-token", NAMESPACE) is None, timeout=30,
+                 what="the Secret removed with the Deployment", log=m)
+    finally:
+        kube_fleet.revoke_secrets()
+        hub.delete(CORE, "Secret", "secweb-token", NAMESPACE)
 
 
 def test_a_planned_move_keeps_the_old_clusters_answers_until_the_new_one_is_ready(kube_fleet, kube_meridian):

@@ -18,6 +18,7 @@ use meridian_core::{ObjectKey, Tenants};
 use tracing::{debug, info, warn};
 
 use super::connect::WatchTimeout;
+use super::secrets::NamedSecrets;
 use super::state::{Applied, Table};
 use super::templates::{self, TemplateEvent, Templates};
 use crate::SourceEvent;
@@ -79,6 +80,7 @@ pub async fn run(client: Client, sources: Sources) {
         tokio::time::sleep(templates::RETRY).await;
         Some((Ok(HubEvent::Retry), ()))
     });
+    let mut secrets = NamedSecrets::new(client.clone());
     let mut templates = Templates::new(client, config, template_tx);
     let mut events = futures::stream::select_all([
         members.boxed(),
@@ -119,11 +121,13 @@ pub async fn run(client: Client, sources: Sources) {
                     changed |= changes(tenant_list.apply(e, |t| &t.metadata, Stored::of));
                 }
                 Ok(HubEvent::Template(e)) => changed |= templates.apply(e),
-                Ok(HubEvent::Retry) if templates.retry_due() => {
-                    // Looked up again for the policies last served; sent only if it changed.
-                    changed |= templates.reconcile(&served.policies).await;
+                Ok(HubEvent::Retry) => {
+                    if templates.retry_due() {
+                        // Looked up again for the policies last served; sent only if it changed.
+                        changed |= templates.reconcile(&served.policies).await;
+                    }
+                    changed |= secrets.refresh_if_due().await;
                 }
-                Ok(HubEvent::Retry) => {}
                 Err((which, e)) => {
                     if which == Watched::Overrides && !override_list.listed {
                         if !overrides_unavailable {
@@ -193,6 +197,10 @@ pub async fn run(client: Client, sources: Sources) {
             elapsed = ?started.elapsed(),
             "hub read"
         );
+        // The Secrets the templates name, read one by one (not watched), follow them too.
+        secrets.sync(&hub).await;
+        templates::add_templates(&mut hub, secrets.templates());
+        hub.warnings.extend(secrets.problems());
         let problems = templates.problems(&hub.policies);
         hub.errors.extend(problems);
         for e in &hub.errors {

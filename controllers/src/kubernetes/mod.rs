@@ -27,6 +27,7 @@ pub mod member;
 #[cfg(test)]
 mod mock;
 pub mod propagate;
+mod secrets;
 pub mod shard;
 pub mod state;
 pub mod status;

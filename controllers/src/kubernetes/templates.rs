@@ -54,6 +54,13 @@ pub(crate) struct TemplateObject {
     value: Arc<serde_json::Value>,
 }
 
+impl TemplateObject {
+    /// What a hub's template list holds of it.
+    pub(crate) fn into_parts(self) -> (ObjectRef, Arc<serde_json::Value>) {
+        (self.object, self.value)
+    }
+}
+
 impl PartialEq for TemplateObject {
     fn eq(&self, other: &Self) -> bool {
         self.uid == other.uid && self.resource_version == other.resource_version
@@ -336,8 +343,8 @@ const WORKLOAD_KINDS: [&str; 6] = [
 
 /// What a pod template may name, placed where its workload goes (DESIGN §9): watched on the
 /// hub whenever a policy selects a workload kind, kept only when a template names them.
-/// Not Secrets: the hub role reads none outside meridian-system (a policy may still select
-/// a Secret by kind, with the RBAC to read it).
+/// Not Secrets: the hub role lists none outside meridian-system; those a template names are
+/// read one by one (`secrets.rs`), with a grant of `get` apart.
 pub(crate) const DEPENDENCY_KINDS: [&str; 3] =
     ["ConfigMap", "ServiceAccount", "PersistentVolumeClaim"];
 
