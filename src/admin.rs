@@ -609,7 +609,26 @@ async fn debug_simulate_post(
     simulate_response(s, request).await
 }
 
+/// Simulations running at once: each re-decides the fleet on a blocking thread (a second or
+/// so at 10,000 templates), so a client asking in a loop cannot take every core.
+static SIMULATIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// A place among the [`SIMULATIONS`], or the 429 that says there is none.
+fn simulation_place() -> Result<tokio::sync::SemaphorePermit<'static>, Response> {
+    SIMULATIONS.try_acquire().map_err(|_| {
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            Json(json!({ "error": "two simulations are running; ask again when one is done" })),
+        )
+            .into_response()
+    })
+}
+
 async fn simulate_response(s: AdminState, request: ScenarioRequest) -> Response {
+    let _running = match simulation_place() {
+        Ok(place) => place,
+        Err(busy) => return busy,
+    };
     let snap = s.snapshot();
     let simulated = tokio::task::spawn_blocking(move || {
         crate::whatif::simulate(s.dns.answerer(), &snap, &request)
@@ -791,5 +810,21 @@ impl prometheus_client::collector::Collector for FleetCollector {
             withdrawn.metric_type(),
         )?)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_third_simulation_at_once_is_told_to_wait() {
+        let first = simulation_place().expect("a place");
+        let second = simulation_place().expect("a second place");
+        let busy = simulation_place().expect_err("no third");
+        assert_eq!(busy.status(), StatusCode::TOO_MANY_REQUESTS);
+        drop(first);
+        assert!(simulation_place().is_ok(), "a place again once one is done");
+        drop(second);
     }
 }

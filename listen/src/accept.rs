@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-use crate::conn::{Conn, Deadlines, Pending};
+use crate::conn::{Conn, Deadlines, Slot};
 use crate::metrics::{KindLabels, ListenerMetrics};
 
 /// Wait after an accept error that will repeat until descriptors free up.
@@ -181,10 +181,10 @@ pub struct Listener {
     rejected_warn: Mutex<RateLimit>,
     /// Connections that have not sent their handshake yet, oldest first (entries of closed
     /// or handshaken ones are dropped as they are met).
-    pending: Mutex<VecDeque<Weak<Pending>>>,
+    pending: Mutex<VecDeque<Weak<Slot>>>,
     /// Every connection (entries of closed ones pruned as the list grows), when quiet ones
     /// may be evicted.
-    live: Mutex<Vec<Weak<Pending>>>,
+    live: Mutex<Vec<Weak<Slot>>>,
     /// Open connections per source address.
     sources: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
@@ -273,29 +273,33 @@ impl Listener {
         false
     }
 
-    /// Evicts the quietest connection (quiet for at least `quiet_eviction`) of `source`, or
-    /// if None of the source holding the most connections; false if there is none.
+    /// Evicts the quietest connection (quiet for at least `quiet_eviction`) of `source`; if
+    /// None, of the source holding the most connections, else of any source. False if none
+    /// is quiet enough.
     fn evict_quietest(&self, source: Option<IpAddr>) -> bool {
         let Some(quiet) = self.settings.quiet_eviction else {
             return false;
         };
-        let source = source.or_else(|| {
+        let evict_of = |only: Option<IpAddr>| {
+            let quietest = self
+                .live
+                .lock()
+                .iter()
+                // Reversed: of equally quiet ones, the oldest (max_by_key keeps the last).
+                .rev()
+                .filter_map(Weak::upgrade)
+                .filter(|p| only.is_none_or(|s| p.source == s))
+                .max_by_key(|p| p.quiet_for());
+            quietest.is_some_and(|p| p.evict_quiet(quiet))
+        };
+        if source.is_some() {
+            return evict_of(source);
+        }
+        let heaviest = {
             let sources = self.sources.lock();
             sources.iter().max_by_key(|(_, n)| **n).map(|(ip, _)| *ip)
-        });
-        let Some(source) = source else {
-            return false;
         };
-        let quietest = self
-            .live
-            .lock()
-            .iter()
-            // Reversed: of equally quiet ones, the oldest (max_by_key keeps the last).
-            .rev()
-            .filter_map(Weak::upgrade)
-            .filter(|p| p.source == source)
-            .max_by_key(|p| p.quiet_for());
-        quietest.is_some_and(|p| p.evict_quiet(quiet))
+        heaviest.is_some_and(|h| evict_of(Some(h))) || evict_of(None)
     }
 
     fn at_source_bound(&self, source: IpAddr) -> bool {
@@ -358,13 +362,13 @@ impl Listener {
             return None;
         };
         let _ = stream.set_nodelay(true);
-        let pending = Arc::new(Pending::new(peer.ip(), Some(self.sources.clone())));
+        let slot = Arc::new(Slot::new(peer.ip(), Some(self.sources.clone())));
         if self.settings.quiet_eviction.is_some() {
             let mut live = self.live.lock();
             if live.len() >= 2 * self.settings.max_connections {
                 live.retain(|w| w.strong_count() > 0);
             }
-            live.push(Arc::downgrade(&pending));
+            live.push(Arc::downgrade(&slot));
         }
         {
             let mut queue = self.pending.lock();
@@ -376,9 +380,9 @@ impl Listener {
                         .is_some_and(|p| !p.handshook.load(Ordering::Acquire))
                 });
             }
-            queue.push_back(Arc::downgrade(&pending));
+            queue.push_back(Arc::downgrade(&slot));
         }
-        Some(Conn::with_pending(
+        Some(Conn::with_slot(
             stream,
             peer,
             permit,
@@ -389,7 +393,7 @@ impl Listener {
             ),
             self.name,
             self.metrics.clone(),
-            pending,
+            slot,
         ))
     }
 

@@ -58,12 +58,13 @@ impl Deadlines {
     }
 }
 
-/// What the listener shares with each of its connections: a full listener evicts the oldest
-/// connection still in its handshake for a new one, so idle probes cannot lock real clients
-/// out; a listener whose protocol allows it (DNS, RFC 7766 §6.2.3) also evicts connections
-/// that have been quiet a while, from the source that holds the most first.
+/// A connection's place under its listener's bound, as the listener sees it: a full
+/// listener evicts the oldest connection still in its handshake for a new one, so idle
+/// probes cannot lock real clients out; a listener whose protocol allows it (DNS, RFC 7766
+/// §6.2.3) also evicts connections that have been quiet a while, from the source that holds
+/// the most first.
 #[derive(Debug)]
-pub(crate) struct Pending {
+pub(crate) struct Slot {
     /// Set once the handshake bytes have come: no longer evictable as a probe.
     pub(crate) handshook: AtomicBool,
     evicted: AtomicBool,
@@ -79,20 +80,20 @@ pub(crate) struct Pending {
     place: Mutex<Option<OwnedSemaphorePermit>>,
 }
 
-/// The origin of `Pending::active_ms`.
+/// The origin of `Slot::active_ms`.
 static EPOCH: LazyLock<std::time::Instant> = LazyLock::new(std::time::Instant::now);
 
 fn now_ms() -> u64 {
     EPOCH.elapsed().as_millis() as u64
 }
 
-impl Default for Pending {
+impl Default for Slot {
     fn default() -> Self {
         Self::new(IpAddr::from([0, 0, 0, 0]), None)
     }
 }
 
-impl Pending {
+impl Slot {
     pub(crate) fn new(source: IpAddr, sources: Option<Arc<Mutex<HashMap<IpAddr, usize>>>>) -> Self {
         if let Some(sources) = &sources {
             *sources.lock().entry(source).or_default() += 1;
@@ -161,7 +162,7 @@ impl Pending {
     }
 }
 
-impl Drop for Pending {
+impl Drop for Slot {
     fn drop(&mut self) {
         self.give_back();
     }
@@ -178,7 +179,7 @@ pub struct Conn<S> {
     /// Fires at the deadline in force when it was last set; checked (and moved on) when it
     /// fires, so a busy connection does not reset a timer on every read.
     timer: Pin<Box<Sleep>>,
-    pending: Arc<Pending>,
+    slot: Arc<Slot>,
     listener: &'static str,
     metrics: ListenerMetrics,
 }
@@ -192,7 +193,7 @@ impl<S> Conn<S> {
         listener: &'static str,
         metrics: ListenerMetrics,
     ) -> Self {
-        Self::with_pending(
+        Self::with_slot(
             inner,
             peer,
             permit,
@@ -203,16 +204,16 @@ impl<S> Conn<S> {
         )
     }
 
-    pub(crate) fn with_pending(
+    pub(crate) fn with_slot(
         inner: S,
         peer: SocketAddr,
         permit: OwnedSemaphorePermit,
         deadlines: Deadlines,
         listener: &'static str,
         metrics: ListenerMetrics,
-        pending: Arc<Pending>,
+        slot: Arc<Slot>,
     ) -> Self {
-        *pending.place.lock() = Some(permit);
+        *slot.place.lock() = Some(permit);
         let now = Instant::now();
         metrics
             .connections
@@ -226,7 +227,7 @@ impl<S> Conn<S> {
             started: now,
             last_read: now,
             bytes_read: 0,
-            pending,
+            slot,
             listener,
             metrics,
         }
@@ -282,7 +283,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.pending.evicted.load(Ordering::Acquire) {
+        if this.slot.evicted.load(Ordering::Acquire) {
             this.metrics
                 .timeouts
                 .get_or_create(&KindLabels {
@@ -300,11 +301,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
             Poll::Ready(result) => {
                 let n = buf.filled().len() - before;
                 if n > 0 {
-                    this.pending.active();
+                    this.slot.active();
                     this.bytes_read += n as u64;
                     this.last_read = Instant::now();
                     if this.bytes_read >= this.deadlines.handshake_bytes {
-                        this.pending.handshook.store(true, Ordering::Release);
+                        this.slot.handshook.store(true, Ordering::Release);
                     }
                 }
                 Poll::Ready(result)
@@ -312,7 +313,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
             Poll::Pending => match this.poll_deadline(cx) {
                 Poll::Ready(e) => Poll::Ready(Err(e)),
                 Poll::Pending => {
-                    *this.pending.waker.lock() = Some(cx.waker().clone());
+                    *this.slot.waker.lock() = Some(cx.waker().clone());
                     Poll::Pending
                 }
             },
@@ -328,7 +329,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
     ) -> Poll<io::Result<usize>> {
         let written = ready!(Pin::new(&mut self.inner).poll_write(cx, buf));
         if matches!(written, Ok(n) if n > 0) {
-            self.pending.active();
+            self.slot.active();
         }
         Poll::Ready(written)
     }
@@ -348,7 +349,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
     ) -> Poll<io::Result<usize>> {
         let written = ready!(Pin::new(&mut self.inner).poll_write_vectored(cx, bufs));
         if matches!(written, Ok(n) if n > 0) {
-            self.pending.active();
+            self.slot.active();
         }
         Poll::Ready(written)
     }
