@@ -613,21 +613,18 @@ async fn debug_simulate_post(
 /// so at 10,000 templates), so a client asking in a loop cannot take every core.
 static SIMULATIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
-/// A place among the [`SIMULATIONS`], or the 429 that says there is none.
-fn simulation_place() -> Result<tokio::sync::SemaphorePermit<'static>, Response> {
-    SIMULATIONS.try_acquire().map_err(|_| {
-        (
-            StatusCode::TOO_MANY_REQUESTS,
-            Json(json!({ "error": "two simulations are running; ask again when one is done" })),
-        )
-            .into_response()
-    })
+/// What a simulation asked for while [`SIMULATIONS`] run gets.
+fn simulations_busy() -> Response {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        Json(json!({ "error": "two simulations are running; ask again when one is done" })),
+    )
+        .into_response()
 }
 
 async fn simulate_response(s: AdminState, request: ScenarioRequest) -> Response {
-    let _running = match simulation_place() {
-        Ok(place) => place,
-        Err(busy) => return busy,
+    let Ok(_running) = SIMULATIONS.try_acquire() else {
+        return simulations_busy();
     };
     let snap = s.snapshot();
     let simulated = tokio::task::spawn_blocking(move || {
@@ -819,12 +816,15 @@ mod tests {
 
     #[test]
     fn a_third_simulation_at_once_is_told_to_wait() {
-        let first = simulation_place().expect("a place");
-        let second = simulation_place().expect("a second place");
-        let busy = simulation_place().expect_err("no third");
-        assert_eq!(busy.status(), StatusCode::TOO_MANY_REQUESTS);
+        let first = SIMULATIONS.try_acquire().expect("a place");
+        let second = SIMULATIONS.try_acquire().expect("a second place");
+        assert!(SIMULATIONS.try_acquire().is_err(), "no third");
+        assert_eq!(simulations_busy().status(), StatusCode::TOO_MANY_REQUESTS);
         drop(first);
-        assert!(simulation_place().is_ok(), "a place again once one is done");
+        assert!(
+            SIMULATIONS.try_acquire().is_ok(),
+            "a place again once one is done"
+        );
         drop(second);
     }
 }
