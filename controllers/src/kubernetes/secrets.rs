@@ -9,7 +9,8 @@
 //!
 //! ```text
 //!  hub templates ─ dependencies of kind Secret, no template themselves ─► named (≤ MAX_NAMED)
-//!     ─► GET each new name (CONCURRENT at once, GET_TIMEOUT each) ─► templates + problems
+//!     ─► GET each new name (CONCURRENT at once, GET_TIMEOUT each, ROUND_BUDGET in all)
+//!     ─► templates + problems
 //!  every REFRESH: GET every name again; changed (resourceVersion, or its error) ─► hub round
 //! ```
 
@@ -32,6 +33,8 @@ const MAX_NAMED: usize = 1000;
 /// Reads in flight at once.
 const CONCURRENT: usize = 8;
 const GET_TIMEOUT: Duration = Duration::from_secs(10);
+/// All the reads of one round together.
+const ROUND_BUDGET: Duration = Duration::from_secs(15);
 
 /// A Secret by namespace and name.
 type Named = (String, String);
@@ -185,9 +188,19 @@ fn is_secret(key: &meridian_core::TemplateKey) -> bool {
     key.api_version.as_ref() == "v1" && key.kind.as_ref() == "Secret"
 }
 
+/// Reads `keys`, within [`ROUND_BUDGET`] all together: the hub's loop waits for them, and a
+/// slow hub must not hold it for a thousand timeouts. Those not read by then fail, and are
+/// read again at the next retry tick.
 async fn read_all(client: &Client, keys: Vec<Named>) -> Vec<(Named, Read)> {
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret"));
-    futures::stream::iter(keys)
+    let mut read: BTreeMap<Named, Read> = keys
+        .iter()
+        .map(|k| {
+            let late = format!("not read within {ROUND_BUDGET:?}; read again shortly");
+            (k.clone(), Read::Failed(late))
+        })
+        .collect();
+    let done: Vec<(Named, Read)> = futures::stream::iter(keys)
         .map(|key| {
             let api = Api::<DynamicObject>::namespaced_with(client.clone(), &key.0, &resource);
             let resource = resource.clone();
@@ -205,8 +218,11 @@ async fn read_all(client: &Client, keys: Vec<Named>) -> Vec<(Named, Read)> {
             }
         })
         .buffer_unordered(CONCURRENT)
+        .take_until(tokio::time::sleep(ROUND_BUDGET))
         .collect()
-        .await
+        .await;
+    read.extend(done);
+    read.into_iter().collect()
 }
 
 #[cfg(test)]
