@@ -261,3 +261,23 @@ fn client(mut config: Config, timeout: WatchTimeout) -> Result<Connected> {
         writer: Writer(WriterKind::Config(std::sync::Arc::new(config))),
     })
 }
+
+/// The back-off of the hub's own watches (its kinds and the templates' kinds): 0.5 s doubling
+/// to at most 5 s, reset after 30 s without an error. kube's default (client-go's: 0.8 s
+/// doubling to 30 s, reset after two minutes) left a hub that had been down for ten seconds
+/// unwatched for up to half a minute after it was back, and longer when it had failed within
+/// the two minutes before: edits waited. A hub is one API server, so retrying it every few
+/// seconds costs little.
+pub(crate) fn hub_backoff()
+-> kube::runtime::utils::ResetTimerBackoff<kube::runtime::watcher::ExponentialBackoff> {
+    let exponential = backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(500))
+        .with_max_delay(std::time::Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times();
+    kube::runtime::utils::ResetTimerBackoff::new(
+        exponential.into(),
+        std::time::Duration::from_secs(30),
+    )
+}

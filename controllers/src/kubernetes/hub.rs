@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use meridian_core::{ObjectKey, Tenants};
 use tracing::{debug, info, warn};
 
-use super::connect::WatchTimeout;
+use super::connect::{WatchTimeout, hub_backoff};
 use super::secrets::NamedSecrets;
 use super::state::{Applied, Table};
 use super::templates::{self, TemplateEvent, Templates};
@@ -55,22 +55,22 @@ pub async fn run(client: Client, sources: Sources) {
     let mut tasks = MemberTasks::new(sources);
     let config = watcher::Config::default().timeout(WatchTimeout::default().0);
     let members = watcher::watcher(Api::<MemberCluster>::all(client.clone()), config.clone())
-        .default_backoff()
+        .backoff(hub_backoff())
         .map(|r| r.map(HubEvent::Member).map_err(|e| (Watched::Members, e)));
     let policies = watcher::watcher(
         Api::<ClusterSchedulingPolicy>::all(client.clone()),
         config.clone(),
     )
-    .default_backoff()
+    .backoff(hub_backoff())
     .map(|r| r.map(HubEvent::Policy).map_err(|e| (Watched::Policies, e)));
     let overrides = watcher::watcher(Api::<OverridePolicy>::all(client.clone()), config.clone())
-        .default_backoff()
+        .backoff(hub_backoff())
         .map(|r| {
             r.map(HubEvent::Override)
                 .map_err(|e| (Watched::Overrides, e))
         });
     let tenants = watcher::watcher(Api::<Tenant>::all(client.clone()), config.clone())
-        .default_backoff()
+        .backoff(hub_backoff())
         .map(|r| r.map(HubEvent::Tenant).map_err(|e| (Watched::Tenants, e)));
     let (template_tx, template_rx) = tokio::sync::mpsc::channel::<TemplateEvent>(1024);
     let template_events = futures::stream::unfold(template_rx, |mut rx| async move {

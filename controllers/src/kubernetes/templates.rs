@@ -203,7 +203,8 @@ impl Templates {
 
     fn start(&self, id: u64, ar: &ApiResource) -> AbortOnDrop<()> {
         let api = Api::<DynamicObject>::all_with(self.client.clone(), ar);
-        let stream = watcher::watcher(api, self.config.clone()).default_backoff();
+        let stream =
+            watcher::watcher(api, self.config.clone()).backoff(super::connect::hub_backoff());
         let tx = self.tx.clone();
         AbortOnDrop(tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
