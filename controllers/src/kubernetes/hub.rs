@@ -199,7 +199,7 @@ pub async fn run(client: Client, sources: Sources) {
         );
         // The Secrets the templates name, read one by one (not watched), follow them too.
         secrets.sync(&hub).await;
-        templates::add_templates(&mut hub, secrets.templates());
+        templates::add_each(&mut hub, secrets.templates());
         hub.warnings.extend(secrets.problems());
         let problems = templates.problems(&hub.policies);
         hub.errors.extend(problems);

@@ -398,11 +398,16 @@ fn same_resolution(
 /// Adds templates to `hub` as the directory hub adds a file's objects (the same validation
 /// and problems). Summarizing every template is work for the blocking pool.
 pub(crate) fn add_templates(hub: &mut Hub, templates: Vec<(ObjectRef, Arc<serde_json::Value>)>) {
+    add_each(hub, templates);
+    keep_named_dependencies(hub);
+}
+
+/// Adds templates of no dependency kind (the Secrets read by name): no pass over the others.
+pub(crate) fn add_each(hub: &mut Hub, templates: Vec<(ObjectRef, Arc<serde_json::Value>)>) {
     for (object, value) in templates {
         let value = Arc::try_unwrap(value).unwrap_or_else(|v| (*v).clone());
         crate::directory::add_template(hub, &ReadFrom::Api, object, value);
     }
-    keep_named_dependencies(hub);
 }
 
 /// The namespaced kinds the hub serves for what a policy selects, or why there are none.
