@@ -17,6 +17,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
+use meridian_controllers::kubernetes::MANAGED_BY;
 
 use crate::store::{StoreError, io, kube_error, write_private};
 
@@ -129,7 +130,7 @@ impl AgentState {
                         name: Some(name.clone()),
                         resource_version: current.and_then(|s| s.metadata.resource_version),
                         labels: Some(BTreeMap::from([(
-                            "app.kubernetes.io/managed-by".to_string(),
+                            MANAGED_BY.0.to_string(),
                             "meridian-agent".to_string(),
                         )])),
                         ..ObjectMeta::default()

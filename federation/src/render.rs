@@ -30,9 +30,25 @@ use crate::describe;
 use crate::overrides::{self, OverrideError};
 use crate::template::replica_pointer;
 
-/// The label every rendered object carries.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "meridian";
+// The label and its value, spelled once for the constants made of them.
+macro_rules! managed_by_label {
+    () => {
+        "app.kubernetes.io/managed-by"
+    };
+}
+macro_rules! meridian {
+    () => {
+        "meridian"
+    };
+}
+/// The label every rendered object carries, as does everything else meridian writes into a
+/// member; meridian never touches an object without it.
+pub const MANAGED_BY_LABEL: &str = managed_by_label!();
+pub const MANAGED_BY: &str = meridian!();
+/// What meridian wrote itself, for listing it.
+pub const MANAGED_BY_SELECTOR: &str = concat!(managed_by_label!(), "=", meridian!());
+/// Everything but what meridian wrote itself.
+pub const MANAGED_BY_SELECTOR_EXCLUDED: &str = concat!(managed_by_label!(), "!=", meridian!());
 /// The template an object was rendered from (`TemplateKey`'s display).
 pub const TEMPLATE_ANNOTATION: &str = "meridian.io/template";
 /// The template's `metadata.generation` when it was rendered.

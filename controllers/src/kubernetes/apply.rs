@@ -368,6 +368,14 @@ impl Applier {
             .map_err(|e| self.write_error(id, e))
     }
 
+    /// A JSON merge patch of `id`'s status subresource (a status meridian owns whole).
+    pub async fn merge_patch_status(&self, id: &ObjectId, patch: &Value) -> Result<DynamicObject> {
+        let api = self.write_api(id).await?;
+        api.patch_status(&id.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(|e| self.write_error(id, e))
+    }
+
     /// What discovery says of a kind: its resource, and whether it is namespaced (to watch
     /// it).
     pub async fn resource(&self, api_version: &str, kind: &str) -> Result<(ApiResource, bool)> {

@@ -287,6 +287,7 @@ fn discovery(path: &str) -> Option<Reply> {
             ("serviceexports", "ServiceExport", true, &["status"]),
         ],
         "/apis/rbac.authorization.k8s.io/v1" => &[("clusterroles", "ClusterRole", false, &[])],
+        "/apis/meridian.io/v1alpha1" => &[("memberclusters", "MemberCluster", false, &["status"])],
         _ => {
             let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
             return match parts.as_slice() {

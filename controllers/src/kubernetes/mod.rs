@@ -7,11 +7,14 @@
 //!     ├── leader::start (Lease) ──► Leadership: the leader writes what is hub-wide
 //!     └── shard::run (a Lease per replica, a claim per member) ──► Leadership::sharded: each
 //!            member's writes are its holder's (every member the leader's when not sharded)
+//!         every member writer runs reconcile's loop (Wake, Slots: one applier per
+//!         connection, leadership per member, back-off, resync) and says what a member holds:
 //!            status::run     MemberCluster status on the hub           (per member)
 //!            writeback::run  ServiceExport conditions, ServiceImports, (per member)
 //!                            derived Services and EndpointSlices in the members
 //!            propagate::run  placed objects in the members; Placements (the leader: a
 //!                            and template status on the hub             rollout spans members)
+//!            tenants::run    the namespaces Tenants name, in the members (per member)
 //!                 └─ every write into a cluster: apply::Applier (server-side apply, discovery
 //!                    cache, fingerprints in apply::Written, leadership before each request)
 //! ```
@@ -27,6 +30,7 @@ pub mod member;
 #[cfg(test)]
 mod mock;
 pub mod propagate;
+pub mod reconcile;
 mod secrets;
 pub mod shard;
 pub mod state;
@@ -44,21 +48,23 @@ use kube::Client;
 
 use leader::Leadership;
 use meridian_core::{ClusterId, ObjectKey};
+use meridian_federation::render;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// The label on everything meridian writes into a member; meridian never touches an object
-/// without it.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "meridian");
-/// What meridian wrote itself, for listing it.
-pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=meridian";
-/// Watches leave out what meridian wrote itself.
-pub const MANAGED_BY_SELECTOR_EXCLUDED: &str = "app.kubernetes.io/managed-by!=meridian";
+/// The label on everything meridian writes into a member (the one rendered copies carry);
+/// meridian never touches an object without it. Watches of what members hold leave out
+/// what meridian wrote itself ([`MANAGED_BY_SELECTOR_EXCLUDED`]).
+pub const MANAGED_BY: (&str, &str) = (render::MANAGED_BY_LABEL, render::MANAGED_BY);
+pub use meridian_federation::render::{MANAGED_BY_SELECTOR, MANAGED_BY_SELECTOR_EXCLUDED};
 /// A member's Services and EndpointSlices leave out the derived ones meridian writes (each
 /// names the service it derives from), not everything meridian writes: a Service placed from
 /// a hub template is the member's own service, exported like any other.
 pub const DERIVED_EXCLUDED: &str = "!multicluster.kubernetes.io/service-name";
+/// The apiVersion and kind of the hub's MemberClusters (their status and meridian's
+/// finalizer are written by the member's writer).
+pub(crate) const MEMBER_CLUSTER: (&str, &str) = ("meridian.io/v1alpha1", "MemberCluster");
 
 /// `name` if it fits in 63 characters (a DNS label, a label value), else a prefix of it and
 /// a hash of `seed`: distinct seeds keep distinct names.

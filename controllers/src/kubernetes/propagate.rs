@@ -50,7 +50,8 @@ use tracing::{debug, info, warn};
 use super::apply::{self, Applier, ApplyOptions, ObjectId, Written};
 use super::connect;
 use super::leader::Leadership;
-use super::{AbortOnDrop, Fleet, MANAGED_BY};
+use super::reconcile::{self, MemberState, Round, Slot, Slots, Wake};
+use super::{AbortOnDrop, Fleet, MANAGED_BY, MANAGED_BY_SELECTOR, MEMBER_CLUSTER};
 use crate::metrics::PropagationMetrics;
 
 /// The label that says which template an object in a member was placed from (a bounded
@@ -61,11 +62,10 @@ pub const TEMPLATE_LABEL: &str = "meridian.io/template";
 pub const PRESERVE_ANNOTATION: &str = "meridian.io/preserve-on-deletion";
 /// On a MemberCluster meridian has written into: its deletion waits until the copies are out.
 pub const MEMBER_FINALIZER: &str = "meridian.io/placed-copies";
-/// What a watch on placed objects selects.
-const PLACED_SELECTOR: &str = "app.kubernetes.io/managed-by=meridian,meridian.io/template";
 /// Objects found in the way (conflicts) are looked for again this often.
 const RESYNC: Duration = Duration::from_secs(60);
-const DEBOUNCE: Duration = Duration::from_millis(100);
+/// A round runs at least this often (besides its rollouts' deadlines and its watches).
+const TICK: Duration = Duration::from_secs(5);
 /// Drift reverted this many times in a row, each within [`FIGHT_WINDOW`] of the last, is a
 /// fight with another controller: the object is left alone for [`HOLD_FIRST`], doubling up to
 /// [`HOLD_MAX`] while the fight goes on.
@@ -184,11 +184,6 @@ impl Reverts {
 /// What a writing replica keeps per member: the watches of every member, and what it wrote
 /// into those it may write.
 struct Member {
-    applier: Applier,
-    /// This replica may write the member (it did at the last pass).
-    writing: bool,
-    /// The `MemberFacts::connection` the applier and watches were made for.
-    connection: u64,
     written: Written,
     /// Per object, the last apply body as the member admitted it (drift::admitted of its
     /// answer): what drift is measured against.
@@ -219,7 +214,6 @@ struct Member {
     source_listed: bool,
     /// Namespaces meridian deleted a copy from: deleted too once empty, if meridian made them.
     cleanup: BTreeSet<String>,
-    resynced: Option<Instant>,
     /// The finalizer was put on the MemberCluster this term (or could not be).
     finalizer: bool,
     /// Retiring and let go of (the finalizer removed).
@@ -227,11 +221,8 @@ struct Member {
 }
 
 impl Member {
-    fn new(applier: Applier, connection: u64) -> Self {
+    fn new() -> Self {
         Self {
-            applier,
-            writing: false,
-            connection,
             written: Written::default(),
             admitted: BTreeMap::new(),
             reverts: BTreeMap::new(),
@@ -249,7 +240,6 @@ impl Member {
             hpa_targets: BTreeSet::new(),
             source_listed: false,
             cleanup: BTreeSet::new(),
-            resynced: None,
             finalizer: false,
             released: false,
         }
@@ -340,7 +330,6 @@ impl Member {
         self.checked.clear();
         self.refused.clear();
         self.cleanup.clear();
-        self.resynced = None;
         self.finalizer = false;
         self.released = false;
     }
@@ -370,6 +359,17 @@ impl Member {
                     .contains(&(ns.clone(), v, kind.clone(), name.clone()))
             })
     }
+}
+
+impl MemberState for Member {
+    fn stopped_writing(&mut self) {
+        self.forget_writes();
+    }
+}
+
+/// What a watch on placed objects selects.
+fn placed_selector() -> String {
+    format!("{MANAGED_BY_SELECTOR},{TEMPLATE_LABEL}")
 }
 
 /// A fingerprint of anything serializable.
@@ -444,7 +444,7 @@ struct Pass<'a> {
 /// leader, the Placement records, the templates' aggregated status and the policies' status,
 /// and from each member's writer, meridian's finalizer on its MemberCluster.
 pub async fn run(
-    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
     fleet: Fleet,
     leadership: Leadership,
     hub: Option<(Client, connect::Writer)>,
@@ -460,25 +460,14 @@ pub async fn run(
         members: Applier::new(client, leadership.for_shard(), ClusterId::new("hub"))
             .fenced_by(&writer),
     });
-    let mut members: BTreeMap<ClusterId, Member> = BTreeMap::new();
+    let mut members: Slots<Member> = Slots::new();
     let mut rollouts: BTreeMap<TemplateKey, Rollout> = BTreeMap::new();
     let mut settings: BTreeMap<TemplateKey, Propagation> = BTreeMap::new();
     let mut hub_written = Written::default();
     let mut converging = Converging::default();
-    let mut facts_changed = fleet.subscribe();
+    let mut wake_up = Wake::new(snapshots, &fleet, TICK).notified_by(wake.clone());
     let mut deadline: Option<Instant> = None;
-    loop {
-        let sleep = deadline.map_or(Duration::from_secs(5), |d| {
-            d.saturating_duration_since(Instant::now())
-                .min(Duration::from_secs(5))
-        });
-        tokio::select! {
-            r = snapshots.changed() => if r.is_err() { return },
-            _ = facts_changed.changed() => {}
-            _ = wake.notified() => {}
-            _ = tokio::time::sleep(sleep) => {}
-        }
-        tokio::time::sleep(DEBOUNCE).await;
+    while let Some(Round { snapshot, facts }) = wake_up.next(deadline).await {
         if !writes_anything(&leadership) {
             // A new term starts from what the members hold, not from memory.
             members.clear();
@@ -488,31 +477,22 @@ pub async fn run(
         if !leadership.is_leader() {
             hub_written.clear();
         }
-        let snapshot = snapshots.borrow_and_update().clone();
         if snapshot.placements.decisions.is_empty() && members.is_empty() {
             continue;
         }
-        let facts = fleet.all();
-        // A member whose client changed (a new kubeconfig, a reconnect) starts afresh.
-        members.retain(|id, m| {
-            facts
-                .get(id)
-                .is_some_and(|f| f.client.is_some() && f.connection == m.connection)
-        });
-        for (id, f) in &facts {
-            if !members.contains_key(id)
-                && let Some(applier) = f.applier(leadership.for_member(id), id)
-            {
-                members.insert(id.clone(), Member::new(applier, f.connection));
-            }
-            if let Some(m) = members.get_mut(id) {
+        // Every member's watches, written or not: a rollout spans members.
+        reconcile::sync(
+            &mut members,
+            &facts,
+            &leadership,
+            RESYNC,
+            |_, _, _| true,
+            |_| Member::new(),
+        );
+        for (id, m) in &mut members {
+            if let Some(f) = facts.get(id) {
                 m.namespaces.clone_from(&f.namespaces);
                 m.source_listed = f.listed;
-                let writing = leadership.may_write_to(id);
-                if m.writing && !writing {
-                    m.forget_writes();
-                }
-                m.writing = writing;
             }
         }
         let pass = Pass {
@@ -686,7 +666,7 @@ async fn apply_finalizer(
     cluster: &ClusterId,
     finalizer: bool,
 ) -> Result<(), apply::Error> {
-    let (api_version, kind) = ("meridian.io/v1alpha1", "MemberCluster");
+    let (api_version, kind) = MEMBER_CLUSTER;
     let mut metadata = json!({"name": cluster.as_str()});
     if finalizer {
         metadata["finalizers"] = json!([MEMBER_FINALIZER]);
@@ -703,7 +683,7 @@ async fn apply_finalizer(
 /// alone). A refusal is logged and writes go on: only a deletion would then leave copies.
 async fn hold_members(
     hub: &Applier,
-    members: &mut BTreeMap<ClusterId, Member>,
+    members: &mut Slots<Member>,
     jobs: &BTreeMap<ClusterId, Vec<Job>>,
 ) {
     for (cluster, m) in members.iter_mut().filter(|(_, m)| m.writing) {
@@ -726,11 +706,7 @@ async fn hold_members(
 
 /// Lets go of every retiring member that holds none of meridian's copies any more, or that
 /// cannot be reached (its copies are then left where they are): removes the finalizer.
-async fn release_retired(
-    hub: &Applier,
-    members: &mut BTreeMap<ClusterId, Member>,
-    snapshot: &Snapshot,
-) {
+async fn release_retired(hub: &Applier, members: &mut Slots<Member>, snapshot: &Snapshot) {
     for (cluster, m) in members.iter_mut().filter(|(_, m)| m.writing) {
         if !retiring(snapshot, cluster) || m.released {
             continue;
@@ -775,7 +751,7 @@ fn retiring(snapshot: &Snapshot, cluster: &ClusterId) -> bool {
 /// A watch for every kind placed in the member (and on its HPAs), started on first use; in a
 /// retiring member, for every kind placed anywhere (nothing is placed there any more, and a
 /// replica that starts leading now must still find what it holds before letting it go).
-async fn ensure_watches(m: &mut Member, pass: &Pass<'_>, wake: &Arc<Notify>) {
+async fn ensure_watches(m: &mut Slot<Member>, pass: &Pass<'_>, wake: &Arc<Notify>) {
     let cluster = m.applier.cluster();
     let retiring = retiring(pass.snapshot, cluster);
     let kinds: BTreeSet<(String, String)> = pass
@@ -797,7 +773,12 @@ async fn ensure_watches(m: &mut Member, pass: &Pass<'_>, wake: &Arc<Notify>) {
         }
         match m.applier.resource(&api_version, &kind).await {
             Ok((resource, _)) => {
-                let w = start_watch(m.applier.client(), &resource, Some(PLACED_SELECTOR), wake);
+                let w = start_watch(
+                    m.applier.client(),
+                    &resource,
+                    Some(&placed_selector()),
+                    wake,
+                );
                 m.watches.insert((api_version, kind), w);
             }
             Err(e) => {
@@ -818,19 +799,19 @@ async fn ensure_watches(m: &mut Member, pass: &Pass<'_>, wake: &Arc<Notify>) {
 
 /// Once a minute: look again for objects meridian did not create (one may have been deleted,
 /// or created since). Drift needs no resync: the watches see it.
-fn resync(m: &mut Member) {
-    if m.resynced.is_some_and(|t| t.elapsed() < RESYNC) {
+fn resync(m: &mut Slot<Member>) {
+    if !m.resync.due() {
         return;
     }
     m.foreign.clear();
     m.checked.clear();
     m.refused.clear();
-    m.resynced = Some(Instant::now());
+    m.resync.done(Instant::now());
 }
 
 /// The settings of a template whose policy this replica never saw (it was deleted while
 /// another replica led, or before a restart): what its copies say.
-fn settings_from_copies(members: &BTreeMap<ClusterId, Member>, key: &TemplateKey) -> Propagation {
+fn settings_from_copies(members: &Slots<Member>, key: &TemplateKey) -> Propagation {
     let id = object_id(key);
     let preserve = members
         .values()
@@ -844,7 +825,7 @@ fn settings_from_copies(members: &BTreeMap<ClusterId, Member>, key: &TemplateKey
 
 /// What each member holds of `key`'s template.
 fn held_copies(
-    members: &mut BTreeMap<ClusterId, Member>,
+    members: &mut Slots<Member>,
     key: &TemplateKey,
     decision: Option<&Decision>,
 ) -> BTreeMap<ClusterId, Held> {
@@ -919,7 +900,7 @@ impl Job {
 /// not drifted, and every Unreachable member.
 fn plan(
     pass: &Pass<'_>,
-    members: &mut BTreeMap<ClusterId, Member>,
+    members: &mut Slots<Member>,
     key: &TemplateKey,
     step: &Step,
     propagation: &Propagation,
@@ -1017,7 +998,7 @@ fn plan(
 /// The apply of one copy, or None when the member holds it as meridian last wrote it.
 fn copy_job(
     pass: &Pass<'_>,
-    m: &Member,
+    m: &Slot<Member>,
     template: &Template,
     placed: &Placed,
     propagation: &Propagation,
@@ -1106,7 +1087,7 @@ fn without_type(body: &Value) -> Value {
 
 /// Runs one member's jobs and records what came of them; returns the conflicts found.
 async fn carry_out(
-    m: &mut Member,
+    m: &mut Slot<Member>,
     jobs: Vec<Job>,
     pass: &Pass<'_>,
     metrics: &PropagationMetrics,
@@ -1316,7 +1297,7 @@ async fn hand_over(applier: &Applier, id: &ObjectId, handover: &Value) -> Result
 /// What readers see of one template after a pass.
 fn template_view(
     pass: &Pass<'_>,
-    members: &BTreeMap<ClusterId, Member>,
+    members: &Slots<Member>,
     key: &TemplateKey,
     step: Step,
     conflicts: &[(TemplateKey, ClusterId)],
@@ -1343,7 +1324,7 @@ fn template_view(
 }
 
 /// Creates the namespace (labelled as meridian's) when the member has none of that name.
-async fn ensure_namespace(m: &mut Member, namespace: &str) -> Result<(), String> {
+async fn ensure_namespace(m: &mut Slot<Member>, namespace: &str) -> Result<(), String> {
     if m.namespaces.contains(namespace) {
         return Ok(());
     }
@@ -1371,7 +1352,7 @@ async fn ensure_namespace(m: &mut Member, namespace: &str) -> Result<(), String>
 /// Tenant) and that hold nothing it places and nothing of anyone else's (Pods, PVCs: a StatefulSet's claims are not
 /// meridian's); the ones still in use, or not yet known to be empty, are kept for a later
 /// pass.
-async fn clean_namespaces(m: &mut Member, pass: &Pass<'_>) {
+async fn clean_namespaces(m: &mut Slot<Member>, pass: &Pass<'_>) {
     let cluster = m.applier.cluster().clone();
     let held = m.holdings();
     for namespace in std::mem::take(&mut m.cleanup) {
@@ -1445,7 +1426,7 @@ fn replica_count(id: &ObjectId, object: &Value) -> Option<u32> {
 /// One copy as this replica sees it. Whether it is applied is what this replica wrote, or, in
 /// a member another replica writes, whether the live copy was written from the template's
 /// current generation (its errors are that replica's to report).
-fn copy_view(m: &Member, id: &ObjectId, template_generation: Option<i64>) -> CopyView {
+fn copy_view(m: &Slot<Member>, id: &ObjectId, template_generation: Option<i64>) -> CopyView {
     let live = m.live(id).map(|o| as_json(&o));
     let applied = if m.writing {
         m.written.contains(id)
@@ -1487,7 +1468,7 @@ async fn write_hub(
     applier: &Applier,
     pass: &Pass<'_>,
     views: &BTreeMap<TemplateKey, TemplateView>,
-    members: &BTreeMap<ClusterId, Member>,
+    members: &Slots<Member>,
     written: &mut Written,
 ) {
     let records: BTreeSet<ObjectId> = pass
@@ -1689,7 +1670,7 @@ struct HubWrite {
 fn aggregated_status(
     decision: &Decision,
     template: &Template,
-    members: &BTreeMap<ClusterId, Member>,
+    members: &Slots<Member>,
 ) -> Option<Value> {
     let id = object_id(&template.key);
     let objects: Vec<(ClusterId, Value, Option<Applied>)> = decision

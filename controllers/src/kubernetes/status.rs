@@ -10,16 +10,17 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
-use meridian_core::{ClusterView, Health, Snapshot};
+use kube::Client;
+use meridian_core::{ClusterId, ClusterView, Health, Snapshot};
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use super::apply::{Applier, ObjectId};
 use super::leader::Leadership;
-use super::{Fleet, MemberFacts};
-use crate::crd::{MemberCluster, MemberClusterStatus};
+use super::reconcile::{Round, Wake};
+use super::{Fleet, MEMBER_CLUSTER, MemberFacts};
+use crate::crd::MemberClusterStatus;
 
 const REFRESH: Duration = Duration::from_secs(10);
 
@@ -89,25 +90,18 @@ struct Written {
 }
 
 /// Writes the statuses of the members this replica may write, until the snapshot channel
-/// closes.
+/// closes. `hub` writes only: the hub's fenced writer client.
 pub async fn run(
     hub: Client,
-    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
     fleet: Fleet,
     leadership: Leadership,
 ) {
-    let api = Api::<MemberCluster>::all(hub);
+    // Each request asks for the member it is about.
+    let applier = Applier::new(hub, leadership.for_shard(), ClusterId::new("hub"));
     let mut written: BTreeMap<String, Written> = BTreeMap::new();
-    let mut facts_changed = fleet.subscribe();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tokio::select! {
-            r = snapshots.changed() => if r.is_err() { return },
-            _ = facts_changed.changed() => {}
-            _ = tick.tick() => {}
-        }
-        let snapshot = snapshots.borrow_and_update().clone();
-        let facts = fleet.all();
+    let mut wake = Wake::new(snapshots, &fleet, Duration::from_secs(1)).without_debounce();
+    while let Some(Round { snapshot, facts }) = wake.next(None).await {
         for (index, view) in snapshot.clusters.iter().enumerate() {
             let name = view.spec.id.as_str();
             if !leadership.may_write_to(&view.spec.id) {
@@ -126,9 +120,9 @@ pub async fn run(
             if !due || !leadership.may_write_to(&view.spec.id) {
                 continue;
             }
-            let patch = json!({ "status": status });
-            match api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            let id = ObjectId::new(MEMBER_CLUSTER.0, MEMBER_CLUSTER.1, None, name);
+            match applier
+                .merge_patch_status(&id, &json!({ "status": status }))
                 .await
             {
                 Ok(_) => {
@@ -141,7 +135,7 @@ pub async fn run(
                         },
                     );
                 }
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) if e.is_not_found() => {}
                 Err(e) => warn!(cluster = name, error = %e, "cannot write member status"),
             }
         }

@@ -14,74 +14,66 @@
 //! Nothing is written before the hub's Tenants were read, to a member that is Unreachable, or
 //! before the member's namespaces were listed: an unknown set of namespaces is never "none".
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use meridian_core::registry::Health;
 use meridian_core::tenant::{NamespaceStep, namespace_steps};
-use meridian_core::{ClusterId, ClusterView, Snapshot};
+use meridian_core::{ClusterView, Snapshot};
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::apply::{Applier, ObjectId};
 use super::leader::Leadership;
+use super::reconcile::{self, Round, Slots, Wake};
 use super::{Fleet, MANAGED_BY, MemberFacts};
 use crate::metrics::TenantMetrics;
 
-const DEBOUNCE: Duration = Duration::from_millis(100);
 /// Failed writes are tried again this often (a member's namespace watch ticks otherwise).
 const RETRY: Duration = Duration::from_secs(10);
 
 /// Keeps every member's tenant namespaces until the snapshots end.
 pub async fn run(
-    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
     fleet: Fleet,
     leadership: Leadership,
     metrics: TenantMetrics,
 ) {
-    let mut facts_changed = fleet.subscribe();
-    // Per member: its applier, for the connection it was made for (kept for its discovery).
-    let mut appliers: BTreeMap<ClusterId, (u64, Applier)> = BTreeMap::new();
-    loop {
-        tokio::select! {
-            r = snapshots.changed() => if r.is_err() { return },
-            _ = facts_changed.changed() => {}
-            _ = tokio::time::sleep(RETRY) => {}
-        }
-        tokio::time::sleep(DEBOUNCE).await;
-        let snapshot = snapshots.borrow_and_update().clone();
+    let mut wake = Wake::new(snapshots, &fleet, RETRY);
+    // What a member holds is read from its namespace watch each round: nothing to remember
+    // besides the applier (kept for its discovery).
+    let mut slots: Slots<()> = Slots::new();
+    while let Some(Round { snapshot, facts }) = wake.next(None).await {
         if !snapshot.tenants.listed {
             continue;
         }
-        let facts = fleet.all();
-        appliers.retain(|id, (connection, _)| {
-            facts
-                .get(id)
-                .is_some_and(|f| f.client.is_some() && f.connection == *connection)
-        });
+        reconcile::sync(
+            &mut slots,
+            &facts,
+            &leadership,
+            RETRY,
+            |id, f, _| {
+                snapshot
+                    .cluster_view(id)
+                    .is_some_and(|view| writable(view, f, &leadership))
+            },
+            |_| (),
+        );
         for view in &snapshot.clusters {
             let id = &view.spec.id;
-            let Some(f) = facts.get(id) else { continue };
+            let (Some(f), Some(slot)) = (facts.get(id), slots.get(id)) else {
+                continue;
+            };
             if !writable(view, f, &leadership) {
                 continue;
             }
-            if !appliers.contains_key(id) {
-                let Some(a) = f.applier(leadership.for_member(id), id) else {
-                    continue;
-                };
-                appliers.insert(id.clone(), (f.connection, a));
-            }
-            let Some((_, applier)) = appliers.get(id) else {
-                continue;
-            };
             let desired = snapshot.tenants.namespaces_in(&view.spec);
             let steps = namespace_steps(&desired, &f.namespace_labels, MANAGED_BY, |ns| {
                 snapshot.placements.places_in(id, ns)
             });
             for step in steps {
-                write(applier, step, &metrics).await;
+                write(&slot.applier, step, &metrics).await;
             }
         }
     }

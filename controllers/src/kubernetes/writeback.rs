@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 
 use super::apply::{self, Applier, ApplyOptions, ObjectId, Written, label_managed};
 use super::leader::Leadership;
+use super::reconcile::{self, MemberState, Round, Slot, Slots, Wake};
 use super::{Fleet, MANAGED_BY_SELECTOR, bounded_name, name_hash};
 use crate::metrics::WritebackMetrics;
 
@@ -42,17 +43,9 @@ const ENDPOINTS_PER_SLICE: usize = 100;
 /// else changed or deleted is written again, one carrying meridian's label that is not wanted
 /// is deleted (the default of `kubernetes.resyncSeconds`).
 pub const RESYNC: Duration = Duration::from_secs(60);
-/// Changes arriving within this window are written together.
-const DEBOUNCE: Duration = Duration::from_millis(100);
-/// The longest wait before a member whose rounds keep failing is tried again.
-const MAX_RETRY: Duration = Duration::from_secs(10);
-
-/// How long to wait after `failures` rounds failed in a row: half a second, doubling, at most
-/// `MAX_RETRY`.
-fn retry_delay(failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(16);
-    (Duration::from_millis(500) * 2u32.pow(doublings)).min(MAX_RETRY)
-}
+/// A round runs at least this often (a member backing off is tried again, a resync falls
+/// due).
+const TICK: Duration = Duration::from_secs(5);
 
 /// The name of the derived Service of `service`: a DNS label of at most 63 characters.
 pub fn derived_name(service: &str) -> String {
@@ -490,12 +483,9 @@ pub fn export_conditions(
 /// The ClusterIP and UID the API gave each derived Service, by (namespace, derived name).
 type Derived = BTreeMap<(String, String), (Option<String>, Option<String>)>;
 
-/// What the leader last wrote into one member, and the applier it writes with.
+/// What the leader last wrote into one member (its slot holds the applier, back-off and
+/// resync clock).
 struct MemberWrites {
-    /// Kept from pass to pass for its discovery cache; built again for a new client.
-    applier: Applier,
-    /// The member's `MemberFacts::connection` the applier was built for.
-    connection: u64,
     /// The derived Services, ServiceImports and EndpointSlices: what is recorded here and no
     /// longer wanted is deleted.
     objects: Written,
@@ -504,9 +494,6 @@ struct MemberWrites {
     exports: Written,
     /// For the ServiceImports' `spec.ips` and the slices' owner references.
     derived: Derived,
-    resynced: Option<Instant>,
-    /// How often drift is checked.
-    resync: Duration,
     /// What was written for each service (for its strays when only it is written again).
     by_service: BTreeMap<ObjectKey, Vec<ObjectId>>,
     /// What the last complete pass was made from; `None` until one completes.
@@ -517,10 +504,6 @@ struct MemberWrites {
     /// The last drift check found an export's status changed: the next pass writes every
     /// export's conditions.
     conditions_drifted: bool,
-    /// Rounds failed in a row, and when the next may be tried: a member that refuses
-    /// (its RBAC, its agent gone) is asked again less and less often, not at every wake.
-    failures: u32,
-    retry_at: Option<Instant>,
 }
 
 /// The inputs of a member's last complete pass: the next pass writes only what changed since.
@@ -531,52 +514,33 @@ struct Settled {
 }
 
 impl MemberWrites {
-    fn new(applier: Applier, connection: u64, resync: Duration) -> Self {
+    fn new() -> Self {
         Self {
-            applier,
-            connection,
-            resync,
             objects: Written::default(),
             exports: Written::default(),
             derived: Derived::new(),
-            resynced: None,
             by_service: BTreeMap::new(),
             settled: None,
             drifted: BTreeSet::new(),
             conditions_drifted: false,
-            failures: 0,
-            retry_at: None,
         }
     }
+}
 
-    /// A new term starts with a full resync; the discovery cache stays.
-    fn restart(&mut self) {
-        self.objects.clear();
-        self.exports.clear();
-        self.derived.clear();
-        self.resynced = None;
-        self.by_service.clear();
-        self.settled = None;
-        self.drifted.clear();
-        self.conditions_drifted = false;
-        self.failures = 0;
-        self.retry_at = None;
+impl MemberState for MemberWrites {
+    /// A new term starts with a full resync (the slot's applier keeps its discovery cache).
+    fn stopped_writing(&mut self) {
+        *self = Self::new();
     }
+}
 
-    /// A round failed: the next waits `retry_delay` of the failures in a row.
+impl Slot<MemberWrites> {
+    /// A round failed: the next waits for the back-off, and starts over with a full pass and
+    /// a drift check.
     fn failed(&mut self, now: Instant) {
-        self.resynced = None;
-        self.settled = None;
-        self.failures = self.failures.saturating_add(1);
-        self.retry_at = Some(now + retry_delay(self.failures));
-    }
-
-    fn retry_waits(&self, now: Instant) -> bool {
-        self.retry_at.is_some_and(|t| now < t)
-    }
-
-    fn resync_due(&self) -> bool {
-        self.resynced.is_none_or(|t| t.elapsed() >= self.resync)
+        self.resync.reset();
+        self.state.settled = None;
+        self.backoff.failed(now);
     }
 
     /// What the next pass must write: the services that changed since the last complete pass
@@ -591,10 +555,11 @@ impl MemberWrites {
         exports: &BTreeSet<ObjectKey>,
         timed: impl Iterator<Item = &'k ObjectKey>,
     ) -> Pass {
-        let check_drift = self.resync_due();
-        let drifted = std::mem::take(&mut self.drifted);
-        let conditions_drifted = std::mem::take(&mut self.conditions_drifted);
-        let Some(s) = &self.settled else {
+        let check_drift = self.resync.due();
+        let this = &mut self.state;
+        let drifted = std::mem::take(&mut this.drifted);
+        let conditions_drifted = std::mem::take(&mut this.conditions_drifted);
+        let Some(s) = &this.settled else {
             return Pass::full(check_drift);
         };
         let exports_changed = s.exports != *exports;
@@ -607,7 +572,7 @@ impl MemberWrites {
         keys.extend(drifted);
         keys.extend(timed.cloned());
         if exports_changed {
-            self.forget_exports_not_in(exports);
+            this.forget_exports_not_in(exports);
         }
         let conditions = if conditions_drifted || exports_changed || problems_changed {
             Scope::Full
@@ -620,7 +585,9 @@ impl MemberWrites {
             check_drift,
         }
     }
+}
 
+impl MemberWrites {
     /// Forgets what was written to exports the member no longer has: one created again gets
     /// its conditions written again.
     fn forget_exports_not_in(&mut self, exports: &BTreeSet<ObjectKey>) {
@@ -662,67 +629,51 @@ impl<'a> Changes<'a> {
 
 /// Writes into every Kubernetes member while this replica leads.
 pub async fn run(
-    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
     fleet: Fleet,
     leadership: Leadership,
     metrics: WritebackMetrics,
     resync: Duration,
 ) {
-    let mut writes: BTreeMap<ClusterId, MemberWrites> = BTreeMap::new();
-    let mut facts_changed = fleet.subscribe();
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
-    loop {
-        tokio::select! {
-            r = snapshots.changed() => if r.is_err() { return },
-            _ = facts_changed.changed() => {}
-            _ = tick.tick() => {}
+    let mut wake = Wake::new(snapshots, &fleet, TICK);
+    let mut slots: Slots<MemberWrites> = Slots::new();
+    while let Some(Round { snapshot, facts }) = wake.next(None).await {
+        for gone in slots.keys().filter(|id| !facts.contains_key(*id)) {
+            metrics.forget(gone);
         }
-        tokio::time::sleep(DEBOUNCE).await;
-        let snapshot = snapshots.borrow_and_update().clone();
-        let facts = fleet.all();
+        reconcile::sync(
+            &mut slots,
+            &facts,
+            &leadership,
+            resync,
+            |id, f, writing| {
+                writing && !f.retired && f.listed && snapshot.cluster_index(id.as_str()).is_some()
+            },
+            |_| MemberWrites::new(),
+        );
         let mut changes = Changes::new(&snapshot);
-        writes.retain(|id, _| {
-            let kept = facts.contains_key(id);
-            if !kept {
-                metrics.forget(id);
-            }
-            kept
-        });
         for (id, f) in &facts {
             if f.retired {
                 // A member gone from the hub has no holder: the leader cleans up after it.
                 if leadership.is_leader() {
                     let applier = f.applier(leadership.clone(), id);
-                    writes.remove(id);
+                    slots.remove(id);
                     retire(applier, id, &fleet).await;
                 }
                 continue;
             }
-            if !leadership.may_write_to(id) {
-                // A new term (or a handover back) starts with a full resync.
-                if let Some(w) = writes.get_mut(id) {
-                    w.restart();
-                }
+            if !leadership.may_write_to(id) || f.client.is_none() || !f.listed {
                 continue;
             }
-            if f.client.is_none() || !f.listed {
-                continue;
-            }
-            let Some(member) = snapshot.cluster_index(id.as_str()) else {
+            let (Some(member), Some(slot)) =
+                (snapshot.cluster_index(id.as_str()), slots.get_mut(id))
+            else {
                 continue;
             };
-            if writes.get(id).is_none_or(|w| w.connection != f.connection)
-                && let Some(applier) = f.applier(leadership.for_member(id), id)
-            {
-                writes.insert(id.clone(), MemberWrites::new(applier, f.connection, resync));
-            }
-            let Some(state) = writes.get_mut(id) else {
-                continue;
-            };
-            if state.retry_waits(Instant::now()) {
+            if slot.backoff.waits(Instant::now()) {
                 continue;
             }
-            let pass = state.plan(
+            let pass = slot.plan(
                 &mut changes,
                 &f.namespaces,
                 &f.exports,
@@ -738,21 +689,20 @@ pub async fn run(
                 Scope::Full => metrics.scope(id, true, snapshot.service_count()),
                 Scope::Services(keys) => metrics.scope(id, false, keys.len()),
             }
-            let result = reconcile_member(state, desired, conditions, &pass).await;
+            let result = reconcile_member(slot, desired, conditions, &pass).await;
             metrics.round(id, result.is_ok());
             match result {
                 Ok(()) => {
-                    state.failures = 0;
-                    state.retry_at = None;
-                    state.settled = Some(Settled {
+                    slot.backoff.succeeded();
+                    slot.state.settled = Some(Settled {
                         snapshot: snapshot.clone(),
                         namespaces: f.namespaces.clone(),
                         exports: f.exports.clone(),
                     })
                 }
                 Err(e) => {
-                    state.failed(Instant::now());
-                    warn!(cluster = %id, error = %e, failures = state.failures, "write-back incomplete; retrying");
+                    slot.failed(Instant::now());
+                    warn!(cluster = %id, error = %e, failures = slot.backoff.failures(), "write-back incomplete; retrying");
                 }
             }
         }
@@ -808,12 +758,12 @@ async fn retire(applier: Option<Applier>, cluster: &ClusterId, fleet: &Fleet) {
 }
 
 async fn reconcile_member(
-    state: &mut MemberWrites,
+    slot: &mut Slot<MemberWrites>,
     desired: Vec<Desired>,
     conditions: Vec<ExportConditions>,
     pass: &Pass,
 ) -> Result<(), apply::Error> {
-    match reconcile_pass(state, desired, conditions, pass).await {
+    match reconcile_pass(slot, desired, conditions, pass).await {
         // Leadership lapsed in the middle of the pass: stop writing, quietly; the next term
         // starts with a full resync.
         Err(apply::Error::NotLeader) => Ok(()),
@@ -822,12 +772,12 @@ async fn reconcile_member(
 }
 
 async fn reconcile_pass(
-    state: &mut MemberWrites,
+    slot: &mut Slot<MemberWrites>,
     mut desired: Vec<Desired>,
     conditions: Vec<ExportConditions>,
     pass: &Pass,
 ) -> Result<(), apply::Error> {
-    let cluster = state.applier.cluster().clone();
+    let cluster = slot.applier.cluster().clone();
     desired.sort_by_key(|d| d.kind);
     let wanted: BTreeSet<ObjectId> = desired.iter().map(|d| d.id.clone()).collect();
     let written = written_by_service(&desired);
@@ -836,15 +786,15 @@ async fn reconcile_pass(
     let mut first_error = None;
     for mut d in desired {
         if d.kind == WrittenKind::ServiceImport || d.kind == WrittenKind::EndpointSlice {
-            fill_from_derived(&mut d, &state.derived);
+            fill_from_derived(&mut d, &slot.state.derived);
         }
-        if state.objects.unchanged(&d.id, &d.body) {
+        if slot.state.objects.unchanged(&d.id, &d.body) {
             continue;
         }
-        match write(&state.applier, &d, &mut state.derived).await {
+        match write(&slot.applier, &d, &mut slot.state.derived).await {
             Ok(version) => {
                 debug!(cluster = %cluster, object = %d.id, "written");
-                state.objects.record_at(&d.id, &d.body, version);
+                slot.state.objects.record_at(&d.id, &d.body, version);
             }
             Err(apply::Error::NotLeader) => return Err(apply::Error::NotLeader),
             Err(e) => {
@@ -855,51 +805,53 @@ async fn reconcile_pass(
     }
     // Strays: what was written before (for the services in scope) and is no longer wanted.
     let mut strays: Vec<ObjectId> = match &pass.objects {
-        Scope::Full => state.objects.ids().cloned().collect(),
+        Scope::Full => slot.state.objects.ids().cloned().collect(),
         Scope::Services(keys) => keys
             .iter()
-            .filter_map(|key| state.by_service.get(key))
+            .filter_map(|key| slot.state.by_service.get(key))
             .flatten()
             .cloned()
             .collect(),
     };
     strays.retain(|id| !wanted.contains(id));
     match &pass.objects {
-        Scope::Full => state.by_service = written,
+        Scope::Full => slot.state.by_service = written,
         Scope::Services(keys) => {
             for key in keys {
-                state.by_service.remove(key);
+                slot.state.by_service.remove(key);
             }
-            state.by_service.extend(written);
+            slot.state.by_service.extend(written);
         }
     }
-    delete_strays(state, strays).await?;
+    delete_strays(slot, strays).await?;
     for c in conditions {
         let id = export_id(&c.key);
         let status = export_status(&c);
-        if state.exports.unchanged(&id, &status) {
+        if slot.state.exports.unchanged(&id, &status) {
             continue;
         }
         let stamped = stamp_transitions(&status, &k8s_openapi::jiff::Timestamp::now().to_string());
-        match state
+        match slot
             .applier
             .apply_status(&id, &stamped, ApplyOptions::force())
             .await
         {
             // The export is gone; its watch will say so.
-            Err(e) if e.is_not_found() => state.exports.record(&id, &status),
+            Err(e) if e.is_not_found() => slot.state.exports.record(&id, &status),
             Err(e) => return Err(e),
-            Ok(written) => state
-                .exports
-                .record_at(&id, &status, written.metadata.resource_version),
+            Ok(written) => {
+                slot.state
+                    .exports
+                    .record_at(&id, &status, written.metadata.resource_version)
+            }
         }
     }
     if let Some(e) = first_error {
         return Err(e);
     }
     if pass.check_drift {
-        check_drift(state).await?;
-        state.resynced = Some(Instant::now());
+        check_drift(slot).await?;
+        slot.resync.done(Instant::now());
     }
     Ok(())
 }
@@ -915,16 +867,16 @@ fn export_id(key: &ObjectKey) -> ObjectId {
 
 /// Deletes `strays` (in reverse write order) and forgets them.
 async fn delete_strays(
-    state: &mut MemberWrites,
+    slot: &mut Slot<MemberWrites>,
     mut strays: Vec<ObjectId>,
 ) -> Result<(), apply::Error> {
     sort_for_deletion(&mut strays);
     for id in strays {
-        state.applier.delete(&id).await?;
-        info!(cluster = %state.applier.cluster(), object = %id, "deleted what is no longer wanted");
-        state.objects.forget(&id);
+        slot.applier.delete(&id).await?;
+        info!(cluster = %slot.applier.cluster(), object = %id, "deleted what is no longer wanted");
+        slot.state.objects.forget(&id);
         if let (Some(WrittenKind::Service), Some(ns)) = (WrittenKind::of(&id), &id.namespace) {
-            state.derived.remove(&(ns.clone(), id.name.clone()));
+            slot.state.derived.remove(&(ns.clone(), id.name.clone()));
         }
     }
     Ok(())
@@ -936,56 +888,61 @@ async fn delete_strays(
 /// (someone changed it) or that is gone is forgotten, and its service written again by the
 /// next pass; an export whose status changed gets its conditions written again. A resync
 /// costs three listings, not a write of everything.
-async fn check_drift(state: &mut MemberWrites) -> Result<(), apply::Error> {
+async fn check_drift(slot: &mut Slot<MemberWrites>) -> Result<(), apply::Error> {
     let mut listed = Vec::new();
     for kind in WrittenKind::ALL {
         listed.extend(
-            state
-                .applier
+            slot.applier
                 .list_versions(kind.api_version(), kind.kind(), MANAGED_BY_SELECTOR)
                 .await?,
         );
     }
-    let service_of: HashMap<&ObjectId, &ObjectKey> = (state.by_service.iter())
+    let service_of: HashMap<&ObjectId, &ObjectKey> = (slot.state.by_service.iter())
         .flat_map(|(key, ids)| ids.iter().map(move |id| (id, key)))
         .collect();
     let mut seen = BTreeSet::new();
     let mut strays = Vec::new();
     let mut changed = Vec::new();
     for (id, version) in &listed {
-        if !state.objects.contains(id) {
+        if !slot.state.objects.contains(id) {
             strays.push(id.clone());
-        } else if state.objects.drifted(id, version.as_deref()) {
+        } else if slot.state.objects.drifted(id, version.as_deref()) {
             changed.push(id.clone());
         }
         seen.insert(id);
     }
-    changed.extend(state.objects.ids().filter(|id| !seen.contains(id)).cloned());
+    changed.extend(
+        slot.state
+            .objects
+            .ids()
+            .filter(|id| !seen.contains(id))
+            .cloned(),
+    );
     for id in &changed {
-        debug!(cluster = %state.applier.cluster(), object = %id, "changed or deleted in the member: written again");
-        state.objects.forget(id);
+        debug!(cluster = %slot.applier.cluster(), object = %id, "changed or deleted in the member: written again");
+        slot.state.objects.forget(id);
         if let Some(key) = service_of.get(id) {
-            state.drifted.insert((*key).clone());
+            slot.state.drifted.insert((*key).clone());
         }
     }
-    delete_strays(state, strays).await?;
-    let exports = state
+    delete_strays(slot, strays).await?;
+    let exports = slot
         .applier
         .list_versions(MCS_API_VERSION, "ServiceExport", "")
         .await?;
     let exports: HashMap<ObjectId, Option<String>> = exports.into_iter().collect();
     // An export not listed is gone, which the member's watch says (see `plan`).
-    let changed: Vec<ObjectId> = (state.exports.ids())
+    let changed: Vec<ObjectId> = (slot.state.exports.ids())
         .filter(|id| {
             exports
                 .get(*id)
-                .is_some_and(|listed| state.exports.drifted(id, listed.as_deref()))
+                .is_some_and(|listed| slot.state.exports.drifted(id, listed.as_deref()))
         })
         .cloned()
         .collect();
-    state.conditions_drifted |= !changed.is_empty();
+    slot.state.conditions_drifted |= !changed.is_empty();
     for id in &changed {
-        state.exports.forget(id);
+        slot.state.exports.forget(id);
     }
     Ok(())
 }

@@ -32,10 +32,11 @@ fn nulls_are_left_out_of_what_is_applied() {
 
 use crate::kubernetes::mock::{ApiServer, Reply, Seen, status};
 
-fn member(client: Client) -> Member {
-    Member::new(
+fn member(client: Client) -> Slot<Member> {
+    Slot::writing(
         Applier::new(client, Leadership::always("test"), ClusterId::new("m1")),
-        0,
+        RESYNC,
+        Member::new(),
     )
 }
 

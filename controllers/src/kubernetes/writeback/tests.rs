@@ -309,11 +309,11 @@ use tokio::sync::watch as leadership_watch;
 
 use crate::kubernetes::mock::{ApiServer, Reply, Seen, Store, status};
 
-fn writes(client: kube::Client, leadership: Leadership) -> MemberWrites {
-    MemberWrites::new(
+fn writes(client: kube::Client, leadership: Leadership) -> Slot<MemberWrites> {
+    Slot::writing(
         Applier::new(client, leadership, ClusterId::new("m2")),
-        1,
         RESYNC,
+        MemberWrites::new(),
     )
 }
 
@@ -330,11 +330,11 @@ fn member_server(
 /// A pass over everything, checking for drift afterwards when a check is due (the first
 /// pass, or one after a failed pass), as `MemberWrites::plan` decides.
 async fn full_pass(
-    state: &mut MemberWrites,
+    state: &mut Slot<MemberWrites>,
     desired: Vec<Desired>,
     conditions: Vec<ExportConditions>,
 ) -> Result<(), apply::Error> {
-    let pass = Pass::full(state.resync_due());
+    let pass = Pass::full(state.resync.due());
     reconcile_member(state, desired, conditions, &pass).await
 }
 
@@ -444,7 +444,7 @@ async fn derived_services_go_first_and_fill_the_import_and_the_slices() {
         .map(|(p, s)| (p.to_string(), s))
         .into()
     );
-    assert!(state.drifted.is_empty() && !state.conditions_drifted);
+    assert!(state.state.drifted.is_empty() && !state.state.conditions_drifted);
 
     // Nothing changed: nothing is sent, not even discovery again.
     let before = server.requests().len();
@@ -544,8 +544,8 @@ async fn what_is_no_longer_wanted_is_deleted_slices_first() {
     assert!(gone[1].contains("/endpointslices/"), "{gone:?}");
     assert_eq!(gone[2], IMPORT);
     assert_eq!(gone[3], DERIVED);
-    assert!(state.derived.is_empty());
-    assert_eq!(state.objects.ids().count(), 0);
+    assert!(state.state.derived.is_empty());
+    assert_eq!(state.state.objects.ids().count(), 0);
 }
 
 #[tokio::test]
@@ -698,7 +698,7 @@ async fn a_pass_over_changed_services_writes_and_deletes_only_theirs() {
     assert_eq!(sent.len(), 3, "{sent:?}");
     assert!(sent.iter().all(|r| r.path.contains("orders")), "{sent:?}");
     assert_eq!(
-        state.by_service.keys().cloned().collect::<Vec<_>>(),
+        state.state.by_service.keys().cloned().collect::<Vec<_>>(),
         [ObjectKey::new("shop", "payments")]
     );
 }
@@ -745,7 +745,7 @@ async fn a_drift_check_writes_again_only_what_someone_else_changed_or_deleted() 
     assert_eq!(sent.iter().filter(|r| r.method == "GET").count(), 4);
     assert!(store.lock().get(stray).is_none());
     assert_eq!(
-        state.drifted,
+        state.state.drifted,
         [
             ObjectKey::new("shop", "orders"),
             ObjectKey::new("shop", "payments")
@@ -754,7 +754,7 @@ async fn a_drift_check_writes_again_only_what_someone_else_changed_or_deleted() 
     );
 
     // The next pass (its scope holds the drifted services) writes exactly what drifted.
-    let keys = std::mem::take(&mut state.drifted);
+    let keys = std::mem::take(&mut state.state.drifted);
     let desired = desired_for(&p.last, m2, &keys);
     let before = patched(&server).len();
     reconcile_member(&mut state, desired, vec![], &scoped(keys))
@@ -791,14 +791,14 @@ async fn a_pass_writes_the_services_that_changed_and_every_condition_when_export
         ("payments", false, 80, vec!["10.1.0.1"]),
         ("orders", false, 80, vec!["10.1.0.8"]),
     ]);
-    state.settled = Some(Settled {
+    state.state.settled = Some(Settled {
         snapshot: Arc::new(was),
         namespaces: shop(),
         exports: exports.clone(),
     });
-    state.resynced = Some(Instant::now());
+    state.resync.done(Instant::now());
     let next = &p.last;
-    let plan = |state: &mut MemberWrites,
+    let plan = |state: &mut Slot<MemberWrites>,
                 namespaces: &BTreeSet<String>,
                 exports: &BTreeSet<ObjectKey>,
                 timed: &[ObjectKey]| {
@@ -819,7 +819,7 @@ async fn a_pass_writes_the_services_that_changed_and_every_condition_when_export
         (only(&[&orders]), Scope::Full)
     );
     // What drifted and what depends on time are written with what changed, once.
-    state.drifted.insert(payments.clone());
+    state.state.drifted.insert(payments.clone());
     let timed = ObjectKey::new("shop", "timed");
     let pass = plan(&mut state, &shop(), &exports, std::slice::from_ref(&timed));
     assert_eq!(pass.objects, only(&[&orders, &payments, &timed]));
@@ -828,20 +828,11 @@ async fn a_pass_writes_the_services_that_changed_and_every_condition_when_export
         only(&[&orders])
     );
     // A drift check is due: it comes with a scoped pass, not a full one.
-    state.resynced = None;
+    state.resync.reset();
     let pass = plan(&mut state, &shop(), &exports, &[]);
     assert!(pass.check_drift);
     assert_eq!(pass.objects, only(&[&orders]));
     // The member's namespaces changed: everything.
     let more: BTreeSet<String> = ["shop".to_string(), "more".to_string()].into();
     assert_eq!(plan(&mut state, &more, &exports, &[]), Pass::full(true));
-}
-
-#[test]
-fn a_member_whose_rounds_keep_failing_is_tried_again_less_and_less_often() {
-    let delays: Vec<u64> = [1, 2, 3, 4, 5, 6, 40, u32::MAX]
-        .into_iter()
-        .map(|n| retry_delay(n).as_millis() as u64)
-        .collect();
-    assert_eq!(delays, [500, 1000, 2000, 4000, 8000, 10000, 10000, 10000]);
 }
