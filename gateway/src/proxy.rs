@@ -426,11 +426,15 @@ impl Shared {
     }
 }
 
+/// The identity a connection's client certificate names (None: it presented none).
+#[derive(Clone, Debug)]
+pub(crate) struct ClientCert(pub Option<Result<crate::token::Identity, crate::cert::CertError>>);
+
 /// The caller: the bearer token's, else the client certificate's.
 fn authenticate(
     shared: &Shared,
     headers: &HeaderMap,
-    cert: Option<&crate::serve::ClientCert>,
+    cert: Option<&ClientCert>,
 ) -> Result<Identity, String> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return match cert.and_then(|c| c.0.clone()) {

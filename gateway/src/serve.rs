@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::jwks::{Fetcher, KeyRing, keep_current};
-use crate::proxy::{GatewayView, Shared, Targets, handle};
+use crate::proxy::{ClientCert, GatewayView, Shared, Targets, handle};
 use crate::{GatewayConfig, GatewayError, GatewayMetrics};
 
 /// A client that has not finished the TLS handshake by then is dropped.
@@ -143,10 +143,6 @@ impl Drop for AbortOnDrop {
         self.0.abort();
     }
 }
-
-/// The identity a connection's client certificate names (None: it presented none).
-#[derive(Clone, Debug)]
-pub(crate) struct ClientCert(pub Option<Result<crate::token::Identity, crate::cert::CertError>>);
 
 /// Client certificates are asked for, never required (bearer tokens stay an identity); one
 /// presented must chain to `clientCA`, or the handshake fails.
