@@ -40,7 +40,7 @@ mod watch;
 
 pub use jwks::JwksSource;
 pub use metrics::GatewayMetrics;
-pub use proxy::{GatewayView, Targets};
+pub use proxy::state::{GatewayView, Targets};
 pub use serve::Gateway;
 pub use token::{Keys, OidcConfig};
 

@@ -11,7 +11,8 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::jwks::{Fetcher, KeyRing, keep_current};
-use crate::proxy::{ClientCert, GatewayView, Shared, Targets, handle};
+use crate::proxy::state::{GatewayView, Shared, Targets};
+use crate::proxy::{ClientCert, handle};
 use crate::{GatewayConfig, GatewayError, GatewayMetrics};
 
 /// A client that has not finished the TLS handshake by then is dropped.

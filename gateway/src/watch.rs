@@ -26,7 +26,9 @@ use serde_json::Value;
 
 use crate::merge::{self, Composite};
 use crate::path::{query_param, with_params};
-use crate::proxy::{Call, LeftOut, Member, Shared, failure, requested_version, send};
+use crate::proxy::fanout::{LeftOut, requested_version};
+use crate::proxy::forward::send;
+use crate::proxy::state::{Call, GatewayView, Member, Shared, Targets, failure};
 use crate::tenant;
 
 /// How often a fleet watch looks for members up but not in it.
@@ -161,7 +163,7 @@ struct Merged {
     /// The kind and apiVersion of a member's bookmark, for the gateway's own.
     kind: (Value, Value),
     members: BTreeSet<String>,
-    targets: crate::proxy::Targets,
+    targets: Targets,
     /// The caller's tenants' reach: events of objects outside it are not sent.
     reach: Option<Arc<Reach>>,
     /// The Tenants the reach was drawn from: when they change, a tenant's watch ends (and is
@@ -288,7 +290,7 @@ fn merged(
 /// Counts an open watch while it lives.
 struct WatchGuard {
     metrics: crate::metrics::GatewayMetrics,
-    view: crate::proxy::GatewayView,
+    view: GatewayView,
 }
 
 impl WatchGuard {
