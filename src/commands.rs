@@ -440,10 +440,9 @@ async fn read_once(cfg: &config::Config, what: &str, call_webhooks: bool) -> Res
         }
     }
     let empty = Snapshot::empty();
-    let mut snapshot = fleet.build_snapshot(&empty, now).snapshot;
-    let placing = Instant::now();
-    fleet.place(&empty, &mut snapshot, now);
-    let placement_took = placing.elapsed();
+    let published = fleet.publish(&empty, now);
+    let placement_took = published.placement.unwrap_or_default();
+    let mut snapshot = published.snapshot;
     let give_up = Instant::now() + WEBHOOK_WAIT;
     while runners.calls_in_flight() > 0 && Instant::now() < give_up {
         while runners.calls_in_flight() > 0 && Instant::now() < give_up {
@@ -451,8 +450,7 @@ async fn read_once(cfg: &config::Config, what: &str, call_webhooks: bool) -> Res
         }
         while answers.try_recv().is_ok() {}
         fleet.apply(SourceEvent::ProgramsAnswered, now);
-        snapshot = fleet.build_snapshot(&empty, now).snapshot;
-        fleet.place(&empty, &mut snapshot, now);
+        snapshot = fleet.publish(&empty, now).snapshot;
     }
     Ok(ReadOnce {
         placement_took,

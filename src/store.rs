@@ -322,35 +322,31 @@ impl Store {
         .entered();
         let started = Instant::now();
         let prev = self.publish.borrow().clone();
-        let mut built = self.fleet.build_snapshot(&prev, started);
-        let took = started.elapsed();
-        self.metrics.build_seconds.observe(took.as_secs_f64());
-        span.record("version", built.snapshot.version);
-        span.record("services_changed", built.services_changed);
-        span.record("full", built.full);
-        let placing = Instant::now();
-        let placed = info_span!("placement")
-            .in_scope(|| off_the_runtime(|| self.fleet.place(&prev, &mut built.snapshot, placing)));
-        if placed {
-            let took = placing.elapsed();
+        // Placement can take a while on a large fleet: not on a runtime thread.
+        let published = off_the_runtime(|| self.fleet.publish(&prev, started));
+        self.metrics
+            .build_seconds
+            .observe(published.build.as_secs_f64());
+        span.record("version", published.snapshot.version);
+        span.record("services_changed", published.services_changed);
+        span.record("full", published.full);
+        if let Some(took) = published.placement {
             self.metrics.placement_seconds.observe(took.as_secs_f64());
-            self.count_placements(&built.snapshot);
+            self.count_placements(&published.snapshot);
             debug!(
-                templates = built.snapshot.placements.decisions.len(),
+                templates = published.snapshot.placements.decisions.len(),
                 took_ms = took.as_secs_f64() * 1000.0,
                 "placement decided"
             );
         }
         debug!(
-            version = built.snapshot.version,
-            took_ms = took.as_secs_f64() * 1000.0,
-            services_changed = built.services_changed,
-            full = built.full,
+            version = published.snapshot.version,
+            took_ms = published.build.as_secs_f64() * 1000.0,
+            services_changed = published.services_changed,
+            full = published.full,
             "snapshot built"
         );
-        // Last, right before publishing: it retires what the readers of `prev` cache.
-        built.snapshot.restamp(&prev, started);
         self.metrics.snapshots.inc();
-        self.publish.send_replace(Arc::new(built.snapshot));
+        self.publish.send_replace(Arc::new(published.snapshot));
     }
 }

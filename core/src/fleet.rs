@@ -123,7 +123,23 @@ pub struct Outcome {
     pub removed: Vec<ClusterId>,
 }
 
-/// A snapshot and what its build re-merged (for the build's log line).
+/// A snapshot ready to publish, and what making it took (for the publisher's metrics and
+/// log line).
+#[derive(Debug)]
+pub struct Published {
+    pub snapshot: Snapshot,
+    /// Services re-merged because their objects changed.
+    pub services_changed: usize,
+    /// Every service was merged again (a member left, or the policies changed).
+    pub full: bool,
+    /// How long the build took (merging services, readiness, problems).
+    pub build: Duration,
+    /// How long placement took, when something it reads changed and it decided again; None
+    /// when the previous snapshot's decisions were kept.
+    pub placement: Option<Duration>,
+}
+
+/// A snapshot and what its build re-merged (before placement and stamping).
 #[derive(Debug)]
 pub struct Built {
     pub snapshot: Snapshot,
@@ -522,9 +538,37 @@ impl Fleet {
         .min()
     }
 
+    /// The next snapshot after `prev` (the one last published) at `now`: built (re-merging
+    /// only what changed since), placed (decided again only when something placement reads
+    /// changed), and stamped against `prev` for the caches of `prev`'s readers — in that
+    /// order, so a snapshot is complete when it is returned and never changed after. Whoever
+    /// makes a snapshot (the store, `validate`, `render`, what-if) calls this.
+    pub fn publish(&mut self, prev: &Snapshot, now: Instant) -> Published {
+        let started = Instant::now();
+        let Built {
+            mut snapshot,
+            services_changed,
+            full,
+        } = self.build_snapshot(prev, now);
+        let build = started.elapsed();
+        let placing = Instant::now();
+        let placement = self
+            .place(prev, &mut snapshot, now)
+            .then(|| placing.elapsed());
+        // Last: it retires what the readers of `prev` cache.
+        snapshot.restamp(prev, now);
+        Published {
+            snapshot,
+            services_changed,
+            full,
+            build,
+            placement,
+        }
+    }
+
     /// Builds the next snapshot after `prev` (the one last published), re-merging only what
     /// changed since, with the fleet's readiness, problems and warnings.
-    pub fn build_snapshot(&mut self, prev: &Snapshot, now: Instant) -> Built {
+    pub(crate) fn build_snapshot(&mut self, prev: &Snapshot, now: Instant) -> Built {
         self.version += 1;
         let mut dirty = self.index.take_dirty();
         dirty.all |= std::mem::take(&mut self.policies_changed);
@@ -601,8 +645,8 @@ impl Fleet {
 
     /// Adds the placement decisions to a snapshot `build_snapshot` just built after `prev`:
     /// decided again when something placement reads changed (returns true then), else the
-    /// previous snapshot's. Separate from the build so the caller can time each.
-    pub fn place(&mut self, prev: &Snapshot, snapshot: &mut Snapshot, now: Instant) -> bool {
+    /// previous snapshot's.
+    pub(crate) fn place(&mut self, prev: &Snapshot, snapshot: &mut Snapshot, now: Instant) -> bool {
         let decided = self.federation.dirty;
         snapshot.placements = self.placements(prev, snapshot, now);
         snapshot.workloads = workload_clusters(prev, snapshot);

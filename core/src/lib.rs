@@ -38,6 +38,7 @@ pub mod prefix;
 pub mod problem;
 pub mod registry;
 pub mod select;
+pub mod selector;
 pub mod shard;
 pub mod snapshot;
 pub mod tenant;

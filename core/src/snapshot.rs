@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::geo::{ClientPlace, GeoTable};
 use crate::index::{Dirty, Index, IndexSizes, NamedSlice};
-use crate::model::{ClusterId, ClusterSpec, Endpoint, ObjectKey, Port, ServiceKey, Slice};
+use crate::model::{ClusterId, ObjectKey, Port, Slice};
 use crate::placement::{Capacity, OverridePolicy, Placements, Placer, Runner, Template};
 use crate::policy::{Policies, TrafficPolicy};
 use crate::prefix::PrefixTable;
@@ -20,114 +20,9 @@ use crate::problem::{ObjectRef, Origin, Problem};
 use crate::registry::{Health, Registry};
 
 mod stamp;
-pub use stamp::Stamp;
+pub mod view;
 use stamp::{Remerged, service_deadline};
-
-/// A member as DNS and xDS see it.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterView {
-    pub spec: ClusterSpec,
-    pub health: Health,
-    pub withdrawn: bool,
-    #[serde(skip)]
-    pub unreachable_since: Option<Instant>,
-    /// When it last came back from Unreachable (failback counts from here).
-    #[serde(skip)]
-    pub recovered_at: Option<Instant>,
-    pub reason: Option<String>,
-    pub endpoints: usize,
-}
-
-/// One cluster's part of an exported service.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Backend {
-    /// Index into `Snapshot::clusters`.
-    pub cluster: usize,
-    /// The cluster's slices of the service, shared with the Index (a rebuild copies pointers),
-    /// with no address in two of them: every endpoint, including not-ready and terminating
-    /// ones (xDS maps them to health).
-    pub slices: Vec<Arc<Slice>>,
-    /// Endpoints DNS may answer and traffic may use (`Endpoint::is_answerable`).
-    pub ready: u32,
-    /// This cluster's `publishNotReadyAddresses`.
-    pub publish_not_ready: bool,
-    /// The service ports this cluster serves (those agreeing with the service's definition).
-    pub ports: Vec<Port>,
-    /// When it last went from no ready endpoint to some (failback counts from here).
-    #[serde(skip)]
-    pub recovered_at: Option<Instant>,
-}
-
-impl Backend {
-    /// Every endpoint of the cluster's slices.
-    pub fn endpoints(&self) -> impl Iterator<Item = &Endpoint> {
-        self.slices.iter().flat_map(|s| s.endpoints.iter())
-    }
-
-    pub fn answerable(&self) -> impl Iterator<Item = &Endpoint> {
-        self.endpoints()
-            .filter(|e| e.is_answerable(self.publish_not_ready))
-    }
-}
-
-/// Why a cluster's export is not (fully) used.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Conflict {
-    pub cluster: ClusterId,
-    pub reason: String,
-    /// Left out entirely (its headless-ness disagrees with the oldest export's); otherwise
-    /// it serves the ports that agree.
-    pub excluded: bool,
-}
-
-/// An exported service merged across clusters.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ServiceView {
-    pub key: ServiceKey,
-    pub headless: bool,
-    /// The ports of the oldest export.
-    pub ports: Vec<Port>,
-    /// One per exporting cluster, ordered by cluster index.
-    pub backends: Vec<Backend>,
-    /// ClusterSetIPs: `(cluster index, ServiceImport spec.ips)` for clusters that imported it.
-    pub imports: Vec<(usize, Vec<IpAddr>)>,
-    pub conflicts: Vec<Conflict>,
-    pub policy: Arc<TrafficPolicy>,
-    /// The oldest export's labels: what policies select the service by (kept so a what-if
-    /// policy edit can find the services it would govern).
-    #[serde(skip)]
-    pub labels: BTreeMap<String, String>,
-    /// Addresses that more than one backend reports, sorted: the decision answers each of
-    /// them once (`select`), and skips that work for the many services where this is empty.
-    pub shared_addresses: Vec<IpAddr>,
-    /// Until when answers decided from this view hold (`stamp.rs`).
-    #[serde(skip)]
-    pub stamp: Arc<Stamp>,
-}
-
-impl ServiceView {
-    pub fn has_shared_addresses(&self) -> bool {
-        !self.shared_addresses.is_empty()
-    }
-
-    pub fn is_shared_address(&self, address: &IpAddr) -> bool {
-        self.shared_addresses.binary_search(address).is_ok()
-    }
-
-    pub fn backend_of(&self, cluster: usize) -> Option<&Backend> {
-        self.backends.iter().find(|b| b.cluster == cluster)
-    }
-
-    pub fn import_of(&self, cluster: usize) -> Option<&[IpAddr]> {
-        self.imports
-            .iter()
-            .find(|(c, _)| *c == cluster)
-            .map(|(_, ips)| ips.as_slice())
-    }
-}
+pub use view::{Backend, ClusterView, Conflict, ServiceView, Stamp};
 
 /// One namespace's services by name (shared between snapshots until one of them changes).
 pub(crate) type ByName = Arc<BTreeMap<Arc<str>, Arc<ServiceView>>>;

@@ -48,9 +48,14 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::model::{ClusterId, TaintEffect};
-use crate::policy::{ClusterSet, LabelSelector, toleration_for};
+use crate::policy::toleration_for;
 
-use super::{ClusterInput, Resources, SpreadBy, Template, TemplateKey};
+use super::ClusterInput;
+pub use super::spec::{
+    DataLocality, FailurePolicy, Plugin, PreferredAffinity, Program, Scoring, Script, Webhook,
+    WorkloadTerm,
+};
+use super::spec::{Resources, SpreadBy, Template, TemplateKey};
 
 /// What a plugin without data for a cluster counts as.
 pub const NEUTRAL: u32 = 50;
@@ -60,137 +65,6 @@ pub const SPOT_PRICE_SHARE: f64 = 0.3;
 pub const DEFAULT_EGRESS_GIB_HOUR: f64 = 0.0;
 /// The template annotation giving a replica's egress in GiB per hour.
 pub const EGRESS_ANNOTATION: &str = "meridian.io/egress-gib-hour";
-
-/// One scoring plugin.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum Plugin {
-    ResourceBalance,
-    Cost,
-    DataLocality,
-    WorkloadAffinity,
-    ClusterAffinity,
-    TaintToleration,
-    Webhook,
-    Script,
-}
-
-impl Plugin {
-    pub const ALL: [Plugin; 8] = [
-        Plugin::ResourceBalance,
-        Plugin::Cost,
-        Plugin::DataLocality,
-        Plugin::WorkloadAffinity,
-        Plugin::ClusterAffinity,
-        Plugin::TaintToleration,
-        Plugin::Webhook,
-        Plugin::Script,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Plugin::ResourceBalance => "ResourceBalance",
-            Plugin::Cost => "Cost",
-            Plugin::DataLocality => "DataLocality",
-            Plugin::WorkloadAffinity => "WorkloadAffinity",
-            Plugin::ClusterAffinity => "ClusterAffinity",
-            Plugin::TaintToleration => "TaintToleration",
-            Plugin::Webhook => "Webhook",
-            Plugin::Script => "Script",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Plugin> {
-        Plugin::ALL.into_iter().find(|p| p.name() == name)
-    }
-}
-
-impl fmt::Display for Plugin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Where a template's data is (`placement.dataLocality`); any of the three may be given.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DataLocality {
-    pub cluster_names: Vec<String>,
-    pub selector: Option<LabelSelector>,
-    /// A template annotation (e.g. `meridian.io/data-location`) whose value lists cluster
-    /// names, `region=<r>` and `zone=<z>`, comma-separated.
-    pub from_annotation: Option<String>,
-}
-
-/// One `workloadAffinity` / `workloadAntiAffinity` term: templates of the policy's namespace
-/// whose labels `selector` matches, compared by `topology`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct WorkloadTerm {
-    pub selector: LabelSelector,
-    pub topology: SpreadBy,
-    /// Required terms filter; preferred ones (`Some(weight)`) score.
-    pub preferred: Option<u32>,
-}
-
-/// One of `preferredClusterAffinities`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct PreferredAffinity {
-    pub clusters: ClusterSet,
-    pub weight: u32,
-}
-
-/// What a webhook's failure (timeout, refused, malformed or out-of-range answer) does.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
-pub enum FailurePolicy {
-    /// Decided by the other scores, as if the webhook were not there.
-    #[default]
-    Ignore,
-    /// The template is unschedulable with the reason (and keeps its last placement).
-    Fail,
-}
-
-/// One of `placement.webhooks`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Webhook {
-    pub url: String,
-    /// PEM; None: the system roots.
-    #[serde(skip)]
-    pub ca_bundle: Option<String>,
-    pub timeout_millis: u64,
-    pub failure_policy: FailurePolicy,
-}
-
-/// `placement.script`: a Lua chunk defining `filter(cluster, workload)` and/or
-/// `score(cluster, workload)`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
-pub struct Script {
-    pub lua: Arc<str>,
-}
-
-/// A program a policy runs for each decision, outside the pure core ([`Programs`]).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
-pub enum Program {
-    Webhook(Arc<Webhook>),
-    Script(Arc<Script>),
-}
-
-impl Program {
-    pub fn plugin(&self) -> Plugin {
-        match self {
-            Program::Webhook(_) => Plugin::Webhook,
-            Program::Script(_) => Plugin::Script,
-        }
-    }
-}
-
-impl fmt::Display for Program {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Program::Webhook(w) => write!(f, "webhook {}", w.url),
-            Program::Script(_) => f.write_str("script"),
-        }
-    }
-}
 
 /// A program's answer for one candidate.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -244,66 +118,6 @@ pub struct NoPrograms;
 impl Programs for NoPrograms {
     fn judge(&self, program: &Program, _: &Template, _: &[ClusterInput<'_>]) -> Judgement {
         Judgement::Failed(format!("no {} runner in this process", program.plugin()))
-    }
-}
-
-/// A policy's scoring: the weights and what the plugins read.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Scoring {
-    /// `placement.scoring[]`, as given; empty: the defaults ([`Scoring::weight`]).
-    pub weights: Vec<(Plugin, u32)>,
-    pub data_locality: Option<DataLocality>,
-    pub workload_affinity: Vec<WorkloadTerm>,
-    pub workload_anti_affinity: Vec<WorkloadTerm>,
-    pub preferred_affinities: Vec<PreferredAffinity>,
-    pub webhooks: Vec<Arc<Webhook>>,
-    pub script: Option<Arc<Script>>,
-}
-
-impl Scoring {
-    /// The weight of `plugin`: as listed, else the default (module docs).
-    pub fn weight(&self, plugin: Plugin) -> u32 {
-        if !self.weights.is_empty() {
-            return self
-                .weights
-                .iter()
-                .find(|(p, _)| *p == plugin)
-                .map_or(0, |(_, w)| *w);
-        }
-        let configured = match plugin {
-            Plugin::ResourceBalance | Plugin::Cost | Plugin::TaintToleration => false,
-            Plugin::DataLocality => self.data_locality.is_some(),
-            Plugin::WorkloadAffinity => self
-                .workload_affinity
-                .iter()
-                .chain(&self.workload_anti_affinity)
-                .any(|t| t.preferred.is_some()),
-            Plugin::ClusterAffinity => !self.preferred_affinities.is_empty(),
-            Plugin::Webhook => !self.webhooks.is_empty(),
-            Plugin::Script => self.script.is_some(),
-        };
-        u32::from(configured)
-    }
-
-    /// Whether any plugin weighs anything: without, the decision is the unscored one.
-    pub fn scores(&self) -> bool {
-        Plugin::ALL.into_iter().any(|p| self.weight(p) > 0)
-    }
-
-    /// The programs to ask, in the order they run: the webhooks as listed, then the script.
-    pub fn programs(&self) -> Vec<Program> {
-        self.webhooks
-            .iter()
-            .cloned()
-            .map(Program::Webhook)
-            .chain(self.script.iter().cloned().map(Program::Script))
-            .collect()
-    }
-
-    /// Whether the decision needs to know where other templates run.
-    pub fn reads_workloads(&self) -> bool {
-        !self.workload_affinity.is_empty() || !self.workload_anti_affinity.is_empty()
     }
 }
 

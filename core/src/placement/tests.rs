@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::*;
 use crate::model::{ClusterSpec, Taint, TaintEffect};
 use crate::policy::{AffinityTier, Toleration};
+use crate::selector::{ClusterSet, WeightRule};
 use crate::snapshot::ClusterView;
 use crate::testing::{cluster, deployment, healthy, placing, secs};
 

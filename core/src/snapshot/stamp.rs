@@ -25,47 +25,13 @@
 //! keep answers for its version only.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::model::ObjectKey;
 
-use super::{ClusterView, ServiceView, Snapshot};
-
-/// One service's answers: valid for every snapshot version below `retired_at`.
-pub struct Stamp {
-    retired_at: AtomicU64,
-}
-
-impl Default for Stamp {
-    fn default() -> Self {
-        Self {
-            retired_at: AtomicU64::new(u64::MAX),
-        }
-    }
-}
-
-impl fmt::Debug for Stamp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.retired_at.load(Ordering::Relaxed) {
-            u64::MAX => f.write_str("Stamp(current)"),
-            v => write!(f, "Stamp(retired at {v})"),
-        }
-    }
-}
-
-impl Stamp {
-    /// Whether answers made with this stamp are still those of snapshot `version`.
-    pub fn holds_at(&self, version: u64) -> bool {
-        version < self.retired_at.load(Ordering::Relaxed)
-    }
-
-    fn retire(&self, version: u64) {
-        self.retired_at.fetch_min(version, Ordering::Relaxed);
-    }
-}
+use super::Snapshot;
+use super::view::{ClusterView, ServiceView};
 
 /// Which views a build merged anew (their stamps are fresh already).
 #[derive(Clone, Debug, Default)]

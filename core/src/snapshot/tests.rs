@@ -1,7 +1,7 @@
 use super::*;
 
 use crate::index::Object;
-use crate::model::{Export, Import, Protocol};
+use crate::model::{ClusterSpec, Endpoint, Export, Import, Protocol};
 use crate::policy::Policies;
 use crate::testing::{FleetBuilder, http_ep, ip, port, secs, svc};
 use ipnet::IpNet;

@@ -110,10 +110,7 @@ impl Driven {
 
     /// Builds and places the next snapshot at `now`, as the store does.
     fn publish_at(&mut self, now: Instant) {
-        let built = self.fleet.build_snapshot(&self.prev, now);
-        let mut snapshot = built.snapshot;
-        self.fleet.place(&self.prev, &mut snapshot, now);
-        self.prev = snapshot;
+        self.prev = self.fleet.publish(&self.prev, now).snapshot;
     }
 
     fn apply(&mut self, event: Event, now: Instant) {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::*;
 use crate::model::{ClusterId, ClusterSpec};
 use crate::policy::{Policies, TrafficPolicy};
+use crate::snapshot::view::Stamp;
 use crate::testing::{FleetBuilder, geo_table, http_ep, svc};
 
 /// Publishes snapshots of a fleet as the store does: rebuild what the Index marked dirty, then
