@@ -10,13 +10,11 @@ use anyhow::{Context, Result, bail};
 use meridian_agent::{HubSettings, HubStore, PreparedHub};
 use meridian_controllers::directory;
 use meridian_controllers::geo::{GeoMetrics, GeoSource};
+use meridian_controllers::kubernetes;
 use meridian_controllers::kubernetes::connect::{self, WatchTimeout};
-use meridian_controllers::kubernetes::leader::{self, Leadership, LeaseConfig};
-use meridian_controllers::kubernetes::propagate::{self, PropagationView};
-use meridian_controllers::kubernetes::shard::{self, ShardConfig, ShardMetrics, ShardView};
-use meridian_controllers::kubernetes::{hub, status, tenants, writeback};
+use meridian_controllers::kubernetes::leader::Leadership;
+use meridian_controllers::kubernetes::shard::ShardView;
 use meridian_controllers::members::Sources;
-use meridian_controllers::metrics::{PropagationMetrics, TenantMetrics, WritebackMetrics};
 use meridian_core::fleet::Fleet;
 use meridian_core::{ClusterId, Snapshot};
 use meridian_dns::{Dns, Listeners};
@@ -118,30 +116,17 @@ impl App {
             &mut tasks,
         )
         .await?;
-        tasks.push(tokio::spawn(writeback::run(
-            snapshots.clone(),
-            sources.fleet.clone(),
-            leadership.clone(),
-            WritebackMetrics::new(metrics.sub_registry_with_prefix("writeback")),
-            cfg.resync,
-        )));
         // Kubernetes members get what is placed in them; a Kubernetes hub the Placements.
-        let propagation = PropagationView::default();
-        tasks.push(tokio::spawn(propagate::run(
-            snapshots.clone(),
-            sources.fleet.clone(),
-            leadership.clone(),
+        let writers = kubernetes::start_writers(
+            &snapshots,
+            &sources.fleet,
+            &leadership,
             sources.hub.clone().zip(hub_writer),
-            propagation.clone(),
-            PropagationMetrics::new(metrics.sub_registry_with_prefix("propagation")),
-        )));
-        // Members hold the namespaces their Tenants name.
-        tasks.push(tokio::spawn(tenants::run(
-            snapshots.clone(),
-            sources.fleet.clone(),
-            leadership.clone(),
-            TenantMetrics::new(metrics.sub_registry_with_prefix("tenants")),
-        )));
+            cfg.resync,
+            &mut metrics,
+        );
+        tasks.extend(writers.tasks);
+        let propagation = writers.propagation;
         let gateway = prepare_gateway(&cfg, &sources, &snapshots, &mut metrics).await?;
         let mut agent_store = None;
         if let Some(agents) = prepare_agents(&cfg, &sources, &mut metrics).await? {
@@ -402,7 +387,7 @@ struct StartedHub {
 /// for, and the status writer).
 async fn start_hub(
     cfg: &Config,
-    mut sources: Sources,
+    sources: Sources,
     snapshots: &watch::Receiver<Arc<Snapshot>>,
     unreachable_here: watch::Receiver<Arc<BTreeSet<ClusterId>>>,
     metrics: &mut Registry,
@@ -429,62 +414,26 @@ async fn start_hub(
             context,
             namespace,
         } => {
-            let connected = match kubeconfig {
-                Some(path) => connect::from_kubeconfig(path, context.as_deref()).await,
-                None => connect::in_cluster(),
-            }
-            .context("the hub")?;
-            let client = connected.client;
-            sources.hub = Some(client.clone());
-            tasks.push(tokio::spawn(hub::run(client.clone(), sources.clone())));
-            let (leadership, election) = leader::start(
-                client.clone(),
-                LeaseConfig {
-                    namespace: namespace.clone(),
-                    name: cfg.leader.lease_name.clone(),
-                    identity: cfg.leader.identity.clone(),
-                    lease_duration: cfg.leader.lease_duration,
-                    renew_deadline: cfg.leader.renew_deadline,
-                    retry_period: cfg.leader.retry_period,
-                },
-            );
-            tasks.push(election);
-            let (leadership, shards) = if cfg.leader.shards {
-                let (held, view, task) = shard::start(
-                    client.clone(),
-                    ShardConfig {
-                        namespace: namespace.clone(),
-                        group: cfg.leader.lease_name.clone(),
-                        identity: cfg.leader.identity.clone(),
-                        lease_duration: cfg.leader.lease_duration,
-                        renew_deadline: cfg.leader.renew_deadline,
-                        retry_period: cfg.leader.retry_period,
-                    },
-                    unreachable_here,
-                    sources.tx.clone(),
-                    ShardMetrics::new(metrics.sub_registry_with_prefix("shard")),
-                );
-                tasks.push(task);
-                (leadership.sharded(held), Some(view))
-            } else {
-                (leadership, None)
+            let settings = kubernetes::HubSettings {
+                kubeconfig: kubeconfig.clone(),
+                context: context.clone(),
+                namespace: namespace.clone(),
+                lease_name: cfg.leader.lease_name.clone(),
+                identity: cfg.leader.identity.clone(),
+                lease_duration: cfg.leader.lease_duration,
+                renew_deadline: cfg.leader.renew_deadline,
+                retry_period: cfg.leader.retry_period,
+                shards: cfg.leader.shards,
             };
-            // The status writer only writes: through the fenced writer client.
-            let writer = connected
-                .writer
-                .client(&leadership.for_shard())
-                .context("the hub's writer client")?;
-            tasks.push(tokio::spawn(status::run(
-                writer,
-                snapshots.clone(),
-                sources.fleet.clone(),
-                leadership.clone(),
-            )));
+            let hub =
+                kubernetes::start_hub(settings, sources, snapshots, unreachable_here, metrics)
+                    .await?;
+            tasks.extend(hub.tasks);
             Ok(StartedHub {
-                sources,
-                leadership,
-                writer: Some(connected.writer),
-                shards,
+                sources: hub.sources,
+                leadership: hub.leadership,
+                writer: Some(hub.writer),
+                shards: hub.shards,
             })
         }
     }

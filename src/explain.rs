@@ -174,7 +174,7 @@ pub fn explain(
 
 /// The EDS resources of service `ns/name` (one per port) in a described feed.
 pub(crate) fn service_assignments(feed: &Value, ns: &str, name: &str) -> Vec<Value> {
-    let prefix = format!("{name}.{ns}.global:");
+    let prefix = meridian_xds::resources::service_name_prefix(ns, name);
     feed["resources"][Kind::Endpoint.short()]
         .as_array()
         .into_iter()

@@ -59,10 +59,7 @@ impl ScenarioRequest {
                 .map(|c| Assumption::Remove(ClusterId::new(c))),
         );
         for policy in &self.policies {
-            match meridian_controllers::directory::policies_in(
-                Path::new(&policy.file),
-                &policy.text,
-            ) {
+            match meridian_controllers::hub::policies_in(Path::new(&policy.file), &policy.text) {
                 Ok(policies) => assumptions.extend(policies.into_iter().map(Assumption::Policy)),
                 Err(problems) => {
                     errors.extend(problems.iter().map(|p| format!("--assume-policy {p}")))

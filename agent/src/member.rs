@@ -269,9 +269,9 @@ impl Agent {
         while let Some(item) = watches.next().await {
             let event = match item {
                 Ok(event) => event,
-                Err((resource, e)) => {
-                    tracing::debug!(resource, error = %e, "watch failed");
-                    failure.failed(resource, e);
+                Err(e) => {
+                    tracing::debug!(resource = e.kind, error = %e, "watch failed");
+                    failure.failed(e.kind, e.message);
                     continue;
                 }
             };

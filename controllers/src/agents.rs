@@ -14,59 +14,26 @@
 //! stream that opens is a relist: the last known objects serve until the agent's full list is
 //! in, then replace the member's slice in one step (as a push member's reconnect does).
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use meridian_core::{ClusterId, HealthTimings};
-use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use crate::SourceEvent;
 use crate::kubernetes::Fleet;
 use crate::kubernetes::connect::{Connected, Writer};
 use crate::kubernetes::member::publish_facts;
-use crate::kubernetes::state::{MemberEvent, MemberState};
+use crate::kubernetes::state::MemberState;
 
-mod tunnel;
-pub use tunnel::{
-    ApiCall, MAX_QUEUED_BYTES, Respond, ResponsePart, Tunnel, TunnelBody, TunnelError,
-    Undeliverable,
+pub use crate::kubernetes::tunnel::{
+    AgentRoutes, AgentStream, ApiCall, Connection, Inbound, MAX_QUEUED_BYTES, NotAnAgentMember,
+    Respond, ResponsePart, Tunnel, TunnelBody, TunnelError, Undeliverable,
 };
 
 /// How many waiting messages of one agent are folded into one batch for the store.
 const BATCH: usize = 4096;
 /// An agent is silent for this many heartbeats before the hub counts its heartbeat failed.
 const SILENT_HEARTBEATS: u32 = 2;
-/// Requests waiting to go down one stream.
-const CALLS: usize = 256;
-
-/// What one agent's stream brings.
-#[derive(Debug)]
-pub enum Inbound {
-    /// A stream opened: the agent relists everything on it.
-    Opened(Connection),
-    /// One watch event of the member.
-    Event(Box<MemberEvent>),
-    /// The agent's heartbeat: whether it reaches its member's API, and its failing watch.
-    Heartbeat {
-        member_ready: bool,
-        error: String,
-        watch_failure: String,
-    },
-    /// The stream ended (the agent went, or was refused).
-    Closed,
-}
-
-/// Who is on a stream that opened.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Connection {
-    /// The agent's address as the hub sees it.
-    pub peer: String,
-    /// When the agent's client certificate expires.
-    pub certificate_expires: Option<SystemTime>,
-}
 
 /// What the hub knows of a member's agent (for `/debug/agents` and `meridian status`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,157 +44,6 @@ pub struct AgentFacts {
     pub peer: String,
     pub certificate_expires: Option<SystemTime>,
     pub last_heartbeat: Option<SystemTime>,
-}
-
-/// Where agents' streams find their member's task, by cluster.
-#[derive(Clone, Default)]
-pub struct AgentRoutes {
-    routes: Arc<Mutex<HashMap<ClusterId, Route>>>,
-    streams: Arc<AtomicU64>,
-}
-
-#[derive(Clone)]
-struct Route {
-    /// Which registration: a restarted member task replaces its route, and only its own
-    /// registration removes it.
-    task: u64,
-    tx: mpsc::Sender<(u64, Inbound)>,
-    heartbeat: Duration,
-    /// The newest open stream, and where requests for the member's API go down it.
-    current: Option<(u64, mpsc::Sender<ApiCall>)>,
-}
-
-/// Why a stream cannot be opened for a cluster.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "no MemberCluster {0} with `source: {{agent: {{}}}}` on this hub (or its source has not started yet)"
-)]
-pub struct NotAnAgentMember(pub ClusterId);
-
-impl AgentRoutes {
-    /// Opens a stream for `cluster`'s agent: what it sends goes to the member's task.
-    pub async fn open(
-        &self,
-        cluster: &ClusterId,
-        connection: Connection,
-    ) -> Result<AgentStream, NotAnAgentMember> {
-        let route = self
-            .routes
-            .lock()
-            .get(cluster)
-            .cloned()
-            .ok_or_else(|| NotAnAgentMember(cluster.clone()))?;
-        let id = self.streams.fetch_add(1, Ordering::Relaxed) + 1;
-        let (calls_tx, calls) = mpsc::channel(CALLS);
-        let stream = AgentStream {
-            id,
-            tx: route.tx,
-            heartbeat: route.heartbeat,
-            calls,
-            cluster: cluster.clone(),
-            routes: self.clone(),
-        };
-        if !stream.send(Inbound::Opened(connection)).await {
-            return Err(NotAnAgentMember(cluster.clone()));
-        }
-        if let Some(route) = self.routes.lock().get_mut(cluster) {
-            route.current = Some((id, calls_tx));
-        }
-        Ok(stream)
-    }
-
-    /// Where requests for `cluster`'s API go: down its agent's newest open stream.
-    pub fn calls_of(&self, cluster: &ClusterId) -> Option<mpsc::Sender<ApiCall>> {
-        let routes = self.routes.lock();
-        routes
-            .get(cluster)?
-            .current
-            .as_ref()
-            .map(|(_, tx)| tx.clone())
-    }
-
-    /// How often `cluster`'s heartbeat is due; None when it is no agent member here.
-    pub fn heartbeat(&self, cluster: &ClusterId) -> Option<Duration> {
-        self.routes.lock().get(cluster).map(|r| r.heartbeat)
-    }
-
-    /// The clusters agents may connect for now.
-    pub fn members(&self) -> Vec<ClusterId> {
-        let mut members: Vec<ClusterId> = self.routes.lock().keys().cloned().collect();
-        members.sort();
-        members
-    }
-
-    fn register(&self, cluster: &ClusterId, heartbeat: Duration) -> Registration {
-        let (tx, rx) = mpsc::channel(1024);
-        let task = self.streams.fetch_add(1, Ordering::Relaxed) + 1;
-        let route = Route {
-            task,
-            tx,
-            heartbeat,
-            current: None,
-        };
-        self.routes.lock().insert(cluster.clone(), route);
-        Registration {
-            routes: self.clone(),
-            cluster: cluster.clone(),
-            task,
-            rx,
-        }
-    }
-}
-
-/// A member task's place in the routes, removed when the task ends.
-struct Registration {
-    routes: AgentRoutes,
-    cluster: ClusterId,
-    task: u64,
-    rx: mpsc::Receiver<(u64, Inbound)>,
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        let mut routes = self.routes.routes.lock();
-        if routes
-            .get(&self.cluster)
-            .is_some_and(|r| r.task == self.task)
-        {
-            routes.remove(&self.cluster);
-        }
-    }
-}
-
-/// One open stream of an agent, as its reader delivers what comes.
-pub struct AgentStream {
-    id: u64,
-    tx: mpsc::Sender<(u64, Inbound)>,
-    /// How often the member's heartbeat is due (the agent is told).
-    pub heartbeat: Duration,
-    /// Requests for the member's API, for the stream to send down.
-    pub calls: mpsc::Receiver<ApiCall>,
-    cluster: ClusterId,
-    routes: AgentRoutes,
-}
-
-impl AgentStream {
-    /// False when the member's task is gone (the member left or restarted): end the stream,
-    /// so the agent connects again to whatever serves the member now.
-    pub async fn send(&self, inbound: Inbound) -> bool {
-        self.tx.send((self.id, inbound)).await.is_ok()
-    }
-}
-
-impl Drop for AgentStream {
-    fn drop(&mut self) {
-        // Best effort: a full queue means the task is busy with this stream's events, and the
-        // missing heartbeats say the same soon.
-        let _ = self.tx.try_send((self.id, Inbound::Closed));
-        if let Some(route) = self.routes.routes.lock().get_mut(&self.cluster)
-            && route.current.as_ref().is_some_and(|(id, _)| *id == self.id)
-        {
-            route.current = None;
-        }
-    }
 }
 
 /// Runs one agent member until the task is aborted (the member left the hub or changed).

@@ -304,10 +304,13 @@ fn clusters_fingerprint(snapshot: &Snapshot) -> u64 {
 
 /// The xDS name of a service port: `<svc>.<ns>.global:<port>`.
 pub fn service_port_name(service: &ServiceView, port: &Port) -> String {
-    format!(
-        "{}.{}.global:{}",
-        service.key.name, service.key.namespace, port.port
-    )
+    let prefix = service_name_prefix(&service.key.namespace, &service.key.name);
+    format!("{prefix}{}", port.port)
+}
+
+/// What the xDS name of every port of service `namespace/name` starts with.
+pub fn service_name_prefix(namespace: &str, name: &str) -> String {
+    format!("{name}.{namespace}.global:")
 }
 
 /// The SNI (and gateway cluster name) of a service port, as Istio's east-west gateways use it.

@@ -6,6 +6,7 @@ use kube::runtime::watcher::Event;
 use serde_json::json;
 
 use super::*;
+use crate::kubernetes::state::MemberEvent;
 
 const BEAT: Duration = Duration::from_secs(5);
 

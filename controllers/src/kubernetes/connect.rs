@@ -102,12 +102,12 @@ pub struct Writer(WriterKind);
 #[derive(Clone)]
 enum WriterKind {
     Config(std::sync::Arc<Config>),
-    Agent(crate::agents::Tunnel),
+    Agent(super::tunnel::Tunnel),
 }
 
 impl Writer {
     /// An agent member's writer: its tunnel, fenced.
-    pub fn agent(tunnel: crate::agents::Tunnel) -> Self {
+    pub fn agent(tunnel: super::tunnel::Tunnel) -> Self {
         Self(WriterKind::Agent(tunnel))
     }
 

@@ -23,7 +23,7 @@ use super::state::{Applied, Table};
 use super::templates::{self, TemplateEvent, Templates};
 use crate::SourceEvent;
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster, OverridePolicy, Tenant};
-use crate::directory::{
+use crate::hub::{
     Hub, ReadFrom, Served, add_member, add_override, add_policy, add_tenant, check_overrides,
     keep_last_valid_policies,
 };

@@ -40,7 +40,49 @@ const WATCH_FAILURE_MEMORY: Duration = Duration::from_secs(40);
 /// How many ready watch events are folded into one batch for the store.
 const BATCH: usize = 4096;
 
-pub type WatchItem = Result<MemberEvent, (&'static str, String)>;
+pub type WatchItem = Result<MemberEvent, WatchError>;
+
+/// A failed watch of one kind of a member's objects, with the API server's status code when
+/// it gave one (a refusal, a kind it does not serve, an expired resourceVersion).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct WatchError {
+    /// The resource: `pods`, `resourcequotas`, …
+    pub kind: &'static str,
+    pub code: Option<u16>,
+    pub message: String,
+}
+
+impl WatchError {
+    fn of(kind: &'static str, e: &watcher::Error) -> Self {
+        let code = match e {
+            watcher::Error::InitialListFailed(kube::Error::Api(s))
+            | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+            | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.code),
+            watcher::Error::WatchError(s) => Some(s.code),
+            _ => None,
+        };
+        Self {
+            kind,
+            code: code.filter(|c| *c != 0),
+            message: e.to_string(),
+        }
+    }
+
+    fn is_forbidden(&self) -> bool {
+        self.code == Some(403)
+    }
+
+    /// The member's API does not serve the kind.
+    fn is_not_served(&self) -> bool {
+        self.code == Some(404)
+    }
+
+    /// 410 Gone: the resourceVersion is too old, and the watch relists.
+    fn is_expired(&self) -> bool {
+        self.code == Some(410)
+    }
+}
 
 /// Runs one member until the task is aborted (the member left the hub or changed source).
 pub async fn run(
@@ -205,18 +247,19 @@ impl Watching<'_> {
                     failures.remove(event.resource());
                     self.state.apply(event);
                 }
-                Err(("pods", e)) if is_forbidden(&e) => {
+                Err(e) if e.kind == "pods" && e.is_forbidden() => {
                     // Capacity becomes unknown; the member is not degraded for it.
                     debug!(error = %e, "pods cannot be listed");
-                    self.state.pods_refused(e);
+                    self.state.pods_refused(e.message);
                 }
-                Err(("resourcequotas", e)) if is_forbidden(&e) || is_not_served(&e) => {
+                Err(e) if e.kind == "resourcequotas" && (e.is_forbidden() || e.is_not_served()) => {
                     // Quota use only refines a score; the member is not degraded for it.
                     debug!(error = %e, "resourcequotas cannot be listed");
-                    self.state.quotas_refused(e);
+                    self.state.quotas_refused(e.message);
                 }
-                Err((kind, e)) => {
-                    if is_expired(&e) {
+                Err(e) => {
+                    let kind = e.kind;
+                    if e.is_expired() {
                         info!(
                             kind,
                             "watch {kind}: resourceVersion expired (410 Gone); relisting"
@@ -282,18 +325,6 @@ fn failed_checks(body: &str) -> String {
         true => body.chars().take(200).collect(),
         false => failed.join("; "),
     }
-}
-
-fn is_forbidden(error: &str) -> bool {
-    error.contains("403") || error.contains("Forbidden") || error.contains("forbidden")
-}
-
-fn is_not_served(error: &str) -> bool {
-    error.contains("404") || error.contains("NotFound") || error.contains("not found")
-}
-
-fn is_expired(error: &str) -> bool {
-    error.contains("410") || error.contains("Expired") || error.contains("too old resource version")
 }
 
 /// Builds the client, retrying with backoff (and reporting why) until it works.
@@ -520,6 +551,6 @@ where
 {
     watcher::watcher(api, config)
         .default_backoff()
-        .map(move |r| r.map(wrap).map_err(|e| (kind, e.to_string())))
+        .map(move |r| r.map(wrap).map_err(|e| WatchError::of(kind, &e)))
         .boxed()
 }

@@ -33,10 +33,12 @@ pub mod propagate;
 pub mod reconcile;
 mod secrets;
 pub mod shard;
+mod start;
 pub mod state;
 pub mod status;
 pub mod templates;
 pub mod tenants;
+pub mod tunnel;
 pub mod writeback;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,7 +51,10 @@ use kube::Client;
 use leader::Leadership;
 use meridian_core::{ClusterId, ObjectKey};
 use meridian_federation::render;
+
 use parking_lot::Mutex;
+pub use propagate::PropagationView;
+pub use start::{HubSettings, StartError, StartedHub, Writers, start_hub, start_writers};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

@@ -24,7 +24,7 @@ use kube::{Api, Client};
 use meridian_core::{ObjectRef, Origin, Problem};
 
 use super::templates::{TemplateObject, template_object};
-use crate::directory::Hub;
+use crate::hub::Hub;
 
 /// How often every named Secret is read again.
 pub(crate) const REFRESH: Duration = Duration::from_secs(30);

@@ -601,33 +601,12 @@ fn pod_requests(p: &Pod) -> crate::capacity::PodUse {
     })
 }
 
-/// Parses a Kubernetes quantity ("4", "250m", "16Gi", "1.5G", "1e3") into milli-units.
+/// Parses a Kubernetes quantity ("4", "250m", "16Gi", "1.5G", "1e3") into milli-units,
+/// exactly (`meridian_federation::quantity`), rounding a fraction of a milli-unit up as the
+/// API server does; None for what is no quantity, or past `u64` milli-units.
 pub fn parse_milli(q: &str) -> Option<i128> {
-    let q = q.trim();
-    let split = q
-        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
-        .unwrap_or(q.len());
-    let (number, suffix) = q.split_at(split);
-    let factor: f64 = match suffix {
-        "" => 1.0,
-        "m" => 0.001,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        _ => return None,
-    };
-    let value: f64 = number.parse().ok()?;
-    let milli = (value * factor * 1000.0).round();
-    milli.is_finite().then_some(milli as i128)
+    let quantity = meridian_federation::quantity::Quantity::parse(q.trim()).ok()?;
+    quantity.ceil_scaled(1000).map(i128::from)
 }
 
 /// Formats milli-units as a quantity: whole units when exact, else with the `m` suffix.

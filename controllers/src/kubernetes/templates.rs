@@ -30,7 +30,7 @@ use tracing::{info, warn};
 
 use super::state::{Applied, Table};
 use super::{AbortOnDrop, MANAGED_BY_SELECTOR_EXCLUDED};
-use crate::directory::{Hub, ReadFrom};
+use crate::hub::{Hub, ReadFrom};
 
 /// How often kinds that could not be resolved are looked up again (a CRD may be installed
 /// later, discovery may have failed for a moment).
@@ -406,7 +406,7 @@ pub(crate) fn add_templates(hub: &mut Hub, templates: Vec<(ObjectRef, Arc<serde_
 pub(crate) fn add_each(hub: &mut Hub, templates: Vec<(ObjectRef, Arc<serde_json::Value>)>) {
     for (object, value) in templates {
         let value = Arc::try_unwrap(value).unwrap_or_else(|v| (*v).clone());
-        crate::directory::add_template(hub, &ReadFrom::Api, object, value);
+        crate::hub::add_template(hub, &ReadFrom::Api, object, value);
     }
 }
 
@@ -497,7 +497,7 @@ mod tests {
         assert!(t.value["metadata"].get("managedFields").is_none());
         assert_eq!(t.object.namespace.as_deref(), Some("shop"));
         let mut hub = Hub::default();
-        crate::directory::add_template(&mut hub, &ReadFrom::Api, t.object, (*t.value).clone());
+        crate::hub::add_template(&mut hub, &ReadFrom::Api, t.object, (*t.value).clone());
         assert_eq!(hub.templates.len(), 1, "{:?}", hub.errors);
         assert_eq!(&*hub.templates[0].key.name, "web");
     }

@@ -29,8 +29,10 @@ use hyper::body::Frame;
 use meridian_core::ClusterId;
 use tokio::sync::mpsc;
 
-use super::AgentRoutes;
-use crate::kubernetes::leader::Leadership;
+use super::leader::Leadership;
+
+mod routes;
+pub use routes::{AgentRoutes, AgentStream, Connection, Inbound, NotAnAgentMember};
 
 /// Bytes of one answer waiting for its caller; a caller that falls this far behind (a watch
 /// nobody reads) loses its request rather than hold the whole stream up or grow without end.

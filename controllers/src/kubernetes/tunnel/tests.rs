@@ -5,8 +5,9 @@ use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::watch;
 
+use super::routes::Registration;
 use super::*;
-use crate::agents::{AgentStream, Connection, Registration};
+use super::{AgentStream, Connection};
 
 const BEAT: Duration = Duration::from_secs(5);
 
