@@ -25,6 +25,7 @@ pub mod convert;
 pub mod crd;
 pub mod directory;
 pub mod geo;
+pub mod https;
 pub mod hub;
 pub mod kubernetes;
 pub mod manifest;

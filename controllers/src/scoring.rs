@@ -26,9 +26,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use meridian_core::placement::{
     ClusterInput, Judgement, Program, Programs, Template, Verdict, Webhook,
 };
@@ -42,6 +39,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::SourceEvent;
+use crate::https::{HttpsClient, client_for};
 
 /// Calls to one webhook (URL) at once, of [`Settings::concurrency`] in all.
 const PER_WEBHOOK: usize = 2;
@@ -386,10 +384,6 @@ fn score_of(v: &Value) -> Option<u32> {
     (f.is_finite() && (0.0..=100.0).contains(&f)).then(|| f.round() as u32)
 }
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
-/// The HTTPS client of webhook calls (and of the gateway's JWKS fetches).
-pub type HttpsClient = Client<Https, Full<Bytes>>;
-
 /// Makes the queued calls, at most `concurrency` at once.
 async fn caller(
     webhooks: Webhooks,
@@ -410,7 +404,9 @@ async fn caller(
         let slots = Arc::clone(&slots);
         let client = clients
             .entry(call.webhook.ca_bundle.clone())
-            .or_insert_with(|| client_for(call.webhook.ca_bundle.as_deref()))
+            .or_insert_with(|| {
+                client_for(call.webhook.ca_bundle.as_deref()).map_err(|e| e.to_string())
+            })
             .clone();
         let webhooks = webhooks.clone();
         let events = events.clone();
@@ -442,43 +438,6 @@ async fn caller(
             drop(slot);
         });
     }
-}
-
-/// An HTTPS (and loopback HTTP) client trusting `ca_bundle`, else the system roots.
-pub fn client_for(ca_bundle: Option<&str>) -> Result<HttpsClient, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    match ca_bundle {
-        Some(pem) => {
-            let certs = rustls_pemfile::certs(&mut pem.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("caBundle is not PEM: {e}"))?;
-            if certs.is_empty() {
-                return Err("caBundle holds no certificate".into());
-            }
-            for cert in certs {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("caBundle certificate rejected: {e}"))?;
-            }
-        }
-        None => {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .build();
-    Ok(Client::builder(TokioExecutor::new()).build(https))
 }
 
 /// One call, bounded by the webhook's timeout: the judgement and the metric's result.

@@ -49,48 +49,22 @@ pub struct DnsMetrics {
     transfers_refused: Counter,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TierLabels {
-    first_tier: &'static str,
-}
-
 /// Scheduling decisions made while answering (cache misses: hits repeat a decision).
-#[derive(Debug, Default)]
-pub struct DecisionMetrics {
-    by_tier: Family<TierLabels, Counter>,
-    spills: Counter,
-    failing_back: Counter,
-}
+#[derive(Debug, Clone)]
+pub struct DecisionMetrics(meridian_listen::metrics::DecisionMetrics);
 
 impl DecisionMetrics {
     pub fn new(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        registry.register(
-            "decisions",
-            "Scheduling decisions for answers, by the tier traffic goes to first",
-            m.by_tier.clone(),
-        );
-        registry.register(
-            "spills",
-            "Tiers merged into the next for lack of healthy endpoints, over those decisions",
-            m.spills.clone(),
-        );
-        registry.register(
-            "failing_back",
-            "Clusters held back in a FailingBack tier, over those decisions",
-            m.failing_back.clone(),
-        );
-        m
+        Self(meridian_listen::metrics::DecisionMetrics::new(
+            registry,
+            "for answers",
+        ))
     }
 
     pub fn record(&self, selection: &meridian_core::Selection) {
-        self.by_tier
-            .get_or_create(&TierLabels {
-                first_tier: selection.first_tier_label(),
-            })
-            .inc();
-        self.spills.inc_by(u64::from(selection.spills));
-        self.failing_back.inc_by(selection.failing_back() as u64);
+        self.0.decided(selection.first_tier_label(), 1);
+        self.0
+            .merged(u64::from(selection.spills), selection.failing_back() as u64);
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use meridian_controllers::scoring::{HttpsClient, client_for};
+use meridian_controllers::https::{HttpsClient, client_for};
 use parking_lot::RwLock;
 use tokio::sync::Notify;
 
@@ -89,9 +89,9 @@ impl Fetcher {
                         })
                     })
                     .transpose()?;
-                let client = client_for(pem.as_deref()).map_err(|reason| GatewayError::Fetch {
+                let client = client_for(pem.as_deref()).map_err(|e| GatewayError::Fetch {
                     url: url.clone(),
-                    reason,
+                    reason: e.to_string(),
                 })?;
                 Some(client)
             }

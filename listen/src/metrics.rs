@@ -1,5 +1,7 @@
 //! Listener metrics, registered under `meridian_listener_`. The `listener` label is one of
 //! meridian's own listener names (admin, xds, dns_tcp), never anything a client chooses.
+//! Also the decision counters both serving crates (DNS, xDS) register under their own
+//! prefixes ([`DecisionMetrics`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -68,5 +70,56 @@ impl ListenerMetrics {
 
     pub(crate) fn labels(listener: &'static str) -> ListenerLabels {
         ListenerLabels { listener }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierLabels {
+    pub first_tier: &'static str,
+}
+
+/// The scheduling decisions a serving path made (DNS answers, xDS assignments), registered
+/// by each under its own prefix with the same three series; `what` says what the decisions
+/// were made for, in the help text.
+#[derive(Debug, Clone, Default)]
+pub struct DecisionMetrics {
+    by_first_tier: Family<TierLabels, Counter>,
+    spills: Counter,
+    failing_back: Counter,
+}
+
+impl DecisionMetrics {
+    pub fn new(registry: &mut Registry, what: &str) -> Self {
+        let m = Self::default();
+        registry.register(
+            "decisions",
+            format!("Scheduling decisions {what}, by the tier traffic goes to first"),
+            m.by_first_tier.clone(),
+        );
+        registry.register(
+            "spills",
+            "Tiers merged into the next for lack of healthy endpoints, over those decisions",
+            m.spills.clone(),
+        );
+        registry.register(
+            "failing_back",
+            "Clusters held back in a FailingBack tier, over those decisions",
+            m.failing_back.clone(),
+        );
+        m
+    }
+
+    /// `decisions` decisions whose traffic goes first to `first_tier`.
+    pub fn decided(&self, first_tier: &'static str, decisions: u64) {
+        self.by_first_tier
+            .get_or_create(&TierLabels { first_tier })
+            .inc_by(decisions);
+    }
+
+    /// The tiers decisions merged into the next (`spills`) and the clusters they held back
+    /// (`failing_back`).
+    pub fn merged(&self, spills: u64, failing_back: u64) {
+        self.spills.inc_by(spills);
+        self.failing_back.inc_by(failing_back);
     }
 }

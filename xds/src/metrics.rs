@@ -1,5 +1,6 @@
 //! xDS metrics, registered under `meridian_xds_`.
 
+use meridian_listen::metrics::DecisionMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -33,16 +34,9 @@ pub struct UnsupportedLabels {
     pub type_url: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TierLabels {
-    pub first_tier: &'static str,
-}
-
 #[derive(Debug)]
 pub struct XdsMetrics {
-    pub decisions: Family<TierLabels, Counter>,
-    pub spills: Counter,
-    pub failing_back: Counter,
+    pub decisions: DecisionMetrics,
     pub streams: Family<StreamLabels, Gauge>,
     pub subscriptions: Family<TypeLabels, Gauge>,
     pub pushes: Family<TypeLabels, Counter>,
@@ -61,9 +55,7 @@ pub struct XdsMetrics {
 impl XdsMetrics {
     pub fn new(registry: &mut Registry) -> Self {
         let m = Self {
-            decisions: Family::default(),
-            spills: Counter::default(),
-            failing_back: Counter::default(),
+            decisions: DecisionMetrics::new(registry, "made building assignments"),
             streams: Family::default(),
             subscriptions: Family::default(),
             pushes: Family::default(),
@@ -83,21 +75,6 @@ impl XdsMetrics {
             admission_waits: Counter::default(),
             admission_waiting: Gauge::default(),
         };
-        registry.register(
-            "decisions",
-            "Scheduling decisions made building assignments, by the tier traffic goes to first",
-            m.decisions.clone(),
-        );
-        registry.register(
-            "spills",
-            "Tiers merged into the next for lack of healthy endpoints, over those decisions",
-            m.spills.clone(),
-        );
-        registry.register(
-            "failing_back",
-            "Clusters held back in a FailingBack tier, over those decisions",
-            m.failing_back.clone(),
-        );
         registry.register(
             "streams",
             "Connected ADS streams by protocol (sotw, delta) and cluster",

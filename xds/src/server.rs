@@ -390,13 +390,11 @@ impl Xds {
 
     fn record_decisions(&self, stats: &resources::DecisionStats) {
         for (first_tier, n) in &stats.by_first_tier {
-            self.metrics
-                .decisions
-                .get_or_create(&crate::metrics::TierLabels { first_tier })
-                .inc_by(*n);
+            self.metrics.decisions.decided(first_tier, *n);
         }
-        self.metrics.spills.inc_by(stats.spills);
-        self.metrics.failing_back.inc_by(stats.failing_back);
+        self.metrics
+            .decisions
+            .merged(stats.spills, stats.failing_back);
     }
 
     /// Counts a step's events; returns the types newly subscribed to.

@@ -283,3 +283,6 @@ fn read(
     }
     hub
 }
+
+#[cfg(test)]
+mod tests;

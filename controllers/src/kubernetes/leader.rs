@@ -285,3 +285,6 @@ async fn try_acquire_or_renew(
         Err(e) => Err(e),
     }
 }
+
+#[cfg(test)]
+mod tests;

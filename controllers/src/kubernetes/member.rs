@@ -554,3 +554,6 @@ where
         .map(move |r| r.map(wrap).map_err(|e| WatchError::of(kind, &e)))
         .boxed()
 }
+
+#[cfg(test)]
+mod tests;

@@ -86,10 +86,18 @@ impl ApiServer {
                 // Recorded before the reply goes out: a test reading the log after its call
                 // returned sees every request the call made.
                 log.lock().push(request);
+                // A string is sent as text (what /readyz answers), anything else as JSON.
+                let (content_type, body) = match reply {
+                    Value::String(text) => ("text/plain", text.into_bytes()),
+                    json => (
+                        "application/json",
+                        serde_json::to_vec(&json).unwrap_or_default(),
+                    ),
+                };
                 let response = Response::builder()
                     .status(code)
-                    .header(http::header::CONTENT_TYPE, "application/json")
-                    .body(Body::from(serde_json::to_vec(&reply).unwrap_or_default()))
+                    .header(http::header::CONTENT_TYPE, content_type)
+                    .body(Body::from(body))
                     .unwrap_or_else(|_| Response::new(Body::from(Vec::new())));
                 send.send_response(response);
             }

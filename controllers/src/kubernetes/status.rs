@@ -162,3 +162,6 @@ fn same_but_heartbeat(a: &MemberClusterStatus, b: &MemberClusterStatus) -> bool 
     };
     strip(a) == strip(b)
 }
+
+#[cfg(test)]
+mod tests;
