@@ -15,6 +15,7 @@ use meridian_controllers::kubernetes::shard::ShardView;
 use meridian_core::Snapshot;
 use meridian_core::placement::room::{self, Room};
 use meridian_core::registry::NEVER_SYNCED;
+use meridian_core::whatif::Base;
 use meridian_dns::Dns;
 use meridian_dns::explain::explain;
 use meridian_xds::{Group, Role, Xds};
@@ -33,6 +34,8 @@ use crate::whatif::ScenarioRequest;
 #[derive(Clone)]
 pub struct AdminState {
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    /// The published snapshot with what decided it: what a what-if starts from.
+    pub whatif: watch::Receiver<Arc<Base>>,
     pub dns: Arc<Dns>,
     pub xds: Arc<Xds>,
     pub fleet: Fleet,
@@ -122,6 +125,10 @@ pub fn agent_router(registry: Arc<Registry>, side: meridian_agent::metrics::Agen
 impl AdminState {
     fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshots.borrow().clone()
+    }
+
+    fn whatif_base(&self) -> Arc<Base> {
+        self.whatif.borrow().clone()
     }
 }
 
@@ -510,6 +517,7 @@ async fn debug_explain_post(
 
 async fn explain_response(s: AdminState, q: ExplainRequest) -> Response {
     let snap = s.snapshot();
+    let base = s.whatif_base();
     let propagation = s.propagation.get();
     // A what-if decides the whole fleet again: off the runtime.
     let explained = tokio::task::spawn_blocking(move || {
@@ -517,7 +525,7 @@ async fn explain_response(s: AdminState, q: ExplainRequest) -> Response {
             None
         } else {
             Some(
-                crate::whatif::imagine(&snap, &q.scenario)
+                crate::whatif::imagine(&base, &q.scenario)
                     .map_err(|e| anyhow::anyhow!(e.join("; ")))?,
             )
         };
@@ -626,9 +634,9 @@ async fn simulate_response(s: AdminState, request: ScenarioRequest) -> Response 
     let Ok(_running) = SIMULATIONS.try_acquire() else {
         return simulations_busy();
     };
-    let snap = s.snapshot();
+    let base = s.whatif_base();
     let simulated = tokio::task::spawn_blocking(move || {
-        crate::whatif::simulate(s.dns.answerer(), &snap, &request)
+        crate::whatif::simulate(s.dns.answerer(), &base, &request)
     })
     .await
     .unwrap_or_else(|e| Err(vec![format!("simulating failed: {e}")]));

@@ -78,6 +78,10 @@ impl App {
                 )
             };
         let (publish, snapshots) = watch::channel(Arc::new(Snapshot::empty()));
+        let (publish_whatif, whatif) = watch::channel(Arc::new(meridian_core::whatif::Base {
+            snapshot: snapshots.borrow().clone(),
+            decider: Default::default(),
+        }));
         let (events_tx, events_rx) = mpsc::channel(1024);
         let mut fleet = Fleet::new(Instant::now(), cfg.sync_deadline);
         let (runners, webhook_calls) = Runners::serving(
@@ -89,7 +93,13 @@ impl App {
             fleet.require_confirmation();
         }
         let heartbeats = Heartbeats::default();
-        let store = Store::new(fleet, publish, heartbeats.clone(), &mut metrics);
+        let store = Store::new(
+            fleet,
+            publish,
+            publish_whatif,
+            heartbeats.clone(),
+            &mut metrics,
+        );
         let unreachable_here = store.unreachable_here();
         let mut tasks = vec![
             tokio::spawn(store.run(events_rx)),
@@ -194,6 +204,7 @@ impl App {
         });
         let router = admin::router(AdminState {
             snapshots: snapshots.clone(),
+            whatif,
             dns: dns.clone(),
             xds: xds.clone(),
             fleet: sources.fleet.clone(),

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meridian_controllers::SourceEvent;
 use meridian_core::fleet::{Fleet, Outcome};
+use meridian_core::whatif::Base;
 use meridian_core::{ClusterId, Health, Snapshot, Transition};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -79,6 +80,8 @@ pub struct Store {
     fleet: Fleet,
     /// Where DNS, xDS, the writers and the admin server take the latest snapshot from.
     publish: watch::Sender<Arc<Snapshot>>,
+    /// The same snapshot with what decided its placements, for what-ifs.
+    whatif: watch::Sender<Arc<Base>>,
     /// Counted here, not in the fleet: core knows nothing of Prometheus.
     metrics: StoreMetrics,
     heartbeats: Heartbeats,
@@ -111,6 +114,7 @@ impl Store {
     pub fn new(
         fleet: Fleet,
         publish: watch::Sender<Arc<Snapshot>>,
+        whatif: watch::Sender<Arc<Base>>,
         heartbeats: Heartbeats,
         metrics: &mut Metrics,
     ) -> Self {
@@ -153,6 +157,7 @@ impl Store {
         Self {
             fleet,
             publish,
+            whatif,
             metrics: m,
             heartbeats,
             unreachable_here: watch::channel(Arc::default()).0,
@@ -347,6 +352,11 @@ impl Store {
             "snapshot built"
         );
         self.metrics.snapshots.inc();
-        self.publish.send_replace(Arc::new(published.snapshot));
+        let snapshot = Arc::new(published.snapshot);
+        self.publish.send_replace(snapshot.clone());
+        self.whatif.send_replace(Arc::new(Base {
+            snapshot,
+            decider: published.decider,
+        }));
     }
 }

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use meridian_core::whatif::Base;
 use meridian_core::whatif::{Assumption, ClientChange, Route, Scenario, Simulated, WorkloadChange};
 use meridian_core::{ClusterId, Snapshot};
 use meridian_dns::Answerer;
@@ -92,12 +93,13 @@ const DETAILED: usize = 200;
 /// The simulation as JSON, with `words`.
 pub fn simulate(
     answerer: &Answerer,
-    snap: &Snapshot,
+    base: &Base,
     request: &ScenarioRequest,
 ) -> Result<Value, Vec<String>> {
     let scenario = request.scenario()?;
     let started = Instant::now();
-    let simulated = meridian_core::whatif::simulate(snap, &scenario, started)
+    let snap = &*base.snapshot;
+    let simulated = meridian_core::whatif::simulate(snap, &base.decider, &scenario, started)
         .map_err(|e| vec![e.to_string()])?;
     let took = started.elapsed();
     let mut words = summary_words(&simulated);
@@ -294,13 +296,13 @@ fn workload_words(w: &WorkloadChange) -> String {
 
 /// The imagined fleet of `request` for `explain --assume`, and the words that say so.
 pub fn imagine(
-    snap: &Snapshot,
+    base: &Base,
     request: &ScenarioRequest,
 ) -> Result<(meridian_core::whatif::Imagined, String), Vec<String>> {
     let scenario = request.scenario()?;
     let now = Instant::now();
-    let imagined =
-        meridian_core::whatif::imagine(snap, &scenario, now).map_err(|e| vec![e.to_string()])?;
+    let imagined = meridian_core::whatif::imagine(&base.snapshot, &base.decider, &scenario, now)
+        .map_err(|e| vec![e.to_string()])?;
     let assumed: Vec<String> = scenario
         .assumptions
         .iter()

@@ -25,7 +25,8 @@ use crate::geo::GeoTable;
 use crate::index::{Dirty, Index, Kind, Object};
 use crate::model::{ClusterId, ClusterObjects, ClusterSpec, ObjectKey};
 use crate::placement::{
-    self, Capacity, ClusterInput, Inputs, OverridePolicy, Placements, Placer, Runner, Template,
+    self, Capacity, ClusterInput, Decider, Inputs, OverridePolicy, Placements, Placer, Runner,
+    Template,
 };
 use crate::policy::{Policies, Policy};
 use crate::problem::Problem;
@@ -137,6 +138,8 @@ pub struct Published {
     /// How long placement took, when something it reads changed and it decided again; None
     /// when the previous snapshot's decisions were kept.
     pub placement: Option<Duration>,
+    /// What decided `snapshot.placements`: what a what-if on this snapshot decides again with.
+    pub decider: Decider,
 }
 
 /// A snapshot and what its build re-merged (before placement and stamping).
@@ -563,6 +566,10 @@ impl Fleet {
             full,
             build,
             placement,
+            decider: Decider {
+                placer: self.federation.remembered.clone(),
+                programs: self.federation.programs.clone(),
+            },
         }
     }
 
@@ -653,8 +660,6 @@ impl Fleet {
         snapshot.templates = self.federation.templates.clone();
         snapshot.overrides = self.federation.overrides.clone();
         snapshot.capacities = self.federation.capacities.clone();
-        snapshot.placer = self.federation.remembered.clone();
-        snapshot.programs = self.federation.programs.clone();
         snapshot
             .problems
             .extend(unschedulable(&snapshot.placements));

@@ -59,6 +59,16 @@ pub use score::{
 };
 pub use spec::*;
 
+/// What decides placement besides its inputs: what earlier rounds remembered (failover
+/// clocks, previous splits) and the programs it asks. The fleet keeps its own; a what-if
+/// decides again from a copy of it, given beside the snapshot it imagines from (a snapshot
+/// carries decisions, not the decider).
+#[derive(Clone, Debug, Default)]
+pub struct Decider {
+    pub placer: Arc<Placer>,
+    pub programs: Runner,
+}
+
 /// One cluster's state, as placement sees it: the traffic decision's cluster view (health,
 /// taints, failover clocks) and the cluster's capacity, when known.
 #[derive(Clone, Copy, Debug)]

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::geo::{ClientPlace, GeoTable};
 use crate::index::{Dirty, Index, IndexSizes, NamedSlice};
 use crate::model::{ClusterId, ObjectKey, Port, Slice};
-use crate::placement::{Capacity, OverridePolicy, Placements, Placer, Runner, Template};
+use crate::placement::{Capacity, OverridePolicy, Placements, Template};
 use crate::policy::{Policies, TrafficPolicy};
 use crate::prefix::PrefixTable;
 use crate::problem::{ObjectRef, Origin, Problem};
@@ -95,13 +95,6 @@ pub struct Snapshot {
     /// Every member's capacity as placement last read it.
     #[serde(skip)]
     pub capacities: Arc<BTreeMap<ClusterId, Capacity>>,
-    /// What placement remembered after deciding `placements` (failover clocks, previous
-    /// splits): a what-if continues from it without touching the fleet's own.
-    #[serde(skip)]
-    pub placer: Arc<Placer>,
-    /// The scripts and scoring webhooks placement asked (a what-if asks them too).
-    #[serde(skip)]
-    pub programs: Runner,
     /// Problems found while merging, by service, so a rebuild replaces only its services'.
     #[serde(skip)]
     export_problems: BTreeMap<ObjectKey, Vec<Problem>>,

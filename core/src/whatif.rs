@@ -1,6 +1,7 @@
 //! What-if: the decisions of a fleet that does not exist yet. Traffic and placement are pure
-//! functions of a [`Snapshot`] (which carries the policies, capacities and placement memory
-//! it was decided with), so a scenario — a member unreachable, tainted or gone, a policy
+//! functions of a [`Snapshot`] (which carries the policies and capacities it was decided
+//! with) and, for placement, of the [`Decider`] that decided it (its memory and programs,
+//! given beside the snapshot), so a scenario — a member unreachable, tainted or gone, a policy
 //! edited — is a snapshot derived from the published one, decided again by the same code.
 //! Nothing here writes or publishes anything.
 //!
@@ -34,7 +35,7 @@ use thiserror::Error;
 
 use crate::fleet::placed_workloads;
 use crate::model::{ClusterId, ObjectKey, Taint, TaintEffect};
-use crate::placement::{ClusterInput, Inputs, Outcome, TemplateKey};
+use crate::placement::{ClusterInput, Decider, Inputs, Outcome, TemplateKey};
 use crate::policy::{Policies, Policy};
 use crate::registry::Health;
 use crate::select::{FilterReason, Selection, select};
@@ -153,6 +154,13 @@ pub struct Scenario {
     pub after: Option<Duration>,
 }
 
+/// A published snapshot and what decided it: what a what-if starts from.
+#[derive(Clone, Debug, Default)]
+pub struct Base {
+    pub snapshot: Arc<Snapshot>,
+    pub decider: Decider,
+}
+
 /// A fleet as it would be, and the instant its decisions are asked at.
 #[derive(Debug)]
 pub struct Imagined {
@@ -160,9 +168,11 @@ pub struct Imagined {
     pub at: Instant,
 }
 
-/// The fleet under `scenario`, decided at the scenario's instant.
+/// The fleet under `scenario`, decided at the scenario's instant, by a copy of `decider`
+/// (what decided `base`).
 pub fn imagine(
     base: &Snapshot,
+    decider: &Decider,
     scenario: &Scenario,
     now: Instant,
 ) -> Result<Imagined, WhatIfError> {
@@ -172,7 +182,14 @@ pub fn imagine(
         + scenario
             .after
             .unwrap_or_else(|| settle_after(base, &policies));
-    let snapshot = derive(base, &scenario.assumptions, Arc::new(policies), now, at);
+    let snapshot = derive(
+        base,
+        decider,
+        &scenario.assumptions,
+        Arc::new(policies),
+        now,
+        at,
+    );
     Ok(Imagined { snapshot, at })
 }
 
@@ -246,6 +263,7 @@ fn edited_policies(base: &Policies, assumptions: &[Assumption]) -> Policies {
 /// The snapshot of the fleet under `assumptions` (none: the baseline), placed at `at`.
 fn derive(
     base: &Snapshot,
+    decider: &Decider,
     assumptions: &[Assumption],
     policies: Arc<Policies>,
     now: Instant,
@@ -314,7 +332,7 @@ fn derive(
             )
             .any(|(imagined, was)| !same_state(imagined, was));
     snapshot.policies = policies;
-    place(base, &mut snapshot, changed_now, now, at);
+    place(base, decider, &mut snapshot, changed_now, now, at);
     snapshot
 }
 
@@ -403,9 +421,15 @@ fn derive_service(
 /// rounds the fleet itself would run: one when the assumptions start, if they change anything
 /// placement reads (`changed_now`), then one whenever a decision changes with time alone (a
 /// window ends, a member is withdrawn), up to `at`. Without any, the base's decisions stand.
-fn place(base: &Snapshot, snapshot: &mut Snapshot, changed_now: bool, now: Instant, at: Instant) {
+fn place(
+    base: &Snapshot,
+    decider: &Decider,
+    snapshot: &mut Snapshot,
+    changed_now: bool,
+    now: Instant,
+    at: Instant,
+) {
     snapshot.placements = Arc::clone(&base.placements);
-    snapshot.placer = Arc::clone(&base.placer);
     if !base.templates.is_empty() {
         let withdrawals: Vec<Instant> = snapshot
             .clusters
@@ -430,11 +454,11 @@ fn place(base: &Snapshot, snapshot: &mut Snapshot, changed_now: bool, now: Insta
             policies: snapshot.policies.as_slice(),
             overrides: &snapshot.overrides,
             clusters: &clusters,
-            programs: &*snapshot.programs.0,
+            programs: &*decider.programs.0,
         };
         let round = |t: Instant, placer: &mut Option<crate::placement::Placer>| {
             placer
-                .get_or_insert_with(|| (*base.placer).clone())
+                .get_or_insert_with(|| (*decider.placer).clone())
                 .place(inputs, t)
         };
         if changed_now {
@@ -453,9 +477,8 @@ fn place(base: &Snapshot, snapshot: &mut Snapshot, changed_now: bool, now: Insta
             decided = Some(round(next, &mut placer));
             t = next;
         }
-        if let (Some(decided), Some(placer)) = (decided, placer) {
+        if let Some(decided) = decided {
             snapshot.placements = Arc::new(decided);
-            snapshot.placer = Arc::new(placer);
         }
     }
     snapshot.workloads = Arc::new(placed_workloads(snapshot));
@@ -620,12 +643,13 @@ pub struct Simulated {
 /// The baseline and the scenario at one instant, and what differs between them.
 pub fn simulate(
     base: &Snapshot,
+    decider: &Decider,
     scenario: &Scenario,
     now: Instant,
 ) -> Result<Simulated, WhatIfError> {
-    let imagined = imagine(base, scenario, now)?;
+    let imagined = imagine(base, decider, scenario, now)?;
     let at = imagined.at;
-    let baseline = derive(base, &[], Arc::clone(&base.policies), now, at);
+    let baseline = derive(base, decider, &[], Arc::clone(&base.policies), now, at);
     let touched: BTreeSet<&ClusterId> = scenario
         .assumptions
         .iter()

@@ -84,7 +84,7 @@ fn malformed_assumptions_say_what_is_expected() {
 fn an_unknown_cluster_is_refused_naming_the_members() {
     let base = Demo::quickstart().publish();
     let scenario = scenario(&["mars-1=Unreachable"]);
-    let err = simulate(&base, &scenario, t(0)).expect_err("unknown cluster");
+    let err = simulate(&base, &Decider::default(), &scenario, t(0)).expect_err("unknown cluster");
     assert_eq!(
         err.to_string(),
         "no member cluster \"mars-1\" (members: eu-1, eu-2, us-1)"
@@ -98,6 +98,8 @@ fn an_unknown_cluster_is_refused_naming_the_members() {
 struct Driven {
     fleet: Fleet,
     prev: Snapshot,
+    /// What decided `prev`.
+    decider: Decider,
 }
 
 impl Driven {
@@ -105,12 +107,15 @@ impl Driven {
         Self {
             fleet: Fleet::new(t0, Duration::from_secs(30)),
             prev: Snapshot::empty(),
+            decider: Decider::default(),
         }
     }
 
     /// Builds and places the next snapshot at `now`, as the store does.
     fn publish_at(&mut self, now: Instant) {
-        self.prev = self.fleet.publish(&self.prev, now).snapshot;
+        let published = self.fleet.publish(&self.prev, now);
+        self.prev = published.snapshot;
+        self.decider = published.decider;
     }
 
     fn apply(&mut self, event: Event, now: Instant) {
@@ -312,7 +317,13 @@ fn an_outage_moves_its_clients_to_the_next_cluster_of_their_region() {
         simulation: sim,
         imagined,
         ..
-    } = simulate(&base, &scenario(&["eu-1=Unreachable"]), t(0)).expect("simulate");
+    } = simulate(
+        &base,
+        &Decider::default(),
+        &scenario(&["eu-1=Unreachable"]),
+        t(0),
+    )
+    .expect("simulate");
     assert_eq!(
         sim.after_seconds, 121,
         "withdraw after 60 s, doubled, plus a second"
@@ -370,7 +381,7 @@ fn before_the_withdraw_time_an_unreachable_member_still_serves() {
         simulation: sim,
         imagined,
         ..
-    } = simulate(&base, &early, t(0)).expect("simulate");
+    } = simulate(&base, &Decider::default(), &early, t(0)).expect("simulate");
     assert_eq!(sim.after_seconds, 30);
     assert!(!imagined.clusters[0].withdrawn);
     assert!(
@@ -389,6 +400,7 @@ fn removing_a_member_renumbers_the_fleet_and_drops_what_only_it_served() {
         ..
     } = simulate(
         &base,
+        &Decider::default(),
         &scenario(&[]).with(Assumption::Remove(id("us-1"))),
         t(0),
     )
@@ -440,6 +452,7 @@ fn a_policy_edit_changes_the_services_it_would_govern() {
         simulation: sim, ..
     } = simulate(
         &base,
+        &Decider::default(),
         &scenario(&[]).with(Assumption::Policy(weighted)),
         t(0),
     )
@@ -497,7 +510,13 @@ fn a_workload_fails_over_and_its_replicas_are_counted() {
         simulation: sim,
         imagined,
         ..
-    } = simulate(&base, &scenario(&["eu-2=Unreachable"]), t(0)).expect("simulate");
+    } = simulate(
+        &base,
+        &Decider::default(),
+        &scenario(&["eu-2=Unreachable"]),
+        t(0),
+    )
+    .expect("simulate");
     let web = &sim.workloads[0];
     assert_eq!(web.evicted, [(id("eu-2"), 3)]);
     assert_eq!(web.started, [(id("eu-1"), 3)]);
@@ -541,7 +560,13 @@ fn windows_already_open_close_in_the_baseline_too() {
     let base = demo.publish();
     let Simulated {
         simulation: sim, ..
-    } = simulate(&base, &scenario(&["us-1:taint=x:PreferNoSchedule"]), t(1)).expect("simulate");
+    } = simulate(
+        &base,
+        &Decider::default(),
+        &scenario(&["us-1:taint=x:PreferNoSchedule"]),
+        t(1),
+    )
+    .expect("simulate");
     assert!(
         sim.services.iter().all(|s| s
             .clients
@@ -893,7 +918,7 @@ proptest! {
             after: shape.after.map(|s| secs(u64::from(s))),
         };
         let mut real = world(&shape, t0);
-        let Simulated { imagined, at, .. } = simulate(&real.prev, &scenario, now).expect("simulate");
+        let Simulated { imagined, at, .. } = simulate(&real.prev, &real.decider, &scenario, now).expect("simulate");
         make_true(&mut real, &shape, &assumed, now);
         real.run_until(at);
 
