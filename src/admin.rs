@@ -8,7 +8,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use meridian_controllers::kubernetes::Fleet;
+use meridian_controllers::kubernetes::Facts;
 use meridian_controllers::kubernetes::leader::Leadership;
 use meridian_controllers::kubernetes::propagate::PropagationView;
 use meridian_controllers::kubernetes::shard::ShardView;
@@ -31,6 +31,8 @@ use tokio::sync::watch;
 use crate::store::Heartbeats;
 use crate::whatif::ScenarioRequest;
 
+pub mod ui;
+
 #[derive(Clone)]
 pub struct AdminState {
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
@@ -38,7 +40,7 @@ pub struct AdminState {
     pub whatif: watch::Receiver<Arc<Base>>,
     pub dns: Arc<Dns>,
     pub xds: Arc<Xds>,
-    pub fleet: Fleet,
+    pub fleet: Facts,
     pub leadership: Leadership,
     pub metrics: Arc<Registry>,
     /// Whether each listener is accepting, for `/readyz`.
@@ -56,7 +58,7 @@ pub struct AdminState {
     /// The agent CA and tokens (None: no agent listener), for the joins waiting for approval.
     pub agent_store: Option<meridian_agent::HubStore>,
     /// The status page's streams: their bound and the views they share.
-    pub ui: crate::ui::UiStreams,
+    pub ui: ui::UiStreams,
 }
 
 /// A listener failing to accept for this long makes meridian unready: long enough to ride
@@ -157,7 +159,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/debug/gateway", get(debug_gateway))
         .route("/debug/xds", get(debug_xds))
         .route("/debug/xds/dump", get(debug_xds_dump))
-        .merge(crate::ui::routes())
+        .merge(ui::routes())
         .with_state(state)
 }
 

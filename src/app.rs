@@ -46,7 +46,7 @@ pub struct App {
 /// A TCP DNS connection quiet this long (no query, no answer being written) may be closed
 /// for a new client when the listener is full: RFC 7766 §6.2.3 lets a server close idle
 /// connections under pressure, and answered connections held open by one source locked every
-/// other TCP client out (issue 43).
+/// other TCP client out.
 const QUIET_EVICTABLE: Duration = Duration::from_secs(1);
 
 impl App {

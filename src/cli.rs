@@ -14,6 +14,10 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
+/// Where the admin server listens unless told otherwise, and where the client subcommands
+/// look for it.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:9180";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "meridian",
@@ -496,7 +500,7 @@ pub struct AgentRunArgs {
 #[derive(Debug, Args)]
 pub struct ClientArgs {
     /// The admin address of a running meridian.
-    #[arg(long, env = "MERIDIAN_ADMIN_LISTEN", default_value = crate::config::DEFAULT_ADMIN)]
+    #[arg(long, env = "MERIDIAN_ADMIN_LISTEN", default_value = DEFAULT_ADMIN)]
     pub admin: SocketAddr,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -620,7 +624,7 @@ pub struct GatewayKubeconfigArgs {
     #[arg(long)]
     pub token_file: Option<PathBuf>,
     /// The admin address of a running meridian (where the member clusters are read).
-    #[arg(long, env = "MERIDIAN_ADMIN_LISTEN", default_value = crate::config::DEFAULT_ADMIN)]
+    #[arg(long, env = "MERIDIAN_ADMIN_LISTEN", default_value = DEFAULT_ADMIN)]
     pub admin: SocketAddr,
 }
 

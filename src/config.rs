@@ -101,7 +101,7 @@ pub struct LeaderSection {
     pub retry_period_seconds: Option<u64>,
     pub identity: Option<String>,
     /// Members are written by the replica holding them (a Lease per replica), not all by the
-    /// leader (DESIGN §13); a Kubernetes hub only.
+    /// leader; a Kubernetes hub only.
     pub shards: Option<bool>,
 }
 
@@ -150,7 +150,7 @@ pub struct LeaderConfig {
     pub renew_deadline: Duration,
     pub retry_period: Duration,
     pub identity: String,
-    /// Sharded writers and quorum health (DESIGN §13).
+    /// Sharded writers and quorum health.
     pub shards: bool,
 }
 
@@ -344,7 +344,6 @@ pub struct AgentConfig {
 
 pub const DEFAULT_DNS: &str = "127.0.0.1:1053";
 pub const DEFAULT_XDS: &str = "127.0.0.1:18000";
-pub const DEFAULT_ADMIN: &str = "127.0.0.1:9180";
 pub const DEFAULT_SYNC_DEADLINE_SECONDS: u64 = 30;
 /// An agent certificate lives a day by default; a minute is enough to see rotation in tests,
 /// a year is the longest a member should go without proving it still holds its key.
@@ -618,7 +617,7 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
         admin_listen: args
             .admin_listen
             .or(file.admin.listen)
-            .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("default")),
+            .unwrap_or_else(|| crate::cli::DEFAULT_ADMIN.parse().expect("default")),
         listeners,
         gateway,
         tracing: resolve_tracing(&file.tracing, args)?,

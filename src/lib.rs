@@ -28,6 +28,5 @@ pub mod explain;
 pub mod programs;
 pub mod store;
 pub mod telemetry;
-pub mod ui;
 pub mod whatif;
 pub mod xds_watch;

@@ -1,4 +1,4 @@
-//! The programs placement runs for a policy (DESIGN §9: scores from webhooks and scripts):
+//! The programs placement runs for a policy (scores from webhooks and scripts):
 //! each kind to its runner.
 
 use meridian_controllers::SourceEvent;

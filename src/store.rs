@@ -86,7 +86,7 @@ pub struct Store {
     metrics: StoreMetrics,
     heartbeats: Heartbeats,
     /// The members this replica cannot reach, whether or not other replicas confirm it: what
-    /// the shard task reports to them (DESIGN §13).
+    /// the shard task reports to them.
     unreachable_here: watch::Sender<Arc<BTreeSet<ClusterId>>>,
 }
 

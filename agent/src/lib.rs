@@ -1,4 +1,4 @@
-//! meridian's pull-mode agent (DESIGN §12): members the hub cannot reach, or holds no
+//! meridian's pull-mode agent: members the hub cannot reach, or holds no
 //! credential for, join with a bootstrap token and speak for themselves over mutual TLS.
 //!
 //! ```text

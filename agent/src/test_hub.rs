@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use meridian_controllers::SourceEvent;
 use meridian_controllers::agents::{self, AgentRoutes};
-use meridian_controllers::kubernetes::Fleet;
+use meridian_controllers::kubernetes::Facts;
 use meridian_core::agent::{Approval, BootstrapToken, Tokens};
 use meridian_core::{ClusterId, HealthTimings};
 use parking_lot::Mutex;
@@ -134,7 +134,7 @@ pub(crate) async fn serve_with(store: Recorded, per_second: u32, approval: Appro
             ClusterId::new(cluster),
             timings,
             routes.clone(),
-            Fleet::default(),
+            Facts::default(),
             tx.clone(),
         ));
     }

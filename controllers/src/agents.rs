@@ -1,4 +1,4 @@
-//! Agent members (DESIGN §12): members that speak for themselves over an agent's stream
+//! Agent members: members that speak for themselves over an agent's stream
 //! instead of being watched by the hub. The hub holds no credential for them; what their
 //! agent sends becomes the same `SourceEvent`s a push member's watches and `/readyz` give.
 //!
@@ -20,7 +20,7 @@ use meridian_core::{ClusterId, HealthTimings};
 use tokio::sync::mpsc;
 
 use crate::SourceEvent;
-use crate::kubernetes::Fleet;
+use crate::kubernetes::Facts;
 use crate::kubernetes::connect::{Connected, Writer};
 use crate::kubernetes::member::publish_facts;
 use crate::kubernetes::state::MemberState;
@@ -51,7 +51,7 @@ pub async fn run(
     cluster: ClusterId,
     timings: HealthTimings,
     routes: AgentRoutes,
-    fleet: Fleet,
+    fleet: Facts,
     tx: mpsc::Sender<SourceEvent>,
 ) {
     let heartbeat = Duration::from_secs(timings.heartbeat_seconds.max(1));

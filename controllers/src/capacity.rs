@@ -1,5 +1,5 @@
 //! A member's capacity for placement: its Nodes' allocatable, minus the requests of the pods
-//! bound to them (DESIGN §9, "divide by available capacity"), and its ResourceQuotas' use per
+//! bound to them ("divide by available capacity"), and its ResourceQuotas' use per
 //! namespace (the ResourceBalance score). Read from Node, Pod and ResourceQuota manifests in a
 //! directory member, and from the same watches of a Kubernetes member. Pod requests are counted
 //! as the scheduler counts them, by the same function that sizes a template's replicas

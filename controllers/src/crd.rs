@@ -268,7 +268,7 @@ pub struct ClusterStatus {
 }
 
 /// One policy for where a service's traffic (and, with the federation layer, its workloads)
-/// goes (DESIGN §2, §3). Namespaced: it governs Services of its own namespace.
+/// goes. Namespaced: it governs Services of its own namespace.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "meridian.io",
@@ -626,7 +626,7 @@ pub struct ClusterSchedulingPolicyStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// Per-cluster changes to the templates it selects, applied when they are placed (DESIGN §9).
+/// Per-cluster changes to the templates it selects, applied when they are placed.
 /// Namespaced: it selects templates of its own namespace.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -747,7 +747,7 @@ pub struct JsonPatchSpec {
 }
 
 /// What meridian decided for one resource template and what the members did with it: one per
-/// template, in the template's namespace, written by the leader (DESIGN §10). The spec names
+/// template, in the template's namespace, written by the leader. The spec names
 /// the template and the decision; the status is each member's copy.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -850,7 +850,7 @@ pub struct EvictionStatus {
     pub orphaned: bool,
 }
 
-/// Who is bounded to which namespaces of which clusters through the gateway (DESIGN §11).
+/// Who is bounded to which namespaces of which clusters through the gateway.
 /// Cluster-scoped. Its named namespaces are created in each of its clusters.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(

@@ -14,7 +14,7 @@ use crate::convert::MemberSource;
 use crate::directory;
 use crate::hub::MemberEntry;
 use crate::kubernetes::connect::WatchTimeout;
-use crate::kubernetes::{Fleet, member};
+use crate::kubernetes::{Facts, member};
 use crate::manifest::Limits;
 
 /// What member sources need from whoever starts them.
@@ -23,7 +23,7 @@ pub struct Sources {
     pub tx: mpsc::Sender<SourceEvent>,
     /// The hub's client, when the hub is a Kubernetes API (reads kubeconfig Secrets).
     pub hub: Option<kube::Client>,
-    pub fleet: Fleet,
+    pub fleet: Facts,
     pub watch_timeout: WatchTimeout,
     /// The bounds of directory sources (the hub's and every directory member's).
     pub limits: Limits,
@@ -36,7 +36,7 @@ impl Sources {
         Self {
             tx,
             hub: None,
-            fleet: Fleet::default(),
+            fleet: Facts::default(),
             watch_timeout: WatchTimeout::default(),
             limits: Limits::default(),
             agents: AgentRoutes::default(),

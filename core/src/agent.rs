@@ -1,4 +1,4 @@
-//! The pull-mode agent's rules (DESIGN §12), pure: who may join with which bootstrap token,
+//! The pull-mode agent's rules, pure: who may join with which bootstrap token,
 //! which cluster a client certificate speaks for, and when an agent renews its certificate.
 //! The hub-side service and the member-side loop (`agent/`) only ask these.
 //!

@@ -86,7 +86,7 @@ pub enum Event {
         templates: Vec<Template>,
         overrides: Vec<OverridePolicy>,
     },
-    /// What the other replicas say of members this replica sees (DESIGN §13): whether a
+    /// What the other replicas say of members this replica sees: whether a
     /// member unreachable from here is unreachable for a majority of them. Members left out
     /// keep what they had.
     Confirmations(Vec<(ClusterId, Confirmation)>),

@@ -1,4 +1,4 @@
-//! Placement: the scheduling core for workloads (DESIGN §9). For every resource template a
+//! Placement: the scheduling core for workloads. For every resource template a
 //! ClusterSchedulingPolicy selects, which member clusters run it and with how many replicas —
 //! decided from the same cluster view, label selectors, affinity tiers and tolerations that
 //! steer its traffic ([`crate::select`]).

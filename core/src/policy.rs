@@ -1,4 +1,4 @@
-//! ClusterSchedulingPolicy as the scheduling core sees it (DESIGN §2, §3): which services a
+//! ClusterSchedulingPolicy as the scheduling core sees it: which services a
 //! policy governs, its cluster tiers and weights, and which policy wins for a service.
 
 use std::collections::BTreeMap;
@@ -91,7 +91,7 @@ impl Policies {
         self.default == other.default && self.ordered == other.ordered
     }
 
-    /// DESIGN §3: the oldest selecting policy wins (creationTimestamp, then name).
+    /// The oldest selecting policy wins (creationTimestamp, then name).
     pub fn governing(
         &self,
         service: &ObjectKey,

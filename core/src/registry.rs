@@ -1,4 +1,4 @@
-//! The cluster Registry: which members exist and how healthy each one is (DESIGN §6).
+//! The cluster Registry: which members exist and how healthy each one is.
 //!
 //! ```text
 //!   heartbeat ok + watches ok ──► Healthy
@@ -7,7 +7,7 @@
 //!   Unreachable for withdrawAfterSeconds ──► withdrawn (endpoints leave DNS and xDS)
 //! ```
 //!
-//! With several replicas (DESIGN §13) "no good heartbeat" is only this replica's view: until a
+//! With several replicas "no good heartbeat" is only this replica's view: until a
 //! majority of the live replicas confirm it ([`Registry::confirm`], `shard::confirm`), a member
 //! this replica cannot reach stays Degraded — its last endpoints served, never withdrawn. A
 //! single replica's members are always confirmed: today's behaviour.

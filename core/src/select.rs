@@ -1,4 +1,4 @@
-//! The scheduling core for traffic (DESIGN §3): for one service and one client, which clusters
+//! The scheduling core for traffic: for one service and one client, which clusters
 //! receive traffic, in which priority tiers, with which weights, and what each of them resolves
 //! to for that client — its own endpoints or its east-west gateway ([`Target`]). DNS, xDS,
 //! write-back and explain all read this one result; none of them filters, reorders or
@@ -510,7 +510,7 @@ fn tier_reasons(policy: &TrafficPolicy, client_known: bool, geo: bool) -> Vec<Ti
     reasons
 }
 
-/// DESIGN §3 failback: a cluster that came back (from Unreachable, or to having ready
+/// Failback: a cluster that came back (from Unreachable, or to having ready
 /// endpoints) waits `failbackAfterSeconds` before it takes its tier again.
 fn failing_back(
     cluster: &ClusterView,

@@ -1,4 +1,4 @@
-//! Sharded writers and quorum health (DESIGN §13): which live replica writes which member,
+//! Sharded writers and quorum health: which live replica writes which member,
 //! when a member may change hands, and whether a member's unreachability is confirmed by a
 //! majority of the replicas.
 //!

@@ -1,4 +1,4 @@
-//! Tenants (DESIGN §11): which namespaces of which clusters a user may reach through the
+//! Tenants: which namespaces of which clusters a user may reach through the
 //! gateway, and which namespaces meridian keeps in each member for them.
 //!
 //! ```text

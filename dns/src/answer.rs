@@ -158,7 +158,7 @@ pub struct Answerer {
     zones: Vec<Zone>,
     serial_base: u32,
     /// Counts the decisions behind answers, when the server wires it.
-    decisions: Option<crate::metrics::DecisionMetrics>,
+    decisions: Option<DecisionMetrics>,
 }
 
 impl Answerer {
@@ -195,7 +195,7 @@ impl Answerer {
     }
 
     /// Counts every decision made while answering in `metrics`.
-    pub fn with_decision_metrics(mut self, metrics: crate::metrics::DecisionMetrics) -> Self {
+    pub fn with_decision_metrics(mut self, metrics: DecisionMetrics) -> Self {
         self.decisions = Some(metrics);
         self
     }
@@ -1163,6 +1163,25 @@ fn select(
 }
 
 pub(crate) mod fast;
+
+/// Scheduling decisions made while answering (cache misses: hits repeat a decision).
+#[derive(Debug, Clone)]
+pub struct DecisionMetrics(meridian_listen::metrics::DecisionMetrics);
+
+impl DecisionMetrics {
+    pub fn new(registry: &mut prometheus_client::registry::Registry) -> Self {
+        Self(meridian_listen::metrics::DecisionMetrics::new(
+            registry,
+            "for answers",
+        ))
+    }
+
+    pub fn record(&self, selection: &meridian_core::Selection) {
+        self.0.decided(selection.first_tier_label(), 1);
+        self.0
+            .merged(u64::from(selection.spills), selection.failing_back() as u64);
+    }
+}
 
 #[cfg(test)]
 mod tests;

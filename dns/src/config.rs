@@ -6,7 +6,7 @@ use std::time::Duration;
 use hickory_proto::rr::{LowerName, Name};
 use ipnet::IpNet;
 
-/// How names in a zone are formed (DESIGN §4).
+/// How names in a zone are formed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Style {
     /// `<svc>.<ns>.global`, `<cluster>.<svc>.<ns>.global`, …

@@ -1,4 +1,4 @@
-//! meridian-dns: the authoritative DNS server for the fleet (DESIGN §4).
+//! meridian-dns: the authoritative DNS server for the fleet.
 //!
 //! ```text
 //!  UDP (dns.udpWorkers threads, recvmmsg/sendmmsg) ─► wire::hot_query: the cache key

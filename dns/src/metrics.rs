@@ -49,25 +49,6 @@ pub struct DnsMetrics {
     transfers_refused: Counter,
 }
 
-/// Scheduling decisions made while answering (cache misses: hits repeat a decision).
-#[derive(Debug, Clone)]
-pub struct DecisionMetrics(meridian_listen::metrics::DecisionMetrics);
-
-impl DecisionMetrics {
-    pub fn new(registry: &mut Registry) -> Self {
-        Self(meridian_listen::metrics::DecisionMetrics::new(
-            registry,
-            "for answers",
-        ))
-    }
-
-    pub fn record(&self, selection: &meridian_core::Selection) {
-        self.0.decided(selection.first_tier_label(), 1);
-        self.0
-            .merged(u64::from(selection.spills), selection.failing_back() as u64);
-    }
-}
-
 /// Identifies one query counter; cached answers remember theirs.
 pub type CounterSlot = usize;
 

@@ -1,4 +1,4 @@
-//! What a query name means, relative to the zone it falls in (DESIGN §4).
+//! What a query name means, relative to the zone it falls in.
 //!
 //! ```text
 //!  global:      [<host>.<cluster>. | <cluster>. | _<port>._<proto>. | _<proto>.] <svc>.<ns>.<zone>

@@ -112,7 +112,7 @@ impl Dns {
         registry: &mut Registry,
     ) -> Arc<Self> {
         let answerer = Answerer::new(cfg, serial_base)
-            .with_decision_metrics(crate::metrics::DecisionMetrics::new(registry));
+            .with_decision_metrics(crate::answer::DecisionMetrics::new(registry));
         let zones = (0..answerer.config().zones.len())
             .map(|z| answerer.zone_name(z).to_string())
             .collect();

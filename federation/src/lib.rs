@@ -1,4 +1,4 @@
-//! meridian-federation: resource templates as JSON values (DESIGN §9). Pure and synchronous.
+//! meridian-federation: resource templates as JSON values. Pure and synchronous.
 //!
 //! ```text
 //!  hub object (JSON) ──template::summarize──► core::placement::Template (replicas, requests,

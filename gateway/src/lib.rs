@@ -1,4 +1,4 @@
-//! meridian's federation API gateway (DESIGN §11): one Kubernetes API for the fleet.
+//! meridian's federation API gateway: one Kubernetes API for the fleet.
 //!
 //! ```text
 //!  client (kubectl, client-go) ──HTTPS, HTTP/2──► gateway
@@ -15,7 +15,7 @@
 //!
 //! The pure parts — routes, tokens, header rules, composite resourceVersions, continue
 //! tokens, merge order — are plain modules with plain tests; `proxy` and `watch` only move
-//! bytes between the client and the members. Members come from the controllers' `Fleet`
+//! bytes between the client and the members. Members come from the controllers' `kubernetes::Facts`
 //! (their clients) and the core's snapshot (their health): an Unreachable member answers 503
 //! at once, naming it.
 

@@ -1,4 +1,4 @@
-//! What a tenant's user may ask the gateway (DESIGN §11), decided from the route, the method and
+//! What a tenant's user may ask the gateway, decided from the route, the method and
 //! the API path before anything is forwarded — the members' RBAC still decides within it.
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! meridian-listen: TCP listeners that a hostile client cannot starve (issue 19).
+//! meridian-listen: TCP listeners that a hostile client cannot starve.
 //!
 //! ```text
 //!  TcpListener ─► Listener::accept ─┬─ EMFILE/ENFILE/ENOBUFS: count, warn (rate-limited),

@@ -1026,7 +1026,7 @@ fn the_pool_answers_pending_at_once_and_wakes_the_fleet_with_the_verdicts() {
     ));
 }
 
-/// Generated hostile scripts (issue 43: a `__close` handler that looped froze the writer for
+/// Generated hostile scripts (a `__close` handler that looped froze the writer for
 /// good): whatever a script does — loops in handlers, metamethods, coroutines, patterns,
 /// recursion, growth — a decision returns within its deadline (plus a margin for a loaded
 /// machine and unoptimised Lua), and the runner serves the next script as before.

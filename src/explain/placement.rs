@@ -89,7 +89,7 @@ pub fn explain_template(
     }))
 }
 
-/// Which rule moves a drained cluster's traffic (DESIGN §10): a fault takes it away at once,
+/// Which rule moves a drained cluster's traffic: a fault takes it away at once,
 /// a planned move only once the placed clusters can answer (make before break).
 fn traffic_rule(reason: Option<&PlacementFilter>) -> &'static str {
     match reason {

@@ -1,4 +1,4 @@
-//! meridian-xds: the fleet as an xDS feed (DESIGN §5) — ADS state-of-the-world and delta for
+//! meridian-xds: the fleet as an xDS feed — ADS state-of-the-world and delta for
 //! CDS, EDS, LDS and RDS, and CSDS.
 //!
 //! ```text

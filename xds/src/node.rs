@@ -1,4 +1,4 @@
-//! Who is asking: the node identity sent on a stream's first message (DESIGN §5).
+//! Who is asking: the node identity sent on a stream's first message.
 
 use std::fmt;
 

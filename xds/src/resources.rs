@@ -1,5 +1,5 @@
 //! Pure builders: a Snapshot and a node group in, the Envoy resources that node receives out
-//! (DESIGN §5). Every resource is encoded once here and carried as an `Any` with a version
+//!. Every resource is encoded once here and carried as an `Any` with a version
 //! that is a hash of its bytes, so equal content has equal versions across streams, restarts
 //! and replicas (which is what delta reconnects with `initial_resource_versions` rely on).
 
@@ -686,7 +686,7 @@ fn locality(cluster: &ClusterView, zone: &str) -> xcore::Locality {
     }
 }
 
-/// DESIGN §5: ready → HEALTHY, serving and terminating → DRAINING, anything else UNHEALTHY.
+/// Endpoint health: ready → HEALTHY, serving and terminating → DRAINING, anything else UNHEALTHY.
 /// A service that publishes not-ready addresses gets them as HEALTHY, as DNS answers them.
 fn health_of(ep: &Endpoint, publish_not_ready: bool) -> xcore::HealthStatus {
     if ep.is_answerable(publish_not_ready) {

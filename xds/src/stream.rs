@@ -1,4 +1,4 @@
-//! One xDS stream as a state machine with no I/O (DESIGN §5): a request in → responses out, a
+//! One xDS stream as a state machine with no I/O: a request in → responses out, a
 //! new view of the fleet in → responses out. The tonic services in `server` only move
 //! messages; every protocol rule lives here and is unit-tested without a socket.
 //!

@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 
 use super::connect::{self, WatchTimeout};
 use super::state::{MemberEvent, MemberState};
-use super::{AbortOnDrop, DERIVED_EXCLUDED, Fleet};
+use super::{AbortOnDrop, DERIVED_EXCLUDED, Facts};
 use crate::SourceEvent;
 use crate::convert::KubeAccess;
 
@@ -90,7 +90,7 @@ pub async fn run(
     access: KubeAccess,
     timings: HealthTimings,
     hub: Option<Client>,
-    fleet: Fleet,
+    fleet: Facts,
     tx: mpsc::Sender<SourceEvent>,
     watch_timeout: WatchTimeout,
 ) {
@@ -116,7 +116,7 @@ pub async fn run(
         let client = connected.client.clone();
         fleet.update(&cluster, |f| f.connect(connected));
         // Starts set: the first successful heartbeat, like one after an outage, is reported
-        // only once the first full list is in, so a member counts as synced (DESIGN §4: SERVFAIL
+        // only once the first full list is in, so a member counts as synced (SERVFAIL
         // until then, never NXDOMAIN) only with its objects.
         let relisting = Arc::new(AtomicBool::new(true));
         let (signal_tx, mut signal) = watch::channel(Signal::None);
@@ -164,7 +164,7 @@ struct Watching<'a> {
     cluster: &'a ClusterId,
     state: &'a mut MemberState,
     tx: &'a mpsc::Sender<SourceEvent>,
-    fleet: &'a Fleet,
+    fleet: &'a Facts,
     /// Set by the heartbeats when the API came back: heartbeats are not reported healthy until
     /// the relist is in, so the member's withdrawn endpoints come back only with fresh ones.
     relisting: &'a AtomicBool,
@@ -376,7 +376,7 @@ async fn heartbeats(
     cluster: ClusterId,
     client: Client,
     every: Duration,
-    fleet: Fleet,
+    fleet: Facts,
     tx: mpsc::Sender<SourceEvent>,
     (signal, relisting): (watch::Sender<Signal>, Arc<AtomicBool>),
 ) {
@@ -463,7 +463,7 @@ pub async fn readyz(client: &Client, timeout: Duration) -> Result<(), (String, b
     }
 }
 
-pub(crate) fn publish_facts(fleet: &Fleet, cluster: &ClusterId, state: &MemberState) {
+pub(crate) fn publish_facts(fleet: &Facts, cluster: &ClusterId, state: &MemberState) {
     let (capacity, allocatable) = state.capacity();
     let namespaces = state.namespaces();
     let exports = state.exports();

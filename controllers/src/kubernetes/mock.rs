@@ -141,6 +141,14 @@ impl ApiServer {
             .filter(|r| !r.is_discovery())
             .collect()
     }
+
+    /// Every PATCH so far.
+    pub(crate) fn patches(&self) -> Vec<Seen> {
+        self.calls()
+            .into_iter()
+            .filter(|r| r.method == "PATCH")
+            .collect()
+    }
 }
 
 /// A cluster that keeps what is written: an apply stores the object (a status apply merges its

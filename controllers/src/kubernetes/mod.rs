@@ -18,7 +18,7 @@
 //!                 └─ every write into a cluster: apply::Applier (server-side apply, discovery
 //!                    cache, fingerprints in apply::Written, leadership before each request)
 //! ```
-//! Every replica watches and serves; [`Fleet`] is what the member sources learnt that the
+//! Every replica watches and serves; [`Facts`] is what the member sources learnt that the
 //! writers need (clients, versions, capacity, namespaces).
 
 pub mod apply;
@@ -146,21 +146,21 @@ impl std::fmt::Debug for MemberFacts {
     }
 }
 
-impl std::fmt::Debug for Fleet {
+impl std::fmt::Debug for Facts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fleet").finish_non_exhaustive()
+        f.debug_struct("Facts").finish_non_exhaustive()
     }
 }
 
 /// The facts of every Kubernetes member, shared between sources and writers; `changed` ticks
 /// on every update so writers can wait for one.
 #[derive(Clone)]
-pub struct Fleet {
+pub struct Facts {
     members: Arc<Mutex<BTreeMap<ClusterId, MemberFacts>>>,
     changed: watch::Sender<u64>,
 }
 
-impl Default for Fleet {
+impl Default for Facts {
     fn default() -> Self {
         Self {
             members: Arc::default(),
@@ -169,7 +169,7 @@ impl Default for Fleet {
     }
 }
 
-impl Fleet {
+impl Facts {
     pub fn update(&self, cluster: &ClusterId, f: impl FnOnce(&mut MemberFacts)) {
         f(self.members.lock().entry(cluster.clone()).or_default());
         self.changed.send_modify(|n| *n = n.wrapping_add(1));

@@ -1,4 +1,4 @@
-//! Propagation (DESIGN §10): every placed object is written into its Kubernetes members,
+//! Propagation: every placed object is written into its Kubernetes members,
 //! kept there, and what the members did is reported back. Each member is written by whoever
 //! may write it (`Leadership::may_write_to`: the leader, or with sharded writers the replica
 //! holding the member); the hub-wide records (Placements, the templates' and policies'
@@ -51,7 +51,7 @@ use super::apply::{self, Applier, ApplyOptions, ObjectId, Written};
 use super::connect;
 use super::leader::Leadership;
 use super::reconcile::{self, MemberState, Round, Slot, Slots, Wake};
-use super::{AbortOnDrop, Fleet, MANAGED_BY, MANAGED_BY_SELECTOR, MEMBER_CLUSTER};
+use super::{AbortOnDrop, Facts, MANAGED_BY, MANAGED_BY_SELECTOR, MEMBER_CLUSTER};
 use crate::metrics::PropagationMetrics;
 
 /// The label that says which template an object in a member was placed from (a bounded
@@ -445,7 +445,7 @@ struct Pass<'a> {
 /// and from each member's writer, meridian's finalizer on its MemberCluster.
 pub async fn run(
     snapshots: watch::Receiver<Arc<Snapshot>>,
-    fleet: Fleet,
+    fleet: Facts,
     leadership: Leadership,
     hub: Option<(Client, connect::Writer)>,
     view: PropagationView,

@@ -36,7 +36,7 @@ use tokio::time::{Interval, MissedTickBehavior};
 
 use super::apply::Applier;
 use super::leader::Leadership;
-use super::{Fleet, MemberFacts};
+use super::{Facts, MemberFacts};
 
 /// Changes arriving within this window are written together.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -55,7 +55,7 @@ pub struct Round {
 pub struct Wake {
     snapshots: watch::Receiver<Arc<Snapshot>>,
     facts_changed: watch::Receiver<u64>,
-    fleet: Fleet,
+    fleet: Facts,
     notify: Option<Arc<Notify>>,
     tick: Interval,
     debounce: Duration,
@@ -64,7 +64,7 @@ pub struct Wake {
 impl Wake {
     /// Wakes on snapshots and facts, and every `tick` besides; gathers changes for
     /// [`DEBOUNCE`] before a round.
-    pub fn new(snapshots: watch::Receiver<Arc<Snapshot>>, fleet: &Fleet, tick: Duration) -> Self {
+    pub fn new(snapshots: watch::Receiver<Arc<Snapshot>>, fleet: &Facts, tick: Duration) -> Self {
         let mut tick = tokio::time::interval(tick);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         Self {

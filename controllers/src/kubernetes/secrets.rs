@@ -1,5 +1,5 @@
 //! The Secrets placed workloads name, read from a Kubernetes hub one by one, so that they
-//! follow their workload (DESIGN §9) as the ConfigMaps, ServiceAccounts and PVCs do.
+//! follow their workload as the ConfigMaps, ServiceAccounts and PVCs do.
 //!
 //! Not watched: a watch needs `list` on every Secret of the hub, a read by name only `get`,
 //! which the hub is granted apart (`deploy/rbac/hub-secrets.yaml`, the chart's

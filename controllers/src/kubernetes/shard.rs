@@ -1,4 +1,4 @@
-//! Sharded writers on a Kubernetes hub (DESIGN §13): each replica renews a Lease of its own,
+//! Sharded writers on a Kubernetes hub: each replica renews a Lease of its own,
 //! reads the others', and holds the members that rendezvous hashing gives it among the live
 //! replicas — each won with a compare-and-swap of the member's claim annotation, so no member
 //! ever has two writers. The same Leases carry each replica's view of which members it cannot

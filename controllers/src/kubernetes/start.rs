@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use super::leader::{self, Leadership, LeaseConfig};
 use super::propagate::{self, PropagationView};
 use super::shard::{self, ShardConfig, ShardMetrics, ShardView};
-use super::{Fleet, connect, hub, status, tenants, writeback};
+use super::{Facts, connect, hub, status, tenants, writeback};
 use crate::members::Sources;
 use crate::metrics::{PropagationMetrics, TenantMetrics, WritebackMetrics};
 
@@ -139,7 +139,7 @@ pub struct Writers {
 /// `hub`, also the Placements and the templates' and policies' status) and tenant namespaces.
 pub fn start_writers(
     snapshots: &watch::Receiver<Arc<Snapshot>>,
-    fleet: &Fleet,
+    fleet: &Facts,
     leadership: &Leadership,
     hub: Option<(Client, connect::Writer)>,
     resync: Duration,

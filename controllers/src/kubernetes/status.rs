@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 use super::apply::{Applier, ObjectId};
 use super::leader::Leadership;
 use super::reconcile::{Round, Wake};
-use super::{Fleet, MEMBER_CLUSTER, MemberFacts};
+use super::{Facts, MEMBER_CLUSTER, MemberFacts};
 use crate::crd::MemberClusterStatus;
 
 const REFRESH: Duration = Duration::from_secs(10);
@@ -94,7 +94,7 @@ struct Written {
 pub async fn run(
     hub: Client,
     snapshots: watch::Receiver<Arc<Snapshot>>,
-    fleet: Fleet,
+    fleet: Facts,
     leadership: Leadership,
 ) {
     // Each request asks for the member it is about.

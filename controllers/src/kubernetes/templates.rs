@@ -342,7 +342,7 @@ const WORKLOAD_KINDS: [&str; 6] = [
     "CronJob",
 ];
 
-/// What a pod template may name, placed where its workload goes (DESIGN §9): watched on the
+/// What a pod template may name, placed where its workload goes: watched on the
 /// hub whenever a policy selects a workload kind, kept only when a template names them.
 /// Not Secrets: the hub role lists none outside meridian-system; those a template names are
 /// read one by one (`secrets.rs`), with a grant of `get` apart.

@@ -1,4 +1,4 @@
-//! The namespaces members hold for Tenants (DESIGN §11): each named namespace of a Tenant is
+//! The namespaces members hold for Tenants: each named namespace of a Tenant is
 //! created in every Kubernetes member of its clusters — labelled as meridian's, with the
 //! Tenant's labels and `meridian.io/tenant` — and deleted there when the Tenant drops it, the
 //! Tenant goes, or the member leaves its clusters; only namespaces meridian created, and never
@@ -27,7 +27,7 @@ use tracing::{info, warn};
 use super::apply::{Applier, ObjectId};
 use super::leader::Leadership;
 use super::reconcile::{self, Round, Slots, Wake};
-use super::{Fleet, MANAGED_BY, MemberFacts};
+use super::{Facts, MANAGED_BY, MemberFacts};
 use crate::metrics::TenantMetrics;
 
 /// Failed writes are tried again this often (a member's namespace watch ticks otherwise).
@@ -36,7 +36,7 @@ const RETRY: Duration = Duration::from_secs(10);
 /// Keeps every member's tenant namespaces until the snapshots end.
 pub async fn run(
     snapshots: watch::Receiver<Arc<Snapshot>>,
-    fleet: Fleet,
+    fleet: Facts,
     leadership: Leadership,
     metrics: TenantMetrics,
 ) {

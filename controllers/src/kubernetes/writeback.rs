@@ -1,7 +1,7 @@
 //! MCS write-back into the members, each by its writer — the replica holding it when writes
 //! are sharded, the leader otherwise (mcs-api v1alpha1):
 //!
-//! - ServiceExport conditions `Valid` and `Conflict` (DESIGN §2);
+//! - ServiceExport conditions `Valid` and `Conflict`;
 //! - in every member where the namespace exists, a ServiceImport per exported service (type,
 //!   ports, `status.clusters`, and `spec.ips`);
 //! - for ClusterSetIP services, a derived selector-less Service whose ClusterIP becomes the
@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 use super::apply::{self, Applier, ApplyOptions, ObjectId, Written, label_managed};
 use super::leader::Leadership;
 use super::reconcile::{self, MemberState, Round, Slot, Slots, Wake};
-use super::{Fleet, MANAGED_BY_SELECTOR, bounded_name, name_hash};
+use super::{Facts, MANAGED_BY_SELECTOR, bounded_name, name_hash};
 use crate::metrics::WritebackMetrics;
 
 pub const MCS_API_VERSION: &str = "multicluster.x-k8s.io/v1alpha1";
@@ -630,7 +630,7 @@ impl<'a> Changes<'a> {
 /// Writes into every Kubernetes member while this replica leads.
 pub async fn run(
     snapshots: watch::Receiver<Arc<Snapshot>>,
-    fleet: Fleet,
+    fleet: Facts,
     leadership: Leadership,
     metrics: WritebackMetrics,
     resync: Duration,
@@ -731,7 +731,7 @@ fn sort_for_deletion(ids: &mut Vec<ObjectId>) {
 }
 
 /// A member left the hub: delete everything meridian wrote there, then forget it.
-async fn retire(applier: Option<Applier>, cluster: &ClusterId, fleet: &Fleet) {
+async fn retire(applier: Option<Applier>, cluster: &ClusterId, fleet: &Facts) {
     if let Some(applier) = applier {
         let cleaned = async {
             for id in list_managed(&applier).await? {

@@ -1,5 +1,5 @@
 //! The accept/refuse cases of upstream's own tests (`validation_test.go` in apimachinery and
-//! `pkg/apis/discovery/validation`), plus the hostile values of issue 19 finding 7.
+//! `pkg/apis/discovery/validation`), plus hostile values.
 
 use super::*;
 

@@ -358,7 +358,7 @@ fn governing_used(governing: &[Option<usize>], count: usize) -> Vec<bool> {
 
 /// Per cluster position, the requests of the replicas placed there beyond the pods they
 /// already run: room no other template can take, so two templates never both take the last
-/// of it (DESIGN §14). A round starts from every template's previous decision — what is
+/// of it. A round starts from every template's previous decision — what is
 /// placed keeps its room against newcomers — and swaps each template's share for its new
 /// decision as it is decided ([`Self::release`] then [`Self::hold`]); a template's own
 /// replicas are never room against itself.

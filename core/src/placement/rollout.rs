@@ -1,4 +1,4 @@
-//! Rollout: the order in which a template's decision reaches the members (DESIGN §10). A
+//! Rollout: the order in which a template's decision reaches the members. A
 //! decision says where replicas should run; the members say what they run now. Moving from
 //! one to the other never takes capacity away before its replacement is ready:
 //!

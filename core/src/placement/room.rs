@@ -1,5 +1,5 @@
 //! What a member has room for, as `explain`, `/debug/clusters` and the status page show it:
-//! the same accounting the decision uses (DESIGN §14) — allocatable, used by pods, assumed
+//! the same accounting the decision uses — allocatable, used by pods, assumed
 //! (replicas decided for other templates and not running yet) and, for one template, the
 //! replicas of it that fit.
 

@@ -373,7 +373,7 @@ impl Capacity {
         self.workloads.get(workload).copied().unwrap_or_default()
     }
 
-    /// How many replicas of `workload` requesting `per` fit in all (DESIGN §14): the Nodes'
+    /// How many replicas of `workload` requesting `per` fit in all: the Nodes'
     /// allocatable, less the requests of every pod there but the workload's own (they would
     /// be replaced, not added), less `assumed` (replicas of other workloads decided and not
     /// yet running as pods). A replica decided for `workload` itself is never room.
@@ -509,7 +509,7 @@ pub struct PlacementPolicy {
     pub failover_after_seconds: Option<u64>,
     /// A cluster failed over is placed again once Healthy for this long.
     pub failback_after_seconds: u64,
-    /// How what placement decided reaches the members (DESIGN §10).
+    /// How what placement decided reaches the members.
     pub propagation: Propagation,
     /// How candidates are scored and what else filters them (workload terms, programs).
     pub scoring: Scoring,

@@ -1,4 +1,4 @@
-//! Table-driven tests of the answer function, one case per DESIGN §4 rule, over a small
+//! Table-driven tests of the answer function, one case per answer rule, over a small
 //! fleet built through meridian-core's public API (no sockets).
 
 use std::collections::HashSet;

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
 use kube::Client;
-use meridian_controllers::kubernetes::Fleet;
+use meridian_controllers::kubernetes::Facts;
 use meridian_core::registry::Health;
 use meridian_core::tenant::Reach;
 use meridian_core::{ClusterId, Snapshot};
@@ -28,11 +28,11 @@ use crate::merge;
 use crate::metrics::GatewayMetrics;
 use crate::tenant;
 
-/// Where requests go: the members (their clients, from the controllers' Fleet; their health,
+/// Where requests go: the members (their clients, from the controllers' kubernetes::Facts; their health,
 /// from the snapshot) and the hub.
 #[derive(Clone)]
 pub struct Targets {
-    pub fleet: Fleet,
+    pub fleet: Facts,
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub hub: Option<Client>,
 }

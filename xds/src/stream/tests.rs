@@ -1,4 +1,4 @@
-//! Every protocol rule of DESIGN §5 on the bare state machines, then a property test over
+//! Every xDS protocol rule on the bare state machines, then a property test over
 //! random interleavings with a model client.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -23,14 +23,6 @@ fn deployment() -> (ObjectId, Value) {
     (id, body)
 }
 
-fn patches(server: &ApiServer) -> Vec<Seen> {
-    server
-        .calls()
-        .into_iter()
-        .filter(|r| r.method == "PATCH")
-        .collect()
-}
-
 #[tokio::test]
 async fn apply_is_a_forced_server_side_apply_to_the_path_discovery_names() {
     let (client, server) = ApiServer::start(|_| None);
@@ -67,7 +59,7 @@ async fn apply_is_a_forced_server_side_apply_to_the_path_discovery_names() {
         .await
         .unwrap();
 
-    let sent = patches(&server);
+    let sent = server.patches();
     let paths: Vec<&str> = sent.iter().map(|r| r.path.as_str()).collect();
     assert_eq!(
         paths,
@@ -122,7 +114,7 @@ async fn apply_status_writes_the_status_subresource() {
         .apply_status(&id, &body, ApplyOptions::force())
         .await
         .unwrap();
-    let sent = patches(&server);
+    let sent = server.patches();
     assert_eq!(sent.len(), 1);
     assert_eq!(
         sent[0].path,
@@ -199,7 +191,7 @@ async fn leadership_is_asked_before_each_request() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotLeader), "{err:?}");
-    assert_eq!(patches(&server).len(), 1);
+    assert_eq!(server.patches().len(), 1);
 }
 
 #[tokio::test]

@@ -202,7 +202,7 @@ async fn a_round_follows_a_new_snapshot_or_facts_and_the_wake_ends_with_the_snap
         Arc::new(s)
     };
     let (tx, rx) = watch::channel(snap(1));
-    let fleet = Fleet::default();
+    let fleet = Facts::default();
     let notify = Arc::new(Notify::new());
     let mut wake = Wake::new(rx, &fleet, Duration::from_secs(3600))
         .notified_by(notify.clone())

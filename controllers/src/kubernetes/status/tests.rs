@@ -8,23 +8,15 @@ use crate::kubernetes::mock::{ApiServer, Seen, status};
 
 const M1_STATUS: &str = "/apis/meridian.io/v1alpha1/memberclusters/m1/status";
 
-fn patches(server: &ApiServer) -> Vec<Seen> {
-    server
-        .calls()
-        .into_iter()
-        .filter(|r| r.method == "PATCH")
-        .collect()
-}
-
 async fn wait_for(server: &ApiServer, n: usize) -> Vec<Seen> {
     for _ in 0..150 {
-        let seen = patches(server);
+        let seen = server.patches();
         if seen.len() >= n {
             return seen;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    patches(server)
+    server.patches()
 }
 
 fn fleet_of_m1() -> Arc<Snapshot> {
@@ -38,7 +30,7 @@ async fn a_members_status_is_merge_patched_and_not_again_while_it_holds() {
     let task = tokio::spawn(run(
         client,
         snapshots,
-        Fleet::default(),
+        Facts::default(),
         Leadership::always("test"),
     ));
     let sent = wait_for(&server, 1).await;
@@ -51,7 +43,7 @@ async fn a_members_status_is_merge_patched_and_not_again_while_it_holds() {
     assert_eq!(sent[0].body["status"]["health"], "Healthy");
     // The writer wakes every second; the status holds, and a refresh is ten seconds away.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(patches(&server).len(), 1);
+    assert_eq!(server.patches().len(), 1);
     task.abort();
 }
 
@@ -63,11 +55,11 @@ async fn a_replica_that_does_not_hold_a_member_writes_no_status_and_a_missing_on
     let task = tokio::spawn(run(
         client,
         snapshots,
-        Fleet::default(),
+        Facts::default(),
         Leadership::following(until),
     ));
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(patches(&server).is_empty());
+    assert!(server.patches().is_empty());
     task.abort();
 
     // A MemberCluster deleted meanwhile (404) is tried again at the next change, not logged
@@ -78,7 +70,7 @@ async fn a_replica_that_does_not_hold_a_member_writes_no_status_and_a_missing_on
     let task = tokio::spawn(run(
         client,
         snapshots,
-        Fleet::default(),
+        Facts::default(),
         Leadership::always("test"),
     ));
     wait_for(&server, 1).await;

@@ -358,14 +358,6 @@ fn scoped(keys: BTreeSet<ObjectKey>) -> Pass {
     }
 }
 
-fn patched(server: &ApiServer) -> Vec<Seen> {
-    server
-        .calls()
-        .into_iter()
-        .filter(|r| r.method == "PATCH")
-        .collect()
-}
-
 const DERIVED: &str = "/api/v1/namespaces/shop/services/derived-payments";
 const IMPORT: &str = "/apis/multicluster.x-k8s.io/v1alpha1/namespaces/shop/serviceimports/payments";
 
@@ -390,7 +382,7 @@ async fn derived_services_go_first_and_fill_the_import_and_the_slices() {
     let (client, server, _) = member_server(allocating);
     let mut state = writes(client, Leadership::always("test"));
     full_pass(&mut state, m2_desired(), vec![]).await.unwrap();
-    let sent = patched(&server);
+    let sent = server.patches();
     let paths: Vec<&str> = sent.iter().map(|r| r.path.as_str()).collect();
     assert_eq!(paths.len(), 4, "{paths:?}");
     assert_eq!(paths[0], DERIVED);
@@ -478,7 +470,7 @@ async fn one_refused_object_does_not_hold_up_the_others() {
         err.to_string().contains("spec.ports: Required value"),
         "{err}"
     );
-    let paths: Vec<String> = patched(&server).into_iter().map(|r| r.path).collect();
+    let paths: Vec<String> = server.patches().into_iter().map(|r| r.path).collect();
     assert!(!paths.contains(&format!("{IMPORT}/status")), "{paths:?}");
     assert!(
         paths.iter().any(|p| p.contains("/endpointslices/")),
@@ -486,9 +478,9 @@ async fn one_refused_object_does_not_hold_up_the_others() {
     );
     // The next pass writes again what was refused; what was written stays as written (a
     // drift check after the first complete pass finds any change made meanwhile).
-    let before = patched(&server).len();
+    let before = server.patches().len();
     let _ = full_pass(&mut state, m2_desired(), vec![]).await;
-    let again: Vec<String> = patched(&server)[before..]
+    let again: Vec<String> = server.patches()[before..]
         .iter()
         .map(|r| r.path.clone())
         .collect();
@@ -506,7 +498,7 @@ async fn leadership_lapsing_between_an_import_and_its_status_stops_the_pass() {
     });
     let mut state = writes(client, Leadership::following(until));
     full_pass(&mut state, m2_desired(), vec![]).await.unwrap();
-    let paths: Vec<String> = patched(&server).into_iter().map(|r| r.path).collect();
+    let paths: Vec<String> = server.patches().into_iter().map(|r| r.path).collect();
     assert_eq!(paths, [DERIVED, IMPORT], "nothing after the lapse");
     assert!(
         server.calls().iter().all(|r| r.method == "PATCH"),
@@ -567,7 +559,7 @@ async fn export_conditions_go_to_the_export_status_and_a_missing_export_is_no_er
     full_pass(&mut state, vec![], conditions.clone())
         .await
         .unwrap();
-    let sent = patched(&server);
+    let sent = server.patches();
     let payments = sent
         .iter()
         .find(|r| r.path == format!("{export}/payments/status"))
@@ -581,7 +573,7 @@ async fn export_conditions_go_to_the_export_status_and_a_missing_export_is_no_er
     assert_eq!(sent.len(), 2, "both exports: {sent:?}");
     // Unchanged conditions are not written again, though the time would differ.
     full_pass(&mut state, vec![], conditions).await.unwrap();
-    assert_eq!(patched(&server).len(), 2);
+    assert_eq!(server.patches().len(), 2);
 }
 
 /// m1 exports payments and orders; m2 exports nothing. Built as the store builds and
@@ -711,7 +703,8 @@ async fn a_drift_check_writes_again_only_what_someone_else_changed_or_deleted() 
     let m2 = p.last.cluster_index("m2").unwrap();
     let all = desired_objects(&p.last, m2, &shop(), Instant::now());
     full_pass(&mut state, all, vec![]).await.unwrap();
-    let orders_slice = patched(&server)
+    let orders_slice = server
+        .patches()
         .into_iter()
         .map(|r| r.path)
         .find(|p| p.contains("/endpointslices/derived-orders-"))
@@ -756,11 +749,11 @@ async fn a_drift_check_writes_again_only_what_someone_else_changed_or_deleted() 
     // The next pass (its scope holds the drifted services) writes exactly what drifted.
     let keys = std::mem::take(&mut state.state.drifted);
     let desired = desired_for(&p.last, m2, &keys);
-    let before = patched(&server).len();
+    let before = server.patches().len();
     reconcile_member(&mut state, desired, vec![], &scoped(keys))
         .await
         .unwrap();
-    let written: BTreeSet<String> = patched(&server)[before..]
+    let written: BTreeSet<String> = server.patches()[before..]
         .iter()
         .map(|r| r.path.clone())
         .collect();

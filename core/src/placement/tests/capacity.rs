@@ -1,4 +1,4 @@
-//! Capacity accounting (DESIGN §14), as the cases that found it wrong: a decided replica is
+//! Capacity accounting, as the cases that found it wrong: a decided replica is
 //! never room, a template's own running pods are, and the templates of one round never both
 //! take the last of it.
 

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::admin::AdminState;
+use super::AdminState;
 use crate::explain::{filter_words, tier_words};
 
 const PAGE: &str = include_str!("ui/index.html");
@@ -311,13 +311,12 @@ fn millis_since_epoch(t: SystemTime) -> u64 {
 }
 
 fn clusters(s: &AdminState, snap: &Snapshot) -> Vec<Value> {
-    let rooms = crate::admin::rooms_by_cluster(snap);
+    let rooms = super::rooms_by_cluster(snap);
     snap.clusters
         .iter()
         .map(|c| {
             let heartbeat = s.heartbeats.last(&c.spec.id);
-            let mut card =
-                crate::admin::with_capacity(crate::admin::cluster_json(c), rooms.get(&c.spec.id));
+            let mut card = super::with_capacity(super::cluster_json(c), rooms.get(&c.spec.id));
             card["lastHeartbeat"] = json!(heartbeat.map(millis_since_epoch));
             card
         })
