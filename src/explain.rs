@@ -11,11 +11,12 @@ pub use placement::{explain_template, placements_json};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow};
-use meridian_core::{FilterReason, Snapshot, TierReason};
+use meridian_core::{FilterReason, Mode, Snapshot, TierReason};
 use meridian_dns::Answerer;
 use meridian_dns::explain::{Decision, explain_at as explain_dns};
 use meridian_xds::{Group, Kind, Role, Xds};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 /// `svc.ns`, `svc.ns.global` or `ns/svc` → (namespace, name).
 fn parse_service(service: &str) -> Option<(String, String)> {
@@ -57,6 +58,43 @@ impl<'a> Seen<'a> {
     }
 }
 
+/// What `explain SERVICE` answers: the policy, the decision, the DNS answer and the EDS
+/// resources a client in `client_cluster` gets, and all of it in words.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ServiceExplanation<'a> {
+    service: String,
+    client_cluster: Option<&'a str>,
+    policy: PolicySummary<'a>,
+    decision: Option<Decision>,
+    dns: DnsAnswer,
+    /// As `describe` shows them (`meridian xds dump`).
+    eds: Vec<Value>,
+    /// Whose EDS: an Envoy's (a proxyless client's leaves out what needs a gateway).
+    eds_client: &'static str,
+    words: Vec<String>,
+}
+
+/// The traffic settings of the policy that governs the service.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PolicySummary<'a> {
+    source: Option<&'a str>,
+    mode: Mode,
+    min_healthy_endpoints: u32,
+    withdraw_after_seconds: Option<u64>,
+    failback_after_seconds: u64,
+    ttl: Option<u32>,
+    max_answers: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+struct DnsAnswer {
+    name: String,
+    rcode: String,
+    answers: Vec<String>,
+}
+
 pub fn explain(
     answerer: &Answerer,
     xds: &Xds,
@@ -87,15 +125,15 @@ pub fn explain(
     let feed = seen.resources(xds, &group);
     let eds = service_assignments(&feed, &ns, &name);
     let policy = &view.policy;
-    let policy_json = json!({
-        "source": policy.source,
-        "mode": policy.mode,
-        "minHealthyEndpoints": policy.min_healthy_endpoints,
-        "withdrawAfterSeconds": policy.withdraw_after_seconds,
-        "failbackAfterSeconds": policy.failback_after_seconds,
-        "ttl": policy.ttl,
-        "maxAnswers": policy.max_answers,
-    });
+    let policy_summary = PolicySummary {
+        source: policy.source.as_deref(),
+        mode: policy.mode,
+        min_healthy_endpoints: policy.min_healthy_endpoints,
+        withdraw_after_seconds: policy.withdraw_after_seconds,
+        failback_after_seconds: policy.failback_after_seconds,
+        ttl: policy.ttl,
+        max_answers: policy.max_answers,
+    };
     let mut words = vec![format!(
         "{ns}/{name} for a client in {}: {}",
         from_cluster.unwrap_or("an unknown cluster"),
@@ -160,16 +198,21 @@ pub fn explain(
             ));
         }
     }
-    Ok(json!({
-        "service": format!("{ns}/{name}"),
-        "clientCluster": from_cluster,
-        "policy": policy_json,
-        "decision": dns.decision,
-        "dns": {"name": dns.name, "rcode": dns.rcode, "answers": dns.answers},
-        "eds": eds,
-        "edsClient": "envoy",
-        "words": words,
-    }))
+    let explained = ServiceExplanation {
+        service: format!("{ns}/{name}"),
+        client_cluster: from_cluster,
+        policy: policy_summary,
+        decision: dns.decision,
+        dns: DnsAnswer {
+            name: dns.name,
+            rcode: dns.rcode,
+            answers: dns.answers,
+        },
+        eds,
+        eds_client: "envoy",
+        words,
+    };
+    Ok(serde_json::to_value(explained)?)
 }
 
 /// The EDS resources of service `ns/name` (one per port) in a described feed.

@@ -11,12 +11,30 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use meridian_core::{Capacity, Quota, Resources, Workload};
-use meridian_federation::{quantity, template};
+use meridian_federation::template::TemplateError;
+use meridian_federation::{describe, quantity, template};
+
+/// Why a Node, Pod or ResourceQuota adds nothing to its member's capacity.
+#[derive(Debug, thiserror::Error)]
+pub enum CapacityError {
+    /// A quantity at `field` that does not read.
+    #[error("{field}: {}", describe(.source))]
+    Quantity {
+        field: String,
+        #[source]
+        source: quantity::QuantityError,
+    },
+    /// Requests or allocatable that do not read as a template's would.
+    #[error("{}", describe(.0))]
+    Amounts(#[source] TemplateError),
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+}
 
 /// What a ResourceQuota allows and what is used of it: `status.hard` and `status.used` (a
 /// quota the API has not counted yet: `spec.hard`, none used). CPU and memory are its
 /// `requests.cpu` (else `cpu`) and `requests.memory` (else `memory`).
-pub fn quota(q: &ResourceQuota) -> Result<Quota, String> {
+pub fn quota(q: &ResourceQuota) -> Result<Quota, CapacityError> {
     let status = q.status.as_ref();
     let hard = status
         .and_then(|s| s.hard.as_ref())
@@ -28,7 +46,10 @@ pub fn quota(q: &ResourceQuota) -> Result<Quota, String> {
     })
 }
 
-fn quota_amounts(at: &str, map: Option<&BTreeMap<String, Quantity>>) -> Result<Resources, String> {
+fn quota_amounts(
+    at: &str,
+    map: Option<&BTreeMap<String, Quantity>>,
+) -> Result<Resources, CapacityError> {
     let Some(map) = map else {
         return Ok(Resources::default());
     };
@@ -36,7 +57,10 @@ fn quota_amounts(at: &str, map: Option<&BTreeMap<String, Quantity>>) -> Result<R
         let Some((k, q)) = keys.into_iter().find_map(|k| Some((k, map.get(k)?))) else {
             return Ok(0);
         };
-        f(&q.0).map_err(|e| format!("{at}.{k}: {}", meridian_federation::describe(&e)))
+        f(&q.0).map_err(|source| CapacityError::Quantity {
+            field: format!("{at}.{k}"),
+            source,
+        })
     };
     Ok(Resources {
         cpu_millis: parse(["requests.cpu", "cpu"], quantity::cpu_millis)?,
@@ -58,7 +82,7 @@ pub fn by_namespace<'q>(
 }
 
 /// What a Node adds to its cluster's allocatable (nothing when cordoned).
-pub fn node(n: &Node) -> Result<Resources, String> {
+pub fn node(n: &Node) -> Result<Resources, CapacityError> {
     if schedulable(n) {
         node_allocatable(n)
     } else {
@@ -76,7 +100,7 @@ pub struct PodUse {
 }
 
 /// What a Pod holds of its Node (nothing unless bound and unfinished), and whose it is.
-pub fn pod(p: &Pod) -> Result<PodUse, String> {
+pub fn pod(p: &Pod) -> Result<PodUse, CapacityError> {
     if !occupies_a_node(p) {
         return Ok(PodUse::default());
     }
@@ -160,30 +184,28 @@ fn occupies_a_node(p: &Pod) -> bool {
     bound && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
-fn node_allocatable(n: &Node) -> Result<Resources, String> {
+fn node_allocatable(n: &Node) -> Result<Resources, CapacityError> {
     let Some(allocatable) = n.status.as_ref().and_then(|s| s.allocatable.as_ref()) else {
         return Ok(Resources::default());
     };
-    let value = serde_json::to_value(allocatable).map_err(|e| e.to_string())?;
-    let mut r = template::amounts("status.allocatable", &value)
-        .map_err(|e| meridian_federation::describe(&e))?;
+    let value = serde_json::to_value(allocatable)?;
+    let mut r = template::amounts("status.allocatable", &value).map_err(CapacityError::Amounts)?;
     r.pods = match allocatable.get("pods") {
-        Some(q) => meridian_federation::quantity::whole(&q.0).map_err(|e| {
-            format!(
-                "status.allocatable.pods: {}",
-                meridian_federation::describe(&e)
-            )
+        Some(q) => quantity::whole(&q.0).map_err(|source| CapacityError::Quantity {
+            field: "status.allocatable.pods".into(),
+            source,
         })?,
         None => 0,
     };
     Ok(r)
 }
 
-fn pod_requests(p: &Pod) -> Result<Resources, String> {
-    let spec = serde_json::to_value(&p.spec).map_err(|e| e.to_string())?;
+fn pod_requests(p: &Pod) -> Result<Resources, CapacityError> {
+    let spec = serde_json::to_value(&p.spec)?;
     match spec {
-        serde_json::Value::Object(spec) => template::pod_requests("spec".into(), &spec)
-            .map_err(|e| meridian_federation::describe(&e)),
+        serde_json::Value::Object(spec) => {
+            template::pod_requests("spec".into(), &spec).map_err(CapacityError::Amounts)
+        }
         _ => Ok(Resources {
             pods: 1,
             ..Resources::default()
@@ -339,7 +361,7 @@ mod tests {
     #[test]
     fn an_unreadable_quantity_is_named() {
         let bad = node("lots", "1Gi", "1", false);
-        let e = super::node(&bad).unwrap_err();
+        let e = super::node(&bad).unwrap_err().to_string();
         assert!(e.contains("status.allocatable.cpu"), "{e}");
     }
 
@@ -383,7 +405,8 @@ mod tests {
         let bad = quota(&resource_quota(serde_json::json!({
             "metadata": {"name": "q"}, "status": {"hard": {"cpu": "lots"}}
         })))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(bad.contains("hard.cpu"), "{bad}");
     }
 }

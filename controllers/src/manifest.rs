@@ -33,7 +33,7 @@ mod writes;
 
 pub use dir::{DirRead, DirReader, MAX_LISTED_ENTRIES, ServedFile, directories_within};
 pub(crate) use docs::DocKey;
-pub use file::read_bounded;
+pub use file::{BoundedReadError, read_bounded};
 pub use limits::Limits;
 pub use writes::OpenWrites;
 

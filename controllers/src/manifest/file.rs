@@ -55,24 +55,41 @@ pub(crate) fn kind_of(meta: &Metadata) -> Option<&'static str> {
     }
 }
 
+/// Why a file a user names cannot be read (said of "it", the file the caller names).
+#[derive(Debug, thiserror::Error)]
+pub enum BoundedReadError {
+    #[error("{0}")]
+    Stat(#[source] std::io::Error),
+    #[error("it is {0}, not a regular file")]
+    NotRegular(&'static str),
+    #[error("it is larger than {limit} bytes")]
+    TooLarge { limit: u64 },
+    #[error("it {}", crate::reason_of(&**.0))]
+    Read(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("it kept changing while it was read")]
+    KeptChanging,
+}
+
 /// Reads a small file a user names (the config): a regular file only (a FIFO or a device is
 /// refused, never waited on), at most `limit` bytes, within `budget`. Blocking.
-pub fn read_bounded(path: &Path, limit: u64, budget: Duration) -> Result<Vec<u8>, String> {
+pub fn read_bounded(
+    path: &Path,
+    limit: u64,
+    budget: Duration,
+) -> Result<Vec<u8>, BoundedReadError> {
     for _ in 0..3 {
-        let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+        let meta = std::fs::metadata(path).map_err(BoundedReadError::Stat)?;
         if let Some(kind) = kind_of(&meta) {
-            return Err(format!("it is {kind}, not a regular file"));
+            return Err(BoundedReadError::NotRegular(kind));
         }
         match read(path, Stamp::of(&meta), limit, budget) {
             Ok(bytes) => return Ok(bytes),
             Err(ReadError::Moved(_)) => continue,
-            Err(ReadError::TooLarge { limit }) => {
-                return Err(format!("it is larger than {limit} bytes"));
-            }
-            Err(e) => return Err(format!("it {}", crate::reason_of(&e))),
+            Err(ReadError::TooLarge { limit }) => return Err(BoundedReadError::TooLarge { limit }),
+            Err(e) => return Err(BoundedReadError::Read(Box::new(e))),
         }
     }
-    Err("it kept changing while it was read".into())
+    Err(BoundedReadError::KeptChanging)
 }
 
 /// Reads `path` if it is still the regular file stamped `expected`, at most `limit` bytes,
