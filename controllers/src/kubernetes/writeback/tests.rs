@@ -829,3 +829,116 @@ async fn a_pass_writes_the_services_that_changed_and_every_condition_when_export
     let more: BTreeSet<String> = ["shop".to_string(), "more".to_string()].into();
     assert_eq!(plan(&mut state, &more, &exports, &[]), Pass::full(true));
 }
+
+// The whole loop (`run`: kubernetes::reconcile's Wake and slots) on the mock.
+
+/// Facts of member m2 on `client`, as a source that listed everything publishes them.
+fn m2_facts(facts: &Facts, client: kube::Client) {
+    facts.update(&ClusterId::new("m2"), |f| {
+        f.client = Some(client);
+        f.connection = 7;
+        f.listed = true;
+        f.namespaces = shop();
+    });
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..250 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what} did not happen within 5 s");
+}
+
+#[tokio::test]
+async fn a_running_write_back_writes_a_member_and_cleans_up_and_forgets_one_that_left_the_hub() {
+    let store = Arc::new(parking_lot::Mutex::new(Store::default()));
+    let (client, server) = ApiServer::stateful(store.clone(), allocating);
+    let facts = Facts::default();
+    m2_facts(&facts, client);
+    let (_tx, snapshots) = tokio::sync::watch::channel(Arc::new(fleet()));
+    let metrics = WritebackMetrics::new(&mut prometheus_client::registry::Registry::default());
+    let task = tokio::spawn(run(
+        snapshots,
+        facts.clone(),
+        Leadership::always("test"),
+        metrics,
+        RESYNC,
+    ));
+    until("the derived Service and the import written", || {
+        let s = store.lock();
+        s.get(DERIVED).is_some() && s.get(IMPORT).is_some()
+    })
+    .await;
+    // The member leaves the hub: the leader deletes what meridian wrote there, then the
+    // member's facts go.
+    facts.retire(&ClusterId::new("m2"));
+    until("everything meridian wrote deleted", || {
+        let s = store.lock();
+        s.get(DERIVED).is_none() && s.get(IMPORT).is_none()
+    })
+    .await;
+    until("the member forgotten", || {
+        !facts.all().contains_key(&ClusterId::new("m2"))
+    })
+    .await;
+    let deletes = server
+        .calls()
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .count();
+    assert!(
+        deletes >= 3,
+        "a slice, the import and the derived Service: {deletes}"
+    );
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_running_write_back_backs_off_a_member_that_refuses_and_writes_a_new_connection_afresh() {
+    // The first connection refuses every write (its RBAC, say).
+    let (refusing, refused) = ApiServer::start(|r| {
+        (r.method == "PATCH").then(|| status(403, "Forbidden", "patch is forbidden"))
+    });
+    let facts = Facts::default();
+    m2_facts(&facts, refusing);
+    let (_tx, snapshots) = tokio::sync::watch::channel(Arc::new(fleet()));
+    let metrics = WritebackMetrics::new(&mut prometheus_client::registry::Registry::default());
+    let task = tokio::spawn(run(
+        snapshots,
+        facts.clone(),
+        Leadership::always("test"),
+        metrics,
+        RESYNC,
+    ));
+    until("a refused write", || !refused.patches().is_empty()).await;
+    // Woken again and again (new facts), it does not ask the refusing member at every
+    // wake: the back-off (0.5 s, then 1 s) holds it off.
+    for _ in 0..10 {
+        facts.update(&ClusterId::new("m2"), |_| {});
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rounds = refused
+        .patches()
+        .iter()
+        .filter(|r| r.path == DERIVED)
+        .count();
+    assert!(
+        rounds <= 3,
+        "the derived Service asked {rounds} times in about a second"
+    );
+    // The source reconnects: a new connection is a new applier, written at once.
+    let store = Arc::new(parking_lot::Mutex::new(Store::default()));
+    let (client, _server) = ApiServer::stateful(store.clone(), allocating);
+    facts.update(&ClusterId::new("m2"), |f| {
+        f.client = Some(client);
+        f.connection = 8;
+    });
+    until("written through the new connection", || {
+        store.lock().get(IMPORT).is_some()
+    })
+    .await;
+    task.abort();
+}
