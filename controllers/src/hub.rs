@@ -211,28 +211,21 @@ pub(crate) fn add_template(
     }
 }
 
+/// A namespaced hub object as its problems name it (`default` when it names no namespace).
+fn namespaced(kind: &str, meta: &kube::api::ObjectMeta) -> ObjectRef {
+    ObjectRef {
+        kind: kind.into(),
+        namespace: Some(meta.namespace.clone().unwrap_or_else(|| "default".into())),
+        name: meta.name.clone().unwrap_or_else(|| "?".into()),
+    }
+}
+
 pub(crate) fn add_override(hub: &mut Hub, from: &ReadFrom, op: &crate::crd::OverridePolicy) {
-    let object = ObjectRef {
-        kind: "OverridePolicy".into(),
-        namespace: Some(
-            op.metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-        ),
-        name: op.metadata.name.clone().unwrap_or_else(|| "?".into()),
-    };
+    let object = namespaced("OverridePolicy", &op.metadata);
     let converted = crate::overrides::override_policy(op);
     let same = |a: &OverridePolicy, b: &OverridePolicy| a.key == b.key;
-    keep_first(
-        &mut hub.overrides,
-        &mut hub.errors,
-        from,
-        object,
-        converted,
-        same,
-        "policy",
-    );
+    let (into, errors) = (&mut hub.overrides, &mut hub.errors);
+    keep_first(into, errors, from, object, converted, same, "policy");
 }
 
 pub(crate) fn add_tenant(hub: &mut Hub, from: &ReadFrom, t: &crate::crd::Tenant) {
@@ -295,27 +288,11 @@ pub(crate) fn add_member(hub: &mut Hub, base: &Path, from: &ReadFrom, mc: &Membe
 }
 
 pub(crate) fn add_policy(hub: &mut Hub, from: &ReadFrom, csp: &ClusterSchedulingPolicy) {
-    let object = ObjectRef {
-        kind: "ClusterSchedulingPolicy".into(),
-        namespace: Some(
-            csp.metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-        ),
-        name: csp.metadata.name.clone().unwrap_or_else(|| "?".into()),
-    };
+    let object = namespaced("ClusterSchedulingPolicy", &csp.metadata);
     let converted = crate::policy::scheduling_policy(csp);
     let same = |a: &Policy, b: &Policy| a.key == b.key;
-    keep_first(
-        &mut hub.policies,
-        &mut hub.errors,
-        from,
-        object,
-        converted,
-        same,
-        "policy",
-    );
+    let (into, errors) = (&mut hub.policies, &mut hub.errors);
+    keep_first(into, errors, from, object, converted, same, "policy");
 }
 
 /// What the previous hub read served, so an invalid edit keeps the last valid version.

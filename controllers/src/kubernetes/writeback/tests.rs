@@ -842,6 +842,26 @@ fn m2_facts(facts: &Facts, client: kube::Client) {
     });
 }
 
+/// The write-back of a fleet that does not change (while the sender returned lives),
+/// leading, over `facts`.
+fn spawn_run(
+    facts: &Facts,
+) -> (
+    tokio::sync::watch::Sender<Arc<Snapshot>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, snapshots) = tokio::sync::watch::channel(Arc::new(fleet()));
+    let metrics = WritebackMetrics::new(&mut prometheus_client::registry::Registry::default());
+    let task = tokio::spawn(run(
+        snapshots,
+        facts.clone(),
+        Leadership::always("test"),
+        metrics,
+        RESYNC,
+    ));
+    (tx, task)
+}
+
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
     for _ in 0..250 {
         if done() {
@@ -858,15 +878,7 @@ async fn a_running_write_back_writes_a_member_and_cleans_up_and_forgets_one_that
     let (client, server) = ApiServer::stateful(store.clone(), allocating);
     let facts = Facts::default();
     m2_facts(&facts, client);
-    let (_tx, snapshots) = tokio::sync::watch::channel(Arc::new(fleet()));
-    let metrics = WritebackMetrics::new(&mut prometheus_client::registry::Registry::default());
-    let task = tokio::spawn(run(
-        snapshots,
-        facts.clone(),
-        Leadership::always("test"),
-        metrics,
-        RESYNC,
-    ));
+    let (_snapshots, task) = spawn_run(&facts);
     until("the derived Service and the import written", || {
         let s = store.lock();
         s.get(DERIVED).is_some() && s.get(IMPORT).is_some()
@@ -904,15 +916,7 @@ async fn a_running_write_back_backs_off_a_member_that_refuses_and_writes_a_new_c
     });
     let facts = Facts::default();
     m2_facts(&facts, refusing);
-    let (_tx, snapshots) = tokio::sync::watch::channel(Arc::new(fleet()));
-    let metrics = WritebackMetrics::new(&mut prometheus_client::registry::Registry::default());
-    let task = tokio::spawn(run(
-        snapshots,
-        facts.clone(),
-        Leadership::always("test"),
-        metrics,
-        RESYNC,
-    ));
+    let (_snapshots, task) = spawn_run(&facts);
     until("a refused write", || !refused.patches().is_empty()).await;
     // Woken again and again (new facts), it does not ask the refusing member at every
     // wake: the back-off (0.5 s, then 1 s) holds it off.
