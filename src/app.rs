@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::admin::{self, AdminState, FleetCollector};
-use crate::config::{Config, Guard, Hub};
+use crate::config::{Config, Guard, HubSource};
 use crate::programs::Runners;
 use crate::store::{Heartbeats, Store};
 
@@ -282,13 +282,13 @@ pub async fn agent_store(cfg: &Config) -> Result<HubStore> {
 /// The agent store, on the hub's client when there is one already.
 async fn hub_agent_store(cfg: &Config, client: Option<kube::Client>) -> Result<HubStore> {
     match &cfg.hub {
-        Hub::Directory(_) => {
+        HubSource::Directory(_) => {
             let dir = cfg.agent_state_dir.clone().context(
                 "agent.stateDir (or --agent-state-dir) is required on a directory hub: where the agent CA and bootstrap tokens are kept",
             )?;
             Ok(HubStore::Directory(dir))
         }
-        Hub::Kubernetes {
+        HubSource::Kubernetes {
             kubeconfig,
             context,
             namespace,
@@ -405,7 +405,7 @@ async fn start_hub(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Result<StartedHub> {
     match &cfg.hub {
-        Hub::Directory(dir) => {
+        HubSource::Directory(dir) => {
             if let Some(why) = directory::not_a_directory(dir) {
                 bail!("hub directory {} {why}", dir.display());
             }
@@ -420,7 +420,7 @@ async fn start_hub(
                 shards: None,
             })
         }
-        Hub::Kubernetes {
+        HubSource::Kubernetes {
             kubeconfig,
             context,
             namespace,

@@ -375,7 +375,7 @@ const WEBHOOK_WAIT: std::time::Duration = std::time::Duration::from_secs(35);
 /// webhooks are called and the placement decided again until none is waiting for an answer
 /// (at most [`WEBHOOK_WAIT`]); without, they fail and their failurePolicy applies.
 async fn read_once(cfg: &config::Config, what: &str, call_webhooks: bool) -> Result<ReadOnce> {
-    let config::Hub::Directory(hub_directory) = &cfg.hub else {
+    let config::HubSource::Directory(hub_directory) = &cfg.hub else {
         bail!(
             "{what} reads a hub directory; a Kubernetes hub validates its objects itself (the CRD schemas)"
         );

@@ -119,7 +119,7 @@ pub struct HubSection {
 
 /// Where MemberClusters and policies come from.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Hub {
+pub enum HubSource {
     Directory(PathBuf),
     /// A Kubernetes API: a kubeconfig (and context), or the in-cluster service account.
     Kubernetes {
@@ -129,15 +129,15 @@ pub enum Hub {
     },
 }
 
-impl Hub {
+impl HubSource {
     pub fn describe(&self) -> String {
         match self {
-            Hub::Directory(d) => d.display().to_string(),
-            Hub::Kubernetes {
+            HubSource::Directory(d) => d.display().to_string(),
+            HubSource::Kubernetes {
                 kubeconfig: Some(k),
                 ..
             } => format!("Kubernetes API of {}", k.display()),
-            Hub::Kubernetes { .. } => "in-cluster Kubernetes API".into(),
+            HubSource::Kubernetes { .. } => "in-cluster Kubernetes API".into(),
         }
     }
 }
@@ -303,7 +303,7 @@ pub struct ListenerLimits {
 /// The effective settings.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub hub: Hub,
+    pub hub: HubSource,
     pub leader: LeaderConfig,
     /// Bound of one watch on a member's API (a stalled one is noticed a third later).
     pub watch_timeout_seconds: u32,
@@ -500,7 +500,7 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
     let hub = resolve_hub(&file.hub, base, args)?;
     let listeners = resolve_listeners(&file, args)?;
     let leader = resolve_leader(&file.leader_election, args)?;
-    if leader.shards && matches!(hub, Hub::Directory(_)) {
+    if leader.shards && matches!(hub, HubSource::Directory(_)) {
         bail!(
             "leaderElection.shards needs a Kubernetes hub (its Leases coordinate the replicas); a directory hub has one replica"
         );
@@ -596,7 +596,7 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
     let directory = resolve_directory(&file.directory, args)?;
     let geo = resolve_geo(&file.geo, base, args, &directory)?;
     let gateway = resolve_gateway(&file.gateway, base, args)?;
-    if gateway.is_some() && matches!(hub, Hub::Directory(_)) {
+    if gateway.is_some() && matches!(hub, HubSource::Directory(_)) {
         bail!("gateway needs a Kubernetes hub: a directory hub has no API to serve through it");
     }
     Ok(Config {
@@ -632,7 +632,7 @@ fn resolve_agent_state_dir(
     file: &AgentSection,
     base: &Path,
     args: &ServeArgs,
-    hub: &Hub,
+    hub: &HubSource,
 ) -> Result<Option<PathBuf>> {
     let dir = args
         .agent
@@ -640,11 +640,11 @@ fn resolve_agent_state_dir(
         .clone()
         .or_else(|| file.state_dir.clone());
     match (hub, dir) {
-        (Hub::Directory(_), dir) => Ok(dir.map(|d| base.join(d))),
-        (Hub::Kubernetes { .. }, Some(_)) => bail!(
+        (HubSource::Directory(_), dir) => Ok(dir.map(|d| base.join(d))),
+        (HubSource::Kubernetes { .. }, Some(_)) => bail!(
             "agent.stateDir is for a directory hub: a Kubernetes hub keeps the agent CA and tokens in Secrets in its namespace"
         ),
-        (Hub::Kubernetes { .. }, None) => Ok(None),
+        (HubSource::Kubernetes { .. }, None) => Ok(None),
     }
 }
 
@@ -964,7 +964,7 @@ fn resolve_sync_deadline(file: Option<u64>, args: &ServeArgs) -> Result<Duration
     Ok(Duration::from_secs(seconds))
 }
 
-fn resolve_hub(file: &HubSection, base: &Path, args: &ServeArgs) -> Result<Hub> {
+fn resolve_hub(file: &HubSection, base: &Path, args: &ServeArgs) -> Result<HubSource> {
     let flags = &args.hub;
     let directory = args
         .hub_directory
@@ -981,13 +981,13 @@ fn resolve_hub(file: &HubSection, base: &Path, args: &ServeArgs) -> Result<Hub> 
         .or_else(|| file.namespace.clone())
         .unwrap_or_else(|| "meridian-system".into());
     match (directory, kubeconfig, in_cluster) {
-        (Some(dir), None, false) => Ok(Hub::Directory(dir)),
-        (None, Some(k), false) => Ok(Hub::Kubernetes {
+        (Some(dir), None, false) => Ok(HubSource::Directory(dir)),
+        (None, Some(k), false) => Ok(HubSource::Kubernetes {
             kubeconfig: Some(k),
             context: flags.context.clone().or_else(|| file.context.clone()),
             namespace,
         }),
-        (None, None, true) => Ok(Hub::Kubernetes {
+        (None, None, true) => Ok(HubSource::Kubernetes {
             kubeconfig: None,
             context: None,
             namespace,
@@ -1165,7 +1165,10 @@ mod tests {
         )
         .unwrap();
         let cfg = resolve(file, Path::new("/etc/meridian"), &args(&[])).unwrap();
-        assert_eq!(cfg.hub, Hub::Directory(PathBuf::from("/etc/meridian/hub")));
+        assert_eq!(
+            cfg.hub,
+            HubSource::Directory(PathBuf::from("/etc/meridian/hub"))
+        );
         assert_eq!(cfg.dns.zones.len(), 2);
         assert_eq!(cfg.dns.zones[1].style, Style::Clusterset);
         assert_eq!(cfg.dns.ttl, 5);
@@ -1193,7 +1196,7 @@ mod tests {
         assert_eq!(cfg.dns.ttl, 30);
         assert_eq!(cfg.dns_listen, "127.0.0.2:53".parse().unwrap());
         assert_eq!(cfg.dns.zones[0].namespace.as_deref(), Some("shop"));
-        assert_eq!(cfg.hub, Hub::Directory(PathBuf::from("/h")));
+        assert_eq!(cfg.hub, HubSource::Directory(PathBuf::from("/h")));
     }
 
     #[test]
@@ -1519,7 +1522,7 @@ kubernetes: {watchTimeoutSeconds: 12}
         let cfg = resolve(file, Path::new("/etc/m"), &args(&[])).unwrap();
         assert_eq!(
             cfg.hub,
-            Hub::Kubernetes {
+            HubSource::Kubernetes {
                 kubeconfig: Some(PathBuf::from("/etc/m/hub.kubeconfig")),
                 context: Some("fleet".into()),
                 namespace: "ops".into(),

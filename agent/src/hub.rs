@@ -16,7 +16,7 @@ use crate::join::Joins;
 use crate::metrics::AgentMetrics;
 use crate::proto::AgentHubServer;
 use crate::store::{HubStore, StoreError};
-use crate::stream::{Hub, Streams};
+use crate::stream::{HubService, Streams};
 
 /// The serving certificate is made at every start; agents trust the CA, not the certificate.
 const SERVING_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -55,7 +55,7 @@ pub enum HubError {
 pub struct PreparedHub {
     listener: tokio::net::TcpListener,
     tls: ServerTlsConfig,
-    hub: Hub<HubStore>,
+    hub: HubService<HubStore>,
     store: HubStore,
 }
 
@@ -79,7 +79,7 @@ pub async fn prepare(
     Ok(PreparedHub {
         listener,
         tls,
-        hub: Hub {
+        hub: HubService {
             joins: Joins::new(
                 ca,
                 store.clone(),

@@ -44,4 +44,4 @@ pub use member::{AgentError, AgentSettings};
 pub use metrics::AgentMetrics;
 pub use state::AgentState;
 pub use store::{HubStore, StoreError, TokenStore};
-pub use stream::{Hub, Streams};
+pub use stream::{HubService, Streams};

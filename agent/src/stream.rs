@@ -325,13 +325,13 @@ fn read(certified: &ClusterId, message: AgentMessage) -> Result<Option<Up>, Refu
 }
 
 /// The hub's agent service: joining and streams.
-pub struct Hub<S> {
+pub struct HubService<S> {
     pub joins: Joins<S>,
     pub streams: Streams,
 }
 
 #[tonic::async_trait]
-impl<S: TokenStore> AgentHub for Hub<S> {
+impl<S: TokenStore> AgentHub for HubService<S> {
     async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
         self.joins.join(request).await
     }

@@ -21,7 +21,7 @@ use crate::join::Joins;
 use crate::metrics::AgentMetrics;
 use crate::proto::AgentHubServer;
 use crate::store::{StoreError, TokenStore};
-use crate::stream::{Hub, Streams};
+use crate::stream::{HubService, Streams};
 
 /// The tests' tokens in memory (`test_tokens`) with the changes joins recorded;
 /// `read_only` refuses to record any.
@@ -141,7 +141,7 @@ pub(crate) async fn serve_with(store: Recorded, per_second: u32, approval: Appro
     while routes.members().len() < 2 {
         tokio::task::yield_now().await;
     }
-    let hub = Hub {
+    let hub = HubService {
         joins: Joins::new(
             ca.clone(),
             store,

@@ -61,7 +61,7 @@ pub use policy::{
 pub use problem::{ObjectRef, Origin, Problem, Source, Subject};
 pub use registry::{Health, MemberHealth, Registry, Transition};
 pub use select::{
-    Client, FilterReason, Member, Selection, Target, Tier, TierReason, select, select_for,
+    Client, FilterReason, Member, Selection, Tier, TierReason, Via, select, select_for,
 };
 pub use snapshot::{Backend, ClusterView, Conflict, ServiceView, Snapshot, Stamp};
 pub use tenant::{Tenant, TenantNamespaces, Tenants};

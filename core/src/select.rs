@@ -1,6 +1,6 @@
 //! The scheduling core for traffic: for one service and one client, which clusters
 //! receive traffic, in which priority tiers, with which weights, and what each of them resolves
-//! to for that client — its own endpoints or its east-west gateway ([`Target`]). DNS, xDS,
+//! to for that client — its own endpoints or its east-west gateway ([`Via`]). DNS, xDS,
 //! write-back and explain all read this one result; none of them filters, reorders or
 //! deduplicates on its own.
 //!
@@ -82,7 +82,7 @@ pub enum TierReason {
 /// are listed once, in `Selection::shadowed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Target {
+pub enum Via {
     /// The cluster's own endpoints, except those with an address a member earlier in the
     /// decision already answers (`Selection::shadowed`; almost always none).
     Endpoints,
@@ -100,20 +100,20 @@ pub struct Member {
     pub weight: u32,
     /// Ready endpoints this member stands for (its gateway's, when reached through it).
     pub ready: u32,
-    pub target: Target,
+    pub target: Via,
 }
 
 impl Member {
     /// Whether the client reaches this cluster through its east-west gateway.
     pub fn via_gateway(&self) -> bool {
-        matches!(self.target, Target::Gateway { .. })
+        matches!(self.target, Via::Gateway { .. })
     }
 
     /// The gateway's address and port, when the client goes through it.
     pub fn gateway(&self) -> Option<(IpAddr, u16)> {
         match self.target {
-            Target::Gateway { address, port } => Some((address, port)),
-            Target::Endpoints => None,
+            Via::Gateway { address, port } => Some((address, port)),
+            Via::Endpoints => None,
         }
     }
 }
@@ -351,11 +351,11 @@ pub fn select_for(
             continue;
         }
         let target = match (&cluster.spec.gateway, other_network) {
-            (Some(gw), true) => Target::Gateway {
+            (Some(gw), true) => Via::Gateway {
                 address: gw.address,
                 port: gw.port,
             },
-            _ => Target::Endpoints,
+            _ => Via::Endpoints,
         };
         let member = Member {
             backend: i,
@@ -424,7 +424,7 @@ fn resolve_duplicates(
             let member = &mut placed[slot].1;
             let backend = &service.backends[member.backend];
             let cluster = member.cluster;
-            if let Target::Gateway { address, port } = member.target {
+            if let Via::Gateway { address, port } = member.target {
                 let first = *gateways.entry((address, port)).or_insert(cluster);
                 if ready_pass && first != cluster {
                     lost_to[slot] = Some(first);

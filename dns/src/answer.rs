@@ -21,7 +21,7 @@ use meridian_core::{
 };
 
 use crate::config::{DnsConfig, Style, ZoneConfig};
-use crate::names::{self, Target};
+use crate::names::{self, Named};
 
 /// The EDNS payload size meridian advertises and the ceiling it honours (DNS flag day 2020).
 pub const EDNS_PAYLOAD: u16 = 1232;
@@ -431,7 +431,7 @@ impl Answerer {
         )
     }
 
-    fn lookup(&self, ask: Ask<'_>, name: &Name, target: Target<'_>, qtype: RecordType) -> Found {
+    fn lookup(&self, ask: Ask<'_>, name: &Name, target: Named<'_>, qtype: RecordType) -> Found {
         let Ask {
             snap,
             zone,
@@ -441,8 +441,8 @@ impl Answerer {
         } = ask;
         let ttl = self.cfg.ttl;
         match target {
-            Target::Unknown => Found::NxDomain,
-            Target::Apex => Found::answers(match qtype {
+            Named::Unknown => Found::NxDomain,
+            Named::Apex => Found::answers(match qtype {
                 RecordType::SOA => vec![self.soa(snap, zone)],
                 RecordType::NS => vec![Record::from_rdata(
                     name.clone(),
@@ -451,7 +451,7 @@ impl Answerer {
                 )],
                 _ => Vec::new(),
             }),
-            Target::DnsVersion => Found::answers(match qtype {
+            Named::DnsVersion => Found::answers(match qtype {
                 RecordType::TXT => vec![Record::from_rdata(
                     name.clone(),
                     ttl,
@@ -459,18 +459,18 @@ impl Answerer {
                 )],
                 _ => Vec::new(),
             }),
-            Target::ServicesRoot if snap.has_services() => Found::nodata(),
-            Target::ServicesRoot => Found::NxDomain,
-            Target::Namespace { ns } if snap.has_namespace(ns) => Found::nodata(),
-            Target::Namespace { ns: "ns" } => Found::answers(
+            Named::ServicesRoot if snap.has_services() => Found::nodata(),
+            Named::ServicesRoot => Found::NxDomain,
+            Named::Namespace { ns } if snap.has_namespace(ns) => Found::nodata(),
+            Named::Namespace { ns: "ns" } => Found::answers(
                 self.cfg
                     .ns_address
                     .and_then(|ip| address_record(name, ttl, ip, qtype))
                     .into_iter()
                     .collect(),
             ),
-            Target::Namespace { .. } => Found::NxDomain,
-            Target::Service { ns, svc } => {
+            Named::Namespace { .. } => Found::NxDomain,
+            Named::Service { ns, svc } => {
                 let Some(view) = snap.service(ns, svc) else {
                     return Found::NxDomain;
                 };
@@ -492,7 +492,7 @@ impl Answerer {
                     rotations,
                 }
             }
-            Target::Cluster { ns, svc, cluster } => {
+            Named::Cluster { ns, svc, cluster } => {
                 let Some(view) = snap.service(ns, svc) else {
                     return Found::NxDomain;
                 };
@@ -532,7 +532,7 @@ impl Answerer {
                         .collect(),
                 )
             }
-            Target::Endpoint {
+            Named::Endpoint {
                 ns,
                 svc,
                 cluster,
@@ -564,7 +564,7 @@ impl Answerer {
                         .collect(),
                 )
             }
-            Target::SrvProto { ns, svc, proto } => match snap.service(ns, svc) {
+            Named::SrvProto { ns, svc, proto } => match snap.service(ns, svc) {
                 Some(view)
                     if Self::service_exists(ask, view)
                         && view
@@ -576,7 +576,7 @@ impl Answerer {
                 }
                 _ => Found::NxDomain,
             },
-            Target::Srv {
+            Named::Srv {
                 ns,
                 svc,
                 port,
@@ -681,7 +681,7 @@ impl Answerer {
         )];
         let mut additionals = Vec::new();
         for qtype in [RecordType::A, RecordType::AAAA] {
-            let target = names::Target::Service {
+            let target = names::Named::Service {
                 ns: &view.key.namespace,
                 svc: &view.key.name,
             };
@@ -897,12 +897,12 @@ impl Answerer {
 /// Whether the first name in wire-format `bytes` uses a compression pointer.
 /// What the answer about `target` is decided from: a name below an exported service is that
 /// service's business; any other name but the apex only depends on which names exist.
-fn depends_of(snap: &Snapshot, target: &Target<'_>) -> Depends {
+fn depends_of(snap: &Snapshot, target: &Named<'_>) -> Depends {
     match target.service() {
         Some((ns, svc)) => snap
             .service(ns, svc)
             .map_or(Depends::Names, |view| Depends::Service(view.stamp.clone())),
-        None if *target == Target::Apex => Depends::Snapshot,
+        None if *target == Named::Apex => Depends::Snapshot,
         None => Depends::Names,
     }
 }

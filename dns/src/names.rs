@@ -8,7 +8,7 @@
 use crate::config::Style;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Target<'a> {
+pub(crate) enum Named<'a> {
     Apex,
     /// `dns-version.<zone>` (clusterset).
     DnsVersion,
@@ -52,44 +52,44 @@ pub(crate) enum Target<'a> {
     Unknown,
 }
 
-impl<'a> Target<'a> {
+impl<'a> Named<'a> {
     /// The service (`namespace`, `name`) a name is about, if any.
     pub(crate) fn service(&self) -> Option<(&'a str, &'a str)> {
         match *self {
-            Target::Service { ns, svc }
-            | Target::Cluster { ns, svc, .. }
-            | Target::Endpoint { ns, svc, .. }
-            | Target::SrvProto { ns, svc, .. }
-            | Target::Srv { ns, svc, .. } => Some((ns, svc)),
+            Named::Service { ns, svc }
+            | Named::Cluster { ns, svc, .. }
+            | Named::Endpoint { ns, svc, .. }
+            | Named::SrvProto { ns, svc, .. }
+            | Named::Srv { ns, svc, .. } => Some((ns, svc)),
             _ => None,
         }
     }
 }
 
 /// Parses the labels left of the zone apex (leftmost first, lower-case).
-pub(crate) fn parse<'a>(labels: &[&'a str], style: Style, fixed_ns: Option<&'a str>) -> Target<'a> {
+pub(crate) fn parse<'a>(labels: &[&'a str], style: Style, fixed_ns: Option<&'a str>) -> Named<'a> {
     let n = labels.len();
     if n == 0 {
-        return Target::Apex;
+        return Named::Apex;
     }
     let (ns, rest) = match (style, fixed_ns) {
         (Style::Global, Some(ns)) => (ns, labels),
-        (Style::Global, None) if n == 1 => return Target::Namespace { ns: labels[0] },
+        (Style::Global, None) if n == 1 => return Named::Namespace { ns: labels[0] },
         (Style::Global, None) => (labels[n - 1], &labels[..n - 1]),
         (Style::Clusterset, _) => {
             if n == 1 {
                 return match labels[0] {
-                    "dns-version" => Target::DnsVersion,
-                    "svc" => Target::ServicesRoot,
-                    "ns" => Target::Namespace { ns: "ns" },
-                    _ => Target::Unknown,
+                    "dns-version" => Named::DnsVersion,
+                    "svc" => Named::ServicesRoot,
+                    "ns" => Named::Namespace { ns: "ns" },
+                    _ => Named::Unknown,
                 };
             }
             if labels[n - 1] != "svc" {
-                return Target::Unknown;
+                return Named::Unknown;
             }
             if n == 2 {
-                return Target::Namespace { ns: labels[0] };
+                return Named::Namespace { ns: labels[0] };
             }
             (labels[n - 2], &labels[..n - 2])
         }
@@ -98,31 +98,31 @@ pub(crate) fn parse<'a>(labels: &[&'a str], style: Style, fixed_ns: Option<&'a s
     let svc = rest[r - 1];
     let underscored = |s: &'a str| s.strip_prefix('_');
     match r {
-        1 => Target::Service { ns, svc },
+        1 => Named::Service { ns, svc },
         2 => match underscored(rest[0]) {
-            Some(proto) => Target::SrvProto { ns, svc, proto },
-            None => Target::Cluster {
+            Some(proto) => Named::SrvProto { ns, svc, proto },
+            None => Named::Cluster {
                 ns,
                 svc,
                 cluster: rest[0],
             },
         },
         3 => match (underscored(rest[0]), underscored(rest[1])) {
-            (Some(port), Some(proto)) => Target::Srv {
+            (Some(port), Some(proto)) => Named::Srv {
                 ns,
                 svc,
                 port,
                 proto,
             },
-            (None, None) => Target::Endpoint {
+            (None, None) => Named::Endpoint {
                 ns,
                 svc,
                 cluster: rest[1],
                 host: rest[0],
             },
-            _ => Target::Unknown,
+            _ => Named::Unknown,
         },
-        _ => Target::Unknown,
+        _ => Named::Unknown,
     }
 }
 
@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn global_names() {
-        use Target::*;
+        use Named::*;
         let g = |l: &[&'static str]| parse(l, Style::Global, None);
         assert_eq!(g(&[]), Apex);
         assert_eq!(g(&["shop"]), Namespace { ns: "shop" });
@@ -186,14 +186,14 @@ mod tests {
         let g = |l: &[&'static str]| parse(l, Style::Global, Some("shop"));
         assert_eq!(
             g(&["payments"]),
-            Target::Service {
+            Named::Service {
                 ns: "shop",
                 svc: "payments"
             }
         );
         assert_eq!(
             g(&["eu-1", "payments"]),
-            Target::Cluster {
+            Named::Cluster {
                 ns: "shop",
                 svc: "payments",
                 cluster: "eu-1"
@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn clusterset_names() {
-        use Target::*;
+        use Named::*;
         let c = |l: &[&'static str]| parse(l, Style::Clusterset, None);
         assert_eq!(c(&["dns-version"]), DnsVersion);
         assert_eq!(c(&["svc"]), ServicesRoot);

@@ -213,9 +213,9 @@ fn bound(
             .get(&spec.id, |f| f.listed.then(|| f.namespace_labels.clone()))
     });
     let (target, path) = match route {
-        Route::Hub { path } => (tenant::Target::Hub, path.as_str()),
-        Route::Member { cluster, path } => (tenant::Target::Member(cluster), path.as_str()),
-        Route::Every { path } => (tenant::Target::Every, path.as_str()),
+        Route::Hub { path } => (tenant::Destination::Hub, path.as_str()),
+        Route::Member { cluster, path } => (tenant::Destination::Member(cluster), path.as_str()),
+        Route::Every { path } => (tenant::Destination::Every, path.as_str()),
         Route::Metrics => {
             return Err(Refusal::forbidden(tenant::Refused::Metrics {
                 tenants: names,

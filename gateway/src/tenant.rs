@@ -20,7 +20,7 @@ use crate::path::ApiPath;
 
 /// Where a request goes, as the tenant check sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target<'a> {
+pub enum Destination<'a> {
     Hub,
     Member(&'a str),
     Every,
@@ -51,13 +51,13 @@ pub enum Refused {
 pub fn check(
     reach: &Reach,
     tenants: &str,
-    target: Target<'_>,
+    target: Destination<'_>,
     method: &Method,
     path: &str,
 ) -> Result<(), Refused> {
     let tenants = tenants.to_string();
     let read = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
-    if let Target::Member(cluster) = target
+    if let Destination::Member(cluster) = target
         && !reach.spans(cluster)
     {
         return Err(Refused::Cluster {
@@ -78,9 +78,9 @@ pub fn check(
     }
     if let Some(namespace) = namespace_of(&api) {
         let (mine, place) = match target {
-            Target::Hub => (reach.namespace(None, namespace), " on the hub".to_string()),
-            Target::Member(c) => (reach.namespace(Some(c), namespace), format!(" in {c}")),
-            Target::Every => (
+            Destination::Hub => (reach.namespace(None, namespace), " on the hub".to_string()),
+            Destination::Member(c) => (reach.namespace(Some(c), namespace), format!(" in {c}")),
+            Destination::Every => (
                 reach.clusters.values().any(|n| n.contains(namespace)),
                 " in any cluster".to_string(),
             ),
@@ -102,7 +102,7 @@ pub fn check(
     }
     match (read, target) {
         (false, _) => Err(Refused::ClusterScopedWrite { tenants }),
-        (true, Target::Every) => Ok(()),
+        (true, Destination::Every) => Ok(()),
         (true, _) => Err(Refused::AcrossNamespaces { tenants }),
     }
 }
@@ -181,13 +181,13 @@ mod tests {
         }
     }
 
-    fn ask(target: Target<'_>, method: Method, path: &str) -> Result<(), Refused> {
+    fn ask(target: Destination<'_>, method: Method, path: &str) -> Result<(), Refused> {
         check(&reach(), "shop", target, &method, path)
     }
 
     #[test]
     fn the_tenants_namespaces_in_its_clusters_pass() {
-        let m1 = Target::Member("m1");
+        let m1 = Destination::Member("m1");
         assert_eq!(ask(m1, Method::GET, "/api/v1/namespaces/shop/pods"), Ok(()));
         assert_eq!(
             ask(m1, Method::POST, "/api/v1/namespaces/shop/configmaps"),
@@ -200,7 +200,7 @@ mod tests {
         );
         assert_eq!(
             ask(
-                Target::Hub,
+                Destination::Hub,
                 Method::GET,
                 "/apis/meridian.io/v1alpha1/namespaces/shop/clusterschedulingpolicies"
             ),
@@ -208,7 +208,7 @@ mod tests {
         );
         assert_eq!(
             ask(
-                Target::Every,
+                Destination::Every,
                 Method::GET,
                 "/api/v1/namespaces/shop-dev/pods"
             ),
@@ -227,7 +227,7 @@ mod tests {
         );
         assert_eq!(
             ask(
-                Target::Hub,
+                Destination::Hub,
                 Method::POST,
                 "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
             ),
@@ -239,14 +239,14 @@ mod tests {
     fn other_clusters_and_namespaces_are_refused() {
         assert!(matches!(
             ask(
-                Target::Member("m3"),
+                Destination::Member("m3"),
                 Method::GET,
                 "/api/v1/namespaces/shop/pods"
             ),
             Err(Refused::Cluster { .. })
         ));
         let e = ask(
-            Target::Member("m1"),
+            Destination::Member("m1"),
             Method::GET,
             "/api/v1/namespaces/shop-dev/pods",
         )
@@ -257,7 +257,7 @@ mod tests {
         );
         assert!(matches!(
             ask(
-                Target::Member("m1"),
+                Destination::Member("m1"),
                 Method::GET,
                 "/api/v1/watch/namespaces/kube-system/secrets"
             ),
@@ -265,7 +265,7 @@ mod tests {
         ));
         assert!(matches!(
             ask(
-                Target::Every,
+                Destination::Every,
                 Method::GET,
                 "/api/v1/namespaces/default/pods"
             ),
@@ -273,7 +273,7 @@ mod tests {
         ));
         assert!(matches!(
             ask(
-                Target::Hub,
+                Destination::Hub,
                 Method::GET,
                 "/api/v1/namespaces/shop-dev/configmaps"
             ),
@@ -283,7 +283,7 @@ mod tests {
 
     #[test]
     fn cluster_scoped_writes_and_single_cluster_reads_across_namespaces_are_refused() {
-        let m1 = Target::Member("m1");
+        let m1 = Destination::Member("m1");
         for (method, path) in [
             (Method::POST, "/api/v1/namespaces"),
             (Method::DELETE, "/api/v1/namespaces/shop"),
@@ -307,11 +307,11 @@ mod tests {
             Err(Refused::AcrossNamespaces { .. })
         ));
         assert!(matches!(
-            ask(Target::Hub, Method::GET, "/api/v1/secrets"),
+            ask(Destination::Hub, Method::GET, "/api/v1/secrets"),
             Err(Refused::AcrossNamespaces { .. })
         ));
         // Through `*` it is read, filtered.
-        assert_eq!(ask(Target::Every, Method::GET, "/api/v1/pods"), Ok(()));
+        assert_eq!(ask(Destination::Every, Method::GET, "/api/v1/pods"), Ok(()));
     }
 
     #[test]

@@ -31,7 +31,7 @@ use meridian_core::{ClientPlace, Snapshot};
 
 use super::{Ask, Depends, EDNS_PAYLOAD, Rotations, Zone, exists_in};
 use crate::answer::Answerer;
-use crate::names::{self, Target};
+use crate::names::{self, Named};
 use crate::wire::HotQuery;
 
 /// Labels left of the apex that a service name can have (`<svc>.<ns>.svc`).
@@ -148,10 +148,10 @@ impl Answerer {
     }
 
     /// The full path's decision for a service name (or a name that is no service's).
-    fn decide_quick(&self, ask: Ask<'_>, target: Target<'_>, qtype: RecordType) -> Option<Reply> {
+    fn decide_quick(&self, ask: Ask<'_>, target: Named<'_>, qtype: RecordType) -> Option<Reply> {
         let (ns, svc) = match target {
-            Target::Service { ns, svc } => (ns, svc),
-            Target::Unknown => {
+            Named::Service { ns, svc } => (ns, svc),
+            Named::Unknown => {
                 return Some(Reply::Negative {
                     rcode: ResponseCode::NXDomain,
                     depends: Depends::Names,
