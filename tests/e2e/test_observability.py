@@ -57,13 +57,13 @@ GONE = "eu-2"
 KUBERNETES_ONLY = {
     "meridian_propagation_applies_total": {
         "why": "server-side applies into Kubernetes members, by member and result",
-        "registered": [("src/app.rs", r'PropagationMetrics::new\(metrics\.sub_registry_with_prefix\("propagation"\)\)'),
+        "registered": [("controllers/src/kubernetes/start.rs", r'PropagationMetrics::new\(metrics\.sub_registry_with_prefix\("propagation"\)\)'),
                        ("controllers/src/metrics.rs", r'registry\.register\(\s*"applies",'),
                        ("controllers/src/metrics.rs", r"pub applies: Family<ApplyLabels, Counter>")],
     },
     "meridian_writeback_failing": {
         "why": "MCS write-back rounds into Kubernetes members, by member",
-        "registered": [("src/app.rs", r'WritebackMetrics::new\(metrics\.sub_registry_with_prefix\("writeback"\)\)'),
+        "registered": [("controllers/src/kubernetes/start.rs", r'WritebackMetrics::new\(metrics\.sub_registry_with_prefix\("writeback"\)\)'),
                        ("controllers/src/metrics.rs", r'registry\.register\(\s*"failing",'),
                        ("controllers/src/metrics.rs", r"pub failing: Family<MemberLabels, Gauge>")],
     },
