@@ -662,15 +662,13 @@ pub async fn run(
                 }
                 continue;
             }
-            if !leadership.may_write_to(id) || f.client.is_none() || !f.listed {
-                continue;
-            }
+            // A slot exists only while the member has a client; `writing` is this round's.
             let (Some(member), Some(slot)) =
                 (snapshot.cluster_index(id.as_str()), slots.get_mut(id))
             else {
                 continue;
             };
-            if slot.backoff.waits(Instant::now()) {
+            if !slot.writing || !f.listed || slot.backoff.waits(Instant::now()) {
                 continue;
             }
             let pass = slot.plan(
