@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod cert;
+mod continues;
 pub mod headers;
 pub mod jwks;
 pub mod kubeconfig;
@@ -34,6 +35,8 @@ mod proxy;
 pub mod scrape;
 mod serve;
 pub mod tenant;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod token;
 mod trace;
 mod watch;

@@ -1,29 +1,38 @@
 //! Lists and watches of every member, merged into one (the `/clusters/*/…` routes).
 //!
-//! - **Order**: members in name order, each member's items in its own order — which is the
-//!   API server's key order, (namespace, name) — so the union is in (cluster, namespace,
-//!   name) order and pages never reorder.
+//! - **Order**: members in name order, each member's items in its own order — the API
+//!   server's key order, (namespace, name) — so the union is in (cluster, namespace, name)
+//!   order and pages never reorder. A member's items are not sorted again: a member's list
+//!   arrives in pages, and a sort within a page could not order across them.
 //! - **Marks**: every item carries the annotation `meridian.io/cluster`; same-named objects
-//!   of different members stay separate objects.
+//!   of different members stay separate objects. Lists are marked as they are copied
+//!   ([`page`]); a named object and watch events as values ([`mark`]).
 //! - **resourceVersion**: a [`Composite`] of each member's, encoded stably (members sorted,
 //!   one string for one state). A watch puts the composite on every event and bookmark, so
 //!   resuming from any event's version neither loses nor repeats anything.
-//! - **continue**: a [`Continue`] names the member being paged, its own token, and the
-//!   composite of the members already done.
+//! - **continue**: a [`Continue`] names the member being paged and its own token, and the
+//!   paged list it belongs to; what the members already done answered is held by the gateway
+//!   under that list's id (`continues`), so a token stays the same size at any fleet size.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+pub mod page;
+
 /// The annotation naming an aggregated item's member.
 pub const CLUSTER_ANNOTATION: &str = "meridian.io/cluster";
 /// What a composite or continue token starts with, so a member's own RV is never mistaken
 /// for one.
 const COMPOSITE_PREFIX: &str = "mrv1.";
-const CONTINUE_PREFIX: &str = "mct1.";
+const CONTINUE_PREFIX: &str = "mct2.";
+/// The continue tokens of an earlier gateway, which carried every member's version: their
+/// lists are gone (a client lists again).
+const OLD_CONTINUE_PREFIX: &str = "mct1.";
 
 /// Each member's resourceVersion.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,17 +88,19 @@ fn decode<T: for<'de> Deserialize<'de>>(token: &str, prefix: &str) -> Result<T, 
     serde_json::from_slice(&json).map_err(|_| bad())
 }
 
-/// Where a paged list goes on.
+/// Where a paged list goes on: a few hundred bytes however many members the fleet has.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Continue {
+    /// The paged list's id: the gateway holds the versions of the members already listed
+    /// under it.
+    #[serde(rename = "l")]
+    pub list: String,
     /// The member to list next.
+    #[serde(rename = "m")]
     pub cluster: String,
     /// Its own continue token ("" to start it).
     #[serde(rename = "c", default)]
     pub member: String,
-    /// The resourceVersions of the members already listed, and of this one's first page.
-    #[serde(rename = "rv", default)]
-    pub done: Composite,
 }
 
 impl Continue {
@@ -100,6 +111,28 @@ impl Continue {
 
     pub fn decode(token: &str) -> Result<Self, BadToken> {
         decode(token, CONTINUE_PREFIX)
+    }
+
+    /// Whether `token` is a continue token of an earlier gateway (its list cannot go on).
+    pub fn is_old(token: &str) -> bool {
+        token.starts_with(OLD_CONTINUE_PREFIX)
+    }
+
+    /// The members done when this token was issued, of what the list has recorded: every one
+    /// before the member it names, and that one too once its first page was listed (its own
+    /// token then continues that page's version).
+    pub fn done(&self, recorded: &Composite) -> Composite {
+        let mut done: BTreeMap<String, String> = recorded
+            .0
+            .range::<str, _>((Bound::Unbounded, Bound::Excluded(self.cluster.as_str())))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !self.member.is_empty()
+            && let Some(rv) = recorded.0.get(&self.cluster)
+        {
+            done.insert(self.cluster.clone(), rv.clone());
+        }
+        Composite(done)
     }
 }
 
@@ -121,79 +154,6 @@ pub fn mark(object: &mut Value, cluster: &str) {
         }
         annotations[CLUSTER_ANNOTATION] = json!(cluster);
     }
-}
-
-/// The (namespace, name) of an item (or a Table row's object), for ordering.
-fn key(item: &Value) -> (String, String) {
-    let meta = match &item["object"] {
-        Value::Object(o) => &o["metadata"],
-        _ => &item["metadata"],
-    };
-    let text = |k: &str| meta[k].as_str().unwrap_or_default().to_string();
-    (text("namespace"), text("name"))
-}
-
-/// One member's list, as it answered.
-#[derive(Debug, Clone)]
-pub struct MemberList {
-    pub cluster: String,
-    pub list: Value,
-}
-
-/// Keeps the entries of a member's list (items, or a Table's rows by their objects) that
-/// `keep` accepts.
-pub fn retain(list: &mut Value, mut keep: impl FnMut(&Value) -> bool) {
-    let table = list["kind"] == "Table";
-    let field = if table { "rows" } else { "items" };
-    if let Some(entries) = list[field].as_array_mut() {
-        entries.retain(|e| keep(if table { &e["object"] } else { e }));
-    }
-}
-
-/// The union of `lists` (one per member, any order) as one list: items (a Table's rows)
-/// marked and in (cluster, namespace, name) order, `resourceVersion` the composite of the
-/// members' and of `done` (members an earlier page listed), the kind, apiVersion (and a
-/// Table's columns) of the first list.
-pub fn merge_lists(mut lists: Vec<MemberList>, done: &Composite) -> (Value, Composite) {
-    lists.sort_by(|a, b| a.cluster.cmp(&b.cluster));
-    let mut composite = done.clone();
-    let mut entries = Vec::new();
-    let mut head: Option<Value> = None;
-    for MemberList { cluster, mut list } in lists {
-        if let Some(rv) = list["metadata"]["resourceVersion"].as_str() {
-            composite.set(&cluster, rv);
-        }
-        let field = if list["kind"] == "Table" {
-            "rows"
-        } else {
-            "items"
-        };
-        let mut member_entries = match list[field].take() {
-            Value::Array(entries) => entries,
-            _ => Vec::new(),
-        };
-        // Members answer in key order already: sort only what is not (cheaply checked).
-        if !member_entries.is_sorted_by_key(key) {
-            member_entries.sort_by_cached_key(key);
-        }
-        for mut entry in member_entries {
-            match field {
-                "rows" => mark(&mut entry["object"], &cluster),
-                _ => mark(&mut entry, &cluster),
-            }
-            entries.push(entry);
-        }
-        head.get_or_insert(list);
-    }
-    let mut list = head.unwrap_or_else(|| json!({"kind": "List", "apiVersion": "v1"}));
-    let field = if list["kind"] == "Table" {
-        "rows"
-    } else {
-        "items"
-    };
-    list["metadata"] = json!({"resourceVersion": composite.encode()});
-    list[field] = Value::Array(entries);
-    (list, composite)
 }
 
 /// A Kubernetes `Status` failure, as the API answers errors.

@@ -42,6 +42,11 @@ pub struct GatewayMetrics {
     /// Requests of a tenant's user outside its clusters or namespaces (403 at the gateway).
     pub tenant_refused: Counter,
     pub watches: Gauge,
+    /// Watches open to members for fleet watches: one per member a fleet watch holds.
+    pub member_watches: Gauge,
+    /// Merged lists whose body ended with an error because a member failed after the head
+    /// (and its Warnings) went out.
+    pub lists_cut: Family<ClusterLabels, Counter>,
     /// Upgraded connections (exec, attach, port-forward) open through the gateway.
     pub tunnels: Gauge,
     /// Key set refreshes after the first read, by result (ok, failed).
@@ -59,6 +64,8 @@ impl GatewayMetrics {
             unauthenticated: Counter::default(),
             tenant_refused: Counter::default(),
             watches: Gauge::default(),
+            member_watches: Gauge::default(),
+            lists_cut: Family::default(),
             tunnels: Gauge::default(),
             jwks_refreshes: Family::default(),
         };
@@ -91,6 +98,16 @@ impl GatewayMetrics {
             "watches",
             "Watches open through the gateway",
             m.watches.clone(),
+        );
+        registry.register(
+            "member_watches",
+            "Watches open to members for watches through /clusters/* (one per member each holds)",
+            m.member_watches.clone(),
+        );
+        registry.register(
+            "lists_cut",
+            "Lists through /clusters/* ended with an error after their head was sent, by the member that failed",
+            m.lists_cut.clone(),
         );
         registry.register(
             "tunnels",

@@ -29,10 +29,12 @@ use crate::watch as fleet_watch;
 
 pub(crate) mod fanout;
 pub(crate) mod forward;
+pub(crate) mod list;
 pub(crate) mod state;
 
-use fanout::{discovery, json_only, list, metrics, named};
+use fanout::{discovery, json_only, metrics, named};
 use forward::{forward, is_watch};
+use list::list;
 use state::{Call, Member, Shared, failure};
 
 /// One request's outcome for the metrics: which route and cluster, the response.
@@ -93,7 +95,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     response
 }
 
-async fn dispatch(shared: &Shared, request: Request) -> Handled {
+async fn dispatch(shared: &Arc<Shared>, request: Request) -> Handled {
     let (mut parts, body) = request.into_parts();
     // Only an HTTP/1.1 request asking for it has one (hyper puts it there).
     let upgrade =
@@ -327,7 +329,7 @@ async fn read_body(mut body: Body, limit: usize) -> Result<Bytes, Response> {
 }
 
 /// The `/clusters/*/…` routes: GET only, on resources.
-async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
+async fn every(shared: &Arc<Shared>, path: &str, call: &Call) -> Response {
     if call.method != Method::GET {
         return failure(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -355,3 +357,6 @@ async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
     }
     list(shared, path, &call).await
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
+use crate::continues::{LIST_IDLE, LISTS_BYTES, Lists};
 use crate::jwks::{Fetcher, KeyRing, keep_current};
 use crate::proxy::state::{GatewayView, Shared, Targets};
 use crate::proxy::{ClientCert, handle};
@@ -79,6 +80,7 @@ impl Gateway {
             view,
             own_metrics,
             connections: connections.clone(),
+            lists: Lists::new(LIST_IDLE, LISTS_BYTES),
         });
         let router = Router::new().fallback(handle).with_state(shared);
         loop {

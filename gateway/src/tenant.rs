@@ -124,9 +124,27 @@ pub fn asks(reach: &Reach, path: &str, cluster: &str) -> bool {
 /// the path says what they are).
 pub fn visible(reach: &Reach, cluster: &str, path: &str, object: &Value) -> bool {
     let metadata = &object["metadata"];
-    let namespace = match metadata["namespace"].as_str() {
+    visible_named(
+        reach,
+        cluster,
+        path,
+        metadata["namespace"].as_str(),
+        metadata["name"].as_str(),
+    )
+}
+
+/// [`visible`] for an object known by its namespace and name (a list's entry, read as it is
+/// copied: `merge::page`).
+pub fn visible_named(
+    reach: &Reach,
+    cluster: &str,
+    path: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> bool {
+    let namespace = match namespace {
         Some(ns) if !ns.is_empty() => ns,
-        _ if lists_namespaces(path) => metadata["name"].as_str().unwrap_or_default(),
+        _ if lists_namespaces(path) => name.unwrap_or_default(),
         _ => return false,
     };
     reach.namespace(Some(cluster), namespace)

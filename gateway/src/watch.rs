@@ -9,6 +9,11 @@
 //! from its last version — when any member's watch ends or the set of members changes (a
 //! member joined since a composite was issued is answered 410, so the client relists). A
 //! member that is up but whose watch did not open in time ends it within seconds too.
+//!
+//! At fleet size: exactly one watch per member (`meridian_gateway_member_watches`), opened
+//! MEMBERS_AT_ONCE at a time so a thousand members open in a few round trips; each member's
+//! share of the merged stream is its connection and the one event line being read — events
+//! are pulled one at a time as the client reads, never queued.
 
 use std::collections::BTreeSet;
 use std::pin::Pin;
@@ -20,6 +25,7 @@ use bytes::{Bytes, BytesMut};
 use futures::stream::{self, Stream, StreamExt};
 use http::{StatusCode, header};
 use http_body_util::BodyExt;
+use kube::Client;
 use meridian_core::Tenants;
 use meridian_core::tenant::Reach;
 use serde_json::Value;
@@ -28,6 +34,7 @@ use crate::merge::{self, Composite};
 use crate::path::{query_param, with_params};
 use crate::proxy::fanout::{LeftOut, requested_version};
 use crate::proxy::forward::send;
+use crate::proxy::list::MEMBERS_AT_ONCE;
 use crate::proxy::state::{Call, GatewayView, Member, Shared, Targets, failure};
 use crate::tenant;
 
@@ -55,46 +62,40 @@ pub(crate) async fn every(shared: &Shared, path: &str, call: &Call) -> Response 
     }
     let initial = query_param(path, "sendInitialEvents") == Some("true");
     let mut left_out = LeftOut::default();
+    let mut ready = Vec::new();
+    for (name, m) in members {
+        match m {
+            Member::Ready(client) => ready.push((name, client)),
+            Member::Down(why) => left_out.add(shared, &name, why),
+        }
+    }
+    let opened: Vec<(String, Opened)> = stream::iter(ready)
+        .map(|(name, client)| {
+            let p = with_params(
+                path,
+                &[(
+                    "resourceVersion",
+                    Composite::for_member(requested, &composite, &name),
+                )],
+            );
+            async move {
+                let opened = open(&client, &name, &p, call, shared).await;
+                (name, opened)
+            }
+        })
+        .buffered(MEMBERS_AT_ONCE)
+        .collect()
+        .await;
     let mut streams: Vec<Events> = Vec::new();
     let mut watched = BTreeSet::new();
-    for (name, m) in &members {
-        let client = match m {
-            Member::Ready(c) => c,
-            Member::Down(why) => {
-                left_out.add(shared, name, why.clone());
-                continue;
+    for (name, opened) in opened {
+        match opened {
+            Opened::Watching(events) => {
+                watched.insert(name);
+                streams.push(events);
             }
-        };
-        let p = with_params(
-            path,
-            &[(
-                "resourceVersion",
-                Composite::for_member(requested, &composite, name),
-            )],
-        );
-        match send(client, name, &p, call, Some(shared.config.member_timeout)).await {
-            Ok(response) if response.status().is_success() => {
-                watched.insert(name.clone());
-                streams.push(events(name.clone(), response.into_body()));
-            }
-            Ok(response) => {
-                let status = response.status();
-                let body = response
-                    .into_body()
-                    .collect_bytes()
-                    .await
-                    .unwrap_or_default();
-                if status == StatusCode::GONE {
-                    let gone = (status, [(header::CONTENT_TYPE, "application/json")], body);
-                    return axum::response::IntoResponse::into_response(gone);
-                }
-                let message = serde_json::from_slice::<Value>(&body)
-                    .ok()
-                    .and_then(|b| b["message"].as_str().map(str::to_string))
-                    .unwrap_or_default();
-                left_out.add(shared, name, format!("{} {message}", status.as_u16()));
-            }
-            Err(e) => left_out.add(shared, name, e.describe()),
+            Opened::Gone(gone) => return gone,
+            Opened::LeftOut(why) => left_out.add(shared, &name, why),
         }
     }
     let state = Merged {
@@ -122,13 +123,63 @@ pub(crate) async fn every(shared: &Shared, path: &str, call: &Call) -> Response 
     response
 }
 
+/// What opening one member's watch came to.
+enum Opened {
+    Watching(Events),
+    /// The member answered 410: the whole answer (the client lists again).
+    Gone(Response),
+    LeftOut(String),
+}
+
+async fn open(client: &Client, name: &str, path: &str, call: &Call, shared: &Shared) -> Opened {
+    let response = match send(client, name, path, call, Some(shared.config.member_timeout)).await {
+        Ok(response) => response,
+        Err(e) => return Opened::LeftOut(e.describe()),
+    };
+    let status = response.status();
+    if status.is_success() {
+        let held = MemberWatch::new(shared);
+        return Opened::Watching(events(name.to_string(), response.into_body(), held));
+    }
+    let body = response
+        .into_body()
+        .collect_bytes()
+        .await
+        .unwrap_or_default();
+    if status == StatusCode::GONE {
+        let gone = (status, [(header::CONTENT_TYPE, "application/json")], body);
+        return Opened::Gone(axum::response::IntoResponse::into_response(gone));
+    }
+    let message = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|b| b["message"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    Opened::LeftOut(format!("{} {message}", status.as_u16()))
+}
+
+/// Counts a member's watch while its stream lives.
+struct MemberWatch(prometheus_client::metrics::gauge::Gauge);
+
+impl MemberWatch {
+    fn new(shared: &Shared) -> Self {
+        shared.metrics.member_watches.inc();
+        Self(shared.metrics.member_watches.clone())
+    }
+}
+
+impl Drop for MemberWatch {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// One member's watch body as events, one JSON document per line; None at its end (or on a
 /// line that is not JSON, which ends the watch the same way).
-fn events(cluster: String, body: kube::client::Body) -> Events {
+fn events(cluster: String, body: kube::client::Body, held: MemberWatch) -> Events {
     let data = body.into_data_stream();
     let lines = stream::unfold(
-        (data, BytesMut::new(), cluster, false),
-        |(mut data, mut buffer, cluster, ended)| async move {
+        (data, BytesMut::new(), cluster, false, held),
+        |(mut data, mut buffer, cluster, ended, held)| async move {
             if ended {
                 return None;
             }
@@ -140,13 +191,19 @@ fn events(cluster: String, body: kube::client::Body) -> Events {
                     }
                     let event = serde_json::from_slice::<Value>(&line).ok();
                     let ended = event.is_none();
-                    return Some(((cluster.clone(), event), (data, buffer, cluster, ended)));
+                    return Some((
+                        (cluster.clone(), event),
+                        (data, buffer, cluster, ended, held),
+                    ));
                 }
                 match data.next().await {
                     Some(Ok(chunk)) => buffer.extend_from_slice(&chunk),
                     _ => {
                         // The member's watch ended (its timeout, or the connection).
-                        return Some(((cluster.clone(), None), (data, buffer, cluster, true)));
+                        return Some((
+                            (cluster.clone(), None),
+                            (data, buffer, cluster, true, held),
+                        ));
                     }
                 }
             }

@@ -10,13 +10,13 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::header::{self, HeaderMap, HeaderValue};
 use kube::Client;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::forward::{SendError, forward, send};
 use super::state::{Call, Member, Shared, failure};
-use crate::merge::{self, Composite, Continue, MemberList};
+use crate::merge::{self, Composite};
 use crate::metrics::ClusterLabels;
-use crate::path::{query_param, with_params};
+use crate::path::query_param;
 
 /// Discovery (and /version, /openapi) through `*`: the first reachable member's, in name
 /// order — a fleet runs one API, and kubectl needs discovery before it lists anything.
@@ -288,152 +288,4 @@ pub(crate) fn requested_version(
 ) -> Result<(Option<&str>, Option<Composite>), merge::BadToken> {
     let requested = query_param(path, "resourceVersion");
     Composite::requested(requested).map(|composite| (requested, composite))
-}
-
-/// The union of every member's list: all at once, or paged by `limit` and `continue`.
-pub(crate) async fn list(shared: &Shared, path: &str, call: &Call) -> Response {
-    let (requested, composite) = match requested_version(path) {
-        Ok(v) => v,
-        Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
-    };
-    let limit = query_param(path, "limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
-    let resume = match query_param(path, "continue")
-        .filter(|c| !c.is_empty())
-        .map(Continue::decode)
-    {
-        Some(Ok(c)) => Some(c),
-        Some(Err(e)) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
-        None => None,
-    };
-    let members = shared.members_for(call, path);
-    let mut left_out = LeftOut::default();
-    let member_path = |cluster: &str, limit: Option<String>, token: Option<&str>| {
-        with_params(
-            path,
-            &[
-                (
-                    "resourceVersion",
-                    Composite::for_member(requested, &composite, cluster),
-                ),
-                ("limit", limit.as_deref()),
-                ("continue", token),
-            ],
-        )
-    };
-    let (mut lists, next, done) = match limit {
-        None if resume.is_none() => {
-            let answers = ask_ready(shared, &members, &mut left_out, |name, client| {
-                let p = member_path(name, None, None);
-                async move { get_json(client, name, &p, call, shared.config.member_timeout).await }
-            })
-            .await;
-            let mut lists = Vec::new();
-            for (name, answer) in answers {
-                match answer {
-                    Ok((StatusCode::GONE, body)) => return json_response(StatusCode::GONE, &body),
-                    Ok((status, body)) => match member_failure(status, &body) {
-                        None => lists.push(MemberList {
-                            cluster: name,
-                            list: body,
-                        }),
-                        Some(why) => left_out.add(shared, &name, why),
-                    },
-                    Err(e) => left_out.add(shared, &name, e.describe()),
-                }
-            }
-            (lists, None, Composite::default())
-        }
-        _ => {
-            let limit = limit.unwrap_or(500);
-            let resume = resume.unwrap_or_default();
-            let mut remaining = limit;
-            let mut lists = Vec::new();
-            let mut next = None;
-            let mut done = resume.done.clone();
-            let pending: Vec<&(String, Member)> = members
-                .iter()
-                .filter(|(n, _)| *n >= resume.cluster)
-                .collect();
-            for (i, (name, m)) in pending.iter().enumerate() {
-                if remaining == 0 {
-                    next = Some(Continue {
-                        cluster: name.clone(),
-                        member: String::new(),
-                        done: done.clone(),
-                    });
-                    break;
-                }
-                let Member::Ready(client) = m else {
-                    if let Member::Down(why) = m {
-                        left_out.add(shared, name, why.clone());
-                    }
-                    continue;
-                };
-                let token = (i == 0 && *name == resume.cluster && !resume.member.is_empty())
-                    .then_some(resume.member.as_str());
-                // A later page of a member asks for its own continue token, not a version.
-                let p = match token {
-                    Some(t) => with_params(
-                        path,
-                        &[
-                            ("resourceVersion", None),
-                            ("limit", Some(&remaining.to_string())),
-                            ("continue", Some(t)),
-                        ],
-                    ),
-                    None => member_path(name, Some(remaining.to_string()), None),
-                };
-                match get_json(client, name, &p, call, shared.config.member_timeout).await {
-                    Ok((StatusCode::GONE, body)) => return json_response(StatusCode::GONE, &body),
-                    Ok((status, body)) => match member_failure(status, &body) {
-                        Some(why) => left_out.add(shared, name, why),
-                        None => {
-                            let field = if body["kind"] == "Table" {
-                                "rows"
-                            } else {
-                                "items"
-                            };
-                            remaining = remaining
-                                .saturating_sub(body[field].as_array().map_or(0, Vec::len));
-                            if let Some(rv) = body["metadata"]["resourceVersion"].as_str() {
-                                done.set(name, rv);
-                            }
-                            let more = body["metadata"]["continue"]
-                                .as_str()
-                                .filter(|c| !c.is_empty())
-                                .map(str::to_string);
-                            lists.push(MemberList {
-                                cluster: name.clone(),
-                                list: body,
-                            });
-                            if let Some(token) = more {
-                                next = Some(Continue {
-                                    cluster: name.clone(),
-                                    member: token,
-                                    done: done.clone(),
-                                });
-                                break;
-                            }
-                        }
-                    },
-                    Err(e) => left_out.add(shared, name, e.describe()),
-                }
-            }
-            (lists, next, done)
-        }
-    };
-    if call.reach.is_some() {
-        for list in &mut lists {
-            merge::retain(&mut list.list, |item| call.shows(&list.cluster, path, item));
-        }
-    }
-    let (mut merged, _) = merge::merge_lists(lists, &done);
-    if let Some(next) = next {
-        merged["metadata"]["continue"] = json!(next.encode());
-    }
-    let mut response = json_response(StatusCode::OK, &merged);
-    left_out.warn(&mut response);
-    response
 }

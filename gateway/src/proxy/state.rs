@@ -23,8 +23,10 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::GatewayConfig;
+use crate::continues::Lists;
 use crate::jwks::KeyRing;
 use crate::merge;
+use crate::merge::page::EntryKey;
 use crate::metrics::GatewayMetrics;
 use crate::tenant;
 
@@ -162,10 +164,13 @@ pub(crate) struct Shared {
     /// The bound on open connections (`maxConnections`): a tunnel outlives the connection it
     /// was upgraded from, so it holds a place of its own.
     pub connections: Arc<tokio::sync::Semaphore>,
+    /// Paged lists through `*` that may go on: their continue tokens name them.
+    pub lists: Lists,
 }
 
 /// A request as it goes on: its method, the forwarded headers, the body read, and where the
 /// caller's tenants let it go (None: no tenant bounds it).
+#[derive(Clone)]
 pub(crate) struct Call {
     pub method: Method,
     pub headers: HeaderMap,
@@ -193,6 +198,19 @@ impl Call {
         self.reach
             .as_ref()
             .is_none_or(|r| tenant::visible(r, cluster, path, object))
+    }
+
+    /// [`Call::shows`] for a list's entry, known by its namespace and name.
+    pub(crate) fn shows_entry(&self, cluster: &str, path: &str, entry: &EntryKey<'_>) -> bool {
+        self.reach.as_ref().is_none_or(|r| {
+            tenant::visible_named(
+                r,
+                cluster,
+                path,
+                entry.namespace.as_deref(),
+                entry.name.as_deref(),
+            )
+        })
     }
 }
 
