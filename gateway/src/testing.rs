@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  FakeFleet::start(n, objects) ─► n listeners, one per member, ConfigMaps pre-serialized
-//!  fake.targets() ─► Targets { fleet: Facts with a kube::Client per member,
+//!  targets(addrs) ─► Targets { fleet: Facts with a kube::Client per member,
 //!                              snapshots: every member Healthy, Tenants read }
 //! ```
 //!
@@ -36,6 +36,9 @@ use crate::Targets;
 
 /// A certificate, any: the roots of clients that never use TLS.
 const ANY_CERT: &str = include_str!("cert/dave.pem");
+
+/// What a fake member answers its own counts at (for a benchmark in another process).
+pub const STATS: &str = "/fake/stats";
 
 /// How a fake member misbehaves (all off by default).
 #[derive(Clone, Debug, Default)]
@@ -164,6 +167,10 @@ async fn answer(State(member): State<Arc<FakeMember>>, request: Request) -> Resp
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
+    if path == STATS {
+        let stats = json!({"watches": member.watches.load(Ordering::SeqCst), "lists": member.lists().len()});
+        return (StatusCode::OK, stats.to_string()).into_response();
+    }
     member.seen.lock().push(path);
     let query = query(&request);
     if matches!(query.get("watch").map(String::as_str), Some("1" | "true")) {
@@ -251,50 +258,55 @@ impl FakeFleet {
             .expect("a member of the fake fleet")
     }
 
-    /// A client of each member (plain HTTP on loopback).
-    pub fn clients(&self) -> Vec<(String, Client)> {
-        // Plain HTTP needs no roots, but without any kube loads the system's for each client:
-        // seconds for a thousand members.
-        let roots: Vec<Vec<u8>> = rustls_pemfile::certs(&mut ANY_CERT.as_bytes())
-            .filter_map(Result::ok)
-            .map(|c| c.to_vec())
-            .collect();
+    /// Each member's name and address.
+    pub fn addrs(&self) -> Vec<(String, SocketAddr)> {
         self.members
             .iter()
-            .map(|m| {
-                let url = format!("http://{}", m.addr)
-                    .parse()
-                    .expect("a loopback URL");
-                let mut config = kube::Config::new(url);
-                config.root_cert = Some(roots.clone());
-                let client = Client::try_from(config).expect("a client");
-                (m.name.clone(), client)
-            })
+            .map(|m| (m.name.clone(), m.addr))
             .collect()
     }
 
-    /// Where the gateway finds these members: each connected and Healthy; the hub's Tenants
-    /// read (and none bounding anyone). The sender keeps the snapshot current.
+    /// Where the gateway finds these members (see [`targets`]).
     pub fn targets(&self) -> (Targets, watch::Sender<Arc<Snapshot>>) {
-        let fleet = Facts::default();
-        let clients = self.clients();
-        for (name, client) in &clients {
-            fleet.update(&ClusterId::new(name), |f| {
-                f.client = Some(client.clone());
-                f.listed = true;
-            });
-        }
-        let names: Vec<&str> = clients.iter().map(|(n, _)| n.as_str()).collect();
-        let mut snapshot = FleetBuilder::with_members(&names).snapshot();
-        snapshot.tenants = Arc::new(Tenants::listed(Vec::new()));
-        let (tx, rx) = watch::channel(Arc::new(snapshot));
-        (
-            Targets {
-                fleet,
-                snapshots: rx,
-                hub: None,
-            },
-            tx,
-        )
+        targets(&self.addrs())
     }
+}
+
+/// A client of a member at `addr` (plain HTTP on loopback).
+pub fn client(addr: SocketAddr) -> Client {
+    // Plain HTTP needs no roots, but without any kube loads the system's for each client:
+    // seconds for a thousand members.
+    let roots: Vec<Vec<u8>> = rustls_pemfile::certs(&mut ANY_CERT.as_bytes())
+        .filter_map(Result::ok)
+        .map(|c| c.to_vec())
+        .collect();
+    let url = format!("http://{addr}").parse().expect("a loopback URL");
+    let mut config = kube::Config::new(url);
+    config.root_cert = Some(roots);
+    Client::try_from(config).expect("a client")
+}
+
+/// Where the gateway finds `members`: each connected and Healthy; the hub's Tenants read
+/// (and none bounding anyone). The sender keeps the snapshot current.
+pub fn targets(members: &[(String, SocketAddr)]) -> (Targets, watch::Sender<Arc<Snapshot>>) {
+    let fleet = Facts::default();
+    for (name, addr) in members {
+        let client = client(*addr);
+        fleet.update(&ClusterId::new(name), |f| {
+            f.client = Some(client);
+            f.listed = true;
+        });
+    }
+    let names: Vec<&str> = members.iter().map(|(n, _)| n.as_str()).collect();
+    let mut snapshot = FleetBuilder::with_members(&names).snapshot();
+    snapshot.tenants = Arc::new(Tenants::listed(Vec::new()));
+    let (tx, rx) = watch::channel(Arc::new(snapshot));
+    (
+        Targets {
+            fleet,
+            snapshots: rx,
+            hub: None,
+        },
+        tx,
+    )
 }

@@ -1,8 +1,9 @@
 //! Fan-out across the members for `/clusters/*/…` reads and `/clusters/metrics`: each ready
-//! member asked at once and bounded by the member timeout, the answers merged, and every
-//! member left out named in a Warning instead of failing the whole answer, so one member
-//! down does not take the fleet's reads with it. The fleet watch (`crate::watch`) leaves
-//! members out the same way, through `LeftOut` here.
+//! member asked (reads through `*` MEMBERS_AT_ONCE at a time) and bounded by the member
+//! timeout, the answers merged, and every member left out named in a Warning instead of
+//! failing the whole answer, so one member down does not take the fleet's reads with it.
+//! The fleet watch (`crate::watch`) and lists (`list`) leave members out the same way,
+//! through `LeftOut` here.
 
 use std::time::Duration;
 
@@ -12,7 +13,10 @@ use http::header::{self, HeaderMap, HeaderValue};
 use kube::Client;
 use serde_json::Value;
 
+use futures::StreamExt;
+
 use super::forward::{SendError, forward, send};
+use super::list::MEMBERS_AT_ONCE;
 use super::state::{Call, Member, Shared, failure};
 use crate::merge::{self, Composite};
 use crate::metrics::ClusterLabels;
@@ -120,8 +124,8 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
         .into_response()
 }
 
-/// Every ready member's answer to `ask`, asked at once, in name order; the members that are
-/// down go to `left_out`.
+/// Every ready member's answer to `ask`, MEMBERS_AT_ONCE at a time, in name order; the
+/// members that are down go to `left_out`.
 async fn ask_ready<'a, T, F, Fut>(
     shared: &Shared,
     members: &'a [(String, Member)],
@@ -143,7 +147,10 @@ where
         }
     });
     let asks: Vec<_> = asks.collect();
-    futures::future::join_all(asks).await
+    futures::stream::iter(asks)
+        .buffered(MEMBERS_AT_ONCE)
+        .collect()
+        .await
 }
 
 /// A member's failure as the reason it is left out of an aggregated answer (None: it
