@@ -39,6 +39,7 @@ use crate::model::{ClusterId, ObjectKey};
 use crate::policy::Policy;
 use crate::snapshot::view::ClusterView;
 
+mod changed;
 mod decide;
 mod divide;
 mod filter;
@@ -264,9 +265,13 @@ impl Decision {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Placements {
-    pub decisions: BTreeMap<TemplateKey, Decision>,
+    /// Shared with the last round's where nothing changed (the same `Arc`).
+    pub decisions: BTreeMap<TemplateKey, Arc<Decision>>,
     /// The propagation settings of every policy that placed something this round.
     pub propagation: BTreeMap<ObjectKey, Propagation>,
     #[serde(skip)]
     pub next_deadline: Option<Instant>,
+    /// How many templates this round decided (the others kept the last round's decision).
+    #[serde(skip)]
+    pub decided: usize,
 }

@@ -353,7 +353,7 @@ pub fn placements_json(
     snap: &Snapshot,
     propagation: &BTreeMap<TemplateKey, TemplateView>,
 ) -> Value {
-    let decisions: Vec<&Decision> = snap.placements.decisions.values().collect();
+    let decisions: Vec<&Decision> = snap.placements.decisions.values().map(|d| &**d).collect();
     let held: Vec<Value> = propagation
         .iter()
         .map(|(k, v)| json!({"template": k, "copies": v.copies, "step": v.step, "conflicts": v.conflicts}))

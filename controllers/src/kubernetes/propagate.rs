@@ -534,7 +534,7 @@ pub async fn run(
             });
         let mut growth_ready: BTreeMap<TemplateKey, bool> = BTreeMap::new();
         for key in leaders.into_iter().chain(followers) {
-            let decision = snapshot.placements.decisions.get(&key);
+            let decision = snapshot.placements.decisions.get(&key).map(|d| &**d);
             let propagation = settings
                 .get(&key)
                 .cloned()
@@ -585,7 +585,7 @@ pub async fn run(
             let view = template_view(&pass, &members, &key, step, &conflicts);
             converging.observe(
                 &key,
-                snapshot.placements.decisions.get(&key),
+                snapshot.placements.decisions.get(&key).map(|d| &**d),
                 &pass,
                 &view,
                 &metrics,

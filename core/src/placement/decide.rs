@@ -57,6 +57,7 @@ use std::time::{Duration, Instant};
 use crate::model::{ClusterId, ClusterSpec, ObjectKey};
 use crate::policy::Policy;
 
+use super::changed::{Dirt, Reads, Seen, SeenTemplate};
 use super::divide::{self, Fnv, Party, Room};
 use super::filter::{ClusterMemory, Fleet, Plan, earliest};
 use super::score::{self, ClusterScore, Facts, Neighbours, PluginScore, ProgramReport, Scores};
@@ -69,7 +70,7 @@ use super::{
 
 /// The memory placement keeps between rounds: the only state a decision depends on besides
 /// its inputs and `now`.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Placer {
     /// Per template, the last scheduled decision: the previous split for steady division,
     /// and what stays placed when the template becomes unschedulable.
@@ -79,6 +80,26 @@ pub struct Placer {
     clusters: HashMap<ClusterId, ClusterMemory>,
     /// Per policy, the clusters it failed over and has not yet failed back.
     failed_over: HashMap<ObjectKey, BTreeSet<ClusterId>>,
+    /// What the last round decided from and decided: the templates this round need not
+    /// decide again ([`super::changed`]).
+    seen: Seen,
+    /// Decides every template every round (what incremental rounds are checked against).
+    everything: bool,
+}
+
+/// A copy decides as the original would, but from scratch in its first round (what it has
+/// seen is not copied: a what-if's copy imagines other inputs, and deciding them all once is
+/// what it asks for anyway).
+impl Clone for Placer {
+    fn clone(&self) -> Self {
+        Self {
+            previous: self.previous.clone(),
+            clusters: self.clusters.clone(),
+            failed_over: self.failed_over.clone(),
+            seen: Seen::default(),
+            everything: self.everything,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -108,13 +129,32 @@ struct Memo {
     deadline: Option<Instant>,
 }
 
+/// A follower of its policy's workloads, decided after them.
+struct Follower<'t, 'p> {
+    template: &'t Template,
+    governing: usize,
+    plan: &'p Plan<'p>,
+    leaders: &'p [&'t Template],
+    seen: Option<SeenTemplate>,
+}
+
 impl Placer {
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A placer that decides every template every round, however little changed: what an
+    /// incremental round must agree with (tests and benchmarks compare the two).
+    pub fn deciding_everything() -> Self {
+        Self {
+            everything: true,
+            ..Self::default()
+        }
+    }
+
     /// One round: a decision for every template a policy selects, and for the dependencies
-    /// of the workloads placed.
+    /// of the workloads placed. Only the templates whose inputs changed since the last round
+    /// are decided again ([`super::changed`]); the others keep their decision (the same `Arc`).
     pub fn place(&mut self, inputs: Inputs<'_>, now: Instant) -> Placements {
         let fleet = Fleet::new(inputs.clusters, &mut self.clusters, now);
         let governing: Vec<Option<usize>> = inputs
@@ -123,25 +163,54 @@ impl Placer {
             .map(|t| inputs.policies.iter().position(|p| p.places(t)))
             .collect();
         let plans = self.plans(inputs.policies, &governing, &fleet, now);
+        let mut dirt = self
+            .seen
+            .dirt(&fleet, &inputs, &plans, &governing, self.everything);
+        let mut kept = self.seen.take_templates();
+        let mut seen: HashMap<TemplateKey, SeenTemplate> =
+            HashMap::with_capacity(inputs.templates.len());
         let overrides = Overrides::new(inputs.overrides);
-        let mut decisions = BTreeMap::new();
-        let mut assumed = Assumed::new(&fleet, inputs.templates, &governing, &self.previous);
-        let mut next_deadline = None;
-        for plan in plans.iter().flatten() {
-            next_deadline = earliest(next_deadline, plan.deadline);
-        }
+        let mut decisions: BTreeMap<TemplateKey, Arc<Decision>> = BTreeMap::new();
+        // Built when a capacity division is first decided (from the previous decisions, which
+        // by then hold this round's for the templates decided before it).
+        let mut assumed = dirt
+            .all
+            .then(|| Assumed::new(&fleet, inputs.templates, &governing, &self.previous));
+        let no_room = Assumed(Vec::new());
         let leaders = leaders(inputs.templates, &governing);
         let mut followers = Vec::new();
+        let mut decided = 0;
         for i in workload_terms_last(inputs.templates, &governing, &plans) {
             let t = &inputs.templates[i];
-            let Some(plan) = governing[i].and_then(|g| plans[g].as_ref()) else {
+            let Some((g, plan)) = governing[i].and_then(|g| Some((g, plans[g].as_ref()?))) else {
                 continue;
             };
+            let old = kept.remove(&t.key);
             if let Some(led) = leaders.of(t, governing[i]) {
-                followers.push((t, plan, led));
+                followers.push(Follower {
+                    template: t,
+                    governing: g,
+                    plan,
+                    leaders: led,
+                    seen: old,
+                });
                 continue;
             }
-            let neighbours = if plan.placement.scoring.reads_workloads() {
+            let reads = Reads {
+                governing: g,
+                room: Split::of(plan, t.replicas).by_capacity(),
+                workloads: plan.placement.scoring.reads_workloads(),
+                // Without replicas it follows the workloads of its group when there are some:
+                // the group's changes may make it a follower.
+                follows: t.replicas.is_none(),
+            };
+            if !dirt.must_decide(t, &reads, old.as_ref(), plan.policy, now) {
+                let old = self.keep(&dirt, g, plan, &fleet, old);
+                decisions.insert(t.key.clone(), old.decision.clone());
+                seen.insert(t.key.clone(), old);
+                continue;
+            }
+            let neighbours = if reads.workloads {
                 let at = |placed: &[Placed]| -> Vec<usize> {
                     placed
                         .iter()
@@ -152,39 +221,97 @@ impl Placer {
                 score::neighbours(scoring, &t.key, inputs.templates, &facts(&fleet), |k| {
                     decisions
                         .get(k)
-                        .map(|d: &Decision| at(&d.placed))
+                        .map(|d| at(&d.placed))
                         .or_else(|| self.previous.get(k).map(|p| at(&p.placed)))
                 })
             } else {
                 Neighbours::default()
             };
+            if reads.room && assumed.is_none() {
+                assumed = Some(Assumed::new(
+                    &fleet,
+                    inputs.templates,
+                    &governing,
+                    &self.previous,
+                ));
+            }
             let prev = self.previous.get(&t.key);
-            if let Some(prev) = prev {
+            if let (Some(assumed), Some(prev)) = (assumed.as_mut(), prev) {
                 assumed.release(&fleet, t, &prev.placed);
             }
             let judge = Judge {
                 neighbours: &neighbours,
                 programs: inputs.programs,
             };
-            let (decision, memo) =
-                decide_template(&fleet, plan, t, prev, &overrides, &judge, &assumed);
-            assumed.hold(&fleet, t, &decision.placed);
-            next_deadline = earliest(next_deadline, memo.deadline);
-            if decision.is_scheduled() {
-                remember(&mut self.previous, &decision, memo);
+            let room = assumed.as_ref().unwrap_or(&no_room);
+            decided += 1;
+            let (decision, memo) = decide_template(&fleet, plan, t, prev, &overrides, &judge, room);
+            if let Some(assumed) = assumed.as_mut() {
+                assumed.hold(&fleet, t, &decision.placed);
             }
-            decisions.insert(t.key.clone(), decision);
+            let entry = self.record(
+                &mut dirt,
+                &fleet,
+                t,
+                Some(g),
+                plan.policy,
+                decision,
+                memo,
+                old,
+            );
+            decisions.insert(t.key.clone(), entry.decision.clone());
+            seen.insert(t.key.clone(), entry);
         }
-        for (t, plan, led) in followers {
-            let prev = self.previous.get(&t.key);
-            let decision = follow(&fleet, plan, t, led, prev, &decisions, &overrides);
-            if decision.is_scheduled() {
-                remember(&mut self.previous, &decision, Memo::default());
+        for f in followers {
+            let reads = Reads {
+                governing: f.governing,
+                room: false,
+                workloads: false,
+                follows: true,
+            };
+            let t = f.template;
+            if !dirt.must_decide(t, &reads, f.seen.as_ref(), f.plan.policy, now) {
+                let old = self.keep(&dirt, f.governing, f.plan, &fleet, f.seen);
+                decisions.insert(t.key.clone(), old.decision.clone());
+                seen.insert(t.key.clone(), old);
+                continue;
             }
-            decisions.insert(t.key.clone(), decision);
+            let prev = self.previous.get(&t.key);
+            decided += 1;
+            let decision = follow(&fleet, f.plan, t, f.leaders, prev, &decisions, &overrides);
+            let entry = self.record(
+                &mut dirt,
+                &fleet,
+                t,
+                Some(f.governing),
+                f.plan.policy,
+                decision,
+                Memo::default(),
+                f.seen,
+            );
+            decisions.insert(t.key.clone(), entry.decision.clone());
+            seen.insert(t.key.clone(), entry);
         }
         self.previous.retain(|k, _| decisions.contains_key(k));
-        follow_dependencies(&inputs, &governing, &fleet, &overrides, &mut decisions);
+        let dependencies = follow_dependencies(&inputs, &governing, &fleet, &overrides, &decisions);
+        for (t, decision) in dependencies {
+            let decision = match kept.remove(&t.key) {
+                Some(old) if *old.decision == decision => old.decision,
+                _ => Arc::new(decision),
+            };
+            let entry = SeenTemplate::new(t, None, decision.clone(), None, false);
+            seen.insert(t.key.clone(), entry);
+            decisions.insert(t.key.clone(), decision);
+        }
+        let mut next_deadline = None;
+        for plan in plans.iter().flatten() {
+            next_deadline = earliest(next_deadline, plan.deadline);
+        }
+        for entry in seen.values() {
+            next_deadline = earliest(next_deadline, entry.deadline);
+        }
+        self.seen
+            .remember(&fleet, inputs.overrides, &plans, seen, dirt);
         let propagation = inputs
             .policies
             .iter()
@@ -196,7 +323,47 @@ impl Placer {
             decisions,
             propagation,
             next_deadline,
+            decided,
         }
+    }
+
+    /// A template's last decision, kept: it was seen (a template never seen is decided), its
+    /// excluded reasons brought up to date.
+    fn keep(
+        &self,
+        dirt: &Dirt,
+        g: usize,
+        plan: &Plan<'_>,
+        fleet: &Fleet<'_>,
+        old: Option<SeenTemplate>,
+    ) -> SeenTemplate {
+        let mut old = old.expect("a template kept was seen last round");
+        old.decision = dirt.patched(g, plan, fleet, old.decision);
+        old
+    }
+
+    /// Takes in a decision made this round: what it changed, the template's memory, and the
+    /// last decision's `Arc` when nothing changed.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        dirt: &mut Dirt,
+        fleet: &Fleet<'_>,
+        t: &Template,
+        governing: Option<usize>,
+        policy: &Policy,
+        decision: Decision,
+        memo: Memo,
+        old: Option<SeenTemplate>,
+    ) -> SeenTemplate {
+        dirt.decided(fleet, t, governing, &decision, old.as_ref());
+        let deadline = memo.deadline;
+        let unsettled = decision.is_scheduled() && remember(&mut self.previous, &decision, memo);
+        let decision = match old {
+            Some(old) if *old.decision == decision => old.decision,
+            _ => Arc::new(decision),
+        };
+        SeenTemplate::new(t, Some(policy), decision, deadline, unsettled)
     }
 
     /// A plan for each policy that places a template this round; forgets the failover
@@ -282,7 +449,7 @@ fn follow(
     t: &Template,
     leaders: &[&Template],
     prev: Option<&Previous>,
-    decisions: &BTreeMap<TemplateKey, Decision>,
+    decisions: &BTreeMap<TemplateKey, Arc<Decision>>,
     overrides: &Overrides<'_>,
 ) -> Decision {
     let mut at: BTreeMap<&ClusterId, Vec<TemplateKey>> = BTreeMap::new();
@@ -419,10 +586,21 @@ impl Assumed {
     }
 }
 
-/// Keeps a scheduled decision as the template's previous one (cloned only when it changed).
-fn remember(previous: &mut HashMap<TemplateKey, Previous>, decision: &Decision, memo: Memo) {
+/// Keeps a scheduled decision as the template's previous one (cloned only when it changed);
+/// returns whether the memory changed (the next round then decides the template again: a
+/// decision reads its previous one).
+fn remember(
+    previous: &mut HashMap<TemplateKey, Previous>,
+    decision: &Decision,
+    memo: Memo,
+) -> bool {
     match previous.get_mut(&decision.template) {
         Some(prev) => {
+            let changed = prev.placed != decision.placed
+                || prev.tier != decision.tier
+                || prev.failed_over != memo.failed_over
+                || prev.room_back_since != memo.room_back_since
+                || prev.blind != memo.blind;
             if prev.placed != decision.placed {
                 prev.placed.clone_from(&decision.placed);
             }
@@ -430,6 +608,7 @@ fn remember(previous: &mut HashMap<TemplateKey, Previous>, decision: &Decision, 
             prev.failed_over = memo.failed_over;
             prev.room_back_since = memo.room_back_since;
             prev.blind = memo.blind;
+            changed
         }
         None => {
             previous.insert(
@@ -442,6 +621,7 @@ fn remember(previous: &mut HashMap<TemplateKey, Previous>, decision: &Decision, 
                     blind: memo.blind,
                 },
             );
+            true
         }
     }
 }
@@ -450,7 +630,11 @@ fn remember(previous: &mut HashMap<TemplateKey, Previous>, decision: &Decision, 
 /// round is decided, so a dependency finds its workloads. For explaining one template;
 /// [`Placer::place`] decides many at once.
 pub fn decide(inputs: Inputs<'_>, template: &TemplateKey, now: Instant) -> Option<Decision> {
-    Placer::new().place(inputs, now).decisions.remove(template)
+    Placer::new()
+        .place(inputs, now)
+        .decisions
+        .remove(template)
+        .map(Arc::unwrap_or_clone)
 }
 
 /// How a template's replicas are shared out.
@@ -938,11 +1122,17 @@ fn stay(
         return None;
     }
     let ti = plan.tiers.iter().position(|t| t.name == prev.tier)?;
-    if prev.blind {
-        return None; // decided without knowing the earlier tiers' room: decide afresh
-    }
     let none = vec![false; ctx.fleet.len()];
-    let Some(back) = (0..ti).find(|&e| try_tier(ctx, plan, e, split, &none).is_ok()) else {
+    let back = (0..ti).find(|&e| try_tier(ctx, plan, e, split, &none).is_ok());
+    if prev.blind {
+        // Decided without knowing the earlier tiers' room: it returns as soon as one can take
+        // it, and until then a scale-down still moves nothing.
+        return match back {
+            Some(_) => None,
+            None => stay_on_scale_down(ctx, plan, split, ti),
+        };
+    }
+    let Some(back) = back else {
         return stay_on_scale_down(ctx, plan, split, ti);
     };
     let window = Duration::from_secs(plan.placement.failback_after_seconds);
@@ -1506,17 +1696,17 @@ impl Applicable<'_> {
 }
 
 /// Decisions for the templates no policy places that placed workloads name as dependencies.
-fn follow_dependencies(
-    inputs: &Inputs<'_>,
+fn follow_dependencies<'t>(
+    inputs: &Inputs<'t>,
     governing: &[Option<usize>],
     fleet: &Fleet<'_>,
     overrides: &Overrides<'_>,
-    decisions: &mut BTreeMap<TemplateKey, Decision>,
-) {
+    decisions: &BTreeMap<TemplateKey, Arc<Decision>>,
+) -> Vec<(&'t Template, Decision)> {
     if inputs.templates.iter().all(|t| t.dependencies.is_empty()) {
-        return;
+        return Vec::new();
     }
-    let orphans: HashMap<&TemplateKey, &Template> = inputs
+    let orphans: HashMap<&TemplateKey, &'t Template> = inputs
         .templates
         .iter()
         .zip(governing)
@@ -1539,6 +1729,7 @@ fn follow_dependencies(
             }
         }
     }
+    let mut followed = Vec::with_capacity(following.len());
     for (dep, clusters) in following {
         let t = orphans[dep];
         let applicable = overrides.applicable(t);
@@ -1568,6 +1759,7 @@ fn follow_dependencies(
             excluded: Vec::new(),
             scores: None,
         };
-        decisions.insert(dep.clone(), decision);
+        followed.push((t, decision));
     }
+    followed
 }

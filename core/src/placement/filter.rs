@@ -178,7 +178,7 @@ fn intern<'a>(
 }
 
 /// One cluster as one policy sees it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct ClusterPlan {
     /// Why the policy filters it out, whatever the template.
     pub filter: Option<PlacementFilter>,

@@ -4,6 +4,7 @@
 //! replicas of it that fit.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -29,7 +30,7 @@ pub struct Room {
 pub fn rooms(
     capacities: &BTreeMap<ClusterId, Capacity>,
     templates: &[Template],
-    decisions: &BTreeMap<TemplateKey, Decision>,
+    decisions: &BTreeMap<TemplateKey, Arc<Decision>>,
     template: Option<&Template>,
 ) -> Vec<Room> {
     capacities
@@ -58,7 +59,7 @@ fn assumed_in(
     cluster: &ClusterId,
     capacity: &Capacity,
     templates: &[Template],
-    decisions: &BTreeMap<TemplateKey, Decision>,
+    decisions: &BTreeMap<TemplateKey, Arc<Decision>>,
     except: Option<&TemplateKey>,
 ) -> Resources {
     let mut assumed = Resources::default();

@@ -13,6 +13,7 @@ use crate::testing::{cluster, deployment, healthy, placing, secs};
 
 mod capacity;
 mod divide;
+mod incremental;
 mod props;
 mod rules;
 mod scoring;
@@ -176,7 +177,7 @@ impl World {
             .find(|k| &*k.name == name)
             .cloned()
             .unwrap_or_else(|| panic!("no decision for {name}"));
-        round.decisions.remove(&key).expect("decision")
+        Arc::unwrap_or_clone(round.decisions.remove(&key).expect("decision"))
     }
 }
 

@@ -339,7 +339,7 @@ fn render_all_files_and_problems() {
         ),
         decision(&ghost, Outcome::Scheduled, vec![placed("eu-1", None, &[])]),
     ] {
-        placements.decisions.insert(d.template.clone(), d);
+        placements.decisions.insert(d.template.clone(), Arc::new(d));
     }
     let rendered = render_all(&placements, &[web.clone(), config.clone()], &policies);
     let paths: Vec<&Path> = rendered.files.keys().map(PathBuf::as_path).collect();
@@ -390,7 +390,7 @@ fn two_templates_on_one_path_is_a_problem_not_an_overwrite() {
     let mut placements = Placements::default();
     for t in [&apps, &custom] {
         let d = decision(t, Outcome::Scheduled, vec![placed("eu-1", None, &[])]);
-        placements.decisions.insert(d.template.clone(), d);
+        placements.decisions.insert(d.template.clone(), Arc::new(d));
     }
     let rendered = render_all(&placements, &[apps.clone(), custom.clone()], &[]);
     assert_eq!(rendered.files.len(), 1);

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use meridian_core::ObjectKey;
-use meridian_core::placement::{Outcome, TemplateKey};
+use meridian_core::placement::{Decision, Outcome, TemplateKey};
 use serde_json::{Value, json};
 
 use super::{ObjectId, Pass, TemplateView, applied_and_ready, condition};
@@ -79,10 +79,11 @@ fn conditions(
     } else {
         condition("Valid", false, "Invalid", listed(&invalid, "; "))
     }];
-    let decisions: Vec<_> = snapshot
+    let decisions: Vec<&Decision> = snapshot
         .placements
         .decisions
         .values()
+        .map(|d| &**d)
         .filter(|d| d.policy.as_ref() == Some(key))
         .collect();
     let copies_in_the_way: Vec<String> = decisions

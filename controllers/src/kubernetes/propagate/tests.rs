@@ -287,7 +287,7 @@ fn placed_in_m1() -> Snapshot {
     };
     Arc::make_mut(&mut snapshot.placements)
         .decisions
-        .insert(key, decision);
+        .insert(key, Arc::new(decision));
     snapshot
 }
 
@@ -383,15 +383,16 @@ mod policy_status {
         ));
         let placements = Arc::make_mut(&mut snapshot.placements);
         let (web, _, _) = web();
-        placements.decisions.get_mut(&web).unwrap().policy = Some(ObjectKey::new("shop", "first"));
+        Arc::make_mut(placements.decisions.get_mut(&web).unwrap()).policy =
+            Some(ObjectKey::new("shop", "first"));
         let db = TemplateKey::new("apps/v1", "Deployment", "shop", "db");
-        let mut unschedulable = placements.decisions[&web].clone();
+        let mut unschedulable = (*placements.decisions[&web]).clone();
         unschedulable.template = db.clone();
         unschedulable.placed.clear();
         unschedulable.outcome = Outcome::Unschedulable {
             reason: "no cluster has 5 free replicas".into(),
         };
-        placements.decisions.insert(db, unschedulable);
+        placements.decisions.insert(db, Arc::new(unschedulable));
         let loser = meridian_core::problem::ObjectRef::namespaced(
             "ClusterSchedulingPolicy",
             &ObjectKey::new("shop", "second"),

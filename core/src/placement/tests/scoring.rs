@@ -1278,7 +1278,7 @@ fn workload_terms_are_decided_after_the_others_and_follow_them() {
         .decisions
         .values()
         .find(|d| &*d.template.name == "web");
-    assert_eq!(web.map(placed), Some(vec!["eu-1"]), "{round:?}");
+    assert_eq!(web.map(|d| placed(d)), Some(vec!["eu-1"]), "{round:?}");
     // db moves to us-1: web follows it in that same round.
     let db = &mut world.policies[0];
     let mut traffic = (*db.traffic).clone();
@@ -1290,7 +1290,7 @@ fn workload_terms_are_decided_after_the_others_and_follow_them() {
             .decisions
             .values()
             .find(|d| &*d.template.name == name)
-            .map(placed)
+            .map(|d| placed(d))
     };
     assert_eq!(placed_of("db"), Some(vec!["us-1"]));
     assert_eq!(placed_of("web"), Some(vec!["us-1"]));
