@@ -206,6 +206,11 @@ struct Federation {
     dirty: bool,
     /// When a decision changes with time alone.
     deadline: Option<Instant>,
+    /// The next round is one to let the last one's decisions settle (`Placements::settled`).
+    settle_pending: bool,
+    /// Settling rounds in a row: at most [`placement::SETTLING_ROUNDS`], so decisions that keep moving
+    /// wait for the next change instead of spinning.
+    settle_rounds: u8,
     /// Policies that select a template an older policy places.
     conflicts: Vec<Problem>,
     /// Placed templates naming a dependency the hub does not hold (warnings).
@@ -711,40 +716,120 @@ impl Fleet {
             now,
         );
         f.deadline = placements.next_deadline;
+        let settling = std::mem::take(&mut f.settle_pending);
+        f.settle_rounds = if settling { f.settle_rounds + 1 } else { 0 };
+        if !placements.settled && f.settle_rounds < placement::SETTLING_ROUNDS {
+            f.settle_pending = true;
+            f.deadline = Some(now);
+        }
         f.remembered = Arc::new(f.placer.clone());
         Arc::new(placements)
     }
 }
 
-/// Per policy, the clusters its workloads (templates with replicas) are placed in; the
-/// previous snapshot's when neither the decisions nor the clusters changed.
+/// Per policy, the clusters its workloads (templates with replicas) are placed in: the
+/// previous snapshot's, with the policies whose workloads moved gathered again (all of them
+/// when the clusters changed, since they are indices).
 fn workload_clusters(prev: &Snapshot, snapshot: &Snapshot) -> Arc<HashMap<String, Vec<usize>>> {
-    if snapshot.same_clusters_as(prev) && Arc::ptr_eq(&prev.placements, &snapshot.placements) {
+    if !snapshot.same_clusters_as(prev) {
+        return Arc::new(placed_workloads(snapshot));
+    }
+    if Arc::ptr_eq(&prev.placements, &snapshot.placements) {
         return prev.workloads.clone();
     }
-    Arc::new(placed_workloads(snapshot))
+    let moved = policies_moved(&prev.placements, &snapshot.placements);
+    if moved.is_empty() {
+        return prev.workloads.clone();
+    }
+    let mut by_policy = (*prev.workloads).clone();
+    by_policy.retain(|policy, _| !moved.contains(policy.as_str()));
+    gather_workloads(snapshot, &mut by_policy, |policy| {
+        moved.contains(policy.to_string().as_str())
+    });
+    Arc::new(by_policy)
+}
+
+/// The policies some of whose workloads run elsewhere in `next` than in `prev` (both maps in
+/// key order: one walk; a decision kept from the last round is the same `Arc`).
+fn policies_moved(prev: &Placements, next: &Placements) -> std::collections::HashSet<String> {
+    let workloads = |d: &placement::Decision| -> Vec<ClusterId> {
+        d.placed
+            .iter()
+            .filter(|p| p.replicas.is_some())
+            .map(|p| p.cluster.clone())
+            .collect()
+    };
+    let mut moved = std::collections::HashSet::new();
+    let mut mark = |d: &placement::Decision| {
+        if let Some(policy) = &d.policy {
+            moved.insert(policy.to_string());
+        }
+    };
+    let mut a = prev.decisions.iter().peekable();
+    let mut b = next.decisions.iter().peekable();
+    loop {
+        match (a.peek(), b.peek()) {
+            (Some((ka, da)), Some((kb, db))) if ka == kb => {
+                if !Arc::ptr_eq(da, db)
+                    && (da.policy != db.policy || workloads(da) != workloads(db))
+                {
+                    mark(da);
+                    mark(db);
+                }
+                a.next();
+                b.next();
+            }
+            (Some((ka, da)), Some((kb, _))) if ka < kb => {
+                mark(da);
+                a.next();
+            }
+            (_, Some((_, db))) => {
+                mark(db);
+                b.next();
+            }
+            (Some((_, da)), None) => {
+                mark(da);
+                a.next();
+            }
+            (None, None) => break,
+        }
+    }
+    moved
 }
 
 /// Per policy, the clusters (indices into `snapshot.clusters`, sorted) where
 /// `snapshot.placements` runs its workloads.
 pub(crate) fn placed_workloads(snapshot: &Snapshot) -> HashMap<String, Vec<usize>> {
-    let mut by_policy: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut by_policy = HashMap::new();
+    gather_workloads(snapshot, &mut by_policy, |_| true);
+    by_policy
+}
+
+/// Adds to `by_policy` where the workloads of the policies `wanted` selects run.
+fn gather_workloads(
+    snapshot: &Snapshot,
+    by_policy: &mut HashMap<String, Vec<usize>>,
+    wanted: impl Fn(&ObjectKey) -> bool,
+) {
+    let mut gathered: HashMap<String, Vec<usize>> = HashMap::new();
     for d in snapshot.placements.decisions.values() {
-        let Some(policy) = &d.policy else { continue };
+        let Some(policy) = d.policy.as_ref().filter(|p| wanted(p)) else {
+            continue;
+        };
         let placed = d
             .placed
             .iter()
             .filter(|p| p.replicas.is_some())
             .filter_map(|p| snapshot.cluster_by_id(&p.cluster));
-        let clusters = by_policy.entry(policy.to_string()).or_default();
+        let clusters = gathered.entry(policy.to_string()).or_default();
         clusters.extend(placed);
     }
-    by_policy.retain(|_, clusters| {
+    gathered.retain(|_, clusters| {
         clusters.sort_unstable();
         clusters.dedup();
         !clusters.is_empty()
     });
-    by_policy
+    by_policy.extend(gathered);
 }
 
 /// A template two policies select is placed by the older one (policies are oldest first);

@@ -60,6 +60,11 @@ pub use score::{
 };
 pub use spec::*;
 
+/// Rounds in a row the fleet places by itself, with nothing changed, while a round is not
+/// [`Placements::settled`]: decisions that keep moving wait for the next change instead of
+/// spinning.
+pub const SETTLING_ROUNDS: u8 = 3;
+
 /// What decides placement besides its inputs: what earlier rounds remembered (failover
 /// clocks, previous splits) and the programs it asks. The fleet keeps its own; a what-if
 /// decides again from a copy of it, given beside the snapshot it imagines from (a snapshot
@@ -274,4 +279,10 @@ pub struct Placements {
     /// How many templates this round decided (the others kept the last round's decision).
     #[serde(skip)]
     pub decided: usize,
+    /// Whether a round with no change would decide nothing: false while a decision just made
+    /// moved replicas others read (their room, where workloads run) or changed its own memory.
+    /// The fleet then places once more at once, so the decisions settle now rather than at
+    /// the next change.
+    #[serde(skip)]
+    pub settled: bool,
 }

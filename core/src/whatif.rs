@@ -461,8 +461,21 @@ fn place(
                 .get_or_insert_with(|| (*decider.placer).clone())
                 .place(inputs, t)
         };
+        // As the fleet does: after a round that did not settle, up to SETTLING_ROUNDS more at
+        // once.
+        let settle = |t: Instant,
+                      decided: &mut Option<crate::placement::Placements>,
+                      placer: &mut Option<crate::placement::Placer>| {
+            for _ in 0..crate::placement::SETTLING_ROUNDS {
+                if decided.as_ref().is_none_or(|d| d.settled) {
+                    break;
+                }
+                *decided = Some(round(t, placer));
+            }
+        };
         if changed_now {
             decided = Some(round(now, &mut placer));
+            settle(now, &mut decided, &mut placer);
         }
         let mut t = now;
         loop {
@@ -475,6 +488,7 @@ fn place(
                 .min();
             let Some(next) = next else { break };
             decided = Some(round(next, &mut placer));
+            settle(next, &mut decided, &mut placer);
             t = next;
         }
         if let Some(decided) = decided {

@@ -225,6 +225,13 @@ impl Seen {
         dirt
     }
 
+    /// Whether the next round, with nothing changed, would decide nothing.
+    pub(super) fn settled(&self) -> bool {
+        !self.placed
+            && !self.held.iter().any(|h| *h)
+            && !self.templates.values().any(|t| t.unsettled)
+    }
+
     /// Keeps what this round decided from and decided, for the next round.
     pub(super) fn remember(
         &mut self,

@@ -74,7 +74,8 @@ use super::{
 pub struct Placer {
     /// Per template, the last scheduled decision: the previous split for steady division,
     /// and what stays placed when the template becomes unschedulable.
-    previous: HashMap<TemplateKey, Previous>,
+    /// Shared with the copies what-if decides from (a copy per round clones pointers).
+    previous: HashMap<TemplateKey, Arc<Previous>>,
     /// Per cluster: since when it is Healthy, when it was seen not Healthy, when each of its
     /// NoExecute taints was first seen.
     clusters: HashMap<ClusterId, ClusterMemory>,
@@ -235,7 +236,7 @@ impl Placer {
                     &self.previous,
                 ));
             }
-            let prev = self.previous.get(&t.key);
+            let prev = self.previous.get(&t.key).map(|p| &**p);
             if let (Some(assumed), Some(prev)) = (assumed.as_mut(), prev) {
                 assumed.release(&fleet, t, &prev.placed);
             }
@@ -276,7 +277,7 @@ impl Placer {
                 seen.insert(t.key.clone(), old);
                 continue;
             }
-            let prev = self.previous.get(&t.key);
+            let prev = self.previous.get(&t.key).map(|p| &**p);
             decided += 1;
             let decision = follow(&fleet, f.plan, t, f.leaders, prev, &decisions, &overrides);
             let entry = self.record(
@@ -324,6 +325,7 @@ impl Placer {
             propagation,
             next_deadline,
             decided,
+            settled: self.seen.settled(),
         }
     }
 
@@ -537,7 +539,7 @@ impl Assumed {
         fleet: &Fleet<'_>,
         templates: &[Template],
         governing: &[Option<usize>],
-        previous: &HashMap<TemplateKey, Previous>,
+        previous: &HashMap<TemplateKey, Arc<Previous>>,
     ) -> Self {
         let mut assumed = Self(vec![Resources::default(); fleet.len()]);
         if previous.is_empty() {
@@ -587,20 +589,38 @@ impl Assumed {
 }
 
 /// Keeps a scheduled decision as the template's previous one (cloned only when it changed);
-/// returns whether the memory changed (the next round then decides the template again: a
-/// decision reads its previous one).
+/// returns whether what the next decision reads of it changed (the next round then decides
+/// the template again).
 fn remember(
-    previous: &mut HashMap<TemplateKey, Previous>,
+    previous: &mut HashMap<TemplateKey, Arc<Previous>>,
     decision: &Decision,
     memo: Memo,
 ) -> bool {
     match previous.get_mut(&decision.template) {
         Some(prev) => {
-            let changed = prev.placed != decision.placed
+            // What the next decision reads of this one: where, how many, standby or not (not
+            // the numbers a reason carries).
+            let read = |placed: &[Placed]| -> Vec<(ClusterId, Option<u32>, bool)> {
+                placed
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.cluster.clone(),
+                            p.replicas,
+                            p.reason == PlacedReason::Standby,
+                        )
+                    })
+                    .collect()
+            };
+            let unsettled = read(&prev.placed) != read(&decision.placed)
                 || prev.tier != decision.tier
                 || prev.failed_over != memo.failed_over
                 || prev.room_back_since != memo.room_back_since
                 || prev.blind != memo.blind;
+            if !unsettled && prev.placed == decision.placed {
+                return false;
+            }
+            let prev = Arc::make_mut(prev);
             if prev.placed != decision.placed {
                 prev.placed.clone_from(&decision.placed);
             }
@@ -608,18 +628,18 @@ fn remember(
             prev.failed_over = memo.failed_over;
             prev.room_back_since = memo.room_back_since;
             prev.blind = memo.blind;
-            changed
+            unsettled
         }
         None => {
             previous.insert(
                 decision.template.clone(),
-                Previous {
+                Arc::new(Previous {
                     placed: decision.placed.clone(),
                     tier: decision.tier.clone(),
                     failed_over: memo.failed_over,
                     room_back_since: memo.room_back_since,
                     blind: memo.blind,
-                },
+                }),
             );
             true
         }

@@ -22,13 +22,14 @@
 //! `PreferNoSchedule` taints filter nothing here: they are remembered per cluster and used
 //! by the tier step (such clusters are a tier's last resort).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::model::{ClusterId, Taint, TaintEffect};
+use crate::model::{ClusterId, ClusterSpec, Taint, TaintEffect};
 use crate::policy::{Policy, toleration_for};
 use crate::registry::Health;
+use crate::selector::{ClusterSet, LabelSelector, WeightRule};
 
 use super::{ClusterInput, Division, PlacementFilter, PlacementPolicy, ReplicaScheduling};
 
@@ -230,18 +231,20 @@ impl<'p> Plan<'p> {
             affinities
                 .iter()
                 .map(|t| {
+                    let set = Members::of(&t.clusters);
                     (0..n)
-                        .map(|p| t.clusters.contains(&fleet.clusters[p].view.spec))
+                        .map(|p| set.contains(&fleet.clusters[p].view.spec))
                         .collect()
                 })
                 .collect()
         };
+        let weights = Weights::of(&placement.replicas);
         let mut deadline = None;
         let mut still_failed = BTreeSet::new();
         let clusters: Vec<ClusterPlan> = (0..n)
             .map(|p| {
                 let first_tier = members.iter().position(|m| m[p]);
-                let mut cp = cluster_plan(policy, &placement, fleet, p, first_tier, now);
+                let mut cp = cluster_plan(policy, &weights, fleet, p, first_tier, now);
                 let failover = failover_filter(
                     &placement,
                     &fleet.clusters[p],
@@ -296,7 +299,7 @@ impl<'p> Plan<'p> {
 /// runs out.
 fn cluster_plan(
     policy: &Policy,
-    placement: &PlacementPolicy,
+    weights: &Weights<'_>,
     fleet: &Fleet<'_>,
     p: usize,
     first_tier: Option<usize>,
@@ -339,13 +342,7 @@ fn cluster_plan(
             filter = reason;
         }
     }
-    let weight = match &placement.replicas {
-        ReplicaScheduling::Divided(Division::Weights(rules)) => rules
-            .iter()
-            .find(|r| r.clusters.contains(spec))
-            .map_or(1, |r| r.weight),
-        _ => 1,
-    };
+    let weight = weights.of_cluster(spec);
     let filter = filter
         .or_else(|| {
             first_tier
@@ -360,6 +357,64 @@ fn cluster_plan(
         weight,
     };
     (plan, deadline)
+}
+
+/// A cluster set prepared for a lookup per cluster: its names hashed (a tier may name
+/// hundreds of clusters, and a round asks about every cluster of the fleet).
+struct Members<'s> {
+    names: HashSet<&'s str>,
+    selector: Option<&'s LabelSelector>,
+}
+
+impl<'s> Members<'s> {
+    fn of(set: &'s ClusterSet) -> Self {
+        Self {
+            names: set.names.iter().map(String::as_str).collect(),
+            selector: set.selector.as_ref(),
+        }
+    }
+
+    fn contains(&self, cluster: &ClusterSpec) -> bool {
+        self.names.contains(cluster.id.as_str())
+            || self.selector.is_some_and(|s| s.matches(&cluster.labels))
+    }
+}
+
+/// Static weights prepared the same way: the first rule containing a cluster gives its
+/// weight (1 when none does, or the policy divides otherwise).
+struct Weights<'s> {
+    rules: &'s [WeightRule],
+    /// The first rule naming each cluster.
+    by_name: HashMap<&'s str, usize>,
+}
+
+impl<'s> Weights<'s> {
+    fn of(replicas: &'s ReplicaScheduling) -> Self {
+        let rules: &[WeightRule] = match replicas {
+            ReplicaScheduling::Divided(Division::Weights(rules)) => rules,
+            _ => &[],
+        };
+        let mut by_name = HashMap::new();
+        for (i, rule) in rules.iter().enumerate() {
+            for name in &rule.clusters.names {
+                by_name.entry(name.as_str()).or_insert(i);
+            }
+        }
+        Self { rules, by_name }
+    }
+
+    fn of_cluster(&self, cluster: &ClusterSpec) -> u32 {
+        let named = self.by_name.get(cluster.id.as_str()).copied();
+        let selected = self.rules[..named.unwrap_or(self.rules.len())]
+            .iter()
+            .position(|r| {
+                r.clusters
+                    .selector
+                    .as_ref()
+                    .is_some_and(|s| s.matches(&cluster.labels))
+            });
+        selected.or(named).map_or(1, |i| self.rules[i].weight)
+    }
 }
 
 struct Failover {

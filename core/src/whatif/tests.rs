@@ -886,8 +886,22 @@ fn routes(s: &Snapshot, at: Instant) -> BTreeMap<(String, Option<String>), Route
     out
 }
 
-/// A decision without the numbers that only date the round (seconds left in a window).
+/// A decision without the numbers that only date the round that decided it (seconds left in
+/// a window; the free room a capacity division saw, which a decision kept from an earlier
+/// round reports as it was then).
 fn comparable(d: &Decision) -> String {
+    let placed: Vec<String> = d
+        .placed
+        .iter()
+        .map(|p| {
+            let reason = serde_json::to_value(&p.reason).expect("serialises");
+            let tag = reason
+                .as_object()
+                .and_then(|o| o.keys().next().cloned())
+                .unwrap_or_else(|| reason.to_string());
+            format!("{}:{:?}:{tag}:{:?}", p.cluster, p.replicas, p.overrides)
+        })
+        .collect();
     let excluded: Vec<String> = d
         .excluded
         .iter()
@@ -897,8 +911,8 @@ fn comparable(d: &Decision) -> String {
         })
         .collect();
     format!(
-        "{:?} {:?} {:?} {:?} {excluded:?}",
-        d.placed, d.outcome, d.tier, d.standby_tier
+        "{placed:?} {:?} {:?} {:?} {excluded:?}",
+        d.outcome, d.tier, d.standby_tier
     )
 }
 
