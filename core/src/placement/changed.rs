@@ -138,12 +138,16 @@ pub(super) struct Dirt {
     placed_now: bool,
     /// A template was added, removed or changed.
     templates_changed: bool,
+    /// Per template (its index this round): new, or changed itself or its policy.
+    changed: Vec<bool>,
     /// `(policy, namespace)` groups whose workloads moved or changed: followers decide again.
     groups: HashSet<(usize, Arc<str>)>,
 }
 
 /// What one template reads, for [`Dirt::must_decide`].
 pub(super) struct Reads {
+    /// Its index in the round's templates.
+    pub index: usize,
     /// Its policy's index this round.
     pub governing: usize,
     /// It divides by capacity.
@@ -189,6 +193,7 @@ impl Seen {
             placed_last: self.placed,
             placed_now: false,
             templates_changed: false,
+            changed: Vec::new(),
             groups: HashSet::new(),
         };
         if all {
@@ -338,14 +343,16 @@ impl Dirt {
         policies: &[Policy],
         governing: &[Option<usize>],
     ) {
-        let mut current: HashSet<&TemplateKey> = HashSet::with_capacity(templates.len());
-        for (t, g) in templates.iter().zip(governing) {
-            current.insert(&t.key);
+        self.changed = vec![false; templates.len()];
+        let mut found = 0;
+        for (i, (t, g)) in templates.iter().zip(governing).enumerate() {
             let key = g.map(|g| &policies[g].key);
             let old = seen.templates.get(&t.key);
+            found += usize::from(old.is_some());
             if old.is_some_and(|o| o.template == *t && o.governing.as_ref() == key) {
                 continue;
             }
+            self.changed[i] = true;
             self.templates_changed = true;
             let Some(old) = old else {
                 if let (Some(g), Some(_)) = (g, t.replicas) {
@@ -365,6 +372,10 @@ impl Dirt {
                 self.groups.insert((*g, t.key.namespace.clone()));
             }
         }
+        if found == seen.templates.len() {
+            return; // none was removed
+        }
+        let current: HashSet<&TemplateKey> = templates.iter().map(|t| &t.key).collect();
         for (key, old) in &seen.templates {
             if !current.contains(key) {
                 self.templates_changed = true;
@@ -409,16 +420,14 @@ impl Dirt {
         t: &Template,
         reads: &Reads,
         seen: Option<&SeenTemplate>,
-        governing: &Policy,
         now: Instant,
     ) -> bool {
         let g = reads.governing;
         let Some(seen) = seen else { return true };
         if self.all
+            || self.changed[reads.index]
             || seen.unsettled
             || self.policy[g]
-            || seen.template != *t
-            || seen.governing.as_ref() != Some(&governing.key)
             || seen.deadline.is_some_and(|d| d <= now)
             || self.overrides.iter().any(|o| o.selects(t).is_some())
         {

@@ -133,6 +133,7 @@ struct Memo {
 /// A follower of its policy's workloads, decided after them.
 struct Follower<'t, 'p> {
     template: &'t Template,
+    index: usize,
     governing: usize,
     plan: &'p Plan<'p>,
     leaders: &'p [&'t Template],
@@ -171,7 +172,9 @@ impl Placer {
         let mut seen: HashMap<TemplateKey, SeenTemplate> =
             HashMap::with_capacity(inputs.templates.len());
         let overrides = Overrides::new(inputs.overrides);
-        let mut decisions: BTreeMap<TemplateKey, Arc<Decision>> = BTreeMap::new();
+        // Hashed while the round reads them; in key order once it is done.
+        let mut decisions: HashMap<TemplateKey, Arc<Decision>> =
+            HashMap::with_capacity(inputs.templates.len());
         // Built when a capacity division is first decided (from the previous decisions, which
         // by then hold this round's for the templates decided before it).
         let mut assumed = dirt
@@ -190,6 +193,7 @@ impl Placer {
             if let Some(led) = leaders.of(t, governing[i]) {
                 followers.push(Follower {
                     template: t,
+                    index: i,
                     governing: g,
                     plan,
                     leaders: led,
@@ -198,6 +202,7 @@ impl Placer {
                 continue;
             }
             let reads = Reads {
+                index: i,
                 governing: g,
                 room: Split::of(plan, t.replicas).by_capacity(),
                 workloads: plan.placement.scoring.reads_workloads(),
@@ -205,7 +210,7 @@ impl Placer {
                 // the group's changes may make it a follower.
                 follows: t.replicas.is_none(),
             };
-            if !dirt.must_decide(t, &reads, old.as_ref(), plan.policy, now) {
+            if !dirt.must_decide(t, &reads, old.as_ref(), now) {
                 let old = self.keep(&dirt, g, plan, &fleet, old);
                 decisions.insert(t.key.clone(), old.decision.clone());
                 seen.insert(t.key.clone(), old);
@@ -265,13 +270,14 @@ impl Placer {
         }
         for f in followers {
             let reads = Reads {
+                index: f.index,
                 governing: f.governing,
                 room: false,
                 workloads: false,
                 follows: true,
             };
             let t = f.template;
-            if !dirt.must_decide(t, &reads, f.seen.as_ref(), f.plan.policy, now) {
+            if !dirt.must_decide(t, &reads, f.seen.as_ref(), now) {
                 let old = self.keep(&dirt, f.governing, f.plan, &fleet, f.seen);
                 decisions.insert(t.key.clone(), old.decision.clone());
                 seen.insert(t.key.clone(), old);
@@ -319,6 +325,13 @@ impl Placer {
             .zip(&governing_used(&governing, inputs.policies.len()))
             .filter(|(_, used)| **used)
             .filter_map(|(p, _)| Some((p.key.clone(), p.placement.as_ref()?.propagation.clone())))
+            .collect();
+        // Templates come in key order from both hubs: collecting in their order sorts in one
+        // pass.
+        let decisions: BTreeMap<TemplateKey, Arc<Decision>> = inputs
+            .templates
+            .iter()
+            .filter_map(|t| Some((t.key.clone(), decisions.remove(&t.key)?)))
             .collect();
         Placements {
             decisions,
@@ -451,7 +464,7 @@ fn follow(
     t: &Template,
     leaders: &[&Template],
     prev: Option<&Previous>,
-    decisions: &BTreeMap<TemplateKey, Arc<Decision>>,
+    decisions: &HashMap<TemplateKey, Arc<Decision>>,
     overrides: &Overrides<'_>,
 ) -> Decision {
     let mut at: BTreeMap<&ClusterId, Vec<TemplateKey>> = BTreeMap::new();
@@ -1721,7 +1734,7 @@ fn follow_dependencies<'t>(
     governing: &[Option<usize>],
     fleet: &Fleet<'_>,
     overrides: &Overrides<'_>,
-    decisions: &BTreeMap<TemplateKey, Arc<Decision>>,
+    decisions: &HashMap<TemplateKey, Arc<Decision>>,
 ) -> Vec<(&'t Template, Decision)> {
     if inputs.templates.iter().all(|t| t.dependencies.is_empty()) {
         return Vec::new();
