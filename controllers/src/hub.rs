@@ -9,6 +9,7 @@
 //! ([`keep_last_valid_policies`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use meridian_core::{
     ClusterSpec, ObjectRef, Origin, OverridePolicy, Policy, Problem, Template, Tenant,
@@ -84,7 +85,7 @@ pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
             Manifest::ClusterSchedulingPolicy(csp) => add_policy(&mut hub, &from, &csp),
             Manifest::OverridePolicy(op) => add_override(&mut hub, &from, &op),
             Manifest::Tenant(t) => add_tenant(&mut hub, &from, &t),
-            Manifest::Other(o) => add_template(&mut hub, &from, o.object, o.value),
+            Manifest::Other(o) => add_template(&mut hub, &from, o.object, Arc::new(o.value)),
             Manifest::Service(s) => add_typed_template(&mut hub, &from, s.as_ref()),
             Manifest::ServiceExport(s) => add_typed_template(&mut hub, &from, s.as_ref()),
             other => {
@@ -180,7 +181,7 @@ fn add_typed_template<K: kube::Resource<DynamicType = ()> + serde::Serialize>(
             // The typed object serializes without its type; the template keeps it.
             value["apiVersion"] = K::api_version(&()).into_owned().into();
             value["kind"] = object.kind.clone().into();
-            add_template(hub, from, object, value)
+            add_template(hub, from, object, Arc::new(value))
         }
         Err(e) => hub.errors.push(from.problem(object, e.to_string())),
     }
@@ -192,7 +193,7 @@ pub(crate) fn add_template(
     hub: &mut Hub,
     from: &ReadFrom,
     object: ObjectRef,
-    value: serde_json::Value,
+    value: Arc<serde_json::Value>,
 ) {
     let api_version = value.get("apiVersion").and_then(|v| v.as_str());
     if let Some(why) = crate::policy::unplaceable(api_version, &object.kind) {
@@ -200,7 +201,7 @@ pub(crate) fn add_template(
             .push(from.problem(object, format!("not a resource template ({why}); ignored")));
         return;
     }
-    match meridian_federation::template::summarize(value) {
+    match meridian_federation::template::summarize_shared(value) {
         Ok(t) if !hub.template_keys.insert(t.key.clone()) => hub
             .errors
             .push(from.problem(object, "defined twice; the first wins".into())),

@@ -75,6 +75,13 @@ fn group(api_version: &str) -> &str {
 
 /// Summarises a hub object into a template (see the module docs).
 pub fn summarize(body: Value) -> Result<Template, TemplateError> {
+    summarize_shared(Arc::new(body))
+}
+
+/// [`summarize`] of a body the caller keeps too: the template shares it (a hub read that finds
+/// a template unchanged hands the same body on, and comparing two templates compares a
+/// pointer, not the object).
+pub fn summarize_shared(body: Arc<Value>) -> Result<Template, TemplateError> {
     let key = key(&body)?;
     let labels = labels(&body)?;
     let generation = generation(&body)?;
@@ -93,7 +100,7 @@ pub fn summarize(body: Value) -> Result<Template, TemplateError> {
         replicas,
         requests,
         dependencies,
-        body: Arc::new(body),
+        body,
     })
 }
 

@@ -403,9 +403,9 @@ pub(crate) fn add_templates(hub: &mut Hub, templates: Vec<(ObjectRef, Arc<serde_
 }
 
 /// Adds templates of no dependency kind (the Secrets read by name): no pass over the others.
+/// Each template shares its body with the watch's table (no copy per hub read).
 pub(crate) fn add_each(hub: &mut Hub, templates: Vec<(ObjectRef, Arc<serde_json::Value>)>) {
     for (object, value) in templates {
-        let value = Arc::try_unwrap(value).unwrap_or_else(|v| (*v).clone());
         crate::hub::add_template(hub, &ReadFrom::Api, object, value);
     }
 }
@@ -497,8 +497,11 @@ mod tests {
         assert!(t.value["metadata"].get("managedFields").is_none());
         assert_eq!(t.object.namespace.as_deref(), Some("shop"));
         let mut hub = Hub::default();
-        crate::hub::add_template(&mut hub, &ReadFrom::Api, t.object, (*t.value).clone());
+        crate::hub::add_template(&mut hub, &ReadFrom::Api, t.object, t.value.clone());
         assert_eq!(hub.templates.len(), 1, "{:?}", hub.errors);
+        // The template shares the watch table's body: a hub read copies no object, and the
+        // fleet compares an unchanged template by pointer.
+        assert!(Arc::ptr_eq(&hub.templates[0].body, &t.value));
         assert_eq!(&*hub.templates[0].key.name, "web");
     }
 
