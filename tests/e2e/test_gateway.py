@@ -309,6 +309,70 @@ def test_star_lists_every_member_merged_pages_and_conflicts(gateway):
     assert status == 405 and body["kind"] == "Status", body
 
 
+def test_star_lists_past_a_member_page_hold_every_object_once(gateway):
+    """m2 holds more ConfigMaps than a member page (500): an unpaged LIST through * pages m2
+    itself (m2's audit log shows its own continue token) and streams every object once; a
+    client paging through * with `limit` and `continue` gets every object once too, with
+    tokens of a few hundred bytes; a token whose list the gateway does not hold is 410
+    Expired (as an API server answers a compacted one), and kubectl's pager reads it all."""
+    gw, fleet = gateway, gateway.fleet
+    m2 = fleet.cluster("m2")
+    bulk = [dict(configmap(f"bulk-{i:04}"), metadata={"name": f"bulk-{i:04}", "namespace": NAMESPACE,
+                                                       "labels": {"bulk": "yes"}})
+            for i in range(520)]
+    threads = [threading.Thread(target=m2.apply, args=(bulk[i::8],)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    path = f"/clusters/*/api/v1/namespaces/{NAMESPACE}/configmaps"
+    token = gw.issuer.token(ANA, ["shop-devs"])
+
+    def ours(items):
+        return [(i["metadata"]["annotations"]["meridian.io/cluster"], i["metadata"]["name"]) for i in items
+                if i["metadata"]["name"] != "kube-root-ca.crt"]
+
+    try:
+        status, headers, body = gw.request(path, token=token, timeout=60)
+        assert status == 200, body
+        assert not headers.get_all("Warning"), headers.get_all("Warning")
+        everything = ours(body["items"])
+        assert len(everything) == len(set(everything)), "an object twice"
+        assert everything == sorted(everything), "not in (cluster, namespace, name) order"
+        assert sum(1 for c, n in everything if c == "m2" and n.startswith("bulk-")) == 520
+        continued = [e["requestURI"] for e in fleet.audit_events("m2")
+                     if e.get("verb") == "list" and "/configmaps?" in e["requestURI"]
+                     and (e.get("impersonatedUser") or {}).get("username") == PREFIX + ANA
+                     and "continue=" in e["requestURI"] and "limit=500" in e["requestURI"]]
+        assert continued, "the gateway paged m2 with m2's own continue token"
+
+        seen, tokens = [], []
+        for _ in range(40):
+            cont = tokens[-1] if tokens else None
+            status, _, page = gw.request(path + "?limit=150" + (f"&continue={cont}" if cont else ""), token=token)
+            assert status == 200, page
+            assert len(page["items"]) <= 150
+            seen += page["items"]
+            if not page["metadata"].get("continue"):
+                break
+            tokens.append(page["metadata"]["continue"])
+        assert ours(seen) == everything
+        assert len(tokens) >= 3 and all(t.startswith("mct2.") and len(t) < 1024 for t in tokens), tokens
+        # The last page's version names every member: a watch from it starts each one.
+        assert page["metadata"]["resourceVersion"].startswith("mrv1.")
+
+        forged = "mct2." + base64.urlsafe_b64encode(b'{"l":"not-held","m":"m2","c":""}').rstrip(b"=").decode()
+        status, _, body = gw.request(path + f"?limit=150&continue={forged}", token=token)
+        assert status == 410 and body["reason"] == "Expired", body
+
+        out = gw.kubectl("/clusters/*", "get", "configmaps", "-n", NAMESPACE, "--chunk-size=100",
+                         "-o", "name").stdout
+        assert sum(1 for line in out.splitlines() if line.startswith("configmap/bulk-")) == 520, out
+    finally:
+        status, body = m2.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/configmaps?labelSelector=bulk%3Dyes")
+        assert status == 200, body
+
+
 def read_events(gw, path, token, stop_after, timeout=20):
     """Events of a watch through the gateway until `stop_after(events)` is true."""
     req = urllib.request.Request(gw.url + path, headers={"Authorization": f"Bearer {token}"})
