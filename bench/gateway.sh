@@ -10,8 +10,9 @@
 # FLEET_OBJECTS ConfigMaps each (300), one process serving each member on its own loopback port
 # as a kube-apiserver pages a LIST (gateway/examples/fleet_bench.rs, testing::FakeFleet), the
 # gateway in a process of its own:
-#   - LIST of every member through /clusters/* (streamed) and paged through it (limit=500,
-#     continue) vs the same pages fetched from the members directly (32 members at once);
+#   - LIST of every member through /clusters/* (streamed) vs the same pages fetched from the
+#     members directly, 32 members at once; paged through it (limit=500, continue) vs the same
+#     pages fetched directly one at a time (as one pager does);
 #     the gateway's peak RSS during each, and the longest continue token;
 #   - a watch through /clusters/* over every member: the members' count of watches opened.
 #
@@ -74,13 +75,19 @@ d = r["direct_s"]
 print(f"  direct: every member's pages of 500, 32 members at once      {d * 1000:>9.0f} ms  "
       f"({r['direct_items']} items, {r['direct_mib']:.0f} MiB)")
 print(f"  LIST through * (streamed, one response)                      {r['whole_s'] * 1000:>9.0f} ms  "
-      f"ratio {r['whole_s'] / d:.2f}x   gateway peak RSS {r['whole_peak_mib']:.0f} MiB ({r['whole_items']} items)")
+      f"ratio {r['whole_s'] / d:.2f}x   gateway RSS {r['whole_before_mib']:.0f} -> peak {r['whole_peak_mib']:.0f} MiB "
+      f"({r['whole_items']} items)")
+s = r["direct_one_by_one_s"]
+print(f"  direct: the same pages one at a time (one pager)             {s * 1000:>9.0f} ms")
 print(f"  LIST through * paged (limit=500, {r['paged_pages']} pages)                  {r['paged_s'] * 1000:>9.0f} ms  "
-      f"ratio {r['paged_s'] / d:.2f}x   gateway peak RSS {r['paged_peak_mib']:.0f} MiB ({r['paged_items']} items)")
-print(f"  gateway RSS idle {r['idle_mib']:.0f} MiB; longest continue token {r['longest_token']} bytes")
+      f"ratio {r['paged_s'] / s:.2f}x   gateway RSS {r['paged_before_mib']:.0f} -> peak {r['paged_peak_mib']:.0f} MiB "
+      f"({r['paged_items']} items)")
+print(f"  gateway RSS idle {r['idle_mib']:.0f} MiB; longest continue token {r['longest_token']} bytes; "
+      f"the list's composite resourceVersion {r['version_len']} bytes")
 print(f"  watch through *: {r['watch_status']}, {r['member_watches']} member watches opened for "
       f"{r['members']} members, +{r['watch_mib']:.1f} MiB RSS while open")
-print(f"  (medians of {r['runs']} runs; the fleet's list is {r['direct_mib']:.0f} MiB as the members send it)")
+print(f"  (medians of {r['runs']} runs; RSS of the last run, before it and its peak; the fleet's list is "
+      f"{r['direct_mib']:.0f} MiB as the members send it)")
 PY
     echo "command: FLEET_ONLY=1 FLEET_MEMBERS=$FLEET_MEMBERS FLEET_OBJECTS=$FLEET_OBJECTS FLEET_SIZE=$FLEET_SIZE FLEET_RUNS=$FLEET_RUNS bench/gateway.sh"
 }

@@ -161,6 +161,8 @@ struct Counted {
 struct Meta {
     #[serde(rename = "continue")]
     continue_token: Option<String>,
+    #[serde(rename = "resourceVersion", default)]
+    resource_version: String,
 }
 
 /// GET `path`: (bytes, status).
@@ -227,10 +229,13 @@ async fn measure(addrs: &str, url: &str, dir: &Path, pid: u32, runs: usize) -> R
     let every = format!("/clusters/*{COLLECTION}");
 
     let (mut direct, mut whole, mut pages) = (Vec::new(), Vec::new(), Vec::new());
+    let mut direct_one_by_one = Vec::new();
     let (mut whole_peak, mut paged_peak) = (0u64, 0u64);
+    let (mut whole_before, mut paged_before) = (0u64, 0u64);
     let (mut direct_items, mut direct_bytes, mut whole_items, mut paged_items, mut page_count) =
         (0, 0, 0, 0, 0);
     let mut longest_token = 0;
+    let mut version_len = 0;
     let idle = proc_kib(pid, "VmRSS:");
     for _ in 0..runs {
         let t = Instant::now();
@@ -243,20 +248,31 @@ async fn measure(addrs: &str, url: &str, dir: &Path, pid: u32, runs: usize) -> R
             .collect::<Result<_>>()?;
         direct.push(t.elapsed().as_secs_f64());
         direct_items = counts.iter().map(|c| c.0).sum();
+
+        // The same pages one at a time, as one pager reads them (a paged LIST's reference).
+        let t = Instant::now();
+        for (_, c) in &members {
+            paged(c, COLLECTION).await?;
+        }
+        direct_one_by_one.push(t.elapsed().as_secs_f64());
         direct_bytes = counts.iter().map(|c| c.1).sum();
 
         reset_peak(pid);
+        whole_before = proc_kib(pid, "VmRSS:");
         let t = Instant::now();
         let (body, status) = get(&gateway, &every).await?;
         if status != 200 {
             return Err(format!("LIST through *: {status}").into());
         }
-        whole_items = serde_json::from_slice::<Counted>(&body)?.items.len();
+        let counted = serde_json::from_slice::<Counted>(&body)?;
+        whole_items = counted.items.len();
+        version_len = counted.metadata.resource_version.len();
         whole.push(t.elapsed().as_secs_f64());
         whole_peak = whole_peak.max(proc_kib(pid, "VmHWM:"));
         drop(body);
 
         reset_peak(pid);
+        paged_before = proc_kib(pid, "VmRSS:");
         let t = Instant::now();
         let mut next: Option<String> = None;
         paged_items = 0;
@@ -301,9 +317,13 @@ async fn measure(addrs: &str, url: &str, dir: &Path, pid: u32, runs: usize) -> R
         "runs": runs,
         "direct_items": direct_items, "direct_mib": direct_bytes as f64 / 1048576.0,
         "direct_s": median(direct),
+        "direct_one_by_one_s": median(direct_one_by_one),
         "whole_items": whole_items, "whole_s": median(whole), "whole_peak_mib": whole_peak as f64 / 1024.0,
+        "whole_before_mib": whole_before as f64 / 1024.0,
         "paged_items": paged_items, "paged_pages": page_count, "paged_s": median(pages),
-        "paged_peak_mib": paged_peak as f64 / 1024.0, "longest_token": longest_token,
+        "paged_peak_mib": paged_peak as f64 / 1024.0,
+        "paged_before_mib": paged_before as f64 / 1024.0, "longest_token": longest_token,
+        "version_len": version_len,
         "idle_mib": idle as f64 / 1024.0,
         "watch_status": watch_status, "member_watches": watches,
         "watch_mib": holding.saturating_sub(before) as f64 / 1024.0,

@@ -16,6 +16,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use bytes::Bytes;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -60,7 +61,8 @@ pub struct Page {
     pub sent: usize,
     /// Entries kept.
     pub kept: usize,
-    /// The kept entries, marked, comma-joined (no brackets).
+    /// The kept entries, marked, each after a comma (no brackets): [`Joiner`] drops the first
+    /// list's first comma without moving the rest.
     pub entries: Vec<u8>,
 }
 
@@ -81,7 +83,14 @@ pub fn read<K: FnMut(&EntryKey<'_>) -> bool>(
 ) -> Result<Page, serde_json::Error> {
     let mark = mark_bytes(cluster);
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let page = de.deserialize_map(PageVisitor { mark: &mark, keep })?;
+    // The entries are about the page's size, plus a mark each: sized once, so a page is not
+    // copied as it grows (and the allocator is not left with the pieces).
+    let entries = Vec::with_capacity(bytes.len() + bytes.len() / 8);
+    let page = de.deserialize_map(PageVisitor {
+        mark: &mark,
+        keep,
+        entries: Some(entries),
+    })?;
     de.end()?;
     Ok(page)
 }
@@ -117,7 +126,7 @@ pub fn open(head: Option<&Page>, resource_version: &str, continue_token: Option<
 /// The end of a merged list.
 pub const CLOSE: &[u8] = b"]}";
 
-/// Joins pages' entries into one array, a comma between two non-empty ones.
+/// Joins pages' entries into one array, a comma between two entries.
 #[derive(Debug, Default)]
 pub struct Joiner {
     any: bool,
@@ -126,15 +135,16 @@ pub struct Joiner {
 impl Joiner {
     /// `page`'s entries, with the comma that separates them from the ones before (empty when
     /// it kept none).
-    pub fn next(&mut self, page: Page) -> Vec<u8> {
+    pub fn next(&mut self, page: Page) -> Bytes {
         if page.kept == 0 {
-            return Vec::new();
+            return Bytes::new();
         }
-        let mut entries = page.entries;
+        let entries = Bytes::from(page.entries);
         if std::mem::replace(&mut self.any, true) {
-            entries.insert(0, b',');
+            entries
+        } else {
+            entries.slice(1..)
         }
-        entries
     }
 }
 
@@ -189,6 +199,8 @@ struct ListMeta {
 struct PageVisitor<'a, K> {
     mark: &'a [u8],
     keep: K,
+    /// The buffer the entries are written to.
+    entries: Option<Vec<u8>>,
 }
 
 impl<'de, K: FnMut(&EntryKey<'_>) -> bool> Visitor<'de> for PageVisitor<'_, K> {
@@ -199,7 +211,10 @@ impl<'de, K: FnMut(&EntryKey<'_>) -> bool> Visitor<'de> for PageVisitor<'_, K> {
     }
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Page, A::Error> {
-        let mut page = Page::default();
+        let mut page = Page {
+            entries: self.entries.take().unwrap_or_default(),
+            ..Page::default()
+        };
         while let Some(Text(key)) = map.next_key()? {
             match &*key {
                 "metadata" => {
@@ -256,9 +271,7 @@ impl<'de, K: FnMut(&EntryKey<'_>) -> bool> Visitor<'de> for Entries<'_, '_, K> {
         let row = self.page.field == Field::Rows;
         loop {
             let start = self.page.entries.len();
-            if self.page.kept > 0 {
-                self.page.entries.push(b',');
-            }
+            self.page.entries.push(b',');
             let seed = Entry {
                 out: &mut self.page.entries,
                 mark: self.mark,

@@ -297,7 +297,7 @@ fn entries(
         })
         .scan(Joiner::default(), move |joiner, page| {
             let chunk = match page {
-                Ok(page) => Ok(Bytes::from(joiner.next(page))),
+                Ok(page) => Ok(joiner.next(page)),
                 Err(cut) => Err(cut_short(&lister.shared, cut)),
             };
             async move { Some(chunk) }
@@ -482,7 +482,7 @@ async fn paged(
     );
     let mut joiner = Joiner::default();
     for page in pages {
-        body.extend(joiner.next(page));
+        body.extend_from_slice(&joiner.next(page));
     }
     body.extend_from_slice(page::CLOSE);
     let mut response = (

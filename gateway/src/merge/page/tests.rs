@@ -10,7 +10,7 @@ fn merged(pages: Vec<Page>, rv: &str, next: Option<&str>) -> Value {
     let mut out = open(pages.first(), rv, next);
     let mut joiner = Joiner::default();
     for page in pages {
-        out.extend(joiner.next(page));
+        out.extend_from_slice(&joiner.next(page));
     }
     out.extend_from_slice(CLOSE);
     serde_json::from_slice(&out).expect("the merged list is JSON")
