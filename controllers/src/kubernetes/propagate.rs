@@ -148,6 +148,35 @@ struct PlacedWatch {
 /// that apply came from.
 type Applied = (i64, i64);
 
+/// What a pass reads of one live copy, as of its resourceVersion.
+#[derive(Clone, Debug)]
+struct LiveSummary {
+    resource_version: Option<String>,
+    replicas: Option<u32>,
+    ready: bool,
+    observed_generation: Option<i64>,
+    ready_replicas: Option<i64>,
+    available_replicas: Option<i64>,
+    /// What the copy says of the write that made it, if another replica wrote it.
+    applied_by_another: Option<Applied>,
+}
+
+impl LiveSummary {
+    fn of(id: &ObjectId, live: &DynamicObject) -> Self {
+        let object = as_json(live);
+        let field = |p: &str| object.pointer(p).and_then(Value::as_i64);
+        Self {
+            resource_version: live.metadata.resource_version.clone(),
+            replicas: replica_count(id, &object),
+            ready: status::ready(&id.kind, &object, None),
+            observed_generation: field("/status/observedGeneration"),
+            ready_replicas: field("/status/readyReplicas"),
+            available_replicas: field("/status/availableReplicas"),
+            applied_by_another: applied_by_another(&object),
+        }
+    }
+}
+
 /// Drift reverts of one object that followed each other closely (see [`FIGHT_REVERTS`]).
 #[derive(Clone, Copy, Debug)]
 struct Reverts {
@@ -191,8 +220,9 @@ struct Member {
     reverts: BTreeMap<ObjectId, Reverts>,
     /// Per copy, the inputs of the last pass that found nothing to write (see `plan`).
     quiet: HashMap<ObjectId, u64>,
-    /// Per copy, by the live object's resourceVersion: its replica count and readiness.
-    held: HashMap<ObjectId, (Option<String>, Option<u32>, bool)>,
+    /// Per copy, what a pass reads of the live object, read again only when its
+    /// resourceVersion changes (not serialized per pass).
+    held: HashMap<ObjectId, LiveSummary>,
     /// Per object, for observedGeneration gating.
     applied: BTreeMap<ObjectId, Applied>,
     watches: BTreeMap<(String, String), PlacedWatch>,
@@ -298,6 +328,25 @@ impl Member {
         let o = watch.store.get(&key)?;
         let template = template_key_of(id).to_string();
         (o.annotations().get(render::TEMPLATE_ANNOTATION) == Some(&template)).then_some(o)
+    }
+
+    /// What a pass reads of the live copy of `id` (None: the member holds none): read again
+    /// only when its resourceVersion changed.
+    fn summary(&mut self, id: &ObjectId) -> Option<LiveSummary> {
+        let live = self.live(id)?;
+        Some(self.summary_of(id, &live))
+    }
+
+    fn summary_of(&mut self, id: &ObjectId, live: &DynamicObject) -> LiveSummary {
+        let rv = &live.metadata.resource_version;
+        match self.held.get(id) {
+            Some(s) if rv.is_some() && s.resource_version == *rv => s.clone(),
+            _ => {
+                let summary = LiveSummary::of(id, live);
+                self.held.insert(id.clone(), summary.clone());
+                summary
+            }
+        }
     }
 
     /// Every placed object the watches hold, by template.
@@ -430,10 +479,37 @@ fn start_watch(
     }
 }
 
+/// Per template, a fingerprint of its body, kept while the body is the same `Arc` (a hub read
+/// hands unchanged bodies on): a pass fingerprints only the templates that changed.
+#[derive(Default)]
+struct BodyPrints(HashMap<TemplateKey, (Arc<Value>, u64)>);
+
+impl BodyPrints {
+    /// The fingerprints of `templates`' bodies; forgets the templates that are gone.
+    fn of<'a>(&mut self, templates: &'a [Template]) -> HashMap<&'a TemplateKey, u64> {
+        let mut prints = HashMap::with_capacity(templates.len());
+        for t in templates {
+            let print = match self.0.get(&t.key) {
+                Some((body, print)) if Arc::ptr_eq(body, &t.body) => *print,
+                _ => {
+                    let print = apply::fingerprint(&t.body);
+                    self.0.insert(t.key.clone(), (t.body.clone(), print));
+                    print
+                }
+            };
+            prints.insert(&t.key, print);
+        }
+        self.0.retain(|k, _| prints.contains_key(k));
+        prints
+    }
+}
+
 /// Everything one pass needs besides the members.
 struct Pass<'a> {
     snapshot: &'a Snapshot,
     templates: BTreeMap<&'a TemplateKey, &'a Template>,
+    /// Per template, its body's fingerprint.
+    body_prints: HashMap<&'a TemplateKey, u64>,
     now: Instant,
     /// A fingerprint of every OverridePolicy (what a render reads besides its template).
     overrides_print: u64,
@@ -465,6 +541,7 @@ pub async fn run(
     let mut settings: BTreeMap<TemplateKey, Propagation> = BTreeMap::new();
     let mut hub_written = Written::default();
     let mut converging = Converging::default();
+    let mut body_prints = BodyPrints::default();
     let mut wake_up = Wake::new(snapshots, &fleet, TICK).notified_by(wake.clone());
     let mut deadline: Option<Instant> = None;
     while let Some(Round { snapshot, facts }) = wake_up.next(deadline).await {
@@ -497,6 +574,7 @@ pub async fn run(
         }
         let pass = Pass {
             templates: snapshot.templates.iter().map(|t| (&t.key, t)).collect(),
+            body_prints: body_prints.of(&snapshot.templates),
             snapshot: &snapshot,
             now: Instant::now(),
             overrides_print: print_of(&*snapshot.overrides),
@@ -513,12 +591,13 @@ pub async fn run(
                 m.refresh_hpa_targets();
             }
         }
+        let holders = holders(&members);
         let keys: BTreeSet<TemplateKey> = snapshot
             .placements
             .decisions
             .keys()
+            .chain(holders.keys())
             .cloned()
-            .chain(members.values().flat_map(|m| m.holdings().into_keys()))
             .collect();
         let planning = Instant::now();
         let mut steps = Vec::with_capacity(keys.len());
@@ -538,8 +617,8 @@ pub async fn run(
             let propagation = settings
                 .get(&key)
                 .cloned()
-                .unwrap_or_else(|| settings_from_copies(&members, &key));
-            let held = held_copies(&mut members, &key, decision);
+                .unwrap_or_else(|| settings_from_copies(&holders, &key));
+            let held = held_copies(&mut members, &holders, &key, decision);
             let leaders_ready = decision.is_none_or(|d| {
                 d.follows()
                     .iter()
@@ -582,7 +661,7 @@ pub async fn run(
             .flatten()
             .collect();
         for (key, step, _) in steps {
-            let view = template_view(&pass, &members, &key, step, &conflicts);
+            let view = template_view(&pass, &mut members, &key, step, &conflicts);
             converging.observe(
                 &key,
                 snapshot.placements.decisions.get(&key).map(|d| &**d),
@@ -811,12 +890,11 @@ fn resync(m: &mut Slot<Member>) {
 
 /// The settings of a template whose policy this replica never saw (it was deleted while
 /// another replica led, or before a restart): what its copies say.
-fn settings_from_copies(members: &Slots<Member>, key: &TemplateKey) -> Propagation {
-    let id = object_id(key);
-    let preserve = members
-        .values()
-        .filter_map(|m| m.live(&id))
-        .any(|o| o.annotations().get(PRESERVE_ANNOTATION).map(String::as_str) == Some("true"));
+fn settings_from_copies(holders: &Holders, key: &TemplateKey) -> Propagation {
+    let preserve =
+        holders.get(key).into_iter().flatten().any(|(_, o)| {
+            o.annotations().get(PRESERVE_ANNOTATION).map(String::as_str) == Some("true")
+        });
     Propagation {
         preserve_on_deletion: preserve,
         ..Propagation::default()
@@ -826,34 +904,45 @@ fn settings_from_copies(members: &Slots<Member>, key: &TemplateKey) -> Propagati
 /// What each member holds of `key`'s template.
 fn held_copies(
     members: &mut Slots<Member>,
+    holders: &Holders,
     key: &TemplateKey,
     decision: Option<&Decision>,
 ) -> BTreeMap<ClusterId, Held> {
     let id = object_id(key);
-    members
-        .iter_mut()
-        .filter_map(|(cluster, m)| {
-            let live = m.live(&id)?;
-            // Read again only when the live object changed.
-            let rv = live.metadata.resource_version.clone();
-            let (count, ready) = match m.held.get(&id) {
-                Some((seen, count, ready)) if rv.is_some() && *seen == rv => (*count, *ready),
-                _ => {
-                    let object = as_json(&live);
-                    let count = replica_count(&id, &object);
-                    let ready = status::ready(&key.kind, &object, None);
-                    m.held.insert(id.clone(), (rv, count, ready));
-                    (count, ready)
-                }
-            };
+    holders
+        .get(key)
+        .into_iter()
+        .flatten()
+        .filter_map(|(cluster, live)| {
+            let m = members.get_mut(cluster)?;
+            let summary = m.summary_of(&id, live);
             let decided = decision
                 .and_then(|d| d.replicas_in(cluster))
                 .and_then(|p| p.replicas);
             // Under an HPA the member owns the count: the rollout compares the decision's.
-            let replicas = if m.scaled_by_hpa(key) { decided } else { count };
+            let replicas = if m.scaled_by_hpa(key) {
+                decided
+            } else {
+                summary.replicas
+            };
+            let ready = summary.ready;
             Some((cluster.clone(), Held { replicas, ready }))
         })
         .collect()
+}
+
+/// Per template, the members holding a copy of it and the copy: gathered once per pass from
+/// the watches, so a pass costs what the members hold, not templates × members.
+type Holders = HashMap<TemplateKey, Vec<(ClusterId, Arc<DynamicObject>)>>;
+
+fn holders(members: &Slots<Member>) -> Holders {
+    let mut out: Holders = HashMap::new();
+    for (cluster, m) in members {
+        for (key, live) in m.holdings() {
+            out.entry(key).or_default().push((cluster.clone(), live));
+        }
+    }
+    out
 }
 
 /// Requests in flight per member.
@@ -913,7 +1002,7 @@ fn plan(
     // that found nothing to do give nothing to do (no render, no drift walk).
     let inputs = template.map(|t| {
         (
-            apply::fingerprint(&t.body),
+            pass.body_prints.get(&t.key).copied(),
             pass.overrides_print,
             print_of(propagation),
         )
@@ -1297,7 +1386,7 @@ async fn hand_over(applier: &Applier, id: &ObjectId, handover: &Value) -> Result
 /// What readers see of one template after a pass.
 fn template_view(
     pass: &Pass<'_>,
-    members: &Slots<Member>,
+    members: &mut Slots<Member>,
     key: &TemplateKey,
     step: Step,
     conflicts: &[(TemplateKey, ClusterId)],
@@ -1310,7 +1399,7 @@ fn template_view(
         .map(|w| &w.cluster)
         .chain(step.draining.iter().map(|d| &d.cluster));
     let copies = clusters
-        .filter_map(|c| Some((c.clone(), copy_view(members.get(c)?, &id, generation))))
+        .filter_map(|c| Some((c.clone(), copy_view(members.get_mut(c)?, &id, generation))))
         .collect();
     TemplateView {
         copies,
@@ -1426,26 +1515,23 @@ fn replica_count(id: &ObjectId, object: &Value) -> Option<u32> {
 /// One copy as this replica sees it. Whether it is applied is what this replica wrote, or, in
 /// a member another replica writes, whether the live copy was written from the template's
 /// current generation (its errors are that replica's to report).
-fn copy_view(m: &Slot<Member>, id: &ObjectId, template_generation: Option<i64>) -> CopyView {
-    let live = m.live(id).map(|o| as_json(&o));
+fn copy_view(m: &mut Slot<Member>, id: &ObjectId, template_generation: Option<i64>) -> CopyView {
+    let live = m.summary(id);
     let applied = if m.writing {
         m.written.contains(id)
     } else {
         live.as_ref()
-            .and_then(applied_by_another)
+            .and_then(|l| l.applied_by_another)
             .is_some_and(|(_, from)| Some(from) == template_generation)
     };
-    let field = |v: &Option<Value>, p: &str| v.as_ref().and_then(|v| v.pointer(p)?.as_i64());
     CopyView {
-        replicas: live.as_ref().and_then(|l| replica_count(id, l)),
-        ready: live
-            .as_ref()
-            .is_some_and(|l| status::ready(&id.kind, l, None)),
+        replicas: live.as_ref().and_then(|l| l.replicas),
+        ready: live.as_ref().is_some_and(|l| l.ready),
         applied,
         error: m.errors.get(id).cloned(),
-        observed_generation: field(&live, "/status/observedGeneration"),
-        ready_replicas: field(&live, "/status/readyReplicas"),
-        available_replicas: field(&live, "/status/availableReplicas"),
+        observed_generation: live.as_ref().and_then(|l| l.observed_generation),
+        ready_replicas: live.as_ref().and_then(|l| l.ready_replicas),
+        available_replicas: live.as_ref().and_then(|l| l.available_replicas),
     }
 }
 

@@ -251,6 +251,7 @@ async fn cleanup(labels: Value, pods: usize, placed_here: bool) -> Vec<String> {
     let pass = Pass {
         snapshot: &snapshot,
         templates: BTreeMap::new(),
+        body_prints: HashMap::new(),
         now: Instant::now(),
         overrides_print: 0,
     };
@@ -427,6 +428,7 @@ mod policy_status {
         let pass = Pass {
             snapshot: &snapshot,
             templates: BTreeMap::new(),
+            body_prints: HashMap::new(),
             now: Instant::now(),
             overrides_print: 0,
         };
@@ -520,6 +522,7 @@ fn plan_write_into_m1(writing: bool) -> (usize, Option<String>) {
     let pass = Pass {
         snapshot: &snapshot,
         templates: BTreeMap::from([(&template.key, &template)]),
+        body_prints: HashMap::new(),
         now: Instant::now(),
         overrides_print: 0,
     };
