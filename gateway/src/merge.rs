@@ -8,8 +8,10 @@
 //!   of different members stay separate objects. Lists are marked as they are copied
 //!   ([`page`]); a named object and watch events as values ([`mark`]).
 //! - **resourceVersion**: a [`Composite`] of each member's, encoded stably (members sorted,
-//!   one string for one state). A watch puts the composite on every event and bookmark, so
-//!   resuming from any event's version neither loses nor repeats anything.
+//!   one string for one state) and compactly, a few bytes a member ([`version`]: `mrv2.`;
+//!   the `mrv1.` tokens of earlier gateways still read). A watch puts the composite on every
+//!   event and bookmark, so resuming from any event's version neither loses nor repeats
+//!   anything; it keeps it encoded and rewrites one member's part an event ([`version::Live`]).
 //! - **continue**: a [`Continue`] names the member being paged and its own token, and the
 //!   paged list it belongs to; what the members already done answered is held by the gateway
 //!   under that list's id (`continues`), so a token stays the same size at any fleet size.
@@ -23,12 +25,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub mod page;
+pub mod version;
+
+pub use version::{Live, Roster, Rosters, VersionError};
 
 /// The annotation naming an aggregated item's member.
 pub const CLUSTER_ANNOTATION: &str = "meridian.io/cluster";
 /// What a composite or continue token starts with, so a member's own RV is never mistaken
-/// for one.
-const COMPOSITE_PREFIX: &str = "mrv1.";
+/// for one. `mrv1.` is an earlier gateway's composite (base64 of JSON naming every member,
+/// ~20 KB at 1,000 members): still read, as clients hold them across an upgrade, never issued.
+const OLD_COMPOSITE_PREFIX: &str = "mrv1.";
 const CONTINUE_PREFIX: &str = "mct2.";
 /// The continue tokens of an earlier gateway, which carried every member's version: their
 /// lists are gone (a client lists again).
@@ -38,19 +44,26 @@ const OLD_CONTINUE_PREFIX: &str = "mct1.";
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Composite(pub BTreeMap<String, String>);
 
-/// A resourceVersion or continue token that is not the gateway's.
+/// A continue token (or an `mrv1.` composite's JSON) that is not the gateway's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not a resourceVersion or continue token this gateway issued")]
 pub struct BadToken(pub String);
 
 impl Composite {
-    pub fn encode(&self) -> String {
-        let json = serde_json::to_vec(&self.0).unwrap_or_default();
-        format!("{COMPOSITE_PREFIX}{}", URL_SAFE_NO_PAD.encode(json))
+    /// The `mrv2.` token of this composite, its members placed in `roster`.
+    pub fn encode(&self, roster: &Roster) -> String {
+        version::encode(self, roster)
     }
 
-    pub fn decode(token: &str) -> Result<Self, BadToken> {
-        decode(token, COMPOSITE_PREFIX).map(Self)
+    /// A token this gateway (or an earlier one) issued; an `mrv2.` token is read against the
+    /// roster it was made against, and is [`VersionError::Expired`] when that is not held.
+    pub fn decode(token: &str, rosters: &Rosters) -> Result<Self, VersionError> {
+        if token.starts_with(OLD_COMPOSITE_PREFIX) {
+            return decode(token, OLD_COMPOSITE_PREFIX)
+                .map(Self)
+                .map_err(|_| VersionError::bad(token));
+        }
+        version::decode(token, rosters)
     }
 
     /// What a client's `resourceVersion` asks of each member: none, "0" (any) and "" pass
@@ -69,10 +82,10 @@ impl Composite {
 
     /// What a client's `resourceVersion` parameter says of the fleet: a composite this gateway
     /// issued, or None for anything else (none, "0", ""), which each member is asked as it is.
-    pub fn requested(value: Option<&str>) -> Result<Option<Self>, BadToken> {
+    pub fn requested(value: Option<&str>, rosters: &Rosters) -> Result<Option<Self>, VersionError> {
         value
-            .filter(|v| v.starts_with(COMPOSITE_PREFIX))
-            .map(Self::decode)
+            .filter(|v| v.starts_with(OLD_COMPOSITE_PREFIX) || v.starts_with(version::PREFIX))
+            .map(|v| Self::decode(v, rosters))
             .transpose()
     }
 
@@ -172,7 +185,7 @@ pub fn status(code: u16, reason: &str, message: &str) -> Value {
 /// A watch event of `cluster` made the fleet's: its object marked and its resourceVersion (a
 /// bookmark's too) recorded in `composite` and replaced by the composite. An ERROR event
 /// passes as it is.
-pub fn fleet_event(mut event: Value, cluster: &str, composite: &mut Composite) -> Value {
+pub fn fleet_event(mut event: Value, cluster: &str, composite: &mut Live) -> Value {
     if event["type"] == "ERROR" {
         return event;
     }
@@ -188,7 +201,7 @@ pub fn fleet_event(mut event: Value, cluster: &str, composite: &mut Composite) -
         mark(object, cluster);
     }
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert("resourceVersion".into(), json!(composite.encode()));
+        meta.insert("resourceVersion".into(), json!(composite.token()));
     }
     event
 }
@@ -204,12 +217,12 @@ pub fn ends_initial_events(event: &Value) -> bool {
 }
 
 /// The gateway's own bookmark ending the initial events of every member.
-pub fn initial_events_end(kind: &Value, api_version: &Value, composite: &Composite) -> Value {
+pub fn initial_events_end(kind: &Value, api_version: &Value, composite: &mut Live) -> Value {
     json!({
         "type": "BOOKMARK",
         "object": {
             "kind": kind, "apiVersion": api_version,
-            "metadata": {"resourceVersion": composite.encode(),
+            "metadata": {"resourceVersion": composite.token(),
                          "annotations": {INITIAL_EVENTS_END: "true"}},
         },
     })

@@ -12,6 +12,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::continues::{LIST_IDLE, LISTS_BYTES, Lists};
 use crate::jwks::{Fetcher, KeyRing, keep_current};
+use crate::merge::Rosters;
 use crate::proxy::state::{GatewayView, Shared, Targets};
 use crate::proxy::{ClientCert, handle};
 use crate::{GatewayConfig, GatewayError, GatewayMetrics};
@@ -81,6 +82,7 @@ impl Gateway {
             own_metrics,
             connections: connections.clone(),
             lists: Lists::new(LIST_IDLE, LISTS_BYTES),
+            rosters: Rosters::default(),
         });
         let router = Router::new().fallback(handle).with_state(shared);
         loop {

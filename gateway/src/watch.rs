@@ -7,7 +7,8 @@
 //! `initial-events-end` bookmark is held back and one of the gateway's goes out once every
 //! member sent its own. The stream ends — and a client-go reflector simply watches again
 //! from its last version — when any member's watch ends or the set of members changes (a
-//! member joined since a composite was issued is answered 410, so the client relists). A
+//! member joined since a composite was issued is answered 410, so the client relists; so is
+//! a composite made for members the gateway no longer holds the list of). A
 //! member that is up but whose watch did not open in time ends it within seconds too.
 //!
 //! At fleet size: exactly one watch per member (`meridian_gateway_member_watches`), opened
@@ -30,7 +31,7 @@ use meridian_core::Tenants;
 use meridian_core::tenant::Reach;
 use serde_json::Value;
 
-use crate::merge::{self, Composite};
+use crate::merge::{self, Composite, Live};
 use crate::path::{query_param, with_params};
 use crate::proxy::fanout::{LeftOut, requested_version};
 use crate::proxy::forward::send;
@@ -44,9 +45,9 @@ const REWATCH_LEFT_OUT: std::time::Duration = std::time::Duration::from_secs(5);
 type Events = Pin<Box<dyn Stream<Item = (String, Option<Value>)> + Send>>;
 
 pub(crate) async fn every(shared: &Shared, path: &str, call: &Call) -> Response {
-    let (requested, composite) = match requested_version(path) {
+    let (requested, composite) = match requested_version(path, &shared.rosters) {
         Ok(v) => v,
-        Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+        Err(refused) => return *refused,
     };
     let members = shared.members_for(call, path);
     if let Some(c) = &composite
@@ -99,7 +100,7 @@ pub(crate) async fn every(shared: &Shared, path: &str, call: &Call) -> Response 
         }
     }
     let state = Merged {
-        composite: composite.unwrap_or_default(),
+        composite: Live::new(composite.unwrap_or_default(), shared.roster()),
         waiting_initial: if initial {
             watched.clone()
         } else {
@@ -214,7 +215,9 @@ fn events(cluster: String, body: kube::client::Body, held: MemberWatch) -> Event
 
 /// The merged stream's state.
 struct Merged {
-    composite: Composite,
+    /// Every member's version as the client has seen it, kept encoded: an event rewrites
+    /// its member's part, not the whole token.
+    composite: Live,
     /// Members whose initial events have not ended yet (sendInitialEvents).
     waiting_initial: BTreeSet<String>,
     /// The kind and apiVersion of a member's bookmark, for the gateway's own.
@@ -248,7 +251,7 @@ impl Merged {
             return Some(line(&merge::initial_events_end(
                 &self.kind.0,
                 &self.kind.1,
-                &self.composite,
+                &mut self.composite,
             )));
         }
         if let Some(reach) = &self.reach

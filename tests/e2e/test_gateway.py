@@ -280,7 +280,7 @@ def test_star_lists_every_member_merged_pages_and_conflicts(gateway):
     everything = [("m1", "a-one"), ("m1", "shared"), ("m2", "b-two"), ("m3", "c-three"), ("m3", "shared"),
                   ("m3", "z-last")]
     assert ours(body["items"]) == everything
-    assert body["metadata"]["resourceVersion"].startswith("mrv1.")
+    assert body["metadata"]["resourceVersion"].startswith("mrv2.")
     # Equal state, equal version.
     assert gw.request(path, token=token)[2]["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]
 
@@ -359,7 +359,7 @@ def test_star_lists_past_a_member_page_hold_every_object_once(gateway):
         assert ours(seen) == everything
         assert len(tokens) >= 3 and all(t.startswith("mct2.") and len(t) < 1024 for t in tokens), tokens
         # The last page's version names every member: a watch from it starts each one.
-        assert page["metadata"]["resourceVersion"].startswith("mrv1.")
+        assert page["metadata"]["resourceVersion"].startswith("mrv2.")
 
         forged = "mct2." + base64.urlsafe_b64encode(b'{"l":"not-held","m":"m2","c":""}').rstrip(b"=").decode()
         status, _, body = gw.request(path + f"?limit=150&continue={forged}", token=token)
@@ -411,7 +411,7 @@ def test_star_watch_carries_a_composite_version_to_resume_from(gateway):
     for e in added:
         i = names.index(e["object"]["metadata"]["name"])
         assert e["object"]["metadata"]["annotations"]["meridian.io/cluster"] == ("m1" if i % 2 == 0 else "m3")
-        assert e["object"]["metadata"]["resourceVersion"].startswith("mrv1.")
+        assert e["object"]["metadata"]["resourceVersion"].startswith("mrv2.")
     # Resuming from the third event's version gives exactly the events after it.
     middle = added[2]["object"]["metadata"]["resourceVersion"]
     rest = {e["object"]["metadata"]["name"] for e in added[3:]}
@@ -628,7 +628,7 @@ def test_a_client_go_reflector_through_star_resumes_after_a_cut_and_holds_exactl
                                  f"{len((state() or {}).get('watches', []))}") from None
         assert final["lists"] == 1, f"the reflector listed {final['lists']} times: a relist, not a resume"
         assert len(final["watches"]) >= 2, "the cut connection was not watched again"
-        assert all(rv.startswith("mrv1.") for rv in final["watches"]), final["watches"]
+        assert all(rv.startswith("mrv2.") for rv in final["watches"]), final["watches"]
     finally:
         proc.kill()
         proc.wait()
@@ -698,7 +698,7 @@ def test_a_thousand_watches_through_star_each_get_the_event(gateway):
                 await ready.put(1)
             while line := await reader.readline():
                 # Chunked: event lines between chunk sizes; every event carries the composite.
-                if m := re.search(rb'"resourceVersion":"(mrv1\.[A-Za-z0-9_=-]+)"', line):
+                if m := re.search(rb'"resourceVersion":"(mrv2\.[A-Za-z0-9_-]+)"', line):
                     version = m.group(1).decode()
                 if b"thousand-watch" in line:
                     seen.append(1)

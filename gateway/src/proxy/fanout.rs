@@ -18,7 +18,7 @@ use futures::StreamExt;
 use super::forward::{SendError, forward, send};
 use super::list::MEMBERS_AT_ONCE;
 use super::state::{Call, Member, Shared, failure};
-use crate::merge::{self, Composite};
+use crate::merge::{self, Composite, Rosters, VersionError};
 use crate::metrics::ClusterLabels;
 use crate::path::query_param;
 
@@ -289,10 +289,26 @@ async fn scrape_one(
     String::from_utf8(body.to_vec()).map_err(|_| "the metrics are not UTF-8".to_string())
 }
 
-/// The request's `resourceVersion` parameter, and the composite it is (if it is one).
-pub(crate) fn requested_version(
-    path: &str,
-) -> Result<(Option<&str>, Option<Composite>), merge::BadToken> {
+/// The request's `resourceVersion` parameter, and the composite it is (if it is one); or the
+/// answer when it is a composite that cannot be read: 400 when it is not the gateway's, 410
+/// `Expired` when it was made for members no longer known (the client lists again, as after
+/// an API server's compaction).
+pub(crate) fn requested_version<'a>(
+    path: &'a str,
+    rosters: &Rosters,
+) -> Result<(Option<&'a str>, Option<Composite>), Box<Response>> {
     let requested = query_param(path, "resourceVersion");
-    Composite::requested(requested).map(|composite| (requested, composite))
+    match Composite::requested(requested, rosters) {
+        Ok(composite) => Ok((requested, composite)),
+        Err(e @ VersionError::Bad(_)) => Err(Box::new(failure(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &e.to_string(),
+        ))),
+        Err(e @ VersionError::Expired(_)) => Err(Box::new(failure(
+            StatusCode::GONE,
+            "Expired",
+            &e.to_string(),
+        ))),
+    }
 }

@@ -58,9 +58,9 @@ pub(crate) const MEMBERS_AT_ONCE: usize = 32;
 
 /// The union of every member's list: streamed whole, or paged by `limit` and `continue`.
 pub(crate) async fn list(shared: &Arc<Shared>, path: &str, call: &Call) -> Response {
-    let (requested, composite) = match requested_version(path) {
+    let (requested, composite) = match requested_version(path, &shared.rosters) {
         Ok(v) => v,
-        Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+        Err(refused) => return *refused,
     };
     let lister = Arc::new(Lister {
         shared: shared.clone(),
@@ -236,7 +236,11 @@ async fn streamed(lister: Arc<Lister>, members: Vec<(String, Member)>) -> Respon
             Err(Failed::Member(why)) => left_out.add(shared, &cluster, why),
         }
     }
-    let head = page::open(listed.first().map(|l| &l.page), &composite.encode(), None);
+    let head = page::open(
+        listed.first().map(|l| &l.page),
+        &composite.encode(&shared.roster()),
+        None,
+    );
     let body = stream::once(async move { Ok(Bytes::from(head)) })
         .chain(entries(lister.clone(), listed))
         .chain(stream::once(async { Ok(Bytes::from_static(page::CLOSE)) }));
@@ -477,7 +481,7 @@ async fn paged(
     };
     let mut body = page::open(
         pages.first(),
-        &composite.encode(),
+        &composite.encode(&shared.roster()),
         continue_token.as_deref(),
     );
     let mut joiner = Joiner::default();

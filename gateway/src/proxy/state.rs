@@ -27,6 +27,7 @@ use crate::continues::Lists;
 use crate::jwks::KeyRing;
 use crate::merge;
 use crate::merge::page::EntryKey;
+use crate::merge::{Roster, Rosters};
 use crate::metrics::GatewayMetrics;
 use crate::tenant;
 
@@ -166,6 +167,9 @@ pub(crate) struct Shared {
     pub connections: Arc<tokio::sync::Semaphore>,
     /// Paged lists through `*` that may go on: their continue tokens name them.
     pub lists: Lists,
+    /// The member lists composite resourceVersions are made against, the current one and a
+    /// few before it (tokens issued before a member joined or left still read).
+    pub rosters: Rosters,
 }
 
 /// A request as it goes on: its method, the forwarded headers, the body read, and where the
@@ -223,6 +227,20 @@ impl Shared {
             members.retain(|(name, _)| tenant::asks(reach, path, name));
         }
         members
+    }
+
+    /// Every registered member in name order, as composite resourceVersions place them
+    /// (whatever the caller reaches, so a token means the same for every caller).
+    pub(crate) fn roster(&self) -> Arc<Roster> {
+        let snapshot = self.targets.snapshots.borrow().clone();
+        let mut names: Vec<&str> = snapshot
+            .clusters
+            .iter()
+            .map(|v| v.spec.id.as_str())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        self.rosters.current(&names)
     }
 }
 

@@ -54,6 +54,7 @@ fn shared(targets: Targets) -> Arc<Shared> {
         own_metrics: Arc::new(Registry::default()),
         connections: Arc::new(tokio::sync::Semaphore::new(100)),
         lists: Lists::new(LIST_IDLE, LISTS_BYTES),
+        rosters: crate::merge::Rosters::default(),
     })
 }
 
@@ -140,8 +141,11 @@ async fn an_unpaged_list_streams_every_member_page_by_page_in_order() {
     sorted.sort();
     assert_eq!(got, sorted, "in (cluster, namespace, name) order");
     assert_eq!(merged["kind"], "ConfigMapList");
-    let composite =
-        Composite::decode(merged["metadata"]["resourceVersion"].as_str().unwrap()).unwrap();
+    let composite = Composite::decode(
+        merged["metadata"]["resourceVersion"].as_str().unwrap(),
+        &shared.rosters,
+    )
+    .unwrap();
     assert_eq!(
         composite.0,
         BTreeMap::from([
@@ -179,8 +183,11 @@ async fn a_thousand_members_are_asked_a_few_entries_first_and_a_bounded_number_a
         peak <= MEMBERS_AT_ONCE + 1,
         "{peak} requests at once to members"
     );
-    let composite =
-        Composite::decode(merged["metadata"]["resourceVersion"].as_str().unwrap()).unwrap();
+    let composite = Composite::decode(
+        merged["metadata"]["resourceVersion"].as_str().unwrap(),
+        &shared.rosters,
+    )
+    .unwrap();
     assert_eq!(composite.0.len(), 1000);
 }
 
@@ -319,7 +326,10 @@ async fn pages_across_many_members_hold_every_object_once_with_small_tokens() {
     let last = pages.last().unwrap()["metadata"]["resourceVersion"]
         .as_str()
         .unwrap();
-    assert_eq!(Composite::decode(last).unwrap().0.len(), 300);
+    assert_eq!(
+        Composite::decode(last, &shared.rosters).unwrap().0.len(),
+        300
+    );
     // One paged list is held, however many pages it took.
     assert_eq!(shared.lists.len(), 1);
 }
@@ -366,4 +376,56 @@ async fn a_fleet_watch_holds_one_watch_per_member() {
     assert_eq!(shared.metrics.member_watches.get(), 200);
     drop(response);
     assert_eq!(shared.metrics.member_watches.get(), 0);
+}
+
+#[tokio::test]
+async fn a_watch_opens_from_a_thousand_members_lists_version_each_member_from_its_own() {
+    // What a reflector does: LIST, then WATCH with the list's resourceVersion in the URL.
+    let (fake, shared) = fleet(&[1; 1000]).await;
+    let merged = read(list(&shared, PATH, &call(None)).await).await.unwrap();
+    let version = merged["metadata"]["resourceVersion"].as_str().unwrap();
+    // The fake members' revisions are 1000…1999 (3 digits a member); `mrv1.` was ~20 KB.
+    assert!(version.len() < 3_100, "{} bytes", version.len());
+    let path = format!("{PATH}?watch=1&resourceVersion={version}");
+    let response = crate::watch::every(&shared, &path, &call(None)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    for m in [&fake.members[0], &fake.members[999]] {
+        let seen = m.seen.lock().clone();
+        let watch = seen.iter().find(|p| p.contains("watch=")).unwrap();
+        assert_eq!(
+            param(watch, "resourceVersion"),
+            Some(m.resource_version.as_str())
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_version_made_for_members_no_longer_known_is_410_expired() {
+    let (_fake, shared) = fleet(&[1, 1]).await;
+    // Made by a gateway whose members were others (or many member changes ago).
+    let elsewhere = crate::merge::Rosters::default();
+    let roster = elsewhere.current(&["m0000", "m0001", "m0002"]);
+    let mut c = Composite::default();
+    c.set("m0000", "1000");
+    let token = c.encode(&roster);
+    for path in [
+        format!("{PATH}?resourceVersion={token}"),
+        format!("{PATH}?watch=1&resourceVersion={token}"),
+    ] {
+        let response = if path.contains("watch=") {
+            crate::watch::every(&shared, &path, &call(None)).await
+        } else {
+            list(&shared, &path, &call(None)).await
+        };
+        assert_eq!(response.status(), StatusCode::GONE, "{path}");
+        assert_eq!(read_ok(response).await["reason"], "Expired");
+    }
+    // Not the gateway's at all: 400.
+    let response = list(
+        &shared,
+        &format!("{PATH}?resourceVersion=mrv2.x"),
+        &call(None),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
 }
