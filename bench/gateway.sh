@@ -14,7 +14,8 @@
 #     members directly, 32 members at once; paged through it (limit=500, continue) vs the same
 #     pages fetched directly one at a time (as one pager does);
 #     the gateway's peak RSS during each, and the longest continue token;
-#   - a watch through /clusters/* over every member: the members' count of watches opened.
+#   - a watch through /clusters/* over every member, from the list's resourceVersion in its URL
+#     (as a client-go reflector watches): its status, the members' count of watches opened.
 #
 #   bench/gateway.sh                    (from the repository root)
 #   OBJECTS=5000 GETS=500 LISTS=20 EVENTS=100 bench/gateway.sh
@@ -83,8 +84,8 @@ print(f"  LIST through * paged (limit=500, {r['paged_pages']} pages)            
       f"ratio {r['paged_s'] / s:.2f}x   gateway RSS {r['paged_before_mib']:.0f} -> peak {r['paged_peak_mib']:.0f} MiB "
       f"({r['paged_items']} items)")
 print(f"  gateway RSS idle {r['idle_mib']:.0f} MiB; longest continue token {r['longest_token']} bytes; "
-      f"the list's composite resourceVersion {r['version_len']} bytes")
-print(f"  watch through *: {r['watch_status']}, {r['member_watches']} member watches opened for "
+      f"the list's composite resourceVersion {r['version_len']} bytes (mrv2.; mrv1. was ~20 KB at 1,000)")
+print(f"  watch through * from that resourceVersion (in its URL, as a reflector's): {r['watch_status']}, {r['member_watches']} member watches opened for "
       f"{r['members']} members, +{r['watch_mib']:.1f} MiB RSS while open")
 print(f"  (medians of {r['runs']} runs; RSS of the last run, before it and its peak; the fleet's list is "
       f"{r['direct_mib']:.0f} MiB as the members send it)")

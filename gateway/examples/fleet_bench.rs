@@ -235,7 +235,7 @@ async fn measure(addrs: &str, url: &str, dir: &Path, pid: u32, runs: usize) -> R
     let (mut direct_items, mut direct_bytes, mut whole_items, mut paged_items, mut page_count) =
         (0, 0, 0, 0, 0);
     let mut longest_token = 0;
-    let mut version_len = 0;
+    let mut version = String::new();
     let idle = proc_kib(pid, "VmRSS:");
     for _ in 0..runs {
         let t = Instant::now();
@@ -266,7 +266,7 @@ async fn measure(addrs: &str, url: &str, dir: &Path, pid: u32, runs: usize) -> R
         }
         let counted = serde_json::from_slice::<Counted>(&body)?;
         whole_items = counted.items.len();
-        version_len = counted.metadata.resource_version.len();
+        version = counted.metadata.resource_version;
         whole.push(t.elapsed().as_secs_f64());
         whole_peak = whole_peak.max(proc_kib(pid, "VmHWM:"));
         drop(body);
@@ -296,10 +296,11 @@ async fn measure(addrs: &str, url: &str, dir: &Path, pid: u32, runs: usize) -> R
         paged_peak = paged_peak.max(proc_kib(pid, "VmHWM:"));
     }
 
-    // A watch through * over every member: one watch each, and what holding them costs.
+    // A watch through * over every member: one watch each, and what holding them costs. It
+    // starts from the list's resourceVersion, in its URL, as a client-go reflector's does.
     let before = proc_kib(pid, "VmRSS:");
-    let request =
-        http::Request::get(format!("{every}?watch=1")).body(kube::client::Body::empty())?;
+    let request = http::Request::get(format!("{every}?watch=1&resourceVersion={version}"))
+        .body(kube::client::Body::empty())?;
     let watch = gateway.send(request).await?;
     let watch_status = watch.status().as_u16();
     let mut watches = 0;
@@ -323,7 +324,7 @@ async fn measure(addrs: &str, url: &str, dir: &Path, pid: u32, runs: usize) -> R
         "paged_items": paged_items, "paged_pages": page_count, "paged_s": median(pages),
         "paged_peak_mib": paged_peak as f64 / 1024.0,
         "paged_before_mib": paged_before as f64 / 1024.0, "longest_token": longest_token,
-        "version_len": version_len,
+        "version_len": version.len(),
         "idle_mib": idle as f64 / 1024.0,
         "watch_status": watch_status, "member_watches": watches,
         "watch_mib": holding.saturating_sub(before) as f64 / 1024.0,
