@@ -226,8 +226,8 @@ def bulk_configmap(k, value="1"):
 
 def test_a_leader_frozen_mid_propagation_writes_nothing_after_its_deadline_and_the_other_completes(audited):
     """A leads and applies 300 copies; it is frozen (SIGSTOP) right after its first writes
-    into m1 complete, with more of them in flight; B takes the lease and applies every copy
-    and Placement; A, resumed, must send no write after its renew deadline (the audit logs'
+    into m1 complete, with more of them in flight; B takes the lease and applies every copy A
+    had not (it learns the others from the members) and every Placement; A, resumed, must send no write after its renew deadline (the audit logs'
     lease terms, as test_kube_leader computes them) and must say it does not lead.
 
     That includes what A's HTTP client already held at the freeze (an apply past Applier's
@@ -257,12 +257,14 @@ def test_a_leader_frozen_mid_propagation_writes_nothing_after_its_deadline_and_t
         wait_for(lambda: fleet.lease_holder() == B, timeout=TIMEOUT, what="B takes the lease", log=b)
         took_over = time.time() - frozen
 
-        def b_wrote():
+        def wrote(user):
             return {(c, e["objectRef"]["name"]) for c in NAMES
-                    for e in writes_of(fleet, c, resource="configmaps", user=B, verbs=("create", "patch", "update"))}
+                    for e in writes_of(fleet, c, resource="configmaps", user=user, verbs=("create", "patch", "update"))}
 
-        wait_for(lambda: want <= b_wrote() or None, timeout=TIMEOUT, interval=0.5,
-                 what="B applies every copy in m1 and m2", log=b)
+        # B learns from the members which copies A applied (meridian.io/applied) and applies
+        # the rest.
+        wait_for(lambda: want <= (wrote(B) | wrote(A)) or None, timeout=TIMEOUT, interval=0.5,
+                 what="B applies every copy A had not, in m1 and m2", log=b)
 
         def recorded():  # a Placement per template, applied in both members
             return sorted(p["metadata"]["name"] for p in hub.list(MERIDIAN, "Placement", NAMESPACE)
@@ -337,6 +339,141 @@ def test_a_leader_frozen_mid_propagation_writes_nothing_after_its_deadline_and_t
         status, body = fleet.cluster(c).request(
             "DELETE", resource_path(API_VERSIONS[kind], kind, NAMESPACE) + "?labelSelector=" + quote(selector))
         assert status == 200, (c, kind, status, body)
+
+
+# 2b. What one edit costs the members.
+
+SIDES = 100  # ConfigMaps placed into m1 only, and as many into m2 only
+
+
+def side_configmap(cluster, k, value="1"):
+    return {"apiVersion": CORE, "kind": "ConfigMap",
+            "metadata": {"name": f"{cluster}-{k:03d}", "namespace": NAMESPACE,
+                         "labels": {"batch": "sides", "side": cluster}},
+            "data": {"k": str(k), "v": value}}
+
+
+def test_an_edit_of_one_template_among_many_writes_only_that_copy(audited):
+    """200 templates, half placed into m1 only and half into m2 only; once every copy is in,
+    one m1 template is edited. The audit logs show meridian's writes from the edit on: in m1
+    the edited copy only, in m2 nothing — a pass is decided for every template, but a request
+    goes out only for a copy that changed (over two of propagation's 5-second ticks)."""
+    fleet, hub = audited, audited.hub
+    # The audit logs are the module's: the last test's leader (B) runs out its term before A
+    # takes the Lease, or a later audit check sees two leaders at once.
+    time.sleep(LEASE_DURATION)
+    m = fleet.start_meridian(A)
+    wait_for(lambda: fleet.lease_holder() == A and leader_metric(m) == 1, timeout=TIMEOUT, what="A leads", log=m)
+    for c in NAMES:
+        for k in range(SIDES):
+            hub.apply(side_configmap(c, k))
+        fleet.policy(f"side-{c}", {
+            "resourceSelectors": [{"apiVersion": CORE, "kind": "ConfigMap",
+                                   "labelSelector": {"matchLabels": {"batch": "sides", "side": c}}}],
+            "placement": {"clusterAffinities": [{"name": c, "clusterNames": [c]}]}})
+
+    def copies(c):
+        return {cm["metadata"]["name"]: cm for cm in fleet.cluster(c).list(CORE, "ConfigMap", NAMESPACE, label_selector=MANAGED)}
+
+    for c in NAMES:
+        wait_for(lambda c=c: len(copies(c)) == SIDES or None, timeout=TIMEOUT, interval=0.5,
+                 what=f"the {SIDES} copies of {c}'s templates in {c}", log=m)
+    assert all(n.startswith(f"{c}-") for c in NAMES for n in copies(c)), "a copy in a member its policy does not name"
+    time.sleep(6)  # a propagation tick with nothing to do after the copies are in
+
+    edit_sent = wall(time.time())
+    hub.apply(side_configmap("m1", 7, value="2"))
+    wait_for(lambda: (fleet.cluster("m1").get(CORE, "ConfigMap", "m1-007", NAMESPACE) or {}).get("data", {}).get("v") == "2",
+             timeout=TIMEOUT, what="the edit in m1's copy", log=m)
+    time.sleep(11)  # two more ticks: nothing else may be written
+
+    def writes_since(c):
+        return [e for e in completed(fleet, c) if e["user"]["username"] == A and e["verb"] in WRITE_VERBS
+                and received(e) >= edit_sent]
+
+    m1 = writes_since("m1")
+    m2 = writes_since("m2")
+    print(f"writes by A from the edit on: m1 {len(m1)}, m2 {len(m2)}")
+    others = [describe("m1", e) for e in m1 if (e.get("objectRef") or {}).get("name") != "m1-007"]
+    assert not others, "m1: writes besides the edited copy:\n" + "\n".join(others)
+    assert m1, "the edited copy was written without an audited request"
+    assert not m2, "m2 holds none of the edited template, yet:\n" + "\n".join(describe("m2", e) for e in m2)
+
+    # What reset() would delete one by one, in a request per cluster and kind.
+    fleet.stop_meridians()
+    for c, kind, selector in [("hub", "ConfigMap", "batch=sides"), ("hub", "Placement", MANAGED),
+                              *((c, "ConfigMap", MANAGED) for c in NAMES)]:
+        status, body = fleet.cluster(c).request(
+            "DELETE", resource_path(API_VERSIONS[kind], kind, NAMESPACE) + "?labelSelector=" + quote(selector))
+        assert status == 200, (c, kind, status, body)
+
+
+# 2c. A new leader with nothing changed.
+
+CALM = 40  # ConfigMaps placed into m1 and m2 before the leader changes
+
+
+def calm_configmap(k, value="1"):
+    return {"apiVersion": CORE, "kind": "ConfigMap",
+            "metadata": {"name": f"calm-{k:03d}", "namespace": NAMESPACE, "labels": {"batch": "calm"}},
+            "data": {"k": str(k), "v": value}}
+
+
+def test_a_new_leader_learns_what_is_applied_and_writes_nothing_when_nothing_changed(audited):
+    """A applies 80 copies; A dies and B takes the lease with nothing changed. Each copy
+    carries the print of the body applied (meridian.io/applied), so B learns from the members
+    that every copy is right: the audit logs show no write by B into m1 or m2. Then one
+    template is edited: B writes that copy in both members, and nothing else."""
+    fleet, hub = audited, audited.hub
+    started_at = wall(time.time())  # the audit logs hold the module's earlier tests too
+    a = fleet.start_meridian(A)
+    wait_for(lambda: fleet.lease_holder() == A and leader_metric(a) == 1, timeout=TIMEOUT, what="A leads", log=a)
+    for k in range(CALM):
+        hub.apply(calm_configmap(k))
+    fleet.policy("calm", {
+        "resourceSelectors": [{"apiVersion": CORE, "kind": "ConfigMap", "labelSelector": {"matchLabels": {"batch": "calm"}}}],
+        "placement": {"clusterAffinities": [{"name": "eu", "clusterNames": NAMES}]}})
+
+    def copies(c):
+        return fleet.cluster(c).list(CORE, "ConfigMap", NAMESPACE, label_selector=MANAGED)
+
+    for c in NAMES:
+        wait_for(lambda c=c: len(copies(c)) == CALM or None, timeout=TIMEOUT, interval=0.5,
+                 what=f"A's {CALM} copies in {c}", log=a)
+    b = fleet.start_meridian(B)
+    wait_for(lambda: debug_kubernetes(b)["identity"] == B, timeout=TIMEOUT, what="B runs", log=b)
+    a.proc.kill()
+    a.proc.wait()
+    wait_for(lambda: fleet.lease_holder() == B and leader_metric(b) == 1, timeout=TIMEOUT, what="B takes the lease", log=b)
+    time.sleep(11)  # two of propagation's 5-second ticks as leader
+
+    def b_writes(c):
+        return [e for e in completed(fleet, c) if e["user"]["username"] == B and e["verb"] in WRITE_VERBS
+                and received(e) >= started_at]
+
+    for c in NAMES:
+        wrote = b_writes(c)
+        assert not wrote, f"B rewrote what A had applied in {c}:\n" + "\n".join(describe(c, e) for e in wrote[:20])
+
+    hub.apply(calm_configmap(3, value="2"))
+    for c in NAMES:
+        wait_for(lambda c=c: (fleet.cluster(c).get(CORE, "ConfigMap", "calm-003", NAMESPACE) or {}).get("data", {}).get("v") == "2",
+                 timeout=TIMEOUT, what=f"B writes the edit in {c}", log=b)
+    time.sleep(6)
+    for c in NAMES:
+        names = sorted({(e.get("objectRef") or {}).get("name") for e in b_writes(c)})
+        assert names == ["calm-003"], f"B's writes in {c} after the edit: {names}"
+    check_audit(fleet)
+
+    fleet.stop_meridians()
+    for c, kind, selector in [("hub", "ConfigMap", "batch=calm"), ("hub", "Placement", MANAGED),
+                              *((c, "ConfigMap", MANAGED) for c in NAMES)]:
+        status, body = fleet.cluster(c).request(
+            "DELETE", resource_path(API_VERSIONS[kind], kind, NAMESPACE) + "?labelSelector=" + quote(selector))
+        assert status == 200, (c, kind, status, body)
+    # The audit logs are the module's: B's last term runs out before the next test's leader
+    # takes the Lease, or that test's audit check sees two leaders.
+    time.sleep(LEASE_DURATION)
 
 
 # 3. Traffic first, from the audit log.

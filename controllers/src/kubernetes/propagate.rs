@@ -60,6 +60,10 @@ pub const TEMPLATE_LABEL: &str = "meridian.io/template";
 /// On a copy whose policy says preserveResourcesOnDeletion: the copy outlives its template even
 /// when the replica that deletes it never saw the policy.
 pub const PRESERVE_ANNOTATION: &str = "meridian.io/preserve-on-deletion";
+/// On a copy: the fingerprint of the body meridian applied (before this annotation). A term
+/// that starts without memory of its writes — a new leader, a new shard owner, a restart —
+/// learns from it that the copy is already right, and writes nothing for it.
+pub const APPLIED_ANNOTATION: &str = "meridian.io/applied";
 /// On a MemberCluster meridian has written into: its deletion waits until the copies are out.
 pub const MEMBER_FINALIZER: &str = "meridian.io/placed-copies";
 /// Objects found in the way (conflicts) are looked for again this often.
@@ -1087,7 +1091,7 @@ fn plan(
 /// The apply of one copy, or None when the member holds it as meridian last wrote it.
 fn copy_job(
     pass: &Pass<'_>,
-    m: &Slot<Member>,
+    m: &mut Slot<Member>,
     template: &Template,
     placed: &Placed,
     propagation: &Propagation,
@@ -1112,6 +1116,13 @@ fn copy_job(
     {
         annotations.insert(PRESERVE_ANNOTATION.into(), "true".into());
     }
+    let print = apply::fingerprint(&body).to_string();
+    if let Some(annotations) = body
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.insert(APPLIED_ANNOTATION.into(), print.clone().into());
+    }
     let live = m.live(&id).map(|o| as_json(&o));
     let mut retained = propagation.retain.clone();
     if m.scaled_by_hpa(&template.key) {
@@ -1119,7 +1130,15 @@ fn copy_job(
     }
     let handover = retain::retain(&mut body, live.as_ref(), &retained, apply::FIELD_MANAGER)
         .map_err(|e| e.to_string())?;
-    let unchanged = m.written.unchanged(&id, &body);
+    // This term has not written the copy, but it carries the print of this very body: the
+    // member holds it as it would be written (drift, below, says whether it still does).
+    let learned = !m.written.contains(&id)
+        && live
+            .as_ref()
+            .and_then(|l| l.pointer("/metadata/annotations")?.get(APPLIED_ANNOTATION))
+            .and_then(Value::as_str)
+            == Some(print.as_str());
+    let unchanged = learned || m.written.unchanged(&id, &body);
     // Drift is a live object that no longer holds what the member admitted of the last
     // write: only meaningful when the body is the one written (a new body is a change).
     let drifted = match (&live, unchanged) {
@@ -1131,6 +1150,14 @@ fn copy_job(
         _ => Vec::new(),
     };
     if unchanged && drifted.is_empty() && handover.is_none() {
+        if learned {
+            // As if this term had written it: the copy counts as applied (at the generations
+            // it carries), and what is written next is compared with it.
+            m.written.record(&id, &body);
+            if let Some(applied) = live.as_ref().and_then(applied_by_another) {
+                m.applied.insert(id.clone(), applied);
+            }
+        }
         return Ok(None);
     }
     if !drifted.is_empty()
