@@ -13,6 +13,8 @@
 //! ```text
 //!   cargo bench -p meridian-core --bench placement_rounds
 //!   PLACEMENT_CLUSTERS=1000 PLACEMENT_TEMPLATES=10000 PLACEMENT_RUNS=5 (the defaults)
+//!   PLACEMENT_ONLY_EDITS=1   static-weights edits only, the reference run once (to profile
+//!                            one kind of round: perf record on the bench binary)
 //! ```
 //!
 //! Prints, per kind of change, the median of RUNS publishes (ms), the templates the round
