@@ -208,8 +208,8 @@ struct Federation {
     deadline: Option<Instant>,
     /// The next round is one to let the last one's decisions settle (`Placements::settled`).
     settle_pending: bool,
-    /// Settling rounds in a row: at most [`placement::SETTLING_ROUNDS`], so decisions that keep moving
-    /// wait for the next change instead of spinning.
+    /// Settling rounds in a row: at most [`placement::SETTLING_ROUNDS`], so decisions that
+    /// keep moving wait for the next change instead of spinning.
     settle_rounds: u8,
     /// Policies that select a template an older policy places.
     conflicts: Vec<Problem>,
