@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use meridian_core::fleet::{Event, Fleet};
 use meridian_core::placement::{
-    ClusterInput, Division, Inputs, NoPrograms, PlacementPolicy, Placer, ReplicaScheduling,
-    Template, TemplateSelector,
+    Division, Inputs, NoPrograms, PlacementPolicy, Placer, ReplicaScheduling, Template,
+    TemplateSelector,
 };
 use meridian_core::testing::{deployment, placing, pods_free, tier};
 use meridian_core::{
@@ -275,15 +275,7 @@ impl World {
     /// The same round, deciding every template: what each publish cost before.
     fn decide_everything(&self) -> Duration {
         let snapshot = &self.last;
-        let capacities = &snapshot.capacities;
-        let clusters: Vec<ClusterInput<'_>> = snapshot
-            .clusters
-            .iter()
-            .map(|view| ClusterInput {
-                view,
-                capacity: capacities.get(&view.spec.id),
-            })
-            .collect();
+        let clusters = snapshot.cluster_inputs();
         let inputs = Inputs {
             templates: &snapshot.templates,
             policies: snapshot.policies.as_slice(),

@@ -25,8 +25,7 @@ use crate::geo::GeoTable;
 use crate::index::{Dirty, Index, Kind, Object};
 use crate::model::{ClusterId, ClusterObjects, ClusterSpec, ObjectKey};
 use crate::placement::{
-    self, Capacity, ClusterInput, Decider, Inputs, OverridePolicy, Placements, Placer, Runner,
-    Template,
+    self, Capacity, Decider, Inputs, OverridePolicy, Placements, Placer, Runner, Template,
 };
 use crate::policy::{Policies, Policy};
 use crate::problem::Problem;
@@ -660,11 +659,11 @@ impl Fleet {
     /// previous snapshot's.
     pub(crate) fn place(&mut self, prev: &Snapshot, snapshot: &mut Snapshot, now: Instant) -> bool {
         let decided = self.federation.dirty;
-        snapshot.placements = self.placements(prev, snapshot, now);
-        snapshot.workloads = workload_clusters(prev, snapshot);
         snapshot.templates = self.federation.templates.clone();
         snapshot.overrides = self.federation.overrides.clone();
         snapshot.capacities = self.federation.capacities.clone();
+        snapshot.placements = self.placements(prev, snapshot, now);
+        snapshot.workloads = workload_clusters(prev, snapshot);
         snapshot
             .problems
             .extend(unschedulable(&snapshot.placements));
@@ -697,14 +696,7 @@ impl Fleet {
             f.deadline = None;
             return Arc::new(Placements::default());
         }
-        let clusters: Vec<ClusterInput<'_>> = snapshot
-            .clusters
-            .iter()
-            .map(|view| ClusterInput {
-                view,
-                capacity: f.capacities.get(&view.spec.id),
-            })
-            .collect();
+        let clusters = snapshot.cluster_inputs();
         let placements = f.placer.place(
             Inputs {
                 templates: &f.templates,

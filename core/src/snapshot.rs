@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::geo::{ClientPlace, GeoTable};
 use crate::index::{Dirty, Index, IndexSizes, NamedSlice};
 use crate::model::{ClusterId, ObjectKey, Port, Slice};
-use crate::placement::{Capacity, OverridePolicy, Placements, Template};
+use crate::placement::{Capacity, ClusterInput, OverridePolicy, Placements, Template};
 use crate::policy::{Policies, TrafficPolicy};
 use crate::prefix::PrefixTable;
 use crate::problem::{ObjectRef, Origin, Problem};
@@ -282,6 +282,17 @@ impl Snapshot {
     }
 
     /// The same clusters at the same indices as `other` (so indices carry over).
+    /// Every cluster as placement sees it: its view and the capacity this snapshot carries.
+    pub fn cluster_inputs(&self) -> Vec<ClusterInput<'_>> {
+        self.clusters
+            .iter()
+            .map(|view| ClusterInput {
+                view,
+                capacity: self.capacities.get(&view.spec.id),
+            })
+            .collect()
+    }
+
     pub fn same_clusters_as(&self, other: &Snapshot) -> bool {
         self.clusters.len() == other.clusters.len()
             && self

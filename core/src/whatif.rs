@@ -35,7 +35,7 @@ use thiserror::Error;
 
 use crate::fleet::placed_workloads;
 use crate::model::{ClusterId, ObjectKey, Taint, TaintEffect};
-use crate::placement::{ClusterInput, Decider, Inputs, Outcome, TemplateKey};
+use crate::placement::{Decider, Inputs, Outcome, TemplateKey};
 use crate::policy::{Policies, Policy};
 use crate::registry::Health;
 use crate::select::{FilterReason, Selection, select};
@@ -441,14 +441,7 @@ fn place(
             .collect();
         let mut placer: Option<crate::placement::Placer> = None;
         let mut decided: Option<crate::placement::Placements> = None;
-        let clusters: Vec<ClusterInput<'_>> = snapshot
-            .clusters
-            .iter()
-            .map(|view| ClusterInput {
-                view,
-                capacity: snapshot.capacities.get(&view.spec.id),
-            })
-            .collect();
+        let clusters = snapshot.cluster_inputs();
         let inputs = Inputs {
             templates: &snapshot.templates,
             policies: snapshot.policies.as_slice(),
