@@ -305,11 +305,31 @@ def weighted(example):
     return example
 
 
-def test_render_path_follows_weights_replicas_taints_failover_and_failback(weighted):
+def rendered_once(fleet: Fleet, out: Path):
+    """{cluster: replicas} of the Deployment as `meridian render` decides it from scratch."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    run("render", "--config", fleet.config, "--out", out, check=0)
+    return {d.parts[-3]: load(d)["spec"]["replicas"] for d in sorted(out.glob("*/shop/Deployment.web.yaml"))}
+
+
+def test_render_path_follows_weights_replicas_taints_failover_and_failback(weighted, tmp_path):
     fleet = weighted
     m = Meridian(fleet)
+    eu = sorted(WEB_ADDRESS[c] for c in ("eu-1", "eu-2"))
+    samples = []
+
+    def settled(expected):
+        # DNS sampled while serve moves the replicas: never an empty answer, never outside eu.
+        samples.append(m.addresses("web.shop.global"))
+        return replicas(fleet) == expected
+
     try:
-        want = lambda expected, what: m.wait_for(lambda: replicas(fleet) == expected, timeout=15, what=what)
+        def want(expected, what, stateless=True):
+            m.wait_for(lambda: settled(expected), timeout=15, what=what)
+            if stateless:
+                # What serve decided incrementally, round after round, is what one render decides.
+                assert rendered_once(fleet, tmp_path / "render") == expected, what
         # Webster at 1:2 of 9 replicas.
         want({"eu-1": 3, "eu-2": 6}, "the first render")
         cm = fleet.root / "rendered/eu-1/shop/ConfigMap.web-config.yaml"
@@ -330,16 +350,21 @@ def test_render_path_follows_weights_replicas_taints_failover_and_failback(weigh
         fleet.write("hub/members.yaml", tainted)
         want({"eu-1": 12}, "the NoSchedule taint on eu-2")
         assert not (fleet.root / "rendered/eu-2/shop").exists(), "eu-2's rendered objects are removed"
+        # Traffic follows the workload: eu-2 runs none of it, so it answers after eu-1 only.
+        m.wait_for(lambda: m.addresses("web.shop.global") == [WEB_ADDRESS["eu-1"]], what="DNS after the move")
         fleet.write("hub/members.yaml", members)
         want({"eu-1": 8, "eu-2": 4}, "the taint removed")
+        bad = [s for s in samples if not s or not set(s) <= set(eu)]
+        assert not bad, f"{len(bad)} of {len(samples)} DNS samples empty or outside eu: {bad[:5]}"
 
         # eu-2's directory goes: Unreachable after 2 s, failed over 2 s later; total kept.
+        # (Failover and failback depend on serve's clocks: render, deciding once, has none.)
         shutil.move(fleet.cluster_dir("eu-2"), fleet.root / "eu-2.away")
-        want({"eu-1": 12}, "the failover")
+        want({"eu-1": 12}, "the failover", stateless=False)
         # Restored: healthy again, and failback waits 3 s of health.
         shutil.move(fleet.root / "eu-2.away", fleet.cluster_dir("eu-2"))
         back = time.time()
-        want({"eu-1": 8, "eu-2": 4}, "the failback")
+        want({"eu-1": 8, "eu-2": 4}, "the failback", stateless=False)
         waited = time.time() - back
         assert waited >= 3, f"failback came after {waited:.1f}s, before the 3 s window"
         placements = json.loads(m.http("/debug/placements")[1])
