@@ -76,11 +76,20 @@ async fn members(State(fleet): Shared) -> Json<Value> {
     Json(json!(list))
 }
 
-fn find(fleet: &Fleet, name: &str) -> Result<Arc<Member>, Response> {
+/// A member name the fleet does not have: 404.
+struct NoMember(String);
+
+impl IntoResponse for NoMember {
+    fn into_response(self) -> Response {
+        (StatusCode::NOT_FOUND, format!("no member {:?}\n", self.0)).into_response()
+    }
+}
+
+fn find(fleet: &Fleet, name: &str) -> Result<Arc<Member>, NoMember> {
     fleet
         .member(name)
         .cloned()
-        .ok_or_else(|| (StatusCode::NOT_FOUND, format!("no member {name:?}\n")).into_response())
+        .ok_or_else(|| NoMember(name.to_owned()))
 }
 
 async fn down(State(fleet): Shared, Path(name): Path<String>) -> Response {
@@ -89,7 +98,7 @@ async fn down(State(fleet): Shared, Path(name): Path<String>) -> Response {
             m.set_up(false);
             StatusCode::NO_CONTENT.into_response()
         }
-        Err(e) => e,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -99,7 +108,7 @@ async fn up(State(fleet): Shared, Path(name): Path<String>) -> Response {
             m.set_up(true);
             StatusCode::NO_CONTENT.into_response()
         }
-        Err(e) => e,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -109,7 +118,7 @@ async fn expire(State(fleet): Shared, Path(name): Path<String>) -> Response {
             m.expire();
             StatusCode::NO_CONTENT.into_response()
         }
-        Err(e) => e,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -127,7 +136,7 @@ async fn objects(
 ) -> Response {
     let member = match find(&fleet, &name) {
         Ok(m) => m,
-        Err(e) => return e,
+        Err(e) => return e.into_response(),
     };
     let wanted = q.get("resource").map_or("", String::as_str);
     let Some(resource) = Fleet::resource_of(&member, wanted) else {
@@ -152,7 +161,7 @@ async fn objects(
 async fn seed(State(fleet): Shared, Path(name): Path<String>, Json(body): Json<Value>) -> Response {
     let member = match find(&fleet, &name) {
         Ok(m) => m,
-        Err(e) => return e,
+        Err(e) => return e.into_response(),
     };
     let objects = match body {
         Value::Array(items) => items,
