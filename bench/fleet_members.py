@@ -421,8 +421,8 @@ def main() -> None:
             "by_verb_per_s": {k: round(v / a.settle_s, 2) for k, v in s["byVerb"].items()},
             "writes": s["writes"], "open_watches": s["watches"],
             "plan_passes": passes,
-            "plan_ms_mean": round((plan1.get("sum", 0) - plan0.get("sum", 0)) / passes * 1000, 2) if passes else None,
-            "plan_ms_mean_whole_run": round(plan1["sum"] / plan1["count"] * 1000, 2) if plan1.get("count") else None,
+            "plan_ms_mean": round((plan1.get("sum", 0) - plan0.get("sum", 0)) / passes * 1000, 3) if passes else None,
+            "plan_ms_mean_whole_run": round(plan1["sum"] / plan1["count"] * 1000, 3) if plan1.get("count") else None,
             "meridian": proc_figures(mer.proc.pid), "kubesim": proc_figures(sim.pid),
         }
         log(f"settled: {result['settled']}")

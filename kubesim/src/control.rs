@@ -158,10 +158,15 @@ async fn objects(
 
 /// Creates or replaces each object (its namespace created when missing). Seeds are not
 /// counted as requests nor logged as writes.
-async fn seed(State(fleet): Shared, Path(name): Path<String>, Json(body): Json<Value>) -> Response {
+async fn seed(State(fleet): Shared, Path(name): Path<String>, body: axum::body::Bytes) -> Response {
     let member = match find(&fleet, &name) {
         Ok(m) => m,
         Err(e) => return e.into_response(),
+    };
+    // Any content type: a seed is JSON (curl -d sends form-encoded by default).
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("not JSON: {e}\n")).into_response(),
     };
     let objects = match body {
         Value::Array(items) => items,
