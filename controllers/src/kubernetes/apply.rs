@@ -457,6 +457,34 @@ impl Applier {
         Ok(out)
     }
 
+    /// Every object of a kind matching `label_selector`, in every namespace, whole (paged).
+    pub async fn list_objects(
+        &self,
+        api_version: &str,
+        kind: &str,
+        label_selector: &str,
+    ) -> Result<Vec<DynamicObject>> {
+        let k = self.kind(api_version, kind).await?;
+        let api = Api::<DynamicObject>::all_with(self.client.clone(), &k.resource);
+        let mut lp = ListParams::default()
+            .labels(label_selector)
+            .limit(LIST_PAGE);
+        let mut out = Vec::new();
+        loop {
+            let page = api.list(&lp).await.map_err(|source| Error::List {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                source,
+            })?;
+            out.extend(page.items);
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => lp = lp.continue_token(&token),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
     fn leading(&self) -> Result<()> {
         if self.leadership.may_write() {
             Ok(())
@@ -594,6 +622,12 @@ impl Written {
         self.prints.contains_key(id)
     }
 }
+
+/// On an object meridian wrote into a member: the fingerprint of the body applied (before
+/// this annotation). A term that starts without memory of its writes — a new leader, a new
+/// shard owner, a restart — learns from it that the object is already right, and writes
+/// nothing for it.
+pub const APPLIED_ANNOTATION: &str = "meridian.io/applied";
 
 /// A hash of a JSON value that does not depend on the order of its object keys: serde_json
 /// keeps keys sorted today, but its `preserve_order` feature (which any crate in the tree may

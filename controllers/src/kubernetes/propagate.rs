@@ -28,7 +28,7 @@
 //! drain waits for its replacement (or the grace period), nothing moves until the rollout
 //! says so. What meridian placed there and no longer wants is deleted when it returns.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -38,8 +38,8 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use meridian_core::placement::{Decision, Held, Placed, Rollout, Step, TemplateKey};
-use meridian_core::{ClusterId, ConflictResolution, Propagation, Snapshot, Template};
+use meridian_core::placement::{Decision, Held, Placed, Placements, Rollout, Step, TemplateKey};
+use meridian_core::{ClusterId, ConflictResolution, ObjectKey, Propagation, Snapshot, Template};
 use meridian_federation::{drift, render, retain, status, template};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -53,6 +53,7 @@ use super::leader::Leadership;
 use super::reconcile::{self, MemberState, Round, Slot, Slots, Wake};
 use super::{AbortOnDrop, Facts, MANAGED_BY, MANAGED_BY_SELECTOR, MEMBER_CLUSTER};
 use crate::metrics::PropagationMetrics;
+use dirty::{Dirty, Events, Holders};
 
 /// The label that says which template an object in a member was placed from (a bounded
 /// form of the template's kind, group and name; the namespace is the object's own).
@@ -60,10 +61,7 @@ pub const TEMPLATE_LABEL: &str = "meridian.io/template";
 /// On a copy whose policy says preserveResourcesOnDeletion: the copy outlives its template even
 /// when the replica that deletes it never saw the policy.
 pub const PRESERVE_ANNOTATION: &str = "meridian.io/preserve-on-deletion";
-/// On a copy: the fingerprint of the body meridian applied (before this annotation). A term
-/// that starts without memory of its writes — a new leader, a new shard owner, a restart —
-/// learns from it that the copy is already right, and writes nothing for it.
-pub const APPLIED_ANNOTATION: &str = "meridian.io/applied";
+pub use super::apply::APPLIED_ANNOTATION;
 /// On a MemberCluster meridian has written into: its deletion waits until the copies are out.
 pub const MEMBER_FINALIZER: &str = "meridian.io/placed-copies";
 /// Objects found in the way (conflicts) are looked for again this often.
@@ -134,6 +132,29 @@ pub struct PropagationView {
 impl PropagationView {
     pub fn get(&self) -> BTreeMap<TemplateKey, TemplateView> {
         self.templates.lock().clone()
+    }
+
+    /// Takes the views of `keys` from `views` (a key without one is gone).
+    fn update(&self, keys: &BTreeSet<TemplateKey>, views: &BTreeMap<TemplateKey, TemplateView>) {
+        let mut shown = self.templates.lock();
+        for key in keys {
+            match views.get(key) {
+                Some(v) => shown.insert(key.clone(), v.clone()),
+                None => shown.remove(key),
+            };
+        }
+    }
+}
+
+impl TemplateView {
+    /// Nothing left to do until an input changes: the rollout is settled with no deadline,
+    /// every copy is applied without an error, and nothing is in the way.
+    fn is_settled(&self) -> bool {
+        self.step.is_settled()
+            && self.step.deadline.is_none()
+            && self.step.released.is_empty()
+            && self.conflicts.is_empty()
+            && self.copies.values().all(|c| c.applied && c.error.is_none())
     }
 }
 
@@ -252,6 +273,21 @@ struct Member {
     finalizer: bool,
     /// Retiring and let go of (the finalizer removed).
     released: bool,
+    /// What the watches saw since the last pass.
+    events: Arc<Mutex<Events>>,
+    /// What the last pass saw of the member as a whole (None: not looked at yet).
+    stamp: Option<MemberStamp>,
+}
+
+/// What of a member, besides its copies, the templates placed in or held by it are decided
+/// and shown from: when it changes, they are all looked at again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct MemberStamp {
+    reachable: bool,
+    retiring: bool,
+    writing: bool,
+    listed: bool,
+    health: String,
 }
 
 impl Member {
@@ -276,6 +312,8 @@ impl Member {
             cleanup: BTreeSet::new(),
             finalizer: false,
             released: false,
+            events: Arc::default(),
+            stamp: None,
         }
     }
 
@@ -435,13 +473,25 @@ fn as_json(o: &DynamicObject) -> Value {
     serde_json::to_value(o).unwrap_or(Value::Null)
 }
 
+/// What a watch tells the pass about besides its store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Watched {
+    /// Placed copies: the templates whose copies changed.
+    Copies,
+    /// The member's HPAs.
+    Hpas,
+}
+
 /// Starts a watch of `resource` objects labelled as placed by meridian; each event wakes the
-/// propagation loop (drift is reverted, status is aggregated).
+/// propagation loop (drift is reverted, status is aggregated) and is noted in `events` (the
+/// next pass looks at the templates it names).
 fn start_watch(
     client: &Client,
     resource: &ApiResource,
     selector: Option<&str>,
     wake: &Arc<Notify>,
+    events: &Arc<Mutex<Events>>,
+    watched: Watched,
 ) -> PlacedWatch {
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
@@ -455,19 +505,46 @@ fn start_watch(
     let error = Arc::new(Mutex::new(None));
     let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
     let task = tokio::spawn({
-        let (listed, error) = (listed.clone(), error.clone());
+        let (listed, error, events) = (listed.clone(), error.clone(), events.clone());
+        let (api_version, kind) = (resource.api_version.clone(), resource.kind.clone());
         async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
-                match event {
+                let copy = match &event {
                     Ok(watcher::Event::InitDone) => {
                         listed.store(true, Ordering::Release);
                         *error.lock() = None;
+                        None
                     }
-                    Ok(_) => {}
+                    Ok(
+                        watcher::Event::Apply(o)
+                        | watcher::Event::Delete(o)
+                        | watcher::Event::InitApply(o),
+                    ) => Some(o),
+                    Ok(watcher::Event::Init) => None,
                     Err(e) => {
                         debug!(error = %e, "placed-object watch failed; retrying");
                         *error.lock() = Some(e.to_string());
+                        None
+                    }
+                };
+                {
+                    let mut events = events.lock();
+                    match (watched, copy) {
+                        (Watched::Hpas, _) => events.hpas = true,
+                        (Watched::Copies, Some(o)) => {
+                            if let (Some(ns), Some(name)) =
+                                (&o.metadata.namespace, &o.metadata.name)
+                            {
+                                events.templates.insert(TemplateKey::new(
+                                    &api_version,
+                                    &kind,
+                                    ns,
+                                    name,
+                                ));
+                            }
+                        }
+                        (Watched::Copies, None) => events.relisted = true,
                     }
                 }
                 wake.notify_one();
@@ -480,31 +557,6 @@ fn start_watch(
         listed,
         error,
         _task: AbortOnDrop(task),
-    }
-}
-
-/// Per template, a fingerprint of its body, kept while the body is the same `Arc` (a hub read
-/// hands unchanged bodies on): a pass fingerprints only the templates that changed.
-#[derive(Default)]
-struct BodyPrints(HashMap<TemplateKey, (Arc<Value>, u64)>);
-
-impl BodyPrints {
-    /// The fingerprints of `templates`' bodies; forgets the templates that are gone.
-    fn of<'a>(&mut self, templates: &'a [Template]) -> HashMap<&'a TemplateKey, u64> {
-        let mut prints = HashMap::with_capacity(templates.len());
-        for t in templates {
-            let print = match self.0.get(&t.key) {
-                Some((body, print)) if Arc::ptr_eq(body, &t.body) => *print,
-                _ => {
-                    let print = apply::fingerprint(&t.body);
-                    self.0.insert(t.key.clone(), (t.body.clone(), print));
-                    print
-                }
-            };
-            prints.insert(&t.key, print);
-        }
-        self.0.retain(|k, _| prints.contains_key(k));
-        prints
     }
 }
 
@@ -543,21 +595,32 @@ pub async fn run(
     let mut members: Slots<Member> = Slots::new();
     let mut rollouts: BTreeMap<TemplateKey, Rollout> = BTreeMap::new();
     let mut settings: BTreeMap<TemplateKey, Propagation> = BTreeMap::new();
+    let mut growth_ready: HashMap<TemplateKey, bool> = HashMap::new();
+    let mut views: BTreeMap<TemplateKey, TemplateView> = BTreeMap::new();
     let mut hub_written = Written::default();
     let mut converging = Converging::default();
-    let mut body_prints = BodyPrints::default();
+    let mut dirty = Dirty::default();
+    let mut overrides_print = (None, 0);
     let mut wake_up = Wake::new(snapshots, &fleet, TICK).notified_by(wake.clone());
     let mut deadline: Option<Instant> = None;
+    let mut led = false;
+    // The decisions the hub's records were last written for.
+    let mut hub_placements: Option<Arc<Placements>> = None;
     while let Some(Round { snapshot, facts }) = wake_up.next(deadline).await {
         if !writes_anything(&leadership) {
             // A new term starts from what the members hold, not from memory.
             members.clear();
             hub_written.clear();
+            dirty.forget();
             continue;
         }
-        if !leadership.is_leader() {
+        let leads = leadership.is_leader();
+        if !leads {
             hub_written.clear();
         }
+        // A term on the hub writes every template's records once.
+        let hub_term = leads && !led;
+        led = leads;
         if snapshot.placements.decisions.is_empty() && members.is_empty() {
             continue;
         }
@@ -576,70 +639,52 @@ pub async fn run(
                 m.source_listed = f.listed;
             }
         }
-        let pass = Pass {
-            templates: snapshot.templates.iter().map(|t| (&t.key, t)).collect(),
-            body_prints: body_prints.of(&snapshot.templates),
-            snapshot: &snapshot,
-            now: Instant::now(),
-            overrides_print: print_of(&*snapshot.overrides),
-        };
-        for (key, d) in &snapshot.placements.decisions {
-            settings.insert(key.clone(), snapshot.placements.propagation_of(d));
-        }
-        deadline = None;
-        let mut views = BTreeMap::new();
-        for m in members.values_mut() {
-            if reachable(&snapshot, m.applier.cluster()) {
-                ensure_watches(m, &pass, &wake).await;
-                resync(m);
-                m.refresh_hpa_targets();
+        let now = Instant::now();
+        let keys = looked_at(&snapshot, &mut members, &mut dirty, hub_term);
+        for (id, kinds) in kinds_to_watch(&snapshot, &members, &keys) {
+            if let Some(m) = members.get_mut(&id)
+                && reachable(&snapshot, &id)
+            {
+                ensure_watches(m, kinds, &wake).await;
             }
         }
-        let holders = holders(&members);
-        let keys: BTreeSet<TemplateKey> = snapshot
-            .placements
-            .decisions
-            .keys()
-            .chain(holders.keys())
-            .cloned()
-            .collect();
         let planning = Instant::now();
-        let mut steps = Vec::with_capacity(keys.len());
-        // Workloads first: the templates that follow them (a Service, its ConfigMaps) keep
-        // their old copies until the workloads run ready where they went (make before break).
-        let (followers, leaders): (Vec<TemplateKey>, Vec<TemplateKey>) =
-            keys.into_iter().partition(|k| {
-                snapshot
-                    .placements
-                    .decisions
-                    .get(k)
-                    .is_some_and(|d| !d.follows().is_empty())
-            });
-        let mut growth_ready: BTreeMap<TemplateKey, bool> = BTreeMap::new();
-        for key in leaders.into_iter().chain(followers) {
-            let decision = snapshot.placements.decisions.get(&key).map(|d| &**d);
-            let propagation = settings
-                .get(&key)
-                .cloned()
-                .unwrap_or_else(|| settings_from_copies(&holders, &key));
-            let held = held_copies(&mut members, &holders, &key, decision);
-            let leaders_ready = decision.is_none_or(|d| {
-                d.follows()
-                    .iter()
-                    .all(|l| growth_ready.get(*l).copied().unwrap_or(true))
-            });
-            let rollout = rollouts.entry(key.clone()).or_default();
-            let step = rollout.step_after(decision, &held, &propagation, pass.now, leaders_ready);
-            growth_ready.insert(key.clone(), step.growth_ready);
-            if let Some(d) = step.deadline {
-                deadline = Some(deadline.map_or(d, |x: Instant| x.min(d)));
-            }
-            if decision.is_none() && step.deletes.is_empty() && step.released.is_empty() {
-                rollouts.remove(&key);
-                settings.remove(&key);
-            }
-            steps.push((key, step, propagation));
+        let steps = steps(
+            &snapshot,
+            now,
+            &mut members,
+            &dirty,
+            &keys,
+            &mut rollouts,
+            &mut settings,
+            &mut growth_ready,
+        );
+        deadline = steps.iter().filter_map(|(_, step, _)| step.deadline).min();
+        if overrides_print
+            .0
+            .as_ref()
+            .is_none_or(|o| !Arc::ptr_eq(o, &snapshot.overrides))
+        {
+            overrides_print = (
+                Some(snapshot.overrides.clone()),
+                print_of(&*snapshot.overrides),
+            );
         }
+        let pass = Pass {
+            templates: steps
+                .iter()
+                .filter_map(|(k, _, _)| dirty.template(&snapshot, k))
+                .map(|t| (&t.key, t))
+                .collect(),
+            body_prints: steps
+                .iter()
+                .filter_map(|(k, _, _)| dirty.template(&snapshot, k))
+                .filter_map(|t| Some((&t.key, dirty.body_print(&t.key)?)))
+                .collect(),
+            snapshot: &snapshot,
+            now,
+            overrides_print: overrides_print.1,
+        };
         if !writes_anything(&leadership) {
             continue;
         }
@@ -650,6 +695,8 @@ pub async fn run(
         metrics
             .plan_seconds
             .observe(planning.elapsed().as_secs_f64());
+        let written: HashSet<TemplateKey> =
+            jobs.values().flatten().map(|j| j.key().clone()).collect();
         if let Some(hub) = &hub {
             hold_members(&hub.members, &mut members, &jobs).await;
         }
@@ -664,27 +711,171 @@ pub async fn run(
             .into_iter()
             .flatten()
             .collect();
+        let mut looked: BTreeSet<TemplateKey> = keys;
+        let mut unsettled = Vec::new();
         for (key, step, _) in steps {
             let view = template_view(&pass, &mut members, &key, step, &conflicts);
-            converging.observe(
-                &key,
-                snapshot.placements.decisions.get(&key).map(|d| &**d),
-                &pass,
-                &view,
-                &metrics,
-            );
+            let decision = snapshot.placements.decisions.get(&key).map(|d| &**d);
+            converging.observe(&key, decision, &pass, &view, &metrics);
+            if !view.is_settled() || written.contains(&key) {
+                unsettled.push(key.clone());
+            }
+            looked.insert(key.clone());
             views.insert(key, view);
         }
-        converging.retain(&views);
-        rollouts.retain(|k, _| views.contains_key(k));
+        for key in &looked {
+            if !snapshot.placements.decisions.contains_key(key)
+                && !dirty.holders().contains_key(key)
+            {
+                views.remove(key);
+                converging.forget(key);
+                rollouts.remove(key);
+                growth_ready.remove(key);
+            }
+        }
         if let Some(hub) = &hub {
             release_retired(&hub.members, &mut members, &snapshot).await;
             if leadership.is_leader() {
-                write_hub(&hub.records, &pass, &views, &members, &mut hub_written).await;
+                let moved = hub_term
+                    || hub_placements
+                        .as_ref()
+                        .is_none_or(|p| !Arc::ptr_eq(p, &snapshot.placements));
+                hub_placements = Some(snapshot.placements.clone());
+                write_hub(
+                    &hub.records,
+                    &pass,
+                    &looked,
+                    moved,
+                    &views,
+                    &members,
+                    &mut hub_written,
+                )
+                .await;
             }
         }
-        *view.templates.lock() = views;
+        drop(pass);
+        for key in unsettled {
+            dirty.unsettled(key);
+        }
+        view.update(&looked, &views);
     }
+}
+
+/// The templates this pass looks at (see [`dirty`]): those whose inputs changed, those the
+/// members' watches name, every one placed in or held by a member seen whole (new, listed
+/// again, resynced, or changed as a whole), and those left unsettled; every template at the
+/// start of a term on the hub.
+fn looked_at(
+    snapshot: &Snapshot,
+    members: &mut Slots<Member>,
+    dirty: &mut Dirty,
+    everything: bool,
+) -> BTreeSet<TemplateKey> {
+    let mut keys = dirty.inputs(snapshot);
+    keys.extend(dirty.take_unsettled());
+    for (id, m) in members.iter_mut() {
+        let reachable = reachable(snapshot, id);
+        let resynced = reachable && resync(m);
+        let events = std::mem::take(&mut *m.events.lock());
+        if events.hpas || m.stamp.is_none() {
+            m.refresh_hpa_targets();
+        }
+        let stamp = MemberStamp {
+            reachable,
+            retiring: retiring(snapshot, id),
+            writing: m.writing,
+            listed: m.listed(),
+            health: snapshot
+                .cluster_view(id)
+                .map_or_else(String::new, |v| v.health.as_str().to_string()),
+        };
+        let whole = resynced || events.relisted || events.hpas || m.stamp.as_ref() != Some(&stamp);
+        m.stamp = Some(stamp);
+        let member: &Member = m;
+        keys.extend(dirty.member(
+            id,
+            whole,
+            events.templates,
+            |key| member.live(&object_id(key)),
+            || member.holdings(),
+        ));
+    }
+    for gone in dirty.members() {
+        if !members.contains_key(&gone) {
+            keys.extend(dirty.drop_member(&gone));
+        }
+    }
+    if everything {
+        keys.extend(dirty.everything(snapshot));
+    }
+    keys.into_iter().collect()
+}
+
+/// Each template's rollout step, workloads first: the templates that follow them (a
+/// Service, its ConfigMaps) keep their old copies until the workloads run ready where they
+/// went (make before break). A follower not among `keys` is looked at too when a workload it
+/// follows became ready or stopped being.
+#[allow(clippy::too_many_arguments)]
+fn steps(
+    snapshot: &Snapshot,
+    now: Instant,
+    members: &mut Slots<Member>,
+    dirty: &Dirty,
+    keys: &BTreeSet<TemplateKey>,
+    rollouts: &mut BTreeMap<TemplateKey, Rollout>,
+    settings: &mut BTreeMap<TemplateKey, Propagation>,
+    growth_ready: &mut HashMap<TemplateKey, bool>,
+) -> Vec<(TemplateKey, Step, Propagation)> {
+    let decisions = &snapshot.placements.decisions;
+    let follows = |k: &TemplateKey| decisions.get(k).is_some_and(|d| !d.follows().is_empty());
+    let (followers, leaders): (Vec<&TemplateKey>, Vec<&TemplateKey>) =
+        keys.iter().partition(|k| follows(k));
+    let mut out = Vec::with_capacity(keys.len());
+    let mut moved: HashSet<&TemplateKey> = HashSet::new();
+    let mut step_of = |key: &TemplateKey, growth_ready: &mut HashMap<TemplateKey, bool>| {
+        let decision = decisions.get(key).map(|d| &**d);
+        if let Some(d) = decision {
+            settings.insert(key.clone(), snapshot.placements.propagation_of(d));
+        }
+        let propagation = settings
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| settings_from_copies(dirty.holders(), key));
+        let held = held_copies(members, dirty.holders(), key, decision);
+        let leaders_ready = decision.is_none_or(|d| {
+            d.follows()
+                .iter()
+                .all(|l| growth_ready.get(*l).copied().unwrap_or(true))
+        });
+        let rollout = rollouts.entry(key.clone()).or_default();
+        let step = rollout.step_after(decision, &held, &propagation, now, leaders_ready);
+        let before = growth_ready.insert(key.clone(), step.growth_ready);
+        if decision.is_none() && step.deletes.is_empty() && step.released.is_empty() {
+            rollouts.remove(key);
+            settings.remove(key);
+        }
+        (step, propagation, before)
+    };
+    for key in leaders {
+        let (step, propagation, before) = step_of(key, growth_ready);
+        if before != Some(step.growth_ready) {
+            moved.insert(key);
+        }
+        out.push((key.clone(), step, propagation));
+    }
+    let mut followers: BTreeSet<&TemplateKey> = followers.into_iter().collect();
+    if !moved.is_empty() {
+        followers.extend(dirty.followers().iter().filter(|f| {
+            decisions
+                .get(*f)
+                .is_some_and(|d| d.follows().iter().any(|l| moved.contains(*l)))
+        }));
+    }
+    for key in followers {
+        let (step, propagation, _) = step_of(key, growth_ready);
+        out.push((key.clone(), step, propagation));
+    }
+    out
 }
 
 /// A Kubernetes hub's appliers (see `run`).
@@ -737,8 +928,8 @@ impl Converging {
         }
     }
 
-    fn retain(&mut self, views: &BTreeMap<TemplateKey, TemplateView>) {
-        self.since.retain(|k, _| views.contains_key(k));
+    fn forget(&mut self, key: &TemplateKey) {
+        self.since.remove(key);
     }
 }
 
@@ -834,22 +1025,11 @@ fn retiring(snapshot: &Snapshot, cluster: &ClusterId) -> bool {
 /// A watch for every kind placed in the member (and on its HPAs), started on first use; in a
 /// retiring member, for every kind placed anywhere (nothing is placed there any more, and a
 /// replica that starts leading now must still find what it holds before letting it go).
-async fn ensure_watches(m: &mut Slot<Member>, pass: &Pass<'_>, wake: &Arc<Notify>) {
-    let cluster = m.applier.cluster();
-    let retiring = retiring(pass.snapshot, cluster);
-    let kinds: BTreeSet<(String, String)> = pass
-        .snapshot
-        .placements
-        .decisions
-        .values()
-        .filter(|d| retiring || d.replicas_in(cluster).is_some())
-        .map(|d| {
-            (
-                d.template.api_version.to_string(),
-                d.template.kind.to_string(),
-            )
-        })
-        .collect();
+async fn ensure_watches(
+    m: &mut Slot<Member>,
+    kinds: BTreeSet<(String, String)>,
+    wake: &Arc<Notify>,
+) {
     for (api_version, kind) in kinds {
         if m.watches.contains_key(&(api_version.clone(), kind.clone())) {
             continue;
@@ -861,6 +1041,8 @@ async fn ensure_watches(m: &mut Slot<Member>, pass: &Pass<'_>, wake: &Arc<Notify
                     &resource,
                     Some(&placed_selector()),
                     wake,
+                    &m.events,
+                    Watched::Copies,
                 );
                 m.watches.insert((api_version, kind), w);
             }
@@ -876,20 +1058,72 @@ async fn ensure_watches(m: &mut Slot<Member>, pass: &Pass<'_>, wake: &Arc<Notify
             .resource("autoscaling/v2", "HorizontalPodAutoscaler")
             .await
     {
-        m.hpas = Some(start_watch(m.applier.client(), &resource, None, wake));
+        m.hpas = Some(start_watch(
+            m.applier.client(),
+            &resource,
+            None,
+            wake,
+            &m.events,
+            Watched::Hpas,
+        ));
     }
+}
+
+/// The kinds of placed objects each member needs a watch on, for the templates `keys`: the
+/// kinds placed there, and in a retiring member not watched yet every kind placed anywhere
+/// (what it holds must be found to move it out).
+fn kinds_to_watch(
+    snapshot: &Snapshot,
+    members: &Slots<Member>,
+    keys: &BTreeSet<TemplateKey>,
+) -> HashMap<ClusterId, BTreeSet<(String, String)>> {
+    let kind_of = |d: &Decision| {
+        (
+            d.template.api_version.to_string(),
+            d.template.kind.to_string(),
+        )
+    };
+    let mut kinds: HashMap<ClusterId, BTreeSet<(String, String)>> = HashMap::new();
+    for d in keys
+        .iter()
+        .filter_map(|k| snapshot.placements.decisions.get(k))
+    {
+        for p in &d.placed {
+            let watched = members.get(&p.cluster).is_some_and(|m| {
+                m.watches.contains_key(&(
+                    d.template.api_version.to_string(),
+                    d.template.kind.to_string(),
+                ))
+            });
+            if !watched {
+                kinds
+                    .entry(p.cluster.clone())
+                    .or_default()
+                    .insert(kind_of(d));
+            }
+        }
+    }
+    for (id, m) in members {
+        if m.watches.is_empty() && retiring(snapshot, id) {
+            let all = snapshot.placements.decisions.values().map(|d| kind_of(d));
+            kinds.entry(id.clone()).or_default().extend(all);
+        }
+    }
+    kinds
 }
 
 /// Once a minute: look again for objects meridian did not create (one may have been deleted,
 /// or created since). Drift needs no resync: the watches see it.
-fn resync(m: &mut Slot<Member>) {
+/// True when it did (every copy in the member is looked at again).
+fn resync(m: &mut Slot<Member>) -> bool {
     if !m.resync.due() {
-        return;
+        return false;
     }
     m.foreign.clear();
     m.checked.clear();
     m.refused.clear();
     m.resync.done(Instant::now());
+    true
 }
 
 /// The settings of a template whose policy this replica never saw (it was deleted while
@@ -935,20 +1169,6 @@ fn held_copies(
         .collect()
 }
 
-/// Per template, the members holding a copy of it and the copy: gathered once per pass from
-/// the watches, so a pass costs what the members hold, not templates × members.
-type Holders = HashMap<TemplateKey, Vec<(ClusterId, Arc<DynamicObject>)>>;
-
-fn holders(members: &Slots<Member>) -> Holders {
-    let mut out: Holders = HashMap::new();
-    for (cluster, m) in members {
-        for (key, live) in m.holdings() {
-            out.entry(key).or_default().push((cluster.clone(), live));
-        }
-    }
-    out
-}
-
 /// Requests in flight per member.
 const IN_FLIGHT: usize = 16;
 /// The longest one job waits for a member's answer.
@@ -984,6 +1204,12 @@ impl Job {
     fn id(&self) -> &ObjectId {
         match self {
             Job::Apply { id, .. } | Job::Delete { id, .. } | Job::Release { id, .. } => id,
+        }
+    }
+
+    fn key(&self) -> &TemplateKey {
+        match self {
+            Job::Apply { key, .. } | Job::Delete { key, .. } | Job::Release { key, .. } => key,
         }
     }
 }
@@ -1580,90 +1806,33 @@ fn applied_by_another(live: &Value) -> Option<Applied> {
 async fn write_hub(
     applier: &Applier,
     pass: &Pass<'_>,
+    looked: &BTreeSet<TemplateKey>,
+    moved: bool,
     views: &BTreeMap<TemplateKey, TemplateView>,
     members: &Slots<Member>,
     written: &mut Written,
 ) {
-    let records: BTreeSet<ObjectId> = pass
-        .snapshot
-        .placements
-        .decisions
-        .keys()
-        .map(record_id)
-        .collect();
-    let mut gone: Vec<ObjectId> = written
-        .ids()
-        .filter(|id| id.kind == "Placement" && !records.contains(*id))
-        .cloned()
-        .collect();
-    if written.ids().next().is_none() {
-        // A new term: the Placements of templates deleted meanwhile are found by label.
-        if let Ok(all) = applier
-            .list_managed(
-                "meridian.io/v1alpha1",
-                "Placement",
-                super::MANAGED_BY_SELECTOR,
-            )
-            .await
-        {
-            gone.extend(all.into_iter().filter(|id| !records.contains(id)));
-        }
+    if looked.is_empty() && !moved {
+        return;
     }
-    for id in gone {
-        match applier.delete(&id).await {
-            Ok(()) => {
-                // Its status and its template's status go with it: a template made again
-                // gets both written afresh.
-                let prints: Vec<ObjectId> = written
-                    .ids()
-                    .filter(|p| {
-                        p.namespace == id.namespace && placement_print_of(p) == Some(&id.name)
-                    })
-                    .cloned()
-                    .collect();
-                for p in prints {
-                    written.forget(&p);
-                }
-                written.forget(&id);
-            }
-            Err(e) => {
-                warn!(placement = %id, error = %e, "cannot delete the Placement of a template no longer placed")
-            }
-        }
+    if moved {
+        forget_unplaced(applier, pass, written).await;
     }
-    // The status fingerprints of templates no longer placed: written afresh if they return.
-    let decided: BTreeSet<ObjectId> = pass
-        .snapshot
-        .placements
-        .decisions
-        .keys()
-        .map(object_id)
-        .collect();
-    let policies = policies::statuses(pass, views);
-    let stale: Vec<ObjectId> = written
-        .ids()
-        .filter(|p| p.kind != "Placement" && p.kind != "PlacementStatus")
-        .filter(|p| {
-            if p.kind == POLICY_PRINT {
-                return !policies
-                    .iter()
-                    .any(|(id, _)| id.namespace == p.namespace && id.name == p.name);
-            }
-            let kind = p.kind.strip_suffix("Status").unwrap_or(&p.kind).to_string();
-            !decided.contains(&ObjectId {
-                kind,
-                ..(*p).clone()
-            })
-        })
-        .cloned()
-        .collect();
-    for p in stale {
-        written.forget(&p);
+    // Only the policies of the templates looked at, unless the decisions moved.
+    let governing: Option<BTreeSet<ObjectKey>> = (!moved).then(|| {
+        looked
+            .iter()
+            .filter_map(|k| pass.snapshot.placements.decisions.get(k)?.policy.clone())
+            .collect()
+    });
+    let policies = policies::statuses(pass, views, governing.as_ref());
+    if moved {
+        forget_stale_statuses(pass, &policies, written);
     }
     // Per template, its writes in order (a Placement before its status); templates side by
     // side, and the policies' statuses.
     let mut batches: Vec<(String, Vec<HubWrite>)> = Vec::new();
-    for (key, view) in views {
+    for (key, view) in looked.iter().filter_map(|k| Some((k, views.get(k)?))) {
         let (Some(decision), Some(template)) = (
             pass.snapshot.placements.decisions.get(key),
             pass.templates.get(key),
@@ -1758,6 +1927,90 @@ async fn write_hub(
         .await;
     for w in done.into_iter().flatten() {
         written.record(&w.print, &w.body);
+    }
+}
+
+/// Deletes the Placements of templates no longer placed (at a term's start, also those
+/// found by label), and forgets what was written of them.
+async fn forget_unplaced(applier: &Applier, pass: &Pass<'_>, written: &mut Written) {
+    let records: BTreeSet<ObjectId> = pass
+        .snapshot
+        .placements
+        .decisions
+        .keys()
+        .map(record_id)
+        .collect();
+    let mut gone: Vec<ObjectId> = written
+        .ids()
+        .filter(|id| id.kind == "Placement" && !records.contains(*id))
+        .cloned()
+        .collect();
+    if written.ids().next().is_none() {
+        // A new term: the Placements of templates deleted meanwhile are found by label.
+        if let Ok(all) = applier
+            .list_managed(
+                "meridian.io/v1alpha1",
+                "Placement",
+                super::MANAGED_BY_SELECTOR,
+            )
+            .await
+        {
+            gone.extend(all.into_iter().filter(|id| !records.contains(id)));
+        }
+    }
+    for id in gone {
+        match applier.delete(&id).await {
+            Ok(()) => {
+                // Its status and its template's status go with it: a template made again
+                // gets both written afresh.
+                let prints: Vec<ObjectId> = written
+                    .ids()
+                    .filter(|p| {
+                        p.namespace == id.namespace && placement_print_of(p) == Some(&id.name)
+                    })
+                    .cloned()
+                    .collect();
+                for p in prints {
+                    written.forget(&p);
+                }
+                written.forget(&id);
+            }
+            Err(e) => {
+                warn!(placement = %id, error = %e, "cannot delete the Placement of a template no longer placed")
+            }
+        }
+    }
+}
+
+/// Forgets the status fingerprints of templates no longer placed and of policies gone:
+/// written afresh if they return.
+fn forget_stale_statuses(pass: &Pass<'_>, policies: &[(ObjectId, Value)], written: &mut Written) {
+    let decided: BTreeSet<ObjectId> = pass
+        .snapshot
+        .placements
+        .decisions
+        .keys()
+        .map(object_id)
+        .collect();
+    let stale: Vec<ObjectId> = written
+        .ids()
+        .filter(|p| p.kind != "Placement" && p.kind != "PlacementStatus")
+        .filter(|p| {
+            if p.kind == POLICY_PRINT {
+                return !policies
+                    .iter()
+                    .any(|(id, _)| id.namespace == p.namespace && id.name == p.name);
+            }
+            let kind = p.kind.strip_suffix("Status").unwrap_or(&p.kind).to_string();
+            !decided.contains(&ObjectId {
+                kind,
+                ..(*p).clone()
+            })
+        })
+        .cloned()
+        .collect();
+    for p in stale {
+        written.forget(&p);
     }
 }
 
@@ -2016,6 +2269,7 @@ fn strip_nulls(mut v: Value) -> Value {
     v
 }
 
+mod dirty;
 mod policies;
 #[cfg(test)]
 mod tests;

@@ -37,6 +37,7 @@ pub(super) fn listed<S: AsRef<str>>(items: &[S], sep: &str) -> String {
 pub(super) fn statuses(
     pass: &Pass<'_>,
     views: &BTreeMap<TemplateKey, TemplateView>,
+    only: Option<&BTreeSet<ObjectKey>>,
 ) -> Vec<(ObjectId, Value)> {
     let snapshot = pass.snapshot;
     let mut keys: BTreeSet<ObjectKey> = snapshot.policies.iter().map(|p| p.key.clone()).collect();
@@ -49,6 +50,7 @@ pub(super) fn statuses(
             .filter_map(|o| Some(ObjectKey::new(o.namespace.as_deref()?, &o.name))),
     );
     keys.into_iter()
+        .filter(|key| only.is_none_or(|o| o.contains(key)))
         .map(|key| {
             let id = ObjectId::new(API_VERSION, KIND, Some(&key.namespace), &key.name);
             let body = json!({

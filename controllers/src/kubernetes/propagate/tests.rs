@@ -432,7 +432,7 @@ mod policy_status {
             now: Instant::now(),
             overrides_print: 0,
         };
-        let statuses = policies::statuses(&pass, &views);
+        let statuses = policies::statuses(&pass, &views, None);
         let names: Vec<&str> = statuses.iter().map(|(id, _)| id.name.as_str()).collect();
         assert_eq!(names, ["first", "second"]);
         let first = by_type(&statuses[0].1);
