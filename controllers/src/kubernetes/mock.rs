@@ -153,7 +153,8 @@ impl ApiServer {
 
 /// A cluster that keeps what is written: an apply stores the object (a status apply merges its
 /// status) at a new resourceVersion, a delete removes it, a get finds it, a list in every
-/// namespace returns what is stored of its kind (metadata only, with resourceVersions).
+/// namespace returns what is stored of its kind (whole: a metadata-only list reads the
+/// metadata of each).
 /// Objects are kept by path (`/api/v1/namespaces/shop/services/x`).
 #[derive(Default)]
 pub(crate) struct Store {
@@ -244,7 +245,7 @@ impl Store {
                     .collect();
                 matches!(parts.as_slice(), ["", "namespaces", _, p, _] if *p == plural)
             })
-            .map(|(_, o)| json!({"metadata": o["metadata"]}))
+            .map(|(_, o)| o.clone())
             .collect();
         json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
                "metadata": {"resourceVersion": self.version.to_string()}, "items": items})

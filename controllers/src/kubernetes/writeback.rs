@@ -26,7 +26,9 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::apply::{self, Applier, ApplyOptions, ObjectId, Written, label_managed};
+use super::apply::{
+    self, APPLIED_ANNOTATION, Applier, ApplyOptions, ObjectId, Written, label_managed,
+};
 use super::leader::Leadership;
 use super::reconcile::{self, MemberState, Round, Slot, Slots, Wake};
 use super::{Facts, MANAGED_BY_SELECTOR, bounded_name, name_hash};
@@ -504,7 +506,13 @@ struct MemberWrites {
     /// The last drift check found an export's status changed: the next pass writes every
     /// export's conditions.
     conditions_drifted: bool,
+    /// A new term read what the member holds: `None` until then (see [`learn`]).
+    learned: Option<Learned>,
 }
+
+/// What a new term found in the member of meridian's earlier writes, per object: the print
+/// of the body applied, its resourceVersion, and (a ServiceImport) its status.
+type Learned = HashMap<ObjectId, (String, Option<String>, Value)>;
 
 /// The inputs of a member's last complete pass: the next pass writes only what changed since.
 struct Settled {
@@ -523,6 +531,7 @@ impl MemberWrites {
             settled: None,
             drifted: BTreeSet::new(),
             conditions_drifted: false,
+            learned: None,
         }
     }
 }
@@ -776,6 +785,12 @@ async fn reconcile_pass(
     pass: &Pass,
 ) -> Result<(), apply::Error> {
     let cluster = slot.applier.cluster().clone();
+    let learned = match slot.state.learned.take() {
+        Some(learned) => learned,
+        None => learn(&slot.applier, &mut slot.state.derived).await?,
+    };
+    // Learned once per term: later passes go by what this term wrote.
+    slot.state.learned = Some(Learned::new());
     desired.sort_by_key(|d| d.kind);
     let wanted: BTreeSet<ObjectId> = desired.iter().map(|d| d.id.clone()).collect();
     let written = written_by_service(&desired);
@@ -787,6 +802,10 @@ async fn reconcile_pass(
             fill_from_derived(&mut d, &slot.state.derived);
         }
         if slot.state.objects.unchanged(&d.id, &d.body) {
+            continue;
+        }
+        if let Some(version) = already_applied(&learned, &d) {
+            slot.state.objects.record_at(&d.id, &d.body, version);
             continue;
         }
         match write(&slot.applier, &d, &mut slot.state.derived).await {
@@ -995,7 +1014,9 @@ async fn write(
     d: &Desired,
     derived: &mut Derived,
 ) -> Result<Option<String>, apply::Error> {
-    let written = applier.apply(&d.id, &d.body, ApplyOptions::force()).await?;
+    let written = applier
+        .apply(&d.id, &with_applied_print(&d.body), ApplyOptions::force())
+        .await?;
     match d.kind {
         WrittenKind::Service => {
             let ip = written.data["spec"]["clusterIP"]
@@ -1020,6 +1041,67 @@ async fn write(
         }
         WrittenKind::EndpointSlice => Ok(written.metadata.resource_version),
     }
+}
+
+/// `body` carrying the print of itself ([`APPLIED_ANNOTATION`]).
+fn with_applied_print(body: &Value) -> Value {
+    let mut out = body.clone();
+    let print = apply::fingerprint(body).to_string();
+    if let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = meta
+            .entry("annotations")
+            .or_insert_with(|| json!({}))
+            .as_object_mut();
+        if let Some(a) = annotations {
+            a.insert(APPLIED_ANNOTATION.into(), print.into());
+        }
+    }
+    out
+}
+
+/// What the member holds of meridian's earlier writes (a term's first pass): each object's
+/// applied print, and the derived Services' ClusterIPs and UIDs (what the ServiceImports and
+/// slices written after them carry).
+async fn learn(applier: &Applier, derived: &mut Derived) -> Result<Learned, apply::Error> {
+    let mut learned = Learned::new();
+    for kind in WrittenKind::ALL {
+        let objects = applier
+            .list_objects(kind.api_version(), kind.kind(), MANAGED_BY_SELECTOR)
+            .await?;
+        for o in objects {
+            let id = kind.id(
+                o.metadata.namespace.as_deref().unwrap_or_default(),
+                o.metadata.name.as_deref().unwrap_or_default(),
+            );
+            if kind == WrittenKind::Service {
+                let ip = o.data["spec"]["clusterIP"]
+                    .as_str()
+                    .filter(|ip| !ip.is_empty() && *ip != "None")
+                    .map(str::to_string);
+                let namespace = id.namespace.clone().unwrap_or_default();
+                derived.insert((namespace, id.name.clone()), (ip, o.metadata.uid.clone()));
+            }
+            let print = o
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(APPLIED_ANNOTATION))
+                .cloned();
+            if let Some(print) = print {
+                let status = o.data.get("status").cloned().unwrap_or(Value::Null);
+                learned.insert(id, (print, o.metadata.resource_version, status));
+            }
+        }
+    }
+    Ok(learned)
+}
+
+/// The resourceVersion of `d` as the member holds it, when an earlier term applied this very
+/// body (and, for a ServiceImport, its status) and nobody changed it since: nothing to write.
+fn already_applied(learned: &Learned, d: &Desired) -> Option<Option<String>> {
+    let (print, version, status) = learned.get(&d.id)?;
+    let same_status = d.kind != WrittenKind::ServiceImport || *status == d.body["status"];
+    (*print == apply::fingerprint(&d.body).to_string() && same_status).then(|| version.clone())
 }
 
 /// A ServiceExport's status as written, but for `lastTransitionTime`: what the fingerprint is

@@ -500,8 +500,18 @@ async fn leadership_lapsing_between_an_import_and_its_status_stops_the_pass() {
     full_pass(&mut state, m2_desired(), vec![]).await.unwrap();
     let paths: Vec<String> = server.patches().into_iter().map(|r| r.path).collect();
     assert_eq!(paths, [DERIVED, IMPORT], "nothing after the lapse");
+    // The term's first pass lists what the member holds (to learn what is applied) before
+    // it writes; after the lapse, no list and no delete.
+    let calls = server.calls();
+    let first_write = calls.iter().position(|r| r.method == "PATCH").unwrap();
     assert!(
-        server.calls().iter().all(|r| r.method == "PATCH"),
+        calls[..first_write]
+            .iter()
+            .all(|r| r.method == "GET" && r.param("labelSelector").is_some()),
+        "{calls:?}"
+    );
+    assert!(
+        calls[first_write..].iter().all(|r| r.method == "PATCH"),
         "no list, no delete"
     );
 }
@@ -945,4 +955,57 @@ async fn a_running_write_back_backs_off_a_member_that_refuses_and_writes_a_new_c
     })
     .await;
     task.abort();
+}
+
+#[tokio::test]
+async fn a_new_term_learns_what_the_member_holds_and_writes_only_what_is_not_right() {
+    let (client, server, _) = member_server(allocating);
+    let mut first = writes(client.clone(), Leadership::always("test"));
+    full_pass(&mut first, m2_desired(), vec![]).await.unwrap();
+    let written = server.patches().len();
+    assert_eq!(written, 4, "the first term writes everything");
+    for r in server
+        .patches()
+        .iter()
+        .filter(|r| !r.path.ends_with("/status"))
+    {
+        let print = &r.body["metadata"]["annotations"][APPLIED_ANNOTATION];
+        assert!(print.is_string(), "{} carries its applied print", r.path);
+    }
+
+    // A new term (a new leader, a restart): nothing is written, and the import and slices
+    // still carry the derived Service's ClusterIP and UID (learned from the member).
+    let mut second = writes(client.clone(), Leadership::always("test"));
+    full_pass(&mut second, m2_desired(), vec![]).await.unwrap();
+    assert_eq!(
+        server.patches().len(),
+        written,
+        "{:?}",
+        &server.patches()[written..]
+    );
+    let derived = &second.state.derived[&("shop".to_string(), "derived-payments".to_string())];
+    assert_eq!(
+        derived,
+        &(
+            Some("10.96.5.5".to_string()),
+            Some("derived-uid".to_string())
+        )
+    );
+
+    // A third term whose desired import differs (a cluster gone): only the import and its
+    // status are written.
+    let mut third = writes(client, Leadership::always("test"));
+    let mut desired = m2_desired();
+    for d in desired
+        .iter_mut()
+        .filter(|d| d.kind == WrittenKind::ServiceImport)
+    {
+        d.body["status"]["clusters"] = json!([{"cluster": "m1"}]);
+    }
+    full_pass(&mut third, desired, vec![]).await.unwrap();
+    let paths: Vec<String> = server.patches()[written..]
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(paths, [IMPORT.to_string(), format!("{IMPORT}/status")]);
 }
