@@ -88,7 +88,9 @@ def proc_figures(pid: int) -> dict:
         rss_kb = int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
         fds = len(os.listdir(f"/proc/{pid}/fd"))
         threads = int(re.search(r"Threads:\s+(\d+)", status).group(1))
-        return {"rss_mib": round(rss_kb / 1024, 1), "fds": fds, "threads": threads}
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return {"rss_mib": round(rss_kb / 1024, 1), "fds": fds, "threads": threads, "cpu_s": round(cpu_s, 1)}
     except (OSError, AttributeError):
         return {}
 

@@ -39,7 +39,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 MEMBERS=${MEMBERS:-1000}
 TEMPLATES=${TEMPLATES:-10000}
-DUPLICATED=${DUPLICATED:-1000}
+DUPLICATED=${DUPLICATED:-$((TEMPLATES / 10))}
 WIDE=${WIDE:-100}
 NARROW_POLICIES=${NARROW_POLICIES:-100}
 NEW_SAMPLES=${NEW_SAMPLES:-20}
@@ -81,9 +81,9 @@ python3 - "$WORK/result.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 def mem(p):
-    return f"{p.get('rss_mib', '?')} MiB RSS, {p.get('fds', '?')} fds" if p else "?"
+    return f"{p.get('rss_mib', '?')} MiB RSS, {p.get('fds', '?')} fds, {p.get('cpu_s', '?')} s CPU so far" if p else "?"
 narrow = (f"{r['templates'] - r['duplicated']} onto 3 members each ({r['narrow_policies']} policies)"
-          if r["narrow_policies"] else f"{r['templates'] - r['duplicated']} unselected")
+          if r["narrow_policies"] and r["templates"] > r["duplicated"] else f"{r['templates'] - r['duplicated']} unselected")
 print(f"fleet: {r['members']} members in {r['groups']} groups of {r['wide']}; {r['duplicated']} templates × {r['wide']} members, "
       f"{narrow}; {r['copies_expected']} copies")
 print(f"kubesim idle: {mem(r['kubesim_idle'])} (started in {r['kubesim_start_s']} s)")

@@ -809,11 +809,11 @@ async fn run_watch(
         }
         Err(Ok(events)) => {
             for e in events {
-                if w.filter.matches(&e.object) {
+                if w.filter.matches(&e.view) {
                     out.push(if w.metadata_only {
-                        line(e.kind.as_str(), &e.object)
+                        line(e.kind.as_str(), &e.object())
                     } else {
-                        e.line()
+                        e.line.clone()
                     });
                 }
                 last = e.rv;
@@ -831,6 +831,11 @@ async fn run_watch(
             return;
         }
     }
+    // As the API server's watch cache does: a bookmark shortly before the deadline too, so a
+    // client re-watching resumes from a recent resourceVersion, not from before the events
+    // the ring has since let go.
+    let before_deadline = deadline - Duration::from_secs(2).min(w.timeout / 2);
+    let mut warned = false;
     let mut bookmarks =
         tokio::time::interval_at(tokio::time::Instant::now() + bookmark_every, bookmark_every);
     loop {
@@ -851,10 +856,10 @@ async fn run_watch(
                 match batch {
                     Ok((events, now)) => {
                         for e in events {
-                            if !w.filter.matches(&e.object) {
+                            if !w.filter.matches(&e.view) {
                                 continue;
                             }
-                            let b = if w.metadata_only { line(e.kind.as_str(), &e.object) } else { e.line() };
+                            let b = if w.metadata_only { line(e.kind.as_str(), &e.object()) } else { e.line.clone() };
                             if tx.send(b).await.is_err() {
                                 return;
                             }
@@ -868,6 +873,12 @@ async fn run_watch(
                 }
             }
             _ = bookmarks.tick(), if w.bookmarks => {
+                if tx.send(bookmark(&w.resource, last, false)).await.is_err() {
+                    return;
+                }
+            }
+            _ = tokio::time::sleep_until(before_deadline), if w.bookmarks && !warned => {
+                warned = true;
                 if tx.send(bookmark(&w.resource, last, false)).await.is_err() {
                     return;
                 }

@@ -11,7 +11,7 @@
 //! Nothing here awaits: the HTTP shell holds the member's lock around one call.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -39,24 +39,41 @@ impl EventKind {
     }
 }
 
-/// One change, as every watch of its resource sees it.
+/// One change, as every watch of its resource sees it. The object itself is not kept (a
+/// version per event would cost the ring far more than the store): only its watch line, and
+/// what selectors look at.
 #[derive(Debug)]
 pub struct Event {
     pub rv: u64,
     pub kind: EventKind,
     pub resource: Arc<ResourceType>,
-    pub object: Arc<Value>,
-    /// The watch line, serialized once for every watch that sends it.
-    line: OnceLock<Bytes>,
+    /// `{"type":…,"object":…}\n`, serialized once for every watch that sends it.
+    pub line: Bytes,
+    /// What filters read: metadata name, namespace and labels, `status.phase`,
+    /// `spec.nodeName` (a watch's field selector sees only these).
+    pub view: Value,
 }
 
 impl Event {
-    /// `{"type":…,"object":…}\n`.
-    pub fn line(&self) -> Bytes {
-        self.line
-            .get_or_init(|| watch_line(self.kind.as_str(), &self.object))
-            .clone()
+    /// The object, read back from the line (metadata-only watches).
+    pub fn object(&self) -> Value {
+        serde_json::from_slice::<Value>(&self.line)
+            .map(|mut v| v["object"].take())
+            .unwrap_or(Value::Null)
     }
+}
+
+/// What a watch filter needs of an object.
+fn view(object: &Value) -> Value {
+    json!({
+        "metadata": {
+            "name": object.pointer("/metadata/name"),
+            "namespace": object.pointer("/metadata/namespace"),
+            "labels": object.pointer("/metadata/labels"),
+        },
+        "status": {"phase": object.pointer("/status/phase")},
+        "spec": {"nodeName": object.pointer("/spec/nodeName")},
+    })
 }
 
 pub fn watch_line(kind: &str, object: &Value) -> Bytes {
@@ -634,8 +651,8 @@ impl Store {
             rv: self.rv,
             kind,
             resource: t.resource.clone(),
-            object: new.clone(),
-            line: OnceLock::new(),
+            line: watch_line(kind.as_str(), &new),
+            view: view(&new),
         });
         Written {
             object: new,
@@ -842,23 +859,47 @@ fn keep_server_fields(t: &Target<'_>, old: &Value, body: Value) -> Value {
     new
 }
 
-/// The two versions differ in nothing but managedFields' timestamps.
+/// The two versions differ in nothing but managedFields' timestamps (compared in place: no
+/// copy of either).
 fn same(old: &Value, new: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(entries) = v
-            .pointer_mut("/metadata/managedFields")
-            .and_then(Value::as_array_mut)
-        {
-            for e in entries {
-                if let Some(e) = e.as_object_mut() {
-                    e.remove("time");
-                }
-            }
-        }
-        v
+    let (Some(a), Some(b)) = (old.as_object(), new.as_object()) else {
+        return old == new;
     };
-    strip(old) == strip(new)
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().all(|(k, v)| match (k.as_str(), b.get(k)) {
+        ("metadata", Some(w)) => same_metadata(v, w),
+        (_, Some(w)) => v == w,
+        (_, None) => false,
+    })
+}
+
+fn same_metadata(old: &Value, new: &Value) -> bool {
+    let (Some(a), Some(b)) = (old.as_object(), new.as_object()) else {
+        return old == new;
+    };
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().all(|(k, v)| match (k.as_str(), b.get(k)) {
+        ("managedFields", Some(w)) => same_entries(v, w),
+        (_, Some(w)) => v == w,
+        (_, None) => false,
+    })
+}
+
+fn same_entries(old: &Value, new: &Value) -> bool {
+    let (Some(a), Some(b)) = (old.as_array(), new.as_array()) else {
+        return old == new;
+    };
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            let (Some(x), Some(y)) = (x.as_object(), y.as_object()) else {
+                return x == y;
+            };
+            x.len() == y.len() && x.iter().all(|(k, v)| k == "time" || y.get(k) == Some(v))
+        })
 }
 
 /// Anything outside metadata and status changed: the generation moves.

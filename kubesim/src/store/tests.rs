@@ -224,7 +224,7 @@ fn watches_resume_from_a_resource_version_until_it_leaves_the_window() {
         events.iter().map(|e| e.kind).collect::<Vec<_>>(),
         [EventKind::Added, EventKind::Modified]
     );
-    assert!(events[0].line().ends_with(b"\n"));
+    assert!(events[0].line.ends_with(b"\n"));
     for n in 3..=5 {
         f.apply(web(n)).unwrap();
     }
