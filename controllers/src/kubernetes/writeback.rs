@@ -510,9 +510,16 @@ struct MemberWrites {
     learned: Option<Learned>,
 }
 
-/// What a new term found in the member of meridian's earlier writes, per object: the print
-/// of the body applied, its resourceVersion, and (a ServiceImport) its status.
-type Learned = HashMap<ObjectId, (String, Option<String>, Value)>;
+/// What a new term found in the member of meridian's earlier writes.
+#[derive(Default)]
+struct Learned {
+    /// Per object: the print of the body applied, its resourceVersion, and its status (a
+    /// ServiceImport's is a write of its own).
+    objects: HashMap<ObjectId, (String, Option<String>, Value)>,
+    /// Per ServiceExport: its conditions without their transition times, and its
+    /// resourceVersion.
+    exports: HashMap<ObjectId, (Value, Option<String>)>,
+}
 
 /// The inputs of a member's last complete pass: the next pass writes only what changed since.
 struct Settled {
@@ -790,7 +797,7 @@ async fn reconcile_pass(
         None => learn(&slot.applier, &mut slot.state.derived).await?,
     };
     // Learned once per term: later passes go by what this term wrote.
-    slot.state.learned = Some(Learned::new());
+    slot.state.learned = Some(Learned::default());
     desired.sort_by_key(|d| d.kind);
     let wanted: BTreeSet<ObjectId> = desired.iter().map(|d| d.id.clone()).collect();
     let written = written_by_service(&desired);
@@ -845,6 +852,14 @@ async fn reconcile_pass(
         let id = export_id(&c.key);
         let status = export_status(&c);
         if slot.state.exports.unchanged(&id, &status) {
+            continue;
+        }
+        if let Some((_, version)) = learned
+            .exports
+            .get(&id)
+            .filter(|(conditions, _)| *conditions == status["status"]["conditions"])
+        {
+            slot.state.exports.record_at(&id, &status, version.clone());
             continue;
         }
         let stamped = stamp_transitions(&status, &k8s_openapi::jiff::Timestamp::now().to_string());
@@ -1060,10 +1075,10 @@ fn with_applied_print(body: &Value) -> Value {
 }
 
 /// What the member holds of meridian's earlier writes (a term's first pass): each object's
-/// applied print, and the derived Services' ClusterIPs and UIDs (what the ServiceImports and
-/// slices written after them carry).
+/// applied print, the derived Services' ClusterIPs and UIDs (what the ServiceImports and
+/// slices written after them carry), and the exports' conditions.
 async fn learn(applier: &Applier, derived: &mut Derived) -> Result<Learned, apply::Error> {
-    let mut learned = Learned::new();
+    let mut learned = Learned::default();
     for kind in WrittenKind::ALL {
         let objects = applier
             .list_objects(kind.api_version(), kind.kind(), MANAGED_BY_SELECTOR)
@@ -1089,9 +1104,29 @@ async fn learn(applier: &Applier, derived: &mut Derived) -> Result<Learned, appl
                 .cloned();
             if let Some(print) = print {
                 let status = o.data.get("status").cloned().unwrap_or(Value::Null);
-                learned.insert(id, (print, o.metadata.resource_version, status));
+                learned
+                    .objects
+                    .insert(id, (print, o.metadata.resource_version, status));
             }
         }
+    }
+    for export in applier
+        .list_objects(MCS_API_VERSION, "ServiceExport", "")
+        .await?
+    {
+        let (Some(ns), Some(name)) = (&export.metadata.namespace, &export.metadata.name) else {
+            continue;
+        };
+        let mut conditions = export.data["status"]["conditions"].clone();
+        for c in conditions.as_array_mut().into_iter().flatten() {
+            if let Some(c) = c.as_object_mut() {
+                c.remove("lastTransitionTime");
+            }
+        }
+        let id = export_id(&ObjectKey::new(ns.as_str(), name.as_str()));
+        learned
+            .exports
+            .insert(id, (conditions, export.metadata.resource_version));
     }
     Ok(learned)
 }
@@ -1099,7 +1134,7 @@ async fn learn(applier: &Applier, derived: &mut Derived) -> Result<Learned, appl
 /// The resourceVersion of `d` as the member holds it, when an earlier term applied this very
 /// body (and, for a ServiceImport, its status) and nobody changed it since: nothing to write.
 fn already_applied(learned: &Learned, d: &Desired) -> Option<Option<String>> {
-    let (print, version, status) = learned.get(&d.id)?;
+    let (print, version, status) = learned.objects.get(&d.id)?;
     let same_status = d.kind != WrittenKind::ServiceImport || *status == d.body["status"];
     (*print == apply::fingerprint(&d.body).to_string() && same_status).then(|| version.clone())
 }

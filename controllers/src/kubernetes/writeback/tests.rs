@@ -582,8 +582,19 @@ async fn export_conditions_go_to_the_export_status_and_a_missing_export_is_no_er
     assert_eq!(payments.body["status"]["conditions"][1]["type"], "Conflict");
     assert_eq!(sent.len(), 2, "both exports: {sent:?}");
     // Unchanged conditions are not written again, though the time would differ.
-    full_pass(&mut state, vec![], conditions).await.unwrap();
+    full_pass(&mut state, vec![], conditions.clone())
+        .await
+        .unwrap();
     assert_eq!(server.patches().len(), 2);
+    // Nor by a new term, which reads them from the member (the missing export is tried
+    // again: the member may have it now).
+    let mut next = writes(state.applier.client().clone(), Leadership::always("test"));
+    full_pass(&mut next, vec![], conditions).await.unwrap();
+    let again: Vec<String> = server.patches()[2..]
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(again, [format!("{export}/ghost/status")]);
 }
 
 /// m1 exports payments and orders; m2 exports nothing. Built as the store builds and
