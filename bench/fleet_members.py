@@ -421,6 +421,7 @@ def main() -> None:
             "seconds": a.settle_s,
             "requests_per_s": round(s["requests"] / a.settle_s, 1),
             "by_verb_per_s": {k: round(v / a.settle_s, 2) for k, v in s["byVerb"].items()},
+            "by_verb_resource": s["byVerbResource"],
             "writes": s["writes"], "open_watches": s["watches"],
             "plan_passes": passes,
             "plan_ms_mean": round((plan1.get("sum", 0) - plan0.get("sum", 0)) / passes * 1000, 3) if passes else None,
@@ -435,6 +436,7 @@ def main() -> None:
         http("POST", f"{control}/expire-all")
         q = quiet_after(control, t, ("list",), a.quiet_s, 300)
         result["full_resync"] = {"seconds_to_last_list": q["seconds"], "settled": q["settled"],
+                                 "by_verb_resource": q["totals"]["byVerbResource"],
                                  "writes": q["totals"]["writes"], "lists": q["totals"]["byVerb"].get("list", 0),
                                  "watches_after": q["totals"]["watches"]}
         log(f"full resync: {result['full_resync']}")
@@ -446,7 +448,7 @@ def main() -> None:
         q = quiet_after(control, t, ("list", "create", "update", "patch", "apply", "delete"), a.quiet_s, 600)
         result["restart"] = {"seconds_to_last_list_or_write": q["seconds"], "settled": q["settled"],
                              "writes": q["totals"]["writes"], "lists": q["totals"]["byVerb"].get("list", 0),
-                             "by_verb": q["totals"]["byVerb"],
+                             "by_verb": q["totals"]["byVerb"], "by_verb_resource": q["totals"]["byVerbResource"],
                              "meridian": proc_figures(mer.proc.pid), "kubesim": proc_figures(sim.pid)}
         log(f"restart: {result['restart']}")
     finally:

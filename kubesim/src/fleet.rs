@@ -377,8 +377,9 @@ impl Fleet {
         let mut totals: BTreeMap<&'static str, u64> = BTreeMap::new();
         let mut per_member = serde_json::Map::new();
         let mut watches = 0;
+        let mut by_resource = BTreeMap::new();
         for m in &self.members {
-            let (json, t) = m.stats_json();
+            let (json, t) = m.stats_json(&mut by_resource);
             watches += m.open_watches.load(Ordering::Relaxed);
             for (verb, n) in t {
                 *totals.entry(verb).or_default() += n;
@@ -399,8 +400,16 @@ impl Fleet {
         .map(|v| totals.get(v).copied().unwrap_or(0))
         .sum();
         let requests: u64 = totals.values().sum();
+        let mut by_verb_resource: BTreeMap<&'static str, BTreeMap<String, u64>> = BTreeMap::new();
+        for ((verb, resource), n) in by_resource {
+            by_verb_resource
+                .entry(verb)
+                .or_default()
+                .insert(resource, n);
+        }
         let mut out = json!({
-            "totals": {"byVerb": totals, "requests": requests, "writes": writes, "watches": watches},
+            "totals": {"byVerb": totals, "byVerbResource": by_verb_resource, "requests": requests,
+                "writes": writes, "watches": watches},
             "writeLogNext": self.log.lock().next,
         });
         if detail {
