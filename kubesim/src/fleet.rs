@@ -137,7 +137,11 @@ impl Member {
         self.notify();
     }
 
-    fn stats_json(&self) -> (Value, BTreeMap<&'static str, u64>) {
+    /// Its requests by verb and resource (also added to `all`), and its requests by verb.
+    fn stats_json(
+        &self,
+        all: &mut BTreeMap<(&'static str, String), u64>,
+    ) -> (Value, BTreeMap<&'static str, u64>) {
         let mut by_verb: BTreeMap<&'static str, BTreeMap<String, u64>> = BTreeMap::new();
         let mut totals: BTreeMap<&'static str, u64> = BTreeMap::new();
         for ((verb, resource), n) in self.stats.lock().iter() {
@@ -146,6 +150,7 @@ impl Member {
                 .or_default()
                 .insert(resource.clone(), *n);
             *totals.entry(verb).or_default() += n;
+            *all.entry((verb, resource.clone())).or_default() += n;
         }
         let watches = self.open_watches.load(Ordering::Relaxed);
         (
