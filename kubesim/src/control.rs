@@ -151,7 +151,7 @@ async fn objects(
         .lock()
         .all(&resource, &filter)
         .iter()
-        .map(|o| (**o).clone())
+        .map(|o| serde_json::from_slice(o).unwrap_or(Value::Null))
         .collect();
     Json(json!({"items": items})).into_response()
 }

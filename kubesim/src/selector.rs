@@ -52,7 +52,11 @@ impl LabelSelector {
 
     /// Whether an object with `labels` (None: no labels) is selected.
     pub fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.matches_with(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+    }
+
+    /// Whether an object whose label `k` is `get(k)` is selected.
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
             Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
             Requirement::NotEquals(k, v) => get(k) != Some(v.as_str()),
@@ -159,6 +163,14 @@ impl FieldSelector {
             };
             (value == *wanted) == *equal
         })
+    }
+
+    /// Whether an object whose field at `path` is `get(path)` (None: missing, the empty
+    /// string) is selected.
+    pub fn matches_with<'a>(&self, get: impl Fn(&[String]) -> Option<&'a str>) -> bool {
+        self.0
+            .iter()
+            .all(|(path, wanted, equal)| (get(path).unwrap_or_default() == wanted) == *equal)
     }
 }
 

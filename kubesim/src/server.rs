@@ -382,13 +382,13 @@ async fn resource_request(
         (&Method::GET, Some(name)) => {
             member.count("get", &display);
             let t = target(&resource, &p, name);
-            let got = member.store.lock().get(&t);
+            let got = member.store.lock().get_json(&t);
             match got {
                 Ok(o) if p.subresource.as_deref() == Some("scale") => {
-                    json_response(StatusCode::OK, &scale_of(&o))
+                    json_response(StatusCode::OK, &scale_of(&parse(&o)))
                 }
-                Ok(o) if metadata_only(&req) => json_response(StatusCode::OK, &partial(&o)),
-                Ok(o) => json_response(StatusCode::OK, &o),
+                Ok(o) if metadata_only(&req) => json_response(StatusCode::OK, &partial(&parse(&o))),
+                Ok(o) => full(StatusCode::OK, "application/json", o),
                 Err(e) => error_response(&e),
             }
         }
@@ -435,23 +435,31 @@ fn list(
     if let Some(c) = &page.continue_ {
         metadata["continue"] = json!(c);
     }
-    let (api_version, kind, items): (String, String, Vec<Value>) = if metadata_only(req) {
-        (
-            "meta.k8s.io/v1".into(),
-            "PartialObjectMetadataList".into(),
-            page.items.iter().map(|o| partial(o)).collect(),
-        )
-    } else {
-        (
-            resource.api_version(),
-            format!("{}List", resource.kind),
-            page.items.iter().map(|o| (**o).clone()).collect(),
-        )
-    };
-    json_response(
-        StatusCode::OK,
-        &json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "items": items}),
-    )
+    if metadata_only(req) {
+        let items: Vec<Value> = page.items.iter().map(|o| partial(&parse(o))).collect();
+        let list = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+            "metadata": metadata, "items": items});
+        return json_response(StatusCode::OK, &list);
+    }
+    // The stored JSON of each item as it is: no object is parsed or serialized again.
+    let head = json!({"apiVersion": resource.api_version(), "kind": format!("{}List", resource.kind),
+        "metadata": metadata});
+    let mut out = serde_json::to_vec(&head).expect("a Value serializes");
+    out.pop(); // the closing brace
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in page.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(item);
+    }
+    out.extend_from_slice(b"]}");
+    full(StatusCode::OK, "application/json", out)
+}
+
+/// Stored JSON, parsed (it was serialized from a Value: it parses).
+fn parse(json: &[u8]) -> Value {
+    serde_json::from_slice(json).unwrap_or(Value::Null)
 }
 
 /// The autoscaling/v1 Scale of a workload.
@@ -593,7 +601,7 @@ async fn write(
             };
             match p.subresource.as_deref() {
                 Some("scale") => json_response(status, &scale_of(&written.object)),
-                _ => json_response(status, &written.object),
+                _ => full(status, "application/json", written.json.clone()),
             }
         }
         Err(e) => {
@@ -672,6 +680,7 @@ fn delete_collection(
     {
         let mut store = member.store.lock();
         for o in store.all(resource, &filter) {
+            let o = parse(&o);
             let (ns, name) = (
                 o.pointer("/metadata/namespace")
                     .and_then(Value::as_str)
@@ -802,7 +811,10 @@ async fn run_watch(
     let mut out: Vec<Bytes> = Vec::new();
     match initial {
         Ok(objects) => {
-            out.extend(objects.iter().map(|o| line("ADDED", o)));
+            out.extend(objects.iter().map(|o| match w.metadata_only {
+                true => line("ADDED", &parse(o)),
+                false => store::line_of("ADDED", o),
+            }));
             if w.initial_events_end {
                 out.push(bookmark(&w.resource, last, true));
             }

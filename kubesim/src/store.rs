@@ -49,9 +49,8 @@ pub struct Event {
     pub resource: Arc<ResourceType>,
     /// `{"type":…,"object":…}\n`, serialized once for every watch that sends it.
     pub line: Bytes,
-    /// What filters read: metadata name, namespace and labels, `status.phase`,
-    /// `spec.nodeName` (a watch's field selector sees only these).
-    pub view: Value,
+    /// What filters read of the object.
+    pub view: Arc<View>,
 }
 
 impl Event {
@@ -63,17 +62,79 @@ impl Event {
     }
 }
 
-/// What a watch filter needs of an object.
-fn view(object: &Value) -> Value {
-    json!({
-        "metadata": {
-            "name": object.pointer("/metadata/name"),
-            "namespace": object.pointer("/metadata/namespace"),
-            "labels": object.pointer("/metadata/labels"),
-        },
-        "status": {"phase": object.pointer("/status/phase")},
-        "spec": {"nodeName": object.pointer("/spec/nodeName")},
-    })
+/// What selectors read of an object: metadata name, namespace and labels, `status.phase`
+/// and `spec.nodeName` (field selectors see only these four fields; any other reads as empty).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct View {
+    pub name: String,
+    pub namespace: String,
+    /// Sorted by key.
+    pub labels: Vec<(String, String)>,
+    pub phase: String,
+    pub node_name: String,
+}
+
+impl View {
+    pub fn of(object: &Value) -> Self {
+        let text = |p: &str| {
+            object
+                .pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let labels = object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect();
+        Self {
+            name: text("/metadata/name"),
+            namespace: text("/metadata/namespace"),
+            labels,
+            phase: text("/status/phase"),
+            node_name: text("/spec/nodeName"),
+        }
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+            .ok()
+            .map(|i| self.labels[i].1.as_str())
+    }
+
+    fn field(&self, path: &[String]) -> Option<&str> {
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        Some(match path.as_slice() {
+            ["metadata", "name"] => &self.name,
+            ["metadata", "namespace"] => &self.namespace,
+            ["status", "phase"] => &self.phase,
+            ["spec", "nodeName"] => &self.node_name,
+            _ => return None,
+        })
+    }
+}
+
+/// One stored object: its JSON (a parsed `Value` costs ten to twenty times as much memory:
+/// every small map is a B-tree node), and what selectors read.
+#[derive(Debug, Clone)]
+struct Stored {
+    json: Bytes,
+    view: Arc<View>,
+}
+
+/// `{"type":KIND,"object":JSON}\n` from the object's JSON as stored.
+pub fn line_of(kind: &str, json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 32);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
 }
 
 pub fn watch_line(kind: &str, object: &Value) -> Bytes {
@@ -87,6 +148,8 @@ pub fn watch_line(kind: &str, object: &Value) -> Bytes {
 #[derive(Debug, Clone)]
 pub struct Written {
     pub object: Arc<Value>,
+    /// The object's JSON as stored.
+    pub json: Bytes,
     /// False when the write changed nothing (no new resourceVersion, no event).
     pub changed: bool,
 }
@@ -135,7 +198,8 @@ impl PatchKind {
 /// A LIST's page.
 #[derive(Debug)]
 pub struct Page {
-    pub items: Vec<Arc<Value>>,
+    /// Each object's JSON.
+    pub items: Vec<Bytes>,
     pub resource_version: u64,
     pub continue_: Option<String>,
 }
@@ -149,22 +213,19 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn matches(&self, object: &Value) -> bool {
-        let ns_ok = self.namespace.as_deref().is_none_or(|ns| {
-            object
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                == Some(ns)
-        });
-        let labels = object
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object);
-        ns_ok && self.labels.matches(labels) && self.fields.matches(object)
+    pub fn matches(&self, view: &View) -> bool {
+        let ns_ok = self
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| view.namespace == ns);
+        ns_ok
+            && self.labels.matches_with(|k| view.label(k))
+            && self.fields.matches_with(|p| view.field(p))
     }
 }
 
 /// Namespaced objects by (namespace, name); cluster-scoped ones under "".
-type Objects = BTreeMap<(String, String), Arc<Value>>;
+type Objects = BTreeMap<(String, String), Stored>;
 
 /// One member's API state.
 #[derive(Debug)]
@@ -235,11 +296,20 @@ impl Store {
             .collect())
     }
 
+    /// The object, parsed (a copy to change as the caller likes).
     pub fn get(&self, t: &Target<'_>) -> Result<Arc<Value>> {
+        let json = self.get_json(t)?;
+        Ok(Arc::new(
+            serde_json::from_slice(&json).expect("stored JSON parses"),
+        ))
+    }
+
+    /// The object's JSON as stored.
+    pub fn get_json(&self, t: &Target<'_>) -> Result<Bytes> {
         self.objects
             .get(&key(t.resource))
             .and_then(|o| o.get(&(ns_of(t), t.name.to_owned())))
-            .cloned()
+            .map(|s| s.json.clone())
             .ok_or_else(|| ApiError::not_found(t.resource, t.name))
     }
 
@@ -258,6 +328,7 @@ impl Store {
             })
             .transpose()?;
         let mut items = Vec::new();
+        let mut last_key = None;
         let mut more = false;
         let empty = Objects::new();
         let objects = self.objects.get(&key(resource)).unwrap_or(&empty);
@@ -274,19 +345,17 @@ impl Store {
             {
                 continue;
             }
-            if !filter.matches(object) {
+            if !filter.matches(&object.view) {
                 continue;
             }
             if limit.is_some_and(|l| l > 0 && items.len() == l) {
                 more = true;
                 break;
             }
-            items.push(object.clone());
+            items.push(object.json.clone());
+            last_key = Some(k);
         }
-        let continue_ = items
-            .last()
-            .filter(|_| more)
-            .map(|last| encode_continue(&ns_name(last)));
+        let continue_ = last_key.filter(|_| more).map(encode_continue);
         Ok(Page {
             items,
             resource_version: self.rv,
@@ -295,13 +364,13 @@ impl Store {
     }
 
     /// Every object of `resource` matching `filter` (a watch's initial events).
-    pub fn all(&self, resource: &ResourceType, filter: &Filter) -> Vec<Arc<Value>> {
+    pub fn all(&self, resource: &ResourceType, filter: &Filter) -> Vec<Bytes> {
         self.objects
             .get(&key(resource))
             .into_iter()
             .flat_map(|o| o.values())
-            .filter(|o| filter.matches(o))
-            .cloned()
+            .filter(|o| filter.matches(&o.view))
+            .map(|o| o.json.clone())
             .collect()
     }
 
@@ -329,14 +398,16 @@ impl Store {
         };
         let target = Target { name: &name, ..*t };
         self.check_namespace(&target, &body)?;
-        if self.get(&target).is_ok() {
+        if self.get_json(&target).is_ok() {
             return Err(ApiError::already_exists(t.resource, &name));
         }
         if t.resource.review {
             // An access review is answered, never stored: everything is allowed.
             body["status"] = json!({"allowed": true, "incomplete": false});
+            let json = Bytes::from(serde_json::to_vec(&body).expect("a Value serializes"));
             return Ok(Written {
                 object: Arc::new(body),
+                json,
                 changed: false,
             });
         }
@@ -581,8 +652,10 @@ impl Store {
         let mut doomed = Vec::new();
         for objects in self.objects.values() {
             for ((ns, name), object) in objects {
-                if ns == namespace {
-                    doomed.push((name.clone(), object.clone()));
+                if ns == namespace
+                    && let Ok(v) = serde_json::from_slice::<Value>(&object.json)
+                {
+                    doomed.push((name.clone(), Arc::new(v)));
                 }
             }
         }
@@ -612,8 +685,10 @@ impl Store {
     fn commit(&mut self, t: &Target<'_>, old: Option<Arc<Value>>, mut new: Value) -> Written {
         if let Some(old) = &old {
             if same(old, &new) {
+                let json = self.get_json(t).unwrap_or_default();
                 return Written {
                     object: old.clone(),
+                    json,
                     changed: false,
                 };
             }
@@ -634,14 +709,19 @@ impl Store {
             .and_then(Value::as_array)
             .is_none_or(Vec::is_empty);
         let deleting = new.pointer("/metadata/deletionTimestamp").is_some() && finalized;
-        let new = Arc::new(new);
+        let json = Bytes::from(serde_json::to_vec(&new).expect("a Value serializes"));
+        let view = Arc::new(View::of(&new));
         let slot = (ns_of(t), t.name.to_owned());
         let objects = self.objects.entry(key(t.resource)).or_default();
         let kind = if deleting {
             objects.remove(&slot);
             EventKind::Deleted
         } else {
-            objects.insert(slot, new.clone());
+            let stored = Stored {
+                json: json.clone(),
+                view: view.clone(),
+            };
+            objects.insert(slot, stored);
             match old {
                 Some(_) => EventKind::Modified,
                 None => EventKind::Added,
@@ -651,11 +731,12 @@ impl Store {
             rv: self.rv,
             kind,
             resource: t.resource.clone(),
-            line: watch_line(kind.as_str(), &new),
-            view: view(&new),
+            line: line_of(kind.as_str(), &json),
+            view,
         });
         Written {
-            object: new,
+            object: Arc::new(new),
+            json,
             changed: true,
         }
     }
@@ -770,17 +851,6 @@ fn ns_of(t: &Target<'_>) -> String {
         true => t.namespace.unwrap_or_default().to_owned(),
         false => String::new(),
     }
-}
-
-fn ns_name(object: &Value) -> (String, String) {
-    let text = |p: &str| {
-        object
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    (text("/metadata/namespace"), text("/metadata/name"))
 }
 
 fn resource_version(object: &Value) -> Option<&str> {

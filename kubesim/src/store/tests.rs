@@ -264,7 +264,8 @@ fn lists_page_with_continue_tokens_and_filter_by_labels() {
         .store
         .list(&d, &all, Some(2), first.continue_.as_deref())
         .unwrap();
-    assert_eq!(second.items[0]["metadata"]["name"], "d2");
+    let item: Value = serde_json::from_slice(&second.items[0]).unwrap();
+    assert_eq!(item["metadata"]["name"], "d2");
     let third = f
         .store
         .list(&d, &all, Some(2), second.continue_.as_deref())
