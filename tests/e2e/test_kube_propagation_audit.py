@@ -420,12 +420,16 @@ def calm_configmap(k, value="1"):
 
 
 def test_a_new_leader_learns_what_is_applied_and_writes_nothing_when_nothing_changed(audited):
-    """A applies 80 copies; A dies and B takes the lease with nothing changed. Each copy
-    carries the print of the body applied (meridian.io/applied), so B learns from the members
-    that every copy is right: the audit logs show no write by B into m1 or m2. Then one
-    template is edited: B writes that copy in both members, and nothing else."""
+    """A applies 80 copies, and the MCS write-back of a service m1 and m2 export (derived
+    Services, ServiceImports, EndpointSlices, export conditions); A dies and B takes the lease
+    with nothing changed. Each copy and write-back object carries the print of the body
+    applied (meridian.io/applied), and the exports their conditions, so B learns from the
+    members that everything is right: the audit logs show no write by B into m1 or m2. Then
+    one template is edited: B writes that copy in both members, and nothing else."""
     fleet, hub = audited, audited.hub
     started_at = wall(time.time())  # the audit logs hold the module's earlier tests too
+    fleet.publish("m1", "calm", ["10.1.0.7"])
+    fleet.publish("m2", "calm", ["10.2.0.7"])
     a = fleet.start_meridian(A)
     wait_for(lambda: fleet.lease_holder() == A and leader_metric(a) == 1, timeout=TIMEOUT, what="A leads", log=a)
     for k in range(CALM):
@@ -437,9 +441,20 @@ def test_a_new_leader_learns_what_is_applied_and_writes_nothing_when_nothing_cha
     def copies(c):
         return fleet.cluster(c).list(CORE, "ConfigMap", NAMESPACE, label_selector=MANAGED)
 
+    def written_back(c):
+        c = fleet.cluster(c)
+        imported = c.get(API_VERSIONS["ServiceImport"], "ServiceImport", "calm", NAMESPACE) or {}
+        slices = c.list(API_VERSIONS["EndpointSlice"], "EndpointSlice", NAMESPACE, label_selector=MANAGED)
+        export = c.get(API_VERSIONS["ServiceExport"], "ServiceExport", "calm", NAMESPACE) or {}
+        valid = [x for x in (export.get("status") or {}).get("conditions", []) if x["type"] == "Valid"]
+        return (imported.get("spec", {}).get("ips") and slices
+                and [x["status"] for x in valid] == ["True"])
+
     for c in NAMES:
         wait_for(lambda c=c: len(copies(c)) == CALM or None, timeout=TIMEOUT, interval=0.5,
                  what=f"A's {CALM} copies in {c}", log=a)
+        wait_for(lambda c=c: written_back(c), timeout=TIMEOUT, interval=0.5,
+                 what=f"A's write-back of calm in {c}", log=a)
     b = fleet.start_meridian(B)
     wait_for(lambda: debug_kubernetes(b)["identity"] == B, timeout=TIMEOUT, what="B runs", log=b)
     a.proc.kill()
