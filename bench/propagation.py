@@ -198,11 +198,17 @@ def counter(before: dict, after: dict, name: str) -> int:
     return int(after.get(name, 0) - before.get(name, 0))
 
 
-def mean_ms(before: dict, after: dict, histogram: str) -> float | None:
-    """The mean of a histogram's observations between two metrics() readings, in ms."""
+def mean(before: dict, after: dict, histogram: str) -> float | None:
+    """The mean of a histogram's observations between two metrics() readings."""
     n = after.get(f"{histogram}_count", 0) - before.get(f"{histogram}_count", 0)
     total = after.get(f"{histogram}_sum", 0) - before.get(f"{histogram}_sum", 0)
-    return round(1000 * total / n, 2) if n else None
+    return total / n if n else None
+
+
+def mean_ms(before: dict, after: dict, histogram: str) -> float | None:
+    """The mean of a histogram's observations between two metrics() readings, in ms."""
+    m = mean(before, after, histogram)
+    return round(1000 * m, 2) if m is not None else None
 
 
 IDLE_S = 12
@@ -378,6 +384,9 @@ def initial_propagation(fleet: KubeFleet, m, templates: int, threads: int, timeo
         "plan_ms_per_pass": {"initial": mean_ms(before, after, "meridian_propagation_plan_seconds"),
                              f"settled_{IDLE_S}s": mean_ms(after, idle, "meridian_propagation_plan_seconds"),
                              "settled_passes": counter(after, idle, "meridian_propagation_plan_seconds_count")},
+        # Templates each pass looked at (the others were left as they were).
+        "looked_per_pass": {"initial": mean(before, after, "meridian_propagation_looked_templates"),
+                            "settled": mean(after, idle, "meridian_propagation_looked_templates")},
         "progress": progress[::max(1, len(progress) // 60)],
     }
 

@@ -100,6 +100,10 @@ if i:
     print(f"  one pass's deciding over {i['templates']} templates x 3 members (meridian_propagation_plan_seconds, "
           f"mean): {p.get('initial')} ms during the initial phase, {settled} ms settled "
           f"({p.get('settled_passes')} passes)")
+    lk = i.get("looked_per_pass") or {}
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"
+    print(f"  templates a pass looked at (meridian_propagation_looked_templates, mean): "
+          f"{fmt(lk.get('initial'))} during the initial phase, {fmt(lk.get('settled'))} settled")
 lp = r["meridian_log"]
 print(f"meridian log: {lp['counts']['ERROR']} ERROR, {lp['counts']['WARN']} WARN lines; "
       f"still running: {r['meridian_running']}")

@@ -25,9 +25,11 @@ pub struct PropagationMetrics {
     pub evictions: Counter,
     /// From a template generation first seen to every copy of it applied and ready.
     pub converge_seconds: Histogram,
-    /// One pass's deciding (rollout steps, renders, retain and drift of every copy in every
-    /// member), before any request: what grows with templates × members.
+    /// One pass's deciding before any request: finding the templates whose inputs changed,
+    /// and their rollout steps, renders, retain and drift checks.
     pub plan_seconds: Histogram,
+    /// The templates one pass looked at (those whose inputs changed, and those unsettled).
+    pub looked_templates: Histogram,
 }
 
 impl Default for PropagationMetrics {
@@ -39,6 +41,7 @@ impl Default for PropagationMetrics {
             evictions: Counter::default(),
             converge_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
             plan_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            looked_templates: Histogram::new(exponential_buckets(1.0, 4.0, 10)),
         }
     }
 }
@@ -73,8 +76,13 @@ impl PropagationMetrics {
         );
         registry.register(
             "plan_seconds",
-            "One propagation pass's deciding over every template and member, before its requests",
+            "One propagation pass's deciding (what changed, then its rollout steps and renders), before its requests",
             m.plan_seconds.clone(),
+        );
+        registry.register(
+            "looked_templates",
+            "The templates one propagation pass looked at: those whose inputs changed, and those not yet settled",
+            m.looked_templates.clone(),
         );
         m
     }

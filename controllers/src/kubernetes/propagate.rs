@@ -641,6 +641,9 @@ pub async fn run(
         }
         let now = Instant::now();
         let keys = looked_at(&snapshot, &mut members, &mut dirty, hub_term);
+        // What a pass costs of its own: finding what to look at, and planning it (not the
+        // discovery of a kind newly placed, below).
+        let looking = now.elapsed();
         for (id, kinds) in kinds_to_watch(&snapshot, &members, &keys) {
             if let Some(m) = members.get_mut(&id)
                 && reachable(&snapshot, &id)
@@ -694,7 +697,9 @@ pub async fn run(
         }
         metrics
             .plan_seconds
-            .observe(planning.elapsed().as_secs_f64());
+            .observe((looking + planning.elapsed()).as_secs_f64());
+        metrics.looked_templates.observe(steps.len() as f64);
+        debug!(looked = steps.len(), "propagation pass");
         let written: HashSet<TemplateKey> =
             jobs.values().flatten().map(|j| j.key().clone()).collect();
         if let Some(hub) = &hub {
