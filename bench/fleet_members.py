@@ -122,6 +122,9 @@ class WriteTail:
         self.stop = False
         threading.Thread(target=self.run, daemon=True).start()
 
+    def __repr__(self) -> str:
+        return f"WriteTail({self.control})"
+
     def run(self) -> None:
         while not self.stop:
             try:
@@ -159,6 +162,47 @@ class WriteTail:
                     return max(got.values())
             time.sleep(0.01)
         return None
+
+
+class Tails:
+    """One WriteTail per kubesim process, read as one."""
+
+    def __init__(self, controls: list[str]):
+        self.tails = [WriteTail(c) for c in controls]
+
+    @property
+    def first(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for t in self.tails:
+            with t.lock:
+                for name, members in t.first.items():
+                    out.setdefault(name, {}).update(members)
+        return out
+
+    @property
+    def errors(self) -> list[dict]:
+        return [e for t in self.tails for e in t.errors]
+
+    def copies(self) -> tuple[int, float | None]:
+        got = [t.copies() for t in self.tails]
+        last = [l for _, l in got if l is not None]
+        return sum(n for n, _ in got), (max(last) if last else None)
+
+    def wait_rev(self, name: str, rev: str, members: int, timeout: float) -> float | None:
+        end = time.time() + timeout
+        while time.time() < end:
+            got: dict[str, float] = {}
+            for t in self.tails:
+                with t.lock:
+                    got.update(t.revs.get((name, rev), {}))
+            if len(got) >= members:
+                return max(got.values())
+            time.sleep(0.01)
+        return None
+
+    def stop(self) -> None:
+        for t in self.tails:
+            t.stop = True
 
 
 def deployment(name: str, labels: dict, rev: str) -> dict:
@@ -231,11 +275,39 @@ class Meridian:
         return out
 
 
-def stats(control: str) -> dict:
-    return http("GET", f"{control}/stats?detail=false")["totals"]
+def stats(controls: list[str]) -> dict:
+    """The totals of every kubesim process, summed."""
+    out = {"byVerb": {}, "byVerbResource": {}, "requests": 0, "writes": 0, "watches": 0}
+    for c in controls:
+        t = http("GET", f"{c}/stats?detail=false")["totals"]
+        for k in ("requests", "writes", "watches"):
+            out[k] += t[k]
+        for verb, n in t["byVerb"].items():
+            out["byVerb"][verb] = out["byVerb"].get(verb, 0) + n
+        for verb, per in t["byVerbResource"].items():
+            into = out["byVerbResource"].setdefault(verb, {})
+            for r, n in per.items():
+                into[r] = into.get(r, 0) + n
+    return out
 
 
-def quiet_after(control: str, t0: float, verbs: tuple[str, ...], quiet_s: float, timeout: float) -> dict:
+def post_all(controls: list[str], path: str) -> None:
+    for c in controls:
+        http("POST", f"{c}{path}")
+
+
+def procs_figures(pids: list[int]) -> dict:
+    """Summed over the kubesim processes (fds: also the largest one, which meets the limit)."""
+    figs = [proc_figures(p) for p in pids]
+    figs = [f for f in figs if f]
+    if not figs:
+        return {}
+    return {"rss_mib": round(sum(f["rss_mib"] for f in figs), 1), "fds": sum(f["fds"] for f in figs),
+            "max_fds_one_process": max(f["fds"] for f in figs), "processes": len(figs),
+            "cpu_s": round(sum(f["cpu_s"] for f in figs), 1)}
+
+
+def quiet_after(control: list[str], t0: float, verbs: tuple[str, ...], quiet_s: float, timeout: float) -> dict:
     """Polls /stats until none of `verbs` grew for quiet_s seconds: the time of the last growth."""
     last = None
     last_change = t0
@@ -269,7 +341,10 @@ def main() -> None:
     ap.add_argument("--settle-s", type=float, default=30)
     ap.add_argument("--quiet-s", type=float, default=10)
     ap.add_argument("--initial-timeout", type=float, default=1800)
+    ap.add_argument("--per-process", type=int, default=500)
     a = ap.parse_args()
+    # Stopped by bench/fleet_members.sh's cleanup: stop meridian and kubesim too (finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(a.work)
     started = time.time()
     wide = min(a.wide, a.members)
@@ -278,22 +353,33 @@ def main() -> None:
     result: dict = {"members": a.members, "templates": a.templates, "duplicated": a.duplicated,
                     "wide": wide, "groups": groups, "narrow_policies": narrow_policies}
 
-    # The simulated members.
-    control_port = free_port()
-    control = f"http://127.0.0.1:{control_port}"
+    # The simulated members: PER_PROCESS members a kubesim process (each process has its own
+    # descriptor limit, and a member costs one descriptor per open connection).
+    procs = max(1, -(-a.members // a.per_process))
+    sims, controls = [], []
     sim_log = open(work / "kubesim.log", "ab")
-    sim = subprocess.Popen([a.kubesim, "--members", str(a.members), "--dir", str(work / "sim"),
-                            "--control-port", str(control_port), "--nodes-per-member", "3"],
-                           stdout=sim_log, stderr=subprocess.STDOUT)
     t = time.time()
-    while not (work / "sim" / "members.json").exists():
-        if sim.poll() is not None or time.time() - t > 120:
-            raise SystemExit(f"kubesim did not start: see {work}/kubesim.log")
-        time.sleep(0.1)
-    time.sleep(0.2)
-    members = json.loads((work / "sim" / "members.json").read_text())
+    for k in range(procs):
+        first = k * a.per_process + 1
+        count = min(a.per_process, a.members - k * a.per_process)
+        port = free_port()
+        controls.append(f"http://127.0.0.1:{port}")
+        sims.append(subprocess.Popen(
+            [a.kubesim, "--members", str(count), "--first-index", str(first), "--dir", str(work / f"sim{k}"),
+             "--control-port", str(port), "--nodes-per-member", "3"],
+            stdout=sim_log, stderr=subprocess.STDOUT))
+    members = []
+    for k, sim in enumerate(sims):
+        while not (work / f"sim{k}" / "members.json").exists():
+            if sim.poll() is not None or time.time() - t > 120:
+                raise SystemExit(f"kubesim did not start: see {work}/kubesim.log")
+            time.sleep(0.1)
+        time.sleep(0.2)
+        members += json.loads((work / f"sim{k}" / "members.json").read_text())
+    sim_pids = [s.pid for s in sims]
+    result["kubesim_processes"] = procs
     result["kubesim_start_s"] = round(time.time() - t, 2)
-    result["kubesim_idle"] = proc_figures(sim.pid)
+    result["kubesim_idle"] = procs_figures(sim_pids)
     log(f"kubesim: {len(members)} members in {result['kubesim_start_s']} s, {result['kubesim_idle']}")
 
     # The directory hub.
@@ -342,7 +428,7 @@ def main() -> None:
     result["copies_expected"] = expected
     log(f"hub: {a.members} MemberClusters, {len(policies)} policies, {a.templates} templates, {expected} copies to place")
 
-    tail = WriteTail(control)
+    tail = Tails(controls)
     ports = [free_port() for _ in range(3)]
     mer = Meridian(a.meridian, work, *ports)
     t0 = mer.start()
@@ -356,9 +442,9 @@ def main() -> None:
             if mer.proc.poll() is not None:
                 raise SystemExit(f"meridian exited ({mer.proc.returncode}): see {work}/meridian.log")
             if n != last_count:
-                last_count, last_progress = n, time.time()
-                if n and n % 10000 < 500:
+                if n // 10000 != max(last_count, 0) // 10000:
                     log(f"initial: {n}/{expected} copies after {time.time() - t0:.0f} s")
+                last_count, last_progress = n, time.time()
             if time.time() - t0 > a.initial_timeout or time.time() - last_progress > 300:
                 break
             time.sleep(0.25)
@@ -370,7 +456,7 @@ def main() -> None:
             "first_copy_s": round(first_t - t0, 2) if first_t else None,
             "objects_per_s": round(n / secs, 1) if secs else None,
             "objects_per_s_from_first_copy": round(n / (last_t - first_t), 1) if first_t and last_t > first_t else None,
-            "meridian": proc_figures(mer.proc.pid), "kubesim": proc_figures(sim.pid),
+            "meridian": proc_figures(mer.proc.pid), "kubesim": procs_figures(sim_pids),
         }
         log(f"initial: {result['initial']}")
         time.sleep(5)
@@ -412,9 +498,9 @@ def main() -> None:
         # 4. Settled.
         time.sleep(a.quiet_s)
         plan0 = mer.metric("meridian_propagation_plan_seconds")
-        http("POST", f"{control}/stats/reset")
+        post_all(controls, "/stats/reset")
         time.sleep(a.settle_s)
-        s = stats(control)
+        s = stats(controls)
         plan1 = mer.metric("meridian_propagation_plan_seconds")
         passes = plan1.get("count", 0) - plan0.get("count", 0)
         result["settled"] = {
@@ -426,15 +512,15 @@ def main() -> None:
             "plan_passes": passes,
             "plan_ms_mean": round((plan1.get("sum", 0) - plan0.get("sum", 0)) / passes * 1000, 3) if passes else None,
             "plan_ms_mean_whole_run": round(plan1["sum"] / plan1["count"] * 1000, 3) if plan1.get("count") else None,
-            "meridian": proc_figures(mer.proc.pid), "kubesim": proc_figures(sim.pid),
+            "meridian": proc_figures(mer.proc.pid), "kubesim": procs_figures(sim_pids),
         }
         log(f"settled: {result['settled']}")
 
         # 5. Full resync.
-        http("POST", f"{control}/stats/reset")
+        post_all(controls, "/stats/reset")
         t = time.time()
-        http("POST", f"{control}/expire-all")
-        q = quiet_after(control, t, ("list",), a.quiet_s, 300)
+        post_all(controls, "/expire-all")
+        q = quiet_after(controls, t, ("list",), a.quiet_s, 300)
         result["full_resync"] = {"seconds_to_last_list": q["seconds"], "settled": q["settled"],
                                  "by_verb_resource": q["totals"]["byVerbResource"],
                                  "writes": q["totals"]["writes"], "lists": q["totals"]["byVerb"].get("list", 0),
@@ -443,22 +529,24 @@ def main() -> None:
 
         # 6. Restart.
         mer.stop()
-        http("POST", f"{control}/stats/reset")
+        post_all(controls, "/stats/reset")
         t = mer.start()
-        q = quiet_after(control, t, ("list", "create", "update", "patch", "apply", "delete"), a.quiet_s, 600)
+        q = quiet_after(controls, t, ("list", "create", "update", "patch", "apply", "delete"), a.quiet_s, 600)
         result["restart"] = {"seconds_to_last_list_or_write": q["seconds"], "settled": q["settled"],
                              "writes": q["totals"]["writes"], "lists": q["totals"]["byVerb"].get("list", 0),
                              "by_verb": q["totals"]["byVerb"], "by_verb_resource": q["totals"]["byVerbResource"],
-                             "meridian": proc_figures(mer.proc.pid), "kubesim": proc_figures(sim.pid)}
+                             "meridian": proc_figures(mer.proc.pid), "kubesim": procs_figures(sim_pids)}
         log(f"restart: {result['restart']}")
     finally:
-        tail.stop = True
+        tail.stop()
         mer.stop()
-        sim.send_signal(signal.SIGTERM)
-        try:
-            sim.wait(10)
-        except subprocess.TimeoutExpired:
-            sim.kill()
+        for sim in sims:
+            sim.send_signal(signal.SIGTERM)
+        for sim in sims:
+            try:
+                sim.wait(10)
+            except subprocess.TimeoutExpired:
+                sim.kill()
     result["write_errors"] = tail.errors[:10]
     text = (work / "meridian.log").read_text(errors="replace").splitlines()
     counts = {"ERROR": 0, "WARN": 0}

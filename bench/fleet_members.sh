@@ -46,6 +46,7 @@ NEW_SAMPLES=${NEW_SAMPLES:-20}
 EDIT_SAMPLES=${EDIT_SAMPLES:-50}
 SETTLE_S=${SETTLE_S:-30}
 QUIET_S=${QUIET_S:-10}
+PER_PROCESS=${PER_PROCESS:-500}  # members a kubesim process (each has its own fd limit)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 
 source "$ROOT/bench/lib.sh"
@@ -72,7 +73,7 @@ log "work directory $WORK (KEEP=1 keeps it)"
 python3 bench/fleet_members.py "$WORK" --meridian "$MERIDIAN" --kubesim "$KUBESIM" \
     --members "$MEMBERS" --templates "$TEMPLATES" --duplicated "$DUPLICATED" --wide "$WIDE" \
     --narrow-policies "$NARROW_POLICIES" --new-samples "$NEW_SAMPLES" --edit-samples "$EDIT_SAMPLES" \
-    --settle-s "$SETTLE_S" --quiet-s "$QUIET_S" >"$WORK/result.json" &
+    --settle-s "$SETTLE_S" --quiet-s "$QUIET_S" --per-process "$PER_PROCESS" >"$WORK/result.json" &
 PIDS+=($!)
 wait "${PIDS[-1]}" || die "bench/fleet_members.py failed (KEEP=1 keeps $WORK with the logs)"
 
@@ -81,12 +82,13 @@ python3 - "$WORK/result.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 def mem(p):
-    return f"{p.get('rss_mib', '?')} MiB RSS, {p.get('fds', '?')} fds, {p.get('cpu_s', '?')} s CPU so far" if p else "?"
+    most = f" (at most {p['max_fds_one_process']} in one process)" if "max_fds_one_process" in p else ""
+    return f"{p.get('rss_mib', '?')} MiB RSS, {p.get('fds', '?')} fds{most}, {p.get('cpu_s', '?')} s CPU so far" if p else "?"
 narrow = (f"{r['templates'] - r['duplicated']} onto 3 members each ({r['narrow_policies']} policies)"
           if r["narrow_policies"] and r["templates"] > r["duplicated"] else f"{r['templates'] - r['duplicated']} unselected")
 print(f"fleet: {r['members']} members in {r['groups']} groups of {r['wide']}; {r['duplicated']} templates × {r['wide']} members, "
       f"{narrow}; {r['copies_expected']} copies")
-print(f"kubesim idle: {mem(r['kubesim_idle'])} (started in {r['kubesim_start_s']} s)")
+print(f"kubesim idle ({r['kubesim_processes']} processes): {mem(r['kubesim_idle'])} (started in {r['kubesim_start_s']} s)")
 i = r.get("initial", {})
 if i:
     rate = i.get("objects_per_s")
@@ -138,4 +140,4 @@ for line in lp["first"][:8]:
     print(f"  {line}")
 print(f"total {r['seconds']} s")
 PY
-echo "command: MEMBERS=$MEMBERS TEMPLATES=$TEMPLATES DUPLICATED=$DUPLICATED WIDE=$WIDE NARROW_POLICIES=$NARROW_POLICIES NEW_SAMPLES=$NEW_SAMPLES EDIT_SAMPLES=$EDIT_SAMPLES SETTLE_S=$SETTLE_S QUIET_S=$QUIET_S MERIDIAN=$MERIDIAN bench/fleet_members.sh"
+echo "command: PER_PROCESS=$PER_PROCESS MEMBERS=$MEMBERS TEMPLATES=$TEMPLATES DUPLICATED=$DUPLICATED WIDE=$WIDE NARROW_POLICIES=$NARROW_POLICIES NEW_SAMPLES=$NEW_SAMPLES EDIT_SAMPLES=$EDIT_SAMPLES SETTLE_S=$SETTLE_S QUIET_S=$QUIET_S MERIDIAN=$MERIDIAN bench/fleet_members.sh"

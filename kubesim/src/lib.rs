@@ -76,8 +76,15 @@ pub struct Options {
 
 /// `count` members named `{prefix}0001`… (the width grows with the count).
 pub fn numbered(prefix: &str, count: usize) -> Vec<MemberSpec> {
-    let width = count.to_string().len().max(4);
-    (1..=count)
+    numbered_from(prefix, 1, count)
+}
+
+/// `count` members numbered from `first`: several kubesim processes share a fleet's names
+/// (each process is bound by its own descriptor limit: a member costs one per connection).
+pub fn numbered_from(prefix: &str, first: usize, count: usize) -> Vec<MemberSpec> {
+    let last = first + count.max(1) - 1;
+    let width = last.to_string().len().max(4);
+    (first..first + count)
         .map(|i| MemberSpec {
             name: format!("{prefix}{i:0width$}"),
             ..MemberSpec::default()

@@ -21,6 +21,9 @@ struct Args {
     members_file: Option<PathBuf>,
     #[arg(long, env = "KUBESIM_NAME_PREFIX", default_value = "m")]
     name_prefix: String,
+    /// The number of the first member (several processes can share one fleet's names).
+    #[arg(long, env = "KUBESIM_FIRST_INDEX", default_value_t = 1)]
+    first_index: usize,
     /// Where kubeconfigs/<name>.kubeconfig and members.json are written.
     #[arg(long, env = "KUBESIM_DIR")]
     dir: Option<PathBuf>,
@@ -79,7 +82,7 @@ async fn main() -> Result<()> {
                 )
             })?
         }
-        None => meridian_kubesim::numbered(&args.name_prefix, args.members),
+        None => meridian_kubesim::numbered_from(&args.name_prefix, args.first_index, args.members),
     };
     let count = members.len();
     let options = Options {

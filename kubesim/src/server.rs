@@ -64,7 +64,10 @@ pub async fn serve(fleet: Arc<Fleet>, member: Arc<Member>, listener: TcpListener
                         tokio::spawn(connection(fleet.clone(), member.clone(), stream));
                     }
                     Err(e) => {
-                        debug!(member = %member.name, error = %e, "accept failed");
+                        // Out of descriptors, most likely: counted (stats verb "accept-error")
+                        // and said at most once a second for the whole process.
+                        member.count("accept-error", "");
+                        warn_accept(&member.name, &e);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 }
@@ -75,6 +78,15 @@ pub async fn serve(fleet: Arc<Fleet>, member: Arc<Member>, listener: TcpListener
                 drop(l);
             }
         }
+    }
+}
+
+/// A failed accept, said at most once a second by the whole process.
+fn warn_accept(member: &str, e: &std::io::Error) {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = crate::fleet::unix_ns() / 1_000_000_000;
+    if LAST.swap(now, Ordering::Relaxed) != now {
+        warn!(member, error = %e, "cannot accept a connection (counted as accept-error)");
     }
 }
 
