@@ -2,11 +2,13 @@
 //! decodes them into the same [`MemberEvent`]s a push-mode member's watches give, so the
 //! same `MemberState` buffers relists and converts objects for both.
 
+use kube::Resource;
 use kube::runtime::watcher::Event;
 use meridian_controllers::kubernetes::state::MemberEvent;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::fanout::Item;
 use crate::proto::{Phase, WatchEvent};
 
 /// Why an event from an agent cannot be read (the stream is refused with it).
@@ -32,6 +34,11 @@ pub enum DecodeError {
 
 /// The wire form of `event`.
 pub fn encode(event: &MemberEvent) -> Result<WatchEvent, DecodeError> {
+    Ok(item(event)?.wire())
+}
+
+/// `event` as the agent keeps and sends it: encoded once, with the key it is kept by.
+pub fn item(event: &MemberEvent) -> Result<Item, DecodeError> {
     let resource = event.resource();
     let (phase, object) = match event {
         MemberEvent::Service(e) => parts(e),
@@ -43,15 +50,37 @@ pub fn encode(event: &MemberEvent) -> Result<WatchEvent, DecodeError> {
         MemberEvent::Pod(e) => parts(e),
         MemberEvent::Quota(e) => parts(e),
     };
-    let object_json = match object {
-        Some(json) => json.map_err(|source| DecodeError::Encode { resource, source })?,
-        None => Vec::new(),
+    let (key, object) = match object {
+        Some((key, json)) => (
+            key,
+            json.map_err(|source| DecodeError::Encode { resource, source })?,
+        ),
+        None => (String::new(), Vec::new()),
     };
-    Ok(WatchEvent {
-        resource: resource.to_string(),
-        phase: phase as i32,
-        object_json,
+    Ok(Item {
+        resource,
+        phase,
+        key,
+        object: object.into(),
     })
+}
+
+/// `event` without its object's `managedFields`: the hub reads none of them, and they are
+/// often the larger half of an object's bytes (the agent keeps every object it sends).
+pub fn without_managed_fields(event: MemberEvent) -> MemberEvent {
+    fn strip<K: Resource>(event: Event<K>) -> Event<K> {
+        event.modify(|k| k.meta_mut().managed_fields = None)
+    }
+    match event {
+        MemberEvent::Service(e) => MemberEvent::Service(strip(e)),
+        MemberEvent::Slice(e) => MemberEvent::Slice(strip(e)),
+        MemberEvent::Export(e) => MemberEvent::Export(strip(e)),
+        MemberEvent::Import(e) => MemberEvent::Import(strip(e)),
+        MemberEvent::Node(e) => MemberEvent::Node(strip(e)),
+        MemberEvent::Namespace(e) => MemberEvent::Namespace(strip(e)),
+        MemberEvent::Pod(e) => MemberEvent::Pod(strip(e)),
+        MemberEvent::Quota(e) => MemberEvent::Quota(strip(e)),
+    }
 }
 
 /// The event `wire` carries.
@@ -71,10 +100,19 @@ pub fn decode(wire: &WatchEvent) -> Result<MemberEvent, DecodeError> {
     Ok(event)
 }
 
-type Encoded = Option<Result<Vec<u8>, serde_json::Error>>;
+/// An object's key (`namespace/name`, or `name`) and its JSON.
+type Encoded = Option<(String, Result<Vec<u8>, serde_json::Error>)>;
 
-fn parts<K: Serialize>(event: &Event<K>) -> (Phase, Encoded) {
-    let json = |k: &K| Some(serde_json::to_vec(k));
+fn parts<K: Serialize + Resource>(event: &Event<K>) -> (Phase, Encoded) {
+    let json = |k: &K| {
+        let meta = k.meta();
+        let name = meta.name.as_deref().unwrap_or_default();
+        let key = match meta.namespace.as_deref() {
+            Some(namespace) => format!("{namespace}/{name}"),
+            None => name.to_string(),
+        };
+        Some((key, serde_json::to_vec(k)))
+    };
     match event {
         Event::Apply(k) => (Phase::Apply, json(k)),
         Event::Delete(k) => (Phase::Delete, json(k)),

@@ -19,13 +19,15 @@
 //! The parts: the agent CA ([`ca`]), joining ([`join`]), a member's watch events on the
 //! wire ([`events`]) and the member's API carried for the hub ([`api`]), the protocol ([`proto`]),
 //! the hub's state ([`store`]: the CA and the tokens), the hub's side of a stream ([`stream`])
-//! and its listener ([`hub`]), the member's side ([`member`], `meridian agent`) and both
-//! sides' metrics ([`metrics`]). What the hub does with what agents send is
+//! and its listener ([`hub`]), the member's side ([`member`], `meridian agent`: one set of
+//! watches of the member ([`watch_set`]) fanned out to a stream per hub replica
+//! ([`fanout`])) and both sides' metrics ([`metrics`]). What the hub does with what agents send is
 //! `meridian_controllers::agents`: the same MemberState and store events as push members.
 
 pub mod api;
 pub mod ca;
 pub mod events;
+pub mod fanout;
 pub mod hub;
 pub mod join;
 pub mod member;
@@ -36,6 +38,9 @@ pub mod store;
 pub mod stream;
 #[cfg(test)]
 mod test_hub;
+#[cfg(test)]
+mod test_member;
+pub mod watch_set;
 
 pub use ca::{AgentCa, CaError, Issued, key_and_request};
 pub use hub::{HubError, HubSettings, PreparedHub, prepare};

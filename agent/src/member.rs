@@ -1,7 +1,9 @@
 //! `meridian agent`: the member's side. It joins once (a bootstrap token for its key's
 //! certificate), keeps its key and certificate (`state`: a directory or a Secret in its
-//! member), and then holds one stream to the hub: its member's watch events (a full relist on
-//! every new stream) and a heartbeat every `heartbeatSeconds` the hub asks for. Down the same
+//! member), and then holds a stream to every replica of the hub: its member's watch events and
+//! a heartbeat every `heartbeatSeconds` the hub asks for. The member is watched once however
+//! many streams there are (`watch_set.rs`): each new stream is given the state the watches
+//! keep (as a relist), then their events as they come. Down each
 //! stream come the hub's requests for the member's API — the MCS write-back, placed
 //! workloads, tenant namespaces, the gateway's requests —, which it sends with its own
 //! credentials and answers back (`api.rs`): the member's RBAC for the agent decides. It
@@ -11,8 +13,10 @@
 //!
 //! ```text
 //!  state: key.pem cert.pem ca.pem   (none: Join with --bootstrap-token-file)
-//!  loop: Connect (mTLS) ── watch_all(member) ─ encode ─► up    heartbeats (/readyz) ─► up
-//!                       ◄─ ApiRequest ─► api::carry (the member's client) ─► ApiResponse ─► up
+//!  WatchSet::run: watch_all(member), once ─► store + a bounded queue per stream
+//!  per replica: Connect (mTLS) ── Subscription: state, then events ─► up
+//!                                 heartbeats (/readyz) ─► up
+//!              ◄─ ApiRequest ─► api::carry (the member's client) ─► ApiResponse ─► up
 //!  renew_at ─► Renew ─► state (whether or not a stream is up)
 //! ```
 
@@ -33,12 +37,12 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::ca::key_and_request;
-use crate::events::encode;
 use crate::join::{Asking, JoinError, Joined, join, unix};
 use crate::metrics::AgentSide;
 use crate::proto::{self, AgentMessage, Heartbeat, RenewRequest, agent_message::Body};
 use crate::state::{AgentState, CA, CERT, KEY, Kept};
 use crate::store::StoreError;
+use crate::watch_set::{Subscription, WatchSet};
 
 /// The longest wait between two attempts to reach the hub.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -50,7 +54,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// failed resolution.
 const RESOLVE: Duration = Duration::from_secs(30);
 const RESOLVE_RETRY: Duration = Duration::from_secs(5);
-/// Messages waiting to go up; a slow hub slows the watches down instead of growing this.
+/// Messages waiting to go up one stream. A slow replica fills it and then falls behind the
+/// shared watches (`watch_set.rs`: it is sent the whole state again), holding up no other.
 const UP_QUEUE: usize = 1024;
 
 /// What `meridian agent` is told.
@@ -128,14 +133,18 @@ pub async fn run(
         v.certificate_expires_unix = unix(credentials.not_after);
     });
     let agent = Agent {
+        watches: WatchSet::new(side.clone()),
         settings,
         member,
         credentials: Mutex::new(credentials),
         side,
     };
     // Renewal goes on whether or not a stream is up: a certificate must not lapse while the
-    // hub is away (the token that made it is spent).
+    // hub is away (the token that made it is spent). So do the watches: a stream that opens
+    // is given their state at once.
+    let timeout = agent.settings.watch_timeout;
     tokio::select! {
+        () = agent.watches.run(|| watch_all(&agent.member, timeout)) => {}
         () = agent.stay_connected() => {}
         () = agent.renew_when_due() => {}
     }
@@ -146,6 +155,8 @@ pub async fn run(
 struct Agent {
     settings: AgentSettings,
     member: kube::Client,
+    /// The member's one set of watches, shared by the streams to every replica.
+    watches: WatchSet,
     credentials: Mutex<Credentials>,
     side: AgentSide,
 }
@@ -251,75 +262,71 @@ impl Agent {
             v.since_unix = unix(SystemTime::now());
             v.heartbeat_seconds = heartbeat.as_secs();
         });
-        let watch_failure = WatchFailure::default();
+        // The first heartbeat goes before the member's state: the hub holds it until the state
+        // is in, then counts the member healthy with its objects in one step (the state is
+        // kept, so it would otherwise often come first, and the member would serve its objects
+        // a heartbeat before it counts healthy).
+        if !self.send_heartbeat(&up, heartbeat).await {
+            return Err("the stream to the hub closed".into());
+        }
+        let subscription = self.watches.subscribe();
         let listening = self.carry_requests(&mut down, &up);
         tokio::select! {
             end = listening => end,
-            () = self.send_watches(&up, &watch_failure) => Err("the member's watches ended".into()),
-            () = self.send_heartbeats(&up, heartbeat, &watch_failure) => {
+            () = self.send_watches(&up, subscription) => Err("the stream to the hub closed".into()),
+            () = self.send_heartbeats(&up, heartbeat) => {
                 Err("the stream to the hub closed".into())
             }
         }
     }
 
-    /// The member's watch events, encoded and sent up; a failing watch is remembered for the
-    /// heartbeats. Ends when the stream is gone.
-    async fn send_watches(&self, up: &mpsc::Sender<AgentMessage>, failure: &WatchFailure) {
-        let mut watches = watch_all(&self.member, self.settings.watch_timeout);
-        while let Some(item) = watches.next().await {
-            let event = match item {
-                Ok(event) => event,
-                Err(e) => {
-                    tracing::debug!(resource = e.kind, error = %e, "watch failed");
-                    failure.failed(e.kind, e.message);
-                    continue;
+    /// The member's state, then its watch events as they come, sent up (the state again
+    /// whenever this stream fell behind). Ends when the stream is gone.
+    async fn send_watches(&self, up: &mpsc::Sender<AgentMessage>, mut events: Subscription<'_>) {
+        loop {
+            for item in events.next().await.events {
+                let message = AgentMessage {
+                    cluster: self.settings.cluster.to_string(),
+                    body: Some(Body::Event(item.wire())),
+                };
+                if up.send(message).await.is_err() {
+                    return;
                 }
-            };
-            failure.fine(event.resource());
-            let wire = match encode(&event) {
-                Ok(wire) => wire,
-                Err(e) => {
-                    tracing::warn!(error = %reason_of(&e), "an event cannot be sent");
-                    continue;
-                }
-            };
-            let message = AgentMessage {
-                cluster: self.settings.cluster.to_string(),
-                body: Some(Body::Event(wire)),
-            };
-            if up.send(message).await.is_err() {
-                return;
+                self.side.events_sent.inc();
             }
-            self.side.events_sent.inc();
         }
     }
 
     /// A heartbeat every `every`: whether the member's API is ready, and a failing watch.
-    async fn send_heartbeats(
-        &self,
-        up: &mpsc::Sender<AgentMessage>,
-        every: Duration,
-        watch_failure: &WatchFailure,
-    ) {
-        let mut tick = tokio::time::interval(every);
+    /// (The first one went before the member's state: `session`.)
+    async fn send_heartbeats(&self, up: &mpsc::Sender<AgentMessage>, every: Duration) {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let ready = readyz(&self.member, every).await;
-            let beat = Heartbeat {
-                member_ready: ready.is_ok(),
-                error: ready.err().map(|(reason, _)| reason).unwrap_or_default(),
-                watch_failure: watch_failure.reason(),
-            };
-            let message = AgentMessage {
-                cluster: self.settings.cluster.to_string(),
-                body: Some(Body::Heartbeat(beat)),
-            };
-            if up.send(message).await.is_err() {
+            if !self.send_heartbeat(up, every).await {
                 return;
             }
-            self.side.heartbeats_sent.inc();
         }
+    }
+
+    /// One heartbeat (`/readyz` answered within `timeout`); false when the stream is gone.
+    async fn send_heartbeat(&self, up: &mpsc::Sender<AgentMessage>, timeout: Duration) -> bool {
+        let ready = readyz(&self.member, timeout).await;
+        let beat = Heartbeat {
+            member_ready: ready.is_ok(),
+            error: ready.err().map(|(reason, _)| reason).unwrap_or_default(),
+            watch_failure: self.watches.failure(),
+        };
+        let message = AgentMessage {
+            cluster: self.settings.cluster.to_string(),
+            body: Some(Body::Heartbeat(beat)),
+        };
+        if up.send(message).await.is_err() {
+            return false;
+        }
+        self.side.heartbeats_sent.inc();
+        true
     }
 
     /// Carries the hub's requests for the member's API, each on its own task (a watch lasts
@@ -505,34 +512,6 @@ async fn asking(settings: &AgentSettings) -> Result<Asking, AgentError> {
     let asking = Asking::new(&settings.cluster).map_err(key_error)?;
     settings.state.write(&[(KEY, &asking.key_pem)]).await?;
     Ok(asking)
-}
-
-/// The watch of the member that fails now, for the heartbeats (as push members report it).
-#[derive(Default)]
-struct WatchFailure(Mutex<Option<(&'static str, String)>>);
-
-impl WatchFailure {
-    fn failed(&self, resource: &'static str, error: String) {
-        // Pods and quotas only refine capacity: their refusal degrades nothing.
-        if !matches!(resource, "pods" | "resourcequotas") {
-            *self.0.lock() = Some((resource, format!("watch {resource}: {error}")));
-        }
-    }
-
-    fn fine(&self, resource: &str) {
-        let mut failing = self.0.lock();
-        if failing.as_ref().is_some_and(|(r, _)| *r == resource) {
-            *failing = None;
-        }
-    }
-
-    fn reason(&self) -> String {
-        self.0
-            .lock()
-            .as_ref()
-            .map(|(_, r)| r.clone())
-            .unwrap_or_default()
-    }
 }
 
 /// The addresses `--hub` (`host:port`, or several, comma-separated) resolves to, each with

@@ -98,6 +98,11 @@ pub struct AgentSide {
     /// The hub's requests for the member's API the agent carried (refused ones included).
     pub api_requests: Counter,
     pub reconnects: Counter,
+    /// Streams sent the member's whole state again after falling `STREAM_QUEUE` events
+    /// behind (`watch_set.rs`).
+    pub resyncs: Counter,
+    /// Objects the agent keeps from its watches (what a new stream is given first).
+    pub watch_store_objects: Gauge,
     pub renewals: Family<ResultLabels, Counter>,
     /// The certificate's notAfter, seconds since the epoch.
     pub certificate_expiry: Gauge,
@@ -156,6 +161,16 @@ impl AgentSide {
             "reconnects",
             "Streams to the hub that ended or could not open (each followed by a jittered wait)",
             m.reconnects.clone(),
+        );
+        registry.register(
+            "resyncs",
+            "Streams to the hub sent the member's whole state again after falling behind the watches",
+            m.resyncs.clone(),
+        );
+        registry.register(
+            "watch_store_objects",
+            "Objects kept from the member's one set of watches, shared by every stream to the hub",
+            m.watch_store_objects.clone(),
         );
         registry.register(
             "renewals",

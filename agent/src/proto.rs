@@ -82,8 +82,9 @@ pub struct WatchEvent {
     pub resource: String,
     #[prost(enumeration = "Phase", tag = "2")]
     pub phase: i32,
-    #[prost(bytes = "vec", tag = "3")]
-    pub object_json: Vec<u8>,
+    /// `Bytes`: the agent sends the same object to every replica without copying it.
+    #[prost(bytes = "bytes", tag = "3")]
+    pub object_json: bytes::Bytes,
 }
 
 /// What an agent sends on its stream: always the cluster it speaks for (checked against its

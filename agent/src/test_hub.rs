@@ -120,9 +120,81 @@ pub(crate) async fn serve(store: Recorded) -> TestHub {
 
 /// `serve`, admitting `per_second` new streams a second, with `approval` of joins.
 pub(crate) async fn serve_with(store: Recorded, per_second: u32, approval: Approval) -> TestHub {
-    let (cert, key, serving_ca) = serving();
-    let (ca, _) = AgentCa::generate(SystemTime::now()).unwrap();
-    let ca = Arc::new(ca);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_on(&HubIdentity::new(), listener, store, per_second, approval).await
+}
+
+/// What the replicas of one hub share: the agent CA, and a serving certificate for 127.0.0.1.
+pub(crate) struct HubIdentity {
+    cert: String,
+    key: String,
+    serving_ca: String,
+    ca: Arc<AgentCa>,
+}
+
+impl HubIdentity {
+    pub(crate) fn new() -> Self {
+        let (cert, key, serving_ca) = serving();
+        let (ca, _) = AgentCa::generate(SystemTime::now()).unwrap();
+        Self {
+            cert,
+            key,
+            serving_ca,
+            ca: Arc::new(ca),
+        }
+    }
+
+    /// Replicas serving with a certificate of the agent CA, as a real hub does: an agent
+    /// trusts them by the CA its join brought back, as `meridian agent` does.
+    pub(crate) fn of_agent_ca() -> Self {
+        let (ca, _) = AgentCa::generate(SystemTime::now()).unwrap();
+        let (cert, key) = ca
+            .serving(
+                &["127.0.0.1".to_string()],
+                Duration::from_secs(3600),
+                SystemTime::now(),
+            )
+            .unwrap();
+        Self {
+            cert,
+            key,
+            serving_ca: ca.cert_pem().to_string(),
+            ca: Arc::new(ca),
+        }
+    }
+
+    /// The CA an agent trusts the replicas by, as a file's contents.
+    pub(crate) fn serving_ca(&self) -> &str {
+        &self.serving_ca
+    }
+}
+
+/// A replica of the hub of `identity` on `listener` (bound already: an agent may be told its
+/// address before it serves), as `serve` makes one.
+pub(crate) async fn replica(identity: &HubIdentity, listener: tokio::net::TcpListener) -> TestHub {
+    serve_on(
+        identity,
+        listener,
+        Recorded::default(),
+        100,
+        Approval::Automatic,
+    )
+    .await
+}
+
+async fn serve_on(
+    identity: &HubIdentity,
+    listener: tokio::net::TcpListener,
+    store: Recorded,
+    per_second: u32,
+    approval: Approval,
+) -> TestHub {
+    let (cert, key, serving_ca) = (
+        identity.cert.clone(),
+        identity.key.clone(),
+        identity.serving_ca.clone(),
+    );
+    let ca = identity.ca.clone();
     let (tx, inbound) = mpsc::channel(256);
     let routes = AgentRoutes::default();
     for cluster in ["eu-1", "us-1"] {
@@ -151,7 +223,6 @@ pub(crate) async fn serve_with(store: Recorded, per_second: u32, approval: Appro
         ),
         streams: Streams::new(routes, AgentMetrics::default(), per_second),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let tls = ServerTlsConfig::new()
         .identity(Identity::from_pem(cert, key))
@@ -169,6 +240,33 @@ pub(crate) async fn serve_with(store: Recorded, per_second: u32, approval: Appro
         serving_ca,
         ca,
         inbound,
+    }
+}
+
+/// The next store event about `cluster` that `wanted` picks, within 10 s (the members'
+/// periodic "no agent has connected" heartbeats are passed over).
+pub(crate) async fn next_where(
+    hub: &mut TestHub,
+    cluster: &str,
+    wanted: impl Fn(&SourceEvent) -> bool,
+) -> SourceEvent {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let event = tokio::time::timeout_at(deadline, hub.inbound.recv())
+            .await
+            .expect("the hub delivered nothing wanted within 10 s")
+            .expect("the store's channel closed");
+        let about = match &event {
+            SourceEvent::Reset { cluster, .. }
+            | SourceEvent::Changes { cluster, .. }
+            | SourceEvent::Heartbeat { cluster, .. }
+            | SourceEvent::WatchHealth { cluster, .. }
+            | SourceEvent::Capacity { cluster, .. } => cluster.as_str(),
+            _ => "",
+        };
+        if about == cluster && wanted(&event) {
+            return event;
+        }
     }
 }
 

@@ -84,7 +84,7 @@ fn an_unknown_resource_or_phase_or_a_bad_object_is_an_error() {
     let wire = |resource: &str, phase: i32, json: &[u8]| WatchEvent {
         resource: resource.into(),
         phase,
-        object_json: json.to_vec(),
+        object_json: json.to_vec().into(),
     };
     assert!(matches!(
         decode(&wire("secrets", 0, b"{}")),

@@ -12,7 +12,7 @@ use super::*;
 use crate::events::encode;
 use crate::join::{Asking, join};
 use crate::proto::{self, Heartbeat, RenewRequest, agent_message::Body};
-use crate::test_hub::{Recorded, TestHub, serve};
+use crate::test_hub::{Recorded, TestHub, next_where, serve};
 use meridian_controllers::SourceEvent;
 use meridian_controllers::kubernetes::state::MemberEvent;
 use meridian_core::agent::Approval;
@@ -102,33 +102,6 @@ async fn connected(
     let (up, up_rx) = tokio::sync::mpsc::channel(16);
     let down = proto::connect(channel, tokio_stream::wrappers::ReceiverStream::new(up_rx)).await?;
     Ok((up, down))
-}
-
-/// The next store event about `cluster` that `wanted` picks (the members' periodic "no agent
-/// has connected" heartbeats are passed over).
-async fn next_where(
-    hub: &mut TestHub,
-    cluster: &str,
-    wanted: impl Fn(&SourceEvent) -> bool,
-) -> SourceEvent {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let event = tokio::time::timeout_at(deadline, hub.inbound.recv())
-            .await
-            .expect("the hub delivered nothing wanted within 10 s")
-            .expect("the store's channel closed");
-        let about = match &event {
-            SourceEvent::Reset { cluster, .. }
-            | SourceEvent::Changes { cluster, .. }
-            | SourceEvent::Heartbeat { cluster, .. }
-            | SourceEvent::WatchHealth { cluster, .. }
-            | SourceEvent::Capacity { cluster, .. } => cluster.as_str(),
-            _ => "",
-        };
-        if about == cluster && wanted(&event) {
-            return event;
-        }
-    }
 }
 
 fn is_heartbeat(event: &SourceEvent, ok: bool) -> bool {
