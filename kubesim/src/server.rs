@@ -262,6 +262,7 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_owned();
+    debug!(member = %member.name, method = %req.method(), uri = %req.uri(), "request");
     match path.as_str() {
         "/healthz" | "/readyz" | "/livez" => {
             member.count("health", &path[1..]);
