@@ -346,8 +346,17 @@ def initial_propagation(fleet: KubeFleet, m, templates: int, threads: int, timeo
     if complete and not placements_seen.wait_count(templates, placements_timeout):
         log(f"  only {len(placements_seen)} Placements {placements_timeout:.0f} s after the last copy")
     after = metrics(m)
-    # Settled: what one pass costs meridian to decide over every template and member when
-    # nothing changes (the loop still passes every 5 s and on member watch events).
+    # Settled: what one pass costs meridian when nothing changes (the loop still passes every
+    # 5 s and on watch events), from the first 2 s in which no pass looked at a template
+    # (the passes that confirm the last writes come first).
+    settled = after
+    for _ in range(30):
+        time.sleep(2)
+        now = metrics(m)
+        quiet = now.get("meridian_propagation_looked_templates_sum") == settled.get("meridian_propagation_looked_templates_sum")
+        settled = now
+        if quiet:
+            break
     time.sleep(IDLE_S)
     idle = metrics(m)
 
@@ -382,11 +391,11 @@ def initial_propagation(fleet: KubeFleet, m, templates: int, threads: int, timeo
         "applies": applies(before, after),
         "drift_reverted": counter(before, after, "meridian_propagation_drift_reverted_total"),
         "plan_ms_per_pass": {"initial": mean_ms(before, after, "meridian_propagation_plan_seconds"),
-                             f"settled_{IDLE_S}s": mean_ms(after, idle, "meridian_propagation_plan_seconds"),
-                             "settled_passes": counter(after, idle, "meridian_propagation_plan_seconds_count")},
+                             f"settled_{IDLE_S}s": mean_ms(settled, idle, "meridian_propagation_plan_seconds"),
+                             "settled_passes": counter(settled, idle, "meridian_propagation_plan_seconds_count")},
         # Templates each pass looked at (the others were left as they were).
         "looked_per_pass": {"initial": mean(before, after, "meridian_propagation_looked_templates"),
-                            "settled": mean(after, idle, "meridian_propagation_looked_templates")},
+                            "settled": mean(settled, idle, "meridian_propagation_looked_templates")},
         "progress": progress[::max(1, len(progress) // 60)],
     }
 

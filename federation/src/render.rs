@@ -125,6 +125,24 @@ pub fn manifest(
     Ok(body)
 }
 
+/// What a render reads of a template's body: the body without its status and the metadata
+/// the hub's API server sets. Bodies equal here render the same copies, so a status the hub
+/// writes onto a template (its aggregated status, say) renders nothing new.
+pub fn rendered_part(body: &Value) -> Value {
+    let Some(object) = body.as_object() else {
+        return body.clone();
+    };
+    let mut out = Map::with_capacity(object.len());
+    for (key, value) in object {
+        if key != "status" {
+            out.insert(key.clone(), value.clone());
+        }
+    }
+    // Not a map: left as it is (a render refuses it).
+    let _ = clean_metadata(&mut out);
+    Value::Object(out)
+}
+
 fn clean_metadata(object: &mut Map<String, Value>) -> Result<(), RenderError> {
     let Some(metadata) = object.get_mut("metadata") else {
         return Ok(());

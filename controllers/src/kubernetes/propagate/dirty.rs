@@ -3,7 +3,8 @@
 //! A template is looked at again when one of its inputs changed since the pass that last
 //! looked at it:
 //! - its decision (placement keeps an unchanged decision as the same `Arc`), its body (the
-//!   same `Arc`, or the same fingerprint) or its generation;
+//!   same `Arc`, or the same fingerprint of what a render reads: not its status) or its
+//!   generation;
 //! - the OverridePolicies or any policy's propagation settings (everything is looked at);
 //! - a copy of it in a member (the member's watches name the templates whose copies they saw
 //!   change);
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use kube::api::DynamicObject;
 use meridian_core::placement::{Decision, PlacedReason, Placements, TemplateKey};
 use meridian_core::{ClusterId, OverridePolicy, Snapshot, Template};
+use meridian_federation::render;
 use serde_json::Value;
 
 use super::super::apply;
@@ -181,7 +183,7 @@ impl Dirty {
         let old_body = old.and_then(|s| s.body.as_ref());
         let body = template.map(|t| match old_body {
             Some((b, print)) if Arc::ptr_eq(b, &t.body) => (t.body.clone(), *print),
-            _ => (t.body.clone(), apply::fingerprint(&t.body)),
+            _ => (t.body.clone(), body_print(&t.body)),
         });
         let generation = template.map_or(0, |t| t.generation);
         let same_template = old.is_some_and(|s| {
@@ -325,6 +327,12 @@ impl Dirty {
     }
 }
 
+/// The fingerprint of what a render reads of `body` (not its status: the hub's aggregated
+/// status written onto a template changes no copy).
+fn body_print(body: &Value) -> u64 {
+    apply::fingerprint(&render::rendered_part(body))
+}
+
 fn same<T: ?Sized>(last: &Option<Arc<T>>, now: &Arc<T>) -> bool {
     last.as_ref().is_some_and(|l| Arc::ptr_eq(l, now))
 }
@@ -452,6 +460,19 @@ mod tests {
             )),
             ["web"]
         );
+    }
+
+    #[test]
+    fn a_status_written_onto_a_template_marks_nothing() {
+        let s = snapshot();
+        let mut d = Dirty::default();
+        d.inputs(&s);
+        let mut with_status = template("web", "v1");
+        with_status.body = Arc::new(json!({"kind": "Deployment", "metadata": {"name": "web",
+            "resourceVersion": "77"}, "spec": {"image": "v1"}, "status": {"readyReplicas": 3}}));
+        let mut written = like(&s);
+        written.templates = vec![with_status, s.templates[1].clone()].into();
+        assert!(d.inputs(&written).is_empty());
     }
 
     #[test]
