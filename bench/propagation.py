@@ -33,9 +33,11 @@ which leads and propagates:
    last copy); a list with that labelSelector per member confirms the count at the end. A
    watch on the hub's Placements in bulk says when meridian's per-template record of each was
    written too (reported beside the members' figure; waited for up to PLACEMENTS_TIMEOUT
-   seconds after the last copy). Then IDLE_S seconds with nothing changing: the mean of
-   meridian_propagation_plan_seconds (one pass's deciding over every template × member,
-   before its requests) during the initial phase and while settled.
+   seconds after the last copy). Then, from the first 2 s in which no pass looked at a
+   template, IDLE_S seconds with nothing changing: the mean of
+   meridian_propagation_plan_seconds (one pass's deciding — finding what changed, then its
+   steps and renders — before its requests) and of meridian_propagation_looked_templates
+   (templates a pass looked at), during the initial phase and while settled.
 
 meridian's log (WORK/kube/meridian.log) is scanned at the end: its WARN and ERROR lines are
 counted and the first ones included. Prints one JSON object with every figure on stdout
