@@ -503,7 +503,20 @@ fn start_watch(
     let wake = wake.clone();
     let listed = Arc::new(AtomicBool::new(false));
     let error = Arc::new(Mutex::new(None));
-    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    // The store keeps what a pass reads: of managedFields only meridian's own apply (what
+    // `retain` asks about), so a copy costs its object, not every writer's field sets.
+    let stream = watcher(api, config).modify(move |o: &mut DynamicObject| {
+        let fields = &mut o.metadata.managed_fields;
+        match watched {
+            Watched::Copies => {
+                if let Some(entries) = fields.as_mut() {
+                    entries.retain(|e| e.manager.as_deref() == Some(apply::FIELD_MANAGER));
+                }
+            }
+            Watched::Hpas => *fields = None,
+        }
+    });
+    let stream = reflector::reflector(writer, stream).default_backoff();
     let task = tokio::spawn({
         let (listed, error, events) = (listed.clone(), error.clone(), events.clone());
         let (api_version, kind) = (resource.api_version.clone(), resource.kind.clone());
