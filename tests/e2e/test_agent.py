@@ -595,3 +595,68 @@ def test_an_agent_holds_a_stream_to_every_hub_replica_and_the_next_leader_writes
              what="web's ServiceImport in m2, written by B", log=b)
     assert cluster(b, "m2")["health"] == "Healthy", "B heard m2 all along"
     assert agent.proc.poll() is None
+
+
+# What `meridian agent` watches in its member (controllers/src/kubernetes/member.rs watch_all).
+AGENT_WATCHED = ("services", "endpointslices", "serviceexports", "serviceimports", "nodes", "namespaces",
+                 "pods", "resourcequotas")
+
+
+def member_watches(fleet, member: str) -> dict[str, int]:
+    """WATCH requests the member's API server holds open now, by resource (its /metrics:
+    apiserver_longrunning_requests, whoever the client; the API server's own informers too)."""
+    status, text = fleet.cluster(member).request("GET", "/metrics")
+    assert status == 200, text
+    watches: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("apiserver_longrunning_requests{") and 'verb="WATCH"' in line:
+            labels, _, value = line.rpartition(" ")
+            resource = labels.split('resource="', 1)[1].split('"', 1)[0]
+            watches[resource] = watches.get(resource, 0) + int(float(value))
+    return watches
+
+
+def test_an_agent_streaming_to_two_replicas_watches_its_member_once_and_both_replicas_answer_for_it(
+        kube_fleet, agents, tmp_path):
+    """The agent keeps one set of watches of its member whatever the number of hub replicas
+    it streams to (agent/src/watch_set.rs): with two replicas, m2's API server holds one more
+    watch per kind the agent watches, not two; each replica is given m2's state on its own
+    stream and answers for m2, and a change in m2 reaches both."""
+    f = kube_fleet
+    publish_cart(f, "m1", ["10.1.0.1"])
+    publish_cart(f, "m2", ["10.2.0.1"])
+    agent_member(f, "m2")
+    port_a, port_b = free_port(), free_port()
+    a = start_hub(f, port_a)
+    b = f.start_meridian("meridian-2", agent={"listen": f"127.0.0.1:{port_b}"})
+    # The API server's own watches (its informers), before the agent: settled.
+    steady = []
+    wait_for(lambda: steady.append(member_watches(f, "m2")) or steady[-2:] == [steady[-1]] * 2, timeout=20,
+             interval=1, what="m2's watches settled before the agent")
+    before = steady[-1]
+
+    agent = agents("m2", f"127.0.0.1:{port_a},127.0.0.1:{port_b}", token=make_token(f, "m2"),
+                   state_dir=tmp_path / "m2-state", kubeconfig=agent_kubeconfig(f, "m2"), ca_file=hub_ca(f))
+    for replica in (a, b):
+        replica.wait_for(lambda r=replica: r.addresses(NAME) == ["10.1.0.1", "10.2.0.1"], timeout=20,
+                         what="m2's cart through its agent, on each replica")
+    assert metric_values(agent.admin("/metrics"))["meridian_agent_connected"] == 2
+
+    def opened() -> dict[str, int]:
+        now = member_watches(f, "m2")
+        return {r: now.get(r, 0) - before.get(r, 0) for r in AGENT_WATCHED}
+
+    one_each = {r: 1 for r in AGENT_WATCHED}
+    wait_for(lambda: opened() == one_each, timeout=10, what=f"one watch per kind in m2 (opened: {opened()})")
+    time.sleep(2)
+    assert opened() == one_each, "still one per kind"
+
+    # A change in m2, watched once, reaches both replicas.
+    f.endpoint_slice("m2", "cart", ["10.2.0.9"], ports=[{"name": "http", "port": 8080, "protocol": "TCP"}])
+    for replica in (a, b):
+        replica.wait_for(lambda r=replica: r.addresses(NAME) == ["10.1.0.1", "10.2.0.9"], timeout=20,
+                         what="m2's new endpoint, on each replica")
+    assert opened() == one_each
+    agent_metrics = metric_values(agent.admin("/metrics"))
+    assert agent_metrics["meridian_agent_resyncs_total"] == 0, "no stream fell behind"
+    assert agent_metrics["meridian_agent_watch_store_objects"] > 0
