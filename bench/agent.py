@@ -2,7 +2,8 @@
 answer, beside the same change in a push member; and a storm of agents joining, then
 reconnecting after a hub restart.
 
-    python3 bench/agent.py WORK [--changes 100] [--gap-ms 20] [--agents 1000]
+    python3 bench/agent.py WORK [--changes 100] [--gap-ms 20] [--agents 1000] [--objects 300]
+                                [--parts change,storm,replicas]
 
 Needs MERIDIAN_BIN (meridian-agent-swarm is taken from beside it), KUBE_APISERVER_BIN, ETCD_BIN.
 
@@ -23,6 +24,12 @@ Needs MERIDIAN_BIN (meridian-agent-swarm is taken from beside it), KUBE_APISERVE
    (joins are one at a time on the hub: signing, the token store); the hub stopped and started
    again → every agent reconnected without joining again, how many streams waited for the
    admission rate, and the floor that rate sets ((AGENTS − 50) / 50 s).
+3. Replicas. m2 holds OBJECTS exported services (a Service, an EndpointSlice and a
+   ServiceExport each); one `meridian agent` for m2 streams to N hub replicas (N = 1, then 3:
+   `--hub` names each, as a headless Service's name resolves to every replica). Once every
+   replica answers for m2's last service: the WATCH requests m2's API server holds for the
+   agent (apiserver_longrunning_requests, less the settled count before the agent started)
+   and the agent's RSS.
 
 Prints one JSON object with every figure on stdout (progress on stderr).
 """
@@ -74,18 +81,20 @@ def token(config: Path, cluster: str) -> str:
     return out.stdout.strip()
 
 
-def start_agent(fleet: KubeFleet, hub_port: int, work: Path) -> subprocess.Popen:
-    """`meridian agent` for m2, joined with a fresh token."""
+def start_agent(fleet: KubeFleet, hub: int | str, work: Path, state: str = "m2-state") -> subprocess.Popen:
+    """`meridian agent` for m2 (`hub`: a port on 127.0.0.1, or `--hub` as is), joined with a
+    fresh token."""
+    hub = hub if isinstance(hub, str) else f"127.0.0.1:{hub}"
     kubeconfig = fleet.service_account_kubeconfig("m2", AGENT_RBAC, "meridian-agent", work / "m2-agent.kubeconfig")
     secret = fleet.hub.get("v1", "Secret", "meridian-agent-ca", HUB_NAMESPACE)
     ca = work / "agent-ca.crt"
     ca.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
     (work / "m2.token").write_text(token(fleet.root / "meridian.yaml", "m2"))
     return subprocess.Popen(
-        [str(BIN), "agent", "--hub", f"127.0.0.1:{hub_port}", "--cluster", "m2", "--state-dir", str(work / "m2-state"),
+        [str(BIN), "agent", "--hub", hub, "--cluster", "m2", "--state-dir", str(work / state),
          "--kubeconfig", str(kubeconfig), "--hub-ca-file", str(ca), "--bootstrap-token-file", str(work / "m2.token"),
          "--admin-listen", f"127.0.0.1:{free_port()}"],
-        stdout=open(work / "agent-m2.log", "w"), stderr=subprocess.STDOUT,
+        stdout=open(work / f"agent-m2-{state}.log", "w"), stderr=subprocess.STDOUT,
         env={**os.environ, "MERIDIAN_LOG": os.environ.get("MERIDIAN_LOG", "info")})
 
 
@@ -225,6 +234,73 @@ def storm(fleet: KubeFleet, work: Path, agents: int) -> dict:
         m.stop()
 
 
+# What `meridian agent` watches in its member (controllers/src/kubernetes/member.rs watch_all).
+AGENT_WATCHED = ("services", "endpointslices", "serviceexports", "serviceimports", "nodes", "namespaces",
+                 "pods", "resourcequotas")
+
+
+def member_watches(fleet: KubeFleet, member: str) -> dict[str, int]:
+    """WATCH requests the member's API server holds open now, by resource (any client)."""
+    status, text = fleet.cluster(member).request("GET", "/metrics")
+    if status != 200:
+        raise RuntimeError(f"{member} /metrics: {status}")
+    watches: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("apiserver_longrunning_requests{") and 'verb="WATCH"' in line:
+            labels, _, value = line.rpartition(" ")
+            resource = labels.split('resource="', 1)[1].split('"', 1)[0]
+            watches[resource] = watches.get(resource, 0) + int(float(value))
+    return watches
+
+
+def settled_watches(fleet: KubeFleet, member: str) -> dict[str, int]:
+    """member_watches once two readings a second apart agree."""
+    last = member_watches(fleet, member)
+    for _ in range(30):
+        time.sleep(1)
+        now = member_watches(fleet, member)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def replicas(fleet: KubeFleet, work: Path, counts, objects: int) -> dict:
+    names = [f"svc-{i:04d}" for i in range(objects)]
+    log(f"m2: {objects} exported services (Service, EndpointSlice, ServiceExport each)")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: fleet.publish("m2", names[i], [address("m2", i)]), range(objects)))
+    last = f"{names[-1]}.{NAMESPACE}.global"
+    rows = []
+    for n in counts:
+        before = settled_watches(fleet, "m2")
+        hubs = []
+        for i in range(n):
+            port = free_port()
+            hubs.append((fleet.start_meridian("meridian" if i == 0 else f"meridian-{i + 1}",
+                                              env={"MERIDIAN_LOG": "warn"}, agent={"listen": f"127.0.0.1:{port}"}),
+                         port))
+        t0 = time.monotonic()
+        agent = start_agent(fleet, ",".join(f"127.0.0.1:{p}" for _, p in hubs), work, state=f"m2-state-{n}")
+        try:
+            for m, _ in hubs:
+                wait_for(lambda m=m: m.addresses(last) == [address("m2", objects - 1)], timeout=120,
+                         what=f"{last} answered by every replica", log=m)
+            ready_s = time.monotonic() - t0
+            time.sleep(5)
+            now = member_watches(fleet, "m2")
+            opened = {r: now.get(r, 0) - before.get(r, 0) for r in AGENT_WATCHED}
+            rows.append({"replicas": n, "watches_opened": sum(opened.values()), "by_resource": opened,
+                         "agent_rss_mib": rss_mib(agent.pid), "every_replica_answers_s": round(ready_s, 2)})
+            log(f"  {n} replica(s): {rows[-1]}")
+        finally:
+            stop_process(agent)
+            fleet.stop_meridians()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: (fleet.unexport("m2", n), fleet.delete_service("m2", n)), names))
+    return {"objects": objects, "member_objects": objects * 3, "runs": rows}
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -238,7 +314,10 @@ def main():
     ap.add_argument("--changes", type=int, default=100)
     ap.add_argument("--gap-ms", type=int, default=20)
     ap.add_argument("--agents", type=int, default=1000)
+    ap.add_argument("--objects", type=int, default=300)
+    ap.add_argument("--parts", default="change,storm,replicas")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not SWARM_BIN.exists():
         raise SystemExit(f"{SWARM_BIN} is not built (cargo build --release builds it beside meridian)")
@@ -251,20 +330,24 @@ def main():
     try:
         fleet.grant_agents()
         fleet.register_member("m2", source={"agent": {}})
-        hub_port = free_port()
-        m = fleet.start_meridian("meridian", env={"MERIDIAN_LOG": os.environ.get("MERIDIAN_LOG", "info")},
-                                 agent={"listen": f"127.0.0.1:{hub_port}"})
-        agent = start_agent(fleet, hub_port, args.work)
         result = {"meridian": str(BIN)}
-        result["change_to_answer"] = change_to_answer(fleet, m, args.changes, args.gap_ms)
-        stop_process(agent)
-        fleet.stop_meridians()
-        # The storm measures the agents' protocol: m2 exports nothing then. (A service every
-        # swarm cluster exported would give each agent a write-back set naming all the others,
-        # sent again to every agent on any change: O(agents²) traffic of its own.)
-        fleet.delete_service("m2", "payments")
-        fleet.unexport("m2", "payments")
-        result["storm"] = storm(fleet, args.work, args.agents)
+        if "change" in parts:
+            hub_port = free_port()
+            m = fleet.start_meridian("meridian", env={"MERIDIAN_LOG": os.environ.get("MERIDIAN_LOG", "info")},
+                                     agent={"listen": f"127.0.0.1:{hub_port}"})
+            agent = start_agent(fleet, hub_port, args.work)
+            result["change_to_answer"] = change_to_answer(fleet, m, args.changes, args.gap_ms)
+            stop_process(agent)
+            fleet.stop_meridians()
+            # The storm measures the agents' protocol: m2 exports nothing then. (A service every
+            # swarm cluster exported would give each agent a write-back set naming all the others,
+            # sent again to every agent on any change: O(agents²) traffic of its own.)
+            fleet.delete_service("m2", "payments")
+            fleet.unexport("m2", "payments")
+        if "replicas" in parts:
+            result["replicas"] = replicas(fleet, args.work, (1, 3), args.objects)
+        if "storm" in parts:
+            result["storm"] = storm(fleet, args.work, args.agents)
         result["seconds"] = round(time.monotonic() - started)
         print(json.dumps(result))
     finally:
