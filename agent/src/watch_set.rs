@@ -41,6 +41,8 @@ pub struct WatchSet {
     /// The watch of the member that fails now, for every stream's heartbeats.
     failure: WatchFailure,
     side: AgentSide,
+    /// The events a stream may have waiting (for the log of one that fell behind).
+    bound: usize,
 }
 
 struct Shared {
@@ -63,6 +65,7 @@ impl WatchSet {
             }),
             failure: WatchFailure::default(),
             side,
+            bound,
         }
     }
 
@@ -104,7 +107,7 @@ impl WatchSet {
         for behind in shared.fanout.publish(item) {
             tracing::info!(
                 stream = ?behind,
-                bound = STREAM_QUEUE,
+                bound = self.bound,
                 "a stream to the hub fell behind: it is sent the whole state again"
             );
         }
