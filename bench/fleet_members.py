@@ -341,7 +341,7 @@ def main() -> None:
     ap.add_argument("--settle-s", type=float, default=30)
     ap.add_argument("--quiet-s", type=float, default=10)
     ap.add_argument("--initial-timeout", type=float, default=1800)
-    ap.add_argument("--per-process", type=int, default=500)
+    ap.add_argument("--per-process", type=int, default=250)
     a = ap.parse_args()
     # Stopped by bench/fleet_members.sh's cleanup: stop meridian and kubesim too (finally).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
