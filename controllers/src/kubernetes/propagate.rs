@@ -781,7 +781,7 @@ pub async fn run(
 
 /// The templates this pass looks at (see [`dirty`]): those whose inputs changed, those the
 /// members' watches name, every one placed in or held by a member seen whole (new, listed
-/// again, resynced, or changed as a whole), and those left unsettled; every template at the
+/// again, or changed as a whole), and those left unsettled; every template at the
 /// start of a term on the hub.
 fn looked_at(
     snapshot: &Snapshot,
@@ -793,7 +793,11 @@ fn looked_at(
     keys.extend(dirty.take_unsettled());
     for (id, m) in members.iter_mut() {
         let reachable = reachable(snapshot, id);
-        let resynced = reachable && resync(m);
+        // The resync forgets which names were free or refused: that concerns only copies not
+        // yet applied (or in the way), which stay unsettled and are looked at anyway.
+        if reachable {
+            resync(m);
+        }
         let events = std::mem::take(&mut *m.events.lock());
         if events.hpas || m.stamp.is_none() {
             m.refresh_hpa_targets();
@@ -807,7 +811,7 @@ fn looked_at(
                 .cluster_view(id)
                 .map_or_else(String::new, |v| v.health.as_str().to_string()),
         };
-        let whole = resynced || events.relisted || events.hpas || m.stamp.as_ref() != Some(&stamp);
+        let whole = events.relisted || events.hpas || m.stamp.as_ref() != Some(&stamp);
         m.stamp = Some(stamp);
         let member: &Member = m;
         keys.extend(dirty.member(
@@ -1132,16 +1136,14 @@ fn kinds_to_watch(
 
 /// Once a minute: look again for objects meridian did not create (one may have been deleted,
 /// or created since). Drift needs no resync: the watches see it.
-/// True when it did (every copy in the member is looked at again).
-fn resync(m: &mut Slot<Member>) -> bool {
+fn resync(m: &mut Slot<Member>) {
     if !m.resync.due() {
-        return false;
+        return;
     }
     m.foreign.clear();
     m.checked.clear();
     m.refused.clear();
     m.resync.done(Instant::now());
-    true
 }
 
 /// The settings of a template whose policy this replica never saw (it was deleted while

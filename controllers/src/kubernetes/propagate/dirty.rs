@@ -9,7 +9,7 @@
 //! - a copy of it in a member (the member's watches name the templates whose copies they saw
 //!   change);
 //! - a member it is placed in or held by: reachable or not, written by this replica or not,
-//!   listed, its health, its HPAs, its resync clock, a watch that listed again, a new
+//!   listed, its health, its HPAs, a watch that listed again, a new
 //!   connection;
 //! - it was not settled last time: a rollout under way, a deadline, a write sent, an error, a
 //!   conflict, a copy not yet applied.
