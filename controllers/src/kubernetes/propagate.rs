@@ -245,6 +245,10 @@ struct Member {
     reverts: BTreeMap<ObjectId, Reverts>,
     /// Per copy, the inputs of the last pass that found nothing to write (see `plan`).
     quiet: HashMap<ObjectId, u64>,
+    /// Per copy just written, the resourceVersion the watch showed before the write (None:
+    /// no object): while the watch still shows it, the watch has not caught up with the
+    /// write, and the old object is not drift.
+    behind: HashMap<ObjectId, Option<String>>,
     /// Per copy, what a pass reads of the live object, read again only when its
     /// resourceVersion changes (not serialized per pass).
     held: HashMap<ObjectId, LiveSummary>,
@@ -297,6 +301,7 @@ impl Member {
             admitted: BTreeMap::new(),
             reverts: BTreeMap::new(),
             quiet: HashMap::new(),
+            behind: HashMap::new(),
             held: HashMap::new(),
             applied: BTreeMap::new(),
             watches: BTreeMap::new(),
@@ -415,6 +420,7 @@ impl Member {
         self.admitted.clear();
         self.reverts.clear();
         self.quiet.clear();
+        self.behind.clear();
         self.applied.clear();
         self.errors.clear();
         self.foreign.clear();
@@ -429,6 +435,7 @@ impl Member {
     fn forget(&mut self, id: &ObjectId) {
         self.written.forget(id);
         self.quiet.remove(id);
+        self.behind.remove(id);
         self.held.remove(id);
         self.admitted.remove(id);
         self.reverts.remove(id);
@@ -1209,6 +1216,8 @@ enum Job {
         /// (retain::HANDOVER_MANAGER).
         handover: Option<Value>,
         template_generation: i64,
+        /// The copy's resourceVersion as the watch showed it when the job was made.
+        live_version: Option<String>,
     },
     Delete {
         key: TemplateKey,
@@ -1385,6 +1394,16 @@ fn copy_job(
             .and_then(Value::as_str)
             == Some(print.as_str());
     let unchanged = learned || m.written.unchanged(&id, &body);
+    let live_version = live
+        .as_ref()
+        .and_then(|l| l.pointer("/metadata/resourceVersion"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if unchanged && m.behind.get(&id) == Some(&live_version) {
+        // The watch still shows the object as it was before this very write.
+        return Ok(None);
+    }
+    m.behind.remove(&id);
     // Drift is a live object that no longer holds what the member admitted of the last
     // write: only meaningful when the body is the one written (a new body is a change).
     let drifted = match (&live, unchanged) {
@@ -1434,6 +1453,7 @@ fn copy_job(
         drifted,
         handover,
         template_generation: template.generation,
+        live_version,
     }))
 }
 
@@ -1505,10 +1525,12 @@ async fn carry_out(
                     body,
                     drifted,
                     template_generation,
+                    live_version,
                     ..
                 },
                 Ok(Some(stored)),
             ) => {
+                m.behind.insert(id.clone(), live_version);
                 if !drifted.is_empty() {
                     info!(cluster = %cluster, object = %id, fields = ?drifted, "drift reverted");
                     metrics.drift_reverted.inc();

@@ -62,6 +62,7 @@ fn apply_job(check_foreign: bool, abort_on_foreign: bool, handover: Option<Value
         drifted: Vec::new(),
         handover,
         template_generation: 1,
+        live_version: None,
     }
 }
 
