@@ -427,43 +427,55 @@ impl Applier {
         kind: &str,
         label_selector: &str,
     ) -> Result<Vec<(ObjectId, Option<String>)>> {
-        let k = self.kind(api_version, kind).await?;
-        let api = Api::<DynamicObject>::all_with(self.client.clone(), &k.resource);
-        let mut lp = ListParams::default()
-            .labels(label_selector)
-            .limit(LIST_PAGE);
-        let mut out = Vec::new();
-        loop {
-            let page = api.list_metadata(&lp).await.map_err(|source| Error::List {
-                api_version: api_version.to_string(),
-                kind: kind.to_string(),
-                source,
-            })?;
-            out.extend(page.items.into_iter().filter_map(|o| {
+        let namespaced = self.kind(api_version, kind).await?.namespaced;
+        let listed = self
+            .paged(api_version, kind, label_selector, |api, lp| async move {
+                api.list_metadata(&lp).await
+            })
+            .await?;
+        let mut out: Vec<_> = listed
+            .into_iter()
+            .filter_map(|o| {
                 let id = ObjectId {
                     api_version: api_version.to_string(),
                     kind: kind.to_string(),
-                    namespace: o.metadata.namespace.filter(|_| k.namespaced),
+                    namespace: o.metadata.namespace.filter(|_| namespaced),
                     name: o.metadata.name?,
                 };
                 Some((id, o.metadata.resource_version))
-            }));
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => lp = lp.continue_token(&token),
-                None => break,
-            }
-        }
+            })
+            .collect();
         out.sort();
         Ok(out)
     }
 
-    /// Every object of a kind matching `label_selector`, in every namespace, whole (paged).
+    /// Every object of a kind matching `label_selector`, in every namespace, whole.
     pub async fn list_objects(
         &self,
         api_version: &str,
         kind: &str,
         label_selector: &str,
     ) -> Result<Vec<DynamicObject>> {
+        self.paged(api_version, kind, label_selector, |api, lp| async move {
+            api.list(&lp).await
+        })
+        .await
+    }
+
+    /// Every item of a kind matching `label_selector`, in every namespace, a page
+    /// ([`LIST_PAGE`]) per request of `page`.
+    async fn paged<T, F, Fut>(
+        &self,
+        api_version: &str,
+        kind: &str,
+        label_selector: &str,
+        page: F,
+    ) -> Result<Vec<T>>
+    where
+        T: Clone,
+        F: Fn(Api<DynamicObject>, ListParams) -> Fut,
+        Fut: std::future::Future<Output = kube::Result<kube::core::ObjectList<T>>>,
+    {
         let k = self.kind(api_version, kind).await?;
         let api = Api::<DynamicObject>::all_with(self.client.clone(), &k.resource);
         let mut lp = ListParams::default()
@@ -471,13 +483,15 @@ impl Applier {
             .limit(LIST_PAGE);
         let mut out = Vec::new();
         loop {
-            let page = api.list(&lp).await.map_err(|source| Error::List {
-                api_version: api_version.to_string(),
-                kind: kind.to_string(),
-                source,
-            })?;
-            out.extend(page.items);
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            let listed = page(api.clone(), lp.clone())
+                .await
+                .map_err(|source| Error::List {
+                    api_version: api_version.to_string(),
+                    kind: kind.to_string(),
+                    source,
+                })?;
+            out.extend(listed.items);
+            match listed.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => lp = lp.continue_token(&token),
                 None => break,
             }
