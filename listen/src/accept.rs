@@ -569,6 +569,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_evicted_connection_leaves_the_count_before_its_task_runs() {
+        use tokio::io::AsyncWriteExt;
+        let metrics = ListenerMetrics::default();
+        let listener = Listener::new(
+            "test",
+            TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            settings(2),
+            &Health::default(),
+            &metrics,
+        );
+        let addr = listener.local_addr().unwrap();
+        let mut probes = Vec::new();
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            probes.push(TcpStream::connect(addr).await.unwrap());
+            held.push(listener.accept().await);
+        }
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(b"hello").await.unwrap();
+        let _admitted = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+            .await
+            .expect("admitted");
+        // The evicted probe's connection is still held (its task has not run), yet the
+        // count is of places under the bound.
+        let labels = ListenerMetrics::labels("test");
+        assert_eq!(metrics.connections.get_or_create(&labels).get(), 2);
+        drop(held);
+        assert_eq!(metrics.connections.get_or_create(&labels).get(), 1);
+    }
+
+    #[tokio::test]
     async fn connections_over_the_bound_are_closed_at_once() {
         use tokio::io::AsyncReadExt;
         let metrics = ListenerMetrics::default();

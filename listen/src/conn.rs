@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
@@ -77,7 +78,32 @@ pub(crate) struct Slot {
     /// The connection's place under the bound. Given back when it is evicted, not when its
     /// task next runs: a burst of new connections evicts one after the other, and each must
     /// find the place of the one before free.
-    place: Mutex<Option<OwnedSemaphorePermit>>,
+    place: Mutex<Option<Place>>,
+}
+
+/// A place under a listener's bound, counted in `meridian_listener_connections` for as long
+/// as it is held: the gauge falls when an evicted connection gives its place back, not when
+/// its task next runs, so it never reads above the bound.
+#[derive(Debug)]
+struct Place {
+    _permit: OwnedSemaphorePermit,
+    gauge: Gauge,
+}
+
+impl Place {
+    fn new(permit: OwnedSemaphorePermit, gauge: Gauge) -> Self {
+        gauge.inc();
+        Self {
+            _permit: permit,
+            gauge,
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
 }
 
 /// The origin of `Slot::active_ms`.
@@ -213,12 +239,12 @@ impl<S> Conn<S> {
         metrics: ListenerMetrics,
         slot: Arc<Slot>,
     ) -> Self {
-        *slot.place.lock() = Some(permit);
-        let now = Instant::now();
-        metrics
+        let gauge = metrics
             .connections
             .get_or_create(&ListenerMetrics::labels(listener))
-            .inc();
+            .clone();
+        *slot.place.lock() = Some(Place::new(permit, gauge));
+        let now = Instant::now();
         Self {
             inner,
             peer,
@@ -264,15 +290,6 @@ impl<S> Conn<S> {
             }
             self.timer.as_mut().reset(deadline);
         }
-    }
-}
-
-impl<S> Drop for Conn<S> {
-    fn drop(&mut self) {
-        self.metrics
-            .connections
-            .get_or_create(&ListenerMetrics::labels(self.listener))
-            .dec();
     }
 }
 

@@ -52,7 +52,7 @@ impl ListenerMetrics {
         );
         registry.register(
             "connections",
-            "Open connections by listener",
+            "Connections holding a place under the listener's bound (an evicted one gives its place back at once)",
             m.connections.clone(),
         );
         registry.register(
