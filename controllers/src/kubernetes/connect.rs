@@ -255,7 +255,7 @@ fn client(mut config: Config, timeout: WatchTimeout) -> Result<Connected> {
     config.read_timeout = Some(timeout.read_timeout());
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.write_timeout = Some(CONNECT_TIMEOUT);
-    let client = Client::try_from(config.clone()).map_err(Error::Client)?;
+    let client = super::transport::client(&config).map_err(Error::Client)?;
     Ok(Connected {
         client,
         writer: Writer(WriterKind::Config(std::sync::Arc::new(config))),

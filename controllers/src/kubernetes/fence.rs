@@ -27,10 +27,8 @@ use std::task::{Context, Poll};
 use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
-use hyper_util::rt::TokioExecutor;
-use kube::client::{Body, ConfigExt};
 use kube::{Client, Config};
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::Service;
 
 use super::leader::Leadership;
 
@@ -39,25 +37,13 @@ use super::leader::Leadership;
 pub fn writer(config: &Config, leadership: Leadership) -> Result<Client, kube::Error> {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
-    let fenced = FencedConnector {
-        inner: tcp,
-        leadership,
-    };
-    let https = config.rustls_https_connector_with_connector(fenced)?;
-    let mut timed = hyper_timeout::TimeoutConnector::new(https);
-    timed.set_connect_timeout(config.connect_timeout);
-    timed.set_read_timeout(config.read_timeout);
-    timed.set_write_timeout(config.write_timeout);
-    let hyper: hyper_util::client::legacy::Client<_, Body> =
-        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(timed);
-    let hyper = hyper.map_err(BoxError::from);
-    let headers = config.extra_headers_layer()?;
-    let base = config.base_uri_layer();
-    let namespace = config.default_namespace.clone();
-    Ok(match config.auth_layer()? {
-        Some(auth) => Client::new(headers.layer(auth.layer(base.layer(hyper))), namespace),
-        None => Client::new(headers.layer(base.layer(hyper)), namespace),
-    })
+    super::transport::client_over(
+        config,
+        FencedConnector {
+            inner: tcp,
+            leadership,
+        },
+    )
 }
 
 /// The TCP connector of a writer client: its streams are [`Fenced`].

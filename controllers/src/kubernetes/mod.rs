@@ -38,6 +38,7 @@ pub mod state;
 pub mod status;
 pub mod templates;
 pub mod tenants;
+pub mod transport;
 pub mod tunnel;
 pub mod writeback;
 
