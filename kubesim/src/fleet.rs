@@ -304,6 +304,8 @@ pub struct Fleet {
     by_name: HashMap<String, usize>,
     pub log: Mutex<WriteLog>,
     pub config: FleetConfig,
+    /// Set when members serve TLS.
+    pub tls: Option<crate::server::Tls>,
 }
 
 impl Fleet {
@@ -318,6 +320,7 @@ impl Fleet {
             by_name,
             log: Mutex::new(WriteLog::new(config.log_capacity)),
             config,
+            tls: None,
         }
     }
 

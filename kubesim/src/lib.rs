@@ -16,8 +16,9 @@
 //! bytes with its ring line), so a GET or LIST sends stored bytes; a watch costs one task and
 //! wakes only when its member changed. A no-op write (an apply that changes nothing) keeps
 //! the resourceVersion and sends no event, as the API server does. A member costs one file
-//! descriptor per open connection (clients speak HTTP/1.1: one per open watch), so a fleet
-//! larger than the descriptor limit allows is split over processes (`--first-index`).
+//! descriptor per open connection (one per client that speaks HTTP/2, as client-go and
+//! meridian do; one per open watch over HTTP/1.1), so a fleet larger than the descriptor limit
+//! allows is split over processes (`--first-index`).
 //!
 //! Departures from a real API server (see also `ssa`):
 //! - strategic merge patches are merge patches (maps merge, lists are replaced whole);
@@ -32,7 +33,9 @@
 //!   bookmark goes out every `--bookmark-seconds` and 2 s before `timeoutSeconds` ends;
 //! - a workload "controller" writes a ready status for each new generation (after
 //!   `ready_delay`); no Pods, ReplicaSets or Events are made;
-//! - plain HTTP with bearer tokens; every access review is allowed.
+//! - TLS (HTTP/2 or HTTP/1.1 by ALPN) with one self-signed certificate for 127.0.0.1 shared by
+//!   every member of a process, or plain HTTP/1.1 (`--plain-http`); bearer tokens; every
+//!   access review is allowed.
 
 pub mod control;
 pub mod error;
@@ -80,6 +83,8 @@ pub struct Options {
     /// Member i listens on base_port + i; any free port when None.
     pub base_port: Option<u16>,
     pub config: FleetConfig,
+    /// Serve plain HTTP/1.1 instead of TLS.
+    pub plain_http: bool,
 }
 
 /// `count` members named `{prefix}0001`… (the width grows with the count).
@@ -123,18 +128,34 @@ pub async fn start(options: Options) -> Result<Arc<Fleet>> {
         members.push(Arc::new(member));
         listeners.push(listener);
     }
-    let fleet = Arc::new(Fleet::new(members, options.config));
+    let mut fleet = Fleet::new(members, options.config);
+    if !options.plain_http {
+        fleet.tls = Some(server::Tls::self_signed());
+    }
+    let fleet = Arc::new(fleet);
     for (member, listener) in fleet.members.iter().zip(listeners) {
         tokio::spawn(server::serve(fleet.clone(), member.clone(), listener));
     }
     Ok(fleet)
 }
 
-/// The kubeconfig of one member: its loopback URL and its token.
-pub fn kubeconfig(member: &Member) -> String {
+/// The kubeconfig of one member: its loopback URL, the fleet's CA when it serves TLS, and
+/// its token.
+pub fn kubeconfig(fleet: &Fleet, member: &Member) -> String {
+    use base64::Engine;
     let name = &member.name;
+    let (scheme, ca) = match &fleet.tls {
+        Some(tls) => (
+            "https",
+            format!(
+                "\n    certificate-authority-data: {}",
+                base64::engine::general_purpose::STANDARD.encode(&tls.ca_pem)
+            ),
+        ),
+        None => ("http", String::new()),
+    };
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\ncurrent-context: {name}\nusers:\n- name: {name}\n  user:\n    token: {token}\n",
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {scheme}://127.0.0.1:{port}{ca}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\ncurrent-context: {name}\nusers:\n- name: {name}\n  user:\n    token: {token}\n",
         port = member.port,
         token = member.token,
     )
@@ -154,7 +175,7 @@ pub fn write_kubeconfigs(fleet: &Fleet, dir: &Path) -> Result<()> {
     let mut list = Vec::new();
     for m in &fleet.members {
         let path = configs.join(format!("{}.kubeconfig", m.name));
-        write(path.clone(), kubeconfig(m))?;
+        write(path.clone(), kubeconfig(fleet, m))?;
         list.push(json!({"name": m.name, "port": m.port, "kubeconfig": path, "labels": m.labels}));
     }
     let text = serde_json::to_string_pretty(&list).expect("a Value serializes");

@@ -53,6 +53,9 @@ struct Args {
     /// Writes the control API's log keeps.
     #[arg(long, env = "KUBESIM_WRITE_LOG", default_value_t = 1_000_000)]
     write_log: usize,
+    /// Serve plain HTTP/1.1 instead of TLS (HTTP/2 or HTTP/1.1 by ALPN, as an API server).
+    #[arg(long, env = "KUBESIM_PLAIN_HTTP")]
+    plain_http: bool,
     /// `plain` or `json`.
     #[arg(long, env = "KUBESIM_LOG_FORMAT", default_value = "plain")]
     log_format: String,
@@ -100,6 +103,7 @@ async fn main() -> Result<()> {
             window: args.watch_window,
             log_capacity: args.write_log,
         },
+        plain_http: args.plain_http,
     };
     let control = tokio::net::TcpListener::bind(("127.0.0.1", args.control_port))
         .await

@@ -1,4 +1,5 @@
-//! The HTTP shell of one member: a loopback listener, HTTP/1.1 keep-alive connections, the
+//! The HTTP shell of one member: a loopback listener, TLS with HTTP/2 or HTTP/1.1 by ALPN (or
+//! plain HTTP/1.1) keep-alive connections, the
 //! Kubernetes paths routed to the member's `Store`, and watches streamed from its event ring.
 //!
 //! ```text
@@ -21,7 +22,9 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
+use hyper_util::rt::TokioExecutor;
 use hyper_util::rt::TokioIo;
+use hyper_util::server::conn::auto;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -103,17 +106,63 @@ pub async fn bind(port: u16) -> std::io::Result<TcpListener> {
     TcpListener::bind(("127.0.0.1", port)).await
 }
 
+/// The TLS every member of a process serves: one self-signed certificate for 127.0.0.1,
+/// offering HTTP/2 and HTTP/1.1 by ALPN as an API server does.
+pub struct Tls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    /// The certificate, which is its own CA, for kubeconfigs.
+    pub ca_pem: String,
+}
+
+impl Tls {
+    pub fn self_signed() -> Self {
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
+            .expect("a self-signed certificate for 127.0.0.1");
+        let key = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der())
+            .expect("rcgen's key in PKCS#8");
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .expect("rcgen's certificate and key match");
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Self {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            ca_pem: cert.cert.pem(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").finish_non_exhaustive()
+    }
+}
+
 async fn connection(fleet: Arc<Fleet>, member: Arc<Member>, stream: tokio::net::TcpStream) {
     let mut up = member.up();
     let service = {
+        let fleet = fleet.clone();
         let member = member.clone();
         service_fn(move |req| handle(fleet.clone(), member.clone(), req))
     };
-    let conn = http1::Builder::new()
-        .keep_alive(true)
-        .serve_connection(TokioIo::new(stream), service);
+    let served = async {
+        match &fleet.tls {
+            Some(tls) => {
+                let stream = tls.acceptor.accept(stream).await?;
+                auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                    .map_err(std::io::Error::other)
+            }
+            None => http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+                .map_err(std::io::Error::other),
+        }
+    };
     tokio::select! {
-        result = conn => {
+        result = served => {
             if let Err(e) = result {
                 debug!(member = %member.name, error = %e, "connection ended");
             }

@@ -28,14 +28,18 @@ async fn fleet(members: usize) -> Arc<Fleet> {
     .expect("the fleet starts")
 }
 
-/// A client from the member's written kubeconfig, as meridian builds one.
-async fn client(dir: &Path, name: &str) -> Client {
+/// The config of the member's written kubeconfig (TLS with the fleet's CA, its token).
+async fn config(dir: &Path, name: &str) -> Config {
     let path = dir.join("kubeconfigs").join(format!("{name}.kubeconfig"));
     let kubeconfig = Kubeconfig::read_from(&path).expect("a kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .expect("a config");
-    Client::try_from(config).expect("a client")
+        .expect("a config")
+}
+
+/// A client from the member's written kubeconfig, as meridian builds one.
+async fn client(dir: &Path, name: &str) -> Client {
+    Client::try_from(config(dir, name).await).expect("a client")
 }
 
 fn deployment(replicas: i64, rev: &str) -> serde_json::Value {
@@ -242,7 +246,7 @@ async fn a_wrong_token_is_refused_and_a_member_down_refuses_connections() {
     let dir = tempfile::tempdir().unwrap();
     meridian_kubesim::write_kubeconfigs(&fleet, dir.path()).unwrap();
     let member = fleet.member("m0001").unwrap().clone();
-    let mut config = Config::new(format!("http://127.0.0.1:{}", member.port).parse().unwrap());
+    let mut config = config(dir.path(), "m0001").await;
     config.auth_info.token = Some("wrong".to_owned().into());
     let stranger = Client::try_from(config).unwrap();
     let nodes: Api<Node> = Api::all(stranger);
