@@ -7,8 +7,10 @@ EndpointSlices in the other members must follow, and everything meridian wrote m
 the service is unexported.
 """
 
+import os
 import re
 import time
+from pathlib import Path
 
 import ads
 from kube_fleet import FROM, MANAGED, resource_path, wait_for
@@ -219,3 +221,38 @@ def test_a_member_removed_from_the_hub_is_cleaned_up(kube_fleet, kube_meridian):
     wait_for(m2_imports_only_m1, what="m2's import lists m1 only", log=m)
     # The user's own objects in the removed member are untouched.
     assert kube_fleet.cluster("m3").get("v1", "Service", "payments", "shop") is not None
+
+
+def established_connections(pid: int, port: int) -> int:
+    """The established TCP connections of process `pid` to 127.0.0.1:`port`, from /proc."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    count = 0
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote, state, inode = fields[2], fields[3], fields[9]
+        if state == "01" and inode in inodes and int(remote.split(":")[1], 16) == port:
+            count += 1
+    return count
+
+
+def test_meridian_holds_one_connection_to_each_api_server(kube_fleet, kube_meridian):
+    """Every watch, list and read of a cluster goes over one HTTP/2 connection (and writes over
+    one more, the fenced writer's), as client-go does: over HTTP/1.1 each of the dozen kinds
+    watched in a member held a connection — and a descriptor — of its own, which a thousand
+    members could not afford."""
+    m = kube_meridian
+    kube_fleet.publish("m1", "payments", ["10.1.0.1"])
+    for member in ("m1", "m2", "m3"):
+        wait_for(lambda member=member: kube_fleet.managed_slices(member), what=f"derived slices in {member}", log=m)
+    pid = m.proc.pid
+    for name, cluster in [("hub", kube_fleet.hub), *kube_fleet.members.items()]:
+        held = established_connections(pid, cluster.apiserver_port)
+        # Reader and writer: at least the reader, never one per watch.
+        assert 1 <= held <= 2, f"meridian holds {held} connections to {name}'s API server"

@@ -497,8 +497,8 @@ def test_a_410_gone_relists_without_an_empty_answer(fault_fleet):
         m = f.start_meridian()
         m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1"], what="m1's endpoint, through the proxy")
         m.wait_for(lambda: debug_kubernetes(m)["members"]["m1"]["listed"], what="m1 listed")
-        # Every watch is open (six kinds), through the proxy.
-        wait_for(lambda: proxy.open_connections() >= 6, what="meridian's watches through the proxy", log=m)
+        # Every watch is open (six kinds), through the proxy: as streams of one HTTP/2 connection.
+        wait_for(lambda: proxy.open_connections() >= 1, what="meridian's connection through the proxy", log=m)
         time.sleep(1)
         m1_log_start = len(log_text(m))
 
@@ -520,7 +520,7 @@ def test_a_410_gone_relists_without_an_empty_answer(fault_fleet):
             assert m.addresses(NAME) == ["10.1.0.1"], "meridian saw a change through a frozen proxy"
             cut = proxy.cut()
             cut_at = time.monotonic()
-            assert cut >= 6, f"only {cut} connections were open through the proxy"
+            assert cut >= 1, "no connection was open through the proxy"
             m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.2", "10.1.0.3"], timeout=30,
                        what="the relisted endpoints")
             time.sleep(1)
