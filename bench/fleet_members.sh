@@ -47,7 +47,7 @@ NEW_SAMPLES=${NEW_SAMPLES:-20}
 EDIT_SAMPLES=${EDIT_SAMPLES:-50}
 SETTLE_S=${SETTLE_S:-30}
 QUIET_S=${QUIET_S:-10}
-PER_PROCESS=${PER_PROCESS:-250}  # members a kubesim process: each has its own fd limit, and meridian opened ~36 connections a member in the initial burst (18,859 fds in one process at 500)
+PER_PROCESS=${PER_PROCESS:-250}  # members a kubesim process: each has its own fd limit (over HTTP/1.1 meridian opened ~36 connections a member in the initial burst; over HTTP/2 ~8)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 
 source "$ROOT/bench/lib.sh"
