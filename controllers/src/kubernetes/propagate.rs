@@ -35,7 +35,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use meridian_core::placement::{Decision, Held, Placed, Placements, Rollout, Step, TemplateKey};
@@ -53,6 +52,7 @@ use super::leader::Leadership;
 use super::reconcile::{self, MemberState, Round, Slot, Slots, Wake};
 use super::{AbortOnDrop, Facts, MANAGED_BY, MANAGED_BY_SELECTOR, MEMBER_CLUSTER};
 use crate::metrics::PropagationMetrics;
+use copies::{CopyStore, LiveCopy};
 use dirty::{Dirty, Events, Holders};
 
 /// The label that says which template an object in a member was placed from (a bounded
@@ -160,8 +160,7 @@ impl TemplateView {
 
 /// A watch on one kind of placed object in one member.
 struct PlacedWatch {
-    store: Store<DynamicObject>,
-    resource: ApiResource,
+    store: CopyStore,
     /// The first list is in: until then the store says nothing of what the member holds.
     listed: Arc<AtomicBool>,
     /// The last watch error (an RBAC refusal, say), until the watch works again.
@@ -187,11 +186,11 @@ struct LiveSummary {
 }
 
 impl LiveSummary {
-    fn of(id: &ObjectId, live: &DynamicObject) -> Self {
-        let object = as_json(live);
+    fn of(id: &ObjectId, live: &LiveCopy) -> Self {
+        let object = live.json();
         let field = |p: &str| object.pointer(p).and_then(Value::as_i64);
         Self {
-            resource_version: live.metadata.resource_version.clone(),
+            resource_version: live.resource_version.clone(),
             replicas: replica_count(id, &object),
             ready: status::ready(&id.kind, &object, None),
             observed_generation: field("/status/observedGeneration"),
@@ -240,8 +239,9 @@ impl Reverts {
 struct Member {
     written: Written,
     /// Per object, the last apply body as the member admitted it (drift::admitted of its
-    /// answer): what drift is measured against.
-    admitted: BTreeMap<ObjectId, Value>,
+    /// answer): what drift is measured against. Kept as JSON text (a parsed tree costs ~8×
+    /// as much), read only when the copy changes.
+    admitted: BTreeMap<ObjectId, Box<str>>,
     reverts: BTreeMap<ObjectId, Reverts>,
     /// Per copy, the inputs of the last pass that found nothing to write (see `plan`).
     quiet: HashMap<ObjectId, u64>,
@@ -354,8 +354,8 @@ impl Member {
             .iter()
             .flat_map(|w| w.store.state())
             .filter_map(|hpa| {
-                let ns = hpa.metadata.namespace.clone()?;
-                let (v, k, n) = retain::hpa_targets(&as_json(&hpa))?;
+                let ns = hpa.namespace.clone()?;
+                let (v, k, n) = retain::hpa_targets(&hpa.json())?;
                 Some((ns, v, k, n))
             })
             .collect();
@@ -364,17 +364,13 @@ impl Member {
     /// The live copy of `id` as the watch sees it: an object meridian labelled and annotated
     /// as placed from that very template (a copy of meridian's labels by another tool, or an
     /// object listed under another version of its kind, is not one).
-    fn live(&self, id: &ObjectId) -> Option<Arc<DynamicObject>> {
+    fn live(&self, id: &ObjectId) -> Option<Arc<LiveCopy>> {
         let watch = self
             .watches
             .get(&(id.api_version.clone(), id.kind.clone()))?;
-        let mut key = ObjectRef::<DynamicObject>::new_with(&id.name, watch.resource.clone());
-        if let Some(ns) = &id.namespace {
-            key = key.within(ns);
-        }
-        let o = watch.store.get(&key)?;
+        let o = watch.store.get(id.namespace.as_deref(), &id.name)?;
         let template = template_key_of(id).to_string();
-        (o.annotations().get(render::TEMPLATE_ANNOTATION) == Some(&template)).then_some(o)
+        (o.template.as_ref() == Some(&template)).then_some(o)
     }
 
     /// What a pass reads of the live copy of `id` (None: the member holds none): read again
@@ -384,8 +380,8 @@ impl Member {
         Some(self.summary_of(id, &live))
     }
 
-    fn summary_of(&mut self, id: &ObjectId, live: &DynamicObject) -> LiveSummary {
-        let rv = &live.metadata.resource_version;
+    fn summary_of(&mut self, id: &ObjectId, live: &LiveCopy) -> LiveSummary {
+        let rv = &live.resource_version;
         match self.held.get(id) {
             Some(s) if rv.is_some() && s.resource_version == *rv => s.clone(),
             _ => {
@@ -397,15 +393,15 @@ impl Member {
     }
 
     /// Every placed object the watches hold, by template.
-    fn holdings(&self) -> BTreeMap<TemplateKey, Arc<DynamicObject>> {
+    fn holdings(&self) -> BTreeMap<TemplateKey, Arc<LiveCopy>> {
         let mut out = BTreeMap::new();
         for ((api_version, kind), watch) in &self.watches {
             for o in watch.store.state() {
-                let (Some(ns), Some(name)) = (&o.metadata.namespace, &o.metadata.name) else {
+                let Some(ns) = &o.namespace else {
                     continue;
                 };
-                let key = TemplateKey::new(api_version, kind, ns, name);
-                if o.annotations().get(render::TEMPLATE_ANNOTATION) == Some(&key.to_string()) {
+                let key = TemplateKey::new(api_version, kind, ns, &o.name);
+                if o.template.as_ref() == Some(&key.to_string()) {
                     out.insert(key, o);
                 }
             }
@@ -500,8 +496,7 @@ fn start_watch(
     events: &Arc<Mutex<Events>>,
     watched: Watched,
 ) -> PlacedWatch {
-    let writer = reflector::store::Writer::new(resource.clone());
-    let store = writer.as_reader();
+    let store = CopyStore::default();
     let api = Api::<DynamicObject>::all_with(client.clone(), resource);
     let config = match selector {
         Some(s) => watcher::Config::default().labels(s),
@@ -523,25 +518,23 @@ fn start_watch(
             Watched::Hpas => *fields = None,
         }
     });
-    let stream = reflector::reflector(writer, stream).default_backoff();
+    let stream = stream.default_backoff();
     let task = tokio::spawn({
         let (listed, error, events) = (listed.clone(), error.clone(), events.clone());
+        let store = store.clone();
         let (api_version, kind) = (resource.api_version.clone(), resource.kind.clone());
         async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 let copy = match &event {
-                    Ok(watcher::Event::InitDone) => {
-                        listed.store(true, Ordering::Release);
-                        *error.lock() = None;
-                        None
+                    Ok(event) => {
+                        let copy = store.apply(event);
+                        if matches!(event, watcher::Event::InitDone) {
+                            listed.store(true, Ordering::Release);
+                            *error.lock() = None;
+                        }
+                        copy
                     }
-                    Ok(
-                        watcher::Event::Apply(o)
-                        | watcher::Event::Delete(o)
-                        | watcher::Event::InitApply(o),
-                    ) => Some(o),
-                    Ok(watcher::Event::Init) => None,
                     Err(e) => {
                         debug!(error = %e, "placed-object watch failed; retrying");
                         *error.lock() = Some(e.to_string());
@@ -553,14 +546,12 @@ fn start_watch(
                     match (watched, copy) {
                         (Watched::Hpas, _) => events.hpas = true,
                         (Watched::Copies, Some(o)) => {
-                            if let (Some(ns), Some(name)) =
-                                (&o.metadata.namespace, &o.metadata.name)
-                            {
+                            if let Some(ns) = &o.namespace {
                                 events.templates.insert(TemplateKey::new(
                                     &api_version,
                                     &kind,
                                     ns,
-                                    name,
+                                    &o.name,
                                 ));
                             }
                         }
@@ -573,7 +564,6 @@ fn start_watch(
     });
     PlacedWatch {
         store,
-        resource: resource.clone(),
         listed,
         error,
         _task: AbortOnDrop(task),
@@ -1156,10 +1146,9 @@ fn resync(m: &mut Slot<Member>) {
 /// The settings of a template whose policy this replica never saw (it was deleted while
 /// another replica led, or before a restart): what its copies say.
 fn settings_from_copies(holders: &Holders, key: &TemplateKey) -> Propagation {
-    let preserve =
-        holders.get(key).into_iter().flatten().any(|(_, o)| {
-            o.annotations().get(PRESERVE_ANNOTATION).map(String::as_str) == Some("true")
-        });
+    let preserve = holders.get(key).into_iter().flatten().any(|(_, o)| {
+        o.json()["metadata"]["annotations"][PRESERVE_ANNOTATION].as_str() == Some("true")
+    });
     Propagation {
         preserve_on_deletion: preserve,
         ..Propagation::default()
@@ -1306,7 +1295,7 @@ fn plan(
             inputs,
             placed,
             m.scaled_by_hpa(key),
-            live.as_ref().map(|o| o.metadata.resource_version.clone()),
+            live.as_ref().map(|o| o.resource_version.clone()),
         ]));
         if m.quiet.get(&id) == Some(&quiet) {
             m.errors.remove(&id);
@@ -1378,7 +1367,7 @@ fn copy_job(
     {
         annotations.insert(APPLIED_ANNOTATION.into(), print.clone().into());
     }
-    let live = m.live(&id).map(|o| as_json(&o));
+    let live = m.live(&id).map(|o| o.json());
     let mut retained = propagation.retain.clone();
     if m.scaled_by_hpa(&template.key) {
         retained.push(retain::HPA_RETAINED.to_string());
@@ -1408,7 +1397,9 @@ fn copy_job(
     // write: only meaningful when the body is the one written (a new body is a change).
     let drifted = match (&live, unchanged) {
         (Some(live), true) => match m.admitted.get(&id) {
-            Some(admitted) => drift::drifted(admitted, live),
+            Some(admitted) => {
+                drift::drifted(&serde_json::from_str(admitted).unwrap_or(Value::Null), live)
+            }
             None => drift::drifted(&without_type(&body), live),
         },
         (None, true) if m.seen.contains(&id) => vec!["the object is gone".into()],
@@ -1544,8 +1535,9 @@ async fn carry_out(
                     .pointer("/metadata/generation")
                     .and_then(Value::as_i64)
                     .unwrap_or(0);
+                let admitted = drift::admitted(&without_type(&body), &stored);
                 m.admitted
-                    .insert(id.clone(), drift::admitted(&without_type(&body), &stored));
+                    .insert(id.clone(), admitted.to_string().into_boxed_str());
                 debug!(cluster = %cluster, template = %key, "applied");
                 metrics.applied(&cluster, "ok");
                 m.written.record(&id, &body);
@@ -2086,7 +2078,7 @@ fn aggregated_status(
         .iter()
         .filter_map(|p| {
             let m = members.get(&p.cluster)?;
-            let live = as_json(&*m.live(&id)?);
+            let live = m.live(&id)?.json();
             let applied = if m.writing {
                 m.applied.get(&id).copied()
             } else {
@@ -2311,6 +2303,7 @@ fn strip_nulls(mut v: Value) -> Value {
     v
 }
 
+mod copies;
 mod dirty;
 mod policies;
 #[cfg(test)]

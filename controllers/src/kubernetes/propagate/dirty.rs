@@ -20,16 +20,16 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use kube::api::DynamicObject;
 use meridian_core::placement::{Decision, PlacedReason, Placements, TemplateKey};
 use meridian_core::{ClusterId, OverridePolicy, Snapshot, Template};
 use meridian_federation::render;
 use serde_json::Value;
 
 use super::super::apply;
+use super::copies::LiveCopy;
 
 /// Per template, the members holding a copy of it and the copy.
-pub(super) type Holders = HashMap<TemplateKey, BTreeMap<ClusterId, Arc<DynamicObject>>>;
+pub(super) type Holders = HashMap<TemplateKey, BTreeMap<ClusterId, Arc<LiveCopy>>>;
 
 /// What a member's watches saw since the last pass (the watch tasks fill it in).
 #[derive(Debug, Default)]
@@ -240,8 +240,8 @@ impl Dirty {
         cluster: &ClusterId,
         whole: bool,
         events: HashSet<TemplateKey>,
-        live: impl Fn(&TemplateKey) -> Option<Arc<DynamicObject>>,
-        holdings: impl FnOnce() -> BTreeMap<TemplateKey, Arc<DynamicObject>>,
+        live: impl Fn(&TemplateKey) -> Option<Arc<LiveCopy>>,
+        holdings: impl FnOnce() -> BTreeMap<TemplateKey, Arc<LiveCopy>>,
     ) -> HashSet<TemplateKey> {
         if !whole {
             for key in &events {
@@ -286,7 +286,7 @@ impl Dirty {
         self.held_in.keys().cloned().collect()
     }
 
-    fn hold(&mut self, cluster: &ClusterId, key: &TemplateKey, copy: Arc<DynamicObject>) {
+    fn hold(&mut self, cluster: &ClusterId, key: &TemplateKey, copy: Arc<LiveCopy>) {
         self.holders
             .entry(key.clone())
             .or_default()
@@ -415,8 +415,8 @@ mod tests {
         v
     }
 
-    fn copy(name: &str) -> Arc<DynamicObject> {
-        Arc::new(DynamicObject {
+    fn copy(name: &str) -> Arc<LiveCopy> {
+        Arc::new(LiveCopy::of(&kube::api::DynamicObject {
             types: None,
             metadata: kube::api::ObjectMeta {
                 name: Some(name.into()),
@@ -424,7 +424,7 @@ mod tests {
                 ..Default::default()
             },
             data: json!({}),
-        })
+        }))
     }
 
     #[test]
