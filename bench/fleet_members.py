@@ -474,7 +474,7 @@ def main() -> None:
                 continue
             lat.append(done - t)
             time.sleep(0.2)
-        result["new_template"] = summary_ms(lat) | {"members": wide}
+        result["new_template"] = summary_ms(lat) | {"members": wide, "in_order_ms": [round(x * 1000) for x in lat]}
         log(f"new template: {result['new_template']}")
 
         # 3. Edits of wide templates.

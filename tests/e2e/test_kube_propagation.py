@@ -673,8 +673,9 @@ def test_a_planned_move_keeps_the_old_clusters_answers_until_the_new_one_is_read
                           "gracePeriodSeconds": 300}}
     kube_fleet.policy("mbb", spec)
     m1, m2 = kube_fleet.cluster("m1"), kube_fleet.cluster("m2")
-    wait_for(lambda: m1.get(CORE, "Service", "mbb", NAMESPACE) and m1.get(MCS, "ServiceExport", "mbb", NAMESPACE),
-             timeout=20, what="the Service and its export in m1", log=m)
+    wait_for(lambda: m1.get(APPS, "Deployment", "mbb", NAMESPACE) and m1.get(CORE, "Service", "mbb", NAMESPACE)
+             and m1.get(MCS, "ServiceExport", "mbb", NAMESPACE),
+             timeout=20, what="the Deployment, the Service and its export in m1", log=m)
     # What m1's endpoints controller would publish for the running pod.
     kube_fleet.endpoint_slice("m1", "mbb", ["10.1.0.55"])
     write_status(kube_fleet, "m1", "mbb", 1)
