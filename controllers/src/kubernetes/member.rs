@@ -257,16 +257,19 @@ impl Watching<'_> {
                     debug!(error = %e, "resourcequotas cannot be listed");
                     self.state.quotas_refused(e.message);
                 }
+                Err(e) if e.is_expired() => {
+                    // Routine (etcd compacted past the watch, an API server restarted): the
+                    // watcher relists at once, and a relist that fails is a failure of its own.
+                    // The member is not Degraded for it.
+                    let kind = e.kind;
+                    info!(
+                        kind,
+                        "watch {kind}: resourceVersion expired (410 Gone); relisting"
+                    );
+                }
                 Err(e) => {
                     let kind = e.kind;
-                    if e.is_expired() {
-                        info!(
-                            kind,
-                            "watch {kind}: resourceVersion expired (410 Gone); relisting"
-                        );
-                    } else {
-                        debug!(kind, error = %e, "watch failed");
-                    }
+                    debug!(kind, error = %e, "watch failed");
                     failures.insert(kind, (Instant::now(), format!("watch {kind}: {e}")));
                 }
             }
