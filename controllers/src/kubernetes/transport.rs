@@ -6,10 +6,13 @@
 //! file descriptor — of its own: ~20 per member, 20,000 at a thousand members, past this
 //! machine's limit. Over TLS the client offers `h2` by ALPN; an API server that takes it
 //! carries every watch, list and write of this client as streams of one connection. A server
-//! that answers with `http/1.1` (or a plain `http://` endpoint) gets kube's behaviour.
+//! that answers with `http/1.1` (or a plain `http://` endpoint) gets kube's behaviour. A
+//! request that asks to switch protocols (the gateway's exec, attach and port-forward) goes
+//! over HTTP/1.1, which has upgrades; HTTP/2 has none.
 //!
 //! ```text
-//!  kube Client ─► headers ─► auth ─► retry (429/503/504) ─► base URI ─► hyper (h2 | http/1.1)
+//!  kube Client ─► headers ─► auth ─► retry (429/503/504) ─► base URI ─► ByUpgrade
+//!      Upgrade: … ─► hyper, http/1.1 only      everything else ─► hyper (h2 | http/1.1)
 //!                                                                      └─► timeouts ─► TLS (ALPN)
 //!                                                                          └─► TCP (or fenced TCP)
 //! ```
@@ -55,29 +58,10 @@ where
     C::Future: Send + Unpin + 'static,
     C::Error: Into<BoxError>,
 {
-    let mut tls = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config.rustls_client_config()?)
-        .https_or_http();
-    if let Some(name) = &config.tls_server_name {
-        let name = name.clone().try_into().map_err(|e| {
-            kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e))
-        })?;
-        tls = tls.with_server_name_resolver(FixedServerNameResolver::new(name));
-    }
-    let https = tls.enable_http1().enable_http2().wrap_connector(tcp);
-    let mut timed = hyper_timeout::TimeoutConnector::new(https);
-    timed.set_connect_timeout(config.connect_timeout);
-    timed.set_read_timeout(config.read_timeout);
-    timed.set_write_timeout(config.write_timeout);
-    timed.set_reset_reader_on_write(config.reset_reader_on_write);
-    let hyper: hyper_util::client::legacy::Client<_, Body> =
-        hyper_util::client::legacy::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .http2_keep_alive_interval(KEEP_ALIVE)
-            .http2_keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-            .http2_keep_alive_while_idle(true)
-            .build(timed);
+    let http = ByUpgrade {
+        multiplexed: hyper_client(config, tcp.clone(), true)?,
+        upgrades: hyper_client(config, tcp, false)?,
+    };
     let service = ServiceBuilder::new()
         .layer(config.extra_headers_layer()?)
         .option_layer(config.auth_layer()?)
@@ -88,8 +72,89 @@ where
         )
         .layer(config.base_uri_layer())
         .map_err(BoxError::from)
-        .service(hyper);
+        .service(http);
     Ok(Client::new(service, config.default_namespace.clone()))
+}
+
+type HyperClient<C> = hyper_util::client::legacy::Client<
+    hyper_timeout::TimeoutConnector<hyper_rustls::HttpsConnector<C>>,
+    Body,
+>;
+
+/// The hyper client under a cluster client: offering `h2` by ALPN when `http2`, else only
+/// `http/1.1`.
+fn hyper_client<C>(config: &Config, tcp: C, http2: bool) -> Result<HyperClient<C>, kube::Error>
+where
+    C: Service<Uri> + Clone + Send + Sync + 'static,
+    C::Response: Connection + Read + Write + Send + Unpin + 'static,
+    C::Future: Send + Unpin + 'static,
+    C::Error: Into<BoxError>,
+{
+    let mut tls = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = name.clone().try_into().map_err(|e| {
+            kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e))
+        })?;
+        tls = tls.with_server_name_resolver(FixedServerNameResolver::new(name));
+    }
+    let https = if http2 {
+        tls.enable_http1().enable_http2().wrap_connector(tcp)
+    } else {
+        tls.enable_http1().wrap_connector(tcp)
+    };
+    let mut timed = hyper_timeout::TimeoutConnector::new(https);
+    timed.set_connect_timeout(config.connect_timeout);
+    timed.set_read_timeout(config.read_timeout);
+    timed.set_write_timeout(config.write_timeout);
+    timed.set_reset_reader_on_write(config.reset_reader_on_write);
+    Ok(
+        hyper_util::client::legacy::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .http2_keep_alive_interval(KEEP_ALIVE)
+            .http2_keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
+            .build(timed),
+    )
+}
+
+/// Sends a request that asks to switch protocols (exec, attach, port-forward through the
+/// gateway: `Connection: Upgrade`) over HTTP/1.1, where an upgrade exists, and every other
+/// request over the multiplexed connection — as client-go keeps a separate round tripper
+/// for its SPDY and WebSocket streams.
+#[derive(Clone)]
+struct ByUpgrade<S> {
+    multiplexed: S,
+    upgrades: S,
+}
+
+impl<S> Service<http::Request<Body>> for ByUpgrade<S>
+where
+    S: Service<http::Request<Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        match self.multiplexed.poll_ready(cx) {
+            std::task::Poll::Ready(Ok(())) => self.upgrades.poll_ready(cx),
+            other => other,
+        }
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if request.headers().contains_key(http::header::UPGRADE) {
+            self.upgrades.call(request)
+        } else {
+            self.multiplexed.call(request)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -183,6 +248,20 @@ mod tests {
         // And later ones (as watches re-opened) go on the same one.
         versions(&client, 8).await;
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_request_to_switch_protocols_goes_over_http1() {
+        let (addr, ca, _) = server(&[b"h2", b"http/1.1"]).await;
+        let client = client(&config(addr, ca)).unwrap();
+        let upgrade = Request::get("/version")
+            .header(http::header::CONNECTION, "Upgrade")
+            .header(http::header::UPGRADE, "websocket")
+            .body(Vec::new())
+            .unwrap();
+        let v: serde_json::Value = client.request(upgrade).await.unwrap();
+        assert_eq!(v["version"], "HTTP/1.1");
+        assert_eq!(versions(&client, 2).await, ["HTTP/2.0", "HTTP/2.0"]);
     }
 
     #[tokio::test]
