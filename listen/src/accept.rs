@@ -568,18 +568,24 @@ mod tests {
         assert_eq!(metrics.timeouts.get_or_create(&labels).get(), 1);
     }
 
-    #[tokio::test]
-    async fn an_evicted_connection_leaves_the_count_before_its_task_runs() {
-        use tokio::io::AsyncWriteExt;
+    /// A listener named "test" on a loopback port, bound to `max_connections`.
+    async fn bound(max_connections: usize) -> (Listener, ListenerMetrics, std::net::SocketAddr) {
         let metrics = ListenerMetrics::default();
         let listener = Listener::new(
             "test",
             TcpListener::bind("127.0.0.1:0").await.unwrap(),
-            settings(2),
+            settings(max_connections),
             &Health::default(),
             &metrics,
         );
         let addr = listener.local_addr().unwrap();
+        (listener, metrics, addr)
+    }
+
+    #[tokio::test]
+    async fn an_evicted_connection_leaves_the_count_before_its_task_runs() {
+        use tokio::io::AsyncWriteExt;
+        let (listener, metrics, addr) = bound(2).await;
         let mut probes = Vec::new();
         let mut held = Vec::new();
         for _ in 0..2 {
@@ -602,15 +608,7 @@ mod tests {
     #[tokio::test]
     async fn connections_over_the_bound_are_closed_at_once() {
         use tokio::io::AsyncReadExt;
-        let metrics = ListenerMetrics::default();
-        let listener = Listener::new(
-            "test",
-            TcpListener::bind("127.0.0.1:0").await.unwrap(),
-            settings(1),
-            &Health::default(),
-            &metrics,
-        );
-        let addr = listener.local_addr().unwrap();
+        let (listener, metrics, addr) = bound(1).await;
         let mut first = TcpStream::connect(addr).await.unwrap();
         let mut held = listener.accept().await;
         // Past its handshake: not evictable.
