@@ -17,7 +17,6 @@ use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
