@@ -213,8 +213,10 @@ pub struct Decision {
     pub standby_tier: Option<Arc<str>>,
     /// Placed clusters in name order.
     pub placed: Vec<Placed>,
-    /// The clusters left out, in name order, and why.
-    pub excluded: Vec<Excluded>,
+    /// The clusters left out, in name order, and why. The decisions of one policy mostly
+    /// leave out the same clusters for the same reasons: those hold one list (at 1,000
+    /// members × 10,000 templates, a list each was 1 GiB).
+    pub excluded: Arc<[Excluded]>,
     /// How the candidates scored (a policy that scores or runs programs only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scores: Option<Box<Scores>>,

@@ -217,7 +217,7 @@ fn placement_words(d: &Decision) -> Vec<String> {
             placed_words(&p.reason)
         ));
     }
-    for e in &d.excluded {
+    for e in d.excluded.iter() {
         words.push(format!(
             "excluded: {} — {}",
             e.cluster,

@@ -496,7 +496,8 @@ impl Dirt {
                 continue;
             };
             if decision.excluded[i].reason != *reason {
-                Arc::make_mut(&mut decision).excluded[i].reason = reason.clone();
+                Arc::make_mut(&mut Arc::make_mut(&mut decision).excluded)[i].reason =
+                    reason.clone();
             }
         }
         decision

@@ -81,6 +81,9 @@ pub struct Placer {
     clusters: HashMap<ClusterId, ClusterMemory>,
     /// Per policy, the clusters it failed over and has not yet failed back.
     failed_over: HashMap<ObjectKey, BTreeSet<ClusterId>>,
+    /// Per policy, the clusters the last decision it made left out: the next decision that
+    /// leaves out the same ones for the same reasons holds this list too.
+    excluded: HashMap<ObjectKey, Arc<[Excluded]>>,
     /// What the last round decided from and decided: the templates this round need not
     /// decide again ([`super::changed`]).
     seen: Seen,
@@ -97,6 +100,7 @@ impl Clone for Placer {
             previous: self.previous.clone(),
             clusters: self.clusters.clone(),
             failed_over: self.failed_over.clone(),
+            excluded: self.excluded.clone(),
             seen: Seen::default(),
             everything: self.everything,
         }
@@ -345,7 +349,7 @@ impl Placer {
     /// A template's last decision, kept: it was seen (a template never seen is decided), its
     /// excluded reasons brought up to date.
     fn keep(
-        &self,
+        &mut self,
         dirt: &Dirt,
         g: usize,
         plan: &Plan<'_>,
@@ -353,7 +357,13 @@ impl Placer {
         old: Option<SeenTemplate>,
     ) -> SeenTemplate {
         let mut old = old.expect("a template kept was seen last round");
+        let before = old.decision.excluded.clone();
         old.decision = dirt.patched(g, plan, fleet, old.decision);
+        if !Arc::ptr_eq(&before, &old.decision.excluded) {
+            let mut excluded = old.decision.excluded.clone();
+            share_excluded(&mut self.excluded, &plan.policy.key, &mut excluded);
+            Arc::make_mut(&mut old.decision).excluded = excluded;
+        }
         old
     }
 
@@ -367,10 +377,11 @@ impl Placer {
         t: &Template,
         governing: Option<usize>,
         policy: &Policy,
-        decision: Decision,
+        mut decision: Decision,
         memo: Memo,
         old: Option<SeenTemplate>,
     ) -> SeenTemplate {
+        share_excluded(&mut self.excluded, &policy.key, &mut decision.excluded);
         dirt.decided(fleet, t, governing, &decision, old.as_ref());
         let deadline = memo.deadline;
         let unsettled = decision.is_scheduled() && remember(&mut self.previous, &decision, memo);
@@ -398,6 +409,7 @@ impl Placer {
             .map(|(p, _)| &p.key)
             .collect();
         self.failed_over.retain(|k, _| live.contains(k));
+        self.excluded.retain(|k, _| live.contains(k));
         policies
             .iter()
             .zip(&used)
@@ -868,7 +880,7 @@ fn decide_template(
         tier: plan.tiers[ti].name.clone(),
         standby_tier: standby_tier.and_then(|s| plan.tiers[s].name.clone()),
         placed,
-        excluded,
+        excluded: excluded.into(),
         scores: ctx.judged.report.take(),
     };
     (decision, memo)
@@ -1676,6 +1688,22 @@ fn unschedulable(
     }
 }
 
+/// Holds `excluded` as the list the last decision of `policy` left out when the two are
+/// equal, else remembers it as that list.
+fn share_excluded(
+    lists: &mut HashMap<ObjectKey, Arc<[Excluded]>>,
+    policy: &ObjectKey,
+    excluded: &mut Arc<[Excluded]>,
+) {
+    match lists.get(policy) {
+        Some(last) if Arc::ptr_eq(last, excluded) => {}
+        Some(last) if **last == **excluded => *excluded = last.clone(),
+        _ => {
+            lists.insert(policy.clone(), excluded.clone());
+        }
+    }
+}
+
 /// The round's OverridePolicies, by key.
 struct Overrides<'o> {
     sorted: Vec<&'o OverridePolicy>,
@@ -1789,7 +1817,7 @@ fn follow_dependencies<'t>(
             tier: None,
             standby_tier: None,
             placed,
-            excluded: Vec::new(),
+            excluded: Arc::default(),
             scores: None,
         };
         followed.push((t, decision));

@@ -300,7 +300,7 @@ fn decision(template: &Template, outcome: Outcome, placed: Vec<Placed>) -> Decis
         tier: Some(Arc::from("eu")),
         standby_tier: None,
         placed,
-        excluded: Vec::new(),
+        excluded: Arc::default(),
         scores: None,
     }
 }

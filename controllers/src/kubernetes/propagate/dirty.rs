@@ -383,7 +383,7 @@ mod tests {
                     overrides: Vec::new(),
                 })
                 .collect(),
-            excluded: Vec::new(),
+            excluded: Arc::default(),
             scores: None,
         })
     }

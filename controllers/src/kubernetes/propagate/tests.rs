@@ -284,7 +284,7 @@ fn placed_in_m1() -> Snapshot {
             reason: meridian_core::placement::PlacedReason::Duplicated,
             overrides: Vec::new(),
         }],
-        excluded: Vec::new(),
+        excluded: Arc::default(),
         scores: None,
     };
     Arc::make_mut(&mut snapshot.placements)

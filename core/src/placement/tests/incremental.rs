@@ -283,3 +283,54 @@ fn a_round_decides_only_what_changed() {
         &after.decisions[&w.templates[0].key]
     ));
 }
+
+/// The decisions of one policy that leave out the same clusters for the same reasons hold one
+/// list (at a thousand members a list each was a gigabyte), also after a change of why one of
+/// those clusters is out.
+#[test]
+fn decisions_leaving_out_the_same_clusters_share_one_list() {
+    let mut w = World::new(&["eu-1", "eu-2", "us-1", "us-2"])
+        .policy(
+            vec![crate::testing::tier("eu", &["eu-1", "eu-2"])],
+            PlacementPolicy::default(),
+        )
+        .deployment("a", Some(2))
+        .deployment("b", Some(3))
+        .deployment("c", Some(4));
+    let mut placer = Placer::new();
+    let lists = |round: &Placements| -> Vec<Arc<[Excluded]>> {
+        round
+            .decisions
+            .values()
+            .map(|d| d.excluded.clone())
+            .collect()
+    };
+    let first = lists(&w.place(&mut placer, 0));
+    assert_eq!(first.len(), 3);
+    assert!(first.iter().all(|l| Arc::ptr_eq(l, &first[0])), "{first:?}");
+    let out: Vec<&str> = first[0].iter().map(|e| e.cluster.as_str()).collect();
+    assert_eq!(out, ["us-1", "us-2"]);
+
+    let spec = w.spec("us-1").clone();
+    *w.spec("us-1") = crate::testing::tainted(spec, "k", TaintEffect::NoSchedule);
+    let after = lists(&w.place(&mut placer, 1));
+    assert!(after.iter().all(|l| Arc::ptr_eq(l, &after[0])), "{after:?}");
+    assert_eq!(
+        after[0][0].reason,
+        PlacementFilter::NoScheduleTaint("k".into())
+    );
+
+    // Another taint key: the decisions are kept, only the reason patched.
+    w.spec("us-1").taints[0].key = "j".into();
+    let round = w.place(&mut placer, 2);
+    assert_eq!(round.decided, 0);
+    let patched = lists(&round);
+    assert!(
+        patched.iter().all(|l| Arc::ptr_eq(l, &patched[0])),
+        "{patched:?}"
+    );
+    assert_eq!(
+        patched[0][0].reason,
+        PlacementFilter::NoScheduleTaint("j".into())
+    );
+}

@@ -1461,7 +1461,7 @@ fn pending_waits_keeping_the_last_placement() {
         "waiting for the webhook https://score.example/v1"
     );
     assert_eq!(placed(&d), vec!["us-1"], "the last placement stays");
-    for e in &d.excluded {
+    for e in d.excluded.iter() {
         assert_eq!(
             e.reason,
             PlacementFilter::TierUnusable {
