@@ -51,7 +51,7 @@ def append_service(i):
         f"---\n{{apiVersion: discovery.k8s.io/v1, kind: EndpointSlice, metadata: {{name: {svc}-x, "
         f"namespace: {NAMESPACE}, labels: {{kubernetes.io/service-name: {svc}}}}}, addressType: IPv4, "
         f"ports: [{{name: http, port: 8080, protocol: TCP}}], "
-        f"endpoints: [{{addresses: [10.0.250.{i % 250 + 1}], conditions: {{ready: true}}}}]}}\n"
+        f"endpoints: [{{addresses: [10.0.15.{200 + i % 50}], conditions: {{ready: true}}}}]}}\n"
     )
     tmp = SERVICES.with_name(".services.yaml.tmp")
     tmp.write_text(text)

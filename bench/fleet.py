@@ -1,5 +1,6 @@
 """Writes the large benchmark fleet that bench/memory.sh describes (255 clusters in 5 regions,
-groups of three, ~10 endpoints per service and cluster) as a directory hub:
+groups of three, ~10 endpoints per service and cluster) as a directory hub, up to 4,096
+clusters of up to 4,093 endpoints each (cluster c's pods are the /20 10.0.0.0/8 holds at c):
 
     python3 bench/fleet.py WORK CLUSTERS ENDPOINTS PER_SERVICE
 
@@ -22,6 +23,19 @@ base, extra = divmod(total, nc)                   # the first `extra` clusters h
 groups = (nc + 2) // 3
 # Endpoints per cluster, then services per group sized by the group's largest cluster.
 counts = [base + (1 if c < extra else 0) for c in range(nc)]
+assert nc <= 4096 and counts[0] <= 4093, "a cluster's pods are a /20"
+
+
+def pod(c, i):
+    """Address `i` of cluster c's /20 (0 is the network's own)."""
+    return f"10.{c >> 4}.{((c & 15) << 4) + (i >> 8)}.{i & 255}"
+
+
+def client_cidr(c):
+    """The loopback /24 a DNS client of cluster c sends from (127.1.c.0/24 below 256)."""
+    return f"127.{1 + (c >> 8)}.{c & 255}.0/24"
+
+
 names = set()
 with open(f"{work}/fleet/hub/members.yaml", "w") as hub:
     for c in range(nc):
@@ -30,8 +44,8 @@ with open(f"{work}/fleet/hub/members.yaml", "w") as hub:
             f"---\n{{apiVersion: meridian.io/v1alpha1, kind: MemberCluster, metadata: {{name: c{c:03d}, labels: "
             f"{{topology.kubernetes.io/region: r{region}, topology.kubernetes.io/zone: r{region}-c{c:03d}}}}}, "
             f"spec: {{source: {{directory: {{path: ../clusters/c{c:03d}}}}}, network: {{name: net-r{region}, "
-            f"podCIDRs: [10.{c}.0.0/16], dnsClientCIDRs: [10.{c}.0.0/16, 127.1.{c}.0/24]}}, "
-            f"gateway: {{address: 10.{c}.255.254, port: 15443}}}}}}\n"
+            f"podCIDRs: [{pod(c, 0)}/20], dnsClientCIDRs: [{pod(c, 0)}/20, {client_cidr(c)}]}}, "
+            f"gateway: {{address: {pod(c, 4094)}, port: 15443}}}}}}\n"
         )
 for c in range(nc):
     g = c // 3
@@ -49,7 +63,7 @@ for c in range(nc):
         svc = f"svc{s:03d}"
         names.add(f"{svc}.{ns}.global")
         eps = ", ".join(
-            f"{{addresses: [10.{c}.{(ip + i) // 250}.{(ip + i) % 250 + 1}], conditions: {{ready: true}}, zone: {zone}}}"
+            f"{{addresses: [{pod(c, ip + i + 1)}], conditions: {{ready: true}}, zone: {zone}}}"
             for i in range(n)
         )
         out.append(
