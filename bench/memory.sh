@@ -6,8 +6,8 @@
 #
 # The fleet, meant to look like a large real one:
 #   - 255 member clusters in 5 regions (51 each), one network per region, an east-west gateway
-#     per cluster (clients on another network are answered with gateway addresses), a /16 pod CIDR
-#     and DNS clients in it (its /20 of 10.0.0.0/8, plus 127.1.<c>.0/24 so that this benchmark can
+#     per cluster (clients on another network are answered with gateway addresses), a /20 pod
+#     CIDR of 10.0.0.0/8 and DNS clients in it (plus 127.1.<c>.0/24 so that this benchmark can
 #     query as a client of cluster c from loopback); the load generator at 127.0.0.1 is in
 #     none, so it is an unknown client and gets every endpoint of a service;
 #   - clusters come in 85 groups of three, one cluster per region in a group: a team deploys
