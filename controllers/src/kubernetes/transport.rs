@@ -1,5 +1,6 @@
-//! The HTTP stack of every cluster client: one HTTP/2 connection per API server, as client-go
-//! keeps, instead of kube-rs's HTTP/1.1 connection per request in flight.
+//! The HTTP stack of every cluster client: an HTTP/2 connection per API server (another per
+//! hundred requests in flight), as client-go keeps, instead of kube-rs's HTTP/1.1 connection
+//! per request in flight.
 //!
 //! A member is watched for a dozen kinds at once (Services, EndpointSlices, ServiceExports,
 //! Nodes, HPAs, every propagated kind), and each HTTP/1.1 watch holds a connection — and a
