@@ -464,7 +464,7 @@ fn descriptor_bounds(cfg: &Config) -> Result<Bounds> {
         admin_max_connections = bounds.admin,
         xds_max_connections = bounds.xds,
         dns_tcp_max_connections = bounds.dns_tcp,
-        "file descriptor limit"
+        "file descriptor limit (more connections: raise the hard `ulimit -n`, or set a listener's maxConnections)"
     );
     Ok(bounds)
 }

@@ -236,7 +236,7 @@ pub struct DnsArgs {
     )]
     pub tcp_idle_timeout_seconds: Option<u64>,
     /// Open TCP DNS connections at most; more are closed at once, after evicting one that
-    /// has not sent a query yet (default: 3/8 of the descriptors the reserve leaves).
+    /// has not sent a query yet (default: 3/16 of the descriptors the reserve leaves).
     #[arg(
         long = "dns-tcp-max-connections",
         env = "MERIDIAN_DNS_TCP_MAX_CONNECTIONS"
@@ -252,7 +252,7 @@ pub struct DnsArgs {
 
 #[derive(Debug, Args)]
 pub struct AdminArgs {
-    /// Open admin connections at most; more are closed at once (default: 1/8 of the
+    /// Open admin connections at most; more are closed at once (default: 1/16 of the
     /// descriptors the reserve leaves).
     #[arg(
         id = "admin_max_connections",
@@ -362,7 +362,7 @@ pub struct XdsArgs {
         env = "MERIDIAN_XDS_ADMISSION_PER_SECOND"
     )]
     pub admission_per_second: Option<u32>,
-    /// Open xDS connections at most; more are closed at once (default: half the descriptors
+    /// Open xDS connections at most; more are closed at once (default: 3/4 of the descriptors
     /// the reserve leaves).
     #[arg(
         id = "xds_max_connections",

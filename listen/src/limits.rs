@@ -78,9 +78,11 @@ pub fn default_reserve(limit: u64) -> u64 {
     (limit / 2).min(1024)
 }
 
-/// Unset bounds share what the reserve and the set ones leave: xDS half, TCP DNS 3/8, admin
-/// 1/8 (a scraper and a few operators), each at least 1 and at most 65,536 (more than enough
-/// for one process; the rest of a huge limit stays unused).
+/// Unset bounds share what the reserve and the set ones leave: xDS 3/4 (its clients are the
+/// many and hold their connection for good: one descriptor each), TCP DNS 3/16 (a fallback
+/// of UDP, its connections short and evicted when quiet), admin 1/16 (a scraper and a few
+/// operators), each at least 1 and at most 65,536 (more than enough for one process; the
+/// rest of a huge limit stays unused). At a limit of 20,000: 14,232 xDS clients.
 pub fn bounds(limit: u64, requested: Requested) -> Result<Bounds, LimitError> {
     let reserve = requested.reserve.unwrap_or_else(|| default_reserve(limit));
     let set: u64 = [requested.admin, requested.xds, requested.dns_tcp]
@@ -108,13 +110,13 @@ pub fn bounds(limit: u64, requested: Requested) -> Result<Bounds, LimitError> {
     if unset > 0 && free < unset as u64 {
         return Err(LimitError::NoRoom { limit, reserve });
     }
-    let share = |requested: Option<u64>, eighths: u64| -> usize {
-        let share_of_free = free * eighths / 8;
+    let share = |requested: Option<u64>, sixteenths: u64| -> usize {
+        let share_of_free = free * sixteenths / 16;
         requested.unwrap_or(share_of_free.clamp(1, 65_536)) as usize
     };
     Ok(Bounds {
         admin: share(requested.admin, 1),
-        xds: share(requested.xds, 4),
+        xds: share(requested.xds, 12),
         dns_tcp: share(requested.dns_tcp, 3),
         reserve,
     })
@@ -132,7 +134,7 @@ mod tests {
     fn unset_bounds_share_what_the_reserve_leaves() {
         let b = bounds(1024, Requested::default()).unwrap();
         assert_eq!(b.reserve, 512);
-        assert_eq!((b.admin, b.xds, b.dns_tcp), (64, 256, 192));
+        assert_eq!((b.admin, b.xds, b.dns_tcp), (32, 384, 96));
         assert!(b.admin + b.xds + b.dns_tcp + b.reserve as usize <= 1024);
     }
 
@@ -140,7 +142,13 @@ mod tests {
     fn a_low_limit_still_leaves_the_reserve() {
         let b = bounds(256, Requested::default()).unwrap();
         assert_eq!(b.reserve, 128);
-        assert_eq!((b.admin, b.xds, b.dns_tcp), (16, 64, 48));
+        assert_eq!((b.admin, b.xds, b.dns_tcp), (8, 96, 24));
+    }
+
+    #[test]
+    fn ten_thousand_xds_clients_fit_in_this_machine_s_twenty_thousand() {
+        let b = bounds(20_000, Requested::default()).unwrap();
+        assert_eq!((b.admin, b.xds, b.dns_tcp), (1186, 14_232, 3558));
     }
 
     #[test]
@@ -159,7 +167,7 @@ mod tests {
         };
         let b = bounds(1000, requested).unwrap();
         assert_eq!(b.xds, 500);
-        assert_eq!((b.admin, b.dns_tcp), (50, 150));
+        assert_eq!((b.admin, b.dns_tcp), (25, 75));
     }
 
     #[test]
