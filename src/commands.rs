@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::out::{out, outln};
 use anyhow::{Context, Result, bail};
 use meridian_controllers::convert::MemberSource;
 use meridian_controllers::{SourceEvent, directory, render};
@@ -52,16 +53,18 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Approve(args) => approve(&args).await,
         Command::Agent(args) => agent(&args).await,
         Command::Crds => {
-            print!("{}", meridian_controllers::crd::meridian_crds_yaml()?);
+            out!("{}", meridian_controllers::crd::meridian_crds_yaml()?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Completions { shell } => {
             let mut cli = <crate::cli::Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cli, "meridian", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cli, "meridian", &mut script);
+            out!("{}", String::from_utf8_lossy(&script));
             Ok(ExitCode::SUCCESS)
         }
         Command::Version => {
-            println!("meridian {}", crate::cli::VERSION);
+            outln!("meridian {}", crate::cli::VERSION);
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -98,7 +101,7 @@ async fn token_create(args: &TokenCreateArgs) -> Result<ExitCode> {
         .new_token(meridian_core::ClusterId::new(&args.cluster), expires)
         .await
         .context("cannot keep the token")?;
-    println!("{}", token.presented());
+    outln!("{}", token.presented());
     eprintln!(
         "token {} admits one agent of cluster {} for {}s",
         token.id, args.cluster, args.ttl
@@ -117,7 +120,7 @@ async fn approve(args: &ApproveArgs) -> Result<ExitCode> {
         .context("nothing approved")?;
     for token in approved {
         let key = token.request.as_ref().map_or("", |r| r.key.as_str());
-        println!("approved {}: key sha256:{key}", token);
+        outln!("approved {}: key sha256:{key}", token);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -248,11 +251,11 @@ fn print_words(body: &Value, json: bool) -> Result<ExitCode> {
         bail!("{}", text(err));
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(body)?);
+        outln!("{}", serde_json::to_string_pretty(body)?);
         return Ok(ExitCode::SUCCESS);
     }
     for line in body["words"].as_array().into_iter().flatten() {
-        println!("{}", text(line));
+        outln!("{}", text(line));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -322,7 +325,7 @@ async fn xds_dump(args: &XdsDumpArgs) -> Result<ExitCode> {
     if let Some(err) = body.get("error") {
         bail!("{}", text(err));
     }
-    println!("{}", serde_json::to_string_pretty(&body)?);
+    outln!("{}", serde_json::to_string_pretty(&body)?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -330,17 +333,23 @@ async fn xds_dump(args: &XdsDumpArgs) -> Result<ExitCode> {
 async fn xds_clients(args: &ClientArgs) -> Result<ExitCode> {
     let body = get_json(args.admin, "/debug/xds").await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&body)?);
+        outln!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<24} {:<12} {:<6} {:<4} {:>6} {:<18} {:<18}  LAST ERROR",
-        "NODE", "CLUSTER", "PROTO", "TYPE", "NAMES", "SENT", "ACKED"
+        "NODE",
+        "CLUSTER",
+        "PROTO",
+        "TYPE",
+        "NAMES",
+        "SENT",
+        "ACKED"
     );
     for c in body["clients"].as_array().into_iter().flatten() {
         let node = &c["node"];
         for (kind, t) in c["types"].as_object().into_iter().flatten() {
-            println!(
+            outln!(
                 "{:<24} {:<12} {:<6} {:<4} {:>6} {:<18} {:<18}  {}",
                 text(&node["id"]),
                 text(&node["group"]["cluster"]),
@@ -483,11 +492,11 @@ async fn validate(args: &ServeArgs) -> Result<ExitCode> {
     let read = read_once(&cfg, "validate", false).await?;
     let snapshot = &read.snapshot;
     for w in &snapshot.warnings {
-        println!("warning: {w}");
+        outln!("warning: {w}");
     }
     for view in snapshot.services() {
         for c in &view.conflicts {
-            println!(
+            outln!(
                 "warning: {}: ServiceExport {} in {}: conflict: {}",
                 read.hub_directory.display(),
                 view.key,
@@ -498,13 +507,13 @@ async fn validate(args: &ServeArgs) -> Result<ExitCode> {
     }
     let not_rendered = render_problems(&render::render_snapshot(snapshot));
     for p in &snapshot.problems {
-        println!("error: {p}");
+        outln!("error: {p}");
     }
     for e in read.unreadable.iter().chain(&not_rendered) {
-        println!("error: {e}");
+        outln!("error: {e}");
     }
     let failed = snapshot.problems.len() + read.unreadable.len() + not_rendered.len();
-    println!(
+    outln!(
         "{} member(s), {} exported service(s), {} endpoint(s), {} placed template(s); {} error(s), {} warning(s)",
         read.members,
         snapshot.service_count(),
@@ -573,7 +582,7 @@ async fn render_command(args: &RenderArgs) -> Result<ExitCode> {
     for e in read.unreadable.iter().chain(&not_rendered) {
         eprintln!("error: {e}");
     }
-    println!(
+    outln!(
         "{} file(s) for {} template(s), decided in {:.1} ms: {} written, {} unchanged, {} removed",
         rendered.files.len(),
         read.snapshot.placements.decisions.len(),
@@ -593,10 +602,10 @@ async fn render_command(args: &RenderArgs) -> Result<ExitCode> {
 async fn status(args: &ClientArgs) -> Result<ExitCode> {
     let body = get_json(args.admin, "/debug/clusters").await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&body)?);
+        outln!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "snapshot {} ({})",
         body["version"],
         if body["synced"] == true {
@@ -605,13 +614,13 @@ async fn status(args: &ClientArgs) -> Result<ExitCode> {
             "not synced yet"
         }
     );
-    print!("{}", status_table(&body));
+    out!("{}", status_table(&body));
     // An older meridian has no /debug/shards: the table is the whole status then.
     if let Ok(shards) = get_json(args.admin, "/debug/shards").await {
-        print!("{}", shards_summary(&shards));
+        out!("{}", shards_summary(&shards));
     }
     if let Ok(agents) = get_json(args.admin, "/debug/agents").await {
-        print!("{}", agents_summary(&agents, SystemTime::now()));
+        out!("{}", agents_summary(&agents, SystemTime::now()));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -804,13 +813,13 @@ async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         bail!("{}", text(err));
     }
     if args.client.json {
-        println!("{}", serde_json::to_string_pretty(&body)?);
+        outln!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
     }
     let from = body["clientCluster"]
         .as_str()
         .unwrap_or("an unknown cluster");
-    println!(
+    outln!(
         "{} {} from {from}: {}",
         text(&body["name"]),
         text(&body["qtype"]),
@@ -822,13 +831,13 @@ async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         ("additional", "additionals"),
     ] {
         for r in body[key].as_array().into_iter().flatten() {
-            println!("  {section:<10} {}", text(r));
+            outln!("  {section:<10} {}", text(r));
         }
     }
     let Some(d) = body.get("decision").filter(|d| !d.is_null()) else {
         return Ok(ExitCode::SUCCESS);
     };
-    println!(
+    outln!(
         "decision for {}{}:",
         text(&d["service"]),
         if d["headless"] == true {
@@ -844,14 +853,14 @@ async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
             .flatten()
             .map(text)
             .collect();
-        println!(
+        outln!(
             "  priority {} ({}; {} ready):",
             tier["priority"],
             reasons.join(" + "),
             tier["ready"]
         );
         for m in tier["clusters"].as_array().into_iter().flatten() {
-            println!(
+            outln!(
                 "    {:<16} weight {:<5} ready {:<5}{}",
                 text(&m["cluster"]),
                 m["weight"],
@@ -869,20 +878,20 @@ async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
             .get("detail")
             .map(|d| format!(" ({})", text(d)))
             .unwrap_or_default();
-        println!(
+        outln!(
             "  filtered {:<16} {}{detail}",
             text(&f["cluster"]),
             text(&f["reason"])
         );
     }
     if d["spills"].as_u64().unwrap_or(0) > 0 {
-        println!(
+        outln!(
             "  {} tier(s) spilled into the next for lack of healthy endpoints",
             d["spills"]
         );
     }
     for c in d["conflicts"].as_array().into_iter().flatten() {
-        println!("  conflict: {}", text(c));
+        outln!("  conflict: {}", text(c));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -942,7 +951,7 @@ async fn gateway_kubeconfig(args: &GatewayKubeconfigArgs) -> Result<ExitCode> {
         &args.user,
         &credential,
     );
-    print!("{}", serde_yaml_ng::to_string(&kubeconfig)?);
+    out!("{}", serde_yaml_ng::to_string(&kubeconfig)?);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -25,6 +25,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod explain;
+pub mod out;
 pub mod programs;
 pub mod store;
 pub mod telemetry;

@@ -5,6 +5,7 @@
 
 use std::process::ExitCode;
 
+use crate::out::outln;
 use anyhow::{Context, Result, bail};
 use meridian_xds::Kind;
 use prost::Message;
@@ -59,7 +60,7 @@ pub async fn watch(args: &XdsWatchArgs) -> Result<ExitCode> {
                 endpoints_of.clone()
             }
             _ => {
-                println!("{} version {}", response.type_url, response.version_info);
+                outln!("{} version {}", response.type_url, response.version_info);
                 Vec::new()
             }
         };
@@ -131,7 +132,7 @@ fn ack(response: &DiscoveryResponse, names: Vec<String>) -> DiscoveryRequest {
 
 /// Prints the clusters; returns the names their endpoints are asked for by.
 fn print_clusters(response: &DiscoveryResponse) -> Result<Vec<String>> {
-    println!(
+    outln!(
         "CDS version {}: {} clusters",
         response.version_info,
         response.resources.len()
@@ -146,7 +147,7 @@ fn print_clusters(response: &DiscoveryResponse) -> Result<Vec<String>> {
             .map(|e| e.service_name.clone())
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| cluster.name.clone());
-        println!("  {}", cluster.name);
+        outln!("  {}", cluster.name);
         names.push(eds_name);
     }
     names.sort();
@@ -155,7 +156,7 @@ fn print_clusters(response: &DiscoveryResponse) -> Result<Vec<String>> {
 }
 
 fn print_endpoints(response: &DiscoveryResponse) -> Result<()> {
-    println!(
+    outln!(
         "EDS version {}: {} assignments",
         response.version_info,
         response.resources.len()
@@ -163,7 +164,7 @@ fn print_endpoints(response: &DiscoveryResponse) -> Result<()> {
     for any in &response.resources {
         let cla = ClusterLoadAssignment::decode(any.value.as_slice())
             .context("a ClusterLoadAssignment that does not decode")?;
-        println!("  {}", cla.cluster_name);
+        outln!("  {}", cla.cluster_name);
         for l in &cla.endpoints {
             let cluster = l.locality.as_ref().map_or("", |l| l.sub_zone.as_str());
             let weight = l.load_balancing_weight.as_ref().map_or(0, |w| w.value);
@@ -188,7 +189,7 @@ fn print_endpoints(response: &DiscoveryResponse) -> Result<()> {
                     _ => None,
                 })
                 .collect();
-            println!(
+            outln!(
                 "    priority {} {cluster} weight {weight}: {}",
                 l.priority,
                 addresses.join(" ")

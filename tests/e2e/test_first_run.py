@@ -1,6 +1,8 @@
 """The rough edges a new user meets first: shell completions, `meridian version`, logs to a
-pipe without colour codes, `serve --help`, a config that is not YAML, and ports in use."""
+pipe without colour codes, `serve --help`, a config that is not YAML, ports in use, and a
+reader that goes away (`meridian status | head`)."""
 
+import os
 import re
 import socket
 import subprocess
@@ -124,6 +126,31 @@ def test_status_columns_line_up(meridian):
         # Left-aligned columns start with the header's; ENDPOINTS ends with it; REASON is "-".
         assert cells[:6] == starts[:6], (header, row)
         assert row.endswith(" -")
+
+
+def closed_pipe(*args, timeout=30):
+    """Runs meridian with its standard output a pipe whose reader is already gone: its first
+    write fails with EPIPE, as `meridian status | head` meets once head has its lines."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([str(BIN), *args], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=timeout)
+    finally:
+        os.close(write)
+
+
+def test_a_reader_that_goes_away_ends_each_command_quietly(meridian):
+    """Every command that prints, its reader gone: exit 0 and nothing on stderr — not the
+    panic `println!` gives ("failed printing to stdout: Broken pipe")."""
+    admin = f"127.0.0.1:{meridian.admin_port}"
+    for args in (["version"], ["crds"], ["completions", "bash"], ["status", "--admin", admin],
+                 ["status", "--admin", admin, "--json"],
+                 ["resolve", "payments.shop.global", "--admin", admin]):
+        out = closed_pipe(*args)
+        assert (out.returncode, out.stderr) == (0, ""), args
+    # Printed in full when someone reads.
+    assert "CLUSTER" in run("status", "--admin", admin).stdout
 
 
 def test_problems_name_list_items_by_their_index(fleet):
