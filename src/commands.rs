@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::out::{out, outln};
 use anyhow::{Context, Result, bail};
 use meridian_controllers::convert::MemberSource;
 use meridian_controllers::{SourceEvent, directory, render};
@@ -20,6 +19,7 @@ use crate::cli::{
     GatewayKubeconfigArgs, LogFormat, NodeRole, RenderArgs, ResolveArgs, ServeArgs, SimulateArgs,
     TokenCommand, TokenCreateArgs, WhatIfArgs, XdsCommand, XdsDumpArgs,
 };
+use crate::out::{out, outln};
 use crate::whatif::{PolicyFile, ScenarioRequest};
 use crate::{app, config, telemetry};
 

@@ -5,7 +5,6 @@
 
 use std::process::ExitCode;
 
-use crate::out::outln;
 use anyhow::{Context, Result, bail};
 use meridian_xds::Kind;
 use prost::Message;
@@ -19,6 +18,7 @@ use xds_api::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResp
 use xds_api::pb::google::protobuf::{Struct, Value, value};
 
 use crate::cli::{NodeRole, XdsWatchArgs};
+use crate::out::outln;
 
 pub async fn watch(args: &XdsWatchArgs) -> Result<ExitCode> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", args.xds))?
