@@ -459,7 +459,7 @@ def main() -> None:
             "meridian": proc_figures(mer.proc.pid), "kubesim": procs_figures(sim_pids),
         }
         log(f"initial: {result['initial']}")
-        time.sleep(5)
+        time.sleep(float(os.environ.get("AFTER_BURST_S", "5")))
 
         # 2. New templates onto the WIDE members of g0.
         lat = []

@@ -16,7 +16,8 @@
 #   new template  a new template's file renamed into the hub directory → applied in all WIDE
 #                 members of its group. The file's mtime is set 1 s back, so the directory
 #                 source reads it at once instead of after its 100 ms settle; its inotify
-#                 debounce (50 ms) is included.
+#                 debounce (50 ms) is included. The first is written AFTER_BURST_S (5) after
+#                 the initial burst's last copy, while meridian may still be handling it.
 #   edit          a wide template's pod-template annotation bench.meridian.io/rev rewritten the
 #                 same way → that rev applied in all its WIDE members.
 #   settled       SETTLE_S s with nothing changing: meridian's requests to all members per
@@ -47,6 +48,7 @@ NEW_SAMPLES=${NEW_SAMPLES:-20}
 EDIT_SAMPLES=${EDIT_SAMPLES:-50}
 SETTLE_S=${SETTLE_S:-30}
 QUIET_S=${QUIET_S:-10}
+export AFTER_BURST_S=${AFTER_BURST_S:-5}
 PER_PROCESS=${PER_PROCESS:-250}  # members a kubesim process: each has its own fd limit (over HTTP/1.1 meridian opened ~36 connections a member in the initial burst; over HTTP/2 ~8)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 
@@ -141,4 +143,4 @@ for line in lp["first"][:8]:
     print(f"  {line}")
 print(f"total {r['seconds']} s")
 PY
-echo "command: PER_PROCESS=$PER_PROCESS MEMBERS=$MEMBERS TEMPLATES=$TEMPLATES DUPLICATED=$DUPLICATED WIDE=$WIDE NARROW_POLICIES=$NARROW_POLICIES NEW_SAMPLES=$NEW_SAMPLES EDIT_SAMPLES=$EDIT_SAMPLES SETTLE_S=$SETTLE_S QUIET_S=$QUIET_S MERIDIAN=$MERIDIAN bench/fleet_members.sh"
+echo "command: PER_PROCESS=$PER_PROCESS MEMBERS=$MEMBERS TEMPLATES=$TEMPLATES DUPLICATED=$DUPLICATED WIDE=$WIDE NARROW_POLICIES=$NARROW_POLICIES NEW_SAMPLES=$NEW_SAMPLES EDIT_SAMPLES=$EDIT_SAMPLES SETTLE_S=$SETTLE_S QUIET_S=$QUIET_S AFTER_BURST_S=$AFTER_BURST_S MERIDIAN=$MERIDIAN bench/fleet_members.sh"
