@@ -354,6 +354,25 @@ def test_render_path_follows_weights_replicas_taints_failover_and_failback(weigh
         m.wait_for(lambda: m.addresses("web.shop.global") == [WEB_ADDRESS["eu-1"]], what="DNS after the move")
         fleet.write("hub/members.yaml", members)
         want({"eu-1": 8, "eu-2": 4}, "the taint removed")
+
+        # A taint on us-1, outside the tier used: nothing moves, and why us-1 is left out
+        # follows the taint — decided again for the first key, only patched for the second.
+        def us1_reason():
+            placements = json.loads(m.http("/debug/placements")[1])
+            web = [d for d in placements["decisions"] if d["template"]["kind"] == "Deployment"][0]
+            return {e["cluster"]: e["reason"] for e in web["excluded"]}.get("us-1")
+
+        for key in ("maintenance", "upgrade"):
+            fleet.write("hub/members.yaml", members.replace(
+                "  source: {directory: {path: ../clusters/us-1",
+                "  taints: [{key: " + key + ", effect: NoSchedule}]\n"
+                "  source: {directory: {path: ../clusters/us-1"))
+            m.wait_for(lambda: us1_reason() == {"reason": "NoScheduleTaint", "detail": key},
+                       timeout=15, what=f"us-1 left out for the taint {key}")
+            want({"eu-1": 8, "eu-2": 4}, f"the taint {key} on us-1")
+        fleet.write("hub/members.yaml", members)
+        m.wait_for(lambda: us1_reason() == {"reason": "LaterTier", "detail": "us"}, timeout=15,
+                   what="us-1 in a later tier again")
         bad = [s for s in samples if not s or not set(s) <= set(eu)]
         assert not bad, f"{len(bad)} of {len(samples)} DNS samples empty or outside eu: {bad[:5]}"
 
