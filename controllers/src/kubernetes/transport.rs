@@ -70,10 +70,7 @@ where
     C::Error: Into<BoxError>,
 {
     let http = Http {
-        lanes: Lanes::new(
-            connector(config, tcp.clone(), true)?,
-            STREAMS_PER_CONNECTION,
-        ),
+        lanes: Lanes::new(connector(config, tcp.clone(), true)?),
         upgrades: hyper_client(connector(config, tcp, false)?),
     };
     let service = ServiceBuilder::new()
@@ -192,11 +189,11 @@ where
 pub const STREAMS_PER_CONNECTION: usize = 100;
 
 /// The multiplexed connections to one API server: lanes, each a hyper client with its own
-/// pool (so its own connection), filled in order up to `streams` requests in flight each.
+/// pool (so its own connection), filled in order up to [`STREAMS_PER_CONNECTION`] requests
+/// in flight each.
 #[derive(Clone)]
 struct Lanes<C> {
     connector: Connector<C>,
-    streams: usize,
     lanes: Arc<Mutex<Vec<Lane<C>>>>,
 }
 
@@ -212,10 +209,9 @@ where
     C::Future: Send + Unpin + 'static,
     C::Error: Into<BoxError>,
 {
-    fn new(connector: Connector<C>, streams: usize) -> Self {
+    fn new(connector: Connector<C>) -> Self {
         Self {
             connector,
-            streams,
             lanes: Arc::default(),
         }
     }
@@ -226,7 +222,7 @@ where
         let mut lanes = self.lanes.lock();
         let index = match lanes
             .iter()
-            .position(|l| l.in_flight.load(Ordering::Relaxed) < self.streams)
+            .position(|l| l.in_flight.load(Ordering::Relaxed) < STREAMS_PER_CONNECTION)
         {
             Some(index) => index,
             None => {
