@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use ipnet::IpNet;
 
 /// The version and the commit it was built from (build.rs).
@@ -27,6 +27,88 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:9180";
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The flags of `serve` that the subcommands reading a hub directory use.
+const HUB_DIRECTORY_FLAGS: &[&str] = &[
+    "config",
+    "hub-directory",
+    "directory-*",
+    "geo-*",
+    "log-format",
+];
+
+/// The flags of `serve` that say where the hub keeps the agent CA and bootstrap tokens.
+const AGENT_STORE_FLAGS: &[&str] = &["config", "hub-*", "agent-state-dir"];
+
+const ENVIRONMENT_HELP: &str = "Every flag can also be set by an environment variable: MERIDIAN_ \
+and the flag's name in capitals (MERIDIAN_DNS_LISTEN for --dns-listen; MERIDIAN_DNS_ZONES and \
+MERIDIAN_GEO_RANGES for the repeatable ones, comma-separated). A variable that is set is shown \
+beside its flag.";
+
+impl Cli {
+    /// Parses the process's arguments as [`command`] describes them.
+    pub fn parse_args() -> Self {
+        let matches = command().get_matches();
+        Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
+/// The command line: the derived one, where the subcommands that take `serve`'s settings
+/// (to find the hub) list only the flags they read, and an environment variable is shown
+/// beside its flag only when it is set (unset, `[env: MERIDIAN_X=]` on every line is noise).
+pub fn command() -> clap::Command {
+    let serve_ids: Vec<clap::Id> = ServeArgs::augment_args(clap::Command::new("serve"))
+        .get_arguments()
+        .map(|a| a.get_id().clone())
+        .collect();
+    let only = |flags: &'static [&'static str]| {
+        let serve_ids = serve_ids.clone();
+        move |c: clap::Command| hide_serve_flags_except(c, &serve_ids, flags)
+    };
+    let cli = Cli::command()
+        .mut_subcommand("validate", only(HUB_DIRECTORY_FLAGS))
+        .mut_subcommand("render", only(HUB_DIRECTORY_FLAGS))
+        .mut_subcommand("approve", only(AGENT_STORE_FLAGS))
+        .mut_subcommand("token", |token| {
+            token.mut_subcommand("create", only(AGENT_STORE_FLAGS))
+        })
+        .mut_subcommand("serve", |serve| serve.after_help(ENVIRONMENT_HELP));
+    env_shown_only_when_set(cli)
+}
+
+/// Hides from `command`'s help the flags of `serve` not named in `flags` (a name ending in
+/// `*` is a prefix); they are still accepted, so one set of variables serves every command.
+fn hide_serve_flags_except(
+    command: clap::Command,
+    serve_ids: &[clap::Id],
+    flags: &[&str],
+) -> clap::Command {
+    let read = |long: &str| {
+        flags.iter().any(|f| match f.strip_suffix('*') {
+            Some(prefix) => long.starts_with(prefix),
+            None => long == *f,
+        })
+    };
+    command.mut_args(|arg| {
+        let from_serve = serve_ids.contains(arg.get_id());
+        if from_serve && !arg.get_long().is_some_and(read) {
+            arg.hide(true)
+        } else {
+            arg
+        }
+    })
+}
+
+fn env_shown_only_when_set(command: clap::Command) -> clap::Command {
+    command
+        .mut_args(|arg| {
+            let unset = arg
+                .get_env()
+                .is_some_and(|name| std::env::var_os(name).is_none());
+            arg.hide_env(unset)
+        })
+        .mut_subcommands(env_shown_only_when_set)
 }
 
 #[derive(Debug, Subcommand)]
@@ -93,37 +175,10 @@ pub struct ServeArgs {
     /// The config file (meridian.yaml).
     #[arg(long, env = "MERIDIAN_CONFIG")]
     pub config: Option<PathBuf>,
-    /// The hub directory holding MemberCluster and ClusterSchedulingPolicy manifests.
-    #[arg(long, env = "MERIDIAN_HUB_DIRECTORY")]
-    pub hub_directory: Option<PathBuf>,
-    #[command(flatten)]
-    pub hub: HubArgs,
-    #[command(flatten)]
-    pub lease: LeaseArgs,
-    #[command(flatten)]
-    pub dns: DnsArgs,
-    #[command(flatten)]
-    pub xds: XdsArgs,
-    #[command(flatten)]
-    pub directory: DirectoryArgs,
-    #[command(flatten)]
-    pub geo: GeoArgs,
     /// Seconds DNS waits (answering SERVFAIL) for members that have neither synced nor failed
     /// before it answers without them (default 30, at most 3600).
     #[arg(long = "sync-deadline-seconds", env = "MERIDIAN_SYNC_DEADLINE_SECONDS")]
     pub sync_deadline_seconds: Option<u64>,
-    /// Admin HTTP listen address: /healthz, /readyz, /metrics, /debug/*, /ui (default
-    /// 127.0.0.1:9180).
-    #[arg(long, env = "MERIDIAN_ADMIN_LISTEN")]
-    pub admin_listen: Option<SocketAddr>,
-    #[command(flatten)]
-    pub admin: AdminArgs,
-    #[command(flatten)]
-    pub gateway: GatewayArgs,
-    #[command(flatten)]
-    pub tracing: TracingArgs,
-    #[command(flatten)]
-    pub agent: AgentListenerArgs,
     /// File descriptors kept out of the listeners' connection bounds for meridian's own
     /// member connections and files (default: half the limit, at most 1024).
     #[arg(long = "reserved-descriptors", env = "MERIDIAN_RESERVED_DESCRIPTORS")]
@@ -132,6 +187,33 @@ pub struct ServeArgs {
     /// for a log collector. Levels and targets: MERIDIAN_LOG (e.g. `debug,kube=info`).
     #[arg(long, env = "MERIDIAN_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
+    /// The hub directory holding MemberCluster and ClusterSchedulingPolicy manifests.
+    #[arg(long, env = "MERIDIAN_HUB_DIRECTORY", help_heading = "Hub")]
+    pub hub_directory: Option<PathBuf>,
+    #[command(flatten, next_help_heading = "Hub")]
+    pub hub: HubArgs,
+    #[command(flatten, next_help_heading = "Leader election and shards")]
+    pub lease: LeaseArgs,
+    #[command(flatten, next_help_heading = "DNS")]
+    pub dns: DnsArgs,
+    #[command(flatten, next_help_heading = "xDS")]
+    pub xds: XdsArgs,
+    #[command(flatten, next_help_heading = "Directory sources")]
+    pub directory: DirectoryArgs,
+    #[command(flatten, next_help_heading = "Geography of clients outside the fleet")]
+    pub geo: GeoArgs,
+    /// Admin HTTP listen address: /healthz, /readyz, /metrics, /debug/*, /ui (default
+    /// 127.0.0.1:9180).
+    #[arg(long, env = "MERIDIAN_ADMIN_LISTEN", help_heading = "Admin")]
+    pub admin_listen: Option<SocketAddr>,
+    #[command(flatten, next_help_heading = "Admin")]
+    pub admin: AdminArgs,
+    #[command(flatten, next_help_heading = "Federation API gateway")]
+    pub gateway: GatewayArgs,
+    #[command(flatten, next_help_heading = "Tracing")]
+    pub tracing: TracingArgs,
+    #[command(flatten, next_help_heading = "Pull-mode agents")]
+    pub agent: AgentListenerArgs,
 }
 
 #[derive(Debug, Args)]
@@ -140,14 +222,16 @@ pub struct AgentListenerArgs {
     #[arg(
         id = "agent_listen",
         long = "agent-listen",
-        env = "MERIDIAN_AGENT_LISTEN"
+        env = "MERIDIAN_AGENT_LISTEN",
+        value_name = "LISTEN"
     )]
     pub listen: Option<SocketAddr>,
     /// Where a directory hub keeps the agent CA and bootstrap tokens.
     #[arg(
         id = "agent_state_dir",
         long = "agent-state-dir",
-        env = "MERIDIAN_AGENT_STATE_DIR"
+        env = "MERIDIAN_AGENT_STATE_DIR",
+        value_name = "STATE_DIR"
     )]
     pub state_dir: Option<PathBuf>,
     /// An agent certificate's lifetime in seconds (default 86400).
@@ -180,28 +264,32 @@ pub struct GatewayArgs {
     #[arg(
         id = "gateway_listen",
         long = "gateway-listen",
-        env = "MERIDIAN_GATEWAY_LISTEN"
+        env = "MERIDIAN_GATEWAY_LISTEN",
+        value_name = "LISTEN"
     )]
     pub listen: Option<SocketAddr>,
     /// The gateway's server certificate (PEM).
     #[arg(
         id = "gateway_tls_cert",
         long = "gateway-tls-cert",
-        env = "MERIDIAN_GATEWAY_TLS_CERT"
+        env = "MERIDIAN_GATEWAY_TLS_CERT",
+        value_name = "TLS_CERT"
     )]
     pub tls_cert: Option<PathBuf>,
     /// The gateway's private key (PEM).
     #[arg(
         id = "gateway_tls_key",
         long = "gateway-tls-key",
-        env = "MERIDIAN_GATEWAY_TLS_KEY"
+        env = "MERIDIAN_GATEWAY_TLS_KEY",
+        value_name = "TLS_KEY"
     )]
     pub tls_key: Option<PathBuf>,
     /// CA certificates (PEM) whose client certificates are an identity at the gateway.
     #[arg(
         id = "gateway_client_ca",
         long = "gateway-client-ca",
-        env = "MERIDIAN_GATEWAY_CLIENT_CA"
+        env = "MERIDIAN_GATEWAY_CLIENT_CA",
+        value_name = "CLIENT_CA"
     )]
     pub client_ca: Option<PathBuf>,
 }
@@ -257,21 +345,24 @@ pub struct AdminArgs {
     #[arg(
         id = "admin_max_connections",
         long = "admin-max-connections",
-        env = "MERIDIAN_ADMIN_MAX_CONNECTIONS"
+        env = "MERIDIAN_ADMIN_MAX_CONNECTIONS",
+        value_name = "MAX_CONNECTIONS"
     )]
     pub max_connections: Option<u64>,
     /// A request head must arrive within this many seconds (default 10).
     #[arg(
         id = "admin_header_read_timeout_seconds",
         long = "admin-header-read-timeout-seconds",
-        env = "MERIDIAN_ADMIN_HEADER_READ_TIMEOUT_SECONDS"
+        env = "MERIDIAN_ADMIN_HEADER_READ_TIMEOUT_SECONDS",
+        value_name = "HEADER_READ_TIMEOUT_SECONDS"
     )]
     pub header_read_timeout_seconds: Option<u64>,
     /// An admin connection silent this many seconds is closed (default 60).
     #[arg(
         id = "admin_idle_timeout_seconds",
         long = "admin-idle-timeout-seconds",
-        env = "MERIDIAN_ADMIN_IDLE_TIMEOUT_SECONDS"
+        env = "MERIDIAN_ADMIN_IDLE_TIMEOUT_SECONDS",
+        value_name = "IDLE_TIMEOUT_SECONDS"
     )]
     pub idle_timeout_seconds: Option<u64>,
 }
@@ -287,7 +378,8 @@ pub struct HubArgs {
     /// A Kubernetes hub reached with the pod's service account.
     #[arg(long = "hub-in-cluster", env = "MERIDIAN_HUB_IN_CLUSTER")]
     pub in_cluster: bool,
-    /// The hub namespace of the leader-election Lease (default meridian-system).
+    /// The hub namespace of meridian's own objects: the leader-election Leases, the agent CA
+    /// and bootstrap tokens (default meridian-system).
     #[arg(long = "hub-namespace", env = "MERIDIAN_HUB_NAMESPACE")]
     pub namespace: Option<String>,
     /// Bound of one watch on a member's API, in seconds (default 30); a watch connection
@@ -339,7 +431,12 @@ pub struct LeaseArgs {
 #[derive(Debug, Args)]
 pub struct XdsArgs {
     /// xDS listen address, ADS and CSDS over gRPC (default 127.0.0.1:18000).
-    #[arg(id = "xds_listen", long = "xds-listen", env = "MERIDIAN_XDS_LISTEN")]
+    #[arg(
+        id = "xds_listen",
+        long = "xds-listen",
+        env = "MERIDIAN_XDS_LISTEN",
+        value_name = "LISTEN"
+    )]
     pub listen: Option<SocketAddr>,
     /// Server certificate (PEM) for TLS on the xDS listener (default: plaintext).
     #[arg(long = "xds-tls-cert", env = "MERIDIAN_XDS_TLS_CERT")]
@@ -367,28 +464,32 @@ pub struct XdsArgs {
     #[arg(
         id = "xds_max_connections",
         long = "xds-max-connections",
-        env = "MERIDIAN_XDS_MAX_CONNECTIONS"
+        env = "MERIDIAN_XDS_MAX_CONNECTIONS",
+        value_name = "MAX_CONNECTIONS"
     )]
     pub max_connections: Option<u64>,
     /// HTTP/2 streams per xDS connection (default 100).
     #[arg(
         id = "xds_max_concurrent_streams",
         long = "xds-max-concurrent-streams",
-        env = "MERIDIAN_XDS_MAX_CONCURRENT_STREAMS"
+        env = "MERIDIAN_XDS_MAX_CONCURRENT_STREAMS",
+        value_name = "MAX_CONCURRENT_STREAMS"
     )]
     pub max_concurrent_streams: Option<u32>,
     /// HTTP/2 keepalive PING interval in seconds (default 30).
     #[arg(
         id = "xds_keepalive_interval_seconds",
         long = "xds-keepalive-interval-seconds",
-        env = "MERIDIAN_XDS_KEEPALIVE_INTERVAL_SECONDS"
+        env = "MERIDIAN_XDS_KEEPALIVE_INTERVAL_SECONDS",
+        value_name = "KEEPALIVE_INTERVAL_SECONDS"
     )]
     pub keepalive_interval_seconds: Option<u64>,
     /// Seconds a PING may go unanswered before the connection is dropped (default 10).
     #[arg(
         id = "xds_keepalive_timeout_seconds",
         long = "xds-keepalive-timeout-seconds",
-        env = "MERIDIAN_XDS_KEEPALIVE_TIMEOUT_SECONDS"
+        env = "MERIDIAN_XDS_KEEPALIVE_TIMEOUT_SECONDS",
+        value_name = "KEEPALIVE_TIMEOUT_SECONDS"
     )]
     pub keepalive_timeout_seconds: Option<u64>,
     /// A new xDS connection must send the HTTP/2 preface (or TLS hello) within this many
@@ -396,7 +497,8 @@ pub struct XdsArgs {
     #[arg(
         id = "xds_handshake_timeout_seconds",
         long = "xds-handshake-timeout-seconds",
-        env = "MERIDIAN_XDS_HANDSHAKE_TIMEOUT_SECONDS"
+        env = "MERIDIAN_XDS_HANDSHAKE_TIMEOUT_SECONDS",
+        value_name = "HANDSHAKE_TIMEOUT_SECONDS"
     )]
     pub handshake_timeout_seconds: Option<u64>,
     /// An xDS connection that sends nothing (not even PING answers) this many seconds is
@@ -404,7 +506,8 @@ pub struct XdsArgs {
     #[arg(
         id = "xds_idle_timeout_seconds",
         long = "xds-idle-timeout-seconds",
-        env = "MERIDIAN_XDS_IDLE_TIMEOUT_SECONDS"
+        env = "MERIDIAN_XDS_IDLE_TIMEOUT_SECONDS",
+        value_name = "IDLE_TIMEOUT_SECONDS"
     )]
     pub idle_timeout_seconds: Option<u64>,
 }
@@ -427,14 +530,20 @@ pub enum TokenCommand {
 
 #[derive(Debug, Args)]
 pub struct TokenCreateArgs {
-    #[command(flatten)]
-    pub serve: ServeArgs,
     /// The one cluster that may join with the token (its MemberCluster's name).
     #[arg(long)]
     pub cluster: String,
     /// How long the token admits: 90s, 30m, 1h (at most 168h).
-    #[arg(id = "token_ttl", long = "ttl", default_value = "1h", value_parser = parse_duration)]
+    #[arg(id = "token_ttl", long = "ttl", default_value = "1h", value_parser = parse_duration,
+        value_name = "TTL"
+    )]
     pub ttl: u64,
+    /// Make the token although no MemberCluster of that name reads from an agent yet (the
+    /// hub refuses the agent until one does).
+    #[arg(long)]
+    pub new_member: bool,
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 #[derive(Debug, Args)]
@@ -730,24 +839,32 @@ pub struct GeoArgs {
         id = "geo_ranges",
         long = "geo-range",
         env = "MERIDIAN_GEO_RANGES",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_name = "RANGES"
     )]
     pub ranges: Vec<String>,
     /// A file of network,region[,zone] lines, watched for changes.
-    #[arg(id = "geo_file", long = "geo-file", env = "MERIDIAN_GEO_FILE")]
+    #[arg(
+        id = "geo_file",
+        long = "geo-file",
+        env = "MERIDIAN_GEO_FILE",
+        value_name = "FILE"
+    )]
     pub file: Option<PathBuf>,
     /// Seconds between looks at the geo file (default 1).
     #[arg(
         id = "geo_reload_seconds",
         long = "geo-reload-seconds",
-        env = "MERIDIAN_GEO_RELOAD_SECONDS"
+        env = "MERIDIAN_GEO_RELOAD_SECONDS",
+        value_name = "RELOAD_SECONDS"
     )]
     pub reload_seconds: Option<u64>,
     /// Largest geo file read, in bytes (default 256 MiB).
     #[arg(
         id = "geo_max_file_bytes",
         long = "geo-max-file-bytes",
-        env = "MERIDIAN_GEO_MAX_FILE_BYTES"
+        env = "MERIDIAN_GEO_MAX_FILE_BYTES",
+        value_name = "MAX_FILE_BYTES"
     )]
     pub max_file_bytes: Option<u64>,
 }
@@ -756,12 +873,87 @@ pub struct GeoArgs {
 mod tests {
     use clap::CommandFactory;
 
-    use super::Cli;
+    use super::{Cli, Command, command};
 
     /// clap's own checks of every subcommand (unique argument ids, valid defaults), which it
     /// otherwise runs only when that subcommand is parsed.
     #[test]
     fn every_subcommand_is_well_formed() {
         Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    fn help(path: &[&str]) -> String {
+        let mut cmd = command();
+        for name in path {
+            cmd = cmd
+                .find_subcommand(name)
+                .unwrap_or_else(|| panic!("no subcommand {name}"))
+                .clone();
+        }
+        cmd.render_long_help().to_string()
+    }
+
+    #[test]
+    fn subcommands_that_find_the_hub_list_only_the_flags_they_read() {
+        let validate = help(&["validate"]);
+        assert!(validate.contains("--hub-directory"), "{validate}");
+        assert!(validate.contains("--directory-max-depth"), "{validate}");
+        for serve_only in [
+            "--dns-listen",
+            "--xds-listen",
+            "--lease-name",
+            "--gateway-listen",
+        ] {
+            assert!(!validate.contains(serve_only), "{serve_only} in {validate}");
+        }
+        let token = help(&["token", "create"]);
+        for own in [
+            "--cluster",
+            "--ttl",
+            "--new-member",
+            "--hub-kubeconfig",
+            "--agent-state-dir",
+        ] {
+            assert!(token.contains(own), "{own} missing from {token}");
+        }
+        assert!(!token.contains("--dns-zone"), "{token}");
+        let approve = help(&["approve"]);
+        assert!(approve.contains("--hub-namespace") && !approve.contains("--xds-tls-cert"));
+        // Hidden, not refused: the same settings (or variables) serve every command.
+        let parsed = command()
+            .try_get_matches_from(["meridian", "validate", "--dns-listen", "127.0.0.1:53"])
+            .map(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m));
+        assert!(matches!(
+            parsed,
+            Ok(Ok(Cli {
+                command: Command::Validate(_)
+            }))
+        ));
+    }
+
+    #[test]
+    fn serve_groups_its_flags_and_names_a_variable_only_when_it_is_set() {
+        let serve = help(&["serve"]);
+        for heading in [
+            "Hub:",
+            "DNS:",
+            "xDS:",
+            "Admin:",
+            "Federation API gateway:",
+            "Tracing:",
+        ] {
+            assert!(serve.contains(heading), "{heading} missing");
+        }
+        let dns = serve.find("DNS:").unwrap();
+        let xds = serve.find("xDS:").unwrap();
+        let listen = serve.find("--dns-listen").unwrap();
+        assert!(
+            dns < listen && listen < xds,
+            "--dns-listen is not under DNS:"
+        );
+        // No test sets MERIDIAN_XDS_DEBOUNCE_MS: its flag carries no `[env: …=]`.
+        assert!(!serve.contains("MERIDIAN_XDS_DEBOUNCE_MS"), "{serve}");
+        assert!(serve.contains("Every flag can also be set by an environment variable"));
     }
 }

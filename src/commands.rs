@@ -57,7 +57,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Completions { shell } => {
-            let mut cli = <crate::cli::Cli as clap::CommandFactory>::command();
+            let mut cli = crate::cli::command();
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cli, "meridian", &mut script);
             out!("{}", String::from_utf8_lossy(&script));
@@ -96,6 +96,13 @@ async fn token_create(args: &TokenCreateArgs) -> Result<ExitCode> {
     }
     let cfg = config::load(&args.serve)?;
     let store = app::agent_store(&cfg).await?;
+    if !args.new_member && !is_agent_member(&cfg, &store, &args.cluster).await? {
+        bail!(
+            "no MemberCluster {} with `source: {{agent: {{}}}}` on this hub: its agent would be refused; \
+             add the MemberCluster first, or pass --new-member to make the token before it",
+            args.cluster
+        );
+    }
     let expires = SystemTime::now() + Duration::from_secs(args.ttl);
     let token = store
         .new_token(meridian_core::ClusterId::new(&args.cluster), expires)
@@ -107,6 +114,35 @@ async fn token_create(args: &TokenCreateArgs) -> Result<ExitCode> {
         token.id, args.cluster, args.ttl
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the hub names `cluster` as a member whose objects come from an agent.
+async fn is_agent_member(
+    cfg: &config::Config,
+    store: &meridian_agent::HubStore,
+    cluster: &str,
+) -> Result<bool> {
+    match store {
+        meridian_agent::HubStore::Secrets { client, .. } => {
+            let members: kube::Api<meridian_controllers::crd::MemberCluster> =
+                kube::Api::all(client.clone());
+            let member = members
+                .get_opt(cluster)
+                .await
+                .context("reading the MemberCluster on the hub")?;
+            Ok(member.is_some_and(|m| m.spec.source.agent.is_some()))
+        }
+        meridian_agent::HubStore::Directory(_) => {
+            let config::HubSource::Directory(dir) = &cfg.hub else {
+                bail!("the agent state is a directory only on a directory hub");
+            };
+            let hub = directory::read_hub(dir).context("the hub directory")?;
+            Ok(hub
+                .members
+                .iter()
+                .any(|m| m.spec.id.as_str() == cluster && matches!(m.source, MemberSource::Agent)))
+        }
+    }
 }
 
 /// `meridian approve`: approves the key that asked to join as the cluster; the agent's next

@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use meridian::cli::Cli;
 use meridian::commands;
 
@@ -13,7 +12,7 @@ use meridian::commands;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

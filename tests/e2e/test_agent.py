@@ -97,10 +97,14 @@ def start_hub(fleet, agent_port: int, **extra):
     return fleet.start_meridian(agent={"listen": f"127.0.0.1:{agent_port}", **extra})
 
 
+def token_create(config: Path, member: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN), "token", "create", "--config", str(config), "--cluster", member, *args],
+                          capture_output=True, text=True, timeout=30)
+
+
 def make_token(fleet, member: str, ttl: str = "10m") -> str:
     """`meridian token create` on the config of the running hub."""
-    out = subprocess.run([str(BIN), "token", "create", "--config", str(fleet.root / "meridian.yaml"),
-                          "--cluster", member, "--ttl", ttl], capture_output=True, text=True, timeout=30)
+    out = token_create(fleet.root / "meridian.yaml", member, "--ttl", ttl)
     assert out.returncode == 0, out.stderr
     token = out.stdout.strip()
     assert len(token) == 23 and token[6] == ".", token
@@ -145,6 +149,11 @@ def test_agents_join_with_a_token_and_serve_beside_a_push_member_and_bad_tokens_
     kubeconfig = agent_kubeconfig(f, "m2")
     state = tmp_path / "m2-state"
     token = make_token(f, "m2")
+    # m1 reads its member's API itself: a token for it would admit an agent the hub refuses,
+    # so none is made unless asked for (a member about to be registered).
+    push = token_create(f.root / "meridian.yaml", "m1")
+    assert push.returncode != 0 and "no MemberCluster m1 with `source: {agent: {}}`" in push.stderr, push.stderr
+    assert token_create(f.root / "meridian.yaml", "m9", "--new-member").returncode == 0
     agent = agents("m2", port, token=token, state_dir=state, kubeconfig=kubeconfig, ca_file=ca)
     m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1", "10.2.0.1"], timeout=20,
                what="m2's cart through its agent")
@@ -345,8 +354,7 @@ def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir_and_join
     m = Meridian(None, config=config, log=tmp_path / "meridian.log")
     try:
         assert oct((state / "ca.key").stat().st_mode & 0o777) == "0o600"
-        out = subprocess.run([str(BIN), "token", "create", "--config", str(config), "--cluster", "m2"],
-                             capture_output=True, text=True, timeout=30)
+        out = token_create(config, "m2")
         assert out.returncode == 0, out.stderr
         token = out.stdout.strip()
         kept = state / "tokens" / f"{token[:6]}.json"
@@ -407,11 +415,13 @@ def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir_and_join
         start_agent(with_token=False)
         m.wait_for(lambda: m.addresses(NAME) == ["10.2.0.1", "10.2.0.2"], timeout=30,
                    what="m2 through its restarted agent")
-        # A token for a cluster the directory hub does not name as an agent member admits
-        # nobody: the join is refused by the token's cluster, before any stream.
-        bad = subprocess.run([str(BIN), "token", "create", "--config", str(config), "--cluster", "Not_A_Name"],
-                             capture_output=True, text=True, timeout=30)
+        # A token is made only for a cluster name (a DNS label) ...
+        bad = token_create(config, "Not_A_Name")
         assert bad.returncode != 0 and "is not a cluster name" in bad.stderr, bad.stderr
+        # ... that the hub directory names as an agent member, unless asked to (one to come).
+        unnamed = token_create(config, "m3")
+        assert unnamed.returncode != 0 and "pass --new-member" in unnamed.stderr, unnamed.stderr
+        assert token_create(config, "m3", "--new-member").returncode == 0
     finally:
         m.stop()
 
@@ -452,8 +462,7 @@ def test_two_hundred_agents_joining_at_once_converge_and_reconnect_at_a_bounded_
         tokens = tmp_path / "tokens"
         tokens.mkdir()
         for n in names:
-            out = subprocess.run([str(BIN), "token", "create", "--config", str(config), "--cluster", n],
-                                 capture_output=True, text=True, timeout=30)
+            out = token_create(config, n)
             assert out.returncode == 0, out.stderr
             (tokens / f"{n}.token").write_text(out.stdout)
         swarm_log = tmp_path / "swarm.log"
