@@ -633,7 +633,8 @@ pub struct ResolveArgs {
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// The service: NAME.NAMESPACE (payments.shop), NAME.NAMESPACE.global or NAMESPACE/NAME;
-    /// or a resource template as KIND/NAME (Deployment/web) with --namespace.
+    /// or a resource template as KIND/NAME (Deployment/web, deployment/web, deploy/web) with
+    /// --namespace.
     pub service: String,
     /// The namespace of a KIND/NAME template (default: default).
     #[arg(long, short = 'n')]

@@ -250,10 +250,10 @@ async fn serve_agent_admin(listen: SocketAddr) -> Result<meridian_agent::metrics
 /// Prints the decision for a service in words (or as JSON).
 async fn explain(args: &ExplainArgs) -> Result<ExitCode> {
     let body = if args.whatif.is_empty() {
-        let mut path = match template_ref(&args.service) {
+        let mut path = match template_ref(&args.service, args.namespace.is_some()) {
             Some((kind, name)) => format!(
                 "/debug/explain?kind={}&name={}&namespace={}",
-                encode(kind),
+                encode(&kind),
                 encode(name),
                 encode(args.namespace.as_deref().unwrap_or("default"))
             ),
@@ -268,7 +268,7 @@ async fn explain(args: &ExplainArgs) -> Result<ExitCode> {
             "cluster": args.from_cluster,
             "scenario": scenario_request(&args.whatif)?,
         });
-        match template_ref(&args.service) {
+        match template_ref(&args.service, args.namespace.is_some()) {
             Some((kind, name)) => {
                 request["kind"] = kind.into();
                 request["name"] = name.into();
@@ -335,12 +335,45 @@ async fn simulate(args: &SimulateArgs) -> Result<ExitCode> {
     print_words(&body, args.client.json)
 }
 
-/// `Deployment/web` names a template (a kind starts with a capital letter; a namespace,
-/// as in `shop/web`, cannot).
-fn template_ref(arg: &str) -> Option<(&str, &str)> {
+/// kubectl's names for the kinds templates most often are, singular, plural and short.
+const KIND_NAMES: &[(&str, &[&str])] = &[
+    ("Deployment", &["deployment", "deployments", "deploy"]),
+    ("StatefulSet", &["statefulset", "statefulsets", "sts"]),
+    ("DaemonSet", &["daemonset", "daemonsets", "ds"]),
+    ("ReplicaSet", &["replicaset", "replicasets", "rs"]),
+    ("Job", &["job", "jobs"]),
+    ("CronJob", &["cronjob", "cronjobs", "cj"]),
+    ("Pod", &["pod", "pods", "po"]),
+    ("ConfigMap", &["configmap", "configmaps", "cm"]),
+    ("Secret", &["secret", "secrets"]),
+    ("Service", &["service", "services", "svc"]),
+    ("ServiceAccount", &["serviceaccount", "serviceaccounts", "sa"]),
+    ("Ingress", &["ingress", "ingresses", "ing"]),
+    ("PersistentVolumeClaim", &["persistentvolumeclaim", "persistentvolumeclaims", "pvc"]),
+    ("HorizontalPodAutoscaler", &["horizontalpodautoscaler", "horizontalpodautoscalers", "hpa"]),
+    ("PodDisruptionBudget", &["poddisruptionbudget", "poddisruptionbudgets", "pdb"]),
+    ("NetworkPolicy", &["networkpolicy", "networkpolicies", "netpol"]),
+    ("Role", &["role", "roles"]),
+    ("RoleBinding", &["rolebinding", "rolebindings"]),
+];
+
+/// Whether `explain`'s argument names a template, as (kind, name): `Deployment/web`, or as
+/// kubectl spells it (`deployment/web`, `deploy/web`, `deployments.apps/web`); any `kind/name`
+/// with `--namespace` (the namespace of a service is in its own name). Otherwise, as in
+/// `shop/web`, it is NAMESPACE/NAME of a service.
+fn template_ref(arg: &str, namespace_given: bool) -> Option<(String, &str)> {
     let (kind, name) = arg.split_once('/')?;
-    kind.starts_with(|c: char| c.is_ascii_uppercase())
-        .then_some((kind, name))
+    let bare = kind.split('.').next().unwrap_or(kind);
+    if bare.starts_with(|c: char| c.is_ascii_uppercase()) {
+        return Some((bare.to_owned(), name));
+    }
+    let known = KIND_NAMES
+        .iter()
+        .find(|(_, names)| names.contains(&bare.to_ascii_lowercase().as_str()));
+    match known {
+        Some((kind, _)) => Some(((*kind).to_owned(), name)),
+        None => namespace_given.then(|| (bare.to_owned(), name)),
+    }
 }
 
 /// Prints what a node would receive: JSON, decoded from the bytes meridian would send.
@@ -1032,7 +1065,23 @@ mod tests {
 
     use std::time::{Duration, SystemTime};
 
-    use super::{agents_summary, shards_summary, status_table};
+    use super::{agents_summary, shards_summary, status_table, template_ref};
+
+    #[test]
+    fn templates_are_named_as_kubectl_names_them_and_services_keep_namespace_slash_name() {
+        let kind = |arg, ns| template_ref(arg, ns).map(|(k, n)| format!("{k} {n}"));
+        assert_eq!(kind("Deployment/web", false).as_deref(), Some("Deployment web"));
+        assert_eq!(kind("deployment/web", false).as_deref(), Some("Deployment web"));
+        assert_eq!(kind("deploy/web", false).as_deref(), Some("Deployment web"));
+        assert_eq!(kind("deployments.apps/web", false).as_deref(), Some("Deployment web"));
+        assert_eq!(kind("sts/db", false).as_deref(), Some("StatefulSet db"));
+        assert_eq!(kind("cm/settings", false).as_deref(), Some("ConfigMap settings"));
+        // A namespace and a service…
+        assert_eq!(kind("shop/payments", false), None);
+        assert_eq!(kind("payments.shop", false), None);
+        // … unless --namespace says the first part is a kind (a custom one, here).
+        assert_eq!(kind("widget/w1", true).as_deref(), Some("widget w1"));
+    }
 
     #[test]
     fn the_agents_summary_says_who_is_connected_and_when_each_was_heard() {

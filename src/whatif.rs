@@ -248,11 +248,22 @@ fn client_words(client: &ClientChange, dns: Option<&(Vec<String>, Vec<String>)>)
     if let Some((before, after)) = dns {
         line.push_str(&format!(
             "; DNS {} → {}",
-            before.join(", "),
-            after.join(", ")
+            answer_words(before),
+            answer_words(after)
         ));
     }
     line
+}
+
+/// The addresses, or for an answer without one, "no address" and its rcode: a bare
+/// `NOERROR` reads as if all were well.
+fn answer_words(answer: &[String]) -> String {
+    match answer {
+        [status] if status.parse::<std::net::IpAddr>().is_err() => {
+            format!("no address ({status})")
+        }
+        addresses => addresses.join(", "),
+    }
 }
 
 fn workload_words(w: &WorkloadChange) -> String {

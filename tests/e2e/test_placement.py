@@ -413,6 +413,10 @@ def test_explain_shows_the_placement_beside_the_traffic_of_the_same_policy(weigh
                            "--admin", f"127.0.0.1:{m.admin_port}", check=0).stdout)
         assert [p["cluster"] for p in j["placement"]["placed"]] == ["eu-1", "eu-2"]
         assert j["traffic"][0]["service"] == "shop/web"
+        # As kubectl spells it, the same explanation.
+        for spelled in ("deployment/web", "deploy/web", "deployments.apps/web"):
+            assert run("explain", spelled, "-n", "shop", "--admin", f"127.0.0.1:{m.admin_port}",
+                       check=0).stdout == words, spelled
         # An unknown template is a clear error, not an empty answer.
         p = run("explain", "Deployment/nope", "-n", "shop", "--admin", f"127.0.0.1:{m.admin_port}")
         assert p.returncode != 0 and "no resource template Deployment shop/nope" in p.stderr, p.stderr

@@ -250,3 +250,9 @@ def test_a_policy_edit_and_a_removal_simulated(whatif_meridian, tmp_path):
     for c in db["clients"]:
         assert "us-1" in sum(route_tiers(c["before"]), []), c
         assert "us-1" not in sum(route_tiers(c["after"]), []), c
+    # With both of db's clusters gone, its clients get no address, and the words say so
+    # (the JSON keeps the rcode, as dig would print it).
+    rc, words, err = cli(m, "simulate", "--assume-remove", "eu-1", "--assume-remove", "us-1")
+    assert rc == 0, err
+    db_lines = words[words.index("service shop/db:"):].splitlines()[1:]
+    assert any(re.search(r"DNS 127\.\S+ → no address \([A-Z]+\)$", line) for line in db_lines), words
