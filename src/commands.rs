@@ -347,12 +347,27 @@ const KIND_NAMES: &[(&str, &[&str])] = &[
     ("ConfigMap", &["configmap", "configmaps", "cm"]),
     ("Secret", &["secret", "secrets"]),
     ("Service", &["service", "services", "svc"]),
-    ("ServiceAccount", &["serviceaccount", "serviceaccounts", "sa"]),
+    (
+        "ServiceAccount",
+        &["serviceaccount", "serviceaccounts", "sa"],
+    ),
     ("Ingress", &["ingress", "ingresses", "ing"]),
-    ("PersistentVolumeClaim", &["persistentvolumeclaim", "persistentvolumeclaims", "pvc"]),
-    ("HorizontalPodAutoscaler", &["horizontalpodautoscaler", "horizontalpodautoscalers", "hpa"]),
-    ("PodDisruptionBudget", &["poddisruptionbudget", "poddisruptionbudgets", "pdb"]),
-    ("NetworkPolicy", &["networkpolicy", "networkpolicies", "netpol"]),
+    (
+        "PersistentVolumeClaim",
+        &["persistentvolumeclaim", "persistentvolumeclaims", "pvc"],
+    ),
+    (
+        "HorizontalPodAutoscaler",
+        &["horizontalpodautoscaler", "horizontalpodautoscalers", "hpa"],
+    ),
+    (
+        "PodDisruptionBudget",
+        &["poddisruptionbudget", "poddisruptionbudgets", "pdb"],
+    ),
+    (
+        "NetworkPolicy",
+        &["networkpolicy", "networkpolicies", "netpol"],
+    ),
     ("Role", &["role", "roles"]),
     ("RoleBinding", &["rolebinding", "rolebindings"]),
 ];
@@ -1070,12 +1085,24 @@ mod tests {
     #[test]
     fn templates_are_named_as_kubectl_names_them_and_services_keep_namespace_slash_name() {
         let kind = |arg, ns| template_ref(arg, ns).map(|(k, n)| format!("{k} {n}"));
-        assert_eq!(kind("Deployment/web", false).as_deref(), Some("Deployment web"));
-        assert_eq!(kind("deployment/web", false).as_deref(), Some("Deployment web"));
+        assert_eq!(
+            kind("Deployment/web", false).as_deref(),
+            Some("Deployment web")
+        );
+        assert_eq!(
+            kind("deployment/web", false).as_deref(),
+            Some("Deployment web")
+        );
         assert_eq!(kind("deploy/web", false).as_deref(), Some("Deployment web"));
-        assert_eq!(kind("deployments.apps/web", false).as_deref(), Some("Deployment web"));
+        assert_eq!(
+            kind("deployments.apps/web", false).as_deref(),
+            Some("Deployment web")
+        );
         assert_eq!(kind("sts/db", false).as_deref(), Some("StatefulSet db"));
-        assert_eq!(kind("cm/settings", false).as_deref(), Some("ConfigMap settings"));
+        assert_eq!(
+            kind("cm/settings", false).as_deref(),
+            Some("ConfigMap settings")
+        );
         // A namespace and a service…
         assert_eq!(kind("shop/payments", false), None);
         assert_eq!(kind("payments.shop", false), None);

@@ -5,6 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use meridian_core::ClusterId;
+use meridian_core::agent::CERTIFICATE_BACKDATE as BACKDATE;
 use meridian_core::agent::agent_subject;
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateSigningRequestParams, DnType,
@@ -12,8 +13,6 @@ use rcgen::{
 };
 use time::OffsetDateTime;
 
-/// A signed certificate may start this much before its signing, for clocks a little behind.
-const BACKDATE: Duration = Duration::from_secs(60);
 /// The CA's own lifetime, when meridian makes it.
 const CA_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 

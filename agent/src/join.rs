@@ -165,6 +165,11 @@ pub fn unix(t: SystemTime) -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// The instant of a `unix` time on the wire (before 1970 reads as 1970).
+pub fn from_unix(seconds: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+}
+
 /// What an agent holds once joined.
 #[derive(Debug, Clone)]
 pub struct Joined {
@@ -227,13 +232,12 @@ pub async fn join(
     )
     .await
     .map_err(JoinError::Refused)?;
-    let at = |s: i64| SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(s).unwrap_or(0));
     Ok(Joined {
         key_pem: asking.key_pem.clone(),
         certificate_pem: answer.certificate_pem,
         ca_pem: answer.ca_pem,
-        not_before: at(answer.not_before_unix),
-        not_after: at(answer.not_after_unix),
+        not_before: from_unix(answer.not_before_unix),
+        not_after: from_unix(answer.not_after_unix),
     })
 }
 

@@ -350,10 +350,13 @@ impl<S: TokenStore> AgentHub for HubService<S> {
         let (cluster, _) = certified(request.peer_certs().as_deref()).inspect_err(|_| {
             self.joins.metrics.renewal("refused");
         })?;
-        self.joins
+        let renewed = self
+            .joins
             .renew(&cluster, &request.into_inner().csr_pem)
-            .await
-            .map(Response::new)
+            .await?;
+        let expires = crate::join::from_unix(renewed.not_after_unix);
+        self.streams.routes.renewed(&cluster, expires);
+        Ok(Response::new(renewed))
     }
 }
 

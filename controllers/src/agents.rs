@@ -180,6 +180,14 @@ impl AgentLink {
                 }
                 events
             }
+            Inbound::Renewed {
+                certificate_expires,
+            } => {
+                if let Some(connection) = &mut self.connection {
+                    connection.certificate_expires = Some(certificate_expires);
+                }
+                Vec::new()
+            }
             Inbound::Closed => {
                 tracing::info!(cluster = %self.cluster, "agent stream closed");
                 self.current = None;

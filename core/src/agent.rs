@@ -9,7 +9,7 @@
 //!        ─► Pending (agent.autoApprove: false): the key is recorded on the token; the agent
 //!           asks again until `meridian approve eu-1` (Tokens::approve) approves that key
 //!  every stream message: sender(certificate CN) == the cluster it names, or the stream ends
-//!  agent: renew_at(not_before, not_after, jitter): 75–80 % into the lifetime
+//!  agent: renew_at(not_before, not_after, jitter): 75–80 % into the lifetime from signing
 //! ```
 
 use std::collections::BTreeMap;
@@ -56,15 +56,20 @@ pub struct Impersonation {
     pub claimed: ClusterId,
 }
 
+/// How long before its signing an agent certificate is valid from (its `notBefore`), for
+/// clocks a little behind the hub's.
+pub const CERTIFICATE_BACKDATE: Duration = Duration::from_secs(60);
+
 /// When an agent renews a certificate valid from `not_before` to `not_after`: when 20–25 % of
-/// its lifetime remains, the point within that window set by `jitter` (0 to 1), so agents
-/// issued together do not all renew at once.
+/// the lifetime it was issued for remains, the point within that window set by `jitter` (0 to
+/// 1), so agents issued together do not all renew at once. The lifetime counts from the
+/// signing, [`CERTIFICATE_BACKDATE`] after `not_before`: counted from `not_before`, a short
+/// certificate would renew at half its life.
 pub fn renew_at(not_before: SystemTime, not_after: SystemTime, jitter: f64) -> SystemTime {
-    let lifetime = not_after
-        .duration_since(not_before)
-        .unwrap_or(Duration::ZERO);
+    let issued = (not_before + CERTIFICATE_BACKDATE).min(not_after);
+    let lifetime = not_after.duration_since(issued).unwrap_or(Duration::ZERO);
     let share = 0.75 + 0.05 * jitter.clamp(0.0, 1.0);
-    not_before + lifetime.mul_f64(share)
+    issued + lifetime.mul_f64(share)
 }
 
 /// A bootstrap token as the hub keeps it.

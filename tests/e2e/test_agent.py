@@ -304,8 +304,9 @@ def test_a_cut_agent_is_unreachable_then_withdrawn_and_comes_back_current_and_ce
     assert import_clusters(f, "m2", "cart") == ["m1", "m2"]
     assert agent.proc.poll() is None
 
-    # 60-second certificates: renewed at 75–80 % of their life, twice within about 100 s of
-    # the join, while DNS answers m2's endpoint without a gap.
+    # 60-second certificates: renewed at 75–80 % of their life counted from the signing (45 to
+    # 48 s; the certificate is valid from a minute before it), twice within about 100 s of the
+    # join, while DNS answers m2's endpoint without a gap.
     failures: list[str] = []
     stop = threading.Event()
 
@@ -322,15 +323,24 @@ def test_a_cut_agent_is_unreachable_then_withdrawn_and_comes_back_current_and_ce
     querier = threading.Thread(target=query_steadily, daemon=True)
     querier.start()
     try:
-        wait_for(lambda: agent.text().count("certificate renewed") >= 2, timeout=max(10, 110 - (time.monotonic() - joined)),
+        wait_for(lambda: agent.text().count("certificate renewed") >= 2, timeout=max(10, 120 - (time.monotonic() - joined)),
                  what="two renewals in the agent's log")
+        renewed_at = time.monotonic() - joined
     finally:
         stop.set()
         querier.join(5)
     assert failures == [], failures
+    # Neither renewal came at half the life (the backdate counted): the second is at least
+    # 2 × 45 s after the first signing, a few seconds before `joined` (counted from the
+    # backdate, it would be at most 72 s).
+    assert renewed_at >= 78, renewed_at
     renewed = yaml.safe_load(m.http("/debug/agents")[1])["agents"]["m2"]
     assert renewed["connected"] is True
     assert "certificate renewed" in m.log.read_text()
+    # The hub shows the certificate the agent holds now, not the one its stream opened with
+    # (which expired about 40 s ago).
+    held = metric_values(agent.admin("/metrics"))["meridian_agent_certificate_expiry_timestamp_seconds"]
+    assert renewed["certificateExpires"] == held > time.time(), (renewed, held)
 
 
 def test_a_directory_hub_keeps_the_agent_ca_and_tokens_in_its_state_dir_and_joins_wait_for_approval(

@@ -115,6 +115,27 @@ fn a_heartbeat_before_the_relist_is_held_and_sent_with_the_reset() {
 }
 
 #[test]
+fn a_renewal_replaces_the_certificate_the_stream_opened_with() {
+    let mut l = link();
+    let t = Instant::now();
+    let expires = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+    let opened_with = Inbound::Opened(Connection {
+        peer: "127.0.0.1:5555".into(),
+        certificate_expires: Some(expires(1_000)),
+    });
+    feed(&mut l, 1, vec![opened_with], t);
+    let renewed = |s| Inbound::Renewed {
+        certificate_expires: expires(s),
+    };
+    assert!(feed(&mut l, 1, vec![renewed(1_060)], t).is_empty());
+    assert_eq!(l.facts().unwrap().certificate_expires, Some(expires(1_060)));
+    // A renewal told for a stream since replaced says nothing of the new one's.
+    feed(&mut l, 2, vec![opened()], t);
+    feed(&mut l, 1, vec![renewed(1_120)], t);
+    assert_eq!(l.facts().unwrap().certificate_expires, None);
+}
+
+#[test]
 fn a_new_stream_relists_and_the_old_streams_leftovers_are_dropped() {
     let mut l = link();
     let t = Instant::now();

@@ -132,15 +132,18 @@ fn a_certificate_speaks_for_the_cluster_its_subject_names_only() {
 
 #[test]
 fn renewal_falls_when_a_fifth_to_a_quarter_of_the_lifetime_remains() {
-    // A 60-second certificate (the end-to-end test's): renewed 45 to 48 s in.
-    let (from, until) = (at(0), at(60));
-    assert_eq!(renew_at(from, until, 0.0), at(45));
-    assert_eq!(renew_at(from, until, 1.0), at(48));
+    // A 60-second certificate (the end-to-end test's), signed at 60 and so valid from 0 (the
+    // backdate) to 120: renewed 45 to 48 s after its signing.
+    let (from, until) = (at(0), at(120));
+    assert_eq!(renew_at(from, until, 0.0), at(105));
+    assert_eq!(renew_at(from, until, 1.0), at(108));
     let middle = renew_at(from, until, 0.5);
-    assert!(middle > at(45) && middle < at(48));
-    // Out-of-range jitter is clamped; a certificate that ends before it starts renews at once.
-    assert_eq!(renew_at(from, until, 7.0), at(48));
-    assert_eq!(renew_at(until, from, 0.5), until);
+    assert!(middle > at(105) && middle < at(108));
+    // Out-of-range jitter is clamped; a certificate that ends before it starts (or before the
+    // backdate has passed) renews at once.
+    assert_eq!(renew_at(from, until, 7.0), at(108));
+    assert_eq!(renew_at(until, from, 0.5), from);
+    assert_eq!(renew_at(at(0), at(30), 0.5), at(30));
 }
 
 #[test]

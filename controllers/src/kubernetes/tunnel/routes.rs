@@ -30,6 +30,9 @@ pub enum Inbound {
         error: String,
         watch_failure: String,
     },
+    /// The agent renewed its certificate: the stream keeps the connection, and so the
+    /// certificate, it opened with; this is the one in use from now on.
+    Renewed { certificate_expires: SystemTime },
     /// The stream ended (the agent went, or was refused).
     Closed,
 }
@@ -98,6 +101,20 @@ impl AgentRoutes {
             route.current = Some((id, calls_tx));
         }
         Ok(stream)
+    }
+
+    /// Tells `cluster`'s task that its agent renewed its certificate, as of its open stream.
+    /// Best effort: a full queue drops it, and the next stream's certificate says the same.
+    pub fn renewed(&self, cluster: &ClusterId, certificate_expires: SystemTime) {
+        let routes = self.routes.lock();
+        if let Some(route) = routes.get(cluster)
+            && let Some((stream, _)) = &route.current
+        {
+            let renewed = Inbound::Renewed {
+                certificate_expires,
+            };
+            let _ = route.tx.try_send((*stream, renewed));
+        }
     }
 
     /// Where requests for `cluster`'s API go: down its agent's newest open stream.
