@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use meridian_controllers::kubernetes::Facts;
@@ -136,6 +136,8 @@ impl AdminState {
 
 pub fn router(state: AdminState) -> Router {
     Router::new()
+        // Someone who opens the admin address in a browser wants the status page.
+        .route("/", get(|| async { Redirect::temporary("/ui") }))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

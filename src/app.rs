@@ -226,6 +226,7 @@ impl App {
             listener_metrics.clone(),
         )));
         info!(admin = %admin_addr, xds = %xds_addr, hub = %cfg.hub.describe(), "meridian started");
+        tasks.push(tokio::spawn(say_when_synced(snapshots.clone(), admin_addr)));
         Ok(Self {
             snapshots,
             dns,
@@ -272,6 +273,25 @@ async fn prepare_agents(
         .await
         .context("agent")?;
     Ok(Some(prepared))
+}
+
+/// Logs, once, that every member has synced or failed once (what `/readyz` waits for), with
+/// what was found and where to look at it.
+async fn say_when_synced(mut snapshots: watch::Receiver<Arc<Snapshot>>, admin: SocketAddr) {
+    let Ok(snap) = snapshots.wait_for(|s| s.synced).await else {
+        return;
+    };
+    let admin = match admin.ip().is_unspecified() {
+        true => SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, admin.port())),
+        false => admin,
+    };
+    info!(
+        members = snap.clusters.len(),
+        services = snap.service_count(),
+        "synced: {} member(s), {} service(s); status page at http://{admin}/ui",
+        snap.clusters.len(),
+        snap.service_count()
+    );
 }
 
 /// Where the hub keeps the agent CA and bootstrap tokens (for `meridian token create`).

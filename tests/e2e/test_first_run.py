@@ -2,6 +2,8 @@
 pipe without colour codes, `serve --help`, a config that is not YAML, ports in use, and a
 reader that goes away (`meridian status | head`)."""
 
+import http.client
+import json
 import os
 import re
 import socket
@@ -57,6 +59,20 @@ def test_logs_to_a_pipe_have_no_colour_codes(meridian):
     log = meridian.log.read_text()
     assert "meridian started" in log
     assert not ANSI.search(log), ANSI.search(log)
+
+
+def test_start_up_says_what_synced_and_where_the_status_page_is(meridian):
+    """The first lines a new user reads say what was found and where to look; the admin
+    address itself, opened in a browser, goes to the status page."""
+    meridian.wait_for(lambda: "synced:" in meridian.log.read_text(), timeout=10, what="the synced line")
+    line = next(l for l in meridian.log.read_text().splitlines() if "synced:" in l)
+    services = len(json.loads(meridian.http("/debug/services")[1])["services"])
+    want = f"synced: 3 member(s), {services} service(s); status page at http://127.0.0.1:{meridian.admin_port}/ui"
+    assert want in line, line
+    conn = http.client.HTTPConnection("127.0.0.1", meridian.admin_port, timeout=5)
+    conn.request("GET", "/")
+    r = conn.getresponse()
+    assert (r.status, r.getheader("Location")) == (307, "/ui"), (r.status, r.getheaders())
 
 
 def test_serve_help_shows_defaults_and_the_log_format():

@@ -336,6 +336,81 @@ def test_unbound_outgoing_interface_keeps_locality(meridian, unbound_bin, peers,
     assert r.rcode() == dns.rcode.NXDOMAIN, f"nosuch.shop.global via unbound: {r}"
 
 
+SHIPPED_UNBOUND_CONF = ROOT / "deploy" / "unbound" / "meridian.conf"
+ROOT_TRUST_ANCHOR = Path("/usr/share/dns/root.key")  # Debian's dns-root-data (tests/run installs it)
+
+
+def start_validating_unbound(binary, workdir: Path, meridian_port, peers, shipped: str):
+    """unbound validating DNSSEC from the root's real trust anchor, with `shipped` (the
+    deploy/unbound/meridian.conf a user copies, pointed at this meridian) as its fleet zones.
+    Everything else resolves through a loopback port nobody answers, so nothing leaves the
+    machine and the root's keys cannot be fetched: only what the shipped file marks insecure
+    can be answered."""
+    if not ROOT_TRUST_ANCHOR.is_file():
+        pytest.fail(f"no root trust anchor at {ROOT_TRUST_ANCHOR}: install Debian's dns-root-data")
+    port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    anchor = workdir / "root.key"
+    anchor.write_text(ROOT_TRUST_ANCHOR.read_text())
+    assert "10.0.0.53@1053" in shipped, "the shipped unbound config's forward-addr changed; update this test"
+    shipped = shipped.replace("10.0.0.53@1053", f"127.0.0.1@{meridian_port}")
+    conf = workdir / "unbound.conf"
+    conf.write_text("\n".join([
+        "server:",
+        "    interface: 127.0.0.1",
+        f"    port: {port}",
+        "    do-ip6: no",
+        "    access-control: 127.0.0.0/8 allow",
+        '    module-config: "validator iterator"',
+        f'    trust-anchor-file: "{anchor}"',
+        '    chroot: ""',
+        '    username: ""',
+        f'    directory: "{workdir}"',
+        f'    pidfile: "{workdir / "unbound.pid"}"',
+        '    logfile: ""',
+        "    use-syslog: no",
+        "    num-threads: 1",
+        "    so-reuseport: no",
+        "forward-zone:",
+        '    name: "."',
+        f"    forward-addr: 127.0.0.1@{free_port()}",
+    ]) + "\n" + shipped)
+    checkconf = shutil.which("unbound-checkconf")
+    if checkconf:
+        r = subprocess.run([checkconf, str(conf)], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            pytest.fail(f"unbound-checkconf rejects {conf}:\n{r.stdout}{r.stderr}\n{conf.read_text()}")
+    return peers(Peer("unbound(validating)", [binary, "-d", "-c", str(conf)], workdir / "unbound.log", port))
+
+
+def test_the_shipped_unbound_config_answers_both_zones_when_unbound_validates(
+        meridian, unbound_bin, peers, tmp_path):
+    """deploy/unbound/meridian.conf on a validating unbound: .global and clusterset.local are
+    answered (insecure), as meridian answers an unknown client. Without its clusterset.local
+    line the same unbound fails that zone: the line is what makes it work."""
+    assert_fleet_loaded(meridian)
+    shipped = SHIPPED_UNBOUND_CONF.read_text()
+    unbound = start_validating_unbound(unbound_bin, tmp_path / "validating", meridian.dns_port, peers, shipped)
+    unbound.wait_answering(PAYMENTS)
+    direct = meridian.addresses(PAYMENTS_CLUSTERSET, source="127.0.0.1")
+    assert direct, f"meridian gives no address for {PAYMENTS_CLUSTERSET}"
+    for name, want in ((PAYMENTS, ALL_READY), (PAYMENTS_CLUSTERSET, direct)):
+        r = ask(unbound.port, name, timeout=10)
+        assert r.rcode() == dns.rcode.NOERROR, f"{name} via a validating unbound: {r}"
+        assert addresses_of(r) == want, f"{name} via a validating unbound: {r}"
+        assert not (r.flags & dns.flags.AD), f"{name}: unsigned answers are not authenticated: {r}"
+    # Validation is on: a name outside the insecure zones (whose keys cannot be fetched here)
+    # is SERVFAIL, not answered.
+    assert ask(unbound.port, "example.com", timeout=10).rcode() == dns.rcode.SERVFAIL
+
+    without = "\n".join(l for l in shipped.splitlines() if 'domain-insecure: "clusterset.local"' not in l)
+    assert without != shipped, "the shipped config has no clusterset.local line"
+    bare = start_validating_unbound(unbound_bin, tmp_path / "without", meridian.dns_port, peers, without)
+    bare.wait_answering(PAYMENTS)
+    r = ask(bare.port, PAYMENTS_CLUSTERSET, timeout=10)
+    assert r.rcode() == dns.rcode.SERVFAIL, f"{PAYMENTS_CLUSTERSET} validated without the insecure line: {r}"
+
+
 # ---------------------------------------------------------------------------------------
 # Propagation of a change through the forwarders
 
