@@ -147,12 +147,20 @@ pub enum Command {
     /// Approve the join an agent of this cluster asked for with its bootstrap token (with
     /// `agent.autoApprove: false`, a join waits for this).
     Approve(ApproveArgs),
+    /// Join a member cluster to a Kubernetes hub: in the member, meridian's ServiceAccount,
+    /// its roles (deploy/rbac) and a token; on the hub, a Secret with a kubeconfig for it and
+    /// the MemberCluster. Running it again updates what differs.
+    Join(JoinArgs),
+    /// Take a member off the hub: its MemberCluster (meridian moves its copies out first),
+    /// the kubeconfig Secret, and what `join` made in the member.
+    Unjoin(UnjoinArgs),
     /// Run as a member's pull-mode agent: join the hub with a bootstrap token, then stream
     /// the member's Services, EndpointSlices, ServiceExports, ServiceImports, Nodes and
     /// Namespaces to it over mutual TLS. The hub needs no credential for the member.
     Agent(AgentRunArgs),
     /// Print the CustomResourceDefinitions of meridian's kinds (MemberCluster,
-    /// ClusterSchedulingPolicy, OverridePolicy) as YAML, generated from the types meridian reads.
+    /// ClusterSchedulingPolicy, OverridePolicy, Placement, Tenant) as YAML, generated from the
+    /// types meridian reads.
     Crds,
     /// Print a shell completion script, e.g. `source <(meridian completions bash)`.
     Completions {
@@ -553,6 +561,77 @@ pub struct ApproveArgs {
     /// The cluster whose waiting join to approve (its MemberCluster's name).
     #[arg(id = "approve_cluster", value_name = "CLUSTER")]
     pub cluster: String,
+}
+
+/// The two clusters `join` and `unjoin` speak to.
+#[derive(Debug, Args)]
+pub struct JoinClusters {
+    /// The hub's kubeconfig (default: KUBECONFIG, then ~/.kube/config).
+    #[arg(long = "hub-kubeconfig", value_name = "FILE")]
+    pub hub_kubeconfig: Option<PathBuf>,
+    /// The hub's kubeconfig context (default: the current one).
+    #[arg(long = "hub-context", value_name = "CONTEXT")]
+    pub hub_context: Option<String>,
+    /// The hub namespace of meridian's own objects, where the kubeconfig Secret goes.
+    #[arg(
+        long = "hub-namespace",
+        value_name = "NAMESPACE",
+        default_value = "meridian-system"
+    )]
+    pub hub_namespace: String,
+    /// The member's kubeconfig, with rights to make a ServiceAccount and ClusterRoles
+    /// (default: the hub's file).
+    #[arg(long = "member-kubeconfig", value_name = "FILE")]
+    pub member_kubeconfig: Option<PathBuf>,
+    /// The member's kubeconfig context (default: the current one).
+    #[arg(long = "member-context", value_name = "CONTEXT")]
+    pub member_context: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// The member's name on the hub (a DNS label).
+    #[arg(value_name = "CLUSTER")]
+    pub cluster: String,
+    #[command(flatten)]
+    pub clusters: JoinClusters,
+    /// The member's region (default: what most of its Nodes' topology.kubernetes.io/region say).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// The member's zone (default: from its Nodes, as the region).
+    #[arg(long)]
+    pub zone: Option<String>,
+    /// The member's network (clusters on one network reach each other's pods directly).
+    #[arg(long)]
+    pub network: Option<String>,
+    /// A CIDR the member's DNS queries come from (its CoreDNS's addresses); repeatable.
+    #[arg(long = "dns-client-cidr", value_name = "CIDR")]
+    pub dns_client_cidrs: Vec<String>,
+    /// Also the roles meridian needs to place workloads in the member.
+    #[arg(long)]
+    pub propagation: bool,
+    /// The member runs a pull-mode agent: only the MemberCluster is made (nothing in the
+    /// member); prints the token command and the member chart's values.
+    #[arg(long)]
+    pub agent: bool,
+    /// Lifetime of the member token the hub keeps (join again before it ends to renew it).
+    #[arg(long = "token-ttl", default_value = "8760h", value_parser = parse_duration)]
+    pub token_ttl: u64,
+    /// Print the objects (the token left out) and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UnjoinArgs {
+    /// The member's name on the hub.
+    #[arg(value_name = "CLUSTER")]
+    pub cluster: String,
+    #[command(flatten)]
+    pub clusters: JoinClusters,
+    /// How long to wait for meridian to let go of the MemberCluster (its copies moved out).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub wait: u64,
 }
 
 #[derive(Debug, Args)]

@@ -16,8 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cli::{
     AgentRunArgs, ApproveArgs, ClientArgs, Command, ExplainArgs, GatewayCommand,
-    GatewayKubeconfigArgs, LogFormat, NodeRole, RenderArgs, ResolveArgs, ServeArgs, SimulateArgs,
-    TokenCommand, TokenCreateArgs, WhatIfArgs, XdsCommand, XdsDumpArgs,
+    GatewayKubeconfigArgs, JoinArgs, JoinClusters, LogFormat, NodeRole, RenderArgs, ResolveArgs,
+    ServeArgs, SimulateArgs, TokenCommand, TokenCreateArgs, UnjoinArgs, WhatIfArgs, XdsCommand,
+    XdsDumpArgs,
 };
 use crate::out::{out, outln};
 use crate::whatif::{PolicyFile, ScenarioRequest};
@@ -52,6 +53,8 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Token(TokenCommand::Create(args)) => token_create(&args).await,
         Command::Approve(args) => approve(&args).await,
         Command::Agent(args) => agent(&args).await,
+        Command::Join(args) => join(&args).await,
+        Command::Unjoin(args) => unjoin(&args).await,
         Command::Crds => {
             out!("{}", meridian_controllers::crd::meridian_crds_yaml()?);
             Ok(ExitCode::SUCCESS)
@@ -158,6 +161,163 @@ async fn approve(args: &ApproveArgs) -> Result<ExitCode> {
         let key = token.request.as_ref().map_or("", |r| r.key.as_str());
         outln!("approved {}: key sha256:{key}", token);
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A kubeconfig: the file given, else KUBECONFIG's or ~/.kube/config; with the directory its
+/// relative paths start from.
+fn read_kubeconfig(
+    file: Option<&std::path::Path>,
+) -> Result<(kube::config::Kubeconfig, std::path::PathBuf)> {
+    match file {
+        Some(path) => {
+            let config = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let dir = path
+                .parent()
+                .unwrap_or(std::path::Path::new("."))
+                .to_path_buf();
+            Ok((config, dir))
+        }
+        None => {
+            let config = kube::config::Kubeconfig::read()
+                .context("reading the kubeconfig (KUBECONFIG or ~/.kube/config)")?;
+            Ok((config, std::env::current_dir()?))
+        }
+    }
+}
+
+async fn kube_client(
+    config: kube::config::Kubeconfig,
+    context: Option<&str>,
+) -> Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..Default::default()
+    };
+    let config = kube::Config::from_custom_kubeconfig(config, &options).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// The hub's client, and the member's (with its kubeconfig and that file's directory).
+async fn join_clients(
+    clusters: &JoinClusters,
+) -> Result<(
+    kube::Client,
+    kube::Client,
+    kube::config::Kubeconfig,
+    std::path::PathBuf,
+)> {
+    let (hub_config, hub_dir) = read_kubeconfig(clusters.hub_kubeconfig.as_deref())?;
+    let (member_config, member_dir) = match &clusters.member_kubeconfig {
+        Some(path) => read_kubeconfig(Some(path))?,
+        None => (hub_config.clone(), hub_dir),
+    };
+    let hub = kube_client(hub_config, clusters.hub_context.as_deref())
+        .await
+        .context("the hub")?;
+    let member = kube_client(member_config.clone(), clusters.member_context.as_deref())
+        .await
+        .context("the member")?;
+    Ok((hub, member, member_config, member_dir))
+}
+
+fn cluster_name(name: &str) -> Result<meridian_core::ClusterId> {
+    if !meridian_core::is_cluster_name(name) {
+        bail!("{name:?} is not a cluster name (a DNS label: a-z, 0-9, '-')");
+    }
+    Ok(meridian_core::ClusterId::new(name))
+}
+
+/// `meridian join`: the member's access, made and registered; or with --dry-run, printed.
+async fn join(args: &JoinArgs) -> Result<ExitCode> {
+    use meridian_controllers::kubernetes::join;
+    let (hub, member, member_config, member_dir) = join_clients(&args.clusters).await?;
+    let mut request = join::Join {
+        cluster: cluster_name(&args.cluster)?,
+        hub_namespace: args.clusters.hub_namespace.clone(),
+        region: args.region.clone(),
+        zone: args.zone.clone(),
+        network: args.network.clone(),
+        dns_client_cidrs: args.dns_client_cidrs.clone(),
+        propagation: args.propagation,
+        agent: args.agent,
+        token_seconds: i64::try_from(args.token_ttl).unwrap_or(i64::MAX),
+    };
+    for cidr in &request.dns_client_cidrs {
+        cidr.parse::<ipnet::IpNet>()
+            .with_context(|| format!("--dns-client-cidr {cidr:?} is not a CIDR"))?;
+    }
+    let mut report = join::Report::default();
+    let server = if args.agent {
+        None
+    } else {
+        join::fill_topology(&member, &mut request, &mut report).await?;
+        Some(join::MemberServer::from_kubeconfig(
+            &member_config,
+            args.clusters.member_context.as_deref(),
+            &member_dir,
+        )?)
+    };
+    let done = join::join(
+        &hub,
+        server.as_ref().map(|s| (&member, s)),
+        &request,
+        args.dry_run,
+    )
+    .await?;
+    report.lines.extend(done.lines);
+    for line in &report.lines {
+        eprintln!("{line}");
+    }
+    if args.dry_run {
+        for object in &done.objects {
+            out!("---\n{}", serde_yaml_ng::to_string(object)?);
+        }
+    } else if args.agent {
+        let c = &request.cluster;
+        outln!("MemberCluster {c} made with `source: {{agent: {{}}}}`. Next:");
+        outln!(
+            "  # on the hub, with its config (and the agent CA: <stateDir>/ca.crt or Secret meridian-agent-ca)"
+        );
+        outln!("  meridian token create --cluster {c} --ttl 1h > token");
+        outln!("  # in the member");
+        outln!(
+            "  kubectl -n meridian-system create secret generic meridian-agent-bootstrap --from-file=token"
+        );
+        outln!(
+            "  kubectl -n meridian-system create configmap meridian-agent-ca --from-file=ca.crt=agent-ca.crt"
+        );
+        outln!("  helm install meridian-member deploy/helm/meridian-member -n meridian-system \\");
+        outln!("    --set agent.enabled=true,agent.hub=HUB_AGENT_HOST:PORT,agent.cluster={c}");
+    } else {
+        outln!(
+            "joined {}: meridian reads it with the kubeconfig in Secret {}/meridian-member-{}",
+            request.cluster,
+            request.hub_namespace,
+            request.cluster
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `meridian unjoin`: the MemberCluster (once meridian lets go), the Secret, the member's side.
+async fn unjoin(args: &UnjoinArgs) -> Result<ExitCode> {
+    use meridian_controllers::kubernetes::join;
+    let cluster = cluster_name(&args.cluster)?;
+    let (hub, member, _, _) = join_clients(&args.clusters).await?;
+    let report = join::unjoin(
+        &hub,
+        Some(&member),
+        &cluster,
+        &args.clusters.hub_namespace,
+        Duration::from_secs(args.wait),
+    )
+    .await?;
+    for line in &report.lines {
+        eprintln!("{line}");
+    }
+    outln!("unjoined {cluster}");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -246,6 +246,22 @@ def test_bad_combinations_are_refused_by_the_templates(helm, args, says):
 # No drift from deploy/
 
 
+def test_deploy_readme_names_every_crd_and_rbac_file_and_crds_help_every_kind():
+    """A user reads deploy/README.md to learn which file goes where: a file added without a
+    line there fails here. And `meridian crds --help` names each kind the command prints."""
+    readme = (DEPLOY / "README.md").read_text()
+    for folder in ("crds", "rbac"):
+        for f in sorted((DEPLOY / folder).glob("*.yaml")):
+            assert f"`{folder}/{f.name}`" in readme, f"deploy/README.md does not describe {folder}/{f.name}"
+    printed = subprocess.run([str(BIN), "crds"], capture_output=True, text=True, timeout=30, check=True).stdout
+    kinds = [d["spec"]["names"]["kind"] for d in yaml.safe_load_all(printed) if d]
+    assert len(kinds) >= 5, kinds
+    help_text = " ".join(subprocess.run([str(BIN), "crds", "--help"], capture_output=True, text=True,
+                                        timeout=30, check=True).stdout.split())
+    for kind in kinds:
+        assert kind in help_text, f"`meridian crds --help` does not name {kind}: {help_text}"
+
+
 def test_chart_crds_are_the_deploy_crds_and_the_app_version_is_meridians():
     """Each chart's crds/ holds exactly the CRD files of deploy/crds/ it ships, byte for
     byte (copy them again after `meridian crds > deploy/crds/meridian.io.yaml`), and both

@@ -25,6 +25,7 @@ pub mod apply;
 pub mod connect;
 pub mod fence;
 pub mod hub;
+pub mod join;
 pub mod leader;
 pub mod member;
 #[cfg(test)]
