@@ -236,16 +236,33 @@ async fn debug_index() -> Json<Value> {
 
 pub fn clusters_json(snap: &Snapshot) -> Value {
     let rooms = rooms_by_cluster(snap);
+    let ready = ready_endpoints_by_cluster(snap);
     let clusters: Vec<Value> = snap
         .clusters
         .iter()
-        .map(|c| with_capacity(cluster_json(c), rooms.get(&c.spec.id)))
+        .zip(ready)
+        .map(|(c, ready)| {
+            let mut card = with_capacity(cluster_json(c), rooms.get(&c.spec.id));
+            card["readyEndpoints"] = json!(ready);
+            card
+        })
         .collect();
     json!({
         "version": snap.version,
         "synced": snap.synced,
         "clusters": clusters,
     })
+}
+
+/// The ready endpoints each member (by index) holds, over every service.
+fn ready_endpoints_by_cluster(snap: &Snapshot) -> Vec<u64> {
+    let mut ready = vec![0; snap.clusters.len()];
+    for backend in snap.services().flat_map(|v| &v.backends) {
+        if let Some(count) = ready.get_mut(backend.cluster) {
+            *count += u64::from(backend.ready);
+        }
+    }
+    ready
 }
 
 /// Each member's capacity as placement counts it (allocatable, used, assumed).

@@ -569,7 +569,31 @@ async fn xds_dump(args: &XdsDumpArgs) -> Result<ExitCode> {
     if let Some(err) = body.get("error") {
         bail!("{}", text(err));
     }
-    outln!("{}", serde_json::to_string_pretty(&body)?);
+    if args.client.json {
+        outln!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let node = &body["node"];
+    outln!(
+        "node: role {}, cluster {}, network {}; snapshot {}",
+        text(&node["role"]),
+        node["cluster"].as_str().unwrap_or("(none)"),
+        node["network"].as_str().unwrap_or("of its cluster"),
+        text(&body["feed"]["snapshotVersion"])
+    );
+    for kind in meridian_xds::Kind::ALL {
+        let resources = body["feed"]["resources"][kind.short()]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        outln!("{}: {} resource(s)", kind.short(), resources.len());
+        for r in &resources {
+            let name = r["name"].as_str().unwrap_or("?");
+            for line in crate::xds_watch::resource_lines(kind, " ", name, &r["detail"]) {
+                outln!("{line}");
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -977,7 +1001,7 @@ fn status_table(body: &Value) -> String {
         "REGION",
         "ZONE",
         "NETWORK",
-        "ENDPOINTS",
+        "READY/ENDPOINTS",
         "CPU USED+ASSUMED/ALLOC",
         "REASON",
     ];
@@ -993,7 +1017,7 @@ fn status_table(body: &Value) -> String {
                 text(&c["region"]),
                 text(&c["zone"]),
                 text(&c["network"]),
-                text(&c["endpoints"]),
+                format!("{}/{}", text(&c["readyEndpoints"]), text(&c["endpoints"])),
                 cpu_cell(&c["capacity"]),
                 text(&c["reason"]),
             ]
@@ -1315,11 +1339,11 @@ mod tests {
     fn status_columns_line_up_whatever_the_names() {
         let body = json!({"clusters": [
             {"name": "eu-1", "health": "Healthy", "withdrawn": false, "region": "eu",
-             "zone": "eu-a", "network": "net1", "endpoints": 3, "reason": null,
+             "zone": "eu-a", "network": "net1", "endpoints": 3, "readyEndpoints": 2, "reason": null,
              "capacity": {"allocatable": {"cpuMillis": 8000}, "used": {"cpuMillis": 1500},
                           "assumed": {"cpuMillis": 2000}}},
             {"name": "a-very-long-member-cluster-name", "health": "Unreachable", "withdrawn": true,
-             "region": "us", "zone": null, "network": "", "endpoints": 120,
+             "region": "us", "zone": null, "network": "", "endpoints": 120, "readyEndpoints": 118,
              "reason": "heartbeat failed: connection refused"},
         ]});
         let golden = include_str!("../tests/golden/cli/status.txt");

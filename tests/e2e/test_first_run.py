@@ -134,14 +134,20 @@ def test_status_columns_line_up(meridian):
     assert out.returncode == 0, out.stderr
     header, *rows = out.stdout.splitlines()[1:]
     starts = [m.start() for m in re.finditer(r"\S+", header)]
-    assert header.split() == ["CLUSTER", "HEALTH", "WITHDRAWN", "REGION", "ZONE", "NETWORK", "ENDPOINTS",
+    assert header.split() == ["CLUSTER", "HEALTH", "WITHDRAWN", "REGION", "ZONE", "NETWORK", "READY/ENDPOINTS",
                               "CPU", "USED+ASSUMED/ALLOC", "REASON"]
     assert len(rows) == 3
+    services = json.loads(meridian.http("/debug/services")[1])["services"]
     for row in rows:
         cells = [m.start() for m in re.finditer(r"\S+", row)]
         # Left-aligned columns start with the header's; ENDPOINTS ends with it; REASON is "-".
         assert cells[:6] == starts[:6], (header, row)
         assert row.endswith(" -")
+        # Ready endpoints of the member over every service, then all it registered.
+        name, counts = row.split()[0], row.split()[6]
+        ready, total = (int(n) for n in counts.split("/"))
+        want = sum(b["ready"] for s in services for b in s["clusters"] if b["cluster"] == name)
+        assert ready == want and ready <= total, (row, want)
 
 
 def closed_pipe(*args, timeout=30):

@@ -2,6 +2,7 @@
 /debug/xds and the xDS metrics, against a running binary with a real ADS client connected."""
 
 import json
+import re
 import subprocess
 
 import ads
@@ -16,7 +17,7 @@ def cli(meridian, *args):
 
 
 def test_dump_shows_what_each_kind_of_node_receives(meridian):
-    proxyless = json.loads(cli(meridian, "xds", "dump", "--node-cluster", "eu-1", "--role", "proxyless"))
+    proxyless = json.loads(cli(meridian, "xds", "dump", "--json", "--node-cluster", "eu-1", "--role", "proxyless"))
     feed = proxyless["feed"]["resources"]
     names = {r["name"] for r in feed["LDS"]}
     assert "payments.shop.global:8080" in names
@@ -25,14 +26,21 @@ def test_dump_shows_what_each_kind_of_node_receives(meridian):
     assert [(l["priority"], l["cluster"]) for l in localities] == [(0, "eu-1"), (1, "eu-2")]
     assert {e["health"] for e in localities[0]["endpoints"]} == {"HEALTHY", "DRAINING"}
 
-    envoy = json.loads(cli(meridian, "xds", "dump", "--node-cluster", "eu-1"))["feed"]["resources"]
+    envoy = json.loads(cli(meridian, "xds", "dump", "--json", "--node-cluster", "eu-1"))["feed"]["resources"]
     eds = next(r for r in envoy["EDS"] if r["name"] == "payments.shop.global:8080")
     last = eds["detail"]["localities"][-1]
     assert last["cluster"] == "us-1" and last["endpoints"][0]["address"] == "127.0.3.100:15443"
     assert last["endpoints"][0]["viaGateway"] is True
     assert envoy["LDS"] == []
 
-    gateway = json.loads(cli(meridian, "xds", "dump", "--node-cluster", "us-1", "--role", "eastwest-gateway"))
+    # Without --json, the same for people: endpoints with their health and route.
+    words = cli(meridian, "xds", "dump", "--node-cluster", "eu-1")
+    assert words.startswith("node: role envoy, cluster eu-1, network of its cluster; snapshot "), words
+    assert "  payments.shop.global:8080 (some endpoints through an east-west gateway)" in words, words
+    assert "127.0.3.100:15443 (gateway)" in words, words
+    assert "(draining)" in cli(meridian, "xds", "dump", "--node-cluster", "eu-1", "--role", "proxyless")
+
+    gateway = json.loads(cli(meridian, "xds", "dump", "--json", "--node-cluster", "us-1", "--role", "eastwest-gateway"))
     listener = gateway["feed"]["resources"]["LDS"][0]
     assert listener["name"] == "eastwest-gateway:15443"
     assert "outbound_.8080_._.payments.shop.svc.cluster.local" in listener["detail"]["serverNames"]
@@ -94,20 +102,46 @@ def test_explain_puts_the_decision_dns_and_eds_side_by_side(meridian):
         assert name in metrics, name
 
 
-def test_watch_prints_the_updates_a_node_receives(meridian):
+def test_watch_prints_the_updates_a_node_receives(fleet, meridian):
     """`meridian xds watch` as an Envoy in eu-1: the clusters, then payments' endpoints by
-    priority (eu-1 first, us-1 through its gateway last), as a real ADS stream sends them."""
-    run = subprocess.run([str(BIN), "xds", "watch", "--xds", f"127.0.0.1:{meridian.xds_port}",
-                          "--node-cluster", "eu-1", "--node-network", "n1", "--count", "2"],
-                         capture_output=True, text=True, timeout=30)
-    assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
-    assert lines[0].startswith("CDS version ") and "  payments.shop.global:8080" in lines
-    eds = lines.index("  payments.shop.global:8080", lines.index(next(l for l in lines if l.startswith("EDS version "))))
-    assert lines[eds + 1].startswith("    priority 0 eu-1 weight 2: 127.1.1.1:8080")
-    assert lines[eds + 3] == "    priority 2 us-1 weight 2: 127.0.3.100:15443"
-    status, body = meridian.http("/debug/xds")
-    assert status == 200
+    priority (eu-1 first, us-1 through its gateway last), as a real ADS stream sends them;
+    each update timestamped, and a later one says what it changed."""
+    watch = subprocess.Popen([str(BIN), "xds", "watch", "--xds", f"127.0.0.1:{meridian.xds_port}",
+                              "--node-cluster", "eu-1", "--node-network", "n1", "--count", "3"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+
+    def read():
+        line = watch.stdout.readline()
+        assert line, (lines, watch.stderr.read())
+        lines.append(line.rstrip("\n"))
+        return lines[-1]
+
+    try:
+        assert re.match(r"\d\d:\d\d:\d\d\.\d{3} CDS version \S+: \d+ resource\(s\); \d+ added, 0 changed, 0 removed$",
+                        read()), lines
+        while " EDS version " not in read():
+            pass
+        # The whole first EDS update, then one endpoint of eu-1's payments moves.
+        remaining = int(re.search(r": (\d+) resource", lines[-1]).group(1))
+        while remaining:
+            remaining -= read().startswith("  + ")
+        text = (fleet.cluster_dir("eu-1") / "payments.yaml").read_text()
+        assert "  - addresses: [127.1.1.2]\n" in text
+        fleet.write("clusters/eu-1/payments.yaml", text.replace("[127.1.1.2]", "[127.1.1.9]"))
+        out, err = watch.communicate(timeout=30)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, err
+    lines += out.splitlines()
+    eds = lines.index("  + payments.shop.global:8080", lines.index(next(l for l in lines if " EDS version " in l)))
+    assert lines[eds + 1].startswith("      priority 0 eu-1 (eu/eu-1a) weight 2: 127.1.1.1:8080"), lines[eds + 1]
+    assert lines[eds + 3] == "      priority 2 us-1 (us/us-1a) weight 2: 127.0.3.100:15443 (gateway)", lines[eds + 3]
+    last = next(l for l in reversed(lines) if " EDS version " in l)
+    assert last.endswith("; 0 added, 1 changed, 0 removed") or last.endswith("; 0 added, 2 changed, 0 removed"), last
+    changed = lines[lines.index(last) + 1:]
+    assert changed[0] == "  ~ payments.shop.global:8080", changed
+    assert "127.1.1.9:8080" in changed[1] and "127.1.1.2" not in changed[1], changed
 
 
 def test_watch_names_a_server_it_cannot_reach():

@@ -30,15 +30,31 @@ pub fn describe(resources: &Resources) -> Value {
 }
 
 fn describe_one(kind: Kind, r: &Resource) -> Value {
-    let bytes = r.body.value.as_slice();
-    let detail = match kind {
+    let detail = detail(kind, r.body.value.as_slice());
+    json!({"name": r.name, "version": r.version, "detail": detail})
+}
+
+/// The essentials of one resource of `kind` as encoded on the wire (what a client was sent).
+pub fn detail(kind: Kind, bytes: &[u8]) -> Value {
+    match kind {
         Kind::Cluster => Cluster::decode(bytes).map(|c| cluster(&c)),
         Kind::Endpoint => ClusterLoadAssignment::decode(bytes).map(|a| assignment(&a)),
         Kind::Listener => Listener::decode(bytes).map(|l| listener(&l)),
         Kind::Route => RouteConfiguration::decode(bytes).map(|rc| routes(&rc)),
     }
-    .unwrap_or_else(|e| json!({"decodeError": e.to_string()}));
-    json!({"name": r.name, "version": r.version, "detail": detail})
+    .unwrap_or_else(|e| json!({"decodeError": e.to_string()}))
+}
+
+/// The name a resource of `kind` calls itself by, decoded from the wire.
+pub fn name(kind: Kind, bytes: &[u8]) -> Option<String> {
+    match kind {
+        Kind::Cluster => Cluster::decode(bytes).ok().map(|c| c.name),
+        Kind::Endpoint => ClusterLoadAssignment::decode(bytes)
+            .ok()
+            .map(|a| a.cluster_name),
+        Kind::Listener => Listener::decode(bytes).ok().map(|l| l.name),
+        Kind::Route => RouteConfiguration::decode(bytes).ok().map(|rc| rc.name),
+    }
 }
 
 fn cluster(c: &Cluster) -> Value {
