@@ -286,8 +286,6 @@ async fn say_when_synced(mut snapshots: watch::Receiver<Arc<Snapshot>>, admin: S
         false => admin,
     };
     info!(
-        members = snap.clusters.len(),
-        services = snap.service_count(),
         "synced: {} member(s), {} service(s); status page at http://{admin}/ui",
         snap.clusters.len(),
         snap.service_count()

@@ -252,11 +252,18 @@ impl Store {
 
     fn report_transition(&self, t: &Transition) {
         let reason = t.reason.as_deref().unwrap_or("");
-        if t.from != t.to {
+        // A new member's health is not known until it syncs or fails: its first word is a
+        // change from Unknown, whatever placeholder it started with.
+        let from = if t.first { "Unknown" } else { t.from.as_str() };
+        if t.from != t.to || t.first {
             if t.to == Health::Healthy {
-                info!(cluster = %t.cluster, from = t.from.as_str(), to = t.to.as_str(), "member health changed");
+                let was = t
+                    .recovered_from
+                    .as_deref()
+                    .map(|why| format!("{why} (for {}s)", t.lasted.as_secs()));
+                info!(cluster = %t.cluster, from, to = t.to.as_str(), recovered_from = was.as_deref(), "member health changed");
             } else {
-                warn!(cluster = %t.cluster, from = t.from.as_str(), to = t.to.as_str(), reason, "member health changed");
+                warn!(cluster = %t.cluster, from, to = t.to.as_str(), reason, "member health changed");
             }
             self.metrics
                 .transitions
@@ -266,7 +273,7 @@ impl Store {
                 })
                 .inc();
         }
-        if t.from == t.to && t.withdrawn == t.was_withdrawn {
+        if t.from == t.to && !t.first && t.withdrawn == t.was_withdrawn {
             info!(cluster = %t.cluster, health = t.to.as_str(), reason, "member seen from this replica");
         }
         if t.withdrawn != t.was_withdrawn {

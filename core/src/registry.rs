@@ -63,6 +63,10 @@ pub struct MemberHealth {
     pub confirmation: Confirmation,
     heartbeat_failing: bool,
     watch_failing: bool,
+    /// A transition of this member was told (the first one is `Transition::first`).
+    told: bool,
+    /// The reason of the newest failure, kept after it clears (a recovery says what ended).
+    last_failure: Option<String>,
 }
 
 /// How the problem of a member that never synced starts (`Registry::never_synced`).
@@ -79,6 +83,13 @@ pub struct Transition {
     /// Whether the member was withdrawn before this transition.
     pub was_withdrawn: bool,
     pub reason: Option<String>,
+    /// The member's first transition: its health was not known before (it had neither synced
+    /// nor failed), so `from` is only the placeholder a new member starts with.
+    pub first: bool,
+    /// For a member coming back to Healthy: why it was not.
+    pub recovered_from: Option<String>,
+    /// How long the member was `from`.
+    pub lasted: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -127,6 +138,8 @@ impl Registry {
                 },
                 heartbeat_failing: false,
                 watch_failing: false,
+                told: false,
+                last_failure: None,
             });
         match self.specs.get(&id) {
             Some(current) if *current == spec => false,
@@ -198,8 +211,9 @@ impl Registry {
     }
 
     /// A transition that changes no health: only its reason is news.
-    fn unchanged(&self, id: &ClusterId) -> Option<Transition> {
-        let h = self.health.get(id)?;
+    fn unchanged(&mut self, id: &ClusterId) -> Option<Transition> {
+        let h = self.health.get_mut(id)?;
+        let first = !std::mem::replace(&mut h.told, true);
         Some(Transition {
             cluster: id.clone(),
             from: h.health,
@@ -207,6 +221,9 @@ impl Registry {
             withdrawn: h.withdrawn,
             was_withdrawn: h.withdrawn,
             reason: h.shown_reason(),
+            first,
+            recovered_from: None,
+            lasted: Duration::ZERO,
         })
     }
 
@@ -305,6 +322,10 @@ impl Registry {
             Health::Healthy
         };
         let from = h.health;
+        let lasted = now.saturating_duration_since(h.since);
+        if h.reason.is_some() {
+            h.last_failure.clone_from(&h.reason);
+        }
         if next != from {
             h.health = next;
             h.since = now;
@@ -320,13 +341,21 @@ impl Registry {
         // Lost or found from here, or told otherwise by the replicas, while the health shown
         // stays (sharded): the reason shown changed, worth a snapshot and a log line.
         let stale_changed = before != h.served_stale();
-        (next != from || withdrawn_changed || stale_changed).then(|| Transition {
+        if !(next != from || withdrawn_changed || stale_changed) {
+            return None;
+        }
+        let first = !std::mem::replace(&mut h.told, true);
+        let recovered = next == Health::Healthy && from != Health::Healthy && !first;
+        Some(Transition {
             cluster: id.clone(),
             from,
             to: next,
             withdrawn,
             was_withdrawn,
             reason: h.shown_reason(),
+            first,
+            recovered_from: h.last_failure.clone().filter(|_| recovered),
+            lasted,
         })
     }
 }
@@ -482,6 +511,26 @@ mod tests {
         let t = reg.heartbeat_ok(&id, t0).unwrap();
         assert_eq!((t.from, t.to), (Health::Degraded, Health::Healthy));
         assert!(reg.all_settled());
+    }
+
+    #[test]
+    fn the_first_transition_is_marked_and_a_recovery_says_what_ended() {
+        let (mut reg, id, t0) = fixture();
+        let at = |s| t0 + Duration::from_secs(s);
+        let first = reg.heartbeat_ok(&id, t0).unwrap();
+        assert!(first.first && first.recovered_from.is_none(), "{first:?}");
+        reg.heartbeat_failed(&id, at(1), "connection refused");
+        let lost = reg.tick(at(20));
+        assert_eq!(lost[0].to, Health::Unreachable);
+        assert!(!lost[0].first);
+        let back = reg.heartbeat_ok(&id, at(32)).unwrap();
+        assert_eq!((back.from, back.to), (Health::Unreachable, Health::Healthy));
+        assert_eq!(back.recovered_from.as_deref(), Some("connection refused"));
+        assert_eq!(back.lasted, Duration::from_secs(12));
+        // A member whose first word is a failure: marked first too, and not a change of health.
+        let (mut reg, id, t0) = fixture();
+        let failed = reg.heartbeat_failed(&id, t0, "connection refused").unwrap();
+        assert!(failed.first && failed.from == failed.to, "{failed:?}");
     }
 
     #[test]

@@ -69,6 +69,11 @@ def test_start_up_says_what_synced_and_where_the_status_page_is(meridian):
     services = len(json.loads(meridian.http("/debug/services")[1])["services"])
     want = f"synced: 3 member(s), {services} service(s); status page at http://127.0.0.1:{meridian.admin_port}/ui"
     assert want in line, line
+    # Each member's first word is its health becoming known, not a change from a placeholder.
+    log = meridian.log.read_text()
+    for member in ("eu-1", "eu-2", "us-1"):
+        assert f'member health changed cluster={member} from="Unknown" to="Healthy"' in log, log
+    assert 'from="Degraded"' not in log, log
     conn = http.client.HTTPConnection("127.0.0.1", meridian.admin_port, timeout=5)
     conn.request("GET", "/")
     r = conn.getresponse()

@@ -343,9 +343,9 @@ ROOT_TRUST_ANCHOR = Path("/usr/share/dns/root.key")  # Debian's dns-root-data (t
 def start_validating_unbound(binary, workdir: Path, meridian_port, peers, shipped: str):
     """unbound validating DNSSEC from the root's real trust anchor, with `shipped` (the
     deploy/unbound/meridian.conf a user copies, pointed at this meridian) as its fleet zones.
-    Everything else resolves through a loopback port nobody answers, so nothing leaves the
-    machine and the root's keys cannot be fetched: only what the shipped file marks insecure
-    can be answered."""
+    Everything else is forwarded to meridian too, which refuses names outside its zones: so
+    nothing leaves the machine and the root's keys cannot be fetched, and only what the
+    shipped file marks insecure can be answered."""
     if not ROOT_TRUST_ANCHOR.is_file():
         pytest.fail(f"no root trust anchor at {ROOT_TRUST_ANCHOR}: install Debian's dns-root-data")
     port = free_port()
@@ -373,7 +373,7 @@ def start_validating_unbound(binary, workdir: Path, meridian_port, peers, shippe
         "    so-reuseport: no",
         "forward-zone:",
         '    name: "."',
-        f"    forward-addr: 127.0.0.1@{free_port()}",
+        f"    forward-addr: 127.0.0.1@{meridian_port}",
     ]) + "\n" + shipped)
     checkconf = shutil.which("unbound-checkconf")
     if checkconf:
