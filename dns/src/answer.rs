@@ -330,6 +330,9 @@ impl Answerer {
             return self.negative(resp, snap, zone, ResponseCode::NXDomain);
         };
         let target = names::parse(&labels, zone.cfg.style, zone.cfg.namespace.as_deref());
+        if target == Named::WhoAmI {
+            return self.whoami(resp, snap, zone, &name, qtype, (client, src));
+        }
         resp.depends = depends_of(snap, &target);
         let lookup_type = if qtype == RecordType::ANY {
             RecordType::A
@@ -431,6 +434,39 @@ impl Answerer {
         )
     }
 
+    /// The probe's answer: the cluster (or the place outside the fleet) meridian takes the
+    /// asker for, and the address it judged by. Never cached: it is about one source.
+    fn whoami(
+        &self,
+        mut resp: Response,
+        snap: &Snapshot,
+        zone: &Zone,
+        name: &Name,
+        qtype: RecordType,
+        (client, src): (Client, IpAddr),
+    ) -> Response {
+        resp.cacheable = false;
+        if !matches!(qtype, RecordType::TXT | RecordType::ANY) {
+            return self.negative(resp, snap, zone, ResponseCode::NoError);
+        }
+        let cluster = client
+            .place
+            .and_then(ClientPlace::cluster)
+            .and_then(|i| snap.clusters.get(i))
+            .map_or("", |c| c.spec.id.as_str());
+        let judged = match client.ecs {
+            Some(ecs) => format!("{}/{}", ecs.addr(), ecs.source_prefix()),
+            None => src.to_string(),
+        };
+        let text = format!("cluster={cluster} source={judged}");
+        resp.answers.push(Record::from_rdata(
+            name.clone(),
+            0,
+            RData::TXT(TXT::new(vec![text])),
+        ));
+        resp
+    }
+
     fn lookup(&self, ask: Ask<'_>, name: &Name, target: Named<'_>, qtype: RecordType) -> Found {
         let Ask {
             snap,
@@ -442,6 +478,8 @@ impl Answerer {
         let ttl = self.cfg.ttl;
         match target {
             Named::Unknown => Found::NxDomain,
+            // Answered before any lookup (`whoami`): it depends on the source, not the fleet.
+            Named::WhoAmI => Found::nodata(),
             Named::Apex => Found::answers(match qtype {
                 RecordType::SOA => vec![self.soa(snap, zone)],
                 RecordType::NS => vec![Record::from_rdata(

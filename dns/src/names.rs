@@ -7,11 +7,17 @@
 
 use crate::config::Style;
 
+/// The label of the probe name (`Named::WhoAmI`).
+pub const WHOAMI: &str = "_meridian-whoami";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Named<'a> {
     Apex,
     /// `dns-version.<zone>` (clusterset).
     DnsVersion,
+    /// `_meridian-whoami.<zone>`: TXT, who meridian takes the asker for (`meridian diagnose`
+    /// asks it through a member's resolver). No namespace or service can have this name.
+    WhoAmI,
     /// `svc.<zone>` (clusterset): an empty non-terminal while any service exists.
     ServicesRoot,
     /// `<ns>.<zone>`: an empty non-terminal while the namespace has an exported service. Also
@@ -71,6 +77,9 @@ pub(crate) fn parse<'a>(labels: &[&'a str], style: Style, fixed_ns: Option<&'a s
     let n = labels.len();
     if n == 0 {
         return Named::Apex;
+    }
+    if labels == [WHOAMI] {
+        return Named::WhoAmI;
     }
     let (ns, rest) = match (style, fixed_ns) {
         (Style::Global, Some(ns)) => (ns, labels),

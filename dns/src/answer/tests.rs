@@ -483,6 +483,29 @@ fn every_name_form() {
             ..Case::default()
         },
         Case {
+            name: "success: the probe name says the cluster the source maps to (global)",
+            host: "_meridian-whoami.global.",
+            qtype: TXT,
+            from: EU1,
+            answers: &["cluster=eu-1 source=10.1.9.9"],
+            ..Case::default()
+        },
+        Case {
+            name: "success: the probe name, from no cluster (clusterset)",
+            host: "_meridian-whoami.clusterset.local.",
+            qtype: TXT,
+            from: ANYONE,
+            answers: &["cluster= source=192.0.2.1"],
+            ..Case::default()
+        },
+        Case {
+            name: "nodata: the probe name has no address",
+            host: "_meridian-whoami.global.",
+            qtype: A,
+            from: EU1,
+            ..Case::default()
+        },
+        Case {
             name: "success: dns-version TXT",
             host: "dns-version.clusterset.local.",
             qtype: TXT,
