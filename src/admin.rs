@@ -155,6 +155,7 @@ pub fn router(state: AdminState) -> Router {
             "/debug/simulate",
             get(debug_simulate).post(debug_simulate_post),
         )
+        .route("/debug/diagnose", get(debug_diagnose))
         .route("/debug/placements", get(debug_placements))
         .route("/debug/shards", get(debug_shards))
         .route("/debug/agents", get(debug_agents))
@@ -224,6 +225,7 @@ async fn debug_index() -> Json<Value> {
             "/debug/resolve?name=N&type=T&cluster=C": "what a client in cluster C (or, with from=ADDR, at that address: a cluster's or a geo range's) is answered for N, and why",
             "/debug/explain?service=S&cluster=C": "the scheduling decision for service S (name.namespace) from cluster C: filtered clusters and why, tiers, weights, spill-over, the DNS answer and the EDS priorities, in words and JSON",
             "/debug/explain?kind=K&name=N&namespace=NS&cluster=C": "the placement decision for template K NS/N: policy, tier, per cluster the replicas and why, the clusters left out and why, the overrides applied; and the traffic decision of the Services the same policy governs",
+            "/debug/diagnose?cluster=C": "meridian diagnose's checks of each member (or C): its API, meridian's permissions there (SelfSubjectAccessReview), its CoreDNS's forwarding, its gateway, its xDS clients; each pass, fail or info, with the fix",
             "/debug/placements": "every placement decision, and what each member holds of it (propagation)",
             "/debug/gateway": "the federation API gateway: its address, issuer and keys, open watches, and the last refused or failed requests",
             "/debug/shards": "sharded writers: live replicas, which members this replica writes, each member's claim and owner, and every replica's view of unreachable members (quorum health)",
@@ -436,6 +438,25 @@ async fn debug_services(State(s): State<AdminState>) -> Json<Value> {
         })
         .collect();
     Json(json!({ "version": snap.version, "services": services }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiagnoseQuery {
+    cluster: Option<String>,
+}
+
+/// `meridian diagnose`'s checks of each member (or of `cluster`), as meridian reaches it.
+async fn debug_diagnose(State(s): State<AdminState>, Query(q): Query<DiagnoseQuery>) -> Response {
+    let only = q.cluster.as_deref().filter(|c| !c.is_empty());
+    match crate::diagnose::server_checks(&s, only).await {
+        Ok(report) => Json(report).into_response(),
+        Err(e) => (
+            StatusCode::NOT_FOUND,
+            Json(json!({ "error": format!("{e:#}") })),
+        )
+            .into_response(),
+    }
 }
 
 async fn debug_problems(State(s): State<AdminState>) -> Json<Value> {

@@ -151,6 +151,11 @@ pub enum Command {
     /// its roles (deploy/rbac) and a token; on the hub, a Secret with a kubeconfig for it and
     /// the MemberCluster. Running it again updates what differs.
     Join(JoinArgs),
+    /// Check what traffic depends on, per member, each with pass or fail and the fix: its API
+    /// and meridian's permissions there, its CoreDNS forwarding the zones, its gateway, its xDS
+    /// clients; with --resolver, the member's resolver asked for the probe name (forwarded to
+    /// meridian? taken for this cluster?). Exits 1 when a check fails (asks a running meridian).
+    Diagnose(DiagnoseArgs),
     /// Take a member off the hub: its MemberCluster (meridian moves its copies out first),
     /// the kubeconfig Secret, and what `join` made in the member.
     Unjoin(UnjoinArgs),
@@ -620,6 +625,19 @@ pub struct JoinArgs {
     /// Print the objects (the token left out) and write nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiagnoseArgs {
+    /// Only this member (default: every member).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// The member's resolver (its CoreDNS, HOST:PORT, e.g. reached with kubectl port-forward)
+    /// to ask `_meridian-whoami.<zone>` TXT through; needs --cluster.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub resolver: Option<SocketAddr>,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 #[derive(Debug, Args)]

@@ -55,6 +55,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Agent(args) => agent(&args).await,
         Command::Join(args) => join(&args).await,
         Command::Unjoin(args) => unjoin(&args).await,
+        Command::Diagnose(args) => crate::diagnose::run(&args).await,
         Command::Crds => {
             out!("{}", meridian_controllers::crd::meridian_crds_yaml()?);
             Ok(ExitCode::SUCCESS)
@@ -1172,7 +1173,7 @@ fn text(v: &Value) -> String {
     }
 }
 
-fn encode(s: &str) -> String {
+pub(crate) fn encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
@@ -1224,7 +1225,7 @@ async fn gateway_kubeconfig(args: &GatewayKubeconfigArgs) -> Result<ExitCode> {
 }
 
 /// A minimal HTTP/1.1 GET against the admin server (loopback, `Connection: close`).
-async fn get_json(admin: SocketAddr, path: &str) -> Result<Value> {
+pub(crate) async fn get_json(admin: SocketAddr, path: &str) -> Result<Value> {
     let request = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
     exchange(admin, request.as_bytes()).await
 }

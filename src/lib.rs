@@ -24,6 +24,7 @@ pub mod app;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod diagnose;
 pub mod explain;
 pub mod out;
 pub mod programs;

@@ -8,7 +8,7 @@
 use crate::config::Style;
 
 /// The label of the probe name (`Named::WhoAmI`).
-pub const WHOAMI: &str = "_meridian-whoami";
+pub(crate) const WHOAMI: &str = "_meridian-whoami";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Named<'a> {

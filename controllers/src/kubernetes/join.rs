@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 
 use super::apply::{self, Applier, ApplyOptions, ObjectId};
 use super::leader::Leadership;
+use super::rbac;
 
 /// The label on everything join makes; its value is [`MANAGER`].
 pub const JOINED_BY: &str = "meridian.io/joined-by";
@@ -46,9 +47,6 @@ const MEMBER_NAMESPACE: &str = "meridian-system";
 const ACCOUNT: &str = "meridian";
 const REGION_LABEL: &str = "topology.kubernetes.io/region";
 const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-/// The roles meridian needs in a member, as deploy/rbac ships them (the chart holds the same).
-const MEMBER_RBAC: &str = include_str!("../../../deploy/rbac/member.yaml");
-const PROPAGATION_RBAC: &str = include_str!("../../../deploy/rbac/member-propagation.yaml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -184,25 +182,17 @@ fn labelled(mut body: Value) -> Value {
     body
 }
 
-/// The ClusterRoles of an RBAC file (its bindings name User `meridian`; join binds the
-/// ServiceAccount instead).
-fn cluster_roles(rbac: &str) -> Vec<Value> {
-    serde_yaml_ng::Deserializer::from_str(rbac)
-        .filter_map(|doc| serde::Deserialize::deserialize(doc).ok())
-        .filter(|doc: &Value| doc["kind"] == "ClusterRole")
-        .collect()
-}
-
 /// The ClusterRoles meridian needs in the member (with `propagation`, those to place
 /// workloads too), each with the name of join's binding to it.
 fn roles(propagation: bool) -> Vec<(Value, String)> {
-    let mut files = vec![MEMBER_RBAC];
+    // The files' bindings name User `meridian`; join binds the ServiceAccount instead.
+    let mut files = vec![rbac::MEMBER];
     if propagation {
-        files.push(PROPAGATION_RBAC);
+        files.push(rbac::PROPAGATION);
     }
     files
         .into_iter()
-        .flat_map(cluster_roles)
+        .flat_map(rbac::cluster_roles)
         .map(|role| {
             let name = role["metadata"]["name"].as_str().unwrap_or_default();
             let binding = format!("meridian-join-{}", name.trim_start_matches("meridian-"));

@@ -23,6 +23,7 @@
 
 pub mod apply;
 pub mod connect;
+pub mod diagnose;
 pub mod fence;
 pub mod hub;
 pub mod join;
@@ -31,6 +32,7 @@ pub mod member;
 #[cfg(test)]
 mod mock;
 pub mod propagate;
+pub mod rbac;
 pub mod reconcile;
 mod secrets;
 pub mod shard;
