@@ -195,6 +195,8 @@ BAD_VALUES = [
     (HUB_CHART, ["--set", "dns.allowTransfer={nowhere}"], ["at '/dns/allowTransfer/0'", "'nowhere' does not match"]),
     (HUB_CHART, ["--set", "service.dns.type=ExternalName"], ["at '/service/dns/type'", "value must be one of"]),
     (HUB_CHART, ["--set", "xds.tls.secretname=x"], ["at '/xds/tls'", "additional properties 'secretname' not allowed"]),
+    (HUB_CHART, ["--set", "tracing.samplingRatio=2"], ["at '/tracing/samplingRatio'", "maximum: got 2, want 1"]),
+    (HUB_CHART, ["--set", "gateway.oidc.issuer=http://idp"], ["at '/gateway/oidc/issuer'", "does not match"]),
     (HUB_CHART, ["--values", "ZONES_FILE"], ["at '/dns/zones/0/style'", "value must be one of 'global', 'clusterset'"]),
     (MEMBER_CHART, ["--set", "subjects[0].kind=Robot"], ["at '/subjects/0/kind'", "value must be one of"]),
     (MEMBER_CHART, ["--set", "subjects[0].kind=ServiceAccount"], ["at '/subjects/0'", "missing property 'namespace'"]),
@@ -212,8 +214,10 @@ BAD_COMBINATIONS = [
     (["--set", "leaderElection.retryPeriodSeconds=10"],
      "retryPeriodSeconds (10) must be below renewDeadlineSeconds (10)"),
     (["--set", "xds.debounceMaxMillis=50"], "debounceMaxMillis (50) is shorter than debounceMillis (100)"),
-    (["--set", "xds.port=9180"], "dns.port, xds.port, admin.port (and agent.port) must differ"),
-    (["--set", "agent.enabled=true,agent.port=1053"], "dns.port, xds.port, admin.port (and agent.port) must differ"),
+    (["--set", "xds.port=9180"], "dns.port, xds.port, admin.port (and agent.port, gateway.port) must differ"),
+    (["--set", "agent.enabled=true,agent.port=1053"], "dns.port, xds.port, admin.port (and agent.port, gateway.port) must differ"),
+    (["--set", "gateway.enabled=true"], "gateway.tls {cert, key} is required"),
+    (["--set", "gateway.enabled=true,gateway.tls.secretName=t"], "gateway.oidc is required"),
 ]
 
 
@@ -348,6 +352,11 @@ def test_rendered_rbac_is_deploy_rbac(helm):
         f"meridian-agent.{RELEASE_NAMESPACE}.svc", f"meridian-agent.{RELEASE_NAMESPACE}.svc.cluster.local"],
         "certificateLifetimeSeconds": 86400, "admissionPerSecond": 50, "autoApprove": True}
     assert one(agents, "Service", "meridian-agent")["spec"]["ports"][0]["targetPort"] == "agent"
+    # The federation API gateway: hub.yaml and gateway.yaml (impersonating callers on the hub).
+    gateway = render(helm, HUB_CHART, *GATEWAY_SET, "--set",
+                     "rbac.extraSubjects[0].apiGroup=rbac.authorization.k8s.io,"
+                     "rbac.extraSubjects[0].kind=User,rbac.extraSubjects[0].name=meridian")
+    assert rbac_view(gateway) == deploy_rbac("hub.yaml", "gateway.yaml")
     agent = render(helm, MEMBER_CHART, "--set", "agent.enabled=true,agent.hub=hub.example.com:9443,"
                    "agent.cluster=edge-1", release="meridian-member", namespace="meridian-system")
     assert rbac_view(agent) == deploy_rbac("agent.yaml")
@@ -366,6 +375,45 @@ def test_rendered_rbac_is_deploy_rbac(helm):
     assert rbac_view(placing) == expected
     refused = helm("template", "m", MEMBER_CHART, "--set", "agent.enabled=true,agent.cluster=edge-1")
     assert refused.returncode != 0 and "agent.hub" in refused.stderr, refused.stderr
+
+
+GATEWAY_SET = ["--set", "gateway.enabled=true,gateway.tls.secretName=meridian-gateway-tls,"
+               "gateway.tls.clientCA=true,gateway.oidc.issuer=https://idp.example,"
+               "gateway.oidc.audiences={meridian},gateway.oidc.jwks=https://idp.example/keys,"
+               "gateway.oidc.groupsClaim=groups,tracing.otlpEndpoint=http://collector:4317,"
+               "tracing.samplingRatio=0.5,extraArgs={--dns-ttl=9},extraEnv[0].name=GOMAXPROCS,"
+               "extraEnv[0].value=2"]
+
+
+def test_the_gateway_tracing_and_extra_values_reach_the_pod_and_its_config(helm, tmp_path):
+    """gateway, tracing, extraEnv and extraArgs: the gateway's listener, certificate and OIDC
+    settings and the collector in the config file (which meridian accepts), the gateway's port,
+    Secret and Service on the pod, and the extra variables and flags on its container."""
+    docs = render(helm, HUB_CHART, *GATEWAY_SET)
+    config = yaml.safe_load(one(docs, "ConfigMap")["data"]["meridian.yaml"])
+    assert config["gateway"] == {
+        "listen": "0.0.0.0:8443",
+        "tls": {"cert": "/etc/meridian/gateway-tls/tls.crt", "key": "/etc/meridian/gateway-tls/tls.key",
+                "clientCA": "/etc/meridian/gateway-tls/ca.crt"},
+        "oidc": {"issuer": "https://idp.example", "audiences": ["meridian"],
+                 "jwks": "https://idp.example/keys", "groupsClaim": "groups"}}
+    assert config["tracing"] == {"otlpEndpoint": "http://collector:4317", "samplingRatio": 0.5}
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"][-1] == "--dns-ttl=9", container["args"]
+    assert {"name": "GOMAXPROCS", "value": "2"} in container["env"], container["env"]
+    assert {"name": "gateway", "containerPort": 8443, "protocol": "TCP"} in container["ports"]
+    assert {"name": "gateway-tls", "secret": {"secretName": "meridian-gateway-tls"}} in pod["volumes"]
+    assert one(docs, "Service", "meridian-gateway")["spec"]["ports"][0]["targetPort"] == "gateway"
+    hub_dir = tmp_path / "hub"
+    hub_dir.mkdir()
+    config["hub"] = {"directory": str(hub_dir)}
+    path = tmp_path / "meridian.yaml"
+    path.write_text(yaml.safe_dump(config))
+    r = subprocess.run([str(BIN), "validate", "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "0 error(s)" in r.stdout, f"{r.stdout}{r.stderr}\n{path.read_text()}"
+    # Without tracing.otlpEndpoint, no tracing section at all (a ratio alone is refused).
+    assert "tracing" not in yaml.safe_load(one(render(helm, HUB_CHART), "ConfigMap")["data"]["meridian.yaml"])
 
 
 def test_rendered_config_is_accepted_by_meridian(helm, tmp_path):

@@ -44,6 +44,7 @@ app.kubernetes.io/part-of: meridian
 the read-only ConfigMap volume would need a directory made in it). */}}
 {{- define "meridian.configDir" -}}/etc/meridian/config{{- end -}}
 {{- define "meridian.tlsDir" -}}/etc/meridian/tls{{- end -}}
+{{- define "meridian.gatewayTlsDir" -}}/etc/meridian/gateway-tls{{- end -}}
 
 {{/* Checks the values that the schema cannot relate to each other, with meridian's own
 words (src/config.rs would refuse them at start-up). */}}
@@ -68,7 +69,17 @@ words (src/config.rs would refuse them at start-up). */}}
 {{- if .Values.agent.enabled -}}
 {{- $ports = append $ports (int .Values.agent.port) -}}
 {{- end -}}
+{{- if .Values.gateway.enabled -}}
+{{- $ports = append $ports (int .Values.gateway.port) -}}
+{{- if not .Values.gateway.tls.secretName -}}
+{{- fail "gateway.tls {cert, key} is required: the gateway speaks HTTPS only (bearer tokens must not cross in clear): set gateway.tls.secretName" -}}
+{{- end -}}
+{{- $oidc := .Values.gateway.oidc -}}
+{{- if not (and $oidc.issuer $oidc.audiences $oidc.jwks) -}}
+{{- fail "gateway.oidc is required: every request is authenticated (issuer, audiences, jwks)" -}}
+{{- end -}}
+{{- end -}}
 {{- if ne (len ($ports | uniq)) (len $ports) -}}
-{{- fail (printf "dns.port, xds.port, admin.port (and agent.port) must differ (got %v)" $ports) -}}
+{{- fail (printf "dns.port, xds.port, admin.port (and agent.port, gateway.port) must differ (got %v)" $ports) -}}
 {{- end -}}
 {{- end -}}
