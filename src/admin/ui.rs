@@ -274,20 +274,28 @@ pub fn view(s: &AdminState, q: &ViewQuery) -> Value {
         .services()
         .filter(|v| filter.is_empty() || v.key.to_string().contains(filter))
         .collect();
-    let feed = meridian_xds::describe::describe(&s.xds.resources_for(
-        &snap,
-        &Group {
-            cluster: client.map(str::to_owned),
-            network: None,
-            role: Role::Envoy,
-        },
-    ));
+    // What an Envoy and a proxyless gRPC client of the chosen cluster receive, side by side:
+    // the same decision, but a proxyless client reaches no other network's gateway.
+    let feed_of = |role| {
+        meridian_xds::describe::describe(&s.xds.resources_for(
+            &snap,
+            &Group {
+                cluster: client.map(str::to_owned),
+                network: None,
+                role,
+            },
+        ))
+    };
+    let feeds = Feeds {
+        envoy: feed_of(Role::Envoy),
+        proxyless: feed_of(Role::Proxyless),
+    };
     let services: Vec<Value> = matching
         .iter()
         .take(SHOWN_SERVICES)
         .map(|v| {
             let (ns, name) = (&*v.key.namespace, &*v.key.name);
-            service_picture(s, &snap, &feed, (ns, name), client, now)
+            service_picture(s, &snap, &feeds, (ns, name), client, now)
         })
         .collect();
     json!({
@@ -325,10 +333,16 @@ fn clusters(s: &AdminState, snap: &Snapshot) -> Vec<Value> {
 
 /// One service from one client cluster: what DNS answers and why (the tiers and weights of
 /// the decision, the clusters filtered out), and the EDS priorities an Envoy there receives.
+/// The described xDS feeds of the chosen client, per kind of client.
+struct Feeds {
+    envoy: Value,
+    proxyless: Value,
+}
+
 fn service_picture(
     s: &AdminState,
     snap: &Snapshot,
-    feed: &Value,
+    feeds: &Feeds,
     (ns, name): (&str, &str),
     client: Option<&str>,
     now: Instant,
@@ -373,7 +387,8 @@ fn service_picture(
         "dns": { "name": qname, "rcode": dns.status, "answers": answers },
         "tiers": tiers,
         "filtered": filtered,
-        "eds": crate::explain::service_assignments(feed, ns, name),
+        "eds": crate::explain::service_assignments(&feeds.envoy, ns, name),
+        "edsProxyless": crate::explain::service_assignments(&feeds.proxyless, ns, name),
     })
 }
 

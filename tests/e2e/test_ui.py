@@ -164,6 +164,43 @@ def test_a_services_picture_for_eu_1_is_what_resolve_answers(meridian, browser, 
     assert severe_console_entries(browser) == []
 
 
+FEEDS = """const s = document.querySelector('#services .service[data-service="' + arguments[0] + '"]');
+if (!s) return null;
+const of = role => Array.from(s.querySelectorAll('.eds[data-role="' + role + '"] .endpoint'),
+                              e => [e.dataset.health, e.textContent.trim()]);
+return {client: s.querySelector('.client').textContent, envoy: of('envoy'), proxyless: of('proxyless')};"""
+
+
+def test_the_client_defaults_to_the_first_member_is_kept_in_the_url_and_both_feeds_are_shown(
+        meridian, browser, tmp_path):
+    """Opened bare, the page draws the services for the first member's clients and says so in
+    its URL; another choice replaces it there and survives a reload. Beside the Envoy feed
+    is the proxyless gRPC one, and a draining endpoint is marked in both."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(meridian.url("/ui"))
+    first = wait_until("payments drawn for eu-1's clients",
+                       lambda: (p := browser.execute_script(FEEDS, "shop/payments")) and p["client"] == "eu-1" and p, 10)
+    assert browser.current_url.endswith("/ui?cluster=eu-1"), browser.current_url
+    # payments has a terminating-but-serving endpoint in eu-1: DRAINING in both feeds.
+    for role in ("envoy", "proxyless"):
+        draining = [text for health, text in first[role] if health == "DRAINING"]
+        assert draining and all(t.endswith("(draining)") for t in draining), (role, first[role])
+    # Only the Envoy reaches us-1 (another network) through its gateway.
+    assert any(t.endswith("(gateway)") for _, t in first["envoy"]), first["envoy"]
+    assert not any("gateway" in t for _, t in first["proxyless"]), first["proxyless"]
+
+    Select(browser.find_element(By.ID, "client")).select_by_value("eu-2")
+    wait_until("the URL names eu-2", lambda: browser.current_url.endswith("?cluster=eu-2"), 5)
+    browser.refresh()
+    wait_until("eu-2 still chosen after a reload",
+               lambda: (p := browser.execute_script(FEEDS, "shop/payments")) and p["client"] == "eu-2", 10)
+    assert browser.find_element(By.ID, "client").get_attribute("value") == "eu-2"
+    screenshot(browser, tmp_path, "ui-feeds-eu-2")
+    assert severe_console_entries(browser) == []
+
+
 def test_state_refuses_an_unknown_client_cluster(meridian):
     """/ui/state and /ui/events name the cluster they do not know (400), and the page keeps
     serving."""

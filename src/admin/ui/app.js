@@ -112,16 +112,30 @@ function renderService(s, client) {
     el("div", { class: "filtered", "data-cluster": f.cluster }, `✕ ${f.cluster}: ${f.why}`));
   const dns = el("div", { class: "dns" }, `DNS ${s.dns.name} A → ${s.dns.rcode} `,
     el("span", { class: "answers" }, s.dns.answers.length ? s.dns.answers.join(" ") : "(no addresses)"));
-  const eds = s.eds.map((a) => el("div", { class: "eds", "data-resource": a.name },
-    el("div", { class: "muted" }, `xDS (Envoy) ${a.name}`),
+  const eds = (assignments, role, label) => assignments.map((a) => el("div", { class: "eds", "data-resource": a.name, "data-role": role },
+    el("div", { class: "muted" }, `xDS (${label}) ${a.name}`),
     el("table", {},
       el("tr", {}, el("th", {}, "priority"), el("th", {}, "cluster"), el("th", {}, "weight"), el("th", {}, "endpoints")),
       ((a.detail && a.detail.localities) || []).map((l) => el("tr", {},
         el("td", {}, l.priority), el("td", {}, text(l.cluster)), el("td", {}, text(l.weight)),
-        el("td", {}, l.endpoints.map((e) => e.address + (e.viaGateway ? " (gateway)" : "")).join(", ")))))));
+        el("td", {}, l.endpoints.map(endpointBadge)))))));
   return el("div", { class: "service", "data-service": s.service },
     el("div", { class: "title" }, s.service),
-    el("div", { class: "route" }, route), filtered, dns, eds);
+    el("div", { class: "route" }, route), filtered, dns,
+    el("div", { class: "feeds" },
+      el("div", {}, eds(s.eds, "envoy", "Envoy")),
+      el("div", {}, eds(s.edsProxyless || [], "proxyless", "proxyless gRPC"))));
+}
+
+// One endpoint of an assignment: its address, marked when it is not plainly in use (draining,
+// unhealthy) or is another network's gateway.
+function endpointBadge(e) {
+  const marks = [];
+  if (e.viaGateway) marks.push("gateway");
+  if (e.health && e.health !== "HEALTHY") marks.push(e.health.toLowerCase());
+  const cls = "endpoint" + (marks.includes("draining") ? " draining" : "") + (marks.includes("unhealthy") ? " unhealthy" : "");
+  return el("span", { class: cls, "data-health": e.health || "" },
+    e.address + (marks.length ? ` (${marks.join(", ")})` : ""), " ");
 }
 
 function renderServices(view) {
@@ -204,21 +218,32 @@ function subscribe() {
   source.addEventListener("error", () => $("live").classList.remove("on"));
 }
 
+// The choice lives in the URL, so a reload or a shared link shows the same client.
+// (An empty cluster= is kept too: the client of no member cluster, chosen.)
+function remember() {
+  const params = new URLSearchParams(query().slice(1));
+  params.set("cluster", $("client").value);
+  history.replaceState(null, "", location.pathname + "?" + params.toString());
+}
+
 function start() {
   setInterval(tickHeartbeats, 1000);
   const params = new URLSearchParams(location.search);
   if (params.has("filter")) $("filter").value = params.get("filter");
-  const wanted = params.get("cluster");
+  // No client named: the first member's (a client of no member cluster is one choice away).
+  const wanted = params.has("cluster") ? params.get("cluster") : null;
   fetch("/ui/state").then((r) => r.json()).then((view) => {
     render(view);
-    if (wanted) $("client").value = wanted;
+    const first = (view.clusters || [])[0];
+    $("client").value = wanted !== null ? wanted : (first ? first.name : "");
+    remember();
     subscribe();
   });
-  $("client").addEventListener("change", subscribe);
+  $("client").addEventListener("change", () => { remember(); subscribe(); });
   let typing = null;
   $("filter").addEventListener("input", () => {
     clearTimeout(typing);
-    typing = setTimeout(subscribe, 250);
+    typing = setTimeout(() => { remember(); subscribe(); }, 250);
   });
 }
 
