@@ -721,8 +721,12 @@ pub struct ResolveArgs {
     #[arg(long = "type", short = 't', default_value = "A")]
     pub qtype: String,
     /// Answer as a client in this cluster.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "from")]
     pub from_cluster: Option<String>,
+    /// Answer as a client at this address: placed as DNS places a query's source (a member's
+    /// dnsClientCIDRs, a geo range, or nowhere).
+    #[arg(long, value_name = "ADDRESS")]
+    pub from: Option<std::net::IpAddr>,
     #[command(flatten)]
     pub client: ClientArgs,
 }

@@ -1077,6 +1077,9 @@ async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
     if let Some(c) = &args.from_cluster {
         path.push_str(&format!("&cluster={}", encode(c)));
     }
+    if let Some(address) = &args.from {
+        path.push_str(&format!("&from={}", encode(&address.to_string())));
+    }
     let body = get_json(args.client.admin, &path).await?;
     if let Some(err) = body.get("error") {
         bail!("{}", text(err));
@@ -1085,9 +1088,13 @@ async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         outln!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let from = body["clientCluster"]
+    let cluster = body["clientCluster"]
         .as_str()
         .unwrap_or("an unknown cluster");
+    let from = match &args.from {
+        Some(address) => format!("{address} ({cluster})"),
+        None => cluster.to_owned(),
+    };
     outln!(
         "{} {} from {from}: {}",
         text(&body["name"]),

@@ -169,3 +169,17 @@ def test_the_tls_certificates_expiry_is_a_metric(fleet, start_meridian, tmp_path
 def test_no_expiry_series_without_tls(meridian):
     _, metrics = meridian.http("/metrics")
     assert "meridian_xds_tls_certificate_expiry_timestamp_seconds" not in metrics
+
+
+def test_resolve_from_an_address_answers_as_dns_places_that_source(meridian):
+    """`resolve --from ADDRESS`: the client is placed as a query from that address would be
+    (eu-1's dnsClientCIDRs here, nowhere for an address in no range), and answered so."""
+    eu1 = cli(meridian, "resolve", "payments.shop.global", "--from", "127.0.1.7")
+    assert eu1.splitlines()[0] == "payments.shop.global. A from 127.0.1.7 (eu-1): No Error", eu1
+    addresses = sorted(line.split()[-1] for line in eu1.splitlines() if line.strip().startswith("answer"))
+    assert addresses == ["127.1.1.1", "127.1.1.2"], eu1
+    nowhere = cli(meridian, "resolve", "payments.shop.global", "--from", "127.0.9.9")
+    assert nowhere.splitlines()[0] == "payments.shop.global. A from 127.0.9.9 (an unknown cluster): No Error", nowhere
+    both = subprocess.run([str(BIN), "resolve", "payments.shop.global", "--from", "127.0.1.7", "--from-cluster",
+                           "eu-2"], capture_output=True, text=True, timeout=30)
+    assert both.returncode == 2 and "cannot be used with" in both.stderr, both.stderr
