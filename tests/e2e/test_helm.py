@@ -381,7 +381,7 @@ GATEWAY_SET = ["--set", "gateway.enabled=true,gateway.tls.secretName=meridian-ga
                "gateway.tls.clientCA=true,gateway.oidc.issuer=https://idp.example,"
                "gateway.oidc.audiences={meridian},gateway.oidc.jwks=https://idp.example/keys,"
                "gateway.oidc.groupsClaim=groups,tracing.otlpEndpoint=http://collector:4317,"
-               "tracing.samplingRatio=0.5,extraArgs={--dns-ttl=9},extraEnv[0].name=GOMAXPROCS,"
+               "extraArgs={--dns-ttl=9},extraEnv[0].name=GOMAXPROCS,"
                "extraEnv[0].value=2"]
 
 
@@ -397,7 +397,7 @@ def test_the_gateway_tracing_and_extra_values_reach_the_pod_and_its_config(helm,
                 "clientCA": "/etc/meridian/gateway-tls/ca.crt"},
         "oidc": {"issuer": "https://idp.example", "audiences": ["meridian"],
                  "jwks": "https://idp.example/keys", "groupsClaim": "groups"}}
-    assert config["tracing"] == {"otlpEndpoint": "http://collector:4317", "samplingRatio": 0.5}
+    assert config["tracing"] == {"otlpEndpoint": "http://collector:4317", "samplingRatio": 0.1}
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["args"][-1] == "--dns-ttl=9", container["args"]

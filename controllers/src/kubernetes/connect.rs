@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
 use kube::config::{InClusterError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Api, Client, Config};
@@ -119,6 +120,37 @@ impl Writer {
             }
             WriterKind::Agent(tunnel) => Ok(tunnel.fenced(leadership.clone()).client()),
         }
+    }
+}
+
+impl Writer {
+    /// The API server this writer reaches and the CA (PEM) it trusts there; None for an agent
+    /// member (the hub dials no API of its own for it).
+    pub fn server(&self) -> Option<(String, Option<Vec<u8>>)> {
+        let WriterKind::Config(config) = &self.0 else {
+            return None;
+        };
+        let pem = config.root_cert.as_ref().map(|ders| {
+            let mut pem = Vec::new();
+            for der in ders {
+                pem.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
+                let text = base64::engine::general_purpose::STANDARD.encode(der);
+                for line in text.as_bytes().chunks(64) {
+                    pem.extend_from_slice(line);
+                    pem.push(b'\n');
+                }
+                pem.extend_from_slice(b"-----END CERTIFICATE-----\n");
+            }
+            pem
+        });
+        Some((
+            config
+                .cluster_url
+                .to_string()
+                .trim_end_matches('/')
+                .to_owned(),
+            pem,
+        ))
     }
 }
 

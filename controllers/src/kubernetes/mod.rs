@@ -31,6 +31,7 @@ pub mod leader;
 pub mod member;
 #[cfg(test)]
 mod mock;
+pub mod profiles;
 pub mod propagate;
 pub mod rbac;
 pub mod reconcile;

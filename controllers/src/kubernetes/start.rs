@@ -88,6 +88,7 @@ pub async fn start_hub(
         },
     );
     tasks.push(election);
+    let namespace = settings.namespace.clone();
     let (leadership, shards) = if settings.shards {
         let (held, view, task) = shard::start(
             client,
@@ -118,6 +119,7 @@ pub async fn start_hub(
         snapshots.clone(),
         sources.fleet.clone(),
         leadership.clone(),
+        namespace,
     )));
     Ok(StartedHub {
         sources,

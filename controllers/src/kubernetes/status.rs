@@ -18,6 +18,7 @@ use tracing::{debug, warn};
 
 use super::apply::{Applier, ObjectId};
 use super::leader::Leadership;
+use super::profiles::Profiles;
 use super::reconcile::{Round, Wake};
 use super::{Facts, MEMBER_CLUSTER, MemberFacts};
 use crate::crd::MemberClusterStatus;
@@ -96,10 +97,12 @@ pub async fn run(
     snapshots: watch::Receiver<Arc<Snapshot>>,
     fleet: Facts,
     leadership: Leadership,
+    namespace: String,
 ) {
     // Each request asks for the member it is about.
     let applier = Applier::new(hub, leadership.for_shard(), ClusterId::new("hub"));
     let mut written: BTreeMap<String, Written> = BTreeMap::new();
+    let mut profiles = Profiles::new(namespace);
     let mut wake = Wake::new(snapshots, &fleet, Duration::from_secs(1)).without_debounce();
     while let Some(Round { snapshot, facts }) = wake.next(None).await {
         for (index, view) in snapshot.clusters.iter().enumerate() {
@@ -107,9 +110,11 @@ pub async fn run(
             if !leadership.may_write_to(&view.spec.id) {
                 // A new term (or holder) writes the member's status once.
                 written.remove(name);
+                profiles.forget(name);
                 continue;
             }
             let member_facts = facts.get(&view.spec.id).cloned().unwrap_or_default();
+            profiles.write(&applier, view, &member_facts).await;
             let mut status = member_status(&snapshot, index, view, &member_facts);
             let previous = written.get(name);
             keep_transition_times(&mut status, previous.map(|w| &w.status));
@@ -140,6 +145,12 @@ pub async fn run(
             }
         }
         written.retain(|name, _| snapshot.cluster_index(name).is_some());
+        let members = snapshot
+            .clusters
+            .iter()
+            .map(|c| c.spec.id.to_string())
+            .collect();
+        profiles.remove_gone(&applier, &leadership, members).await;
     }
 }
 

@@ -32,6 +32,7 @@ async fn a_members_status_is_merge_patched_and_not_again_while_it_holds() {
         snapshots,
         Facts::default(),
         Leadership::always("test"),
+        "meridian-system".into(),
     ));
     let sent = wait_for(&server, 1).await;
     assert_eq!(sent.len(), 1, "{sent:?}");
@@ -57,6 +58,7 @@ async fn a_replica_that_does_not_hold_a_member_writes_no_status_and_a_missing_on
         snapshots,
         Facts::default(),
         Leadership::following(until),
+        "meridian-system".into(),
     ));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(server.patches().is_empty());
@@ -72,6 +74,7 @@ async fn a_replica_that_does_not_hold_a_member_writes_no_status_and_a_missing_on
         snapshots,
         Facts::default(),
         Leadership::always("test"),
+        "meridian-system".into(),
     ));
     wait_for(&server, 1).await;
     tx.send_replace(fleet_of_m1());
