@@ -170,32 +170,49 @@ def start_coredns(binary, workdir: Path, upstream_port, peers):
     return peer
 
 
-def start_unbound(binary, workdir: Path, upstream_port, outgoing, peers, cache_max_ttl=None):
-    """unbound as a caching forwarder for meridian's zones, querying from `outgoing`."""
-    port = free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    conf = workdir / "unbound.conf"
-    lines = [
+def unbound_server(workdir: Path, port: int) -> list[str]:
+    """The `server:` lines every unbound here shares: loopback only, no daemon habits."""
+    return [
         "server:",
         "    interface: 127.0.0.1",
         f"    port: {port}",
         "    do-ip6: no",
-        "    do-not-query-localhost: no",
         "    access-control: 127.0.0.0/8 allow",
-        f"    outgoing-interface: {outgoing}",
-        # .global is a real, signed TLD; DESIGN.md §4 tells users to mark the zone insecure.
-        '    domain-insecure: "global"',
-        '    domain-insecure: "clusterset.local"',
-        '    module-config: "iterator"',
         '    chroot: ""',
         '    username: ""',
         f'    directory: "{workdir}"',
         f'    pidfile: "{workdir / "unbound.pid"}"',
         '    logfile: ""',
         "    use-syslog: no",
-        "    verbosity: 1",
         "    num-threads: 1",
         "    so-reuseport: no",
+    ]
+
+
+def run_unbound(binary, workdir: Path, port: int, config: str, name: str, peers):
+    """Writes `config`, has unbound-checkconf check it, and starts unbound on it."""
+    conf = workdir / "unbound.conf"
+    conf.write_text(config)
+    checkconf = shutil.which("unbound-checkconf")
+    if checkconf:
+        r = subprocess.run([checkconf, str(conf)], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            pytest.fail(f"unbound-checkconf rejects {conf}:\n{r.stdout}{r.stderr}\n{conf.read_text()}")
+    return peers(Peer(name, [binary, "-d", "-c", str(conf)], workdir / "unbound.log", port))
+
+
+def start_unbound(binary, workdir: Path, upstream_port, outgoing, peers, cache_max_ttl=None):
+    """unbound as a caching forwarder for meridian's zones, querying from `outgoing`."""
+    port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    lines = unbound_server(workdir, port) + [
+        "    do-not-query-localhost: no",
+        f"    outgoing-interface: {outgoing}",
+        # .global is a real, signed TLD; DESIGN.md §4 tells users to mark the zone insecure.
+        '    domain-insecure: "global"',
+        '    domain-insecure: "clusterset.local"',
+        '    module-config: "iterator"',
+        "    verbosity: 1",
         "    prefetch: no",
         "    serve-expired: no",
     ]
@@ -203,15 +220,7 @@ def start_unbound(binary, workdir: Path, upstream_port, outgoing, peers, cache_m
         lines += [f"    cache-max-ttl: {cache_max_ttl}", f"    cache-max-negative-ttl: {cache_max_ttl}"]
     for zone in ("global.", "clusterset.local."):
         lines += ["forward-zone:", f'    name: "{zone}"', f"    forward-addr: 127.0.0.1@{upstream_port}"]
-    conf.write_text("\n".join(lines) + "\n")
-
-    checkconf = shutil.which("unbound-checkconf")
-    if checkconf:
-        r = subprocess.run([checkconf, str(conf)], capture_output=True, text=True, timeout=30)
-        if r.returncode != 0:
-            pytest.fail(f"unbound-checkconf rejects {conf}:\n{r.stdout}{r.stderr}\n{conf.read_text()}")
-    peer = peers(Peer(f"unbound(outgoing {outgoing})", [binary, "-d", "-c", str(conf)],
-                      workdir / "unbound.log", port))
+    peer = run_unbound(binary, workdir, port, "\n".join(lines) + "\n", f"unbound(outgoing {outgoing})", peers)
     peer.wait_answering(PAYMENTS)
     return peer
 
@@ -354,33 +363,14 @@ def start_validating_unbound(binary, workdir: Path, meridian_port, peers, shippe
     anchor.write_text(ROOT_TRUST_ANCHOR.read_text())
     assert "10.0.0.53@1053" in shipped, "the shipped unbound config's forward-addr changed; update this test"
     shipped = shipped.replace("10.0.0.53@1053", f"127.0.0.1@{meridian_port}")
-    conf = workdir / "unbound.conf"
-    conf.write_text("\n".join([
-        "server:",
-        "    interface: 127.0.0.1",
-        f"    port: {port}",
-        "    do-ip6: no",
-        "    access-control: 127.0.0.0/8 allow",
+    config = "\n".join(unbound_server(workdir, port) + [
         '    module-config: "validator iterator"',
         f'    trust-anchor-file: "{anchor}"',
-        '    chroot: ""',
-        '    username: ""',
-        f'    directory: "{workdir}"',
-        f'    pidfile: "{workdir / "unbound.pid"}"',
-        '    logfile: ""',
-        "    use-syslog: no",
-        "    num-threads: 1",
-        "    so-reuseport: no",
         "forward-zone:",
         '    name: "."',
         f"    forward-addr: 127.0.0.1@{meridian_port}",
-    ]) + "\n" + shipped)
-    checkconf = shutil.which("unbound-checkconf")
-    if checkconf:
-        r = subprocess.run([checkconf, str(conf)], capture_output=True, text=True, timeout=30)
-        if r.returncode != 0:
-            pytest.fail(f"unbound-checkconf rejects {conf}:\n{r.stdout}{r.stderr}\n{conf.read_text()}")
-    return peers(Peer("unbound(validating)", [binary, "-d", "-c", str(conf)], workdir / "unbound.log", port))
+    ]) + "\n" + shipped
+    return run_unbound(binary, workdir, port, config, "unbound(validating)", peers)
 
 
 def test_the_shipped_unbound_config_answers_both_zones_when_unbound_validates(
