@@ -61,7 +61,7 @@ def test_diagnose_passes_a_good_member_and_names_each_fault_with_its_fix(
     f.cluster("m2").apply(role)
 
     rc, good = checks(m, "m1")
-    assert rc == 0, good
+    assert rc == 0, json.dumps(good, indent=1)
     assert good["api"][0]["outcome"] == "pass" and "Kubernetes" in good["api"][0]["detail"], good["api"]
     assert good["permissions"][0]["outcome"] == "pass", good["permissions"]
     assert good["coredns"][0]["outcome"] == "pass", good["coredns"]

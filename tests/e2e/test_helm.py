@@ -356,7 +356,12 @@ def test_rendered_rbac_is_deploy_rbac(helm):
     gateway = render(helm, HUB_CHART, *GATEWAY_SET, "--set",
                      "rbac.extraSubjects[0].apiGroup=rbac.authorization.k8s.io,"
                      "rbac.extraSubjects[0].kind=User,rbac.extraSubjects[0].name=meridian")
-    assert rbac_view(gateway) == deploy_rbac("hub.yaml", "gateway.yaml")
+    expected = deploy_rbac("hub.yaml", "gateway.yaml")
+    binding = ("ClusterRoleBinding", None, "meridian-gateway-impersonate")
+    sa = (("kind", "ServiceAccount"), ("name", "meridian"), ("namespace", RELEASE_NAMESPACE))
+    # gateway.yaml binds User meridian; the chart binds its ServiceAccount and extraSubjects.
+    expected[binding] = (expected[binding][0], sorted(expected[binding][1] + [sa]))
+    assert rbac_view(gateway) == expected
     agent = render(helm, MEMBER_CHART, "--set", "agent.enabled=true,agent.hub=hub.example.com:9443,"
                    "agent.cluster=edge-1", release="meridian-member", namespace="meridian-system")
     assert rbac_view(agent) == deploy_rbac("agent.yaml")
@@ -381,8 +386,8 @@ GATEWAY_SET = ["--set", "gateway.enabled=true,gateway.tls.secretName=meridian-ga
                "gateway.tls.clientCA=true,gateway.oidc.issuer=https://idp.example,"
                "gateway.oidc.audiences={meridian},gateway.oidc.jwks=https://idp.example/keys,"
                "gateway.oidc.groupsClaim=groups,tracing.otlpEndpoint=http://collector:4317,"
-               "extraArgs={--dns-ttl=9},extraEnv[0].name=GOMAXPROCS,"
-               "extraEnv[0].value=2"]
+               "extraArgs={--dns-ttl=9},extraEnv[0].name=RUST_BACKTRACE,"
+               "extraEnv[0].value=full"]
 
 
 def test_the_gateway_tracing_and_extra_values_reach_the_pod_and_its_config(helm, tmp_path):
@@ -401,14 +406,21 @@ def test_the_gateway_tracing_and_extra_values_reach_the_pod_and_its_config(helm,
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["args"][-1] == "--dns-ttl=9", container["args"]
-    assert {"name": "GOMAXPROCS", "value": "2"} in container["env"], container["env"]
+    assert {"name": "RUST_BACKTRACE", "value": "full"} in container["env"], container["env"]
     assert {"name": "gateway", "containerPort": 8443, "protocol": "TCP"} in container["ports"]
     assert {"name": "gateway-tls", "secret": {"secretName": "meridian-gateway-tls"}} in pod["volumes"]
     assert one(docs, "Service", "meridian-gateway")["spec"]["ports"][0]["targetPort"] == "gateway"
+    # `validate` reads a directory hub, and a gateway needs a Kubernetes hub: with the gateway
+    # section meridian gets as far as that (the section itself is accepted), without it the
+    # rest of the file is valid.
     hub_dir = tmp_path / "hub"
     hub_dir.mkdir()
     config["hub"] = {"directory": str(hub_dir)}
     path = tmp_path / "meridian.yaml"
+    path.write_text(yaml.safe_dump(config))
+    r = subprocess.run([str(BIN), "validate", "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "gateway needs a Kubernetes hub" in r.stderr, f"{r.stdout}{r.stderr}"
+    del config["gateway"]
     path.write_text(yaml.safe_dump(config))
     r = subprocess.run([str(BIN), "validate", "--config", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "0 error(s)" in r.stdout, f"{r.stdout}{r.stderr}\n{path.read_text()}"

@@ -28,7 +28,8 @@ def made_by_join(cluster) -> list[str]:
     found = []
     for api_version, kind, namespaced in ((CORE, "Namespace", False), (CORE, "ServiceAccount", True),
                                           (CORE, "Secret", True), (RBAC, "ClusterRole", False),
-                                          (RBAC, "ClusterRoleBinding", False), (MERIDIAN, "MemberCluster", False)):
+                                          (RBAC, "ClusterRoleBinding", False), (RBAC, "Role", True),
+                                          (RBAC, "RoleBinding", True), (MERIDIAN, "MemberCluster", False)):
         try:
             items = cluster.list(api_version, kind, None, label_selector=JOINED)
         except Exception:  # noqa: BLE001 - MemberCluster is served on the hub only
@@ -90,7 +91,9 @@ def test_join_registers_a_member_meridian_serves_and_unjoin_leaves_nothing_behin
     # meridian reads m2 as the joined ServiceAccount, and writes into it (the ServiceImport).
     m.wait_for(lambda: m.addresses(NAME) == ["10.1.0.1", "10.2.0.1"], timeout=30, what="m2's cart, joined")
     m.wait_for(lambda: import_clusters(f, "m2", "cart") == ["m1", "m2"], timeout=30, what="m2's ServiceImport")
-    assert made_by_join(m2) == ["ClusterRoleBinding/meridian-join-member", f"ServiceAccount/{HUB_NAMESPACE}/meridian"]
+    assert made_by_join(m2) == ["ClusterRoleBinding/meridian-join-member",
+                                "RoleBinding/kube-system/meridian-join-member-coredns",
+                                f"ServiceAccount/{HUB_NAMESPACE}/meridian"]
     assert made_by_join(hub) == ["MemberCluster/m2", f"Secret/{HUB_NAMESPACE}/meridian-member-m2"]
 
     # Again: nothing new is made; the answers do not change.

@@ -192,7 +192,7 @@ fn roles(propagation: bool) -> Vec<(Value, String)> {
     }
     files
         .into_iter()
-        .flat_map(rbac::cluster_roles)
+        .flat_map(rbac::roles)
         .map(|role| {
             let name = role["metadata"]["name"].as_str().unwrap_or_default();
             let binding = format!("meridian-join-{}", name.trim_start_matches("meridian-"));
@@ -214,11 +214,22 @@ fn member_base() -> Vec<Value> {
     ]
 }
 
-fn binding(name: &str, role: &str) -> Value {
+/// Join's binding `name` of `role` (a ClusterRole, or a Role in its namespace) to meridian's
+/// ServiceAccount.
+fn binding(name: &str, role: &Value) -> Value {
+    let role_kind = role["kind"].as_str().unwrap_or("ClusterRole");
+    let mut metadata = json!({"name": name});
+    let kind = match role["metadata"]["namespace"].as_str() {
+        Some(namespace) if role_kind == "Role" => {
+            metadata["namespace"] = json!(namespace);
+            "RoleBinding"
+        }
+        _ => "ClusterRoleBinding",
+    };
     labelled(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+        "metadata": metadata,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role["metadata"]["name"]},
         "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": MEMBER_NAMESPACE}],
     }))
 }
@@ -418,7 +429,7 @@ async fn join_member(
     kept.extend(roles.iter().map(|(role, _)| labelled(role.clone())));
     let bindings: Vec<Value> = roles
         .iter()
-        .map(|(role, name)| binding(name, role["metadata"]["name"].as_str().unwrap_or_default()))
+        .map(|(role, name)| binding(name, role))
         .collect();
     if dry_run {
         report.objects.extend(kept);
@@ -499,12 +510,12 @@ pub async fn unjoin(
         let mut made: Vec<ObjectId> = member_base().iter().map(id_of).collect();
         for (role, binding_name) in roles(true) {
             made.push(id_of(&role));
-            made.push(id_of(&binding(&binding_name, "")));
+            made.push(id_of(&binding(&binding_name, &role)));
         }
         // Bindings first, the namespace last: nothing is left bound to a deleted account.
         made.sort_by_key(|id| match id.kind.as_str() {
-            "ClusterRoleBinding" => 0,
-            "ClusterRole" => 1,
+            "ClusterRoleBinding" | "RoleBinding" => 0,
+            "ClusterRole" | "Role" => 1,
             "ServiceAccount" => 2,
             _ => 3,
         });

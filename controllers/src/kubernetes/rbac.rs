@@ -10,11 +10,19 @@ pub const PROPAGATION: &str = include_str!("../../../deploy/rbac/member-propagat
 /// A pull-mode agent's, in its member.
 pub const AGENT: &str = include_str!("../../../deploy/rbac/agent.yaml");
 
-/// The ClusterRoles of an RBAC file.
-pub fn cluster_roles(rbac: &str) -> Vec<Value> {
+/// The roles of an RBAC file: its ClusterRoles and (namespaced) Roles.
+pub fn roles(rbac: &str) -> Vec<Value> {
     serde_yaml_ng::Deserializer::from_str(rbac)
         .filter_map(|doc| serde::Deserialize::deserialize(doc).ok())
-        .filter(|doc: &Value| doc["kind"] == "ClusterRole")
+        .filter(|doc: &Value| doc["kind"] == "ClusterRole" || doc["kind"] == "Role")
+        .collect()
+}
+
+/// The ClusterRoles of an RBAC file.
+pub fn cluster_roles(rbac: &str) -> Vec<Value> {
+    roles(rbac)
+        .into_iter()
+        .filter(|doc| doc["kind"] == "ClusterRole")
         .collect()
 }
 

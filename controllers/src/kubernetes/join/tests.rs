@@ -36,24 +36,38 @@ fn the_roles_are_deploy_rbac_s_and_each_is_bound_to_the_service_account() {
     };
     assert_eq!(
         names(false),
-        [(
-            "meridian-member".to_owned(),
-            "meridian-join-member".to_owned()
-        )]
+        [
+            (
+                "meridian-member".to_owned(),
+                "meridian-join-member".to_owned()
+            ),
+            (
+                "meridian-member-coredns".to_owned(),
+                "meridian-join-member-coredns".to_owned()
+            )
+        ]
     );
-    assert_eq!(names(true).len(), 2);
-    assert_eq!(names(true)[1].1, "meridian-join-member-propagation");
+    assert_eq!(names(true).len(), 3);
+    assert_eq!(names(true)[2].1, "meridian-join-member-propagation");
     let role = &roles(false)[0].0;
     assert!(
         role["rules"].as_array().is_some_and(|r| r.len() > 3),
         "{role}"
     );
-    let bound = binding("meridian-join-member", "meridian-member");
+    let bound = binding("meridian-join-member", role);
+    assert_eq!(bound["kind"], "ClusterRoleBinding");
     assert_eq!(
         bound["subjects"],
         json!([{"kind": "ServiceAccount", "name": "meridian", "namespace": "meridian-system"}])
     );
     assert_eq!(bound["metadata"]["labels"][JOINED_BY], MANAGER);
+    // The Corefile reader is a Role in kube-system: its binding is a RoleBinding there.
+    let corefile = binding("meridian-join-member-coredns", &roles(false)[1].0);
+    assert_eq!(
+        (&corefile["kind"], &corefile["metadata"]["namespace"]),
+        (&json!("RoleBinding"), &json!("kube-system"))
+    );
+    assert_eq!(corefile["roleRef"]["kind"], "Role");
 }
 
 fn join(agent: bool) -> Join {
