@@ -507,13 +507,14 @@ def test_renders_with_other_values_pass_a_server_side_dry_run(helm, tmp_path, ba
     for c in (bare_fleet.hub, bare_fleet.cluster("m1")):
         c.apply({"apiVersion": CORE, "kind": "Namespace", "metadata": {"name": namespace}})
     hub_docs = render(helm, HUB_CHART, "--values", values_file(tmp_path, "hub.yaml", HUB_VALUES_FILE), *HUB_SET,
-                      release="dryrun", namespace=namespace)
+                      *GATEWAY_SET, release="dryrun", namespace=namespace)
     member_docs = render(helm, MEMBER_CHART, *MEMBER_SET, release="dryrun", namespace=namespace)
     agent_docs = render(helm, MEMBER_CHART, "--set", "agent.enabled=true,agent.hub=hub.example.com:9443,"
                         "agent.cluster=edge-1,agent.nodeSelector.kubernetes\\.io/os=linux",
                         release="dryrun", namespace=namespace)
     assert {d["kind"] for d in hub_docs} == set(KIND_PATHS) | {"ServiceMonitor"}
-    assert {d["kind"] for d in member_docs} == {"ClusterRole", "ClusterRoleBinding", "ConfigMap"}
+    assert {d["kind"] for d in member_docs} == {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                                                "ConfigMap"}
 
     assert {d["kind"] for d in agent_docs} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
                                                "RoleBinding", "Deployment"}

@@ -86,8 +86,14 @@ def test_services_created_through_the_api_are_answered_and_imported(kube_fleet, 
     assert valid["status"] == "True"
     assert kube_fleet.export_condition("m1", "payments", "Conflict")["status"] == "False"
 
-    # Write-back is counted per member: rounds that ended well, and none failing now.
-    _, metrics = m.http("/metrics")
+    # Write-back is counted per member: rounds that ended well, and none failing now (m3,
+    # with nothing of its own to import, may have its first round a moment after the others).
+    def every_member_wrote():
+        text = m.http("/metrics")[1]
+        counted = all(f'meridian_writeback_failing{{cluster="{member}"}}' in text for member in ("m1", "m2", "m3"))
+        return text if counted else None
+
+    metrics = wait_for(every_member_wrote, what="a write-back round for every member", log=m)
     for member in ("m1", "m2", "m3"):
         assert f'meridian_writeback_failing{{cluster="{member}"}} 0' in metrics, member
         ok = re.search(rf'meridian_writeback_rounds_total{{cluster="{member}",result="ok"}} (\d+)', metrics)
