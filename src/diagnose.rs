@@ -24,6 +24,11 @@ use crate::out::outln;
 const GATEWAY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the member's resolver gets to answer the probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long one member's API checks may take (tens of access reviews, one ConfigMap read).
+const MEMBER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Members checked by one request when none is named: a request must not send tens of
+/// thousands of reviews to a large fleet's API servers. The rest are counted, not checked.
+const MEMBERS_PER_REQUEST: usize = 50;
 
 /// `/debug/diagnose`: every member's checks, or one's.
 pub async fn server_checks(s: &AdminState, only: Option<&str>) -> Result<Value> {
@@ -46,12 +51,19 @@ pub async fn server_checks(s: &AdminState, only: Option<&str>) -> Result<Value> 
     {
         bail!("no member cluster {name:?} on the hub");
     }
+    let unchecked = members.len().saturating_sub(MEMBERS_PER_REQUEST);
     let mut clusters = Vec::new();
-    for c in members {
+    for c in members.into_iter().take(MEMBERS_PER_REQUEST) {
         let checks = member_checks(s, c, &zones).await;
         clusters.push(json!({"cluster": c.spec.id, "checks": checks}));
     }
-    Ok(json!({"zones": zones, "clusters": clusters}))
+    let mut report = json!({"zones": zones, "clusters": clusters});
+    if unchecked > 0 {
+        report["unchecked"] = json!(format!(
+            "{unchecked} more member(s) not checked: at most {MEMBERS_PER_REQUEST} per request; name one with --cluster"
+        ));
+    }
+    Ok(report)
 }
 
 async fn member_checks(s: &AdminState, c: &ClusterView, zones: &[String]) -> Vec<Check> {
@@ -66,18 +78,18 @@ async fn member_checks(s: &AdminState, c: &ClusterView, zones: &[String]) -> Vec
     let mut checks = vec![api_check(c, version.as_deref(), client.is_some())];
     match &client {
         Some(client) => {
-            let identity = match agent {
-                true => Identity::Agent,
-                false => Identity::Hub { propagation: false },
-            };
-            checks.push(diagnose::permissions(client, identity).await);
-            checks.push(match agent {
-                true => Check::info(
-                    "coredns",
-                    "not read through an agent: ask the member's resolver with --resolver",
-                ),
-                false => diagnose::coredns(client, zones).await,
-            });
+            let api_checks = api_checks(client, agent, zones);
+            match tokio::time::timeout(MEMBER_TIMEOUT, api_checks).await {
+                Ok(api) => checks.extend(api),
+                Err(_) => checks.push(Check::fail(
+                    "permissions",
+                    format!(
+                        "the member's API did not answer within {}s",
+                        MEMBER_TIMEOUT.as_secs()
+                    ),
+                    "check the member's API address and the network between meridian and it",
+                )),
+            }
         }
         None => checks.push(Check::info(
             "permissions",
@@ -89,6 +101,23 @@ async fn member_checks(s: &AdminState, c: &ClusterView, zones: &[String]) -> Vec
     }
     checks.push(xds_check(s, id.as_str()));
     checks
+}
+
+/// What meridian's identity in the member may do, and the member's Corefile.
+async fn api_checks(client: &kube::Client, agent: bool, zones: &[String]) -> Vec<Check> {
+    let identity = match agent {
+        true => Identity::Agent,
+        false => Identity::Hub { propagation: false },
+    };
+    let permissions = diagnose::permissions(client, identity).await;
+    let coredns = match agent {
+        true => Check::info(
+            "coredns",
+            "not read through an agent: ask the member's resolver with --resolver",
+        ),
+        false => diagnose::coredns(client, zones).await,
+    };
+    vec![permissions, coredns]
 }
 
 fn api_check(c: &ClusterView, version: Option<&str>, has_client: bool) -> Check {
@@ -324,6 +353,9 @@ pub async fn run(args: &DiagnoseArgs) -> Result<ExitCode> {
 }
 
 fn print_report(body: &Value) {
+    if let Some(unchecked) = body["unchecked"].as_str() {
+        outln!("{unchecked}");
+    }
     for cluster in body["clusters"].as_array().into_iter().flatten() {
         let name = cluster["cluster"].as_str().unwrap_or("?");
         outln!("{name}");
