@@ -1,7 +1,7 @@
 //! `meridian diagnose`: checks a user runs when traffic goes wrong, each with pass or fail and
 //! the fix. The server's side (`/debug/diagnose`) checks each member as meridian reaches it:
-//! its API, what its identity there may do, its CoreDNS's forwarding, its gateway, its xDS
-//! clients. The client's side asks the probe name through the member's own resolver: whether
+//! its API, what its identity there may do, its CoreDNS's forwarding, its clock, its gateway,
+//! its xDS clients. The client's side asks the probe name through the member's own resolver: whether
 //! the resolver forwards the zones to meridian, and which cluster meridian takes its queries
 //! for (its source address against `dnsClientCIDRs`).
 
@@ -103,7 +103,7 @@ async fn member_checks(s: &AdminState, c: &ClusterView, zones: &[String]) -> Vec
     checks
 }
 
-/// What meridian's identity in the member may do, and the member's Corefile.
+/// What meridian's identity in the member may do, the member's Corefile, and its clock.
 async fn api_checks(client: &kube::Client, agent: bool, zones: &[String]) -> Vec<Check> {
     let identity = match agent {
         true => Identity::Agent,
@@ -117,7 +117,7 @@ async fn api_checks(client: &kube::Client, agent: bool, zones: &[String]) -> Vec
         ),
         false => diagnose::coredns(client, zones).await,
     };
-    vec![permissions, coredns]
+    vec![permissions, coredns, diagnose::clock(client).await]
 }
 
 fn api_check(c: &ClusterView, version: Option<&str>, has_client: bool) -> Check {

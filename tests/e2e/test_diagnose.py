@@ -67,6 +67,8 @@ def test_diagnose_passes_a_good_member_and_names_each_fault_with_its_fix(
     assert good["coredns"][0]["outcome"] == "pass", good["coredns"]
     assert f"global → 127.0.0.1:{m.dns_port}" in good["coredns"][0]["detail"], good["coredns"]
     assert good["xds"][0]["outcome"] == "info", good["xds"]
+    # One machine, one clock: the member's Date header agrees to the second or nearly.
+    assert good["clock"][0]["outcome"] == "pass" and "meridian's" in good["clock"][0]["detail"], good["clock"]
 
     rc, rbac = checks(m, "m2")
     assert rc == 1

@@ -1,7 +1,10 @@
 //! `meridian diagnose`, the checks that need a member's API: whether meridian's identity
 //! there may do what meridian does (SelfSubjectAccessReview, one per permission of the role
-//! it needs), and whether the member's CoreDNS forwards the fleet zones (its Corefile).
+//! it needs), whether the member's CoreDNS forwards the fleet zones (its Corefile), and how
+//! far its clock is from meridian's (the `Date` of its answers).
 //! Each check says pass or fail, what it saw and, when it fails, the fix.
+
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -148,6 +151,61 @@ fn review(permission: &Permission) -> SelfSubjectAccessReview {
     }
 }
 
+/// A member clock this far from meridian's fails the check: leases, tokens and certificates
+/// are judged by the clocks on both sides.
+const CLOCK_SKEW_LIMIT: Duration = Duration::from_secs(10);
+
+/// The member's clock against meridian's, from the `Date` header of its `/version` answer
+/// (to the second; the request's own time is taken off).
+pub async fn clock(client: &Client) -> Check {
+    let request = match http::Request::get("/version").body(kube::client::Body::from(Vec::new())) {
+        Ok(request) => request,
+        Err(e) => return Check::info("clock", format!("cannot ask: {e}")),
+    };
+    let sent = SystemTime::now();
+    let answer = match client.send(request).await {
+        Ok(answer) => answer,
+        Err(e) => return Check::info("clock", format!("the member did not answer /version: {e}")),
+    };
+    let received = SystemTime::now();
+    let Some(date) = answer
+        .headers()
+        .get(http::header::DATE)
+        .and_then(|d| d.to_str().ok())
+    else {
+        return Check::info("clock", "the member's answer carries no Date header");
+    };
+    let midpoint = sent + received.duration_since(sent).unwrap_or_default() / 2;
+    clock_check(date, midpoint)
+}
+
+/// Judges a member's `Date` header against meridian's clock at the moment it was sent.
+pub fn clock_check(date: &str, ours: SystemTime) -> Check {
+    let parsed = k8s_openapi::jiff::fmt::rfc2822::DateTimeParser::new().parse_timestamp(date);
+    let Ok(theirs) = parsed else {
+        return Check::info(
+            "clock",
+            format!("the member's Date header {date:?} does not parse"),
+        );
+    };
+    let ours = k8s_openapi::jiff::Timestamp::try_from(ours).unwrap_or_default();
+    let skew = theirs.as_second() - ours.as_second();
+    let words = match skew {
+        0 => "the member's clock agrees with meridian's (to the second)".to_owned(),
+        s if s > 0 => format!("the member's clock is {s}s ahead of meridian's"),
+        s => format!("the member's clock is {}s behind meridian's", -s),
+    };
+    if skew.unsigned_abs() < CLOCK_SKEW_LIMIT.as_secs() {
+        Check::pass("clock", words)
+    } else {
+        Check::fail(
+            "clock",
+            words,
+            "synchronise both clocks (NTP): leases, tokens and certificates are judged by them",
+        )
+    }
+}
+
 /// Reads the member's Corefile (ConfigMap kube-system/coredns) for a server block per zone
 /// that forwards it.
 pub async fn coredns(client: &Client, zones: &[String]) -> Check {
@@ -235,6 +293,28 @@ pub fn zone_forwards(corefile: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_clock_more_than_ten_seconds_off_fails() {
+        let ours = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777);
+        // 784111777 is Sun, 06 Nov 1994 08:49:37 GMT (RFC 9110's example).
+        let same = clock_check("Sun, 06 Nov 1994 08:49:37 GMT", ours);
+        assert_eq!(same.outcome, Outcome::Pass, "{same:?}");
+        let ahead = clock_check("Sun, 06 Nov 1994 08:49:46 GMT", ours);
+        assert_eq!(
+            (ahead.outcome, ahead.detail.as_str()),
+            (
+                Outcome::Pass,
+                "the member's clock is 9s ahead of meridian's"
+            )
+        );
+        let behind = clock_check("Sun, 06 Nov 1994 08:48:37 GMT", ours);
+        assert_eq!(
+            (behind.outcome, behind.detail.as_str()),
+            (Outcome::Fail, "the member's clock is 60s behind meridian's")
+        );
+        assert_eq!(clock_check("yesterday", ours).outcome, Outcome::Info);
+    }
 
     #[test]
     fn the_corefile_s_forwarding_blocks_are_found_by_zone() {
