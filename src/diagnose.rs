@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
-use meridian_controllers::kubernetes::diagnose::{self, Check, Identity, Outcome};
+use meridian_controllers::kubernetes::diagnose::{self, Check, Identity};
 use meridian_core::{ClusterView, Health};
 use serde_json::{Value, json};
 
@@ -360,16 +360,10 @@ fn print_report(body: &Value) {
         let name = cluster["cluster"].as_str().unwrap_or("?");
         outln!("{name}");
         for check in cluster["checks"].as_array().into_iter().flatten() {
-            let mark = match check["outcome"].as_str() {
-                Some("pass") => Outcome::Pass,
-                Some("fail") => Outcome::Fail,
-                _ => Outcome::Info,
-            };
-            let mark = match mark {
-                Outcome::Pass => "PASS",
-                Outcome::Fail => "FAIL",
-                Outcome::Info => "INFO",
-            };
+            let mark = check["outcome"]
+                .as_str()
+                .unwrap_or("info")
+                .to_ascii_uppercase();
             outln!(
                 "  {mark}  {:<15} {}",
                 check["name"].as_str().unwrap_or("?"),

@@ -24,6 +24,7 @@ use tracing::{debug, info, warn};
 use super::MemberFacts;
 use super::apply::{self, Applier, ApplyOptions, ObjectId};
 use super::leader::Leadership;
+use super::status::keep_transition_times;
 
 pub const API_VERSION: &str = "multicluster.x-k8s.io/v1alpha1";
 pub const KIND: &str = "ClusterProfile";
@@ -166,7 +167,10 @@ impl Profiles {
         }
         let name = view.spec.id.as_str();
         let mut now = profile(view, facts);
-        keep_transition_times(&mut now.conditions, self.written.get(name));
+        keep_transition_times(
+            &mut now.conditions,
+            self.written.get(name).map(|p| p.conditions.as_slice()),
+        );
         if self.written.get(name) == Some(&now) {
             return;
         }
@@ -251,18 +255,6 @@ impl Profiles {
                 Err(e) => warn!(cluster = %id.name, error = %e, "cannot delete a cluster profile"),
             }
         }
-    }
-}
-
-/// A condition keeps its `lastTransitionTime` while its status holds; a change gets now.
-fn keep_transition_times(conditions: &mut [Condition], previous: Option<&Profile>) {
-    let now = Time(Timestamp::now());
-    for c in conditions {
-        let before = previous.and_then(|p| p.conditions.iter().find(|o| o.type_ == c.type_));
-        c.last_transition_time = match before {
-            Some(b) if b.status == c.status => b.last_transition_time.clone(),
-            _ => now.clone(),
-        };
     }
 }
 

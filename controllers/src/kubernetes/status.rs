@@ -117,7 +117,10 @@ pub async fn run(
             profiles.write(&applier, view, &member_facts).await;
             let mut status = member_status(&snapshot, index, view, &member_facts);
             let previous = written.get(name);
-            keep_transition_times(&mut status, previous.map(|w| &w.status));
+            keep_transition_times(
+                &mut status.conditions,
+                previous.map(|w| w.status.conditions.as_slice()),
+            );
             let due = match previous {
                 None => true,
                 Some(w) => !same_but_heartbeat(&w.status, &status) || w.at.elapsed() >= REFRESH,
@@ -155,10 +158,10 @@ pub async fn run(
 }
 
 /// Conditions keep their `lastTransitionTime` while their status holds; a change gets now.
-fn keep_transition_times(status: &mut MemberClusterStatus, previous: Option<&MemberClusterStatus>) {
+pub(super) fn keep_transition_times(conditions: &mut [Condition], previous: Option<&[Condition]>) {
     let now = Time(Timestamp::now());
-    for c in &mut status.conditions {
-        let before = previous.and_then(|p| p.conditions.iter().find(|o| o.type_ == c.type_));
+    for c in conditions {
+        let before = previous.and_then(|p| p.iter().find(|o| o.type_ == c.type_));
         c.last_transition_time = match before {
             Some(b) if b.status == c.status => b.last_transition_time.clone(),
             _ => now.clone(),
