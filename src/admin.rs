@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use crate::store::Heartbeats;
 use crate::whatif::ScenarioRequest;
 
+pub mod auth;
 pub mod ui;
 
 #[derive(Clone)]
@@ -134,13 +135,15 @@ impl AdminState {
     }
 }
 
-pub fn router(state: AdminState) -> Router {
-    Router::new()
+/// The admin routes. With a token, everything but the probes and the scrape needs it.
+pub fn router(state: AdminState, token: Option<auth::AdminToken>) -> Router {
+    let open = Router::new()
         // Someone who opens the admin address in a browser wants the status page.
         .route("/", get(|| async { Redirect::temporary("/ui") }))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics));
+    let mut guarded = Router::new()
         .route("/debug", get(debug_index))
         .route("/debug/clusters", get(debug_clusters))
         .route("/debug/kubernetes", get(debug_kubernetes))
@@ -162,8 +165,11 @@ pub fn router(state: AdminState) -> Router {
         .route("/debug/gateway", get(debug_gateway))
         .route("/debug/xds", get(debug_xds))
         .route("/debug/xds/dump", get(debug_xds_dump))
-        .merge(ui::routes())
-        .with_state(state)
+        .merge(ui::routes());
+    if let Some(token) = token {
+        guarded = guarded.route_layer(axum::middleware::from_fn_with_state(token, auth::require));
+    }
+    open.merge(guarded).with_state(state)
 }
 
 async fn readyz(State(s): State<AdminState>) -> Response {

@@ -57,6 +57,7 @@ impl App {
         let sockets = bind_listeners(&cfg).await?;
         let mut metrics = Registry::with_prefix("meridian");
         let listener_metrics = ListenerMetrics::new(metrics.sub_registry_with_prefix("listener"));
+        let admin_token = admin_token(&cfg, &mut metrics)?;
         let health = Health::default();
         // `fair`: quiet connections are evicted for new ones, and one source holds at most a
         // quarter of the bound (DNS over TCP, whose clients reconnect as a matter of course).
@@ -202,23 +203,26 @@ impl App {
             tasks.push(tokio::spawn(g.serve(metrics.clone())));
             view
         });
-        let router = admin::router(AdminState {
-            snapshots: snapshots.clone(),
-            whatif,
-            dns: dns.clone(),
-            xds: xds.clone(),
-            fleet: sources.fleet.clone(),
-            leadership: leadership.clone(),
-            metrics,
-            listeners: health.clone(),
-            propagation,
-            heartbeats,
-            shards,
-            gateway: gateway_view,
-            agents: sources.agents.clone(),
-            agent_store,
-            ui: Default::default(),
-        });
+        let router = admin::router(
+            AdminState {
+                snapshots: snapshots.clone(),
+                whatif,
+                dns: dns.clone(),
+                xds: xds.clone(),
+                fleet: sources.fleet.clone(),
+                leadership: leadership.clone(),
+                metrics,
+                listeners: health.clone(),
+                propagation,
+                heartbeats,
+                shards,
+                gateway: gateway_view,
+                agents: sources.agents.clone(),
+                agent_store,
+                ui: Default::default(),
+            },
+            admin_token,
+        );
         tasks.push(tokio::spawn(admin::serve(
             admin_listener,
             router,
@@ -277,6 +281,21 @@ async fn prepare_agents(
 
 /// Logs, once, that every member has synced or failed once (what `/readyz` waits for), with
 /// what was found and where to look at it.
+/// The admin token, when one is configured: read once, at start-up (a new token takes a
+/// restart), and the count of requests refused for want of it.
+fn admin_token(cfg: &Config, metrics: &mut Registry) -> Result<Option<admin::auth::AdminToken>> {
+    let Some(path) = &cfg.admin_token_file else {
+        return Ok(None);
+    };
+    let refused = prometheus_client::metrics::counter::Counter::default();
+    metrics.register(
+        "admin_unauthorized_requests",
+        "Requests to /debug or /ui refused for want of the admin token",
+        refused.clone(),
+    );
+    Ok(Some(admin::auth::AdminToken::read(path, refused)?))
+}
+
 async fn say_when_synced(mut snapshots: watch::Receiver<Arc<Snapshot>>, admin: SocketAddr) {
     let Ok(snap) = snapshots.wait_for(|s| s.synced).await else {
         return;

@@ -378,6 +378,15 @@ pub struct AdminArgs {
         value_name = "IDLE_TIMEOUT_SECONDS"
     )]
     pub idle_timeout_seconds: Option<u64>,
+    /// A file holding a token that /debug/* and /ui then require (Bearer, or the password of
+    /// HTTP Basic in a browser); /healthz, /readyz and /metrics stay open.
+    #[arg(
+        id = "admin_token_file",
+        long = "admin-token-file",
+        env = "MERIDIAN_ADMIN_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -703,11 +712,26 @@ pub struct AgentRunArgs {
     pub log_format: LogFormat,
 }
 
+/// Where a running meridian's admin server is, and the token it may require.
+#[derive(Debug, Args)]
+pub struct AdminClientArgs {
+    /// The admin address of a running meridian.
+    #[arg(long = "admin", env = "MERIDIAN_ADMIN_LISTEN", default_value = DEFAULT_ADMIN)]
+    pub address: SocketAddr,
+    /// A file holding the admin token, when that meridian requires one (its
+    /// --admin-token-file).
+    #[arg(
+        long = "admin-token-file",
+        env = "MERIDIAN_ADMIN_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub token_file: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub struct ClientArgs {
-    /// The admin address of a running meridian.
-    #[arg(long, env = "MERIDIAN_ADMIN_LISTEN", default_value = DEFAULT_ADMIN)]
-    pub admin: SocketAddr,
+    #[command(flatten)]
+    pub admin: AdminClientArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -834,15 +858,15 @@ pub struct GatewayKubeconfigArgs {
     /// user entry is empty, for an OIDC credential plugin.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
-    /// The admin address of a running meridian (where the member clusters are read).
-    #[arg(long, env = "MERIDIAN_ADMIN_LISTEN", default_value = DEFAULT_ADMIN)]
-    pub admin: SocketAddr,
+    /// The running meridian the member clusters are read from.
+    #[command(flatten)]
+    pub admin: AdminClientArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct XdsWatchArgs {
     /// The xDS server (meridian's --xds-listen).
-    #[arg(long, default_value = "127.0.0.1:18000")]
+    #[arg(long, env = "MERIDIAN_XDS_LISTEN", default_value = "127.0.0.1:18000")]
     pub xds: SocketAddr,
     /// The node's id.
     #[arg(long, default_value = "meridian-xds-watch")]

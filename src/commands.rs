@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cli::{
-    AgentRunArgs, ApproveArgs, ClientArgs, Command, ExplainArgs, GatewayCommand,
+    AdminClientArgs, AgentRunArgs, ApproveArgs, ClientArgs, Command, ExplainArgs, GatewayCommand,
     GatewayKubeconfigArgs, JoinArgs, JoinClusters, LogFormat, NodeRole, RenderArgs, ResolveArgs,
     ServeArgs, SimulateArgs, TokenCommand, TokenCreateArgs, UnjoinArgs, WhatIfArgs, XdsCommand,
     XdsDumpArgs,
@@ -423,7 +423,9 @@ async fn explain(args: &ExplainArgs) -> Result<ExitCode> {
         if let Some(c) = &args.from_cluster {
             path.push_str(&format!("&cluster={}", encode(c)));
         }
-        get_json(args.client.admin, &path).await?
+        AdminClient::new(&args.client.admin)?
+            .get_json(&path)
+            .await?
     } else {
         let mut request = serde_json::json!({
             "cluster": args.from_cluster,
@@ -437,7 +439,9 @@ async fn explain(args: &ExplainArgs) -> Result<ExitCode> {
             }
             None => request["service"] = args.service.as_str().into(),
         }
-        post_json(args.client.admin, "/debug/explain", &request).await?
+        AdminClient::new(&args.client.admin)?
+            .post_json("/debug/explain", &request)
+            .await?
     };
     print_words(&body, args.client.json)
 }
@@ -486,7 +490,9 @@ async fn simulate(args: &SimulateArgs) -> Result<ExitCode> {
         bail!("nothing to simulate: give --assume, --assume-remove or --assume-policy");
     }
     let request = serde_json::to_value(scenario_request(&args.whatif)?)?;
-    let body = post_json(args.client.admin, "/debug/simulate", &request).await?;
+    let body = AdminClient::new(&args.client.admin)?
+        .post_json("/debug/simulate", &request)
+        .await?;
     if let Some(errors) = body.get("errors").and_then(Value::as_array) {
         for e in errors {
             eprintln!("error: {}", text(e));
@@ -566,7 +572,9 @@ async fn xds_dump(args: &XdsDumpArgs) -> Result<ExitCode> {
     if let Some(n) = &args.node.node_network {
         path.push_str(&format!("&network={}", encode(n)));
     }
-    let body = get_json(args.client.admin, &path).await?;
+    let body = AdminClient::new(&args.client.admin)?
+        .get_json(&path)
+        .await?;
     if let Some(err) = body.get("error") {
         bail!("{}", text(err));
     }
@@ -600,7 +608,9 @@ async fn xds_dump(args: &XdsDumpArgs) -> Result<ExitCode> {
 
 /// Prints the connected xDS clients, one line per stream and type.
 async fn xds_clients(args: &ClientArgs) -> Result<ExitCode> {
-    let body = get_json(args.admin, "/debug/xds").await?;
+    let body = AdminClient::new(&args.admin)?
+        .get_json("/debug/xds")
+        .await?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
@@ -869,7 +879,8 @@ async fn render_command(args: &RenderArgs) -> Result<ExitCode> {
 }
 
 async fn status(args: &ClientArgs) -> Result<ExitCode> {
-    let body = get_json(args.admin, "/debug/clusters").await?;
+    let admin = AdminClient::new(&args.admin)?;
+    let body = admin.get_json("/debug/clusters").await?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
@@ -885,10 +896,10 @@ async fn status(args: &ClientArgs) -> Result<ExitCode> {
     );
     out!("{}", status_table(&body));
     // An older meridian has no /debug/shards: the table is the whole status then.
-    if let Ok(shards) = get_json(args.admin, "/debug/shards").await {
+    if let Ok(shards) = admin.get_json("/debug/shards").await {
         out!("{}", shards_summary(&shards));
     }
-    if let Ok(agents) = get_json(args.admin, "/debug/agents").await {
+    if let Ok(agents) = admin.get_json("/debug/agents").await {
         out!("{}", agents_summary(&agents, SystemTime::now()));
     }
     Ok(ExitCode::SUCCESS)
@@ -1080,7 +1091,9 @@ async fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
     if let Some(address) = &args.from {
         path.push_str(&format!("&from={}", encode(&address.to_string())));
     }
-    let body = get_json(args.client.admin, &path).await?;
+    let body = AdminClient::new(&args.client.admin)?
+        .get_json(&path)
+        .await?;
     if let Some(err) = body.get("error") {
         bail!("{}", text(err));
     }
@@ -1191,16 +1204,17 @@ pub(crate) fn encode(s: &str) -> String {
 
 /// Prints a kubeconfig for the gateway of the meridian at `args.admin`.
 async fn gateway_kubeconfig(args: &GatewayKubeconfigArgs) -> Result<ExitCode> {
-    let gateway = get_json(args.admin, "/debug/gateway").await?;
+    let admin = AdminClient::new(&args.admin)?;
+    let gateway = admin.get_json("/debug/gateway").await?;
     let server = match (&args.server, gateway["gateway"]["listen"].as_str()) {
         (Some(server), _) => server.clone(),
         (None, Some(listen)) => format!("https://{listen}"),
         (None, None) => bail!(
             "the meridian at {} runs no gateway (gateway.listen); --server names one elsewhere",
-            args.admin
+            args.admin.address
         ),
     };
-    let clusters: Vec<String> = get_json(args.admin, "/debug/clusters").await?["clusters"]
+    let clusters: Vec<String> = admin.get_json("/debug/clusters").await?["clusters"]
         .as_array()
         .map(|c| {
             c.iter()
@@ -1231,39 +1245,83 @@ async fn gateway_kubeconfig(args: &GatewayKubeconfigArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A minimal HTTP/1.1 GET against the admin server (loopback, `Connection: close`).
-pub(crate) async fn get_json(admin: SocketAddr, path: &str) -> Result<Value> {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
-    exchange(admin, request.as_bytes()).await
+/// A running meridian's admin server as the client commands reach it: minimal HTTP/1.1
+/// requests (`Connection: close`), with the admin token when one is configured.
+pub(crate) struct AdminClient {
+    address: SocketAddr,
+    token: Option<String>,
 }
 
-async fn post_json(admin: SocketAddr, path: &str, body: &Value) -> Result<Value> {
-    let body = serde_json::to_vec(body)?;
-    let mut request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    request.extend_from_slice(&body);
-    exchange(admin, &request).await
-}
+impl AdminClient {
+    pub(crate) fn new(args: &AdminClientArgs) -> Result<Self> {
+        let token = match &args.token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| {
+                        format!("cannot read the admin token file {}", path.display())
+                    })?
+                    .trim()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        Ok(Self {
+            address: args.address,
+            token,
+        })
+    }
 
-/// Sends one request to the admin server and reads its JSON answer.
-async fn exchange(admin: SocketAddr, request: &[u8]) -> Result<Value> {
-    let mut stream = tokio::net::TcpStream::connect(admin)
-        .await
-        .with_context(|| format!("cannot reach meridian's admin server at {admin} (is `meridian serve` running? set --admin)"))?;
-    stream.write_all(request).await?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP response")?;
-    let status = head.split_whitespace().nth(1).unwrap_or("");
-    let value: Value = serde_json::from_str(body)
-        .with_context(|| format!("admin server answered {status}: {body}"))?;
-    Ok(value)
+    pub(crate) async fn get_json(&self, path: &str) -> Result<Value> {
+        self.exchange("GET", path, None).await
+    }
+
+    pub(crate) async fn post_json(&self, path: &str, body: &Value) -> Result<Value> {
+        self.exchange("POST", path, Some(&serde_json::to_vec(body)?))
+            .await
+    }
+
+    /// Sends one request and reads its JSON answer.
+    async fn exchange(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<Value> {
+        let admin = self.address;
+        let mut request =
+            format!("{method} {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n");
+        if let Some(token) = &self.token {
+            request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
+        if let Some(body) = body {
+            request.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            ));
+        }
+        request.push_str("\r\n");
+        let mut request = request.into_bytes();
+        request.extend_from_slice(body.unwrap_or_default());
+        let mut stream = tokio::net::TcpStream::connect(admin)
+            .await
+            .with_context(|| format!("cannot reach meridian's admin server at {admin} (is `meridian serve` running? set --admin)"))?;
+        stream.write_all(&request).await?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await?;
+        let text = String::from_utf8_lossy(&raw);
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .context("malformed HTTP response")?;
+        let status = head.split_whitespace().nth(1).unwrap_or("");
+        if status == "401" {
+            bail!(
+                "the admin server at {admin} needs its admin token: --admin-token-file FILE (or MERIDIAN_ADMIN_TOKEN_FILE){}",
+                if self.token.is_some() {
+                    "; the token in that file is not it"
+                } else {
+                    ""
+                }
+            );
+        }
+        let value: Value = serde_json::from_str(body)
+            .with_context(|| format!("admin server answered {status}: {body}"))?;
+        Ok(value)
+    }
 }
 
 #[cfg(test)]

@@ -280,6 +280,8 @@ pub struct AdminSection {
     pub max_connections: Option<u64>,
     pub header_read_timeout_seconds: Option<u64>,
     pub idle_timeout_seconds: Option<u64>,
+    /// A file holding the token `/debug/*` and `/ui` then require.
+    pub token_file: Option<PathBuf>,
 }
 
 /// How one listener guards itself: the timeouts here, its connection bound computed at
@@ -321,6 +323,8 @@ pub struct Config {
     pub xds_listen: SocketAddr,
     pub xds: XdsConfig,
     pub admin_listen: SocketAddr,
+    /// The file of the token `/debug/*` and `/ui` require; None: they are open.
+    pub admin_token_file: Option<PathBuf>,
     pub listeners: ListenerLimits,
     /// The federation API gateway's address and settings; None: no gateway.
     pub gateway: Option<(SocketAddr, GatewayConfig)>,
@@ -618,6 +622,11 @@ fn resolve(file: File, base: &Path, args: &ServeArgs) -> Result<Config> {
             .admin_listen
             .or(file.admin.listen)
             .unwrap_or_else(|| crate::cli::DEFAULT_ADMIN.parse().expect("default")),
+        admin_token_file: args
+            .admin
+            .token_file
+            .clone()
+            .or_else(|| file.admin.token_file.as_ref().map(|f| base.join(f))),
         listeners,
         gateway,
         tracing: resolve_tracing(&file.tracing, args)?,

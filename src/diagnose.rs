@@ -316,7 +316,9 @@ pub async fn run(args: &DiagnoseArgs) -> Result<ExitCode> {
     if let Some(c) = &args.cluster {
         path.push_str(&format!("?cluster={}", crate::commands::encode(c)));
     }
-    let mut body = crate::commands::get_json(args.client.admin, &path).await?;
+    let mut body = crate::commands::AdminClient::new(&args.client.admin)?
+        .get_json(&path)
+        .await?;
     if let Some(err) = body.get("error") {
         bail!(
             "{}",

@@ -2,6 +2,7 @@
 pipe without colour codes, `serve --help`, a config that is not YAML, ports in use, and a
 reader that goes away (`meridian status | head`)."""
 
+import base64
 import http.client
 import json
 import os
@@ -203,3 +204,55 @@ def test_problems_name_list_items_by_their_index(fleet):
     assert ('EndpointSlice shop/db-x1: endpoints[1].addresses[0]: "999.1.1.12" is not an IP address; '
             "endpoint left out") in out.stdout, out.stdout
     assert "1 error(s)" in out.stdout
+
+
+def admin_get(m, path, authorization=None):
+    conn = http.client.HTTPConnection("127.0.0.1", m.admin_port, timeout=5)
+    conn.request("GET", path, headers={"Authorization": authorization} if authorization else {})
+    r = conn.getresponse()
+    return r.status, r.getheaders(), r.read().decode()
+
+
+def test_an_admin_token_guards_debug_and_ui_and_leaves_probes_and_metrics_open(fleet, start_meridian, tmp_path):
+    """With --admin-token-file, /debug/* and /ui need the token (Bearer, or a browser's Basic
+    password); the probes and the scrape do not; the CLI sends it from MERIDIAN_ADMIN_TOKEN_FILE;
+    a short token stops serve at start with the reason; DNS serves throughout."""
+    short = tmp_path / "short.token"
+    short.write_text("abc\n")
+    refused = subprocess.run([str(BIN), "serve", "--config", str(fleet.config), "--admin-token-file", str(short),
+                              "--dns-listen", f"127.0.0.1:{free_port()}", "--admin-listen", f"127.0.0.1:{free_port()}",
+                              "--xds-listen", f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=30)
+    assert refused.returncode != 0 and f"admin.tokenFile {short}: the token is 3 characters; at least 16" in refused.stderr, \
+        refused.stderr
+
+    token = "5f0c6d2e9a7b41c8b3e0d6f1a2c4e8b7"
+    token_file = tmp_path / "admin.token"
+    token_file.write_text(token + "\n")
+    m = start_meridian(fleet, "--admin-token-file", str(token_file))
+    for path in ("/debug/clusters", "/ui", "/ui/state", "/debug"):
+        status, headers, body = admin_get(m, path)
+        assert status == 401 and "admin token" in body, (path, status, body)
+        challenges = [v for k, v in headers if k.lower() == "www-authenticate"]
+        assert sorted(c.split()[0] for c in challenges) == ["Basic", "Bearer"], challenges
+    assert admin_get(m, "/debug/clusters", "Bearer " + token[:-1] + "0")[0] == 401
+    assert admin_get(m, "/debug/clusters", "Basic " + base64.b64encode(f"{token}:x".encode()).decode())[0] == 401
+    status, _, body = admin_get(m, "/debug/clusters", "Bearer " + token)
+    assert status == 200 and "eu-1" in body, (status, body)
+    status, _, body = admin_get(m, "/ui", "Basic " + base64.b64encode(f"ana:{token}".encode()).decode())
+    assert status == 200 and "<html" in body.lower(), status
+    for path in ("/healthz", "/readyz"):
+        assert admin_get(m, path)[0] == 200, path
+    status, _, metrics = admin_get(m, "/metrics")
+    refusals = re.search(r"^meridian_admin_unauthorized_requests_total (\d+)$", metrics, re.M)
+    assert status == 200 and refusals and int(refusals.group(1)) == 6, refusals
+
+    admin = f"127.0.0.1:{m.admin_port}"
+    without = run("status", "--admin", admin)
+    assert without.returncode != 0 and "needs its admin token: --admin-token-file" in without.stderr, without.stderr
+    wrong = tmp_path / "wrong.token"
+    wrong.write_text("0" * 32)
+    bad = run("status", "--admin", admin, "--admin-token-file", str(wrong))
+    assert bad.returncode != 0 and "the token in that file is not it" in bad.stderr, bad.stderr
+    ok = run("status", "--admin", admin, env={**os.environ, "MERIDIAN_ADMIN_TOKEN_FILE": str(token_file)})
+    assert ok.returncode == 0 and "eu-1" in ok.stdout, ok.stderr
+    assert m.addresses("payments.shop.global", source="127.0.1.1"), "DNS serves throughout"

@@ -428,6 +428,29 @@ def test_the_gateway_tracing_and_extra_values_reach_the_pod_and_its_config(helm,
     assert "tracing" not in yaml.safe_load(one(render(helm, HUB_CHART), "ConfigMap")["data"]["meridian.yaml"])
 
 
+def test_an_admin_token_secret_is_mounted_and_named_in_the_config(helm, tmp_path):
+    """admin.tokenSecret: the Secret's key `token` mounted read-only and `admin.tokenFile`
+    naming it in the config, which meridian accepts; without it, neither."""
+    docs = render(helm, HUB_CHART, "--set", "admin.tokenSecret=meridian-admin-token")
+    config = yaml.safe_load(one(docs, "ConfigMap")["data"]["meridian.yaml"])
+    assert config["admin"]["tokenFile"] == "/etc/meridian/admin-token/token", config["admin"]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "admin-token", "secret": {"secretName": "meridian-admin-token",
+                                              "items": [{"key": "token", "path": "token"}]}} in pod["volumes"]
+    assert {"name": "admin-token", "mountPath": "/etc/meridian/admin-token", "readOnly": True} in \
+        pod["containers"][0]["volumeMounts"]
+    hub_dir = tmp_path / "hub"
+    hub_dir.mkdir()
+    config["hub"] = {"directory": str(hub_dir)}
+    path = tmp_path / "meridian.yaml"
+    path.write_text(yaml.safe_dump(config))
+    r = subprocess.run([str(BIN), "validate", "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"{r.stdout}{r.stderr}"
+    plain = render(helm, HUB_CHART)
+    assert "tokenFile" not in one(plain, "ConfigMap")["data"]["meridian.yaml"]
+    assert not any(v["name"] == "admin-token" for v in one(plain, "Deployment")["spec"]["template"]["spec"]["volumes"])
+
+
 def test_rendered_config_is_accepted_by_meridian(helm, tmp_path):
     """The config file the hub chart renders, with its defaults and with other values, is
     one meridian accepts (`meridian validate`, with only the hub replaced by an empty
@@ -587,7 +610,10 @@ def test_installed_charts_serve_dns_for_a_member_service(helm, bare_fleet, cored
     hub, m1 = bare_fleet.hub, bare_fleet.cluster("m1")
     dns_port, admin_port, xds_port = free_port(), free_port(), free_port()
 
+    # The README's install line, values and all.
     ok(helm("install", "meridian", HUB_CHART, "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+            "--set", "image.repository=registry.example/meridian",
+            "--set", "service.dns.type=LoadBalancer,service.dns.externalTrafficPolicy=Local",
             kubeconfig=hub.admin_kubeconfig))
     ok(helm("install", "meridian-member", MEMBER_CHART, "--namespace", MEMBER_NAMESPACE,
             "--set", f"coredns.forwardTo={{127.0.0.1:{dns_port}}}", kubeconfig=m1.admin_kubeconfig))
@@ -608,6 +634,8 @@ def test_installed_charts_serve_dns_for_a_member_service(helm, bare_fleet, cored
     assert sorted((p["protocol"], p["port"], p["targetPort"]) for p in dns_service["spec"]["ports"]) == [
         ("TCP", 53, "dns-tcp"), ("UDP", 53, "dns-udp")]
     assert dns_service["spec"]["clusterIP"]
+    assert (dns_service["spec"]["type"], dns_service["spec"]["externalTrafficPolicy"]) == ("LoadBalancer", "Local")
+    assert container["image"].startswith("registry.example/meridian:"), container["image"]
     assert dns_service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert pod["serviceAccountName"] == "meridian"
     sc = container["securityContext"]

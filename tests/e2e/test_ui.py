@@ -237,3 +237,20 @@ def test_placements_show_the_replicas_per_cluster(tmp_path, start_meridian, brow
     assert browser.execute_script("return document.getElementById('placements-section').hidden") is False
     screenshot(browser, tmp_path, "ui-placements")
     assert severe_console_entries(browser) == []
+
+
+def test_with_an_admin_token_the_page_works_after_the_browsers_sign_in(fleet, start_meridian, browser, tmp_path):
+    """admin.tokenFile set: the browser signs in once (HTTP Basic, the token as password, here
+    given in the address as a user would type it into the prompt) and the page's own requests
+    and its live stream carry it; without it the page is refused."""
+    token = "c0ffee0123456789abcdef0123456789"
+    token_file = tmp_path / "admin.token"
+    token_file.write_text(token)
+    m = start_meridian(fleet, "--admin-token-file", str(token_file))
+    assert m.http("/ui")[0] == 401
+    browser.get(f"http://ana:{token}@127.0.0.1:{m.admin_port}/ui")
+    shown = wait_until("the three clusters on the page", lambda: cards(browser) if len(cards(browser)) == 3 else None, 10)
+    assert shown == {"eu-1": "Healthy", "eu-2": "Healthy", "us-1": "Healthy"}
+    wait_until("the live stream", lambda: browser.execute_script(
+        "return document.getElementById('live').className") == "live on" or None, 10)
+    assert severe_console_entries(browser) == []

@@ -45,6 +45,7 @@ the read-only ConfigMap volume would need a directory made in it). */}}
 {{- define "meridian.configDir" -}}/etc/meridian/config{{- end -}}
 {{- define "meridian.tlsDir" -}}/etc/meridian/tls{{- end -}}
 {{- define "meridian.gatewayTlsDir" -}}/etc/meridian/gateway-tls{{- end -}}
+{{- define "meridian.adminTokenDir" -}}/etc/meridian/admin-token{{- end -}}
 
 {{/* Checks the values that the schema cannot relate to each other, with meridian's own
 words (src/config.rs would refuse them at start-up). */}}
