@@ -75,6 +75,12 @@ def test_join_registers_a_member_meridian_serves_and_unjoin_leaves_nothing_behin
     assert "MemberCluster/m2" in kinds and "ClusterRoleBinding/meridian-join-member" in kinds, kinds
     assert "ServiceAccount/meridian" in kinds and "Secret/meridian-member-m2" in kinds, kinds
     assert "token: <a token for" in dry.stdout
+    # --propagation adds the roles to place workloads (deploy/rbac/member-propagation.yaml).
+    placing = meridian_cli(*join, "--propagation", "--dry-run")
+    assert placing.returncode == 0, placing.stderr
+    placed_kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in yaml.safe_load_all(placing.stdout) if d)
+    assert sorted(set(placed_kinds) - set(kinds)) == [
+        "ClusterRole/meridian-member-propagation", "ClusterRoleBinding/meridian-join-member-propagation"], placed_kinds
     assert f.member_cluster("m2") is None and made_by_join(m2) == [] and made_by_join(hub) == []
 
     done = meridian_cli(*join)
