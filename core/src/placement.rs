@@ -48,6 +48,7 @@ pub mod room;
 pub mod score;
 pub mod spec;
 mod spread;
+pub mod stages;
 #[cfg(test)]
 mod tests;
 
