@@ -254,3 +254,8 @@ def test_with_an_admin_token_the_page_works_after_the_browsers_sign_in(fleet, st
     wait_until("the live stream", lambda: browser.execute_script(
         "return document.getElementById('live').className") == "live on" or None, 10)
     assert severe_console_entries(browser) == []
+    # Signed in: the plain address works from now on (the cookie the sign-in set carries it).
+    browser.get(m.url("/ui?cluster=eu-2"))
+    shown = wait_until("the page again", lambda: cards(browser) if len(cards(browser)) == 3 else None, 10)
+    assert shown == {"eu-1": "Healthy", "eu-2": "Healthy", "us-1": "Healthy"}
+    assert severe_console_entries(browser) == []

@@ -207,10 +207,16 @@ function query() {
   return q ? "?" + q : "";
 }
 
+// An address on this page's origin, without the user:password a sign-in may have left in the
+// page's own address (fetch refuses those; the admin token's cookie goes with the request).
+function here(path) {
+  return location.origin + path;
+}
+
 // (Re)subscribes for the current choice; the browser reconnects by itself when a stream ends.
 function subscribe() {
   if (source) source.close();
-  source = new EventSource("/ui/events" + query());
+  source = new EventSource(here("/ui/events" + query()));
   source.addEventListener("state", (e) => {
     $("live").classList.add("on");
     render(JSON.parse(e.data));
@@ -232,7 +238,7 @@ function start() {
   if (params.has("filter")) $("filter").value = params.get("filter");
   // No client named: the first member's (a client of no member cluster is one choice away).
   const wanted = params.has("cluster") ? params.get("cluster") : null;
-  fetch("/ui/state").then((r) => r.json()).then((view) => {
+  fetch(here("/ui/state")).then((r) => r.json()).then((view) => {
     render(view);
     const first = (view.clusters || [])[0];
     $("client").value = wanted !== null ? wanted : (first ? first.name : "");
