@@ -158,6 +158,7 @@ pub fn router(state: AdminState, token: Option<auth::AdminToken>) -> Router {
             "/debug/simulate",
             get(debug_simulate).post(debug_simulate_post),
         )
+        .route("/debug/rollout", get(debug_rollout))
         .route("/debug/diagnose", get(debug_diagnose))
         .route("/debug/placements", get(debug_placements))
         .route("/debug/shards", get(debug_shards))
@@ -232,6 +233,7 @@ async fn debug_index() -> Json<Value> {
             "/debug/explain?service=S&cluster=C": "the scheduling decision for service S (name.namespace) from cluster C: filtered clusters and why, tiers, weights, spill-over, the DNS answer and the EDS priorities, in words and JSON",
             "/debug/explain?kind=K&name=N&namespace=NS&cluster=C": "the placement decision for template K NS/N: policy, tier, per cluster the replicas and why, the clusters left out and why, the overrides applied; and the traffic decision of the Services the same policy governs",
             "/debug/diagnose?cluster=C": "meridian diagnose's checks of each member (or C): its API, meridian's permissions there (SelfSubjectAccessReview), its CoreDNS's forwarding, its gateway, its xDS clients; each pass, fail or info, with the fix",
+            "/debug/rollout?policy=NS/NAME": "the plan of a policy's staged rollout (placement.rollout): the stages in order, what each drains, each client region's traffic shares at every step, and the clients a step would leave without a cluster",
             "/debug/placements": "every placement decision, and what each member holds of it (propagation)",
             "/debug/gateway": "the federation API gateway: its address, issuer and keys, open watches, and the last refused or failed requests",
             "/debug/shards": "sharded writers: live replicas, which members this replica writes, each member's claim and owner, and every replica's view of unreachable members (quorum health)",
@@ -695,6 +697,28 @@ async fn simulate_response(s: AdminState, request: ScenarioRequest) -> Response 
             Json(json!({ "error": errors.join("; "), "errors": errors })),
         )
             .into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct RolloutQuery {
+    policy: String,
+}
+
+/// The plan of a policy's staged rollout (`simulate --rollout`): its stages, what each
+/// drains and the traffic shares meanwhile. Re-decides the fleet, so it shares the
+/// simulations' bound.
+async fn debug_rollout(State(s): State<AdminState>, Query(q): Query<RolloutQuery>) -> Response {
+    let Ok(_running) = SIMULATIONS.try_acquire() else {
+        return simulations_busy();
+    };
+    let base = s.whatif_base();
+    let planned = tokio::task::spawn_blocking(move || crate::whatif::rollout(&base, &q.policy))
+        .await
+        .unwrap_or_else(|e| Err(format!("planning failed: {e}")));
+    match planned {
+        Ok(v) => Json(v).into_response(),
+        Err(error) => (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response(),
     }
 }
 

@@ -721,6 +721,7 @@ pub struct AdminClientArgs {
     /// A file holding the admin token, when that meridian requires one (its
     /// --admin-token-file).
     #[arg(
+        id = "admin_token_file",
         long = "admin-token-file",
         env = "MERIDIAN_ADMIN_TOKEN_FILE",
         value_name = "FILE"
@@ -777,6 +778,10 @@ pub struct ExplainArgs {
 pub struct SimulateArgs {
     #[command(flatten)]
     pub whatif: WhatIfArgs,
+    /// Print the plan of this policy's staged rollout (placement.rollout) instead: its
+    /// stages, what each drains, and each client region's traffic shares at every step.
+    #[arg(long, value_name = "NAMESPACE/POLICY", conflicts_with_all = ["assume", "remove", "policies", "after"])]
+    pub rollout: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }

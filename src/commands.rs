@@ -486,8 +486,14 @@ fn scenario_request(args: &WhatIfArgs) -> Result<ScenarioRequest> {
 
 /// Prints what would change under the assumptions, in words (or as JSON).
 async fn simulate(args: &SimulateArgs) -> Result<ExitCode> {
+    if let Some(policy) = &args.rollout {
+        let body = AdminClient::new(&args.client.admin)?
+            .get_json(&format!("/debug/rollout?policy={}", encode(policy)))
+            .await?;
+        return print_words(&body, args.client.json);
+    }
     if args.whatif.is_empty() {
-        bail!("nothing to simulate: give --assume, --assume-remove or --assume-policy");
+        bail!("nothing to simulate: give --assume, --assume-remove, --assume-policy or --rollout");
     }
     let request = serde_json::to_value(scenario_request(&args.whatif)?)?;
     let body = AdminClient::new(&args.client.admin)?

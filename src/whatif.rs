@@ -82,6 +82,92 @@ impl ScenarioRequest {
     }
 }
 
+/// `simulate --rollout`: the plan as JSON, with `words`.
+pub fn rollout(base: &Base, policy: &str) -> Result<Value, String> {
+    let plan = meridian_core::whatif::rollout::rollout_plan(
+        &base.snapshot,
+        &base.decider,
+        policy,
+        Instant::now(),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut value = serde_json::to_value(&plan).map_err(|e| e.to_string())?;
+    value["words"] = json!(rollout_words(&plan));
+    Ok(value)
+}
+
+fn rollout_words(plan: &meridian_core::whatif::rollout::RolloutPlan) -> Vec<String> {
+    use meridian_core::stages::TrafficDuring;
+    let list = |c: &[ClusterId]| {
+        c.iter()
+            .map(ClusterId::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let traffic = match plan.traffic {
+        TrafficDuring::Drain => format!(
+            "traffic Drain ({} s before a stage's copies change; back {})",
+            plan.drain_seconds,
+            match plan.ramp_seconds {
+                0 => "at once once ready".to_string(),
+                s => format!("over {s} s once ready"),
+            }
+        ),
+        TrafficDuring::Keep => "traffic Keep (copies change under their traffic)".to_string(),
+    };
+    let mut words = vec![format!(
+        "rollout of {}: {} stage(s); {traffic}; shares over {}",
+        plan.policy,
+        plan.steps.len(),
+        match plan.services.is_empty() {
+            true => "no Service (the policy governs none)".to_string(),
+            false => plan.services.join(", "),
+        }
+    )];
+    words.push(format!("before: {}", shares_words(&plan.before)));
+    for (i, step) in plan.steps.iter().enumerate() {
+        let mut head = format!("stage {} {:?}: {}", i + 1, step.stage, list(&step.clusters));
+        if step.approval_required {
+            head.push_str("; approval required");
+        }
+        if !step.drained.is_empty() {
+            head.push_str(&format!("; drains {}", list(&step.drained)));
+        }
+        if step.wait_seconds > 0 {
+            head.push_str(&format!("; waits {} s once ready", step.wait_seconds));
+        }
+        words.push(head);
+        words.push(format!("  {}", shares_words(&step.shares)));
+        words.extend(step.stranded.iter().map(|s| format!("  would pause: {s}")));
+    }
+    words
+}
+
+/// `eu → eu-1 66.7%, eu-2 33.3%; us → us-1 100%`
+fn shares_words(shares: &[meridian_core::whatif::rollout::RegionShare]) -> String {
+    let mut by_region: Vec<(String, Vec<String>)> = Vec::new();
+    for s in shares.iter().filter(|s| s.percent > 0.0) {
+        let region = if s.region.is_empty() {
+            "(no region)"
+        } else {
+            &s.region
+        };
+        let part = format!("{} {}%", s.cluster, s.percent);
+        match by_region.last_mut() {
+            Some((r, parts)) if r == region => parts.push(part),
+            _ => by_region.push((region.to_string(), vec![part])),
+        }
+    }
+    if by_region.is_empty() {
+        return "no traffic".into();
+    }
+    by_region
+        .iter()
+        .map(|(r, parts)| format!("{r} → {}", parts.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The furthest a scenario looks ahead: a clock that far is past every timer, and an
 /// `Instant` cannot hold much more.
 const MAX_AFTER_SECONDS: u64 = 10 * 365 * 24 * 3600;

@@ -382,6 +382,78 @@ pub struct PlacementSpec {
     /// A Lua policy defining `filter(cluster, workload)` and/or `score(cluster, workload)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<ScriptSpec>,
+    /// Template edits stage by stage, traffic first. Planned and shown by `meridian simulate
+    /// --rollout`; this meridian still applies an edit to every member at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutSpec>,
+}
+
+/// `placement.rollout`: the stages a template edit goes through.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    pub stages: Vec<RolloutStageSpec>,
+    /// Drain (default): a stage's clusters leave the traffic of the Services this policy
+    /// governs while their copies change. Keep: traffic stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<RolloutTrafficSpec>,
+    /// How long a drained stage waits before its copies change (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_seconds: Option<u64>,
+    /// Traffic returns to a stage over this long (default 0: at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp_seconds: Option<u64>,
+    /// A copy not ready at the new generation this long after it was written is a failure
+    /// (default 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline_seconds: Option<u64>,
+    /// Past a stage's maxFailures: Pause (default) or Rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<RolloutOnFailureSpec>,
+}
+
+/// One stage: clusters by name or labels, or the rest in batches.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStageSpec {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelectorSpec>,
+    /// The clusters no earlier stage took, this many at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable_clusters: Option<u32>,
+    /// The clusters no earlier stage took, this percent of them at a time (rounded up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable_percent: Option<u32>,
+    /// Once ready with its traffic back, how long the stage must stay so (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_seconds: Option<u64>,
+    /// Required: the stage starts only once approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<RolloutApprovalSpec>,
+    /// Failures tolerated before onFailure (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failures: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RolloutTrafficSpec {
+    Drain,
+    Keep,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RolloutOnFailureSpec {
+    Pause,
+    Rollback,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RolloutApprovalSpec {
+    Required,
+    None,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

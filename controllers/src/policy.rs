@@ -10,7 +10,8 @@ use crate::convert::{created_secs, key_of, taint_effect};
 use crate::crd::{
     ClusterSchedulingPolicy, ConflictResolutionSpec, DivisionPreferenceSpec, DynamicWeightSpec,
     FailurePolicySpec, LabelSelectorSpec, PlacementSpec, PurgeModeSpec, ReplicaSchedulingSpec,
-    ReplicaSchedulingTypeSpec, SpreadByFieldSpec, SpreadConstraintSpec, TolerationOperatorSpec,
+    ReplicaSchedulingTypeSpec, RolloutApprovalSpec, RolloutOnFailureSpec, RolloutSpec,
+    RolloutTrafficSpec, SpreadByFieldSpec, SpreadConstraintSpec, TolerationOperatorSpec,
     TolerationSpec, TrafficModeSpec, WorkloadTermSpec,
 };
 
@@ -237,6 +238,10 @@ fn placement_policy(
         failback_after_seconds: placement.failback_after_seconds.unwrap_or(0),
         propagation: propagation(placement, problems),
         scoring: scoring(placement, problems),
+        rollout: placement
+            .rollout
+            .as_ref()
+            .and_then(|r| rollout(r, problems)),
     })
 }
 
@@ -428,6 +433,82 @@ fn propagation(placement: &PlacementSpec, problems: &mut Vec<String>) -> core::P
         preserve_on_deletion: placement.preserve_resources_on_deletion.unwrap_or(false),
         retain: placement.retain.clone(),
     }
+}
+
+/// `placement.rollout`: each stage takes clusters by name or labels, or the rest in batches;
+/// only the last stage may take the rest (nothing would be left for a stage after it).
+fn rollout(spec: &RolloutSpec, problems: &mut Vec<String>) -> Option<core::stages::Strategy> {
+    use core::stages::{Amount, OnFailure, StageClusters, StageSpec, Strategy, TrafficDuring};
+    if spec.stages.is_empty() {
+        problems.push("placement.rollout.stages: at least one stage is required".into());
+        return None;
+    }
+    let mut stages = Vec::new();
+    let mut names = std::collections::BTreeSet::new();
+    for (i, s) in spec.stages.iter().enumerate() {
+        let at = format!("placement.rollout.stages[{i}]");
+        if s.name.is_empty() || !names.insert(s.name.as_str()) {
+            problems.push(format!(
+                "{at}.name: a stage needs a name of its own ({:?})",
+                s.name
+            ));
+        }
+        let by_set = !s.cluster_names.is_empty() || s.label_selector.is_some();
+        let clusters = match (
+            by_set,
+            s.max_unavailable_clusters,
+            s.max_unavailable_percent,
+        ) {
+            (true, None, None) => StageClusters::Set(cluster_set(
+                &s.cluster_names,
+                s.label_selector.as_ref(),
+                &at,
+                problems,
+            )?),
+            (false, Some(n), None) if n >= 1 => StageClusters::Rest {
+                max_unavailable: Amount::Count(n),
+            },
+            (false, None, Some(p)) if (1..=100).contains(&p) => StageClusters::Rest {
+                max_unavailable: Amount::Percent(p),
+            },
+            _ => {
+                problems.push(format!(
+                    "{at}: exactly one of clusterNames/labelSelector, maxUnavailableClusters (at least 1) or maxUnavailablePercent (1 to 100)"
+                ));
+                continue;
+            }
+        };
+        if matches!(clusters, StageClusters::Rest { .. }) && i + 1 != spec.stages.len() {
+            problems.push(format!(
+                "{at}: a stage of the rest (maxUnavailable…) takes every cluster left, so it must be the last"
+            ));
+        }
+        stages.push(StageSpec {
+            name: s.name.clone(),
+            clusters,
+            wait_seconds: s.wait_seconds.unwrap_or(0),
+            approval_required: s.approval == Some(RolloutApprovalSpec::Required),
+            max_failures: s.max_failures.unwrap_or(0),
+        });
+    }
+    let deadline = spec.progress_deadline_seconds.unwrap_or(600);
+    if deadline == 0 {
+        problems.push("placement.rollout.progressDeadlineSeconds must be at least 1".into());
+    }
+    Some(Strategy {
+        stages,
+        traffic: match spec.traffic {
+            Some(RolloutTrafficSpec::Keep) => TrafficDuring::Keep,
+            Some(RolloutTrafficSpec::Drain) | None => TrafficDuring::Drain,
+        },
+        drain_seconds: spec.drain_seconds.unwrap_or(30),
+        ramp_seconds: spec.ramp_seconds.unwrap_or(0),
+        progress_deadline_seconds: deadline,
+        on_failure: match spec.on_failure {
+            Some(RolloutOnFailureSpec::Rollback) => OnFailure::Rollback,
+            Some(RolloutOnFailureSpec::Pause) | None => OnFailure::Pause,
+        },
+    })
 }
 
 fn spread_constraints(
@@ -747,6 +828,64 @@ mod tests {
             "traffic.mode must be Tiers (or unset)",
         ] {
             assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+    }
+
+    #[test]
+    fn a_rollout_is_read_with_its_defaults_and_its_problems_are_named() {
+        let policy = read(&format!(
+            "{HEAD}spec:\n  resourceSelectors: [{{apiVersion: apps/v1, kind: Deployment}}]\n  placement:\n    rollout:\n      rampSeconds: 30\n      onFailure: Rollback\n      stages:\n        - {{name: canary, clusterNames: [m1], waitSeconds: 60, approval: Required, maxFailures: 1}}\n        - {{name: eu, labelSelector: {{matchLabels: {{region: eu}}}}}}\n        - {{name: rest, maxUnavailablePercent: 25}}\n"
+        ))
+        .unwrap();
+        let strategy = policy.placement.unwrap().rollout.clone().unwrap();
+        assert_eq!(
+            (
+                strategy.traffic,
+                strategy.drain_seconds,
+                strategy.ramp_seconds,
+                strategy.progress_deadline_seconds,
+                strategy.on_failure
+            ),
+            (
+                core::stages::TrafficDuring::Drain,
+                30,
+                30,
+                600,
+                core::stages::OnFailure::Rollback
+            )
+        );
+        let canary = &strategy.stages[0];
+        assert_eq!(
+            (
+                canary.wait_seconds,
+                canary.approval_required,
+                canary.max_failures
+            ),
+            (60, true, 1)
+        );
+        assert_eq!(
+            strategy.stages[2].clusters,
+            core::stages::StageClusters::Rest {
+                max_unavailable: core::stages::Amount::Percent(25)
+            }
+        );
+
+        let problems = read(&format!(
+            "{HEAD}spec:\n  resourceSelectors: [{{apiVersion: apps/v1, kind: Deployment}}]\n  placement:\n    rollout:\n      progressDeadlineSeconds: 0\n      stages:\n        - {{name: a, maxUnavailableClusters: 1}}\n        - {{name: a, clusterNames: [m1], maxUnavailablePercent: 10}}\n        - {{name: c, maxUnavailablePercent: 101}}\n"
+        ))
+        .unwrap_err()
+        .join("\n");
+        for needle in [
+            "placement.rollout.stages[0]: a stage of the rest (maxUnavailable…) takes every cluster left, so it must be the last",
+            "placement.rollout.stages[1].name: a stage needs a name of its own (\"a\")",
+            "placement.rollout.stages[1]: exactly one of clusterNames/labelSelector",
+            "placement.rollout.stages[2]: exactly one of",
+            "placement.rollout.progressDeadlineSeconds must be at least 1",
+        ] {
+            assert!(
+                problems.contains(needle),
+                "missing {needle:?} in:\n{problems}"
+            );
         }
     }
 }

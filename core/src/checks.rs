@@ -45,6 +45,25 @@ pub fn unknown_clusters<'a>(
     warnings
 }
 
+/// A policy with `placement.rollout`: its plan can be shown (`simulate --rollout`), but the
+/// writer does not stage edits yet — said, so nobody counts on stages that do not happen.
+pub fn rollouts_not_applied(policies: &Policies) -> Vec<Problem> {
+    policies
+        .iter()
+        .filter(|p| p.placement.as_ref().is_some_and(|p| p.rollout.is_some()))
+        .map(|policy| {
+            Problem::in_merge(
+                Origin::Hub,
+                ObjectRef::namespaced("ClusterSchedulingPolicy", &policy.key),
+                format!(
+                    "placement.rollout is planned (meridian simulate --rollout {}) but not applied yet: an edit still reaches every member at once",
+                    policy.key
+                ),
+            )
+        })
+        .collect()
+}
+
 /// The problem of a service whose governing policy gives none of the clusters that export
 /// it any traffic: every one at weight 0, or (mode Tiers) in none of its tiers.
 pub fn no_traffic(snapshot: &Snapshot, view: &ServiceView) -> Option<Problem> {

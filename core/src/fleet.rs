@@ -622,6 +622,9 @@ impl Fleet {
             &self.policies,
             snapshot.clusters.iter().map(|c| &c.spec),
         ));
+        snapshot
+            .warnings
+            .extend(checks::rollouts_not_applied(&self.policies));
         self.refresh_traffic_checks(prev, &snapshot, &dirty);
         snapshot.problems.extend(self.no_traffic.values().cloned());
         Built {

@@ -49,6 +49,7 @@ pub mod whatif;
 pub use geo::{ClientPlace, GeoBuilder, GeoConflict, GeoTable};
 pub use index::{Dirty, Index, IndexSizes, Kind, Object};
 pub use model::*;
+pub use placement::stages;
 pub use placement::{
     Capacity, ConflictResolution, Division, OverridePolicy, PlacementPolicy, Placements,
     Propagation, PurgeMode, Quota, ReplicaScheduling, Resources, SpreadBy, SpreadConstraint,

@@ -919,5 +919,7 @@ fn workload_changes(baseline: &Snapshot, imagined: &Snapshot) -> Vec<WorkloadCha
         .collect()
 }
 
+pub mod rollout;
+
 #[cfg(test)]
 mod tests;

@@ -469,3 +469,81 @@ def test_active_standby_moves_replicas_and_traffic_together(example):
         assert 'tier "us"' in p.stdout and "failed over" in p.stdout, p.stdout
     finally:
         m.stop()
+
+
+ROLLOUT = """
+    rollout:
+      drainSeconds: 20
+      stages:
+        - {name: canary, clusterNames: [eu-1], waitSeconds: 60}
+        - {name: rest, maxUnavailablePercent: 100, approval: Required}
+"""
+
+
+def test_simulate_rollout_prints_each_stage_its_drains_and_the_traffic_shares_meanwhile(example):
+    """`simulate --rollout shop/web` on the federation example with traffic: the canary eu-1
+    drained sends every region to eu-2, the rest (eu-2, approval required) back to eu-1; a
+    stage that would drain every cluster with traffic names the clients left without one. The live
+    server says the rollout is planned, not applied; bad stages are refused by validate."""
+    with_traffic(example)
+    policy = (example.hub / "placement.yaml").read_text()
+    policy = policy.replace("    failbackAfterSeconds: 300\n", "    failbackAfterSeconds: 300" + ROLLOUT)
+    example.write("hub/placement.yaml", policy)
+    m = Meridian(example)
+    try:
+        admin = ("--admin", f"127.0.0.1:{m.admin_port}")
+        m.wait_for(lambda: '"shop/web"' in m.http("/debug/services")[1], what="shop/web served")
+        words = run("simulate", "--rollout", "shop/web", *admin, check=0).stdout.splitlines()
+        assert words[0] == ("rollout of shop/web: 2 stage(s); traffic Drain (20 s before a stage's copies change; "
+                            "back at once once ready); shares over shop/web"), words
+        assert words[1] == "before: eu → eu-1 50%, eu-2 50%; us → eu-1 50%, eu-2 50%", words
+        assert words[2:6] == [
+            'stage 1 "canary": eu-1; drains eu-1; waits 60 s once ready',
+            "  eu → eu-2 100%; us → eu-2 100%",
+            'stage 2 "rest": eu-2; approval required; drains eu-2',
+            "  eu → eu-1 100%; us → eu-1 100%",
+        ], words
+        assert len(words) == 6, words
+        plan = json.loads(run("simulate", "--rollout", "shop/web", "--json", *admin, check=0).stdout)
+        assert [(s["stage"], s["drained"], s["stranded"]) for s in plan["steps"]] == [
+            ("canary", ["eu-1"], []), ("rest", ["eu-2"], [])], plan
+        warnings = json.loads(m.http("/debug/problems")[1])["warnings"]
+        assert any("placement.rollout is planned (meridian simulate --rollout shop/web) but not applied yet"
+                   in w["reason"] for w in warnings), warnings
+
+        # One stage of both placed clusters: every client goes to us-1, which exports web
+        # too; once us-1 stops exporting it, every client would be left with nothing, and
+        # the plan names where it would pause.
+        example.write("hub/placement.yaml", policy.replace(
+            "        - {name: canary, clusterNames: [eu-1], waitSeconds: 60}\n", "").replace(
+            "{name: rest, maxUnavailablePercent: 100, approval: Required}", "{name: all, clusterNames: [eu-1, eu-2]}"))
+        m.wait_for(lambda: '"all"' in run("simulate", "--rollout", "shop/web", "--json", *admin).stdout,
+                   what="the one-stage plan")
+        (step,) = json.loads(run("simulate", "--rollout", "shop/web", "--json", *admin, check=0).stdout)["steps"]
+        assert step["drained"] == ["eu-1", "eu-2"] and step["stranded"] == [] and step["shares"] == [
+            {"region": r, "cluster": "us-1", "percent": 100.0} for r in ("eu", "us")], step
+        (example.cluster_dir("us-1") / "web.yaml").unlink()
+        m.wait_for(lambda: "would pause" in run("simulate", "--rollout", "shop/web", *admin).stdout,
+                   what="the plan without us-1's web")
+        words = run("simulate", "--rollout", "shop/web", *admin, check=0).stdout.splitlines()
+        assert words[-4:] == ["  no traffic"] + [
+            f"  would pause: clients in {c} of shop/web would have no cluster left with traffic"
+            for c in ("eu-1", "eu-2", "us-1")], words
+
+        for args, says in ((["--rollout", "shop/nope"], 'no ClusterSchedulingPolicy "shop/nope"'),
+                           (["--rollout", "shop/web", "--assume", "eu-1=Unreachable"], "cannot be used with")):
+            p = run("simulate", *args, *admin)
+            assert p.returncode != 0 and says in p.stderr, (args, p.stderr)
+        assert m.addresses("web.shop.global"), "DNS serves throughout"
+    finally:
+        m.stop()
+
+    # validate refuses a stage of the rest that is not last, and a stage of nothing.
+    example.write("hub/placement.yaml", policy.replace(
+        "{name: canary, clusterNames: [eu-1], waitSeconds: 60}", "{name: canary, maxUnavailableClusters: 1}").replace(
+        "{name: rest, maxUnavailablePercent: 100, approval: Required}", "{name: rest}"))
+    p = run("validate", "--config", example.config, check=1)
+    assert ("placement.rollout.stages[0]: a stage of the rest (maxUnavailable…) takes every cluster left, "
+            "so it must be the last") in p.stdout, p.stdout
+    assert ("placement.rollout.stages[1]: exactly one of clusterNames/labelSelector, maxUnavailableClusters "
+            "(at least 1) or maxUnavailablePercent (1 to 100)") in p.stdout, p.stdout

@@ -82,6 +82,8 @@ ELSEWHERE = {
         "test_helm.py::test_installed_charts_serve_dns_for_a_member_service", ()),
     "helm install meridian-member deploy/helm/meridian-member --set 'coredns.forwardTo={203.0.113.53:53}'": (
         "test_helm.py::test_installed_charts_serve_dns_for_a_member_service", ()),
+    "meridian simulate --rollout shop/web": (
+        "test_placement.py::test_simulate_rollout_prints_each_stage_its_drains_and_the_traffic_shares_meanwhile", ()),
     "meridian gateway kubeconfig --user ana --certificate-authority ca.crt --token-file ~/.ana-token > fleet.kubeconfig": (
         "test_gateway.py::test_kubectl_works_each_member_and_the_hub_as_the_caller", ()),
     "kubectl --kubeconfig fleet.kubeconfig --context eu-1 get deploy -n shop": (

@@ -513,6 +513,8 @@ pub struct PlacementPolicy {
     pub propagation: Propagation,
     /// How candidates are scored and what else filters them (workload terms, programs).
     pub scoring: Scoring,
+    /// `placement.rollout`: the stages a template edit goes through (None: all at once).
+    pub rollout: Option<super::stages::Strategy>,
 }
 
 impl Default for PlacementPolicy {
@@ -525,6 +527,7 @@ impl Default for PlacementPolicy {
             failback_after_seconds: 0,
             propagation: Propagation::default(),
             scoring: Scoring::default(),
+            rollout: None,
         }
     }
 }

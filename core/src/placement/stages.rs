@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::model::ClusterId;
-use crate::selector::LabelSelector;
+use crate::selector::ClusterSet;
 
 /// `placement.rollout` of a policy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -79,13 +79,11 @@ pub struct StageSpec {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum StageClusters {
-    Names(Vec<ClusterId>),
-    Labels(LabelSelector),
+    /// By name or by labels, as a tier names them.
+    Set(ClusterSet),
     /// Every cluster no earlier stage took, in batches of at most this many (a count, or a
     /// percent of them rounded up): one planned stage per batch.
-    Rest {
-        max_unavailable: Amount,
-    },
+    Rest { max_unavailable: Amount },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -115,12 +113,15 @@ pub fn plan(
     let mut planned = Vec::new();
     for (index, spec) in strategy.stages.iter().enumerate() {
         let taken: Vec<ClusterId> = match &spec.clusters {
-            StageClusters::Names(names) => {
-                names.iter().filter(|n| left.contains(n)).cloned().collect()
-            }
-            StageClusters::Labels(selector) => left
+            StageClusters::Set(set) => left
                 .iter()
-                .filter(|c| selector.matches(&placed[**c]))
+                .filter(|c| {
+                    set.names.iter().any(|n| n == c.as_str())
+                        || set
+                            .selector
+                            .as_ref()
+                            .is_some_and(|s| s.matches(&placed[**c]))
+                })
                 .map(|c| (*c).clone())
                 .collect(),
             StageClusters::Rest { max_unavailable } => {

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
+use crate::selector::LabelSelector;
 
 fn id(name: &str) -> ClusterId {
     ClusterId::new(name)
@@ -10,6 +11,13 @@ fn id(name: &str) -> ClusterId {
 
 fn ids(names: &[&str]) -> BTreeSet<ClusterId> {
     names.iter().map(|n| id(n)).collect()
+}
+
+fn names(names: &[&str]) -> StageClusters {
+    StageClusters::Set(ClusterSet {
+        names: names.iter().map(|n| n.to_string()).collect(),
+        selector: None,
+    })
 }
 
 fn stage(name: &str, clusters: StageClusters) -> StageSpec {
@@ -28,7 +36,7 @@ fn strategy() -> Strategy {
         stages: vec![
             StageSpec {
                 wait_seconds: 60,
-                ..stage("canary", StageClusters::Names(vec![id("m1")]))
+                ..stage("canary", names(&["m1"]))
             },
             stage(
                 "rest",
@@ -129,9 +137,12 @@ fn plan_takes_each_cluster_once_in_stage_order_and_batches_the_rest() {
         1,
         stage(
             "eu",
-            StageClusters::Labels(LabelSelector {
-                match_labels: BTreeMap::from([("region".into(), "eu".into())]),
-                ..Default::default()
+            StageClusters::Set(ClusterSet {
+                names: Vec::new(),
+                selector: Some(LabelSelector {
+                    match_labels: BTreeMap::from([("region".into(), "eu".into())]),
+                    ..Default::default()
+                }),
             }),
         ),
     );
