@@ -390,6 +390,16 @@ GATEWAY_SET = ["--set", "gateway.enabled=true,gateway.tls.secretName=meridian-ga
                "extraEnv[0].value=full"]
 
 
+def validate_on_a_directory_hub(config, directory):
+    """`meridian validate` of a rendered config with its hub replaced by an empty directory
+    (validate reads no Kubernetes hub)."""
+    (directory / "hub").mkdir(parents=True, exist_ok=True)
+    config["hub"] = {"directory": str(directory / "hub")}
+    path = directory / "meridian.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return subprocess.run([str(BIN), "validate", "--config", str(path)], capture_output=True, text=True, timeout=60)
+
+
 def test_the_gateway_tracing_and_extra_values_reach_the_pod_and_its_config(helm, tmp_path):
     """gateway, tracing, extraEnv and extraArgs: the gateway's listener, certificate and OIDC
     settings and the collector in the config file (which meridian accepts), the gateway's port,
@@ -413,17 +423,11 @@ def test_the_gateway_tracing_and_extra_values_reach_the_pod_and_its_config(helm,
     # `validate` reads a directory hub, and a gateway needs a Kubernetes hub: with the gateway
     # section meridian gets as far as that (the section itself is accepted), without it the
     # rest of the file is valid.
-    hub_dir = tmp_path / "hub"
-    hub_dir.mkdir()
-    config["hub"] = {"directory": str(hub_dir)}
-    path = tmp_path / "meridian.yaml"
-    path.write_text(yaml.safe_dump(config))
-    r = subprocess.run([str(BIN), "validate", "--config", str(path)], capture_output=True, text=True, timeout=60)
+    r = validate_on_a_directory_hub(config, tmp_path)
     assert r.returncode == 1 and "gateway needs a Kubernetes hub" in r.stderr, f"{r.stdout}{r.stderr}"
     del config["gateway"]
-    path.write_text(yaml.safe_dump(config))
-    r = subprocess.run([str(BIN), "validate", "--config", str(path)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "0 error(s)" in r.stdout, f"{r.stdout}{r.stderr}\n{path.read_text()}"
+    r = validate_on_a_directory_hub(config, tmp_path)
+    assert r.returncode == 0 and "0 error(s)" in r.stdout, f"{r.stdout}{r.stderr}"
     # Without tracing.otlpEndpoint, no tracing section at all (a ratio alone is refused).
     assert "tracing" not in yaml.safe_load(one(render(helm, HUB_CHART), "ConfigMap")["data"]["meridian.yaml"])
 
@@ -439,12 +443,7 @@ def test_an_admin_token_secret_is_mounted_and_named_in_the_config(helm, tmp_path
                                               "items": [{"key": "token", "path": "token"}]}} in pod["volumes"]
     assert {"name": "admin-token", "mountPath": "/etc/meridian/admin-token", "readOnly": True} in \
         pod["containers"][0]["volumeMounts"]
-    hub_dir = tmp_path / "hub"
-    hub_dir.mkdir()
-    config["hub"] = {"directory": str(hub_dir)}
-    path = tmp_path / "meridian.yaml"
-    path.write_text(yaml.safe_dump(config))
-    r = subprocess.run([str(BIN), "validate", "--config", str(path)], capture_output=True, text=True, timeout=60)
+    r = validate_on_a_directory_hub(config, tmp_path)
     assert r.returncode == 0, f"{r.stdout}{r.stderr}"
     plain = render(helm, HUB_CHART)
     assert "tokenFile" not in one(plain, "ConfigMap")["data"]["meridian.yaml"]
@@ -466,13 +465,8 @@ def test_rendered_config_is_accepted_by_meridian(helm, tmp_path):
         assert (config["dns"]["listen"], config["xds"]["listen"], config["admin"]["listen"]) == (
             f"{host}:{ports['dns-udp']}", f"{host}:{ports['xds']}", f"{host}:{ports['admin']}")
         assert ports["dns-udp"] == ports["dns-tcp"]
-        hub_dir = tmp_path / name / "hub"
-        hub_dir.mkdir(parents=True)
-        config["hub"] = {"directory": str(hub_dir)}
-        path = tmp_path / name / "meridian.yaml"
-        path.write_text(yaml.safe_dump(config))
-        r = subprocess.run([str(BIN), "validate", "--config", str(path)], capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0 and "0 error(s)" in r.stdout, f"{name}: {r.stdout}{r.stderr}\n{path.read_text()}"
+        r = validate_on_a_directory_hub(config, tmp_path / name)
+        assert r.returncode == 0 and "0 error(s)" in r.stdout, f"{name}: {r.stdout}{r.stderr}"
 
 
 # ---------------------------------------------------------------------------------------
