@@ -408,6 +408,10 @@ fn advance(
             let wait = spec.map_or(0, |s| s.wait_seconds);
             if !all_ready {
                 fail(strategy, spec, &mut p, 1, "a copy stopped being ready", now);
+                // Within the bound the stage waits for readiness again, out of traffic.
+                if p.paused.is_none() && p.phase == Phase::Verifying {
+                    enter(&mut p, Phase::Applying, now);
+                }
             } else if o.gate == Some(Gate::Fails) {
                 fail(strategy, spec, &mut p, 1, "the gate failed", now);
             } else if elapsed >= wait && o.gate != Some(Gate::Pending) {

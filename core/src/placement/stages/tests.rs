@@ -425,3 +425,34 @@ fn a_new_leader_resumes_from_the_kept_progress_without_rewriting_finished_stages
     next.at(5, &[]);
     assert_eq!(next.phase(), (1, Phase::Applying));
 }
+
+#[test]
+fn a_copy_that_stops_being_ready_while_verifying_leaves_traffic_until_ready_again() {
+    let mut s = strategy();
+    s.stages[0].max_failures = 1;
+    let mut r = Run::new(s);
+    r.at(0, &[]);
+    let a = r.at(10, &[]);
+    r.members_apply(&a);
+    r.at(1, &[]);
+    assert_eq!(r.phase(), (0, Phase::Verifying));
+    r.observed.ready_at.remove(&id("m1"));
+    let a = r.at(30, &[]);
+    assert_eq!((r.phase(), r.progress.failures), ((0, Phase::Applying), 1));
+    assert_eq!(a.drained, ids(&["m1"]));
+    // Ready again: traffic back, and the whole wait starts over.
+    r.observed.ready_at.insert(id("m1"), 2);
+    let a = r.at(1, &[]);
+    assert_eq!(r.phase(), (0, Phase::Verifying));
+    assert!(a.drained.is_empty());
+    r.at(59, &[]);
+    assert_eq!(r.phase(), (0, Phase::Verifying));
+    // A second time is past maxFailures: paused, and said why.
+    r.observed.ready_at.remove(&id("m1"));
+    r.at(1, &[]);
+    let why = r.progress.paused.clone().expect("paused");
+    assert!(
+        why.contains("a copy stopped being ready (2 failure(s), at most 1)"),
+        "{why}"
+    );
+}
