@@ -24,6 +24,8 @@ const COOKIE: &str = "meridian_admin_token";
 #[derive(Clone)]
 pub struct AdminToken {
     token: Arc<[u8]>,
+    /// The `Set-Cookie` value an admitted browser gets, made once.
+    cookie: HeaderValue,
     refused: Counter,
 }
 
@@ -60,15 +62,21 @@ impl AdminToken {
                     .into(),
             );
         }
+        let cookie = HeaderValue::from_str(&format!(
+            "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+        ))
+        .map_err(|e| format!("the token cannot be a cookie: {e}"))?;
         Ok(Self {
             token: token.as_bytes().into(),
+            cookie,
             refused,
         })
     }
 
     /// Whether the request carries the token: in its Authorization header, or in the cookie
     /// a browser got with its first admitted page.
-    pub fn admits(&self, headers: &HeaderMap) -> bool {
+    #[cfg(test)]
+    fn admits(&self, headers: &HeaderMap) -> bool {
         self.in_authorization(headers) || self.in_cookie(headers)
     }
 
@@ -124,17 +132,9 @@ pub async fn require(State(token): State<AdminToken>, request: Request, next: Ne
     }
     if token.in_authorization(request.headers()) {
         let mut response = next.run(request).await;
-        if let Ok(cookie) = HeaderValue::from_bytes(
-            &[
-                COOKIE.as_bytes(),
-                b"=",
-                &token.token,
-                b"; Path=/; HttpOnly; SameSite=Strict",
-            ]
-            .concat(),
-        ) {
-            response.headers_mut().append(header::SET_COOKIE, cookie);
-        }
+        response
+            .headers_mut()
+            .append(header::SET_COOKIE, token.cookie.clone());
         return response;
     }
     token.refused.inc();

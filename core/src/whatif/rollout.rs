@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::model::ClusterId;
 use crate::placement::stages::{self, StageSpec, TrafficDuring};
 use crate::select::select;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{ServiceView, Snapshot};
 
 use super::{Decider, Route, WhatIfError, derive};
 
@@ -98,11 +98,11 @@ pub fn rollout_plan(
         })
         .collect();
     let planned = stages::plan(&strategy, &placed);
-    let services: Vec<usize> = fleet
+    // Withdrawing a cluster below changes cluster views only: the services are taken once.
+    let services: Vec<Arc<ServiceView>> = fleet
         .services()
-        .enumerate()
-        .filter(|(_, s)| s.policy.source.as_deref() == Some(policy))
-        .map(|(i, _)| i)
+        .filter(|s| s.policy.source.as_deref() == Some(policy))
+        .cloned()
         .collect();
     let before = shares(&fleet, &services, &[], now).0;
     let mut steps = Vec::new();
@@ -142,11 +142,7 @@ pub fn rollout_plan(
         traffic: strategy.traffic,
         drain_seconds: strategy.drain_seconds,
         ramp_seconds: strategy.ramp_seconds,
-        services: services
-            .iter()
-            .filter_map(|&i| fleet.services().nth(i))
-            .map(|s| s.key.to_string())
-            .collect(),
+        services: services.iter().map(|s| s.key.to_string()).collect(),
         before,
         steps,
     })
@@ -156,19 +152,14 @@ pub fn rollout_plan(
 /// cluster) pair of the region; and the pairs left with no cluster at all.
 fn shares(
     fleet: &Snapshot,
-    services: &[usize],
+    services: &[Arc<ServiceView>],
     drained: &[ClusterId],
     now: Instant,
 ) -> (Vec<RegionShare>, Vec<String>) {
     let mut sums: BTreeMap<(String, ClusterId), f64> = BTreeMap::new();
     let mut pairs: BTreeMap<String, u32> = BTreeMap::new();
     let mut stranded = Vec::new();
-    for service in fleet
-        .services()
-        .enumerate()
-        .filter(|(i, _)| services.contains(i))
-        .map(|(_, s)| s)
-    {
+    for service in services {
         for (client, view) in fleet.clusters.iter().enumerate() {
             let region = view.spec.locality.region.clone().unwrap_or_default();
             let route = Route::of(fleet, &select(fleet, service, Some(client), now));
