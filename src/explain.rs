@@ -271,6 +271,9 @@ fn decision_words(d: &Decision) -> Vec<String> {
 pub(crate) fn filter_words(reason: &FilterReason) -> String {
     match reason {
         FilterReason::Withdrawn => "unreachable past its withdraw time".into(),
+        FilterReason::Draining => {
+            "drained by a staged rollout while its copies change (`meridian rollout status`)".into()
+        }
         FilterReason::NoExecuteTaint(key) => {
             format!("NoExecute taint {key:?} that the policy does not tolerate")
         }

@@ -447,6 +447,7 @@ fn traffic_policy(p: &GenPolicy) -> TrafficPolicy {
             .collect(),
         ttl: p.ttl,
         max_answers: p.max_answers,
+        drained: Default::default(),
     }
 }
 
@@ -794,7 +795,7 @@ impl Coverage {
         self.filtered += u32::from(!sel.filtered.is_empty());
         for f in &sel.filtered {
             match f.reason {
-                FilterReason::Withdrawn => self.withdrawn += 1,
+                FilterReason::Withdrawn | FilterReason::Draining => self.withdrawn += 1,
                 FilterReason::NoExecuteTaint(_) => self.no_execute += 1,
                 FilterReason::NoReadyEndpoints => self.no_ready += 1,
                 FilterReason::OtherNetworkNoGateway => self.no_gateway += 1,

@@ -696,6 +696,55 @@ pub struct PolicyDnsSpec {
 pub struct ClusterSchedulingPolicyStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The staged rollouts of the templates it places (`placement.rollout`), written by the
+    /// leader: where each stands, and which clusters are out of the policy's traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// Clusters held out of the traffic of the Services this policy governs while their
+    /// copies change (every replica's DNS and xDS read it here).
+    #[serde(default)]
+    pub drained: Vec<String>,
+    #[serde(default)]
+    pub templates: Vec<TemplateRolloutStatus>,
+}
+
+/// One template's rollout, enough for a new leader to resume it at the same stage.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateRolloutStatus {
+    /// `apiVersion/kind/name` of the template (in the policy's namespace).
+    pub template: String,
+    /// The template generation rolled out, and the one it replaces.
+    pub generation: i64,
+    pub previous: i64,
+    /// The stages in order, each with its clusters.
+    #[serde(default)]
+    pub stages: Vec<RolloutStageStatus>,
+    /// The index of the stage worked on (the number of stages once every one is done).
+    pub stage: u32,
+    /// Approval, Draining, Applying, Restoring, Verifying, RollingBack, Done or RolledBack.
+    pub phase: String,
+    /// When the phase began (Unix seconds).
+    pub since: u64,
+    #[serde(default)]
+    pub failures: u32,
+    /// The stages an operator approved (indices).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved: Vec<u32>,
+    /// Why the rollout stopped, while it is paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct RolloutStageStatus {
+    pub name: String,
+    pub clusters: Vec<String>,
 }
 
 /// Per-cluster changes to the templates it selects, applied when they are placed.

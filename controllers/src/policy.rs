@@ -113,6 +113,8 @@ pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, 
             tolerations,
             ttl: dns.ttl,
             max_answers: dns.max_answers,
+            // The rollouts' drains come from the status, in their own event.
+            drained: Default::default(),
         }),
         key,
     })

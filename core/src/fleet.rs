@@ -16,7 +16,7 @@
 //!
 //! Time is passed in (`now`), so every rule is tested with a fake clock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -101,6 +101,9 @@ pub enum Event {
     /// The hub's Tenants (those that passed validation; the rejected ones are in the `Members`
     /// event's problems of the same read). Replaces the previous set.
     Tenants(Tenants),
+    /// Per ClusterSchedulingPolicy, the clusters its staged rollouts hold out of its traffic
+    /// (as its status on the hub says). Replaces the previous map.
+    Drained(BTreeMap<ObjectKey, BTreeSet<ClusterId>>),
 }
 
 /// One change to one object of a member.
@@ -155,7 +158,11 @@ pub struct Built {
 pub struct Fleet {
     index: Index,
     registry: Registry,
+    /// The hub's policies with the rollouts' drains applied to their traffic.
     policies: Policies,
+    /// The policies as the hub has them, and what the rollouts drain of each.
+    hub_policies: Vec<Policy>,
+    drained: BTreeMap<ObjectKey, BTreeSet<ClusterId>>,
     /// The version of the last snapshot built: every build takes the next one.
     version: u64,
     /// The hub has been read once: until then the member list is unknown, so nothing is synced.
@@ -231,6 +238,8 @@ impl Fleet {
             index: Index::new(),
             registry: Registry::new(),
             policies: Policies::default(),
+            hub_policies: Vec::new(),
+            drained: BTreeMap::new(),
             version: 0,
             hub_read: false,
             sync_deadline: now + sync_deadline,
@@ -291,6 +300,7 @@ impl Fleet {
                 problems,
                 warnings,
             } => self.apply_members(specs, policies, problems, warnings, now),
+            Event::Drained(drained) => self.apply_drained(drained),
             Event::Reset {
                 cluster,
                 objects,
@@ -408,6 +418,24 @@ impl Fleet {
         }
     }
 
+    /// A drain changes which clusters a policy's Services answer with, not where its templates
+    /// go: every service is merged again, placement keeps its decisions.
+    fn apply_drained(&mut self, drained: BTreeMap<ObjectKey, BTreeSet<ClusterId>>) -> Outcome {
+        if drained == self.drained {
+            return Outcome::default();
+        }
+        self.drained = drained;
+        self.policies = Policies::new(
+            self.policies.default.clone(),
+            with_drains(&self.hub_policies, &self.drained),
+        );
+        self.policies_changed = true;
+        Outcome {
+            changed: true,
+            ..Outcome::default()
+        }
+    }
+
     fn apply_members(
         &mut self,
         specs: Vec<ClusterSpec>,
@@ -421,7 +449,11 @@ impl Fleet {
             ..Outcome::default()
         };
         self.hub_read = true;
-        let policies = Policies::new(self.policies.default.clone(), policies);
+        self.hub_policies = policies;
+        let policies = Policies::new(
+            self.policies.default.clone(),
+            with_drains(&self.hub_policies, &self.drained),
+        );
         if !self.policies.same_as(&policies) {
             outcome.policies_changed = Some(policies.iter().count());
             self.policies = policies;
@@ -825,6 +857,23 @@ fn gather_workloads(
         !clusters.is_empty()
     });
     by_policy.extend(gathered);
+}
+
+/// `policies` with each one's traffic holding out the clusters `drained` names for it.
+fn with_drains(
+    policies: &[Policy],
+    drained: &BTreeMap<ObjectKey, BTreeSet<ClusterId>>,
+) -> Vec<Policy> {
+    policies
+        .iter()
+        .map(|p| {
+            let mut p = p.clone();
+            if let Some(out) = drained.get(&p.key) {
+                Arc::make_mut(&mut p.traffic).drained.clone_from(out);
+            }
+            p
+        })
+        .collect()
 }
 
 /// A template two policies select is placed by the older one (policies are oldest first);

@@ -1,13 +1,13 @@
 //! ClusterSchedulingPolicy as the scheduling core sees it: which services a
 //! policy governs, its cluster tiers and weights, and which policy wins for a service.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::model::{ClusterSpec, ObjectKey, Taint, TaintEffect};
+use crate::model::{ClusterId, ClusterSpec, ObjectKey, Taint, TaintEffect};
 use crate::placement::spec::{PlacementPolicy, Template, TemplateSelector};
 pub use crate::selector::{
     AffinityTier, ClusterSet, LabelSelector, Operator, Requirement, WeightRule,
@@ -193,6 +193,9 @@ pub struct TrafficPolicy {
     pub tolerations: Vec<Toleration>,
     pub ttl: Option<u32>,
     pub max_answers: Option<u32>,
+    /// Clusters a staged rollout holds out of this policy's traffic while their copies
+    /// change (from the policy's status on the hub; endpoints stay registered).
+    pub drained: BTreeSet<ClusterId>,
 }
 
 impl Default for TrafficPolicy {
@@ -208,6 +211,7 @@ impl Default for TrafficPolicy {
             tolerations: Vec::new(),
             ttl: None,
             max_answers: None,
+            drained: BTreeSet::new(),
         }
     }
 }

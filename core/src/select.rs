@@ -39,6 +39,8 @@ use crate::snapshot::{Backend, ClusterView, ServiceView, Snapshot};
 pub enum FilterReason {
     /// Unreachable past its withdraw time.
     Withdrawn,
+    /// A staged rollout holds it out of the policy's traffic while its copies change.
+    Draining,
     /// Carries a `NoExecute` taint the policy does not tolerate.
     NoExecuteTaint(String),
     NoReadyEndpoints,
@@ -535,6 +537,9 @@ fn filter(
 ) -> Option<FilterReason> {
     if is_withdrawn(cluster, policy, now) {
         return Some(FilterReason::Withdrawn);
+    }
+    if policy.drained.contains(&cluster.spec.id) {
+        return Some(FilterReason::Draining);
     }
     if let Some(taint) = cluster
         .spec

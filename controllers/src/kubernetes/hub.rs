@@ -5,7 +5,7 @@
 //! small): `Members`, then `Templates`, as the directory hub sends them; and the member sources
 //! are started and stopped to match.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::path::Path;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use futures::{FutureExt, StreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
-use meridian_core::{ObjectKey, Tenants};
+use meridian_core::{ClusterId, ObjectKey, Tenants};
 use tracing::{debug, info, warn};
 
 use super::connect::{WatchTimeout, hub_backoff};
@@ -227,7 +227,9 @@ pub async fn run(client: Client, sources: Sources) {
             templates: placed,
             overrides,
         };
+        let drained = SourceEvent::Drained(drained_by_rollouts(&policy_list.live));
         if tx.send(event).await.is_err()
+            || tx.send(drained).await.is_err()
             || tx.send(templates_event).await.is_err()
             || tx
                 .send(SourceEvent::Tenants(Tenants::listed(tenants)))
@@ -259,6 +261,20 @@ impl<K: kube::Resource> PartialEq for Stored<K> {
 
 fn changes<T>(applied: Applied<T>) -> bool {
     !matches!(applied, Applied::Nothing)
+}
+
+/// Per policy, the clusters its status says a staged rollout holds out of its traffic.
+fn drained_by_rollouts(
+    policies: &BTreeMap<ObjectKey, Stored<ClusterSchedulingPolicy>>,
+) -> BTreeMap<ObjectKey, BTreeSet<ClusterId>> {
+    policies
+        .iter()
+        .filter_map(|(key, Stored(p))| {
+            let drained = &p.status.as_ref()?.rollout.as_ref()?.drained;
+            (!drained.is_empty())
+                .then(|| (key.clone(), drained.iter().map(ClusterId::new).collect()))
+        })
+        .collect()
 }
 
 fn read(

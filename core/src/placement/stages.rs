@@ -235,6 +235,24 @@ pub struct Observed {
     /// For each group of clients, the clusters that carry its traffic now: a stage may not
     /// drain the last of them.
     pub serving: BTreeMap<String, BTreeSet<ClusterId>>,
+    /// The clusters the published traffic decision holds out now (None: it follows the
+    /// actions at once). A stage's wait to drain counts from when all of it is out, and its
+    /// traffic is back only once none of it is.
+    pub drained: Option<BTreeSet<ClusterId>>,
+}
+
+impl Observed {
+    fn all_drained(&self, clusters: &[ClusterId]) -> bool {
+        self.drained
+            .as_ref()
+            .is_none_or(|d| clusters.iter().all(|c| d.contains(c)))
+    }
+
+    fn none_drained(&self, clusters: &[ClusterId]) -> bool {
+        self.drained
+            .as_ref()
+            .is_none_or(|d| !clusters.iter().any(|c| d.contains(c)))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -371,7 +389,9 @@ fn advance(
             }
         }
         Phase::Draining => {
-            if elapsed >= strategy.drain_seconds {
+            if !o.all_drained(&stage.clusters) {
+                p.since = now;
+            } else if elapsed >= strategy.drain_seconds {
                 enter(&mut p, Phase::Applying, now);
             }
         }
@@ -400,7 +420,7 @@ fn advance(
             }
         }
         Phase::Restoring => {
-            if elapsed >= strategy.ramp_seconds {
+            if elapsed >= strategy.ramp_seconds && o.none_drained(&stage.clusters) {
                 enter(&mut p, Phase::Verifying, now);
             }
         }

@@ -1358,6 +1358,23 @@ mod policies {
     }
 
     #[test]
+    fn a_cluster_a_rollout_drains_leaves_the_answer_and_its_client_goes_to_the_next_nearest() {
+        let fleet = world();
+        let snap = fleet.snapshot_with(TrafficPolicy {
+            drained: [ClusterId::new("eu-1")].into(),
+            ..TrafficPolicy::default()
+        });
+        let sel = run(&snap, Some("eu-1"), fleet.t0);
+        assert_eq!(filtered(&snap, &sel), [("eu-1", FilterReason::Draining)]);
+        let first: Vec<&str> = layout(&snap, &sel)[0].1.iter().map(|(c, _)| *c).collect();
+        assert_eq!(
+            first,
+            ["eu-2"],
+            "the same region's other cluster takes eu-1's clients"
+        );
+    }
+
+    #[test]
     fn weighted_mode_is_one_tier_split_by_the_rules_and_zero_means_none() {
         let fleet = world();
         let snap = fleet.snapshot_with(TrafficPolicy {

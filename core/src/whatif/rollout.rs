@@ -8,7 +8,7 @@
 //! (its endpoints stay registered): the plan decides those Services with the stage's
 //! clusters withdrawn. A client with no cluster left is where the rollout would pause.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -146,6 +146,36 @@ pub fn rollout_plan(
         before,
         steps,
     })
+}
+
+/// What a running rollout of `policy` observes of traffic ([`stages::Observed::serving`]):
+/// per governed Service and client cluster (`<cluster> of <namespace/service>`), every
+/// cluster that carries some of its traffic now, in any tier. A client with none today is
+/// left out: draining cannot take from it what it does not have.
+pub fn serving(
+    snapshot: &Snapshot,
+    policy: &str,
+    now: Instant,
+) -> BTreeMap<String, BTreeSet<ClusterId>> {
+    let mut out = BTreeMap::new();
+    for service in snapshot
+        .services()
+        .filter(|s| s.policy.source.as_deref() == Some(policy))
+    {
+        for (client, view) in snapshot.clusters.iter().enumerate() {
+            let selection = select(snapshot, service, Some(client), now);
+            let clusters: BTreeSet<ClusterId> = selection
+                .tiers
+                .iter()
+                .flat_map(|t| &t.members)
+                .map(|m| snapshot.clusters[m.cluster].spec.id.clone())
+                .collect();
+            if !clusters.is_empty() {
+                out.insert(format!("{} of {}", view.spec.id, service.key), clusters);
+            }
+        }
+    }
+    out
 }
 
 /// The first-tier share per (client region, cluster), averaged over every (service, client

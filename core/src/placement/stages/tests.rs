@@ -456,3 +456,28 @@ fn a_copy_that_stops_being_ready_while_verifying_leaves_traffic_until_ready_agai
         "{why}"
     );
 }
+
+#[test]
+fn the_drain_wait_counts_from_when_the_published_decision_drains() {
+    let mut r = Run::new(strategy());
+    r.observed.drained = Some(BTreeSet::new());
+    let a = r.at(0, &[]);
+    assert_eq!(a.drained, ids(&["m1"]));
+    // The published decision has not caught up: however long, m1's copy is not written.
+    let a = r.at(30, &[]);
+    assert_eq!(r.phase(), (0, Phase::Draining));
+    assert!(a.generation.is_empty());
+    // Drained from now: drainSeconds (10) more.
+    r.observed.drained = Some(ids(&["m1"]));
+    assert!(r.at(9, &[]).generation.is_empty());
+    let a = r.at(1, &[]);
+    assert_eq!(generations(&a), vec![("m1".into(), 2)]);
+    r.members_apply(&a);
+    // Ready: traffic asked back, but the stage waits until the decision has it back.
+    let a = r.at(1, &[]);
+    assert!(a.drained.is_empty());
+    assert_eq!(r.phase(), (0, Phase::Restoring));
+    r.observed.drained = Some(BTreeSet::new());
+    r.at(1, &[]);
+    assert_eq!(r.phase(), (0, Phase::Verifying));
+}
