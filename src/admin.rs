@@ -159,6 +159,11 @@ pub fn router(state: AdminState, token: Option<auth::AdminToken>) -> Router {
             get(debug_simulate).post(debug_simulate_post),
         )
         .route("/debug/rollout", get(debug_rollout))
+        .route("/debug/rollouts", get(debug_rollouts))
+        .route(
+            "/debug/rollouts/:command",
+            axum::routing::post(debug_rollouts_command),
+        )
         .route("/debug/diagnose", get(debug_diagnose))
         .route("/debug/placements", get(debug_placements))
         .route("/debug/shards", get(debug_shards))
@@ -234,6 +239,7 @@ async fn debug_index() -> Json<Value> {
             "/debug/explain?kind=K&name=N&namespace=NS&cluster=C": "the placement decision for template K NS/N: policy, tier, per cluster the replicas and why, the clusters left out and why, the overrides applied; and the traffic decision of the Services the same policy governs",
             "/debug/diagnose?cluster=C": "meridian diagnose's checks of each member (or C): its API, meridian's permissions there (SelfSubjectAccessReview), its CoreDNS's forwarding, its gateway, its xDS clients; each pass, fail or info, with the fix",
             "/debug/rollout?policy=NS/NAME": "the plan of a policy's staged rollout (placement.rollout): the stages in order, what each drains, each client region's traffic shares at every step, and the clients a step would leave without a cluster",
+            "/debug/rollouts": "the staged rollouts under way (the leader's): per template its stages, the stage and phase, what is drained, why it is paused or waits; POST /debug/rollouts/{approve,pause,resume,abort}?policy=NS/NAME commands them",
             "/debug/placements": "every placement decision, and what each member holds of it (propagation)",
             "/debug/gateway": "the federation API gateway: its address, issuer and keys, open watches, and the last refused or failed requests",
             "/debug/shards": "sharded writers: live replicas, which members this replica writes, each member's claim and owner, and every replica's view of unreachable members (quorum health)",
@@ -719,6 +725,39 @@ async fn debug_rollout(State(s): State<AdminState>, Query(q): Query<RolloutQuery
     match planned {
         Ok(v) => Json(v).into_response(),
         Err(error) => (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response(),
+    }
+}
+
+/// The staged rollouts this replica drives (none unless it leads).
+async fn debug_rollouts(State(s): State<AdminState>) -> Json<Value> {
+    Json(json!(s.propagation.rollouts()))
+}
+
+/// An operator's command for every staged rollout of a policy.
+async fn debug_rollouts_command(
+    State(s): State<AdminState>,
+    axum::extract::Path(command): axum::extract::Path<String>,
+    Query(q): Query<RolloutQuery>,
+) -> Response {
+    use meridian_core::stages::Command;
+    let command = match command.as_str() {
+        "approve" => Command::Approve,
+        "pause" => Command::Pause,
+        "resume" => Command::Resume,
+        "abort" => Command::Abort,
+        other => {
+            let error = format!("no rollout command {other:?}: approve, pause, resume or abort");
+            return (StatusCode::NOT_FOUND, Json(json!({ "error": error }))).into_response();
+        }
+    };
+    let Some((namespace, name)) = q.policy.split_once('/') else {
+        let error = format!("policy {:?}: NAMESPACE/NAME", q.policy);
+        return (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response();
+    };
+    let policy = meridian_core::ObjectKey::new(namespace, name);
+    match s.propagation.command(&policy, command) {
+        Ok(()) => Json(json!({ "accepted": true, "policy": q.policy })).into_response(),
+        Err(error) => (StatusCode::CONFLICT, Json(json!({ "error": error }))).into_response(),
     }
 }
 

@@ -141,6 +141,10 @@ pub enum Command {
     /// The federation API gateway of a running meridian.
     #[command(subcommand)]
     Gateway(GatewayCommand),
+    /// Staged rollouts (placement.rollout) of a running meridian: where each stands, and an
+    /// operator's approve, pause, resume and abort (sent to the leader's admin server).
+    #[command(subcommand)]
+    Rollout(RolloutCommand),
     /// Bootstrap tokens for pull-mode agents (kept where the hub keeps its agent state).
     #[command(subcommand)]
     Token(TokenCommand),
@@ -839,6 +843,44 @@ pub enum XdsCommand {
     /// Connect as an xDS client (a node of a cluster) and print every update the xDS server
     /// sends, live: clusters, then the endpoints of each, by priority. Each update is ACKed.
     Watch(XdsWatchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RolloutCommand {
+    /// Where each staged rollout stands (every one, or POLICY's): the stage, its clusters, the
+    /// phase, what is drained, and why it waits or is paused.
+    Status(RolloutStatusArgs),
+    /// Let POLICY's rollouts past the stage that waits for approval.
+    Approve(RolloutArgs),
+    /// Stop POLICY's rollouts where they are (nothing more drained or written) until resume.
+    Pause(RolloutArgs),
+    /// Go on after a pause, an operator's or a failure's (the stage's failures count afresh).
+    Resume(RolloutArgs),
+    /// Stop POLICY's rollouts and give the stages reached the previous generation again; their
+    /// traffic comes back once it runs ready.
+    Abort(RolloutArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    /// The ClusterSchedulingPolicy (NAME, or NAMESPACE/NAME).
+    pub policy: String,
+    /// The policy's namespace.
+    #[arg(long, short = 'n', default_value = "default")]
+    pub namespace: String,
+    #[command(flatten)]
+    pub admin: AdminClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RolloutStatusArgs {
+    /// Only this ClusterSchedulingPolicy's rollouts (NAME, or NAMESPACE/NAME).
+    pub policy: Option<String>,
+    /// The policy's namespace.
+    #[arg(long, short = 'n', default_value = "default")]
+    pub namespace: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 #[derive(Debug, Subcommand)]

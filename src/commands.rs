@@ -50,6 +50,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Xds(XdsCommand::Clients(args)) => xds_clients(&args).await,
         Command::Xds(XdsCommand::Watch(args)) => crate::xds_watch::watch(&args).await,
         Command::Gateway(GatewayCommand::Kubeconfig(args)) => gateway_kubeconfig(&args).await,
+        Command::Rollout(command) => crate::rollouts::run(&command).await,
         Command::Token(TokenCommand::Create(args)) => token_create(&args).await,
         Command::Approve(args) => approve(&args).await,
         Command::Agent(args) => agent(&args).await,

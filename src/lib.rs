@@ -28,6 +28,7 @@ pub mod diagnose;
 pub mod explain;
 pub mod out;
 pub mod programs;
+pub mod rollouts;
 pub mod store;
 pub mod telemetry;
 pub mod whatif;

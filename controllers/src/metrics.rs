@@ -17,6 +17,18 @@ pub struct ApplyLabels {
     pub result: &'static str,
 }
 
+/// A staged rollout's policy (bounded by the hub's policies) and phase (a fixed set).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutLabels {
+    pub policy: String,
+    pub phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub policy: String,
+}
+
 #[derive(Clone, Debug)]
 pub struct PropagationMetrics {
     pub applies: Family<ApplyLabels, Counter>,
@@ -30,6 +42,12 @@ pub struct PropagationMetrics {
     pub plan_seconds: Histogram,
     /// The templates one pass looked at (those whose inputs changed, and those unsettled).
     pub looked_templates: Histogram,
+    /// Staged rollouts per policy and phase.
+    pub rollout_phase: Family<RolloutLabels, Gauge>,
+    /// 1 while one of a policy's staged rollouts is paused.
+    pub rollout_paused: Family<PolicyLabels, Gauge>,
+    /// How long each stage of a staged rollout took, approval and waits included.
+    pub rollout_stage_seconds: Histogram,
 }
 
 impl Default for PropagationMetrics {
@@ -42,6 +60,9 @@ impl Default for PropagationMetrics {
             converge_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
             plan_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             looked_templates: Histogram::new(exponential_buckets(1.0, 4.0, 10)),
+            rollout_phase: Family::default(),
+            rollout_paused: Family::default(),
+            rollout_stage_seconds: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
         }
     }
 }
@@ -83,6 +104,21 @@ impl PropagationMetrics {
             "looked_templates",
             "The templates one propagation pass looked at: those whose inputs changed, and those not yet settled",
             m.looked_templates.clone(),
+        );
+        registry.register(
+            "rollouts",
+            "Staged rollouts (placement.rollout) per policy and phase",
+            m.rollout_phase.clone(),
+        );
+        registry.register(
+            "rollout_paused",
+            "1 while one of the policy's staged rollouts is paused (a failure, or an operator)",
+            m.rollout_paused.clone(),
+        );
+        registry.register(
+            "rollout_stage_seconds",
+            "How long each stage of a staged rollout took, approval and waits included",
+            m.rollout_stage_seconds.clone(),
         );
         m
     }

@@ -12,6 +12,7 @@
 use std::collections::BTreeSet;
 
 use crate::model::ClusterSpec;
+use crate::placement::spec::Template;
 use crate::policy::{Mode, Policies, TrafficPolicy};
 use crate::problem::{ObjectRef, Origin, Problem};
 use crate::snapshot::{ServiceView, Snapshot};
@@ -45,18 +46,20 @@ pub fn unknown_clusters<'a>(
     warnings
 }
 
-/// A policy with `placement.rollout`: its plan can be shown (`simulate --rollout`), but the
-/// writer does not stage edits yet — said, so nobody counts on stages that do not happen.
-pub fn rollouts_not_applied(policies: &Policies) -> Vec<Problem> {
+/// A policy with `placement.rollout` whose templates carry no generation (a directory hub's
+/// files): the writer stages an edit by the generation it changes, so these reach every
+/// member at once — said, so nobody counts on stages that do not happen.
+pub fn rollouts_without_generations(policies: &Policies, templates: &[Template]) -> Vec<Problem> {
     policies
         .iter()
         .filter(|p| p.placement.as_ref().is_some_and(|p| p.rollout.is_some()))
+        .filter(|p| templates.iter().any(|t| t.generation == 0 && p.places(t)))
         .map(|policy| {
             Problem::in_merge(
                 Origin::Hub,
                 ObjectRef::namespaced("ClusterSchedulingPolicy", &policy.key),
                 format!(
-                    "placement.rollout is planned (meridian simulate --rollout {}) but not applied yet: an edit still reaches every member at once",
+                    "placement.rollout stages an edit by the template generation it changes, and templates read from files carry none: an edit reaches every member at once here (a Kubernetes hub stages it; meridian simulate --rollout {} shows the plan)",
                     policy.key
                 ),
             )

@@ -656,7 +656,10 @@ impl Fleet {
         ));
         snapshot
             .warnings
-            .extend(checks::rollouts_not_applied(&self.policies));
+            .extend(checks::rollouts_without_generations(
+                &self.policies,
+                &self.federation.templates,
+            ));
         self.refresh_traffic_checks(prev, &snapshot, &dirty);
         snapshot.problems.extend(self.no_traffic.values().cloned());
         Built {

@@ -67,6 +67,12 @@ KUBERNETES_ONLY = {
                        ("controllers/src/metrics.rs", r'registry\.register\(\s*"failing",'),
                        ("controllers/src/metrics.rs", r"pub failing: Family<MemberLabels, Gauge>")],
     },
+    "meridian_propagation_rollout_paused": {
+        "why": "staged rollouts of templates placed into Kubernetes members, by policy",
+        "registered": [("controllers/src/kubernetes/start.rs", r'PropagationMetrics::new\(metrics\.sub_registry_with_prefix\("propagation"\)\)'),
+                       ("controllers/src/metrics.rs", r'registry\.register\(\s*"rollout_paused",'),
+                       ("controllers/src/metrics.rs", r"pub rollout_paused: Family<PolicyLabels, Gauge>")],
+    },
     "meridian_xds_tls_certificate_expiry_timestamp_seconds": {
         "why": "only when xDS is served over TLS (the quickstart serves it in plain text)",
         "registered": [("xds/src/server.rs", r'"tls_certificate_expiry_timestamp_seconds",')],

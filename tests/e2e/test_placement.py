@@ -508,8 +508,9 @@ def test_simulate_rollout_prints_each_stage_its_drains_and_the_traffic_shares_me
         assert [(s["stage"], s["drained"], s["stranded"]) for s in plan["steps"]] == [
             ("canary", ["eu-1"], []), ("rest", ["eu-2"], [])], plan
         warnings = json.loads(m.http("/debug/problems")[1])["warnings"]
-        assert any("placement.rollout is planned (meridian simulate --rollout shop/web) but not applied yet"
-                   in w["reason"] for w in warnings), warnings
+        assert any("templates read from files carry none: an edit reaches every member at once here"
+                   in w["reason"] and "meridian simulate --rollout shop/web" in w["reason"]
+                   for w in warnings), warnings
 
         # One stage of both placed clusters: every client goes to us-1, which exports web
         # too; once us-1 stops exporting it, every client would be left with nothing, and

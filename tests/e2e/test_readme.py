@@ -84,6 +84,10 @@ ELSEWHERE = {
         "test_helm.py::test_installed_charts_serve_dns_for_a_member_service", ()),
     "meridian simulate --rollout shop/web": (
         "test_placement.py::test_simulate_rollout_prints_each_stage_its_drains_and_the_traffic_shares_meanwhile", ()),
+    "meridian rollout status shop/web": ("test_kube_rollout.py::test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_and_aborts_back", ()),
+    "meridian rollout approve web -n shop": ("test_kube_rollout.py::test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_and_aborts_back", ()),
+    "meridian rollout pause web -n shop": ("test_kube_rollout.py::test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_and_aborts_back", ()),
+    "meridian rollout abort web -n shop": ("test_kube_rollout.py::test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_and_aborts_back", ()),
     "meridian gateway kubeconfig --user ana --certificate-authority ca.crt --token-file ~/.ana-token > fleet.kubeconfig": (
         "test_gateway.py::test_kubectl_works_each_member_and_the_hub_as_the_caller", ()),
     "kubectl --kubeconfig fleet.kubeconfig --context eu-1 get deploy -n shop": (

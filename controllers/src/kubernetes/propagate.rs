@@ -38,6 +38,7 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use meridian_core::placement::{Decision, Held, Placed, Placements, Rollout, Step, TemplateKey};
+use meridian_core::stages::Command;
 use meridian_core::{ClusterId, ConflictResolution, ObjectKey, Propagation, Snapshot, Template};
 use meridian_federation::{drift, render, retain, status, template};
 use parking_lot::Mutex;
@@ -51,9 +52,12 @@ use super::connect;
 use super::leader::Leadership;
 use super::reconcile::{self, MemberState, Round, Slot, Slots, Wake};
 use super::{AbortOnDrop, Facts, MANAGED_BY, MANAGED_BY_SELECTOR, MEMBER_CLUSTER};
+use crate::crd::ClusterSchedulingPolicy;
 use crate::metrics::PropagationMetrics;
 use copies::{CopyStore, LiveCopy};
 use dirty::{Dirty, Events, Holders};
+pub use staged::RolloutView;
+use staged::{Gate, HeldAt, Staged};
 
 /// The label that says which template an object in a member was placed from (a bounded
 /// form of the template's kind, group and name; the namespace is the object's own).
@@ -66,6 +70,8 @@ pub use super::apply::APPLIED_ANNOTATION;
 pub const MEMBER_FINALIZER: &str = "meridian.io/placed-copies";
 /// Objects found in the way (conflicts) are looked for again this often.
 const RESYNC: Duration = Duration::from_secs(60);
+/// A running staged rollout is stepped at least this often.
+const ROLLOUT_STEP: Duration = Duration::from_secs(1);
 /// A round runs at least this often (besides its rollouts' deadlines and its watches).
 const TICK: Duration = Duration::from_secs(5);
 /// Drift reverted this many times in a row, each within [`FIGHT_WINDOW`] of the last, is a
@@ -127,11 +133,55 @@ pub struct CopyView {
 #[derive(Clone, Default)]
 pub struct PropagationView {
     templates: Arc<Mutex<BTreeMap<TemplateKey, TemplateView>>>,
+    rollouts: Arc<Mutex<Rollouts>>,
+    commands: staged::Commands,
+    wake: Arc<Notify>,
+}
+
+/// The staged rollouts as the writer last saw them.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Rollouts {
+    /// This replica drives the rollouts (it leads); otherwise `rollouts` is empty.
+    pub leading: bool,
+    pub rollouts: Vec<RolloutView>,
 }
 
 impl PropagationView {
     pub fn get(&self) -> BTreeMap<TemplateKey, TemplateView> {
         self.templates.lock().clone()
+    }
+
+    pub fn rollouts(&self) -> Rollouts {
+        self.rollouts.lock().clone()
+    }
+
+    /// Queues an operator's command for every rollout of `policy`; refused on a replica that
+    /// does not lead, or when the policy has no rollout.
+    pub fn command(&self, policy: &ObjectKey, command: Command) -> Result<(), String> {
+        let shown = self.rollouts.lock();
+        if !shown.leading {
+            return Err("this replica does not lead: send the command to the leader".into());
+        }
+        let name = policy.to_string();
+        if !shown.rollouts.iter().any(|r| r.policy == name) {
+            return Err(format!(
+                "{name} has no staged rollout under way (is placement.rollout set, and has a template it places changed?)"
+            ));
+        }
+        self.commands.lock().push((policy.clone(), command));
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    fn take_commands(&self) -> Vec<(ObjectKey, Command)> {
+        std::mem::take(&mut *self.commands.lock())
+    }
+
+    fn show_rollouts(&self, leading: bool, staged: &Staged) {
+        *self.rollouts.lock() = Rollouts {
+            leading,
+            rollouts: staged.views(),
+        };
     }
 
     /// Takes the views of `keys` from `views` (a key without one is gone).
@@ -593,15 +643,22 @@ pub async fn run(
     view: PropagationView,
     metrics: PropagationMetrics,
 ) {
-    let wake = Arc::new(Notify::new());
+    // Woken by the watches, and by an operator's rollout command.
+    let wake = view.wake.clone();
     // Appliers for the hub, kept for their discovery caches: the leader's records, and the
     // writes about the members this replica writes (each request asks for its member).
     let hub = hub.map(|(client, writer)| HubAppliers {
         records: Applier::new(client.clone(), leadership.clone(), ClusterId::new("hub"))
             .fenced_by(&writer),
-        members: Applier::new(client, leadership.for_shard(), ClusterId::new("hub"))
-            .fenced_by(&writer),
+        members: Applier::new(
+            client.clone(),
+            leadership.for_shard(),
+            ClusterId::new("hub"),
+        )
+        .fenced_by(&writer),
+        client,
     });
+    let mut staged = Staged::default();
     let mut members: Slots<Member> = Slots::new();
     let mut rollouts: BTreeMap<TemplateKey, Rollout> = BTreeMap::new();
     let mut settings: BTreeMap<TemplateKey, Propagation> = BTreeMap::new();
@@ -622,15 +679,21 @@ pub async fn run(
             members.clear();
             hub_written.clear();
             dirty.forget();
+            staged.forget();
+            view.show_rollouts(false, &staged);
             continue;
         }
         let leads = leadership.is_leader();
         if !leads {
             hub_written.clear();
+            staged.forget();
         }
         // A term on the hub writes every template's records once.
         let hub_term = leads && !led;
         led = leads;
+        if hub_term && let Some(hub) = &hub {
+            resume_rollouts(&hub.client, &mut staged).await;
+        }
         if snapshot.placements.decisions.is_empty() && members.is_empty() {
             continue;
         }
@@ -702,8 +765,37 @@ pub async fn run(
             continue;
         }
         let mut jobs: BTreeMap<ClusterId, Vec<Job>> = BTreeMap::new();
+        let commands = view.take_commands();
+        let mut staging = BTreeSet::new();
         for (key, step, propagation) in &steps {
-            plan(&pass, &mut members, key, step, propagation, &mut jobs);
+            // The leader drives staged rollouts (their progress is in the policies' status).
+            let gate = if leads {
+                stage(&pass, &mut members, &mut staged, key, &commands, &metrics)
+            } else {
+                None
+            };
+            if gate.is_some() {
+                staging.insert(key.clone());
+            }
+            plan(
+                &pass,
+                &mut members,
+                key,
+                step,
+                propagation,
+                gate.as_ref(),
+                &mut jobs,
+            );
+        }
+        if leads {
+            staged.retain(|k| snapshot.placements.decisions.contains_key(k));
+            staged.export(&metrics);
+            // A stage's waits (drain, deadline, verification) end between passes: a running
+            // rollout is stepped every second.
+            if staged.running() {
+                let soon = now + ROLLOUT_STEP;
+                deadline = Some(deadline.map_or(soon, |d| d.min(soon)));
+            }
         }
         metrics
             .plan_seconds
@@ -732,7 +824,12 @@ pub async fn run(
             let view = template_view(&pass, &mut members, &key, step, &conflicts);
             let decision = snapshot.placements.decisions.get(&key).map(|d| &**d);
             converging.observe(&key, decision, &pass, &view, &metrics);
-            if !view.is_settled() || written.contains(&key) {
+            let rolling = staging.contains(&key)
+                && staged
+                    .rollouts()
+                    .get(&key)
+                    .is_some_and(|r| !r.progress.finished() || r.progress.paused.is_some());
+            if !view.is_settled() || written.contains(&key) || rolling {
                 unsettled.push(key.clone());
             }
             looked.insert(key.clone());
@@ -763,6 +860,7 @@ pub async fn run(
                     moved,
                     &views,
                     &members,
+                    &staged,
                     &mut hub_written,
                 )
                 .await;
@@ -773,7 +871,76 @@ pub async fn run(
             dirty.unsettled(key);
         }
         view.update(&looked, &views);
+        view.show_rollouts(leads, &staged);
     }
+}
+
+/// Takes up the rollouts the policies' status holds (a new term on the hub).
+async fn resume_rollouts(client: &Client, staged: &mut Staged) {
+    let api = Api::<ClusterSchedulingPolicy>::all(client.clone());
+    match api.list(&Default::default()).await {
+        Ok(list) => {
+            for p in list.items {
+                let (Some(namespace), Some(status)) = (
+                    p.metadata.namespace.as_deref(),
+                    p.status.as_ref().and_then(|s| s.rollout.as_ref()),
+                ) else {
+                    continue;
+                };
+                staged.resume(&ObjectKey::new(namespace, p.name_any()), status);
+            }
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot read the policies' rollout progress; rollouts under way start over from what the members hold")
+        }
+    }
+}
+
+/// Steps `key`'s staged rollout, if its policy has one: how its copies are written.
+fn stage(
+    pass: &Pass<'_>,
+    members: &mut Slots<Member>,
+    staged: &mut Staged,
+    key: &TemplateKey,
+    commands: &[(ObjectKey, Command)],
+    metrics: &PropagationMetrics,
+) -> Option<Gate> {
+    let decision = pass.snapshot.placements.decisions.get(key)?;
+    let template = pass.templates.get(key)?;
+    let policy = decision.policy.as_ref()?;
+    let id = object_id(key);
+    let held: BTreeMap<ClusterId, HeldAt> = decision
+        .placed
+        .iter()
+        .filter_map(|p| {
+            let m = members.get_mut(&p.cluster)?;
+            let summary = m.summary(&id);
+            Some((
+                p.cluster.clone(),
+                HeldAt {
+                    generation: summary
+                        .as_ref()
+                        .and_then(|s| s.applied_by_another)
+                        .map(|(_, from)| from),
+                    ready: summary.is_some_and(|s| s.ready),
+                },
+            ))
+        })
+        .collect();
+    let mine: Vec<Command> = commands
+        .iter()
+        .filter(|(p, _)| p == policy)
+        .map(|(_, c)| *c)
+        .collect();
+    staged.gate(
+        pass.snapshot,
+        decision,
+        template,
+        &held,
+        &mine,
+        pass.now,
+        metrics,
+    )
 }
 
 /// The templates this pass looks at (see [`dirty`]): those whose inputs changed, those the
@@ -899,6 +1066,8 @@ fn steps(
 
 /// A Kubernetes hub's appliers (see `run`).
 struct HubAppliers {
+    /// For reading the policies' rollout progress at the start of a term.
+    client: Client,
     /// Hub-wide records: the leader's.
     records: Applier,
     /// MemberCluster finalizers: each member's writer's.
@@ -1241,6 +1410,7 @@ fn plan(
     key: &TemplateKey,
     step: &Step,
     propagation: &Propagation,
+    gate: Option<&Gate>,
     jobs: &mut BTreeMap<ClusterId, Vec<Job>>,
 ) {
     let id = object_id(key);
@@ -1266,6 +1436,19 @@ fn plan(
         if !m.writing {
             continue;
         }
+        // A staged rollout: the stage's body, or nothing while the stage is not reached.
+        let template = match gate.map(|g| g.template_for(&w.cluster, template)) {
+            None => template,
+            Some(Ok(Some(t))) => t,
+            Some(Ok(None)) => {
+                m.errors.remove(&id);
+                continue;
+            }
+            Some(Err(e)) => {
+                m.errors.insert(id.clone(), e);
+                continue;
+            }
+        };
         if !reachable(pass.snapshot, &w.cluster) {
             m.errors.insert(
                 id.clone(),
@@ -1293,6 +1476,7 @@ fn plan(
         }
         let quiet = print_of(&json!([
             inputs,
+            template.generation,
             placed,
             m.scaled_by_hpa(key),
             live.as_ref().map(|o| o.resource_version.clone()),
@@ -1837,6 +2021,7 @@ fn applied_by_another(live: &Value) -> Option<Applied> {
 }
 
 /// The Placement records and the templates' aggregated status, on a Kubernetes hub.
+#[allow(clippy::too_many_arguments)]
 async fn write_hub(
     applier: &Applier,
     pass: &Pass<'_>,
@@ -1844,6 +2029,7 @@ async fn write_hub(
     moved: bool,
     views: &BTreeMap<TemplateKey, TemplateView>,
     members: &Slots<Member>,
+    staged: &Staged,
     written: &mut Written,
 ) {
     if looked.is_empty() && !moved {
@@ -1859,7 +2045,7 @@ async fn write_hub(
             .filter_map(|k| pass.snapshot.placements.decisions.get(k)?.policy.clone())
             .collect()
     });
-    let policies = policies::statuses(pass, views, governing.as_ref());
+    let policies = policies::statuses(pass, views, staged, governing.as_ref());
     if moved {
         forget_stale_statuses(pass, &policies, written);
     }
@@ -2306,5 +2492,6 @@ fn strip_nulls(mut v: Value) -> Value {
 mod copies;
 mod dirty;
 mod policies;
+mod staged;
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@ use meridian_core::ObjectKey;
 use meridian_core::placement::{Decision, Outcome, TemplateKey};
 use serde_json::{Value, json};
 
+use super::staged::Staged;
 use super::{ObjectId, Pass, TemplateView, applied_and_ready, condition};
 
 pub(super) const KIND: &str = "ClusterSchedulingPolicy";
@@ -37,6 +38,7 @@ pub(super) fn listed<S: AsRef<str>>(items: &[S], sep: &str) -> String {
 pub(super) fn statuses(
     pass: &Pass<'_>,
     views: &BTreeMap<TemplateKey, TemplateView>,
+    staged: &Staged,
     only: Option<&BTreeSet<ObjectKey>>,
 ) -> Vec<(ObjectId, Value)> {
     let snapshot = pass.snapshot;
@@ -53,11 +55,20 @@ pub(super) fn statuses(
         .filter(|key| only.is_none_or(|o| o.contains(key)))
         .map(|key| {
             let id = ObjectId::new(API_VERSION, KIND, Some(&key.namespace), &key.name);
+            let mut conditions = conditions(pass, views, &key);
+            let mut status = serde_json::Map::new();
+            if let Some((ok, reason, message)) = staged.condition_of(&key) {
+                conditions.push(condition("Rollout", ok, reason, message));
+            }
+            if let Some(rollout) = staged.status_of(&key) {
+                status.insert("rollout".into(), rollout);
+            }
+            status.insert("conditions".into(), conditions.into());
             let body = json!({
                 "apiVersion": API_VERSION,
                 "kind": KIND,
                 "metadata": {"name": &*key.name, "namespace": &*key.namespace},
-                "status": {"conditions": conditions(pass, views, &key)},
+                "status": status,
             });
             (id, body)
         })

@@ -433,7 +433,7 @@ mod policy_status {
             now: Instant::now(),
             overrides_print: 0,
         };
-        let statuses = policies::statuses(&pass, &views, None);
+        let statuses = policies::statuses(&pass, &views, &staged::Staged::default(), None);
         let names: Vec<&str> = statuses.iter().map(|(id, _)| id.name.as_str()).collect();
         assert_eq!(names, ["first", "second"]);
         let first = by_type(&statuses[0].1);
@@ -543,6 +543,7 @@ fn plan_write_into_m1(writing: bool) -> (usize, Option<String>) {
         &template.key,
         &step,
         &Propagation::default(),
+        None,
         &mut jobs,
     );
     let m = &members[&ClusterId::new("m1")];

@@ -1,0 +1,652 @@
+//! Staged rollouts in the writer (`placement.rollout`): core's stage machine
+//! ([`stages::step`]) driven from what the members hold, and what it allows turned into
+//! which body each copy gets.
+//!
+//! ```text
+//!  a template governed by a rollout, whose copies hold another generation than the hub's
+//!    ─► Progress::start(new, old) and the stages planned over the placed clusters (kept:
+//!       clusters placed later get the new generation at once, having no copy to protect)
+//!  every pass: Observed (the generation each copy is ready at, the clusters the published
+//!    decision drains, who serves whom) + the operators' commands ─► stages::step
+//!    ─► per placed cluster holding a copy: the new body, the previous body (a rollback), or
+//!       nothing (a stage not reached: its copy stays as it is, drift repair included)
+//!    ─► per policy, the clusters drained: written into its status, read back by every
+//!       replica's hub source into the traffic decision (`Event::Drained`)
+//! ```
+//!
+//! The progress is written into the policy's status with its conditions, so a new leader
+//! resumes the same stage (`resume`). The previous generation's body is kept in memory only:
+//! a rollback after a restart leaves the copies as they are and says so.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use meridian_core::placement::{Decision, TemplateKey};
+use meridian_core::stages::{self, Actions, Command, Observed, Phase, PlannedStage, Progress};
+use meridian_core::{ClusterId, ObjectKey, Snapshot, Template};
+use parking_lot::Mutex;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tracing::info;
+
+use crate::crd::{RolloutStageStatus, RolloutStatus, TemplateRolloutStatus};
+use crate::metrics::{PolicyLabels, PropagationMetrics, RolloutLabels};
+
+/// What a copy holds, for the stage machine: the template generation it was written from and
+/// whether it runs ready at it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct HeldAt {
+    pub(super) generation: Option<i64>,
+    pub(super) ready: bool,
+}
+
+/// How one template's copies are written this pass.
+#[derive(Debug, Default)]
+pub(super) struct Gate {
+    /// Clusters whose copy stays as it is.
+    pub(super) hold: BTreeSet<ClusterId>,
+    /// Clusters that get the previous generation again (a rollback), and its body.
+    pub(super) previous: Option<(Template, BTreeSet<ClusterId>)>,
+    /// Clusters whose previous body is not known here: left as they are, with this reason.
+    pub(super) unknown_previous: BTreeSet<ClusterId>,
+}
+
+impl Gate {
+    /// The template `cluster`'s copy is rendered from, or None when it is held.
+    pub(super) fn template_for<'t>(
+        &'t self,
+        cluster: &ClusterId,
+        current: &'t Template,
+    ) -> Result<Option<&'t Template>, String> {
+        if self.unknown_previous.contains(cluster) {
+            return Err("rolling back, but this replica does not hold the previous \
+                        generation's body (it restarted mid-rollout): left as it is"
+                .into());
+        }
+        if self.hold.contains(cluster) {
+            return Ok(None);
+        }
+        match &self.previous {
+            Some((t, at)) if at.contains(cluster) => Ok(Some(t)),
+            _ => Ok(Some(current)),
+        }
+    }
+}
+
+/// One template's rollout.
+#[derive(Clone, Debug)]
+pub(super) struct Staging {
+    pub(super) policy: ObjectKey,
+    pub(super) progress: Progress,
+    pub(super) stages: Vec<PlannedStage>,
+    /// The body of `progress.previous`, when this replica saw it.
+    pub(super) previous: Option<Template>,
+    pub(super) actions: Actions,
+    /// The stage waits for `rollout approve`.
+    awaiting_approval: bool,
+    /// When the current stage started (for the stage duration metric).
+    stage_started: Instant,
+}
+
+/// An operator's command for every rollout of a policy.
+pub(super) type Commands = Arc<Mutex<Vec<(ObjectKey, Command)>>>;
+
+/// The writer's rollouts.
+#[derive(Default)]
+pub(super) struct Staged {
+    rollouts: BTreeMap<TemplateKey, Staging>,
+    /// The last body seen of each template a rollout governs: the previous generation of the
+    /// next edit.
+    bodies: BTreeMap<TemplateKey, Template>,
+    /// Progress read from the policies' status at the start of a term, taken up when the
+    /// template is next looked at.
+    resumable: BTreeMap<TemplateKey, (ObjectKey, Progress, Vec<PlannedStage>)>,
+}
+
+/// Unix seconds: progress is kept on the hub, so its clock must mean the same to the next
+/// leader.
+pub(super) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Staged {
+    /// Forgets what a term learnt (a new term resumes from the hub).
+    pub(super) fn forget(&mut self) {
+        self.rollouts.clear();
+        self.resumable.clear();
+    }
+
+    /// A rollout is under way and not paused: its waits end with time alone.
+    pub(super) fn running(&self) -> bool {
+        self.rollouts
+            .values()
+            .any(|s| !s.progress.finished() && s.progress.paused.is_none())
+    }
+
+    pub(super) fn rollouts(&self) -> &BTreeMap<TemplateKey, Staging> {
+        &self.rollouts
+    }
+
+    /// The progress a policy's status holds, to take up where the last leader was.
+    pub(super) fn resume(&mut self, policy: &ObjectKey, status: &RolloutStatus) {
+        for t in &status.templates {
+            let Some(key) = template_key(&policy.namespace, &t.template) else {
+                continue;
+            };
+            let Some(progress) = progress_of(t) else {
+                continue;
+            };
+            let stages = t
+                .stages
+                .iter()
+                .map(|s| PlannedStage {
+                    name: s.name.clone(),
+                    clusters: s.clusters.iter().map(ClusterId::new).collect(),
+                    spec: usize::MAX,
+                })
+                .collect();
+            self.resumable
+                .insert(key, (policy.clone(), progress, stages));
+        }
+    }
+
+    /// Steps `key`'s rollout (starting one when its copies hold another generation than the
+    /// template) and says how its copies are written. None: the template is not staged.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gate(
+        &mut self,
+        snapshot: &Snapshot,
+        decision: &Decision,
+        template: &Template,
+        held: &BTreeMap<ClusterId, HeldAt>,
+        commands: &[Command],
+        now: Instant,
+        metrics: &PropagationMetrics,
+    ) -> Option<Gate> {
+        let policy_key = decision.policy.as_ref()?;
+        let policy = snapshot.policies.iter().find(|p| &p.key == policy_key)?;
+        let strategy = policy.placement.as_ref()?.rollout.as_ref()?;
+        let key = &template.key;
+        let clock = unix_now();
+        let previous_body = self.bodies.insert(key.clone(), template.clone());
+        if let Some((from, progress, mut stages)) = self.resumable.remove(key)
+            && !self.rollouts.contains_key(key)
+        {
+            for s in &mut stages {
+                s.spec = spec_index(strategy, &s.name);
+            }
+            info!(template = %key, stage = progress.stage, phase = ?progress.phase,
+                  "resuming a staged rollout from the policy's status");
+            self.rollouts.insert(
+                key.clone(),
+                Staging {
+                    policy: from,
+                    progress,
+                    stages,
+                    previous: None,
+                    actions: Actions::default(),
+                    awaiting_approval: false,
+                    stage_started: now,
+                },
+            );
+        }
+        let behind = held
+            .values()
+            .filter_map(|h| h.generation)
+            .filter(|g| *g != template.generation)
+            .min();
+        let current = self
+            .rollouts
+            .get(key)
+            .is_some_and(|s| s.progress.generation == template.generation);
+        if !current {
+            let Some(old) = behind else {
+                // Nothing holds another generation: nothing to stage (a first placement, or
+                // every copy already at it).
+                self.rollouts.remove(key);
+                return None;
+            };
+            // An edit during a rollout rolls on from the generation the first one replaced.
+            let (previous, previous_body) = match self.rollouts.remove(key) {
+                Some(s) => (s.progress.previous, s.previous),
+                None => (old, previous_body.filter(|b| b.generation == old)),
+            };
+            let placed = decision
+                .placed
+                .iter()
+                .map(|p| {
+                    let labels = snapshot
+                        .cluster_view(&p.cluster)
+                        .map(|v| v.spec.labels.clone())
+                        .unwrap_or_default();
+                    (p.cluster.clone(), labels)
+                })
+                .collect();
+            let stages = stages::plan(strategy, &placed);
+            info!(template = %key, generation = template.generation, previous,
+                  stages = stages.len(), "a staged rollout starts");
+            self.rollouts.insert(
+                key.clone(),
+                Staging {
+                    policy: policy_key.clone(),
+                    progress: Progress::start(template.generation, previous, clock),
+                    stages,
+                    previous: previous_body,
+                    actions: Actions::default(),
+                    awaiting_approval: false,
+                    stage_started: now,
+                },
+            );
+        }
+        let staging = self.rollouts.get_mut(key)?;
+        let observed = Observed {
+            ready_at: held
+                .iter()
+                .filter(|(_, h)| h.ready)
+                .filter_map(|(c, h)| Some((c.clone(), h.generation?)))
+                .collect(),
+            gate: None,
+            // Asked only where the machine reads it: before a stage drains.
+            serving: if staging.progress.phase == Phase::Approval {
+                meridian_core::whatif::rollout::serving(snapshot, &policy_key.to_string(), now)
+            } else {
+                BTreeMap::new()
+            },
+            drained: Some(policy.traffic.drained.clone()),
+        };
+        let (progress, actions) = stages::step(
+            strategy,
+            &staging.stages,
+            &staging.progress,
+            commands,
+            &observed,
+            clock,
+        );
+        if progress.stage != staging.progress.stage || progress.finished() {
+            if !staging.progress.finished() {
+                metrics.rollout_stage_seconds.observe(
+                    now.saturating_duration_since(staging.stage_started)
+                        .as_secs_f64(),
+                );
+            }
+            staging.stage_started = now;
+        }
+        if progress != staging.progress {
+            info!(template = %key, stage = progress.stage, phase = ?progress.phase,
+                  paused = progress.paused.as_deref().unwrap_or(""), "staged rollout");
+        }
+        staging.awaiting_approval = progress.phase == Phase::Approval
+            && progress.paused.is_none()
+            && !progress.approved.contains(&progress.stage)
+            && staging
+                .stages
+                .get(progress.stage)
+                .and_then(|st| strategy.stages.get(st.spec))
+                .is_some_and(|spec| spec.approval_required);
+        staging.progress = progress;
+        staging.actions = actions;
+        Some(gate_of(staging, template, held))
+    }
+
+    /// Rollouts of templates no longer placed by a staged policy are forgotten.
+    pub(super) fn retain(&mut self, placed: impl Fn(&TemplateKey) -> bool) {
+        self.rollouts.retain(|k, _| placed(k));
+        self.bodies.retain(|k, _| placed(k));
+    }
+
+    /// `status.rollout` of `policy` (None: it has no rollout this term).
+    pub(super) fn status_of(&self, policy: &ObjectKey) -> Option<Value> {
+        let mine: Vec<(&TemplateKey, &Staging)> = self
+            .rollouts
+            .iter()
+            .filter(|(_, s)| &s.policy == policy)
+            .collect();
+        if mine.is_empty() {
+            return None;
+        }
+        let drained: BTreeSet<&ClusterId> =
+            mine.iter().flat_map(|(_, s)| &s.actions.drained).collect();
+        let status = RolloutStatus {
+            drained: drained.iter().map(|c| c.to_string()).collect(),
+            templates: mine
+                .iter()
+                .map(|(k, s)| status_of_template(k, &s.progress, &s.stages))
+                .collect(),
+        };
+        serde_json::to_value(status).ok()
+    }
+
+    /// The `Rollout` condition of `policy`: (status, reason, message).
+    pub(super) fn condition_of(&self, policy: &ObjectKey) -> Option<(bool, &'static str, String)> {
+        let mine: Vec<(&TemplateKey, &Staging)> = self
+            .rollouts
+            .iter()
+            .filter(|(_, s)| &s.policy == policy)
+            .collect();
+        if mine.is_empty() {
+            return None;
+        }
+        let said: Vec<String> = mine.iter().map(|(k, s)| words(k, s)).collect();
+        let (ok, reason) = if mine.iter().any(|(_, s)| s.progress.paused.is_some()) {
+            (false, "Paused")
+        } else if mine
+            .iter()
+            .any(|(_, s)| s.progress.phase == Phase::RolledBack)
+        {
+            (false, "RolledBack")
+        } else if mine.iter().all(|(_, s)| s.progress.finished()) {
+            (true, "Complete")
+        } else if mine.iter().any(|(_, s)| waits_for_approval(s)) {
+            (true, "AwaitingApproval")
+        } else {
+            (true, "Progressing")
+        };
+        Some((ok, reason, super::policies::listed(&said, "; ")))
+    }
+
+    /// The rollout gauges: per policy, its rollouts in each phase and whether one is paused.
+    pub(super) fn export(&self, metrics: &PropagationMetrics) {
+        metrics.rollout_phase.clear();
+        metrics.rollout_paused.clear();
+        for s in self.rollouts.values() {
+            let policy = s.policy.to_string();
+            metrics
+                .rollout_phase
+                .get_or_create(&RolloutLabels {
+                    policy: policy.clone(),
+                    phase: phase_label(s.progress.phase),
+                })
+                .inc();
+            let paused = metrics
+                .rollout_paused
+                .get_or_create(&PolicyLabels { policy });
+            if s.progress.paused.is_some() {
+                paused.set(1);
+            }
+        }
+    }
+
+    /// What `/debug/rollouts` shows.
+    pub(super) fn views(&self) -> Vec<RolloutView> {
+        self.rollouts
+            .iter()
+            .map(|(k, s)| RolloutView {
+                policy: s.policy.to_string(),
+                template: k.to_string(),
+                generation: s.progress.generation,
+                previous: s.progress.previous,
+                stage: s.progress.stage,
+                stages: s
+                    .stages
+                    .iter()
+                    .map(|st| json!({"name": st.name, "clusters": st.clusters}))
+                    .collect(),
+                phase: s.progress.phase,
+                since: s.progress.since,
+                failures: s.progress.failures,
+                paused: s.progress.paused.clone(),
+                awaiting_approval: waits_for_approval(s),
+                previous_body_known: s.previous.is_some(),
+                actions: s.actions.clone(),
+                summary: words(k, s),
+            })
+            .collect()
+    }
+}
+
+/// One rollout as `/debug/rollouts` and `meridian rollout status` show it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutView {
+    pub policy: String,
+    pub template: String,
+    pub generation: i64,
+    pub previous: i64,
+    pub stage: usize,
+    pub stages: Vec<Value>,
+    pub phase: Phase,
+    pub since: u64,
+    pub failures: u32,
+    pub paused: Option<String>,
+    pub awaiting_approval: bool,
+    pub previous_body_known: bool,
+    pub actions: Actions,
+    pub summary: String,
+}
+
+fn phase_label(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Approval => "approval",
+        Phase::Draining => "draining",
+        Phase::Applying => "applying",
+        Phase::Restoring => "restoring",
+        Phase::Verifying => "verifying",
+        Phase::RollingBack => "rolling_back",
+        Phase::Done => "done",
+        Phase::RolledBack => "rolled_back",
+    }
+}
+
+fn waits_for_approval(s: &Staging) -> bool {
+    s.awaiting_approval
+}
+
+/// One line: where the rollout of `key` stands.
+fn words(key: &TemplateKey, s: &Staging) -> String {
+    let p = &s.progress;
+    let stage = s
+        .stages
+        .get(p.stage)
+        .map(|st| format!("stage {}/{} {:?}", p.stage + 1, s.stages.len(), st.name));
+    let at = format!(
+        "{key} generation {} over {}: {}",
+        p.generation,
+        p.previous,
+        stage.unwrap_or_else(|| "every stage done".into())
+    );
+    match (&p.paused, p.phase) {
+        (Some(why), _) => format!("{at}, paused: {why}"),
+        (None, Phase::Approval) if s.awaiting_approval => {
+            format!("{at}, waiting for `meridian rollout approve`")
+        }
+        (None, phase) => format!("{at}, {phase:?}"),
+    }
+}
+
+/// How the copies of a staged template are written, from the machine's actions and what the
+/// members hold.
+fn gate_of(s: &Staging, template: &Template, held: &BTreeMap<ClusterId, HeldAt>) -> Gate {
+    let mut gate = Gate::default();
+    let mut previous = BTreeSet::new();
+    for (cluster, h) in held {
+        if h.generation.is_none() {
+            // No copy yet (or one meridian cannot date): a first copy has nothing to protect.
+            continue;
+        }
+        match s.actions.generation.get(cluster) {
+            Some(g) if *g == template.generation => {}
+            Some(g) if *g == s.progress.previous => {
+                if s.previous.as_ref().is_some_and(|b| b.generation == *g) {
+                    previous.insert(cluster.clone());
+                } else if h.generation != Some(*g) {
+                    gate.unknown_previous.insert(cluster.clone());
+                } else {
+                    gate.hold.insert(cluster.clone());
+                }
+            }
+            _ => {
+                gate.hold.insert(cluster.clone());
+            }
+        }
+    }
+    if !previous.is_empty()
+        && let Some(body) = &s.previous
+    {
+        gate.previous = Some((body.clone(), previous));
+    }
+    gate
+}
+
+/// The spec a planned stage came from, by name (a batch of the rest is `name (k/n)`).
+fn spec_index(strategy: &stages::Strategy, name: &str) -> usize {
+    let base = name.split(" (").next().unwrap_or(name);
+    strategy
+        .stages
+        .iter()
+        .position(|s| s.name == base)
+        .unwrap_or(usize::MAX)
+}
+
+/// `apiVersion/kind/name` (the policy's namespace is the template's).
+fn template_ref(key: &TemplateKey) -> String {
+    format!("{}/{}/{}", key.api_version, key.kind, key.name)
+}
+
+fn template_key(namespace: &str, reference: &str) -> Option<TemplateKey> {
+    let (rest, name) = reference.rsplit_once('/')?;
+    let (api_version, kind) = rest.rsplit_once('/')?;
+    Some(TemplateKey::new(api_version, kind, namespace, name))
+}
+
+fn status_of_template(
+    key: &TemplateKey,
+    p: &Progress,
+    stages: &[PlannedStage],
+) -> TemplateRolloutStatus {
+    TemplateRolloutStatus {
+        template: template_ref(key),
+        generation: p.generation,
+        previous: p.previous,
+        stages: stages
+            .iter()
+            .map(|s| RolloutStageStatus {
+                name: s.name.clone(),
+                clusters: s.clusters.iter().map(|c| c.to_string()).collect(),
+            })
+            .collect(),
+        stage: p.stage as u32,
+        phase: format!("{:?}", p.phase),
+        since: p.since,
+        failures: p.failures,
+        approved: p.approved.iter().map(|s| *s as u32).collect(),
+        paused: p.paused.clone(),
+    }
+}
+
+fn progress_of(t: &TemplateRolloutStatus) -> Option<Progress> {
+    let phase = match t.phase.as_str() {
+        "Approval" => Phase::Approval,
+        "Draining" => Phase::Draining,
+        "Applying" => Phase::Applying,
+        "Restoring" => Phase::Restoring,
+        "Verifying" => Phase::Verifying,
+        "RollingBack" => Phase::RollingBack,
+        "Done" => Phase::Done,
+        "RolledBack" => Phase::RolledBack,
+        _ => return None,
+    };
+    Some(Progress {
+        generation: t.generation,
+        previous: t.previous,
+        stage: t.stage as usize,
+        phase,
+        since: t.since,
+        failures: t.failures,
+        approved: t.approved.iter().map(|s| *s as usize).collect(),
+        paused: t.paused.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_survives_the_status_it_is_written_into() {
+        let key = TemplateKey::new("apps/v1", "Deployment", "shop", "payments");
+        let mut p = Progress::start(3, 2, 1_700_000_000);
+        p.stage = 1;
+        p.phase = Phase::Verifying;
+        p.approved.insert(1);
+        p.paused = Some("stage 2: the gate failed".into());
+        let stages = vec![PlannedStage {
+            name: "canary".into(),
+            clusters: vec![ClusterId::new("m1")],
+            spec: 0,
+        }];
+        let status = status_of_template(&key, &p, &stages);
+        assert_eq!(status.template, "apps/v1/Deployment/payments");
+        assert_eq!(template_key("shop", &status.template), Some(key));
+        assert_eq!(progress_of(&status), Some(p));
+    }
+
+    #[test]
+    fn a_stage_not_reached_is_held_and_a_rollback_without_the_old_body_says_so() {
+        let template = Template {
+            key: TemplateKey::new("apps/v1", "Deployment", "shop", "payments"),
+            labels: BTreeMap::new(),
+            generation: 3,
+            replicas: Some(1),
+            requests: Default::default(),
+            dependencies: Vec::new(),
+            body: Arc::new(json!({})),
+        };
+        let mut s = Staging {
+            policy: ObjectKey::new("shop", "p"),
+            progress: Progress::start(3, 2, 0),
+            stages: Vec::new(),
+            previous: None,
+            actions: Actions::default(),
+            awaiting_approval: false,
+            stage_started: Instant::now(),
+        };
+        s.actions.generation.insert(ClusterId::new("m1"), 3);
+        let at = |g| HeldAt {
+            generation: Some(g),
+            ready: true,
+        };
+        let held = BTreeMap::from([
+            (ClusterId::new("m1"), at(2)),
+            (ClusterId::new("m2"), at(2)),
+            (
+                ClusterId::new("m3"),
+                HeldAt {
+                    generation: None,
+                    ready: false,
+                },
+            ),
+        ]);
+        let gate = gate_of(&s, &template, &held);
+        assert_eq!(gate.hold, [ClusterId::new("m2")].into());
+        assert!(
+            gate.template_for(&ClusterId::new("m1"), &template)
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            gate.template_for(&ClusterId::new("m3"), &template)
+                .unwrap()
+                .is_some()
+        );
+        // Rolling back m1 (at 3 now) without the previous body: left as it is, and said.
+        s.progress.phase = Phase::RollingBack;
+        s.actions.generation.insert(ClusterId::new("m1"), 2);
+        let held = BTreeMap::from([(ClusterId::new("m1"), at(3))]);
+        let gate = gate_of(&s, &template, &held);
+        let err = gate
+            .template_for(&ClusterId::new("m1"), &template)
+            .unwrap_err();
+        assert!(err.contains("previous generation's body"), "{err}");
+        // With it, m1 gets the previous body.
+        s.previous = Some(Template {
+            generation: 2,
+            ..template.clone()
+        });
+        let gate = gate_of(&s, &template, &held);
+        let body = gate.template_for(&ClusterId::new("m1"), &template).unwrap();
+        assert_eq!(body.map(|t| t.generation), Some(2));
+    }
+}

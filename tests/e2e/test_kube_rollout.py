@@ -1,0 +1,206 @@
+"""Staged rollouts that move traffic first (issue 40), on the real kube-apiservers of
+kube_fleet.py: a ClusterSchedulingPolicy with `placement.rollout` duplicates Deployment `roll`
+into m1, m2 and m3 and governs Service `roll`, which each member exports. A template edit
+then rolls out stage by stage: canary m1, then m2 and m3 once approved.
+
+What is checked, against real DNS answers and the members' audit logs:
+- m1's address leaves the answers before meridian's write of m1's copy reaches m1's API
+  server (sampled every 20 ms), and comes back only once m1 runs ready at the new generation;
+- m2 and m3 keep the old generation until `meridian rollout approve`, and while an operator's
+  `pause` holds until `resume`;
+- a copy that does not become ready in time pauses the rollout, said in `rollout status`, the
+  policy's `Rollout` condition and meridian_propagation_rollout_paused;
+- `meridian rollout abort` gives every stage reached the previous generation again and brings
+  the traffic back; the policy status says RolledBack.
+
+There is no controller manager: the test writes the members' Deployment status, as the
+Deployment controller would.
+"""
+
+import datetime
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import BIN
+from kube_fleet import FROM, MERIDIAN, NAMESPACE, wait_for
+from test_kube_propagation import APPS, condition, deployment, member_deployment, metric, write_status
+
+GENERATION = "meridian.io/template-generation"
+ADDRESS = {"m1": "10.1.0.7", "m2": "10.2.0.7", "m3": "10.3.0.7"}
+NAME = "roll.shop.global"
+
+
+@pytest.fixture(autouse=True)
+def propagation_rbac(kube_fleet):
+    """Members get deploy/rbac/member-propagation.yaml for this test only."""
+    kube_fleet.grant_propagation()
+    yield
+    kube_fleet.revoke_propagation()
+
+
+def image_of(kube_fleet, member):
+    d = member_deployment(kube_fleet, member, "roll")
+    return d and d["spec"]["template"]["spec"]["containers"][0]["image"].rsplit(":", 1)[1]
+
+
+def images(kube_fleet):
+    return {m: image_of(kube_fleet, m) for m in ("m1", "m2", "m3")}
+
+
+def rollout_cli(m, *args, check=True):
+    r = subprocess.run([BIN, "rollout", *args, "--admin", f"127.0.0.1:{m.admin_port}"],
+                       capture_output=True, text=True, timeout=30)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def policy_status(kube_fleet):
+    p = kube_fleet.hub.get(MERIDIAN, "ClusterSchedulingPolicy", "roll", NAMESPACE) or {}
+    return p.get("status") or {}
+
+
+class Sampler:
+    """Asks meridian for roll.shop.global as a client in `member` every 20 ms, keeping
+    (wall-clock time, addresses)."""
+
+    def __init__(self, m, member):
+        self.m, self.source, self.samples = m, FROM[member], []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stopped.is_set():
+            at = time.time()
+            try:
+                self.samples.append((at, tuple(self.m.addresses(NAME, source=self.source))))
+            except Exception as e:  # a timeout is a sample too: no answer
+                self.samples.append((at, ("error", str(e))))
+            time.sleep(0.02)
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join(5)
+        return self.samples
+
+
+def written_at(kube_fleet, member, after):
+    """When meridian's first write of Deployment roll after `after` reached `member`'s API
+    server (the audit log's requestReceivedTimestamp), or None."""
+    for e in kube_fleet.audit_events(member):
+        ref = e.get("objectRef") or {}
+        if (ref.get("resource") == "deployments" and ref.get("name") == "roll"
+                and e.get("user", {}).get("username") == "meridian" and e.get("verb") in ("patch", "update", "create")):
+            at = datetime.datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+            if at > after:
+                return at
+    return None
+
+
+def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_and_aborts_back(kube_fleet, kube_meridian):
+    m, hub = kube_meridian, kube_fleet.hub
+    for member, address in ADDRESS.items():
+        kube_fleet.publish(member, "roll", [address])
+    hub.apply(deployment("roll", 1, image_tag="1"))
+    kube_fleet.policy("roll", {
+        "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "roll"}, {"name": "roll"}],
+        "placement": {
+            "clusterAffinities": [{"name": "all", "clusterNames": ["m1", "m2", "m3"]}],
+            "rollout": {"drainSeconds": 1, "progressDeadlineSeconds": 6, "stages": [
+                {"name": "canary", "clusterNames": ["m1"]},
+                {"name": "rest", "maxUnavailablePercent": 100, "approval": "Required"},
+            ]},
+        },
+    })
+    wait_for(lambda: images(kube_fleet) == {"m1": "1", "m2": "1", "m3": "1"}, timeout=30,
+             what="roll:1 duplicated into m1, m2 and m3", log=m)
+    for member in ADDRESS:
+        write_status(kube_fleet, member, "roll", 1)
+    m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
+               what="m1's address answered to a client in m1")
+
+    # The edit: generation 2.
+    sampler = Sampler(m, "m1")
+    edited = time.time()
+    hub.apply(deployment("roll", 1, image_tag="2"))
+    wait_for(lambda: image_of(kube_fleet, "m1") == "2", timeout=30, what="the canary m1 gets roll:2", log=m)
+    copy = member_deployment(kube_fleet, "m1", "roll")
+    assert copy["metadata"]["annotations"][GENERATION] == "2", copy["metadata"]
+    # Not ready at generation 2 yet (its status is generation 1's): still out of traffic.
+    time.sleep(1.5)
+    assert images(kube_fleet) == {"m1": "2", "m2": "1", "m3": "1"}, "a later stage changed before its turn"
+    write_status(kube_fleet, "m1", "roll", 1)
+    m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
+               what="m1's address back once m1 runs ready at generation 2")
+    samples = sampler.stop()
+    ready_at = time.time()
+    write = written_at(kube_fleet, "m1", edited)
+    assert write is not None, "no write of m1's copy in m1's audit log"
+    gone = [t for t, a in samples if ADDRESS["m1"] not in a]
+    assert gone, "m1's address never left the answers"
+    first_gone = min(gone)
+    assert first_gone < write, f"m1's copy was written {first_gone - write:.3f} s before its traffic left"
+    # Out of the answers from before the write until it ran ready, without a gap.
+    back = [t for t, a in samples if t > first_gone and ADDRESS["m1"] in a]
+    first_back = min(back) if back else ready_at
+    assert all(ADDRESS["m1"] not in a for t, a in samples if first_gone <= t < first_back)
+    assert first_back > write, "m1 came back before its copy changed"
+    # A client in m1 was never left without an answer meanwhile.
+    assert all(a and a[0] != "error" for _, a in samples), [s for s in samples if not s[1] or s[1][0] == "error"][:3]
+
+    # Stage 2 waits for approval: m2 and m3 keep generation 1, said everywhere.
+    wait_for(lambda: (condition({"status": policy_status(kube_fleet)}, "Rollout") or {}).get("reason") == "AwaitingApproval",
+             timeout=20, what="the Rollout condition AwaitingApproval", log=m)
+    said = rollout_cli(m, "status", "roll", "-n", NAMESPACE).stdout
+    assert "waiting for `meridian rollout approve`" in said, said
+    assert 'stage 1 "canary": m1 — done' in said and 'stage 2 "rest": m2, m3 — approval' in said, said
+    time.sleep(2)
+    assert images(kube_fleet) == {"m1": "2", "m2": "1", "m3": "1"}
+
+    # Paused by an operator, an approval waits for `resume`.
+    rollout_cli(m, "pause", "roll", "-n", NAMESPACE)
+    rollout_cli(m, "approve", "roll", "-n", NAMESPACE)
+    wait_for(lambda: "paused: paused by an operator" in rollout_cli(m, "status").stdout, timeout=10,
+             what="the operator's pause shown", log=m)
+    time.sleep(2)
+    assert images(kube_fleet) == {"m1": "2", "m2": "1", "m3": "1"}
+    assert ADDRESS["m2"] in m.addresses(NAME, source=FROM["m2"])
+    # Resumed: m2 and m3 leave the traffic (a client in m2 goes to m1), then change.
+    rollout_cli(m, "resume", "roll", "-n", NAMESPACE)
+    m.wait_for(lambda: ADDRESS["m2"] not in m.addresses(NAME, source=FROM["m2"]), timeout=20,
+               what="m2 drained after the approval")
+    assert policy_status(kube_fleet)["rollout"]["drained"] == ["m2", "m3"], policy_status(kube_fleet)
+    wait_for(lambda: images(kube_fleet) == {"m1": "2", "m2": "2", "m3": "2"}, timeout=20,
+             what="m2 and m3 get roll:2", log=m)
+    # m3 runs ready, m2 never does: past progressDeadlineSeconds the rollout pauses.
+    write_status(kube_fleet, "m3", "roll", 1)
+    wait_for(lambda: "not ready at the new generation in time" in (policy_status(kube_fleet)["rollout"]["templates"][0].get("paused") or ""),
+             timeout=30, what="the rollout paused on m2's readiness", log=m)
+    assert condition({"status": policy_status(kube_fleet)}, "Rollout")["reason"] == "Paused"
+    assert metric(m, "meridian_propagation_rollout_paused") == 1
+    assert "paused: stage 2: not ready at the new generation in time" in rollout_cli(m, "status").stdout
+
+    # Abort: every stage reached gets generation 1 back; traffic returns once it is ready.
+    rollout_cli(m, "abort", "roll", "-n", NAMESPACE)
+    wait_for(lambda: images(kube_fleet) == {"m1": "1", "m2": "1", "m3": "1"}, timeout=30,
+             what="the previous generation back in m1, m2 and m3", log=m)
+    assert member_deployment(kube_fleet, "m1", "roll")["metadata"]["annotations"][GENERATION] == "1"
+    for member in ADDRESS:
+        write_status(kube_fleet, member, "roll", 1)
+    wait_for(lambda: policy_status(kube_fleet)["rollout"]["templates"][0]["phase"] == "RolledBack", timeout=20,
+             what="the rollout RolledBack", log=m)
+    assert condition({"status": policy_status(kube_fleet)}, "Rollout")["reason"] == "RolledBack"
+    m.wait_for(lambda: ADDRESS["m2"] in m.addresses(NAME, source=FROM["m2"]), timeout=20,
+               what="m2's traffic back after the rollback")
+    assert policy_status(kube_fleet)["rollout"]["drained"] == []
+    # The hub's template is still generation 2: the members keep generation 1 (nothing
+    # re-applies 2 until the next edit), and a command to a finished rollout changes nothing.
+    time.sleep(2)
+    assert images(kube_fleet) == {"m1": "1", "m2": "1", "m3": "1"}
+    views = json.loads(m.http("/debug/rollouts")[1])
+    assert views["leading"] and views["rollouts"][0]["phase"] == "RolledBack", views
