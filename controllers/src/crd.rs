@@ -410,6 +410,23 @@ pub struct RolloutSpec {
     /// Past a stage's maxFailures: Pause (default) or Rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<RolloutOnFailureSpec>,
+    /// A health gate: while a stage verifies, this Prometheus query is asked every few
+    /// seconds, and every sample must be at most `threshold`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<RolloutAnalysisSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutAnalysisSpec {
+    /// Prometheus's base URL (http://prometheus.monitoring:9090; https with the system roots).
+    #[serde(rename = "prometheusURL")]
+    pub prometheus_url: String,
+    /// An instant query (PromQL); `$clusters` stands for the stage's clusters as a regular
+    /// expression, e.g. `sum by (cluster) (rate(http_errors_total{cluster=~"$clusters"}[1m]))`.
+    pub query: String,
+    /// The gate holds while no sample is above this (a query returning nothing holds).
+    pub threshold: f64,
 }
 
 /// One stage: clusters by name or labels, or the rest in batches.

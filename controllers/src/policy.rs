@@ -10,9 +10,9 @@ use crate::convert::{created_secs, key_of, taint_effect};
 use crate::crd::{
     ClusterSchedulingPolicy, ConflictResolutionSpec, DivisionPreferenceSpec, DynamicWeightSpec,
     FailurePolicySpec, LabelSelectorSpec, PlacementSpec, PurgeModeSpec, ReplicaSchedulingSpec,
-    ReplicaSchedulingTypeSpec, RolloutApprovalSpec, RolloutOnFailureSpec, RolloutSpec,
-    RolloutTrafficSpec, SpreadByFieldSpec, SpreadConstraintSpec, TolerationOperatorSpec,
-    TolerationSpec, TrafficModeSpec, WorkloadTermSpec,
+    ReplicaSchedulingTypeSpec, RolloutAnalysisSpec, RolloutApprovalSpec, RolloutOnFailureSpec,
+    RolloutSpec, RolloutTrafficSpec, SpreadByFieldSpec, SpreadConstraintSpec,
+    TolerationOperatorSpec, TolerationSpec, TrafficModeSpec, WorkloadTermSpec,
 };
 
 /// The longest a scoring webhook may be given to answer.
@@ -510,6 +510,38 @@ fn rollout(spec: &RolloutSpec, problems: &mut Vec<String>) -> Option<core::stage
             Some(RolloutOnFailureSpec::Rollback) => OnFailure::Rollback,
             Some(RolloutOnFailureSpec::Pause) | None => OnFailure::Pause,
         },
+        analysis: spec.analysis.as_ref().and_then(|a| analysis(a, problems)),
+    })
+}
+
+fn analysis(
+    spec: &RolloutAnalysisSpec,
+    problems: &mut Vec<String>,
+) -> Option<core::stages::Analysis> {
+    let at = "placement.rollout.analysis";
+    let url = spec.prometheus_url.trim_end_matches('/');
+    let mut ok = true;
+    if !(url.starts_with("http://") || url.starts_with("https://"))
+        || url.parse::<http::Uri>().is_err()
+    {
+        problems.push(format!(
+            "{at}.prometheusURL: {:?} is not an http(s) URL",
+            spec.prometheus_url
+        ));
+        ok = false;
+    }
+    if spec.query.trim().is_empty() || spec.query.len() > 4096 {
+        problems.push(format!("{at}.query: a PromQL query of at most 4096 bytes"));
+        ok = false;
+    }
+    if !spec.threshold.is_finite() {
+        problems.push(format!("{at}.threshold must be a finite number"));
+        ok = false;
+    }
+    ok.then(|| core::stages::Analysis {
+        prometheus_url: url.to_string(),
+        query: spec.query.clone(),
+        threshold: core::stages::Threshold(spec.threshold),
     })
 }
 

@@ -11,13 +11,17 @@ What is checked, against real DNS answers and the members' audit logs:
 - a copy that does not become ready in time pauses the rollout, said in `rollout status`, the
   policy's `Rollout` condition and meridian_propagation_rollout_paused;
 - `meridian rollout abort` gives every stage reached the previous generation again and brings
-  the traffic back; the policy status says RolledBack.
+  the traffic back; the policy status says RolledBack;
+- a health gate, a query against a real Prometheus scraping the apps' error ratio per
+  cluster, lets the canary through and rolls the second stage back when its clusters' errors
+  go over the threshold.
 
 There is no controller manager: the test writes the members' Deployment status, as the
 Deployment controller would.
 """
 
 import datetime
+import http.server
 import json
 import subprocess
 import threading
@@ -28,6 +32,7 @@ import pytest
 from conftest import BIN
 from kube_fleet import FROM, MERIDIAN, NAMESPACE, wait_for
 from test_kube_propagation import APPS, condition, deployment, member_deployment, metric, write_status
+from test_observability import Prometheus, prometheus_bin  # noqa: F401 (a fixture)
 
 GENERATION = "meridian.io/template-generation"
 ADDRESS = {"m1": "10.1.0.7", "m2": "10.2.0.7", "m3": "10.3.0.7"}
@@ -42,13 +47,13 @@ def propagation_rbac(kube_fleet):
     kube_fleet.revoke_propagation()
 
 
-def image_of(kube_fleet, member):
-    d = member_deployment(kube_fleet, member, "roll")
+def image_of(kube_fleet, member, name="roll"):
+    d = member_deployment(kube_fleet, member, name)
     return d and d["spec"]["template"]["spec"]["containers"][0]["image"].rsplit(":", 1)[1]
 
 
-def images(kube_fleet):
-    return {m: image_of(kube_fleet, m) for m in ("m1", "m2", "m3")}
+def images(kube_fleet, name="roll"):
+    return {m: image_of(kube_fleet, m, name) for m in ("m1", "m2", "m3")}
 
 
 def rollout_cli(m, *args, check=True):
@@ -59,8 +64,8 @@ def rollout_cli(m, *args, check=True):
     return r
 
 
-def policy_status(kube_fleet):
-    p = kube_fleet.hub.get(MERIDIAN, "ClusterSchedulingPolicy", "roll", NAMESPACE) or {}
+def policy_status(kube_fleet, name="roll"):
+    p = kube_fleet.hub.get(MERIDIAN, "ClusterSchedulingPolicy", name, NAMESPACE) or {}
     return p.get("status") or {}
 
 
@@ -204,3 +209,84 @@ def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_an
     assert images(kube_fleet) == {"m1": "1", "m2": "1", "m3": "1"}
     views = json.loads(m.http("/debug/rollouts")[1])
     assert views["leading"] and views["rollouts"][0]["phase"] == "RolledBack", views
+
+
+class ErrorRatios:
+    """What the apps' own /metrics would say: app_error_ratio per cluster, served on a free
+    loopback port for Prometheus to scrape."""
+
+    def __init__(self, **ratios):
+        self.ratios = dict(ratios)
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = "# TYPE app_error_ratio gauge\n" + "".join(
+                    f'app_error_ratio{{cluster="{c}"}} {v}\n' for c, v in sorted(outer.ratios.items()))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+
+
+def test_a_prometheus_gate_passes_the_canary_and_rolls_back_a_stage_whose_errors_rise(
+        kube_fleet, kube_meridian, prometheus_bin, tmp_path):  # noqa: F811
+    m, hub = kube_meridian, kube_fleet.hub
+    ratios = ErrorRatios(m1=0, m2=0, m3=0)
+    prom = Prometheus(prometheus_bin, tmp_path, f"127.0.0.1:{ratios.port}")
+    try:
+        prom.wait_for('count(app_error_ratio) == 3', "the three clusters' error ratios scraped")
+        hub.apply(deployment("gated", 1, image_tag="1"))
+        kube_fleet.policy("gated", {
+            "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "gated"}],
+            "placement": {
+                "clusterAffinities": [{"name": "all", "clusterNames": ["m1", "m2", "m3"]}],
+                "rollout": {"drainSeconds": 0, "onFailure": "Rollback", "stages": [
+                    {"name": "canary", "clusterNames": ["m1"], "waitSeconds": 4},
+                    {"name": "rest", "maxUnavailableClusters": 2, "waitSeconds": 30},
+                ], "analysis": {"prometheusURL": f"http://127.0.0.1:{prom.port}",
+                                "query": 'max(app_error_ratio{cluster=~"$clusters"})', "threshold": 0.05}},
+            },
+        })
+        wait_for(lambda: images(kube_fleet, "gated") == {"m1": "1", "m2": "1", "m3": "1"}, timeout=30,
+                 what="gated:1 in m1, m2 and m3", log=m)
+        for member in ("m1", "m2", "m3"):
+            write_status(kube_fleet, member, "gated", 1)
+        # m3 already errs, but the canary's query asks about m1 alone.
+        ratios.ratios["m3"] = 0.5
+        prom.wait_for('app_error_ratio{cluster="m3"} > 0.4', "m3's errors scraped")
+        hub.apply(deployment("gated", 1, image_tag="2"))
+        wait_for(lambda: image_of(kube_fleet, "m1", "gated") == "2", timeout=30, what="the canary m1 gets gated:2", log=m)
+        write_status(kube_fleet, "m1", "gated", 1)
+        said = wait_for(lambda: [r for r in json.loads(m.http("/debug/rollouts")[1])["rollouts"]
+                                 if r["policy"] == "shop/gated" and r.get("gate")], timeout=20,
+                        what="the canary's gate asked", log=m)
+        assert "returned at most 0" in said[0]["gate"], said
+        # The canary held its gate for waitSeconds: the rest gets generation 2.
+        wait_for(lambda: images(kube_fleet, "gated") == {"m1": "2", "m2": "2", "m3": "2"}, timeout=30,
+                 what="m2 and m3 get gated:2 after the canary's gate held", log=m)
+        write_status(kube_fleet, "m2", "gated", 1)
+        write_status(kube_fleet, "m3", "gated", 1)
+        # Their query sees m3's errors: the gate fails, and the rollout rolls back everywhere.
+        wait_for(lambda: images(kube_fleet, "gated") == {"m1": "1", "m2": "1", "m3": "1"}, timeout=30,
+                 what="every stage reached rolled back to gated:1", log=m)
+        view = [r for r in json.loads(m.http("/debug/rollouts")[1])["rollouts"] if r["policy"] == "shop/gated"][0]
+        assert view["phase"] in ("RollingBack", "RolledBack"), view
+        assert "returned 0.5, above 0.05" in view["gate"], view
+        for member in ("m1", "m2", "m3"):
+            write_status(kube_fleet, member, "gated", 1)
+        wait_for(lambda: policy_status(kube_fleet, "gated")["rollout"]["templates"][0]["phase"] == "RolledBack",
+                 timeout=20, what="RolledBack in the policy's status", log=m)
+    finally:
+        prom.stop()
+        ratios.stop()

@@ -797,6 +797,9 @@ pub async fn run(
                 deadline = Some(deadline.map_or(soon, |d| d.min(soon)));
             }
         }
+        // Shown before the writes it decided are made: nothing a reader sees in the members
+        // is ahead of what the rollout says.
+        view.show_rollouts(leads, &staged);
         metrics
             .plan_seconds
             .observe((looking + planning.elapsed()).as_secs_f64());
@@ -871,7 +874,6 @@ pub async fn run(
             dirty.unsettled(key);
         }
         view.update(&looked, &views);
-        view.show_rollouts(leads, &staged);
     }
 }
 
@@ -2489,6 +2491,7 @@ fn strip_nulls(mut v: Value) -> Value {
     v
 }
 
+mod analysis;
 mod copies;
 mod dirty;
 mod policies;

@@ -43,6 +43,61 @@ pub struct Strategy {
     /// A copy not ready at the new generation this long after it was written is a failure.
     pub progress_deadline_seconds: u64,
     pub on_failure: OnFailure,
+    /// The health gate a stage must hold while it verifies.
+    pub analysis: Option<Analysis>,
+}
+
+/// `rollout.analysis`: a Prometheus instant query that holds while every sample it returns is
+/// at most `threshold` (an error rate, a latency) — no sample at all holds too, as an error
+/// rate with no errors has none. `$clusters` in the query stands for the stage's clusters as
+/// a regular expression (`m2|m3`), for `{cluster=~"$clusters"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Analysis {
+    pub prometheus_url: String,
+    pub query: String,
+    pub threshold: Threshold,
+}
+
+/// A finite number (a policy's threshold), comparable as a whole.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Threshold(pub f64);
+
+impl Eq for Threshold {}
+
+impl Analysis {
+    /// The query for a stage of `clusters`.
+    pub fn query_for(&self, clusters: &[ClusterId]) -> String {
+        let alternatives: Vec<String> = clusters.iter().map(|c| regex_escape(c.as_str())).collect();
+        self.query.replace("$clusters", &alternatives.join("|"))
+    }
+
+    /// The gate's verdict on the samples a query returned. NaN (a ratio over no requests)
+    /// says nothing and is left out.
+    pub fn judge(&self, samples: &[f64]) -> Gate {
+        if samples
+            .iter()
+            .filter(|v| !v.is_nan())
+            .all(|v| *v <= self.threshold.0)
+        {
+            Gate::Holds
+        } else {
+            Gate::Fails
+        }
+    }
+}
+
+/// `name` as a regular expression matching only itself (cluster names are DNS labels, but a
+/// dot must not match anything).
+fn regex_escape(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if !c.is_ascii_alphanumeric() && c != '-' && c != '_' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

@@ -23,13 +23,16 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use meridian_core::placement::{Decision, TemplateKey};
-use meridian_core::stages::{self, Actions, Command, Observed, Phase, PlannedStage, Progress};
+use meridian_core::stages::{
+    self, Actions, Command, Gate as Verdict, Observed, Phase, PlannedStage, Progress,
+};
 use meridian_core::{ClusterId, ObjectKey, Snapshot, Template};
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::info;
 
+use super::analysis::Analyses;
 use crate::crd::{RolloutStageStatus, RolloutStatus, TemplateRolloutStatus};
 use crate::metrics::{PolicyLabels, PropagationMetrics, RolloutLabels};
 
@@ -85,6 +88,8 @@ pub(super) struct Staging {
     pub(super) actions: Actions,
     /// The stage waits for `rollout approve`.
     awaiting_approval: bool,
+    /// What the health gate's query last said.
+    gate: Option<String>,
     /// When the current stage started (for the stage duration metric).
     stage_started: Instant,
 }
@@ -102,6 +107,8 @@ pub(super) struct Staged {
     /// Progress read from the policies' status at the start of a term, taken up when the
     /// template is next looked at.
     resumable: BTreeMap<TemplateKey, (ObjectKey, Progress, Vec<PlannedStage>)>,
+    /// The health gates' queries.
+    analyses: Analyses,
 }
 
 /// Unix seconds: progress is kept on the hub, so its clock must mean the same to the next
@@ -189,6 +196,7 @@ impl Staged {
                     previous: None,
                     actions: Actions::default(),
                     awaiting_approval: false,
+                    gate: None,
                     stage_started: now,
                 },
             );
@@ -237,18 +245,42 @@ impl Staged {
                     previous: previous_body,
                     actions: Actions::default(),
                     awaiting_approval: false,
+                    gate: None,
                     stage_started: now,
                 },
             );
         }
         let staging = self.rollouts.get_mut(key)?;
+        // The gate is asked only while the stage verifies; elsewhere it has no verdict yet.
+        let gate = strategy.analysis.as_ref().map(|a| {
+            let p = &staging.progress;
+            if p.phase == Phase::Verifying && p.paused.is_none() {
+                let clusters = staging
+                    .stages
+                    .get(p.stage)
+                    .map_or(&[][..], |s| s.clusters.as_slice());
+                let verdict = self
+                    .analyses
+                    .verdict(key, a, (p.generation, p.stage), clusters, now);
+                staging.gate = self.analyses.said(key, a);
+                verdict
+            } else {
+                self.analyses.forget(key);
+                // What made it pause or roll back stays said.
+                if p.paused.is_none() && !matches!(p.phase, Phase::RollingBack | Phase::RolledBack)
+                {
+                    staging.gate = None;
+                }
+                Verdict::Pending
+            }
+        });
         let observed = Observed {
             ready_at: held
                 .iter()
                 .filter(|(_, h)| h.ready)
                 .filter_map(|(c, h)| Some((c.clone(), h.generation?)))
                 .collect(),
-            gate: None,
+            gate,
             // Asked only where the machine reads it: before a stage drains.
             serving: if staging.progress.phase == Phase::Approval {
                 meridian_core::whatif::rollout::serving(snapshot, &policy_key.to_string(), now)
@@ -390,6 +422,7 @@ impl Staged {
                 paused: s.progress.paused.clone(),
                 awaiting_approval: waits_for_approval(s),
                 previous_body_known: s.previous.is_some(),
+                gate: s.gate.clone(),
                 actions: s.actions.clone(),
                 summary: words(k, s),
             })
@@ -413,6 +446,8 @@ pub struct RolloutView {
     pub paused: Option<String>,
     pub awaiting_approval: bool,
     pub previous_body_known: bool,
+    /// What the health gate's query last said.
+    pub gate: Option<String>,
     pub actions: Actions,
     pub summary: String,
 }
@@ -447,6 +482,10 @@ fn words(key: &TemplateKey, s: &Staging) -> String {
         p.previous,
         stage.unwrap_or_else(|| "every stage done".into())
     );
+    let at = match &s.gate {
+        Some(gate) => format!("{at} ({gate})"),
+        None => at,
+    };
     match (&p.paused, p.phase) {
         (Some(why), _) => format!("{at}, paused: {why}"),
         (None, Phase::Approval) if s.awaiting_approval => {
@@ -601,6 +640,7 @@ mod tests {
             previous: None,
             actions: Actions::default(),
             awaiting_approval: false,
+            gate: None,
             stage_started: Instant::now(),
         };
         s.actions.generation.insert(ClusterId::new("m1"), 3);

@@ -50,6 +50,7 @@ fn strategy() -> Strategy {
         ramp_seconds: 0,
         progress_deadline_seconds: 300,
         on_failure: OnFailure::Pause,
+        analysis: None,
     }
 }
 
@@ -480,4 +481,25 @@ fn the_drain_wait_counts_from_when_the_published_decision_drains() {
     r.observed.drained = Some(BTreeSet::new());
     r.at(1, &[]);
     assert_eq!(r.phase(), (0, Phase::Verifying));
+}
+
+#[test]
+fn the_gate_query_names_the_stage_and_holds_while_no_sample_is_over_the_threshold() {
+    let a = Analysis {
+        prometheus_url: "http://127.0.0.1:9090".into(),
+        query: r#"sum by (cluster) (rate(errors_total{cluster=~"$clusters"}[1m]))"#.into(),
+        threshold: Threshold(0.5),
+    };
+    assert_eq!(
+        a.query_for(&[id("m2"), id("eu.west")]),
+        r#"sum by (cluster) (rate(errors_total{cluster=~"m2|eu\.west"}[1m]))"#
+    );
+    assert_eq!(a.judge(&[]), Gate::Holds, "no errors, no series");
+    assert_eq!(a.judge(&[0.1, 0.5]), Gate::Holds);
+    assert_eq!(a.judge(&[0.1, 0.6]), Gate::Fails);
+    assert_eq!(
+        a.judge(&[f64::NAN]),
+        Gate::Holds,
+        "a ratio over no requests"
+    );
 }
