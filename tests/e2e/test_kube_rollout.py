@@ -290,3 +290,60 @@ def test_a_prometheus_gate_passes_the_canary_and_rolls_back_a_stage_whose_errors
     finally:
         prom.stop()
         ratios.stop()
+
+
+def test_a_new_leader_resumes_the_rollout_at_its_stage_without_rewriting_the_finished_one(kube_fleet):
+    """Two replicas; the leader is killed (SIGKILL) while stage 2 waits for approval. The other
+    takes the lease, reads the progress from the policy's status and resumes at stage 2: m1's
+    copy is not written again, m2 and m3 keep generation 1 until the new leader is told
+    `approve`, and the drain it then makes is read by both replicas' DNS from the status."""
+    a = kube_fleet.start_meridian("meridian")
+    wait_for(lambda: kube_fleet.lease_holder() == "meridian", timeout=15, what="meridian leads", log=a)
+    b = kube_fleet.start_meridian("meridian-2")
+    hub = kube_fleet.hub
+    for member, address in ADDRESS.items():
+        kube_fleet.publish(member, "roll", [address])
+    hub.apply(deployment("roll", 1, image_tag="1"))
+    kube_fleet.policy("roll", {
+        "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "roll"}, {"name": "roll"}],
+        "placement": {
+            "clusterAffinities": [{"name": "all", "clusterNames": ["m1", "m2", "m3"]}],
+            "rollout": {"drainSeconds": 0, "stages": [
+                {"name": "canary", "clusterNames": ["m1"]},
+                {"name": "rest", "maxUnavailablePercent": 100, "approval": "Required"},
+            ]},
+        },
+    })
+    wait_for(lambda: images(kube_fleet) == {"m1": "1", "m2": "1", "m3": "1"}, timeout=30,
+             what="roll:1 in m1, m2 and m3", log=a)
+    for member in ADDRESS:
+        write_status(kube_fleet, member, "roll", 1)
+    hub.apply(deployment("roll", 1, image_tag="2"))
+    wait_for(lambda: image_of(kube_fleet, "m1") == "2", timeout=30, what="the canary m1 gets roll:2", log=a)
+    write_status(kube_fleet, "m1", "roll", 1)
+    wait_for(lambda: (condition({"status": policy_status(kube_fleet)}, "Rollout") or {}).get("reason") == "AwaitingApproval",
+             timeout=20, what="stage 2 awaiting approval", log=a)
+    assert "does not lead" in rollout_cli(b, "status", check=False).stderr
+
+    killed = time.time()
+    a.proc.kill()
+    a.proc.wait()
+    wait_for(lambda: kube_fleet.lease_holder() == "meridian-2", timeout=20, what="meridian-2 takes the lease", log=b)
+    said = wait_for(lambda: (lambda r: r.stdout if r.returncode == 0 and "roll" in r.stdout else None)(
+        rollout_cli(b, "status", "roll", "-n", NAMESPACE, check=False)), timeout=20, what="meridian-2 shows the rollout", log=b)
+    assert 'stage 1 "canary": m1 — done' in said and "waiting for `meridian rollout approve`" in said, said
+    time.sleep(2)
+    assert images(kube_fleet) == {"m1": "2", "m2": "1", "m3": "1"}
+    assert written_at(kube_fleet, "m1", killed) is None, "the new leader wrote the finished stage's copy again"
+
+    rollout_cli(b, "approve", "roll", "-n", NAMESPACE)
+    b.wait_for(lambda: ADDRESS["m2"] not in b.addresses(NAME, source=FROM["m2"]), timeout=20,
+               what="m2 drained by the new leader")
+    wait_for(lambda: images(kube_fleet) == {"m1": "2", "m2": "2", "m3": "2"}, timeout=20,
+             what="m2 and m3 get roll:2 from the new leader", log=b)
+    for member in ("m2", "m3"):
+        write_status(kube_fleet, member, "roll", 1)
+    wait_for(lambda: policy_status(kube_fleet)["rollout"]["templates"][0]["phase"] == "Done", timeout=20,
+             what="the rollout Done", log=b)
+    b.wait_for(lambda: ADDRESS["m2"] in b.addresses(NAME, source=FROM["m2"]), timeout=20,
+               what="m2's traffic back")
