@@ -94,6 +94,19 @@ class Sampler:
         return self.samples
 
 
+REGION = {"m1": "eu", "m2": "eu", "m3": "us"}
+CLUSTER_OF = {address: cluster for cluster, address in ADDRESS.items()}
+
+
+def answered_as_planned(m, step):
+    """While `step`'s stage is drained, the clusters DNS answers a client of each member with
+    are those `simulate --rollout` gave its region a share of."""
+    for client, region in REGION.items():
+        planned = {s["cluster"] for s in step["shares"] if s["region"] == region and s["percent"] > 0}
+        answered = {CLUSTER_OF[a] for a in m.addresses(NAME, source=FROM[client])}
+        assert answered == planned, (client, step["stage"], answered, step["shares"])
+
+
 def written_at(kube_fleet, member, after):
     """When meridian's first write of Deployment roll after `after` reached `member`'s API
     server (the audit log's requestReceivedTimestamp), or None."""
@@ -129,11 +142,18 @@ def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_an
     m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
                what="m1's address answered to a client in m1")
 
+    # The plan, before the edit: what each stage drains and where each region's traffic goes.
+    plan = json.loads(subprocess.run([BIN, "simulate", "--rollout", "shop/roll", "--json", "--admin",
+                                      f"127.0.0.1:{m.admin_port}"], capture_output=True, text=True, check=True).stdout)
+    assert [(s["stage"], s["drained"], s["stranded"]) for s in plan["steps"]] == [
+        ("canary", ["m1"], []), ("rest", ["m2", "m3"], [])], plan
+
     # The edit: generation 2.
     sampler = Sampler(m, "m1")
     edited = time.time()
     hub.apply(deployment("roll", 1, image_tag="2"))
     wait_for(lambda: image_of(kube_fleet, "m1") == "2", timeout=30, what="the canary m1 gets roll:2", log=m)
+    answered_as_planned(m, plan["steps"][0])
     copy = member_deployment(kube_fleet, "m1", "roll")
     assert copy["metadata"]["annotations"][GENERATION] == "2", copy["metadata"]
     # Not ready at generation 2 yet (its status is generation 1's): still out of traffic.
@@ -180,6 +200,7 @@ def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_an
     m.wait_for(lambda: ADDRESS["m2"] not in m.addresses(NAME, source=FROM["m2"]), timeout=20,
                what="m2 drained after the approval")
     assert policy_status(kube_fleet)["rollout"]["drained"] == ["m2", "m3"], policy_status(kube_fleet)
+    answered_as_planned(m, plan["steps"][1])
     wait_for(lambda: images(kube_fleet) == {"m1": "2", "m2": "2", "m3": "2"}, timeout=20,
              what="m2 and m3 get roll:2", log=m)
     # m3 runs ready, m2 never does: past progressDeadlineSeconds the rollout pauses.
