@@ -2,6 +2,7 @@
 //! reported with what is wrong, and a policy with any problem is not used at all (a half-read
 //! policy could send traffic somewhere its author never meant).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use meridian_core as core;
@@ -53,7 +54,10 @@ pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, 
     }
     let templates = template_selectors(csp, &mut problems);
     let tolerations = tolerations(&placement.tolerations, &mut problems);
-    let placement_policy = placement_policy(&placement, &mut problems);
+    let mut placement_policy = placement_policy(&placement, &mut problems);
+    if let Some(strategy) = placement_policy.as_mut().and_then(|p| p.rollout.as_mut()) {
+        strategy.control = rollout_control(csp.metadata.annotations.as_ref(), &mut problems);
+    }
     let standby = placement_policy
         .as_ref()
         .is_some_and(|p| p.standby.is_some());
@@ -511,7 +515,54 @@ fn rollout(spec: &RolloutSpec, problems: &mut Vec<String>) -> Option<core::stage
             Some(RolloutOnFailureSpec::Pause) | None => OnFailure::Pause,
         },
         analysis: spec.analysis.as_ref().and_then(|a| analysis(a, problems)),
+        control: Default::default(),
     })
+}
+
+/// What a GitOps tool says of the policy's rollouts through its annotations.
+pub const ROLLOUT_PAUSED: &str = "meridian.io/rollout-paused";
+pub const ROLLOUT_APPROVED: &str = "meridian.io/rollout-approved";
+pub const ROLLOUT_ABORT: &str = "meridian.io/rollout-abort";
+
+fn rollout_control(
+    annotations: Option<&BTreeMap<String, String>>,
+    problems: &mut Vec<String>,
+) -> core::stages::Control {
+    let get = |k: &str| annotations.and_then(|a| a.get(k)).map(|v| v.trim());
+    let paused = match get(ROLLOUT_PAUSED) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            problems.push(format!(
+                "annotation {ROLLOUT_PAUSED}: \"true\" or \"false\", not {other:?}"
+            ));
+            false
+        }
+    };
+    let approved = get(ROLLOUT_APPROVED)
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    let abort = match get(ROLLOUT_ABORT) {
+        None => None,
+        Some(v) => match v.parse::<i64>() {
+            Ok(g) => Some(g),
+            Err(_) => {
+                problems.push(format!(
+                    "annotation {ROLLOUT_ABORT}: the template generation to abort, not {v:?}"
+                ));
+                None
+            }
+        },
+    };
+    core::stages::Control {
+        paused,
+        approved,
+        abort,
+    }
 }
 
 fn analysis(

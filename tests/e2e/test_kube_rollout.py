@@ -317,7 +317,8 @@ def test_a_new_leader_resumes_the_rollout_at_its_stage_without_rewriting_the_fin
     """Two replicas; the leader is killed (SIGKILL) while stage 2 waits for approval. The other
     takes the lease, reads the progress from the policy's status and resumes at stage 2: m1's
     copy is not written again, m2 and m3 keep generation 1 until the new leader is told
-    `approve`, and the drain it then makes is read by both replicas' DNS from the status."""
+    approved — through the policy's annotations, as a GitOps tool would: `rollout-paused`
+    holds it while set, `rollout-approved: rest` lets stage 2 go."""
     a = kube_fleet.start_meridian("meridian")
     wait_for(lambda: kube_fleet.lease_holder() == "meridian", timeout=15, what="meridian leads", log=a)
     b = kube_fleet.start_meridian("meridian-2")
@@ -325,7 +326,7 @@ def test_a_new_leader_resumes_the_rollout_at_its_stage_without_rewriting_the_fin
     for member, address in ADDRESS.items():
         kube_fleet.publish(member, "roll", [address])
     hub.apply(deployment("roll", 1, image_tag="1"))
-    kube_fleet.policy("roll", {
+    spec = {
         "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "roll"}, {"name": "roll"}],
         "placement": {
             "clusterAffinities": [{"name": "all", "clusterNames": ["m1", "m2", "m3"]}],
@@ -334,7 +335,8 @@ def test_a_new_leader_resumes_the_rollout_at_its_stage_without_rewriting_the_fin
                 {"name": "rest", "maxUnavailablePercent": 100, "approval": "Required"},
             ]},
         },
-    })
+    }
+    kube_fleet.policy("roll", spec)
     wait_for(lambda: images(kube_fleet) == {"m1": "1", "m2": "1", "m3": "1"}, timeout=30,
              what="roll:1 in m1, m2 and m3", log=a)
     for member in ADDRESS:
@@ -357,7 +359,16 @@ def test_a_new_leader_resumes_the_rollout_at_its_stage_without_rewriting_the_fin
     assert images(kube_fleet) == {"m1": "2", "m2": "1", "m3": "1"}
     assert written_at(kube_fleet, "m1", killed) is None, "the new leader wrote the finished stage's copy again"
 
-    rollout_cli(b, "approve", "roll", "-n", NAMESPACE)
+    # Approved by annotation while the annotation also pauses it: nothing moves until the pause goes.
+    def annotate(**annotations):
+        hub.apply({"apiVersion": MERIDIAN, "kind": "ClusterSchedulingPolicy",
+                   "metadata": {"name": "roll", "namespace": NAMESPACE, "annotations": annotations}, "spec": spec})
+    annotate(**{"meridian.io/rollout-paused": "true", "meridian.io/rollout-approved": "rest"})
+    wait_for(lambda: "paused by the policy's annotation" in rollout_cli(b, "status").stdout, timeout=15,
+             what="the annotation's pause", log=b)
+    time.sleep(2)
+    assert images(kube_fleet) == {"m1": "2", "m2": "1", "m3": "1"}
+    annotate(**{"meridian.io/rollout-approved": "rest"})
     b.wait_for(lambda: ADDRESS["m2"] not in b.addresses(NAME, source=FROM["m2"]), timeout=20,
                what="m2 drained by the new leader")
     wait_for(lambda: images(kube_fleet) == {"m1": "2", "m2": "2", "m3": "2"}, timeout=20,

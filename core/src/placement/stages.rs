@@ -45,6 +45,51 @@ pub struct Strategy {
     pub on_failure: OnFailure,
     /// The health gate a stage must hold while it verifies.
     pub analysis: Option<Analysis>,
+    /// What the policy's annotations say (a GitOps tool's pause, approvals and abort).
+    pub control: Control,
+}
+
+/// The rollout commands a policy's annotations hold, as a state rather than events:
+/// `meridian.io/rollout-paused: "true"` holds every rollout of the policy paused while set,
+/// `meridian.io/rollout-approved: "canary,rest"` approves the stages of those names, and
+/// `meridian.io/rollout-abort: "7"` aborts the rollout of template generation 7.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Control {
+    pub paused: bool,
+    pub approved: BTreeSet<String>,
+    pub abort: Option<i64>,
+}
+
+/// Why a rollout the annotation pauses is paused (how `resume` by annotation knows it).
+pub const PAUSED_BY_ANNOTATION: &str =
+    "paused by the policy's annotation meridian.io/rollout-paused";
+
+impl Control {
+    /// The commands that bring `progress` in line with the annotations.
+    pub fn commands(&self, progress: &Progress, stages: &[PlannedStage]) -> Vec<Command> {
+        let mut out = Vec::new();
+        if progress.finished() {
+            return out;
+        }
+        if self.abort == Some(progress.generation) && progress.phase != Phase::RollingBack {
+            out.push(Command::Abort);
+            return out;
+        }
+        let stage_name = stages.get(progress.stage).map(|s| s.name.as_str());
+        let base = stage_name.map(|n| n.split(" (").next().unwrap_or(n));
+        if base.is_some_and(|n| self.approved.contains(n))
+            && !progress.approved.contains(&progress.stage)
+        {
+            out.push(Command::Approve);
+        }
+        match (&progress.paused, self.paused) {
+            (None, true) => out.push(Command::PauseBy(PAUSED_BY_ANNOTATION)),
+            (Some(why), false) if why == PAUSED_BY_ANNOTATION => out.push(Command::Resume),
+            _ => {}
+        }
+        out
+    }
 }
 
 /// `rollout.analysis`: a Prometheus instant query that holds while every sample it returns is
@@ -323,6 +368,8 @@ pub enum Gate {
 pub enum Command {
     Approve,
     Pause,
+    /// A pause that says who asked (the annotation's, which only its removal lifts).
+    PauseBy(&'static str),
     Resume,
     Abort,
 }
@@ -378,6 +425,7 @@ fn obey(p: &mut Progress, command: Command, now: u64) {
             p.approved.insert(p.stage);
         }
         Command::Pause if !p.finished() => p.paused = Some("paused by an operator".into()),
+        Command::PauseBy(who) if !p.finished() => p.paused = Some(who.into()),
         // A failure pause starts the stage's failure count afresh.
         Command::Resume if p.paused.take().is_some() => {
             p.failures = 0;

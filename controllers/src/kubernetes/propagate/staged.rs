@@ -289,11 +289,18 @@ impl Staged {
             },
             drained: Some(policy.traffic.drained.clone()),
         };
+        // An operator's commands, then what the policy's annotations hold.
+        let mut commands = commands.to_vec();
+        commands.extend(
+            strategy
+                .control
+                .commands(&staging.progress, &staging.stages),
+        );
         let (progress, actions) = stages::step(
             strategy,
             &staging.stages,
             &staging.progress,
-            commands,
+            &commands,
             &observed,
             clock,
         );

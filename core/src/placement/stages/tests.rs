@@ -51,6 +51,7 @@ fn strategy() -> Strategy {
         progress_deadline_seconds: 300,
         on_failure: OnFailure::Pause,
         analysis: None,
+        control: Control::default(),
     }
 }
 
@@ -502,4 +503,58 @@ fn the_gate_query_names_the_stage_and_holds_while_no_sample_is_over_the_threshol
         Gate::Holds,
         "a ratio over no requests"
     );
+}
+
+#[test]
+fn annotations_pause_while_set_approve_stages_by_name_and_abort_a_generation() {
+    let mut s = strategy();
+    s.stages[1].approval_required = true;
+    let mut r = Run::new(s);
+    let control = Control {
+        paused: true,
+        ..Control::default()
+    };
+    let cmds = control.commands(&r.progress, &r.stages);
+    assert_eq!(cmds, [Command::PauseBy(PAUSED_BY_ANNOTATION)]);
+    r.at(0, &cmds);
+    assert_eq!(r.progress.paused.as_deref(), Some(PAUSED_BY_ANNOTATION));
+    // Still set: nothing more to say. Removed: resumed. An operator's pause is not lifted by it.
+    assert!(control.commands(&r.progress, &r.stages).is_empty());
+    let cmds = Control::default().commands(&r.progress, &r.stages);
+    assert_eq!(cmds, [Command::Resume]);
+    r.at(0, &cmds);
+    r.at(0, &[Command::Pause]);
+    assert!(
+        Control::default()
+            .commands(&r.progress, &r.stages)
+            .is_empty()
+    );
+    r.at(0, &[Command::Resume]);
+    // Canary through, then "rest" waits until the annotation names it.
+    let a = r.at(10, &[]);
+    r.members_apply(&a);
+    r.at(1, &[]);
+    r.at(60, &[]);
+    assert_eq!(r.phase(), (1, Phase::Approval));
+    let approving = Control {
+        approved: ["rest".to_string()].into(),
+        ..Control::default()
+    };
+    let cmds = approving.commands(&r.progress, &r.stages);
+    assert_eq!(cmds, [Command::Approve]);
+    r.at(0, &cmds);
+    assert_eq!(r.phase(), (1, Phase::Draining));
+    // An abort names the generation: another generation's abort does nothing.
+    let other = Control {
+        abort: Some(1),
+        ..Control::default()
+    };
+    assert!(other.commands(&r.progress, &r.stages).is_empty());
+    let this = Control {
+        abort: Some(2),
+        ..Control::default()
+    };
+    r.at(0, &this.commands(&r.progress, &r.stages));
+    assert_eq!(r.phase(), (1, Phase::RollingBack));
+    assert!(this.commands(&r.progress, &r.stages).is_empty());
 }
