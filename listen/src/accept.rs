@@ -583,7 +583,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_evicted_connection_leaves_the_count_before_its_task_runs() {
+    async fn an_evicted_connection_leaves_the_count_at_once_and_its_place_once_closed() {
         use tokio::io::AsyncWriteExt;
         let (listener, metrics, addr) = bound(2).await;
         let mut probes = Vec::new();
@@ -594,15 +594,23 @@ mod tests {
         }
         let mut client = TcpStream::connect(addr).await.unwrap();
         client.write_all(b"hello").await.unwrap();
-        let _admitted = tokio::time::timeout(Duration::from_secs(5), listener.accept())
-            .await
-            .expect("admitted");
-        // The evicted probe's connection is still held (its task has not run), yet the
-        // count is of places under the bound.
         let labels = ListenerMetrics::labels("test");
-        assert_eq!(metrics.connections.get_or_create(&labels).get(), 2);
+        let gauge = metrics.connections.get_or_create(&labels).clone();
+        // The oldest probe is evicted for the client: out of the count at once, but its
+        // socket is open until its task drops it, and the client waits for that place.
+        let evicted = held.remove(0);
+        let (admitted, ()) = tokio::join!(
+            tokio::time::timeout(Duration::from_secs(5), listener.accept()),
+            async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                assert_eq!(gauge.get(), 1, "the evicted probe is no longer counted");
+                drop(evicted);
+            }
+        );
+        let _admitted = admitted.expect("admitted once the evicted socket closed");
+        assert_eq!(gauge.get(), 2);
         drop(held);
-        assert_eq!(metrics.connections.get_or_create(&labels).get(), 1);
+        assert_eq!(gauge.get(), 1);
     }
 
     #[tokio::test]

@@ -74,19 +74,20 @@ pub(crate) struct Slot {
     active_ms: AtomicU64,
     /// The listener's count of connections per source, taken down when the connection goes.
     sources: Option<Arc<Mutex<HashMap<IpAddr, usize>>>>,
-    /// The connection's place under the bound. Given back when it is evicted, not when its
-    /// task next runs: a burst of new connections evicts one after the other, and each must
-    /// find the place of the one before free.
+    /// The connection's place under the bound: uncounted when it is evicted, given back when
+    /// the connection is dropped (its socket closed).
     place: Mutex<Option<Place>>,
 }
 
-/// A place under a listener's bound, counted in `meridian_listener_connections` for as long
-/// as it is held: the gauge falls when an evicted connection gives its place back, not when
-/// its task next runs, so it never reads above the bound.
+/// A place under a listener's bound, counted in `meridian_listener_connections` until the
+/// connection is evicted or gone: the gauge falls when an evicted connection is told to go,
+/// so it never reads above the bound. The permit — the descriptor the place stands for — is
+/// held until the connection is dropped, so a listener never holds more open sockets than its
+/// bound (a new connection waits for the evicted one's socket to close).
 #[derive(Debug)]
 struct Place {
     _permit: OwnedSemaphorePermit,
-    gauge: Gauge,
+    gauge: Option<Gauge>,
 }
 
 impl Place {
@@ -94,14 +95,19 @@ impl Place {
         gauge.inc();
         Self {
             _permit: permit,
-            gauge,
+            gauge: Some(gauge),
         }
+    }
+
+    /// No longer counted (once); the permit stays until the place is dropped.
+    fn uncount(&mut self) -> bool {
+        self.gauge.take().map(|g| g.dec()).is_some()
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        self.gauge.dec();
+        self.uncount();
     }
 }
 
@@ -160,15 +166,15 @@ impl Slot {
 
     fn end(&self) {
         self.evicted.store(true, Ordering::Release);
-        self.give_back();
+        self.uncount();
         if let Some(waker) = self.waker.lock().take() {
             waker.wake();
         }
     }
 
-    /// Gives the place under the bound and the source's count back (once).
-    fn give_back(&self) {
-        if self.place.lock().take().is_none() {
+    /// Takes the connection out of the gauge and its source's count (once).
+    fn uncount(&self) {
+        if !self.place.lock().as_mut().is_some_and(Place::uncount) {
             return;
         }
         if let Some(sources) = &self.sources {
@@ -189,7 +195,9 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.give_back();
+        self.uncount();
+        // The permit goes with the place, now that the socket is closed.
+        self.place.lock().take();
     }
 }
 
