@@ -766,7 +766,7 @@ pub async fn run(
         }
         let mut jobs: BTreeMap<ClusterId, Vec<Job>> = BTreeMap::new();
         let commands = view.take_commands();
-        let mut staging = BTreeSet::new();
+        let mut staged_keys = BTreeSet::new();
         for (key, step, propagation) in &steps {
             // The leader drives staged rollouts (their progress is in the policies' status).
             let gate = if leads {
@@ -775,7 +775,7 @@ pub async fn run(
                 None
             };
             if gate.is_some() {
-                staging.insert(key.clone());
+                staged_keys.insert(key.clone());
             }
             plan(
                 &pass,
@@ -827,7 +827,7 @@ pub async fn run(
             let view = template_view(&pass, &mut members, &key, step, &conflicts);
             let decision = snapshot.placements.decisions.get(&key).map(|d| &**d);
             converging.observe(&key, decision, &pass, &view, &metrics);
-            let rolling = staging.contains(&key)
+            let rolling = staged_keys.contains(&key)
                 && staged
                     .rollouts()
                     .get(&key)

@@ -139,6 +139,11 @@ impl Analyses {
         })
     }
 
+    /// Keeps the probes of the templates `placed` says are still placed.
+    pub(super) fn retain(&mut self, placed: impl Fn(&TemplateKey) -> bool) {
+        self.probes.retain(|k, _| placed(k));
+    }
+
     /// Stops asking for `key` (its stage no longer verifies).
     pub(super) fn forget(&mut self, key: &TemplateKey) {
         self.probes.remove(key);

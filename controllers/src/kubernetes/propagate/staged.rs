@@ -94,6 +94,89 @@ pub(super) struct Staging {
     stage_started: Instant,
 }
 
+impl Staging {
+    fn new(
+        policy: ObjectKey,
+        progress: Progress,
+        stages: Vec<PlannedStage>,
+        previous: Option<Template>,
+        now: Instant,
+    ) -> Self {
+        Self {
+            policy,
+            progress,
+            stages,
+            previous,
+            actions: Actions::default(),
+            awaiting_approval: false,
+            gate: None,
+            stage_started: now,
+        }
+    }
+
+    /// Keeps what a step decided: logs a change, times a stage that ended, and notes whether
+    /// the stage now waits for an approval.
+    fn record(
+        &mut self,
+        key: &TemplateKey,
+        strategy: &stages::Strategy,
+        progress: Progress,
+        actions: Actions,
+        now: Instant,
+        metrics: &PropagationMetrics,
+    ) {
+        let stage_ended = progress.stage != self.progress.stage
+            || (progress.finished() && !self.progress.finished());
+        if stage_ended {
+            metrics.rollout_stage_seconds.observe(
+                now.saturating_duration_since(self.stage_started)
+                    .as_secs_f64(),
+            );
+            self.stage_started = now;
+        }
+        if progress != self.progress {
+            info!(template = %key, stage = progress.stage, phase = ?progress.phase,
+                  paused = progress.paused.as_deref().unwrap_or(""), "staged rollout");
+        }
+        self.awaiting_approval = progress.phase == Phase::Approval
+            && progress.paused.is_none()
+            && !progress.approved.contains(&progress.stage)
+            && self
+                .stages
+                .get(progress.stage)
+                .and_then(|st| strategy.stages.get(st.spec))
+                .is_some_and(|spec| spec.approval_required);
+        self.progress = progress;
+        self.actions = actions;
+    }
+}
+
+/// The health gate's verdict for `staging`'s stage: asked while it verifies, Pending
+/// elsewhere (what made a rollout pause or roll back stays said).
+fn ask_gate(
+    analyses: &mut Analyses,
+    staging: &mut Staging,
+    key: &TemplateKey,
+    analysis: &stages::Analysis,
+    now: Instant,
+) -> Verdict {
+    let p = &staging.progress;
+    if p.phase == Phase::Verifying && p.paused.is_none() {
+        let clusters = staging
+            .stages
+            .get(p.stage)
+            .map_or(&[][..], |s| s.clusters.as_slice());
+        let verdict = analyses.verdict(key, analysis, (p.generation, p.stage), clusters, now);
+        staging.gate = analyses.said(key, analysis);
+        return verdict;
+    }
+    analyses.forget(key);
+    if p.paused.is_none() && !matches!(p.phase, Phase::RollingBack | Phase::RolledBack) {
+        staging.gate = None;
+    }
+    Verdict::Pending
+}
+
 /// An operator's command for every rollout of a policy.
 pub(super) type Commands = Arc<Mutex<Vec<(ObjectKey, Command)>>>;
 
@@ -177,103 +260,25 @@ impl Staged {
         let policy = snapshot.policies.iter().find(|p| &p.key == policy_key)?;
         let strategy = policy.placement.as_ref()?.rollout.as_ref()?;
         let key = &template.key;
-        let clock = unix_now();
         let previous_body = self.bodies.insert(key.clone(), template.clone());
-        if let Some((from, progress, mut stages)) = self.resumable.remove(key)
-            && !self.rollouts.contains_key(key)
-        {
-            for s in &mut stages {
-                s.spec = spec_index(strategy, &s.name);
-            }
-            info!(template = %key, stage = progress.stage, phase = ?progress.phase,
-                  "resuming a staged rollout from the policy's status");
-            self.rollouts.insert(
-                key.clone(),
-                Staging {
-                    policy: from,
-                    progress,
-                    stages,
-                    previous: None,
-                    actions: Actions::default(),
-                    awaiting_approval: false,
-                    gate: None,
-                    stage_started: now,
-                },
-            );
-        }
-        let behind = held
-            .values()
-            .filter_map(|h| h.generation)
-            .filter(|g| *g != template.generation)
-            .min();
-        let current = self
-            .rollouts
-            .get(key)
-            .is_some_and(|s| s.progress.generation == template.generation);
-        if !current {
-            let Some(old) = behind else {
-                // Nothing holds another generation: nothing to stage (a first placement, or
-                // every copy already at it).
-                self.rollouts.remove(key);
-                return None;
-            };
-            // An edit during a rollout rolls on from the generation the first one replaced.
-            let (previous, previous_body) = match self.rollouts.remove(key) {
-                Some(s) => (s.progress.previous, s.previous),
-                None => (old, previous_body.filter(|b| b.generation == old)),
-            };
-            let placed = decision
-                .placed
-                .iter()
-                .map(|p| {
-                    let labels = snapshot
-                        .cluster_view(&p.cluster)
-                        .map(|v| v.spec.labels.clone())
-                        .unwrap_or_default();
-                    (p.cluster.clone(), labels)
-                })
-                .collect();
-            let stages = stages::plan(strategy, &placed);
-            info!(template = %key, generation = template.generation, previous,
-                  stages = stages.len(), "a staged rollout starts");
-            self.rollouts.insert(
-                key.clone(),
-                Staging {
-                    policy: policy_key.clone(),
-                    progress: Progress::start(template.generation, previous, clock),
-                    stages,
-                    previous: previous_body,
-                    actions: Actions::default(),
-                    awaiting_approval: false,
-                    gate: None,
-                    stage_started: now,
-                },
-            );
+        self.take_up_resumed(key, strategy, now);
+        let started = self.start_if_edited(
+            snapshot,
+            (policy_key, strategy),
+            decision,
+            template,
+            held,
+            previous_body,
+            now,
+        );
+        if !started {
+            return None;
         }
         let staging = self.rollouts.get_mut(key)?;
-        // The gate is asked only while the stage verifies; elsewhere it has no verdict yet.
-        let gate = strategy.analysis.as_ref().map(|a| {
-            let p = &staging.progress;
-            if p.phase == Phase::Verifying && p.paused.is_none() {
-                let clusters = staging
-                    .stages
-                    .get(p.stage)
-                    .map_or(&[][..], |s| s.clusters.as_slice());
-                let verdict = self
-                    .analyses
-                    .verdict(key, a, (p.generation, p.stage), clusters, now);
-                staging.gate = self.analyses.said(key, a);
-                verdict
-            } else {
-                self.analyses.forget(key);
-                // What made it pause or roll back stays said.
-                if p.paused.is_none() && !matches!(p.phase, Phase::RollingBack | Phase::RolledBack)
-                {
-                    staging.gate = None;
-                }
-                Verdict::Pending
-            }
-        });
+        let gate = strategy
+            .analysis
+            .as_ref()
+            .map(|a| ask_gate(&mut self.analyses, staging, key, a, now));
         let observed = Observed {
             ready_at: held
                 .iter()
@@ -302,50 +307,107 @@ impl Staged {
             &staging.progress,
             &commands,
             &observed,
-            clock,
+            unix_now(),
         );
-        if progress.stage != staging.progress.stage || progress.finished() {
-            if !staging.progress.finished() {
-                metrics.rollout_stage_seconds.observe(
-                    now.saturating_duration_since(staging.stage_started)
-                        .as_secs_f64(),
-                );
-            }
-            staging.stage_started = now;
-        }
-        if progress != staging.progress {
-            info!(template = %key, stage = progress.stage, phase = ?progress.phase,
-                  paused = progress.paused.as_deref().unwrap_or(""), "staged rollout");
-        }
-        staging.awaiting_approval = progress.phase == Phase::Approval
-            && progress.paused.is_none()
-            && !progress.approved.contains(&progress.stage)
-            && staging
-                .stages
-                .get(progress.stage)
-                .and_then(|st| strategy.stages.get(st.spec))
-                .is_some_and(|spec| spec.approval_required);
-        staging.progress = progress;
-        staging.actions = actions;
+        staging.record(key, strategy, progress, actions, now, metrics);
         Some(gate_of(staging, template, held))
+    }
+
+    /// A rollout the policy's status held at the term's start, taken up if none runs here.
+    fn take_up_resumed(&mut self, key: &TemplateKey, strategy: &stages::Strategy, now: Instant) {
+        let Some((from, progress, mut stages)) = self.resumable.remove(key) else {
+            return;
+        };
+        if self.rollouts.contains_key(key) {
+            return;
+        }
+        for s in &mut stages {
+            s.spec = spec_index(strategy, &s.name);
+        }
+        info!(template = %key, stage = progress.stage, phase = ?progress.phase,
+              "resuming a staged rollout from the policy's status");
+        self.rollouts
+            .insert(key.clone(), Staging::new(from, progress, stages, None, now));
+    }
+
+    /// Starts a rollout when the template's generation is not the one rolling out and some
+    /// copy holds another; false when there is nothing to stage (a first placement, or every
+    /// copy at the template's generation already).
+    #[allow(clippy::too_many_arguments)]
+    fn start_if_edited(
+        &mut self,
+        snapshot: &Snapshot,
+        (policy_key, strategy): (&ObjectKey, &stages::Strategy),
+        decision: &Decision,
+        template: &Template,
+        held: &BTreeMap<ClusterId, HeldAt>,
+        previous_body: Option<Template>,
+        now: Instant,
+    ) -> bool {
+        let key = &template.key;
+        if self
+            .rollouts
+            .get(key)
+            .is_some_and(|s| s.progress.generation == template.generation)
+        {
+            return true;
+        }
+        let behind = held
+            .values()
+            .filter_map(|h| h.generation)
+            .filter(|g| *g != template.generation)
+            .min();
+        let Some(old) = behind else {
+            self.rollouts.remove(key);
+            return false;
+        };
+        // An edit during a rollout rolls on from the generation the first one replaced.
+        let (previous, previous_body) = match self.rollouts.remove(key) {
+            Some(s) if !s.progress.finished() => (s.progress.previous, s.previous),
+            _ => (old, previous_body.filter(|b| b.generation == old)),
+        };
+        let placed = decision
+            .placed
+            .iter()
+            .map(|p| {
+                let labels = snapshot
+                    .cluster_view(&p.cluster)
+                    .map(|v| v.spec.labels.clone())
+                    .unwrap_or_default();
+                (p.cluster.clone(), labels)
+            })
+            .collect();
+        let stages = stages::plan(strategy, &placed);
+        info!(template = %key, generation = template.generation, previous,
+              stages = stages.len(), "a staged rollout starts");
+        let progress = Progress::start(template.generation, previous, unix_now());
+        self.rollouts.insert(
+            key.clone(),
+            Staging::new(policy_key.clone(), progress, stages, previous_body, now),
+        );
+        true
     }
 
     /// Rollouts of templates no longer placed by a staged policy are forgotten.
     pub(super) fn retain(&mut self, placed: impl Fn(&TemplateKey) -> bool) {
         self.rollouts.retain(|k, _| placed(k));
         self.bodies.retain(|k, _| placed(k));
+        self.analyses.retain(&placed);
     }
 
-    /// `status.rollout` of `policy` (None: it has no rollout this term).
-    pub(super) fn status_of(&self, policy: &ObjectKey) -> Option<Value> {
+    /// The rollouts of `policy`'s templates (None: it has none this term).
+    fn of_policy(&self, policy: &ObjectKey) -> Option<Vec<(&TemplateKey, &Staging)>> {
         let mine: Vec<(&TemplateKey, &Staging)> = self
             .rollouts
             .iter()
             .filter(|(_, s)| &s.policy == policy)
             .collect();
-        if mine.is_empty() {
-            return None;
-        }
+        (!mine.is_empty()).then_some(mine)
+    }
+
+    /// `status.rollout` of `policy` (None: it has no rollout this term).
+    pub(super) fn status_of(&self, policy: &ObjectKey) -> Option<Value> {
+        let mine = self.of_policy(policy)?;
         let drained: BTreeSet<&ClusterId> =
             mine.iter().flat_map(|(_, s)| &s.actions.drained).collect();
         let status = RolloutStatus {
@@ -360,14 +422,7 @@ impl Staged {
 
     /// The `Rollout` condition of `policy`: (status, reason, message).
     pub(super) fn condition_of(&self, policy: &ObjectKey) -> Option<(bool, &'static str, String)> {
-        let mine: Vec<(&TemplateKey, &Staging)> = self
-            .rollouts
-            .iter()
-            .filter(|(_, s)| &s.policy == policy)
-            .collect();
-        if mine.is_empty() {
-            return None;
-        }
+        let mine = self.of_policy(policy)?;
         let said: Vec<String> = mine.iter().map(|(k, s)| words(k, s)).collect();
         let (ok, reason) = if mine.iter().any(|(_, s)| s.progress.paused.is_some()) {
             (false, "Paused")
@@ -378,7 +433,7 @@ impl Staged {
             (false, "RolledBack")
         } else if mine.iter().all(|(_, s)| s.progress.finished()) {
             (true, "Complete")
-        } else if mine.iter().any(|(_, s)| waits_for_approval(s)) {
+        } else if mine.iter().any(|(_, s)| s.awaiting_approval) {
             (true, "AwaitingApproval")
         } else {
             (true, "Progressing")
@@ -427,7 +482,7 @@ impl Staged {
                 since: s.progress.since,
                 failures: s.progress.failures,
                 paused: s.progress.paused.clone(),
-                awaiting_approval: waits_for_approval(s),
+                awaiting_approval: s.awaiting_approval,
                 previous_body_known: s.previous.is_some(),
                 gate: s.gate.clone(),
                 actions: s.actions.clone(),
@@ -470,10 +525,6 @@ fn phase_label(phase: Phase) -> &'static str {
         Phase::Done => "done",
         Phase::RolledBack => "rolled_back",
     }
-}
-
-fn waits_for_approval(s: &Staging) -> bool {
-    s.awaiting_approval
 }
 
 /// One line: where the rollout of `key` stands.
