@@ -107,6 +107,30 @@ def answered_as_planned(m, step):
         assert answered == planned, (client, step["stage"], answered, step["shares"])
 
 
+def left_before_written(kube_fleet, samplers, stage, since):
+    """Stops the samplers and checks, for the client of every member, that each cluster of
+    `stage` left the answers before meridian's write of its copy (after `since`) reached its
+    API server, stayed out until after that write (back at most once), and that no answer was
+    empty meanwhile."""
+    samples = {c: s.stop() for c, s in samplers.items()}
+    for cluster in stage:
+        write = written_at(kube_fleet, cluster, since)
+        assert write is not None, f"no write of {cluster}'s copy in its audit log"
+        for client, seen in samples.items():
+            gone = [t for t, a in seen if ADDRESS[cluster] not in a]
+            assert gone, f"{cluster}'s address never left the answers to a client in {client}"
+            first_gone = min(gone)
+            assert first_gone < write, (
+                f"{cluster}'s copy was written {first_gone - write:.3f} s before its traffic left {client}'s answers")
+            back = [t for t, a in seen if t > first_gone and ADDRESS[cluster] in a]
+            first_back = min(back) if back else float("inf")
+            assert all(ADDRESS[cluster] not in a for t, a in seen if first_gone <= t < first_back), (cluster, client)
+            assert first_back > write, f"{cluster} came back to {client}'s clients before its copy changed"
+    for client, seen in samples.items():
+        empty = [s for s in seen if not s[1] or s[1][0] == "error"]
+        assert not empty, (client, empty[:3])
+
+
 def written_at(kube_fleet, member, after):
     """When meridian's first write of Deployment roll after `after` reached `member`'s API
     server (the audit log's requestReceivedTimestamp), or None."""
@@ -148,8 +172,8 @@ def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_an
     assert [(s["stage"], s["drained"], s["stranded"]) for s in plan["steps"]] == [
         ("canary", ["m1"], []), ("rest", ["m2", "m3"], [])], plan
 
-    # The edit: generation 2.
-    sampler = Sampler(m, "m1")
+    # The edit: generation 2. Clients of every member ask every 20 ms.
+    samplers = {c: Sampler(m, c) for c in ADDRESS}
     edited = time.time()
     hub.apply(deployment("roll", 1, image_tag="2"))
     wait_for(lambda: image_of(kube_fleet, "m1") == "2", timeout=30, what="the canary m1 gets roll:2", log=m)
@@ -162,22 +186,7 @@ def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_an
     write_status(kube_fleet, "m1", "roll", 1)
     m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
                what="m1's address back once m1 runs ready at generation 2")
-    samples = sampler.stop()
-    ready_at = time.time()
-    write = written_at(kube_fleet, "m1", edited)
-    assert write is not None, "no write of m1's copy in m1's audit log"
-    gone = [t for t, a in samples if ADDRESS["m1"] not in a]
-    assert gone, "m1's address never left the answers"
-    first_gone = min(gone)
-    assert first_gone < write, f"m1's copy was written {first_gone - write:.3f} s before its traffic left"
-    # Out of the answers from before the write until it ran ready, without a gap.
-    back = [t for t, a in samples if t > first_gone and ADDRESS["m1"] in a]
-    first_back = min(back) if back else ready_at
-    assert all(ADDRESS["m1"] not in a for t, a in samples if first_gone <= t < first_back)
-    assert first_back > write, "m1 came back before its copy changed"
-    # A client in m1 was never left without an answer meanwhile.
-    assert all(a and a[0] != "error" for _, a in samples), [s for s in samples if not s[1] or s[1][0] == "error"][:3]
-
+    left_before_written(kube_fleet, samplers, ["m1"], edited)
     # Stage 2 waits for approval: m2 and m3 keep generation 1, said everywhere.
     wait_for(lambda: (condition({"status": policy_status(kube_fleet)}, "Rollout") or {}).get("reason") == "AwaitingApproval",
              timeout=20, what="the Rollout condition AwaitingApproval", log=m)
@@ -196,6 +205,8 @@ def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_an
     assert images(kube_fleet) == {"m1": "2", "m2": "1", "m3": "1"}
     assert ADDRESS["m2"] in m.addresses(NAME, source=FROM["m2"])
     # Resumed: m2 and m3 leave the traffic (a client in m2 goes to m1), then change.
+    samplers = {c: Sampler(m, c) for c in ADDRESS}
+    resumed = time.time()
     rollout_cli(m, "resume", "roll", "-n", NAMESPACE)
     m.wait_for(lambda: ADDRESS["m2"] not in m.addresses(NAME, source=FROM["m2"]), timeout=20,
                what="m2 drained after the approval")
@@ -203,6 +214,8 @@ def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_an
     answered_as_planned(m, plan["steps"][1])
     wait_for(lambda: images(kube_fleet) == {"m1": "2", "m2": "2", "m3": "2"}, timeout=20,
              what="m2 and m3 get roll:2", log=m)
+    time.sleep(0.5)
+    left_before_written(kube_fleet, samplers, ["m2", "m3"], resumed)
     # m3 runs ready, m2 never does: past progressDeadlineSeconds the rollout pauses.
     write_status(kube_fleet, "m3", "roll", 1)
     wait_for(lambda: "not ready at the new generation in time" in (policy_status(kube_fleet)["rollout"]["templates"][0].get("paused") or ""),
