@@ -279,21 +279,6 @@ impl Staged {
             .analysis
             .as_ref()
             .map(|a| ask_gate(&mut self.analyses, staging, key, a, now));
-        let observed = Observed {
-            ready_at: held
-                .iter()
-                .filter(|(_, h)| h.ready)
-                .filter_map(|(c, h)| Some((c.clone(), h.generation?)))
-                .collect(),
-            gate,
-            // Asked only where the machine reads it: before a stage drains.
-            serving: if staging.progress.phase == Phase::Approval {
-                meridian_core::whatif::rollout::serving(snapshot, &policy_key.to_string(), now)
-            } else {
-                BTreeMap::new()
-            },
-            drained: Some(policy.traffic.drained.clone()),
-        };
         // An operator's commands, then what the policy's annotations hold.
         let mut commands = commands.to_vec();
         commands.extend(
@@ -301,6 +286,26 @@ impl Staged {
                 .control
                 .commands(&staging.progress, &staging.stages),
         );
+        // Who serves whom is read only where the machine reads it, before a stage drains: not
+        // on every pass of an hour-long wait for an approval (or a pause) no command ends.
+        let p = &staging.progress;
+        let waits_for_a_command = p.paused.is_some() || staging.awaiting_approval;
+        let may_drain =
+            p.phase == Phase::Approval && (!waits_for_a_command || !commands.is_empty());
+        let observed = Observed {
+            ready_at: held
+                .iter()
+                .filter(|(_, h)| h.ready)
+                .filter_map(|(c, h)| Some((c.clone(), h.generation?)))
+                .collect(),
+            gate,
+            serving: if may_drain {
+                meridian_core::whatif::rollout::serving(snapshot, &policy_key.to_string(), now)
+            } else {
+                BTreeMap::new()
+            },
+            drained: Some(policy.traffic.drained.clone()),
+        };
         let (progress, actions) = stages::step(
             strategy,
             &staging.stages,
