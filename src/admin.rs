@@ -597,6 +597,15 @@ async fn explain_response(s: AdminState, q: ExplainRequest) -> Response {
             (Some(service), None, None) => {
                 crate::explain::explain(s.dns.answerer(), &s.xds, seen, service, cluster)
             }
+            (None, Some(kind), Some(name)) if crate::explain::route_kind(kind).is_some() => {
+                crate::explain::explain_route(
+                    seen,
+                    crate::explain::route_kind(kind).expect("checked by the guard"),
+                    q.namespace.as_deref().unwrap_or("default"),
+                    name,
+                    cluster,
+                )
+            }
             (None, Some(kind), Some(name)) => crate::explain::explain_template(
                 s.dns.answerer(),
                 &s.xds,

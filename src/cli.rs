@@ -764,7 +764,7 @@ pub struct ResolveArgs {
 pub struct ExplainArgs {
     /// The service: NAME.NAMESPACE (payments.shop), NAME.NAMESPACE.global or NAMESPACE/NAME;
     /// or a resource template as KIND/NAME (Deployment/web, deployment/web, deploy/web) with
-    /// --namespace.
+    /// --namespace; or a Gateway API route as httproute/NAME or grpcroute/NAME.
     pub service: String,
     /// The namespace of a KIND/NAME template (default: default).
     #[arg(long, short = 'n')]

@@ -526,6 +526,8 @@ const KIND_NAMES: &[(&str, &[&str])] = &[
         &["serviceaccount", "serviceaccounts", "sa"],
     ),
     ("Ingress", &["ingress", "ingresses", "ing"]),
+    ("HTTPRoute", &["httproute", "httproutes"]),
+    ("GRPCRoute", &["grpcroute", "grpcroutes"]),
     (
         "PersistentVolumeClaim",
         &["persistentvolumeclaim", "persistentvolumeclaims", "pvc"],
@@ -706,6 +708,13 @@ async fn read_once(cfg: &config::Config, what: &str, call_webhooks: bool) -> Res
     );
     fleet.apply(
         SourceEvent::Tenants(meridian_core::Tenants::listed(hub.tenants)),
+        now,
+    );
+    fleet.apply(
+        SourceEvent::Routes {
+            routes: hub.routes,
+            grants: hub.grants,
+        },
         now,
     );
     // The geo ranges as `serve` reads them: bad lines and conflicts are problems here too.

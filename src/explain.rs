@@ -1,12 +1,15 @@
 //! `meridian explain SERVICE --from-cluster C` and `/debug/explain` (and, for a workload,
-//! `meridian explain KIND/NAME -n NS`, in `placement`): one decision of the
+//! `meridian explain KIND/NAME -n NS`, in `placement`; for a Gateway API route,
+//! `explain httproute/NAME`, in `route`): one decision of the
 //! scheduling core, and what DNS and xDS make of it, side by side — in words and as JSON.
 //! Both halves are asked of the running answer function and resource builders, so the
 //! explanation is what clients get, not a re-derivation.
 
 mod placement;
+mod route;
 
 pub use placement::{explain_template, placements_json};
+pub use route::{explain_route, route_kind};
 
 use std::time::Instant;
 

@@ -206,7 +206,10 @@ fn convert_read(
             hub_kind @ (Manifest::MemberCluster(_)
             | Manifest::ClusterSchedulingPolicy(_)
             | Manifest::OverridePolicy(_)
-            | Manifest::Tenant(_)) => errors.push(err(
+            | Manifest::Tenant(_)
+            | Manifest::HttpRoute(_)
+            | Manifest::GrpcRoute(_)
+            | Manifest::ReferenceGrant(_)) => errors.push(err(
                 hub_kind.describe(),
                 "this kind belongs in the hub directory, not in a member's".into(),
             )),

@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use meridian_core::route::{ReferenceGrant, Route};
 use meridian_core::{
     ClusterSpec, ObjectRef, Origin, OverridePolicy, Policy, Problem, Template, Tenant,
 };
@@ -35,6 +36,9 @@ pub struct Hub {
     pub templates: Vec<Template>,
     pub overrides: Vec<OverridePolicy>,
     pub tenants: Vec<Tenant>,
+    /// HTTPRoutes and GRPCRoutes (whose parent is a Service: what meridian serves).
+    pub routes: Vec<Route>,
+    pub grants: Vec<ReferenceGrant>,
     /// The keys of `templates`, so a second definition is found without a scan.
     template_keys: std::collections::HashSet<meridian_core::TemplateKey>,
     pub errors: Vec<Problem>,
@@ -49,6 +53,14 @@ pub(crate) enum ReadFrom {
 }
 
 impl ReadFrom {
+    /// Where core's objects (routes) say they were read.
+    pub(crate) fn source(&self) -> meridian_core::problem::Source {
+        match self {
+            ReadFrom::File(path) => meridian_core::problem::Source::File { path: path.clone() },
+            ReadFrom::Api => meridian_core::problem::Source::Api,
+        }
+    }
+
     fn problem(&self, object: ObjectRef, reason: String) -> Problem {
         match self {
             ReadFrom::File(path) => Problem::in_file(Origin::Hub, path.clone(), object, reason),
@@ -85,6 +97,19 @@ pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
             Manifest::ClusterSchedulingPolicy(csp) => add_policy(&mut hub, &from, &csp),
             Manifest::OverridePolicy(op) => add_override(&mut hub, &from, &op),
             Manifest::Tenant(t) => add_tenant(&mut hub, &from, &t),
+            Manifest::HttpRoute(r) => add_route(
+                &mut hub,
+                &from,
+                named("HTTPRoute", &r.metadata),
+                crate::routes::http_route(&r, from.source()),
+            ),
+            Manifest::GrpcRoute(r) => add_route(
+                &mut hub,
+                &from,
+                named("GRPCRoute", &r.metadata),
+                crate::routes::grpc_route(&r, from.source()),
+            ),
+            Manifest::ReferenceGrant(g) => add_grant(&mut hub, &from, &g),
             Manifest::Other(o) => add_template(&mut hub, &from, o.object, Arc::new(o.value)),
             Manifest::Service(s) => add_typed_template(&mut hub, &from, s.as_ref()),
             Manifest::ServiceExport(s) => add_typed_template(&mut hub, &from, s.as_ref()),
@@ -111,7 +136,12 @@ pub fn policies_in(file: &Path, text: &str) -> Result<Vec<Policy>, Vec<Problem>>
     manifest::parse_str_within(file, text, manifest::Limits::DEFAULT_MAX_DEPTH, &mut loaded);
     let mut hub = hub_objects(file.parent().unwrap_or(Path::new(".")), loaded);
     let from = ReadFrom::File(file.to_path_buf());
-    let others = hub.members.len() + hub.templates.len() + hub.overrides.len() + hub.tenants.len();
+    let others = hub.members.len()
+        + hub.templates.len()
+        + hub.overrides.len()
+        + hub.tenants.len()
+        + hub.routes.len()
+        + hub.grants.len();
     if others > 0 {
         hub.errors.push(from.problem(
             ObjectRef {
@@ -227,6 +257,52 @@ pub(crate) fn add_override(hub: &mut Hub, from: &ReadFrom, op: &crate::crd::Over
     let same = |a: &OverridePolicy, b: &OverridePolicy| a.key == b.key;
     let (into, errors) = (&mut hub.overrides, &mut hub.errors);
     keep_first(into, errors, from, object, converted, same, "policy");
+}
+
+/// A namespaced hub object as problems name it.
+fn named(
+    kind: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> ObjectRef {
+    ObjectRef {
+        kind: kind.into(),
+        namespace: Some(meta.namespace.clone().unwrap_or_else(|| "default".into())),
+        name: meta.name.clone().unwrap_or_else(|| "?".into()),
+    }
+}
+
+/// A route joins the hub unless one of its kind and name is there already.
+pub(crate) fn add_route(
+    hub: &mut Hub,
+    from: &ReadFrom,
+    object: ObjectRef,
+    converted: Result<Route, String>,
+) {
+    let same = |a: &Route, b: &Route| a.kind == b.kind && a.key == b.key;
+    keep_first(
+        &mut hub.routes,
+        &mut hub.errors,
+        from,
+        object,
+        converted.map_err(|e| vec![e]),
+        same,
+        "route",
+    );
+}
+
+pub(crate) fn add_grant(hub: &mut Hub, from: &ReadFrom, g: &crate::routes::ReferenceGrant) {
+    let object = named("ReferenceGrant", &g.metadata);
+    let converted = crate::routes::reference_grant(g).map_err(|e| vec![e]);
+    let same = |a: &ReferenceGrant, b: &ReferenceGrant| a.key == b.key;
+    keep_first(
+        &mut hub.grants,
+        &mut hub.errors,
+        from,
+        object,
+        converted,
+        same,
+        "ReferenceGrant",
+    );
 }
 
 pub(crate) fn add_tenant(hub: &mut Hub, from: &ReadFrom, t: &crate::crd::Tenant) {

@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod overrides;
 pub mod policy;
 pub mod render;
+pub mod routes;
 pub mod scoring;
 pub mod tenants;
 pub mod validate;

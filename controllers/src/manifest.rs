@@ -52,6 +52,10 @@ pub enum Manifest {
     Node(Box<Node>),
     Pod(Box<Pod>),
     ResourceQuota(Box<ResourceQuota>),
+    /// Gateway API routes and grants: in a hub directory, what meridian serves as RDS.
+    HttpRoute(Box<crate::routes::HTTPRoute>),
+    GrpcRoute(Box<crate::routes::GRPCRoute>),
+    ReferenceGrant(Box<crate::routes::ReferenceGrant>),
     /// Any other kind, as written: in a hub directory a resource template, elsewhere ignored.
     Other(Box<OtherObject>),
 }
@@ -88,6 +92,9 @@ impl Manifest {
             Manifest::Node(m) => of(m.as_ref()),
             Manifest::Pod(m) => of(m.as_ref()),
             Manifest::ResourceQuota(m) => of(m.as_ref()),
+            Manifest::HttpRoute(m) => of(m.as_ref()),
+            Manifest::GrpcRoute(m) => of(m.as_ref()),
+            Manifest::ReferenceGrant(m) => of(m.as_ref()),
             Manifest::Other(o) => o.object.clone(),
         }
     }
@@ -291,6 +298,14 @@ fn parse_value(file: &Path, value: Value, doc: usize, out: &mut Loaded) {
         ("", "Pod") => typed::<Pod>(value).map(|(v, u)| (Manifest::Pod(Box::new(v)), u)),
         ("", "ResourceQuota") => {
             typed::<ResourceQuota>(value).map(|(v, u)| (Manifest::ResourceQuota(Box::new(v)), u))
+        }
+        ("gateway.networking.k8s.io", "HTTPRoute") => typed::<crate::routes::HTTPRoute>(value)
+            .map(|(v, u)| (Manifest::HttpRoute(Box::new(v)), u)),
+        ("gateway.networking.k8s.io", "GRPCRoute") => typed::<crate::routes::GRPCRoute>(value)
+            .map(|(v, u)| (Manifest::GrpcRoute(Box::new(v)), u)),
+        ("gateway.networking.k8s.io", "ReferenceGrant") => {
+            typed::<crate::routes::ReferenceGrant>(value)
+                .map(|(v, u)| (Manifest::ReferenceGrant(Box::new(v)), u))
         }
         ("meridian.io", _) => {
             out.errors.push(err(format!(

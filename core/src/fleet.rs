@@ -10,6 +10,8 @@
 //!  Event::Heartbeat | WatchHealth | Confirmations ─► Registry ───────┤  transitions, … }
 //!  Event::Geo ─► the geo table (shared by every snapshot), geo problems ┤
 //!  Event::Tenants ─► the tenants (shared by every snapshot) ─────────┤
+//!  Event::Routes ─► routes, grants; resolved per build when they or ──┤
+//!                   a service they name changed (route::RouteTable)   │
 //!  tick(now) ─► Registry transitions, sync deadline, decision windows ┘
 //!                  build_snapshot(prev, now) ─► Snapshot (synced, problems, warnings)
 //! ```
@@ -31,6 +33,7 @@ use crate::policy::{Policies, Policy};
 use crate::problem::Problem;
 use crate::problem::{ObjectRef, Origin};
 use crate::registry::{Registry, Transition};
+use crate::route::{ReferenceGrant, Route, RouteTable};
 use crate::shard::Confirmation;
 use crate::snapshot::Snapshot;
 use crate::tenant::Tenants;
@@ -104,6 +107,13 @@ pub enum Event {
     /// Per ClusterSchedulingPolicy, the clusters its staged rollouts hold out of its traffic
     /// (as its status on the hub says). Replaces the previous map.
     Drained(BTreeMap<ObjectKey, BTreeSet<ClusterId>>),
+    /// The hub's HTTPRoutes, GRPCRoutes and ReferenceGrants (those that converted; the
+    /// rejected ones are in the `Members` event's problems of the same read). Replaces the
+    /// previous set.
+    Routes {
+        routes: Vec<Route>,
+        grants: Vec<ReferenceGrant>,
+    },
 }
 
 /// One change to one object of a member.
@@ -196,6 +206,19 @@ pub struct Fleet {
     geo_problems: Vec<Problem>,
     /// The tenants every snapshot carries (the same `Arc` until they change).
     tenants: Arc<Tenants>,
+    /// The hub's routes and what they decide.
+    routes: Routes,
+}
+
+/// The hub's routes and grants, and the table they resolved to against the last build.
+#[derive(Debug, Default)]
+struct Routes {
+    routes: Vec<Route>,
+    grants: Vec<ReferenceGrant>,
+    /// Shared by every snapshot until it changes.
+    table: Arc<RouteTable>,
+    /// The routes or grants changed since the table was resolved.
+    dirty: bool,
 }
 
 /// What placement decides from, beside the registry and the policies.
@@ -255,6 +278,7 @@ impl Fleet {
             geo: Arc::default(),
             geo_problems: Vec::new(),
             tenants: Arc::default(),
+            routes: Routes::default(),
         }
     }
 
@@ -301,6 +325,20 @@ impl Fleet {
                 warnings,
             } => self.apply_members(specs, policies, problems, warnings, now),
             Event::Drained(drained) => self.apply_drained(drained),
+            Event::Routes { routes, grants } => {
+                // Routes decide answers (RDS), not placement or services: no re-merge.
+                let r = &mut self.routes;
+                let changed = r.routes != routes || r.grants != grants;
+                if changed {
+                    r.routes = routes;
+                    r.grants = grants;
+                    r.dirty = true;
+                }
+                Outcome {
+                    changed,
+                    ..Outcome::default()
+                }
+            }
             Event::Reset {
                 cluster,
                 objects,
@@ -628,6 +666,14 @@ impl Fleet {
         snapshot.synced = self.synced(now);
         snapshot.geo = self.geo.clone();
         snapshot.tenants = self.tenants.clone();
+        self.resolve_routes(&snapshot, &dirty);
+        snapshot.routes = self.routes.table.clone();
+        snapshot
+            .problems
+            .extend(self.routes.table.problems.iter().cloned());
+        snapshot
+            .warnings
+            .extend(self.routes.table.warnings.iter().cloned());
         snapshot.problems.extend(
             self.hub_problems
                 .iter()
@@ -671,6 +717,26 @@ impl Fleet {
 }
 
 impl Fleet {
+    /// Resolves the routes again when they changed or a service they may depend on did; the
+    /// table keeps its `Arc` when the result is the same (xDS rebuilds on a new one).
+    fn resolve_routes(&mut self, snapshot: &Snapshot, dirty: &Dirty) {
+        let r = &mut self.routes;
+        let affected = r.dirty
+            || !r.table.is_empty()
+                && (dirty.all || dirty.services.iter().any(|k| r.table.depends_on(k)));
+        if !affected {
+            return;
+        }
+        r.dirty = false;
+        let table = RouteTable::resolve(&r.routes, &r.grants, |key| {
+            let view = snapshot.service(&key.namespace, &key.name)?;
+            Some(view.ports.iter().map(|p| p.port).collect())
+        });
+        if table != *r.table {
+            r.table = Arc::new(table);
+        }
+    }
+
     /// Keeps `no_traffic` in step with a build: every service again when the policies or the
     /// clusters changed, else only those the build changed (a snapshot is built for every
     /// endpoint change: the check must not walk every service each time).

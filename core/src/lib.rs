@@ -9,6 +9,7 @@
 //!    problems (problem::Problem) ────────────────────────────────────────┤
 //!    geo ranges (geo::GeoTable, one Arc shared by every snapshot) ────────┤
 //!    tenants (tenant::Tenants, shared likewise) ─────────────────────────┤
+//!    routes (route::RouteTable: HTTPRoutes, GRPCRoutes resolved) ─────────┤
 //!                                                                        ▼
 //!                        Snapshot::build / Snapshot::rebuild(prev, dirty) ─► Snapshot
 //!                        (immutable, versioned; src/ publishes it on a tokio watch)
@@ -37,6 +38,7 @@ pub mod policy;
 pub mod prefix;
 pub mod problem;
 pub mod registry;
+pub mod route;
 pub mod select;
 pub mod selector;
 pub mod shard;

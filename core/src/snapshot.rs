@@ -70,6 +70,9 @@ pub struct Snapshot {
     /// The hub's Tenants, for the gateway and the namespaces kept for them (shared likewise).
     #[serde(skip)]
     pub tenants: Arc<crate::tenant::Tenants>,
+    /// What the hub's routes decide (shared likewise, until they or their services change).
+    #[serde(skip)]
+    pub routes: Arc<crate::route::RouteTable>,
     pub problems: Vec<Problem>,
     /// Input served with a caveat (e.g. unknown fields ignored in a Kubernetes kind).
     pub warnings: Vec<Problem>,

@@ -7,7 +7,9 @@ use xds_api::pb::envoy::config::cluster::v3::Cluster;
 use xds_api::pb::envoy::config::core::v3::{Address, HealthStatus, address, socket_address};
 use xds_api::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_endpoint};
 use xds_api::pb::envoy::config::listener::v3::Listener;
-use xds_api::pb::envoy::config::route::v3::{RouteConfiguration, route, route_action};
+use xds_api::pb::envoy::config::route::v3::{
+    Route, RouteConfiguration, header_matcher, route, route_action, route_match,
+};
 
 use crate::resources::{Kind, Resource, Resources};
 
@@ -111,18 +113,76 @@ fn routes(rc: &RouteConfiguration) -> Value {
             let clusters: Vec<String> = vh
                 .routes
                 .iter()
-                .filter_map(|r| match &r.action {
-                    Some(route::Action::Route(a)) => match &a.cluster_specifier {
-                        Some(route_action::ClusterSpecifier::Cluster(c)) => Some(c.clone()),
-                        _ => None,
-                    },
-                    _ => None,
-                })
+                .flat_map(|r| weighted(r).into_iter().map(|(c, _)| c))
                 .collect();
-            json!({"domains": vh.domains, "clusters": clusters})
+            let routes: Vec<Value> = vh.routes.iter().map(route_detail).collect();
+            json!({"domains": vh.domains, "clusters": clusters, "routes": routes})
         })
         .collect();
     json!({"virtualHosts": hosts})
+}
+
+/// The clusters a route sends to, with their weights (1 for a single cluster).
+fn weighted(r: &Route) -> Vec<(String, u32)> {
+    let Some(route::Action::Route(a)) = &r.action else {
+        return Vec::new();
+    };
+    match &a.cluster_specifier {
+        Some(route_action::ClusterSpecifier::Cluster(c)) => vec![(c.clone(), 1)],
+        Some(route_action::ClusterSpecifier::WeightedClusters(w)) => w
+            .clusters
+            .iter()
+            .map(|c| (c.name.clone(), c.weight.as_ref().map_or(0, |w| w.value)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One route: its name, what it matches, and where it sends (or what it answers).
+fn route_detail(r: &Route) -> Value {
+    let m = r.r#match.clone().unwrap_or_default();
+    let path = match &m.path_specifier {
+        Some(route_match::PathSpecifier::Prefix(p)) => json!({"prefix": p}),
+        Some(route_match::PathSpecifier::Path(p)) => json!({"exact": p}),
+        Some(route_match::PathSpecifier::SafeRegex(re)) => json!({"regex": re.regex}),
+        _ => Value::Null,
+    };
+    let headers: Vec<Value> = m
+        .headers
+        .iter()
+        .map(|h| {
+            let value = match &h.header_match_specifier {
+                Some(header_matcher::HeaderMatchSpecifier::ExactMatch(v)) => json!({"exact": v}),
+                Some(header_matcher::HeaderMatchSpecifier::SafeRegexMatch(re)) => {
+                    json!({"regex": re.regex})
+                }
+                _ => Value::Null,
+            };
+            json!({"name": h.name, "value": value})
+        })
+        .collect();
+    let clusters: Vec<Value> = weighted(r)
+        .into_iter()
+        .map(|(name, weight)| json!({"name": name, "weight": weight}))
+        .collect();
+    let mut detail =
+        json!({"name": r.name, "path": path, "headers": headers, "clusters": clusters});
+    match &r.action {
+        Some(route::Action::DirectResponse(d)) => detail["directResponse"] = json!(d.status),
+        Some(route::Action::Route(a)) => {
+            if let Some(t) = &a.timeout {
+                detail["timeoutMs"] = json!(t.seconds * 1000 + i64::from(t.nanos) / 1_000_000);
+            }
+            if let Some(p) = &a.retry_policy {
+                detail["retry"] = json!({
+                    "on": p.retry_on,
+                    "retries": p.num_retries.as_ref().map_or(1, |n| n.value),
+                });
+            }
+        }
+        _ => {}
+    }
+    detail
 }
 
 fn address_text(a: &Address) -> String {

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use meridian_core::route::{self, RouteTable};
 use meridian_core::{
     Client, ClusterView, Endpoint, Member, ObjectKey, Port, Selection, ServiceView, Snapshot,
     select_for,
@@ -26,6 +27,8 @@ use xds_api::pb::envoy::extensions::filters::network::http_connection_manager::v
     self as hcm, HttpConnectionManager,
 };
 use xds_api::pb::google::protobuf::{Any, Duration, Struct, UInt32Value, Value, value};
+
+mod routes;
 
 use crate::extra::{TcpProxy, TlsInspector, UpstreamTlsContext, tcp_proxy};
 use crate::node::{Group, Role};
@@ -107,6 +110,9 @@ pub struct Resources {
     per_service: rpds::HashTrieMapSync<ObjectKey, ServiceItems>,
     /// A hash of everything about the clusters that the selection reads.
     clusters_fingerprint: u64,
+    /// The route table a proxyless group's RDS was built from (None for other roles, which
+    /// get no RDS): a new table rebuilds every service's resources, as routes change rarely.
+    routes: Option<Arc<RouteTable>>,
     /// The decisions this build made (services it reused made none), for metrics.
     pub decisions: DecisionStats,
 }
@@ -198,7 +204,13 @@ impl Resources {
         prev: Option<&Resources>,
         mut make: impl FnMut(&Arc<ServiceView>) -> Option<Items>,
     ) {
-        let Some(prev) = prev.filter(|p| p.clusters_fingerprint == self.clusters_fingerprint)
+        let same_routes = |p: &Resources| match (&p.routes, &self.routes) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        let Some(prev) =
+            prev.filter(|p| p.clusters_fingerprint == self.clusters_fingerprint && same_routes(p))
         else {
             for service in snapshot.services() {
                 let items = make(service);
@@ -338,6 +350,7 @@ pub fn build_from(
         snapshot_version: snapshot.version,
         synced: snapshot.synced,
         clusters_fingerprint: clusters_fingerprint(snapshot),
+        routes: (group.role == Role::Proxyless).then(|| snapshot.routes.clone()),
         ..Resources::default()
     };
     let client = group
@@ -418,9 +431,13 @@ fn client_service_items(
         ));
         if proxyless {
             items.push((Kind::Listener, encode(name.clone(), &api_listener(&name))));
+            let routes = snapshot.routes.for_port(&service.key, port.port);
             items.push((
                 Kind::Route,
-                encode(name.clone(), &route_config(service, &name)),
+                encode(
+                    name.clone(),
+                    &route_config(service, &name, routes.map(|r| &r[..])),
+                ),
             ));
         }
     }
@@ -748,26 +765,37 @@ fn api_listener(name: &str) -> Listener {
     }
 }
 
-fn route_config(service: &ServiceView, name: &str) -> RouteConfiguration {
+/// The routes of a service port for its proxyless clients: the matches of the routes that
+/// attach to it, in precedence order (no match: no route, as the spec's 404), else every
+/// request to the port's own cluster.
+fn route_config(
+    service: &ServiceView,
+    name: &str,
+    attached: Option<&[route::Attached]>,
+) -> RouteConfiguration {
     let host = format!("{}.{}.global", service.key.name, service.key.namespace);
+    let routes = match attached {
+        Some(attached) => routes::routes(attached),
+        None => vec![xroute::Route {
+            r#match: Some(xroute::RouteMatch {
+                path_specifier: Some(xroute::route_match::PathSpecifier::Prefix(String::new())),
+                ..Default::default()
+            }),
+            action: Some(xroute::route::Action::Route(xroute::RouteAction {
+                cluster_specifier: Some(xroute::route_action::ClusterSpecifier::Cluster(
+                    name.to_owned(),
+                )),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }],
+    };
     RouteConfiguration {
         name: name.to_owned(),
         virtual_hosts: vec![xroute::VirtualHost {
             name: name.to_owned(),
             domains: vec![name.to_owned(), host],
-            routes: vec![xroute::Route {
-                r#match: Some(xroute::RouteMatch {
-                    path_specifier: Some(xroute::route_match::PathSpecifier::Prefix(String::new())),
-                    ..Default::default()
-                }),
-                action: Some(xroute::route::Action::Route(xroute::RouteAction {
-                    cluster_specifier: Some(xroute::route_action::ClusterSpecifier::Cluster(
-                        name.to_owned(),
-                    )),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            }],
+            routes,
             ..Default::default()
         }],
         ..Default::default()

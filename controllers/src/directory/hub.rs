@@ -1,6 +1,6 @@
-//! The hub directory as a source: MemberClusters, policies, templates, OverridePolicies and
-//! Tenants read into the hub model (`crate::hub`) on every change, sent to the store, and one
-//! source task per member kept running (`MemberTasks`).
+//! The hub directory as a source: MemberClusters, policies, templates, OverridePolicies,
+//! Tenants and Gateway API routes read into the hub model (`crate::hub`) on every change,
+//! sent to the store, and one source task per member kept running (`MemberTasks`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -96,6 +96,8 @@ async fn send_hub(tx: &mpsc::Sender<SourceEvent>, tasks: &mut MemberTasks, hub: 
         templates,
         overrides,
         tenants,
+        routes,
+        grants,
         errors,
         warnings,
         ..
@@ -123,6 +125,10 @@ async fn send_hub(tx: &mpsc::Sender<SourceEvent>, tasks: &mut MemberTasks, hub: 
             .is_err()
         || tx
             .send(SourceEvent::Tenants(Tenants::listed(tenants)))
+            .await
+            .is_err()
+        || tx
+            .send(SourceEvent::Routes { routes, grants })
             .await
             .is_err()
     {

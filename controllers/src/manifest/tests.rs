@@ -32,6 +32,9 @@ fn multi_document_files_and_lists_are_read() {
             Manifest::Node(_) => "Node",
             Manifest::Pod(_) => "Pod",
             Manifest::ResourceQuota(_) => "ResourceQuota",
+            Manifest::HttpRoute(_) => "HTTPRoute",
+            Manifest::GrpcRoute(_) => "GRPCRoute",
+            Manifest::ReferenceGrant(_) => "ReferenceGrant",
             Manifest::Other(_) => "other",
         })
         .collect();

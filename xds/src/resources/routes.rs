@@ -1,0 +1,174 @@
+//! RDS for a service port that routes attach to: each match of the route table (core
+//! `route::RouteTable`, already in the spec's precedence order) becomes one Envoy route, its
+//! backends weighted clusters of the fleet services they name. Nothing is decided here.
+
+use meridian_core::route::{Attached, Backend, PathMatch, Retry, ValueMatch};
+use xds_api::pb::envoy::config::route::v3::{
+    self as xroute, header_matcher, query_parameter_matcher, route_action, route_match,
+};
+use xds_api::pb::envoy::r#type::matcher::v3::{RegexMatcher, StringMatcher, string_matcher};
+use xds_api::pb::google::protobuf::{Duration, UInt32Value};
+
+/// gRPC's retry back-off when the route names none (gRFC A44's default base interval).
+const DEFAULT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(25);
+
+/// The Envoy routes of one parent port, in order.
+pub(super) fn routes(attached: &[Attached]) -> Vec<xroute::Route> {
+    attached.iter().map(route).collect()
+}
+
+fn route(a: &Attached) -> xroute::Route {
+    xroute::Route {
+        name: format!(
+            "{}/{}/{}/rule-{}",
+            a.kind, a.route.namespace, a.route.name, a.rule
+        ),
+        r#match: Some(route_match_of(&a.matches)),
+        action: Some(action(a)),
+        ..Default::default()
+    }
+}
+
+fn route_match_of(m: &meridian_core::route::Match) -> xroute::RouteMatch {
+    let path = match &m.path {
+        None => route_match::PathSpecifier::Prefix("/".to_owned()),
+        Some(PathMatch::Exact(p)) => route_match::PathSpecifier::Path(p.clone()),
+        Some(PathMatch::Prefix(p)) => route_match::PathSpecifier::Prefix(p.clone()),
+        Some(PathMatch::Regex(r)) => route_match::PathSpecifier::SafeRegex(regex(r)),
+    };
+    let method = m.method.iter().map(|method| xroute::HeaderMatcher {
+        name: ":method".to_owned(),
+        header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::ExactMatch(
+            method.clone(),
+        )),
+        ..Default::default()
+    });
+    xroute::RouteMatch {
+        path_specifier: Some(path),
+        headers: m.headers.iter().map(header).chain(method).collect(),
+        query_parameters: m.query.iter().map(query).collect(),
+        ..Default::default()
+    }
+}
+
+fn header(v: &ValueMatch) -> xroute::HeaderMatcher {
+    let specifier = if v.regex {
+        header_matcher::HeaderMatchSpecifier::SafeRegexMatch(regex(&v.value))
+    } else {
+        header_matcher::HeaderMatchSpecifier::ExactMatch(v.value.clone())
+    };
+    xroute::HeaderMatcher {
+        name: v.name.to_ascii_lowercase(),
+        header_match_specifier: Some(specifier),
+        ..Default::default()
+    }
+}
+
+fn query(v: &ValueMatch) -> xroute::QueryParameterMatcher {
+    let pattern = if v.regex {
+        string_matcher::MatchPattern::SafeRegex(regex(&v.value))
+    } else {
+        string_matcher::MatchPattern::Exact(v.value.clone())
+    };
+    xroute::QueryParameterMatcher {
+        name: v.name.clone(),
+        query_parameter_match_specifier: Some(
+            query_parameter_matcher::QueryParameterMatchSpecifier::StringMatch(StringMatcher {
+                match_pattern: Some(pattern),
+                ..Default::default()
+            }),
+        ),
+    }
+}
+
+fn regex(pattern: &str) -> RegexMatcher {
+    RegexMatcher {
+        regex: pattern.to_owned(),
+        engine_type: None,
+    }
+}
+
+/// Where a match sends a request: its weighted backends, or — with no backend that has a
+/// weight — a 500, as the spec says for requests to invalid backends (gRPC fails the call).
+fn action(a: &Attached) -> xroute::route::Action {
+    if a.fails() {
+        return xroute::route::Action::DirectResponse(xroute::DirectResponseAction {
+            status: 500,
+            body: None,
+        });
+    }
+    let weighted: Vec<&Backend> = a.backends.iter().filter(|b| b.weight > 0).collect();
+    let cluster = match weighted.as_slice() {
+        [one] => route_action::ClusterSpecifier::Cluster(cluster_name(one)),
+        many => route_action::ClusterSpecifier::WeightedClusters(xroute::WeightedCluster {
+            clusters: many
+                .iter()
+                .map(|b| xroute::weighted_cluster::ClusterWeight {
+                    name: cluster_name(b),
+                    weight: Some(UInt32Value { value: b.weight }),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+    };
+    xroute::route::Action::Route(xroute::RouteAction {
+        cluster_specifier: Some(cluster),
+        // Envoy reads `timeout`; gRPC reads `max_stream_duration` (gRFC A31).
+        timeout: a.timeout.map(duration),
+        max_stream_duration: a.timeout.map(|t| route_action::MaxStreamDuration {
+            max_stream_duration: Some(duration(t)),
+            grpc_timeout_header_max: Some(duration(t)),
+            ..Default::default()
+        }),
+        retry_policy: a.retry.as_ref().map(retry_policy),
+        ..Default::default()
+    })
+}
+
+/// The CDS name of a backend: the fleet service port's own cluster.
+fn cluster_name(b: &Backend) -> String {
+    format!(
+        "{}{}",
+        super::service_name_prefix(&b.service.namespace, &b.service.name),
+        b.port
+    )
+}
+
+/// Retries as Envoy and gRPC both read them: Envoy retries the HTTP codes named; gRPC the
+/// status codes those HTTP codes become (gRFC A44 names the ones it honours).
+fn retry_policy(r: &Retry) -> xroute::RetryPolicy {
+    let mut on: Vec<&str> = Vec::new();
+    for code in &r.codes {
+        let grpc = match code {
+            500 => "internal",
+            429 | 502 | 503 | 504 => "unavailable",
+            _ => continue,
+        };
+        if !on.contains(&grpc) {
+            on.push(grpc);
+        }
+    }
+    on.push("retriable-status-codes");
+    let base = r
+        .backoff
+        .unwrap_or(DEFAULT_BACKOFF)
+        .max(std::time::Duration::from_millis(1));
+    xroute::RetryPolicy {
+        retry_on: on.join(","),
+        num_retries: Some(UInt32Value { value: r.attempts }),
+        retriable_status_codes: r.codes.iter().map(|c| u32::from(*c)).collect(),
+        retry_back_off: Some(xroute::retry_policy::RetryBackOff {
+            base_interval: Some(duration(base)),
+            max_interval: Some(duration(base * 10)),
+        }),
+        ..Default::default()
+    }
+}
+
+fn duration(d: std::time::Duration) -> Duration {
+    Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or_default(),
+    }
+}
