@@ -246,6 +246,7 @@ impl Condition {
 
 /// A route's status for one of its parents.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ParentStatus {
     pub parent: ParentRef,
     pub accepted: Condition,

@@ -2,7 +2,9 @@
 
 Each server implements the unary method /meridian.test.Greeter/Hello on raw bytes (no
 protobuf, so no generated code) and replies with the UTF-8 text "<cluster> <ip>:<port>",
-so a client can tell which cluster and which endpoint answered.
+so a client can tell which cluster and which endpoint answered. Two labels behave otherwise,
+for the route tests: a server labelled "fail" answers every call with UNAVAILABLE, one
+labelled "slow" replies after 3 seconds.
 
 Run as a script it serves every LABEL=IP:PORT given on the command line (one grpc.server
 each, in one process), prints "ready" once all are bound and serves until killed:
@@ -22,6 +24,7 @@ from pathlib import Path
 
 METHOD = "/meridian.test.Greeter/Hello"
 SERVICE = "meridian.test.Greeter"
+SLOW_SECONDS = 3.0
 
 
 def reply_text(label, address):
@@ -93,7 +96,11 @@ def serve(pairs):
     for label, address in pairs:
         text = reply_text(label, address).encode()
 
-        def hello(request, context, text=text):
+        def hello(request, context, text=text, label=label):
+            if label == "fail":
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"{text.decode()} fails every call")
+            if label == "slow":
+                time.sleep(SLOW_SECONDS)
             return text
 
         handler = grpc.method_handlers_generic_handler(

@@ -82,6 +82,8 @@ ELSEWHERE = {
         "test_helm.py::test_installed_charts_serve_dns_for_a_member_service", ()),
     "helm install meridian-member deploy/helm/meridian-member --set 'coredns.forwardTo={203.0.113.53:53}'": (
         "test_helm.py::test_installed_charts_serve_dns_for_a_member_service", ()),
+    "meridian explain grpcroute/payments-canary -n shop --from-cluster eu-1": (
+        "test_routes.py::test_an_invalid_route_rejects_itself_while_the_others_serve", ()),
     "meridian simulate --rollout shop/web": (
         "test_placement.py::test_simulate_rollout_prints_each_stage_its_drains_and_the_traffic_shares_meanwhile", ()),
     "meridian rollout status shop/web": ("test_kube_rollout.py::test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_and_aborts_back", ()),

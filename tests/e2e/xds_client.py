@@ -77,23 +77,28 @@ class XdsClient:
         self.reader.start()
 
     @classmethod
-    def python(cls, tmp_path, name, xds_port, targets, cluster, network, interval=0.05, **bootstrap_kw):
-        """The grpcio client (this file) as node `name` of `cluster` on `network`."""
+    def python(cls, tmp_path, name, xds_port, targets, cluster, network, interval=0.05, headers=None, **bootstrap_kw):
+        """The grpcio client (this file) as node `name` of `cluster` on `network`; `headers`
+        ({name: value}) go with every call as gRPC metadata."""
         path = Path(tmp_path) / f"{name}-bootstrap.json"
         path.write_text(json.dumps(bootstrap(xds_port, name, cluster, network, **bootstrap_kw), indent=2))
         args = [sys.executable, str(Path(__file__).resolve()), "--interval", str(interval)]
+        for key, value in (headers or {}).items():
+            args += ["--header", f"{key}={value}"]
         for target in targets:
             args += ["--target", target]
         env = {"GRPC_XDS_BOOTSTRAP": str(path), "GRPC_VERBOSITY": os.environ.get("GRPC_VERBOSITY", "ERROR")}
         return cls(args, Path(tmp_path) / f"{name}.log", env=env, stdin=True)
 
     @classmethod
-    def go(cls, binary, tmp_path, name, xds_port, target, cluster, network, interval_ms=50):
+    def go(cls, binary, tmp_path, name, xds_port, target, cluster, network, interval_ms=50, headers=None):
         """The Go peer (grpc-go's xDS client) as node `name` of `cluster` on `network`."""
         args = [
             binary, "-server", f"127.0.0.1:{xds_port}", "-node-id", name, "-cluster", cluster,
             "-network", network, "-target", target, "-interval", f"{interval_ms}ms", "-calls", "0",
         ]
+        for key, value in (headers or {}).items():
+            args += ["-header", f"{key}={value}"]
         # It calls until its standard input closes: keep the pipe open.
         return cls(args, Path(tmp_path) / f"{name}.log", stdin=True)
 
@@ -204,7 +209,7 @@ class XdsClient:
 # The client process itself.
 
 
-def caller(grpc, target, interval, timeout, out_lock):
+def caller(grpc, target, interval, timeout, headers, out_lock):
     channel = grpc.insecure_channel(target)
     hello = channel.unary_unary(METHOD)
     next_call = time.time()
@@ -212,7 +217,7 @@ def caller(grpc, target, interval, timeout, out_lock):
         t = time.time()
         line = {"t": t, "target": target, "ok": False, "server": None, "code": None, "error": None}
         try:
-            reply = hello(b"", timeout=timeout)
+            reply = hello(b"", timeout=timeout, metadata=headers or None)
             line.update(ok=True, server=reply.decode(), code="OK")
         except grpc.RpcError as e:
             line.update(code=e.code().name, error=e.details())
@@ -229,6 +234,7 @@ def main():
     parser.add_argument("--target", action="append", default=[], help="xds:///NAME:PORT (repeat for several)")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between calls")
     parser.add_argument("--timeout", type=float, default=1.0, help="deadline of each call, seconds")
+    parser.add_argument("--header", action="append", default=[], help="KEY=VALUE gRPC metadata on every call (repeat for several)")
     args = parser.parse_args()
     if "GRPC_XDS_BOOTSTRAP" not in os.environ:
         sys.exit("xds_client: GRPC_XDS_BOOTSTRAP is not set")
@@ -239,9 +245,10 @@ def main():
 
     exit_with_parent()
     out_lock = threading.Lock()
+    headers = [tuple(h.split("=", 1)) for h in args.header]
 
     def start(target):
-        threading.Thread(target=caller, args=(grpc, target, args.interval, args.timeout, out_lock), daemon=True).start()
+        threading.Thread(target=caller, args=(grpc, target, args.interval, args.timeout, headers, out_lock), daemon=True).start()
 
     for target in args.target:
         start(target)

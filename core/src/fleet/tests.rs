@@ -631,3 +631,81 @@ fn tenants_ride_on_every_snapshot_without_merging_services_again() {
     // The same tenants read again: nothing to publish.
     assert!(!fleet.apply(Event::Tenants(tenants), t0).changed);
 }
+
+#[test]
+fn routes_resolve_when_they_or_a_service_they_name_change_and_not_otherwise() {
+    use crate::route::{BackendRef, ParentRef, Route, RouteKind, Rule};
+    let (mut fleet, t0) = fleet();
+    fleet.apply(members(&["eu-1"]), t0);
+    fleet.apply(reset("eu-1", exported("web", "10.0.0.1"), vec![]), t0);
+    let first = build(&mut fleet, &Snapshot::empty(), t0).snapshot;
+    let to_api = Route {
+        kind: RouteKind::Http,
+        key: ObjectKey::new("shop", "web-to-api"),
+        created: None,
+        parents: vec![ParentRef {
+            group: String::new(),
+            kind: "Service".into(),
+            namespace: "shop".into(),
+            name: "web".into(),
+            port: None,
+        }],
+        rules: vec![Rule {
+            name: None,
+            matches: vec![],
+            backends: vec![BackendRef {
+                group: String::new(),
+                kind: "Service".into(),
+                namespace: "shop".into(),
+                name: "api".into(),
+                port: Some(80),
+                weight: 1,
+            }],
+            timeout: None,
+            retry: None,
+            filters: vec![],
+        }],
+        source: crate::problem::Source::Api,
+    };
+    let routes = || Event::Routes {
+        routes: vec![to_api.clone()],
+        grants: vec![],
+    };
+    assert!(fleet.apply(routes(), t0).changed);
+    let second = build(&mut fleet, &first, t0).snapshot;
+    let web = ObjectKey::new("shop", "web");
+    assert!(second.routes.for_port(&web, 80).unwrap()[0].fails());
+    assert!(
+        second
+            .problems
+            .iter()
+            .any(|p| p.reason.contains("BackendNotFound")),
+        "{:?}",
+        second.problems
+    );
+    // The same routes again: nothing to publish.
+    assert!(!fleet.apply(routes(), t0).changed);
+
+    // The backend appears in a member: the table resolves it.
+    let mut objects = exported("web", "10.0.0.1");
+    let api = exported("api", "10.0.0.2");
+    objects.services.extend(api.services);
+    objects.exports.extend(api.exports);
+    objects.slices.extend(api.slices);
+    fleet.apply(reset("eu-1", objects, vec![]), t0);
+    let third = build(&mut fleet, &second, t0).snapshot;
+    let attached = &third.routes.for_port(&web, 80).unwrap()[0];
+    assert_eq!(attached.backends[0].service, ObjectKey::new("shop", "api"));
+    assert!(
+        third
+            .problems
+            .iter()
+            .all(|p| !p.reason.contains("BackendNotFound"))
+    );
+
+    // An endpoint change of a service no route names keeps the very same table.
+    fleet.apply(members(&["eu-1", "eu-2"]), t0);
+    fleet.apply(reset("eu-2", exported("other", "10.0.1.1"), vec![]), t0);
+    let fourth = build(&mut fleet, &third, t0).snapshot;
+    assert!(Arc::ptr_eq(&third.routes, &fourth.routes));
+}

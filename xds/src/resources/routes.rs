@@ -118,7 +118,6 @@ fn action(a: &Attached) -> xroute::route::Action {
         timeout: a.timeout.map(duration),
         max_stream_duration: a.timeout.map(|t| route_action::MaxStreamDuration {
             max_stream_duration: Some(duration(t)),
-            grpc_timeout_header_max: Some(duration(t)),
             ..Default::default()
         }),
         retry_policy: a.retry.as_ref().map(retry_policy),
@@ -172,3 +171,6 @@ fn duration(d: std::time::Duration) -> Duration {
         nanos: i32::try_from(d.subsec_nanos()).unwrap_or_default(),
     }
 }
+
+#[cfg(test)]
+mod tests;

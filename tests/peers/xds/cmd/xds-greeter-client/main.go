@@ -33,12 +33,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 )
@@ -52,6 +54,29 @@ type options struct {
 	interval      time.Duration
 	calls         int
 	timeout       time.Duration
+	headers       headerFlags
+}
+
+// headerFlags are request headers (gRPC metadata) sent on every call, KEY=VALUE each.
+type headerFlags []string
+
+func (h *headerFlags) String() string { return strings.Join(*h, ",") }
+
+func (h *headerFlags) Set(v string) error {
+	if !strings.Contains(v, "=") {
+		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	}
+	*h = append(*h, v)
+	return nil
+}
+
+// outgoing adds the headers to a call's context.
+func (h headerFlags) outgoing(ctx context.Context) context.Context {
+	for _, kv := range h {
+		k, v, _ := strings.Cut(kv, "=")
+		ctx = metadata.AppendToOutgoingContext(ctx, k, v)
+	}
+	return ctx
 }
 
 func main() {
@@ -83,6 +108,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.interval, "interval", 50*time.Millisecond, "pause between the starts of two calls")
 	flag.IntVar(&o.calls, "calls", 0, "number of calls; 0 calls until stdin closes or SIGTERM")
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Second, "deadline of each call")
+	flag.Var(&o.headers, "header", "KEY=VALUE request header (gRPC metadata) on every call; repeat for several")
 	flag.Parse()
 	if flag.NArg() != 0 {
 		usage("unexpected arguments %q", flag.Args())
@@ -134,7 +160,7 @@ func callLoop(stop context.Context, conn *grpc.ClientConn, o options) bool {
 			case <-ticker.C:
 			}
 		}
-		r := call(conn, o.timeout)
+		r := call(conn, o.timeout, o.headers)
 		anyOK = anyOK || r.OK
 		writeLine(out, r)
 	}
@@ -164,9 +190,9 @@ func codeName(c codes.Code) string {
 	return c.String()
 }
 
-func call(conn *grpc.ClientConn, timeout time.Duration) result {
+func call(conn *grpc.ClientConn, timeout time.Duration, headers headerFlags) result {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(headers.outgoing(context.Background()), timeout)
 	defer cancel()
 	var reply []byte
 	err := conn.Invoke(ctx, method, []byte{}, &reply, grpc.ForceCodec(rawCodec{}))
