@@ -681,6 +681,45 @@ pub struct TrafficSpec {
     pub failback_after_seconds: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<PolicyDnsSpec>,
+    /// How xDS clients eject failing endpoints (Envoy counts consecutive errors; gRPC honours
+    /// the failure percentage only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier_detection: Option<OutlierDetectionSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutlierDetectionSpec {
+    /// Consecutive errors (5xx) that eject an endpoint; 0 turns the count off. Default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_errors: Option<u32>,
+    /// Consecutive 502, 503 or 504 that eject an endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_gateway_errors: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_percentage: Option<FailurePercentageSpec>,
+    /// Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_seconds: Option<u32>,
+    /// Default 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_ejection_seconds: Option<u32>,
+    /// Default 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ejection_percent: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailurePercentageSpec {
+    /// Percent of an endpoint's requests in an interval that, failing, eject it.
+    pub threshold: u32,
+    /// Default 5 (Envoy's and gRPC's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum_hosts: Option<u32>,
+    /// Default 50 (Envoy's and gRPC's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_volume: Option<u32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

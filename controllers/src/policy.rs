@@ -91,6 +91,7 @@ pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, 
     {
         problems.push("traffic.dns.ttl must be at least 1 (0 defeats every cache)".into());
     }
+    let outlier = outlier_detection(traffic.outlier_detection.as_ref(), &mut problems);
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -119,9 +120,71 @@ pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, 
             max_answers: dns.max_answers,
             // The rollouts' drains come from the status, in their own event.
             drained: Default::default(),
+            outlier,
         }),
         key,
     })
+}
+
+/// `traffic.outlierDetection`, its defaults filled in (today's, without one).
+fn outlier_detection(
+    spec: Option<&crate::crd::OutlierDetectionSpec>,
+    problems: &mut Vec<String>,
+) -> core::OutlierDetection {
+    let default = core::OutlierDetection::default();
+    let Some(spec) = spec else {
+        return default;
+    };
+    let at = "traffic.outlierDetection";
+    let percent = |what: &str, v: u32, problems: &mut Vec<String>| {
+        if v > 100 {
+            problems.push(format!("{at}.{what} is a percentage (0-100), not {v}"));
+        }
+        v
+    };
+    let failure_percentage = spec
+        .failure_percentage
+        .as_ref()
+        .map(|f| core::FailurePercentage {
+            threshold: percent("failurePercentage.threshold", f.threshold, problems),
+            minimum_hosts: f.minimum_hosts.unwrap_or(5),
+            request_volume: f.request_volume.unwrap_or(50),
+        });
+    let seconds = |what: &str, v: Option<u32>, default: u32, problems: &mut Vec<String>| {
+        let v = v.unwrap_or(default);
+        if v == 0 {
+            problems.push(format!("{at}.{what} must be at least 1"));
+        }
+        v
+    };
+    core::OutlierDetection {
+        // 0 turns a count off, as Envoy has no "never" of its own.
+        consecutive_errors: match spec.consecutive_errors {
+            None => default.consecutive_errors,
+            Some(0) => None,
+            Some(n) => Some(n),
+        },
+        consecutive_gateway_errors: spec.consecutive_gateway_errors.filter(|n| *n > 0),
+        failure_percentage,
+        interval_seconds: seconds(
+            "intervalSeconds",
+            spec.interval_seconds,
+            default.interval_seconds,
+            problems,
+        ),
+        base_ejection_seconds: seconds(
+            "baseEjectionSeconds",
+            spec.base_ejection_seconds,
+            default.base_ejection_seconds,
+            problems,
+        ),
+        max_ejection_percent: percent(
+            "maxEjectionPercent",
+            spec.max_ejection_percent
+                .unwrap_or(default.max_ejection_percent),
+            problems,
+        ),
+    }
 }
 
 /// The template selectors: those naming a `kind` (a `Service` selector governs the Service's
@@ -856,6 +919,46 @@ mod tests {
         assert_eq!(
             problems,
             ["traffic.mode Tiers needs placement.clusterAffinities"]
+        );
+    }
+
+    #[test]
+    fn outlier_detection_fills_todays_defaults_and_names_what_is_wrong() {
+        let none = read(&format!(
+            "{HEAD}spec:\n  resourceSelectors: [{{name: web}}]\n"
+        ))
+        .unwrap();
+        assert_eq!(none.traffic.outlier, core::OutlierDetection::default());
+        let p = read(&format!(
+            "{HEAD}spec:\n  resourceSelectors: [{{name: web}}]\n  traffic:\n    outlierDetection: {{consecutiveErrors: 0, consecutiveGatewayErrors: 3, failurePercentage: {{threshold: 50, minimumHosts: 2}}, intervalSeconds: 1}}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            p.traffic.outlier,
+            core::OutlierDetection {
+                consecutive_errors: None,
+                consecutive_gateway_errors: Some(3),
+                failure_percentage: Some(core::FailurePercentage {
+                    threshold: 50,
+                    minimum_hosts: 2,
+                    request_volume: 50
+                }),
+                interval_seconds: 1,
+                base_ejection_seconds: 30,
+                max_ejection_percent: 50,
+            }
+        );
+        let problems = read(&format!(
+            "{HEAD}spec:\n  resourceSelectors: [{{name: web}}]\n  traffic:\n    outlierDetection: {{failurePercentage: {{threshold: 150}}, intervalSeconds: 0, maxEjectionPercent: 101}}\n"
+        ))
+        .unwrap_err();
+        assert_eq!(
+            problems,
+            [
+                "traffic.outlierDetection.failurePercentage.threshold is a percentage (0-100), not 150",
+                "traffic.outlierDetection.intervalSeconds must be at least 1",
+                "traffic.outlierDetection.maxEjectionPercent is a percentage (0-100), not 101",
+            ]
         );
     }
 

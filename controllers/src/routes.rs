@@ -233,6 +233,7 @@ pub fn http_route(r: &HTTPRoute, source: Source) -> Result<Route, String> {
     Ok(Route {
         kind: RouteKind::Http,
         created: created(&r.metadata),
+        generation: r.metadata.generation,
         key,
         parents,
         rules,
@@ -255,6 +256,7 @@ pub fn grpc_route(r: &GRPCRoute, source: Source) -> Result<Route, String> {
     Ok(Route {
         kind: RouteKind::Grpc,
         created: created(&r.metadata),
+        generation: r.metadata.generation,
         key,
         parents,
         rules,

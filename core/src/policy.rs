@@ -196,6 +196,51 @@ pub struct TrafficPolicy {
     /// Clusters a staged rollout holds out of this policy's traffic while their copies
     /// change (from the policy's status on the hub; endpoints stay registered).
     pub drained: BTreeSet<ClusterId>,
+    /// How xDS clients eject failing endpoints of the governed services.
+    pub outlier: OutlierDetection,
+}
+
+/// Passive health checking by xDS clients (`traffic.outlierDetection`): which errors eject an
+/// endpoint, and for how long. Envoy counts consecutive errors; gRPC honours only the failure
+/// percentage (gRFC A50), so a policy for proxyless clients sets that.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutlierDetection {
+    /// Consecutive 5xx (or gRPC errors through Envoy) that eject an endpoint; None: not counted.
+    pub consecutive_errors: Option<u32>,
+    /// Consecutive 502, 503 or 504 that eject an endpoint; None: not counted.
+    pub consecutive_gateway_errors: Option<u32>,
+    /// An endpoint failing at least this share of its requests in an interval is ejected.
+    pub failure_percentage: Option<FailurePercentage>,
+    pub interval_seconds: u32,
+    pub base_ejection_seconds: u32,
+    /// At most this share of a cluster's endpoints is ejected at once.
+    pub max_ejection_percent: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailurePercentage {
+    pub threshold: u32,
+    /// Only when a cluster has at least this many endpoints.
+    pub minimum_hosts: u32,
+    /// Only endpoints with at least this many requests in the interval.
+    pub request_volume: u32,
+}
+
+impl Default for OutlierDetection {
+    /// What meridian sent before policies could say: 5 consecutive errors, a 10 s interval,
+    /// 30 s ejections, at most half the endpoints.
+    fn default() -> Self {
+        Self {
+            consecutive_errors: Some(5),
+            consecutive_gateway_errors: None,
+            failure_percentage: None,
+            interval_seconds: 10,
+            base_ejection_seconds: 30,
+            max_ejection_percent: 50,
+        }
+    }
 }
 
 impl Default for TrafficPolicy {
@@ -212,6 +257,7 @@ impl Default for TrafficPolicy {
             ttl: None,
             max_answers: None,
             drained: BTreeSet::new(),
+            outlier: OutlierDetection::default(),
         }
     }
 }

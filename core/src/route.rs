@@ -63,6 +63,8 @@ pub struct Route {
     pub key: ObjectKey,
     /// `metadata.creationTimestamp` in seconds: the older route wins a precedence tie.
     pub created: Option<i64>,
+    /// `metadata.generation`, for the status's `observedGeneration`.
+    pub generation: Option<i64>,
     pub parents: Vec<ParentRef>,
     pub rules: Vec<Rule>,
     /// Where it was read, for its problems.
@@ -253,6 +255,17 @@ pub struct ParentStatus {
     pub resolved_refs: Condition,
 }
 
+/// A route's status: for each of its parents that is meridian's, the conditions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteStatus {
+    /// The generation these conditions were decided from.
+    pub observed_generation: Option<i64>,
+    /// Read from a Kubernetes hub (its status is written there).
+    pub from_api: bool,
+    pub parents: Vec<ParentStatus>,
+}
+
 /// A backend as the fleet resolved it: a fleet service port and its share.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Backend {
@@ -291,7 +304,7 @@ pub struct RouteTable {
     /// Per parent service port, the matches in precedence order (first match wins).
     by_parent: BTreeMap<(ObjectKey, u16), Arc<[Attached]>>,
     /// Per route, its status for each parent it names that is meridian's (a Service).
-    pub statuses: BTreeMap<(RouteKind, ObjectKey), Vec<ParentStatus>>,
+    pub statuses: BTreeMap<(RouteKind, ObjectKey), RouteStatus>,
     /// Routes that failed for some parent, as problems (`/debug/problems`, `validate`).
     pub problems: Vec<Problem>,
     /// Parents meridian does not serve (a Gateway of another implementation), as warnings.
@@ -363,9 +376,14 @@ impl RouteTable {
                 statuses.push(status);
             }
             if !statuses.is_empty() {
-                table
-                    .statuses
-                    .insert((route.kind, route.key.clone()), statuses);
+                table.statuses.insert(
+                    (route.kind, route.key.clone()),
+                    RouteStatus {
+                        observed_generation: route.generation,
+                        from_api: route.source == Source::Api,
+                        parents: statuses,
+                    },
+                );
             }
         }
         table.referenced = by_parent

@@ -78,7 +78,7 @@ pub fn explain_route(
         .routes
         .statuses
         .get(&(kind, key.clone()))
-        .cloned()
+        .map(|s| s.parents.clone())
         .ok_or_else(|| anyhow!("no {kind} {namespace}/{name} with a Service parent on the hub"))?;
     let mut words = vec![format!(
         "{kind} {namespace}/{name} for a proxyless client in {}",

@@ -270,3 +270,34 @@ spec:
                                         capture_output=True, text=True, timeout=30, check=True).stdout)
     assert as_json["parents"][0]["resolvedRefs"]["reason"] == "BackendNotFound", as_json
     assert as_json["matches"][0]["fails"] is True, as_json
+
+
+@pytest.mark.parametrize("kind", ["python", "go"])
+def test_a_policys_failure_percentage_ejects_a_failing_endpoint(kind, grpc_fleet, xds_meridian, xds_clients, tmp_path, request):
+    """Outlier detection is the policy's (traffic.outlierDetection): gRPC honours the failure
+    percentage (gRFC A50), so a policy that sets it takes a failing endpoint out of its
+    clients' picks within an interval or two, where meridian's default (5 consecutive errors,
+    which gRPC ignores) leaves every other call failing."""
+    special = Greeters([("fail", f"127.1.1.41:{PORT}"), ("eu-1", f"127.1.1.42:{PORT}")], tmp_path / "special-greeters.log")
+    request.addfinalizer(special.stop)
+    write_service(grpc_fleet, "flaky", ["127.1.1.41", "127.1.1.42"])
+    client = start(kind, request, xds_clients, tmp_path, xds_meridian.xds_port, f"ejecting-{kind}", "eu-1", target("flaky"))
+    good = f"eu-1 127.1.1.42:{PORT}"
+    calls = client.wait_for(lambda cs: len(cs) >= 60 and cs, timeout=FIRST_CALL_TIMEOUT, what="60 calls")
+    failed = [c for c in calls[-40:] if not c["ok"]]
+    assert len(failed) >= 10, f"without the policy, about half the calls fail; {len(failed)} of 40 did\n{client.describe()}"
+
+    grpc_fleet.write("hub/flaky-policy.yaml", f"""apiVersion: meridian.io/v1alpha1
+kind: ClusterSchedulingPolicy
+metadata: {{name: flaky, namespace: {NAMESPACE}}}
+spec:
+  resourceSelectors: [{{kind: Service, name: flaky}}]
+  traffic:
+    outlierDetection:
+      failurePercentage: {{threshold: 50, minimumHosts: 2, requestVolume: 5}}
+      intervalSeconds: 1
+      baseEjectionSeconds: 120
+""")
+    ejected = client.wait_serving([good], settle=20, timeout=SWITCH_TIMEOUT)
+    print(f"MEASURED: {kind}: policy written → failing endpoint ejected, calls all answered from {ejected - time.time():+.2f}s")
+    assert_only(client, client.window(3), [good], "a call after the failing endpoint was ejected")

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use meridian_core::route::{self, RouteTable};
 use meridian_core::{
-    Client, ClusterView, Endpoint, Member, ObjectKey, Port, Selection, ServiceView, Snapshot,
-    select_for,
+    Client, ClusterView, Endpoint, Member, ObjectKey, OutlierDetection, Port, Selection,
+    ServiceView, Snapshot, select_for,
 };
 use prost::{Message, Name};
 use serde::Serialize;
@@ -206,7 +206,8 @@ impl Resources {
     ) {
         let same_routes = |p: &Resources| match (&p.routes, &self.routes) {
             (None, None) => true,
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            // Every snapshot of a fleet shares its table; a snapshot made elsewhere has its own.
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
             _ => false,
         };
         let Some(prev) =
@@ -423,7 +424,10 @@ fn client_service_items(
         let gateway_sni = any_gateway.then_some(sni.as_str());
         items.push((
             Kind::Cluster,
-            encode(name.clone(), &eds_cluster(&name, gateway_sni)),
+            encode(
+                name.clone(),
+                &eds_cluster(&name, gateway_sni, &service.policy.outlier),
+            ),
         ));
         items.push((
             Kind::Endpoint,
@@ -497,7 +501,8 @@ fn build_gateway(out: &mut Resources, snapshot: &Snapshot, own: usize, prev: Opt
                 backend.ready.max(1),
                 0,
             );
-            items.push((Kind::Cluster, encode(sni.clone(), &eds_cluster(&sni, None))));
+            let cds = eds_cluster(&sni, None, &service.policy.outlier);
+            items.push((Kind::Cluster, encode(sni.clone(), &cds)));
             items.push((
                 Kind::Endpoint,
                 encode(sni.clone(), &assignment(&sni, localities)),
@@ -553,7 +558,7 @@ fn fit_weights(localities: &mut [LocalityLbEndpoints]) {
     }
 }
 
-fn eds_cluster(name: &str, gateway_sni: Option<&str>) -> Cluster {
+fn eds_cluster(name: &str, gateway_sni: Option<&str>, outlier: &OutlierDetection) -> Cluster {
     Cluster {
         name: name.to_owned(),
         cluster_discovery_type: Some(xcluster::cluster::ClusterDiscoveryType::Type(
@@ -565,13 +570,7 @@ fn eds_cluster(name: &str, gateway_sni: Option<&str>) -> Cluster {
         }),
         connect_timeout: Some(seconds(5)),
         lb_policy: xcluster::cluster::LbPolicy::RoundRobin as i32,
-        outlier_detection: Some(xcluster::OutlierDetection {
-            consecutive_5xx: Some(UInt32Value { value: 5 }),
-            interval: Some(seconds(10)),
-            base_ejection_time: Some(seconds(30)),
-            max_ejection_percent: Some(UInt32Value { value: 50 }),
-            ..Default::default()
-        }),
+        outlier_detection: Some(outlier_detection(outlier)),
         common_lb_config: Some(xcluster::cluster::CommonLbConfig {
             locality_config_specifier: Some(
                 xcluster::cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(
@@ -585,6 +584,34 @@ fn eds_cluster(name: &str, gateway_sni: Option<&str>) -> Cluster {
             .unwrap_or_default(),
         ..Default::default()
     }
+}
+
+/// The policy's outlier detection as Envoy and gRPC read it. Envoy counts 5 consecutive 5xx
+/// unless told not to (`enforcing_consecutive_5xx` 0), and enforces gateway errors and the
+/// failure percentage only when told to (100); gRPC reads the failure percentage alone.
+fn outlier_detection(o: &OutlierDetection) -> xcluster::OutlierDetection {
+    let value = |v: u32| Some(UInt32Value { value: v });
+    let mut out = xcluster::OutlierDetection {
+        interval: Some(seconds(i64::from(o.interval_seconds))),
+        base_ejection_time: Some(seconds(i64::from(o.base_ejection_seconds))),
+        max_ejection_percent: value(o.max_ejection_percent),
+        ..Default::default()
+    };
+    match o.consecutive_errors {
+        Some(n) => out.consecutive_5xx = value(n),
+        None => out.enforcing_consecutive_5xx = value(0),
+    }
+    if let Some(n) = o.consecutive_gateway_errors {
+        out.consecutive_gateway_failure = value(n);
+        out.enforcing_consecutive_gateway_failure = value(100);
+    }
+    if let Some(f) = &o.failure_percentage {
+        out.failure_percentage_threshold = value(f.threshold);
+        out.enforcing_failure_percentage = value(100);
+        out.failure_percentage_minimum_hosts = value(f.minimum_hosts);
+        out.failure_percentage_request_volume = value(f.request_volume);
+    }
+    out
 }
 
 /// Key and value that mark an endpoint as a gateway, in endpoint metadata and in the

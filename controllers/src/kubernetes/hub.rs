@@ -1,4 +1,5 @@
-//! The Kubernetes hub: MemberClusters, ClusterSchedulingPolicies, OverridePolicies and Tenants
+//! The Kubernetes hub: MemberClusters, ClusterSchedulingPolicies, OverridePolicies, Tenants and
+//! Gateway API routes (HTTPRoutes, GRPCRoutes, ReferenceGrants, when the hub serves their CRDs)
 //! watched on the hub's API, and the resource templates of the kinds the policies select
 //! ([`super::templates`]). Each relist is buffered until it is complete, so the member list
 //! never shrinks for a moment; the store gets the whole hub again after every change (it is
@@ -11,10 +12,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
-use meridian_core::{ClusterId, ObjectKey, Tenants};
+use meridian_core::problem::Source;
+use meridian_core::{ClusterId, ObjectKey, ObjectRef, Tenants};
 use tracing::{debug, info, warn};
 
 use super::connect::{WatchTimeout, hub_backoff};
@@ -24,16 +27,22 @@ use super::templates::{self, TemplateEvent, Templates};
 use crate::SourceEvent;
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster, OverridePolicy, Tenant};
 use crate::hub::{
-    Hub, ReadFrom, Served, add_member, add_override, add_policy, add_tenant, check_overrides,
-    keep_last_valid_policies,
+    Hub, ReadFrom, Served, add_grant, add_member, add_override, add_policy, add_route, add_tenant,
+    check_overrides, keep_last_valid_policies,
 };
 use crate::members::{MemberTasks, Sources};
+use crate::routes::{self, GRPCRoute, HTTPRoute, ReferenceGrant};
 
+// One event at a time passes through the loop: its size is not worth a box per event.
+#[allow(clippy::large_enum_variant)]
 enum HubEvent {
     Member(Event<MemberCluster>),
     Policy(Event<ClusterSchedulingPolicy>),
     Override(Event<OverridePolicy>),
     Tenant(Event<Tenant>),
+    HttpRoute(Event<HTTPRoute>),
+    GrpcRoute(Event<GRPCRoute>),
+    Grant(Event<ReferenceGrant>),
     /// A template kind's watch event.
     Template(TemplateEvent),
     /// Time to look up again the selected kinds that could not be resolved.
@@ -47,6 +56,9 @@ enum Watched {
     Policies,
     Overrides,
     Tenants,
+    HttpRoutes,
+    GrpcRoutes,
+    Grants,
 }
 
 /// Watches the hub until the store goes away.
@@ -72,6 +84,21 @@ pub async fn run(client: Client, sources: Sources) {
     let tenants = watcher::watcher(Api::<Tenant>::all(client.clone()), config.clone())
         .backoff(hub_backoff())
         .map(|r| r.map(HubEvent::Tenant).map_err(|e| (Watched::Tenants, e)));
+    let http_routes = watcher::watcher(Api::<HTTPRoute>::all(client.clone()), config.clone())
+        .backoff(hub_backoff())
+        .map(|r| {
+            r.map(HubEvent::HttpRoute)
+                .map_err(|e| (Watched::HttpRoutes, e))
+        });
+    let grpc_routes = watcher::watcher(Api::<GRPCRoute>::all(client.clone()), config.clone())
+        .backoff(hub_backoff())
+        .map(|r| {
+            r.map(HubEvent::GrpcRoute)
+                .map_err(|e| (Watched::GrpcRoutes, e))
+        });
+    let grants = watcher::watcher(Api::<ReferenceGrant>::all(client.clone()), config.clone())
+        .backoff(hub_backoff())
+        .map(|r| r.map(HubEvent::Grant).map_err(|e| (Watched::Grants, e)));
     let (template_tx, template_rx) = tokio::sync::mpsc::channel::<TemplateEvent>(1024);
     let template_events = futures::stream::unfold(template_rx, |mut rx| async move {
         rx.recv().await.map(|e| (Ok(HubEvent::Template(e)), rx))
@@ -87,6 +114,9 @@ pub async fn run(client: Client, sources: Sources) {
         policies.boxed(),
         overrides.boxed(),
         tenants.boxed(),
+        http_routes.boxed(),
+        grpc_routes.boxed(),
+        grants.boxed(),
         template_events.boxed(),
         retries.boxed(),
     ]);
@@ -99,6 +129,8 @@ pub async fn run(client: Client, sources: Sources) {
     let mut overrides_unavailable = false;
     // Likewise Tenants: without the kind there are none (nobody is bounded by one).
     let mut tenants_unavailable = false;
+    // The Gateway API kinds are optional too: a hub without their CRDs has no routes.
+    let mut routes = RouteLists::default();
     let mut served = Served::default();
     let mut failing = false;
     // Relative kubeconfig paths in MemberClusters resolve against the working directory.
@@ -120,6 +152,15 @@ pub async fn run(client: Client, sources: Sources) {
                 Ok(HubEvent::Tenant(e)) => {
                     changed |= changes(tenant_list.apply(e, |t| &t.metadata, Stored::of));
                 }
+                Ok(HubEvent::HttpRoute(e)) => {
+                    changed |= changes(routes.http.apply(e, |r| &r.metadata, Stored::of));
+                }
+                Ok(HubEvent::GrpcRoute(e)) => {
+                    changed |= changes(routes.grpc.apply(e, |r| &r.metadata, Stored::of));
+                }
+                Ok(HubEvent::Grant(e)) => {
+                    changed |= changes(routes.grants.apply(e, |g| &g.metadata, Stored::of));
+                }
                 Ok(HubEvent::Template(e)) => changed |= templates.apply(e),
                 Ok(HubEvent::Retry) => {
                     if templates.retry_due() {
@@ -129,7 +170,9 @@ pub async fn run(client: Client, sources: Sources) {
                     changed |= secrets.refresh_if_due().await;
                 }
                 Err((which, e)) => {
-                    if which == Watched::Overrides && !override_list.listed {
+                    if routes.unavailable(which, &e) {
+                        changed = true;
+                    } else if which == Watched::Overrides && !override_list.listed {
                         if !overrides_unavailable {
                             warn!(error = %e, "cannot list OverridePolicies on the hub; serving without them");
                             changed = true;
@@ -154,23 +197,28 @@ pub async fn run(client: Client, sources: Sources) {
         }
         let overrides_in = override_list.listed || overrides_unavailable;
         let tenants_in = tenant_list.listed || tenants_unavailable;
-        if !changed || !member_list.listed || !policy_list.listed || !overrides_in || !tenants_in {
+        if !changed
+            || !member_list.listed
+            || !policy_list.listed
+            || !overrides_in
+            || !tenants_in
+            || !routes.listed()
+        {
             continue;
         }
         if failing {
             info!("hub watch recovered");
             failing = false;
         }
-        let hub = keep_last_valid_policies(
-            read(
-                &member_list.live,
-                &policy_list.live,
-                &override_list.live,
-                &tenant_list.live,
-                &base,
-            ),
-            &mut served,
+        let mut hub = read(
+            &member_list.live,
+            &policy_list.live,
+            &override_list.live,
+            &tenant_list.live,
+            &base,
         );
+        routes.read_into(&mut hub);
+        let hub = keep_last_valid_policies(hub, &mut served);
         // The kinds the served policies select are watched; a kind just started adds its
         // templates once listed (another round).
         templates.reconcile(&hub.policies).await;
@@ -212,6 +260,8 @@ pub async fn run(client: Client, sources: Sources) {
             templates: placed,
             overrides,
             tenants,
+            routes: served_routes,
+            grants,
             errors,
             warnings,
             ..
@@ -233,6 +283,13 @@ pub async fn run(client: Client, sources: Sources) {
             || tx.send(templates_event).await.is_err()
             || tx
                 .send(SourceEvent::Tenants(Tenants::listed(tenants)))
+                .await
+                .is_err()
+            || tx
+                .send(SourceEvent::Routes {
+                    routes: served_routes,
+                    grants,
+                })
                 .await
                 .is_err()
         {
@@ -275,6 +332,77 @@ fn drained_by_rollouts(
                 .then(|| (key.clone(), drained.iter().map(ClusterId::new).collect()))
         })
         .collect()
+}
+
+/// The hub's Gateway API routes and grants as watched, each kind optional: a hub that does
+/// not serve its CRD (or lets meridian list it) has none of it.
+#[derive(Default)]
+struct RouteLists {
+    http: Table<Stored<HTTPRoute>>,
+    grpc: Table<Stored<GRPCRoute>>,
+    grants: Table<Stored<ReferenceGrant>>,
+    /// The kinds meridian could not list before they were ever listed.
+    unavailable: BTreeSet<&'static str>,
+}
+
+impl RouteLists {
+    /// Takes a failing watch of a route kind never listed as "the hub has none" (saying so
+    /// once); true when that is new. Failures after a first list are the hub's, as for any
+    /// other kind.
+    fn unavailable(&mut self, which: Watched, error: &watcher::Error) -> bool {
+        let (kind, listed) = match which {
+            Watched::HttpRoutes => ("HTTPRoute", self.http.listed),
+            Watched::GrpcRoutes => ("GRPCRoute", self.grpc.listed),
+            Watched::Grants => ("ReferenceGrant", self.grants.listed),
+            _ => return false,
+        };
+        if listed {
+            return false;
+        }
+        let new = self.unavailable.insert(kind);
+        if new {
+            info!(kind, error = %error, "cannot list this Gateway API kind on the hub (no CRD, or no permission); serving without it");
+        }
+        new
+    }
+
+    /// Every kind listed, or known unavailable.
+    fn listed(&self) -> bool {
+        (self.http.listed || self.unavailable.contains("HTTPRoute"))
+            && (self.grpc.listed || self.unavailable.contains("GRPCRoute"))
+            && (self.grants.listed || self.unavailable.contains("ReferenceGrant"))
+    }
+
+    fn read_into(&self, hub: &mut Hub) {
+        for Stored(r) in self.http.live.values() {
+            let object = ObjectRef::namespaced("HTTPRoute", &key_of(&r.metadata));
+            add_route(
+                hub,
+                &ReadFrom::Api,
+                object,
+                routes::http_route(r, Source::Api),
+            );
+        }
+        for Stored(r) in self.grpc.live.values() {
+            let object = ObjectRef::namespaced("GRPCRoute", &key_of(&r.metadata));
+            add_route(
+                hub,
+                &ReadFrom::Api,
+                object,
+                routes::grpc_route(r, Source::Api),
+            );
+        }
+        for Stored(g) in self.grants.live.values() {
+            add_grant(hub, &ReadFrom::Api, g);
+        }
+    }
+}
+
+fn key_of(meta: &ObjectMeta) -> ObjectKey {
+    ObjectKey::new(
+        meta.namespace.as_deref().unwrap_or("default"),
+        meta.name.as_deref().unwrap_or("?"),
+    )
 }
 
 fn read(

@@ -15,6 +15,7 @@
 //!            propagate::run  placed objects in the members; Placements (the leader: a
 //!                            and template status on the hub             rollout spans members)
 //!            tenants::run    the namespaces Tenants name, in the members (per member)
+//!            route_status::run  HTTPRoute and GRPCRoute status on the hub (the leader)
 //!                 └─ every write into a cluster: apply::Applier (server-side apply, discovery
 //!                    cache, fingerprints in apply::Written, leadership before each request)
 //! ```
@@ -35,6 +36,7 @@ pub mod profiles;
 pub mod propagate;
 pub mod rbac;
 pub mod reconcile;
+pub mod route_status;
 mod secrets;
 pub mod shard;
 mod start;

@@ -1,5 +1,5 @@
 //! Starting the Kubernetes side, in two calls the binary makes: [`start_hub`] (the hub source,
-//! leader election, the shards when asked for, and the MemberCluster status writer) and
+//! leader election, the shards when asked for, the MemberCluster and route status writers) and
 //! [`start_writers`] (write-back, propagation and tenant namespaces, which every replica runs
 //! whatever its hub). The binary wires these, not the modules one by one.
 
@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use super::leader::{self, Leadership, LeaseConfig};
 use super::propagate::{self, PropagationView};
 use super::shard::{self, ShardConfig, ShardMetrics, ShardView};
-use super::{Facts, connect, hub, status, tenants, writeback};
+use super::{Facts, connect, hub, route_status, status, tenants, writeback};
 use crate::members::Sources;
 use crate::metrics::{PropagationMetrics, TenantMetrics, WritebackMetrics};
 
@@ -120,6 +120,16 @@ pub async fn start_hub(
         sources.fleet.clone(),
         leadership.clone(),
         namespace,
+    )));
+    // Route status is hub-wide: the leader's, through a writer fenced by its Lease.
+    let route_writer = connected
+        .writer
+        .client(&leadership)
+        .map_err(StartError::Writer)?;
+    tasks.push(tokio::spawn(route_status::run(
+        route_writer,
+        snapshots.clone(),
+        leadership.clone(),
     )));
     Ok(StartedHub {
         sources,

@@ -643,6 +643,7 @@ fn routes_resolve_when_they_or_a_service_they_name_change_and_not_otherwise() {
         kind: RouteKind::Http,
         key: ObjectKey::new("shop", "web-to-api"),
         created: None,
+        generation: None,
         parents: vec![ParentRef {
             group: String::new(),
             kind: "Service".into(),

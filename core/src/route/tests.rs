@@ -48,6 +48,7 @@ fn route(name: &str, created: Option<i64>, rules: Vec<Rule>) -> Route {
         kind: RouteKind::Http,
         key: ObjectKey::new("shop", name),
         created,
+        generation: None,
         parents: vec![service_parent("shop", "payments", Some(8080))],
         rules,
         source: Source::Api,
@@ -85,7 +86,7 @@ fn payments_8080(table: &RouteTable) -> Vec<(String, usize)> {
 }
 
 fn status<'a>(table: &'a RouteTable, name: &str) -> &'a ParentStatus {
-    &table.statuses[&(RouteKind::Http, ObjectKey::new("shop", name))][0]
+    &table.statuses[&(RouteKind::Http, ObjectKey::new("shop", name))].parents[0]
 }
 
 #[test]

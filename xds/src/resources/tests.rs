@@ -217,3 +217,53 @@ fn a_restamped_snapshot_renews_only_the_services_it_names_and_equals_building_fr
         );
     }
 }
+
+#[test]
+fn outlier_detection_is_the_policys_in_envoys_and_grpcs_terms() {
+    let today = outlier_detection(&OutlierDetection::default());
+    assert_eq!(today.consecutive_5xx, Some(UInt32Value { value: 5 }));
+    assert_eq!(today.enforcing_failure_percentage, None);
+    assert_eq!(today.max_ejection_percent, Some(UInt32Value { value: 50 }));
+
+    let policy = OutlierDetection {
+        consecutive_errors: None,
+        consecutive_gateway_errors: Some(3),
+        failure_percentage: Some(meridian_core::FailurePercentage {
+            threshold: 50,
+            minimum_hosts: 2,
+            request_volume: 5,
+        }),
+        interval_seconds: 1,
+        base_ejection_seconds: 60,
+        max_ejection_percent: 34,
+    };
+    let o = outlier_detection(&policy);
+    // Envoy counts 5 consecutive 5xx unless told not to enforce them.
+    assert_eq!(o.consecutive_5xx, None);
+    assert_eq!(o.enforcing_consecutive_5xx, Some(UInt32Value { value: 0 }));
+    assert_eq!(
+        o.consecutive_gateway_failure,
+        Some(UInt32Value { value: 3 })
+    );
+    assert_eq!(
+        o.enforcing_consecutive_gateway_failure,
+        Some(UInt32Value { value: 100 })
+    );
+    assert_eq!(
+        (
+            o.failure_percentage_threshold,
+            o.enforcing_failure_percentage,
+            o.failure_percentage_minimum_hosts,
+            o.failure_percentage_request_volume
+        ),
+        (
+            Some(UInt32Value { value: 50 }),
+            Some(UInt32Value { value: 100 }),
+            Some(UInt32Value { value: 2 }),
+            Some(UInt32Value { value: 5 })
+        )
+    );
+    assert_eq!(o.interval, Some(seconds(1)));
+    assert_eq!(o.base_ejection_time, Some(seconds(60)));
+    assert_eq!(o.max_ejection_percent, Some(UInt32Value { value: 34 }));
+}
