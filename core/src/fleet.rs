@@ -717,21 +717,22 @@ impl Fleet {
 }
 
 impl Fleet {
-    /// Resolves the routes again when they changed or a service they may depend on did; the
-    /// table keeps its `Arc` when the result is the same (xDS rebuilds on a new one).
+    /// Resolves the routes again when they changed, or a service they name appeared, left or
+    /// changed its ports (not for endpoint changes); the table keeps its `Arc` when the
+    /// result is the same (xDS rebuilds on a new one).
     fn resolve_routes(&mut self, snapshot: &Snapshot, dirty: &Dirty) {
         let r = &mut self.routes;
-        let affected = r.dirty
-            || !r.table.is_empty()
-                && (dirty.all || dirty.services.iter().any(|k| r.table.depends_on(k)));
+        let ports = |key: &ObjectKey| {
+            let view = snapshot.service(&key.namespace, &key.name)?;
+            Some(view.ports.iter().map(|p| p.port).collect::<Vec<_>>())
+        };
+        let affected =
+            r.dirty || dirty.all || dirty.services.iter().any(|k| r.table.stale(k, ports(k)));
         if !affected {
             return;
         }
         r.dirty = false;
-        let table = RouteTable::resolve(&r.routes, &r.grants, |key| {
-            let view = snapshot.service(&key.namespace, &key.name)?;
-            Some(view.ports.iter().map(|p| p.port).collect())
-        });
+        let table = RouteTable::resolve(&r.routes, &r.grants, ports);
         if table != *r.table {
             r.table = Arc::new(table);
         }

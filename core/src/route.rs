@@ -15,7 +15,7 @@
 //! gRPC sends `/service/method`), so everything here is one model for both kinds. An invalid
 //! route rejects itself only: the others on the same parent keep serving.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -309,8 +309,9 @@ pub struct RouteTable {
     pub problems: Vec<Problem>,
     /// Parents meridian does not serve (a Gateway of another implementation), as warnings.
     pub warnings: Vec<Problem>,
-    /// Every service the table names as a parent or a backend.
-    referenced: BTreeSet<ObjectKey>,
+    /// Every service the routes named (parents and backends) and what the fleet said of it
+    /// then (its ports; None: no such service): the table holds until one of these changes.
+    seen: BTreeMap<ObjectKey, Option<Vec<u16>>>,
 }
 
 impl RouteTable {
@@ -325,14 +326,11 @@ impl RouteTable {
         self.by_parent.iter().map(|((k, p), a)| (k, *p, a))
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.by_parent.is_empty() && self.statuses.is_empty()
-    }
-
-    /// Whether the table names `service` as a parent or a backend, or fails to resolve a
-    /// reference (which a new service could resolve): a change to it may change the table.
-    pub fn depends_on(&self, service: &ObjectKey) -> bool {
-        !self.problems.is_empty() || self.referenced.contains(service)
+    /// Whether the table was resolved against something else than `ports` for `service` (a
+    /// service the routes name appeared, left, or changed its ports): resolve again. An
+    /// endpoint change leaves the ports as they were, and costs no resolution.
+    pub fn stale(&self, service: &ObjectKey, ports: Option<Vec<u16>>) -> bool {
+        self.seen.get(service).is_some_and(|seen| *seen != ports)
     }
 
     /// Resolves `routes` against the fleet: `ports_of` gives a fleet service's port numbers
@@ -342,6 +340,12 @@ impl RouteTable {
         grants: &[ReferenceGrant],
         ports_of: impl Fn(&ObjectKey) -> Option<Vec<u16>>,
     ) -> Self {
+        let seen = std::cell::RefCell::new(BTreeMap::new());
+        let ports_of = |key: &ObjectKey| {
+            let ports = ports_of(key);
+            seen.borrow_mut().insert(key.clone(), ports.clone());
+            ports
+        };
         let mut table = RouteTable::default();
         let mut by_parent: BTreeMap<(ObjectKey, u16), Vec<(SortKey, Attached)>> = BTreeMap::new();
         for route in routes {
@@ -386,17 +390,7 @@ impl RouteTable {
                 );
             }
         }
-        table.referenced = by_parent
-            .iter()
-            .flat_map(|((parent, _), matches)| {
-                std::iter::once(parent).chain(
-                    matches
-                        .iter()
-                        .flat_map(|(_, a)| a.backends.iter().map(|b| &b.service)),
-                )
-            })
-            .cloned()
-            .collect();
+        table.seen = seen.into_inner();
         table.by_parent = by_parent
             .into_iter()
             .map(|(parent, mut matches)| {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use meridian_core::route::{ParentStatus, RouteKind, RouteStatus};
+use meridian_core::route::{ParentStatus, RouteKind, RouteStatus, RouteTable};
 use meridian_core::{ClusterId, ObjectKey, Snapshot};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -25,8 +25,8 @@ use super::status::keep_transition_times;
 /// The `controllerName` of meridian's entries (and of the GatewayClasses it will serve).
 pub const CONTROLLER_NAME: &str = "meridian.io/gateway-controller";
 const API_VERSION: &str = "gateway.networking.k8s.io/v1";
-/// How soon a failed write is tried again when no new snapshot comes first.
-const RETRY: Duration = Duration::from_secs(2);
+/// How soon the writer looks again without a new snapshot (a failed write, a new term).
+const AGAIN: Duration = Duration::from_secs(2);
 
 /// meridian's entries of one route's `status.parents`.
 type Entries = Vec<Entry>;
@@ -102,24 +102,29 @@ pub async fn run(
     let applier = Applier::new(hub, leadership.clone(), ClusterId::new("hub"));
     // What was last written per route (with condition times), so unchanged routes cost nothing.
     let mut written: BTreeMap<(RouteKind, ObjectKey), Entries> = BTreeMap::new();
-    let mut retry = false;
+    // The table last written in full: most snapshots (endpoint changes) share it.
+    let mut done: Option<Arc<RouteTable>> = None;
     loop {
-        let changed = if retry {
-            tokio::time::timeout(RETRY, snapshots.changed()).await
-        } else {
-            Ok(snapshots.changed().await)
-        };
-        if matches!(changed, Ok(Err(_))) {
+        // Woken by a snapshot, or after a while anyway: a failed write is tried again, and a
+        // replica that just became leader writes without waiting for a change.
+        if let Ok(Err(_)) = tokio::time::timeout(AGAIN, snapshots.changed()).await {
             return;
         }
         if !leadership.is_leader() {
             // A new term writes every route once.
             written.clear();
-            retry = false;
+            done = None;
             continue;
         }
         let snapshot = snapshots.borrow_and_update().clone();
-        retry = !write_changed(&applier, &snapshot, &mut written).await;
+        if done
+            .as_ref()
+            .is_some_and(|t| Arc::ptr_eq(t, &snapshot.routes))
+        {
+            continue;
+        }
+        let all_written = write_changed(&applier, &snapshot, &mut written).await;
+        done = all_written.then(|| snapshot.routes.clone());
     }
 }
 

@@ -413,16 +413,22 @@ fn a_long_regex_is_refused_before_it_is_compiled() {
 }
 
 #[test]
-fn depends_on_names_parents_backends_and_anything_while_a_reference_fails() {
-    let r = route("r", None, vec![rule(vec![], to_payments())]);
-    let table = RouteTable::resolve(std::slice::from_ref(&r), &[], ports_of);
-    assert!(table.depends_on(&ObjectKey::new("shop", "payments")));
-    assert!(!table.depends_on(&ObjectKey::new("shop", "other")));
-    let broken = route(
+fn the_table_is_stale_when_a_service_it_named_appears_leaves_or_changes_ports() {
+    let r = route(
         "r",
         None,
         vec![rule(vec![], vec![backend("shop", "later", Some(1), 1)])],
     );
-    let table = RouteTable::resolve(&[broken], &[], ports_of);
-    assert!(table.depends_on(&ObjectKey::new("shop", "later")));
+    let table = RouteTable::resolve(&[r], &[], ports_of);
+    let payments = ObjectKey::new("shop", "payments");
+    let later = ObjectKey::new("shop", "later");
+    // The parent as it was: its endpoints may change, the table holds.
+    assert!(!table.stale(&payments, Some(vec![8080, 9090])));
+    assert!(table.stale(&payments, Some(vec![8080])));
+    assert!(table.stale(&payments, None));
+    // The backend that did not exist appears.
+    assert!(!table.stale(&later, None));
+    assert!(table.stale(&later, Some(vec![1])));
+    // A service no route names never matters.
+    assert!(!table.stale(&ObjectKey::new("shop", "other"), Some(vec![80])));
 }
