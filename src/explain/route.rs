@@ -4,7 +4,7 @@
 //! for a proxyless client in C, from the same decision DNS and EDS give that client.
 
 use anyhow::{Result, anyhow};
-use meridian_core::route::{Attached, PathMatch, RouteKind};
+use meridian_core::route::{Attached, PathMatch, RouteKind, ValueMatch};
 use meridian_core::{Client, ObjectKey, Snapshot, select_for};
 use serde::Serialize;
 use serde_json::Value;
@@ -240,22 +240,12 @@ fn match_text(m: &meridian_core::route::Match) -> String {
         Some(PathMatch::Prefix(p)) => format!("path prefix {p}"),
         Some(PathMatch::Regex(r)) => format!("path ~ {r}"),
     }];
-    for h in &m.headers {
-        parts.push(format!(
-            "header {} {} {}",
-            h.name,
-            if h.regex { "~" } else { "=" },
-            h.value
-        ));
-    }
-    for q in &m.query {
-        parts.push(format!(
-            "query {} {} {}",
-            q.name,
-            if q.regex { "~" } else { "=" },
-            q.value
-        ));
-    }
+    let value = |what: &str, v: &ValueMatch| {
+        let op = if v.regex { "~" } else { "=" };
+        format!("{what} {} {op} {}", v.name, v.value)
+    };
+    parts.extend(m.headers.iter().map(|h| value("header", h)));
+    parts.extend(m.query.iter().map(|q| value("query", q)));
     if let Some(method) = &m.method {
         parts.push(format!("method {method}"));
     }
