@@ -170,8 +170,8 @@ pub async fn run(client: Client, sources: Sources) {
                     changed |= secrets.refresh_if_due().await;
                 }
                 Err((which, e)) => {
-                    if routes.unavailable(which, &e) {
-                        changed = true;
+                    if let Some(new) = routes.unavailable(which, &e) {
+                        changed |= new;
                     } else if which == Watched::Overrides && !override_list.listed {
                         if !overrides_unavailable {
                             warn!(error = %e, "cannot list OverridePolicies on the hub; serving without them");
@@ -347,23 +347,23 @@ struct RouteLists {
 
 impl RouteLists {
     /// Takes a failing watch of a route kind never listed as "the hub has none" (saying so
-    /// once); true when that is new. Failures after a first list are the hub's, as for any
-    /// other kind.
-    fn unavailable(&mut self, which: Watched, error: &watcher::Error) -> bool {
+    /// once): Some(true) the first time, Some(false) after. None for any other failure
+    /// (another kind, or a route kind listed before: the hub's failure, as for any kind).
+    fn unavailable(&mut self, which: Watched, error: &watcher::Error) -> Option<bool> {
         let (kind, listed) = match which {
             Watched::HttpRoutes => ("HTTPRoute", self.http.listed),
             Watched::GrpcRoutes => ("GRPCRoute", self.grpc.listed),
             Watched::Grants => ("ReferenceGrant", self.grants.listed),
-            _ => return false,
+            _ => return None,
         };
         if listed {
-            return false;
+            return None;
         }
         let new = self.unavailable.insert(kind);
         if new {
             info!(kind, error = %error, "cannot list this Gateway API kind on the hub (no CRD, or no permission); serving without it");
         }
-        new
+        Some(new)
     }
 
     /// Every kind listed, or known unavailable.

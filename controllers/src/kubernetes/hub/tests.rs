@@ -118,3 +118,32 @@ async fn what_the_hub_lists_becomes_the_member_list_and_the_policies_with_proble
     );
     task.abort();
 }
+
+#[test]
+fn a_route_kind_the_hub_cannot_list_is_taken_as_none_and_said_once() {
+    let mut routes = RouteLists::default();
+    let not_found = || {
+        watcher::Error::WatchError(Box::new(kube::core::Status::failure(
+            "the server could not find the requested resource",
+            "NotFound",
+        )))
+    };
+    assert!(!routes.listed());
+    assert_eq!(
+        routes.unavailable(Watched::HttpRoutes, &not_found()),
+        Some(true)
+    );
+    // Again: still the hub's lack of the kind, not a failing hub, and said only once.
+    assert_eq!(
+        routes.unavailable(Watched::HttpRoutes, &not_found()),
+        Some(false)
+    );
+    assert_eq!(routes.unavailable(Watched::Tenants, &not_found()), None);
+    routes.unavailable(Watched::GrpcRoutes, &not_found());
+    assert!(
+        !routes.listed(),
+        "ReferenceGrants neither listed nor unavailable yet"
+    );
+    routes.unavailable(Watched::Grants, &not_found());
+    assert!(routes.listed());
+}
