@@ -220,43 +220,49 @@ pub struct GRPCMethodMatch {
 
 /// An HTTPRoute as core's route.
 pub fn http_route(r: &HTTPRoute, source: Source) -> Result<Route, String> {
-    let key = key_of(&r.metadata)?;
-    let parents = parents(&r.spec.parent_refs, &key)?;
-    bounded("rules", r.spec.rules.len(), MAX_RULES)?;
-    let rules = r
-        .spec
-        .rules
-        .iter()
-        .enumerate()
-        .map(|(i, rule)| http_rule(rule, &key).map_err(|e| format!("rules[{i}]: {e}")))
-        .collect::<Result<_, _>>()?;
-    Ok(Route {
-        kind: RouteKind::Http,
-        created: created(&r.metadata),
-        generation: r.metadata.generation,
-        key,
-        parents,
-        rules,
+    route_of(
+        RouteKind::Http,
+        &r.metadata,
+        &r.spec.parent_refs,
+        &r.spec.rules,
+        http_rule,
         source,
-    })
+    )
 }
 
 /// A GRPCRoute as core's route.
 pub fn grpc_route(r: &GRPCRoute, source: Source) -> Result<Route, String> {
-    let key = key_of(&r.metadata)?;
-    let parents = parents(&r.spec.parent_refs, &key)?;
-    bounded("rules", r.spec.rules.len(), MAX_RULES)?;
-    let rules = r
-        .spec
-        .rules
+    route_of(
+        RouteKind::Grpc,
+        &r.metadata,
+        &r.spec.parent_refs,
+        &r.spec.rules,
+        grpc_rule,
+        source,
+    )
+}
+
+/// What both kinds share: the key, the parents and the bounded rules, each converted by `rule`.
+fn route_of<R>(
+    kind: RouteKind,
+    meta: &ObjectMeta,
+    parent_refs: &[ParentReference],
+    rules: &[R],
+    rule: fn(&R, &ObjectKey) -> Result<Rule, String>,
+    source: Source,
+) -> Result<Route, String> {
+    let key = key_of(meta)?;
+    let parents = parents(parent_refs, &key)?;
+    bounded("rules", rules.len(), MAX_RULES)?;
+    let rules = rules
         .iter()
         .enumerate()
-        .map(|(i, rule)| grpc_rule(rule, &key).map_err(|e| format!("rules[{i}]: {e}")))
+        .map(|(i, r)| rule(r, &key).map_err(|e| format!("rules[{i}]: {e}")))
         .collect::<Result<_, _>>()?;
     Ok(Route {
-        kind: RouteKind::Grpc,
-        created: created(&r.metadata),
-        generation: r.metadata.generation,
+        kind,
+        created: created(meta),
+        generation: meta.generation,
         key,
         parents,
         rules,

@@ -5,8 +5,10 @@ The binary is target/release/meridian unless MERIDIAN_BIN says otherwise; tests/
 it before pytest starts.
 """
 
+import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -307,6 +309,32 @@ def built_peer(env_var, script, what, timeout=1800):
     if not path or not os.access(path, os.X_OK):
         pytest.fail(f"{script} printed no executable path: {out.stdout!r}\n{out.stderr[-2000:]}")
     return path
+
+
+def peer_module_binary(env_var, script, binary, what, timeout=1800):
+    """An executable of a Go test-peer module (tests/peers/NAME.sh, via gomodule.sh): in the
+    directory `env_var` names when tests/run built it, else in the one the script prints.
+    Fails, never skips."""
+    directory = os.environ.get(env_var)
+    if not directory:
+        out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            pytest.fail(f"cannot build {what} with {script}:\n{out.stderr[-3000:]}")
+        directory = out.stdout.strip().splitlines()[-1]
+    path = Path(directory) / binary
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"no {binary} executable in {directory}")
+    return str(path)
+
+
+def pinned_module_dir(peer: Path, module: str) -> Path:
+    """The source of Go module `module` at the version the peer's go.mod pins (its CRDs)."""
+    version = re.search(rf"{re.escape(module)} (v\S+)", (peer / "go.mod").read_text()).group(1)
+    out = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"],
+                         capture_output=True, text=True, timeout=600, cwd=peer)
+    if out.returncode != 0:
+        pytest.fail(f"go mod download {module}@{version}:\n{out.stdout}{out.stderr}")
+    return Path(json.loads(out.stdout)["Dir"])
 
 
 def require_tool(name):

@@ -9,15 +9,12 @@ ControlPlaneHealthy False; a member that leaves loses its profile.
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, peer_module_binary, pinned_module_dir
 from kube_fleet import HUB_NAMESPACE, wait_for
 
 PEER = ROOT / "tests" / "peers" / "cluster-inventory"
@@ -27,27 +24,13 @@ EXT = "apiextensions.k8s.io/v1"
 
 def reader() -> str:
     """The clusterprofiles binary: CLUSTER_INVENTORY_DIR when tests/run built it, else built now."""
-    directory = os.environ.get("CLUSTER_INVENTORY_DIR")
-    if not directory:
-        out = subprocess.run(["bash", str(ROOT / "tests" / "peers" / "cluster-inventory.sh")],
-                             capture_output=True, text=True, timeout=1800)
-        if out.returncode != 0:
-            pytest.fail(f"cannot build the ClusterProfile reader:\n{out.stderr[-3000:]}")
-        directory = out.stdout.strip().splitlines()[-1]
-    path = Path(directory) / "clusterprofiles"
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"no clusterprofiles executable in {directory}")
-    return str(path)
+    return peer_module_binary("CLUSTER_INVENTORY_DIR", ROOT / "tests" / "peers" / "cluster-inventory.sh",
+                              "clusterprofiles", "the ClusterProfile reader")
 
 
 def upstream_crd() -> dict:
     """The ClusterProfile CRD as the pinned module ships it (config/crd/bases)."""
-    version = re.search(r"sigs.k8s.io/cluster-inventory-api (v\S+)", (PEER / "go.mod").read_text()).group(1)
-    out = subprocess.run(["go", "mod", "download", "-json", f"sigs.k8s.io/cluster-inventory-api@{version}"],
-                         capture_output=True, text=True, timeout=600, cwd=PEER)
-    if out.returncode != 0:
-        pytest.fail(f"go mod download sigs.k8s.io/cluster-inventory-api@{version}:\n{out.stdout}{out.stderr}")
-    module = Path(json.loads(out.stdout)["Dir"])
+    module = pinned_module_dir(PEER, "sigs.k8s.io/cluster-inventory-api")
     return yaml.safe_load((module / "config" / "crd" / "bases" / "multicluster.x-k8s.io_clusterprofiles.yaml").read_text())
 
 

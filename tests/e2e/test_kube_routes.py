@@ -11,15 +11,12 @@ stops naming a Service.
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import BIN, ROOT
+from conftest import BIN, ROOT, peer_module_binary, pinned_module_dir
 from kube_fleet import NAMESPACE, wait_for
 
 PEER = ROOT / "tests" / "peers" / "gateway-api"
@@ -31,27 +28,13 @@ CONTROLLER = "meridian.io/gateway-controller"
 
 def reader() -> str:
     """The routestatus binary: GATEWAY_API_DIR when tests/run built it, else built now."""
-    directory = os.environ.get("GATEWAY_API_DIR")
-    if not directory:
-        out = subprocess.run(["bash", str(ROOT / "tests" / "peers" / "gateway-api.sh")],
-                             capture_output=True, text=True, timeout=1800)
-        if out.returncode != 0:
-            pytest.fail(f"cannot build the Gateway API route-status reader:\n{out.stderr[-3000:]}")
-        directory = out.stdout.strip().splitlines()[-1]
-    path = Path(directory) / "routestatus"
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"no routestatus executable in {directory}")
-    return str(path)
+    return peer_module_binary("GATEWAY_API_DIR", ROOT / "tests" / "peers" / "gateway-api.sh",
+                              "routestatus", "the Gateway API route-status reader")
 
 
 def upstream_crds() -> list[dict]:
     """The standard-channel CRDs of the pinned gateway-api module."""
-    version = re.search(r"sigs.k8s.io/gateway-api (v\S+)", (PEER / "go.mod").read_text()).group(1)
-    out = subprocess.run(["go", "mod", "download", "-json", f"sigs.k8s.io/gateway-api@{version}"],
-                         capture_output=True, text=True, timeout=600, cwd=PEER)
-    if out.returncode != 0:
-        pytest.fail(f"go mod download sigs.k8s.io/gateway-api@{version}:\n{out.stdout}{out.stderr}")
-    module = Path(json.loads(out.stdout)["Dir"])
+    module = pinned_module_dir(PEER, "sigs.k8s.io/gateway-api")
     return [yaml.safe_load((module / "config" / "crd" / "standard" / f"gateway.networking.k8s.io_{name}.yaml").read_text())
             for name in CRDS]
 
