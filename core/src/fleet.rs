@@ -773,8 +773,12 @@ impl Fleet {
             .problems
             .extend(unschedulable(&snapshot.placements));
         if decided {
-            self.federation.conflicts =
-                template_conflicts(&self.federation.templates, self.policies.as_slice()).collect();
+            // With no templates the placer did not run: what it holds is the last round's.
+            self.federation.conflicts = if self.federation.templates.is_empty() {
+                Vec::new()
+            } else {
+                template_conflicts(&self.federation.placer).collect()
+            };
             self.federation.missing =
                 missing_dependencies(&self.federation.templates, &snapshot.placements);
         }
@@ -948,21 +952,15 @@ fn with_drains(
 
 /// A template two policies select is placed by the older one (policies are oldest first);
 /// each younger one is a problem naming both, as for Services.
-fn template_conflicts<'a>(
-    templates: &'a [Template],
-    policies: &'a [Policy],
-) -> impl Iterator<Item = Problem> + 'a {
-    templates.iter().flat_map(move |t| {
-        let mut placing = policies.iter().filter(|p| p.places(t));
-        let oldest = placing.next();
-        placing.map(move |loser| {
+fn template_conflicts(placer: &placement::Placer) -> impl Iterator<Item = Problem> + '_ {
+    placer.conflicts().flat_map(|c| {
+        c.losers.into_iter().map(move |loser| {
             Problem::in_merge(
                 Origin::Hub,
-                ObjectRef::namespaced("ClusterSchedulingPolicy", &loser.key),
+                ObjectRef::namespaced("ClusterSchedulingPolicy", loser),
                 format!(
                     "Conflict: it selects template {}, which the older policy {} places",
-                    t.key,
-                    oldest.map_or(String::new(), |p| p.key.to_string())
+                    c.template, c.placing
                 ),
             )
         })
@@ -973,6 +971,9 @@ fn template_conflicts<'a>(
 /// A placed workload naming a ConfigMap, Secret, ServiceAccount or PVC the hub does not
 /// hold: its copies start without it (the workload is placed all the same).
 fn missing_dependencies(templates: &[Template], placements: &Placements) -> Vec<Problem> {
+    if templates.iter().all(|t| t.dependencies.is_empty()) {
+        return Vec::new();
+    }
     let on_hub: std::collections::HashSet<&placement::TemplateKey> =
         templates.iter().map(|t| &t.key).collect();
     templates

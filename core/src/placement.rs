@@ -39,6 +39,11 @@ use crate::model::{ClusterId, ObjectKey};
 use crate::policy::Policy;
 use crate::snapshot::view::ClusterView;
 
+/// Maps keyed by template: a round looks each template up several times, and SipHash over
+/// a key's four strings was a tenth of a round at 10,000 templates. Keyed per process, as
+/// SipHash is.
+pub(crate) type KeyMap<V> = std::collections::HashMap<TemplateKey, V, ahash::RandomState>;
+
 mod changed;
 mod decide;
 mod divide;
@@ -46,6 +51,7 @@ mod filter;
 mod rollout;
 pub mod room;
 pub mod score;
+mod selection;
 pub mod spec;
 mod spread;
 pub mod stages;
@@ -59,6 +65,7 @@ pub use score::{
     PreferredAffinity, Program, ProgramReport, Programs, Runner, Scores, Scoring, Script, Verdict,
     Webhook, WorkloadTerm,
 };
+pub use selection::Conflict;
 pub use spec::*;
 
 /// Rounds in a row the fleet places by itself, with nothing changed, while a round is not

@@ -35,7 +35,7 @@ use super::filter::{ClusterPlan, Fleet, Plan};
 use super::{
     Capacity, ClusterInput, Decision, Inputs, OverridePolicy, Placed, PlacementFilter, Template,
 };
-use super::{Resources, TemplateKey};
+use super::{KeyMap, Resources, TemplateKey};
 
 /// What the last round decided from, and what it decided.
 #[derive(Clone, Debug, Default)]
@@ -47,7 +47,7 @@ pub(super) struct Seen {
     policies: HashMap<ObjectKey, SeenPolicy>,
     /// By key.
     overrides: Vec<OverridePolicy>,
-    templates: HashMap<TemplateKey, SeenTemplate>,
+    templates: KeyMap<SeenTemplate>,
     /// Per cluster position: the room templates hold there changed last round.
     held: Vec<bool>,
     /// Where some template runs changed last round.
@@ -243,7 +243,7 @@ impl Seen {
         fleet: &Fleet<'_>,
         overrides: &[OverridePolicy],
         plans: &[Option<Plan<'_>>],
-        templates: HashMap<TemplateKey, SeenTemplate>,
+        templates: KeyMap<SeenTemplate>,
         dirt: Dirt,
     ) {
         self.ready = true;
@@ -278,7 +278,7 @@ impl Seen {
     }
 
     /// Gives up the last round's templates, to keep the clean ones.
-    pub(super) fn take_templates(&mut self) -> HashMap<TemplateKey, SeenTemplate> {
+    pub(super) fn take_templates(&mut self) -> KeyMap<SeenTemplate> {
         std::mem::take(&mut self.templates)
     }
 }

@@ -61,9 +61,10 @@ use super::changed::{Dirt, Reads, Seen, SeenTemplate};
 use super::divide::{self, Fnv, Party, Room};
 use super::filter::{ClusterMemory, Fleet, Plan, earliest};
 use super::score::{self, ClusterScore, Facts, Neighbours, PluginScore, ProgramReport, Scores};
+use super::selection::{Conflict, Selection};
 use super::spread::spread;
 use super::{
-    ClusterInput, Decision, Division, Excluded, FailurePolicy, Inputs, Judgement, Outcome,
+    ClusterInput, Decision, Division, Excluded, FailurePolicy, Inputs, Judgement, KeyMap, Outcome,
     OverridePolicy, Placed, PlacedReason, PlacementFilter, Placements, Plugin, Program, Programs,
     ReplicaScheduling, Resources, Template, TemplateKey, Workload,
 };
@@ -75,7 +76,7 @@ pub struct Placer {
     /// Per template, the last scheduled decision: the previous split for steady division,
     /// and what stays placed when the template becomes unschedulable.
     /// Shared with the copies what-if decides from (a copy per round clones pointers).
-    previous: HashMap<TemplateKey, Arc<Previous>>,
+    previous: KeyMap<Arc<Previous>>,
     /// Per cluster: since when it is Healthy, when it was seen not Healthy, when each of its
     /// NoExecute taints was first seen.
     clusters: HashMap<ClusterId, ClusterMemory>,
@@ -87,6 +88,8 @@ pub struct Placer {
     /// What the last round decided from and decided: the templates this round need not
     /// decide again ([`super::changed`]).
     seen: Seen,
+    /// Which policies place each template.
+    selection: Selection,
     /// Decides every template every round (what incremental rounds are checked against).
     everything: bool,
 }
@@ -102,6 +105,7 @@ impl Clone for Placer {
             failed_over: self.failed_over.clone(),
             excluded: self.excluded.clone(),
             seen: Seen::default(),
+            selection: Selection::default(),
             everything: self.everything,
         }
     }
@@ -158,27 +162,28 @@ impl Placer {
         }
     }
 
+    /// The templates the last round saw more than one policy select.
+    pub fn conflicts(&self) -> impl Iterator<Item = Conflict<'_>> {
+        self.selection.conflicts()
+    }
+
     /// One round: a decision for every template a policy selects, and for the dependencies
     /// of the workloads placed. Only the templates whose inputs changed since the last round
     /// are decided again ([`super::changed`]); the others keep their decision (the same `Arc`).
     pub fn place(&mut self, inputs: Inputs<'_>, now: Instant) -> Placements {
         let fleet = Fleet::new(inputs.clusters, &mut self.clusters, now);
-        let governing: Vec<Option<usize>> = inputs
-            .templates
-            .iter()
-            .map(|t| inputs.policies.iter().position(|p| p.places(t)))
-            .collect();
+        let governing = self.selection.governing(inputs.templates, inputs.policies);
         let plans = self.plans(inputs.policies, &governing, &fleet, now);
         let mut dirt = self
             .seen
             .dirt(&fleet, &inputs, &plans, &governing, self.everything);
         let mut kept = self.seen.take_templates();
-        let mut seen: HashMap<TemplateKey, SeenTemplate> =
-            HashMap::with_capacity(inputs.templates.len());
+        let mut seen: KeyMap<SeenTemplate> =
+            KeyMap::with_capacity_and_hasher(inputs.templates.len(), Default::default());
         let overrides = Overrides::new(inputs.overrides);
         // Hashed while the round reads them; in key order once it is done.
-        let mut decisions: HashMap<TemplateKey, Arc<Decision>> =
-            HashMap::with_capacity(inputs.templates.len());
+        let mut decisions: KeyMap<Arc<Decision>> =
+            KeyMap::with_capacity_and_hasher(inputs.templates.len(), Default::default());
         // Built when a capacity division is first decided (from the previous decisions, which
         // by then hold this round's for the templates decided before it).
         let mut assumed = dirt
@@ -476,7 +481,7 @@ fn follow(
     t: &Template,
     leaders: &[&Template],
     prev: Option<&Previous>,
-    decisions: &HashMap<TemplateKey, Arc<Decision>>,
+    decisions: &KeyMap<Arc<Decision>>,
     overrides: &Overrides<'_>,
 ) -> Decision {
     let mut at: BTreeMap<&ClusterId, Vec<TemplateKey>> = BTreeMap::new();
@@ -564,7 +569,7 @@ impl Assumed {
         fleet: &Fleet<'_>,
         templates: &[Template],
         governing: &[Option<usize>],
-        previous: &HashMap<TemplateKey, Arc<Previous>>,
+        previous: &KeyMap<Arc<Previous>>,
     ) -> Self {
         let mut assumed = Self(vec![Resources::default(); fleet.len()]);
         if previous.is_empty() {
@@ -616,11 +621,7 @@ impl Assumed {
 /// Keeps a scheduled decision as the template's previous one (cloned only when it changed);
 /// returns whether what the next decision reads of it changed (the next round then decides
 /// the template again).
-fn remember(
-    previous: &mut HashMap<TemplateKey, Arc<Previous>>,
-    decision: &Decision,
-    memo: Memo,
-) -> bool {
+fn remember(previous: &mut KeyMap<Arc<Previous>>, decision: &Decision, memo: Memo) -> bool {
     match previous.get_mut(&decision.template) {
         Some(prev) => {
             // What the next decision reads of this one: where, how many, standby or not (not
@@ -1762,7 +1763,7 @@ fn follow_dependencies<'t>(
     governing: &[Option<usize>],
     fleet: &Fleet<'_>,
     overrides: &Overrides<'_>,
-    decisions: &HashMap<TemplateKey, Arc<Decision>>,
+    decisions: &KeyMap<Arc<Decision>>,
 ) -> Vec<(&'t Template, Decision)> {
     if inputs.templates.iter().all(|t| t.dependencies.is_empty()) {
         return Vec::new();
