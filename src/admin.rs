@@ -934,8 +934,54 @@ impl prometheus_client::collector::Collector for FleetCollector {
             None,
             withdrawn.metric_type(),
         )?)?;
-        Ok(())
+        encode_routes(&snap.routes, &mut encoder)
     }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct RouteParentLabels {
+    kind: &'static str,
+    accepted: &'static str,
+    resolved_refs: &'static str,
+}
+
+/// The routes as the fleet resolved them: (route, parent) pairs by their two conditions, and
+/// the matches served.
+fn encode_routes(
+    routes: &meridian_core::route::RouteTable,
+    encoder: &mut DescriptorEncoder<'_>,
+) -> Result<(), std::fmt::Error> {
+    let word = |b: bool| if b { "true" } else { "false" };
+    let parents = Family::<RouteParentLabels, Gauge>::default();
+    for ((kind, _), status) in &routes.statuses {
+        for p in &status.parents {
+            parents
+                .get_or_create(&RouteParentLabels {
+                    kind: kind.name(),
+                    accepted: word(p.accepted.status),
+                    resolved_refs: word(p.resolved_refs.status),
+                })
+                .inc();
+        }
+    }
+    parents.encode(encoder.encode_descriptor(
+        "route_parents",
+        "HTTPRoute and GRPCRoute parents (Services) by their Accepted and ResolvedRefs conditions",
+        None,
+        parents.metric_type(),
+    )?)?;
+    let matches: usize = routes
+        .parents()
+        .map(|(_, _, attached)| attached.len())
+        .sum();
+    let gauge = ConstGauge::new(matches as i64);
+    gauge.encode(encoder.encode_descriptor(
+        "route_matches",
+        "Route matches served to clients (as RDS), over every parent Service port",
+        None,
+        gauge.metric_type(),
+    )?)?;
+    Ok(())
 }
 
 #[cfg(test)]

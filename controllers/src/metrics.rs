@@ -265,3 +265,39 @@ impl TenantMetrics {
             .inc();
     }
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteWriteLabels {
+    /// HTTPRoute, GRPCRoute.
+    pub kind: &'static str,
+    /// ok, error.
+    pub result: &'static str,
+}
+
+/// Writes of HTTPRoute and GRPCRoute `status.parents` on the hub, registered under
+/// `meridian_routes_`.
+#[derive(Clone, Debug, Default)]
+pub struct RouteMetrics {
+    pub status_writes: Family<RouteWriteLabels, Counter>,
+}
+
+impl RouteMetrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "status_writes",
+            "Writes of routes' status.parents on the hub (the leader's), by route kind and result",
+            m.status_writes.clone(),
+        );
+        m
+    }
+
+    pub fn record(&self, kind: &'static str, ok: bool) {
+        self.status_writes
+            .get_or_create(&RouteWriteLabels {
+                kind,
+                result: if ok { "ok" } else { "error" },
+            })
+            .inc();
+    }
+}

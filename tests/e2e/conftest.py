@@ -40,6 +40,20 @@ def _ephemeral_range():
         return 32768, 60999
 
 
+def metric(m, name, **labels):
+    """The sum of meridian `m`'s samples of metric `name` whose labels include `labels`
+    (0 when there are none)."""
+    status, body = m.http("/metrics")
+    assert status == 200, body
+    total = 0.0
+    for line in body.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def free_port():
     """A port free for both UDP and TCP on 127.0.0.1, chosen below the kernel's ephemeral range:
     a port the kernel handed out for bind(0) may be handed out again as the local port of some

@@ -27,7 +27,7 @@ import pytest
 import conftest
 import xds_fleet
 from ads import CDS, EDS, PREFACE, SETTINGS, AdsStream, RawH2, StreamEnded, ack, decode, frame, node, request
-from conftest import BIN, FROM_EU1, Meridian, wait_xds_listening
+from conftest import BIN, FROM_EU1, Meridian, metric, wait_xds_listening
 
 NAME = "payments.shop.global"
 # Never meridian's default ports: a user's own meridian may be serving beside the suite.
@@ -71,18 +71,6 @@ def started():
     yield start
     for m in running:
         m.stop()
-
-
-def metric(m, name, **labels):
-    """The sum of a metric's samples matching `labels` (0 when absent)."""
-    _, body = m.http("/metrics")
-    total = 0.0
-    for line in body.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def healthz_fast(m):

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import BIN, ROOT, peer_module_binary, pinned_module_dir
+from conftest import BIN, ROOT, metric, peer_module_binary, pinned_module_dir
 from kube_fleet import NAMESPACE, wait_for
 
 PEER = ROOT / "tests" / "peers" / "gateway-api"
@@ -126,6 +126,14 @@ def test_hub_routes_are_served_and_their_status_is_written_as_the_spec_says(gate
     assert set(canary[0]["observedGeneration"].values()) == {s["generation/GRPCRoute/greeter-canary"]}
     billing = ours(s, "HTTPRoute/to-billing")[0]
     assert billing["conditions"] == {"Accepted": "True Accepted", "ResolvedRefs": "False RefNotPermitted"}, billing
+    # The same, as metrics: the parents by their conditions, the matches served (the canary
+    # route's two rules on greeter, to-billing's one on greeter-canary), the writes made.
+    assert metric(m, "meridian_route_parents", kind="GRPCRoute", accepted="true", resolved_refs="true") == 1
+    assert metric(m, "meridian_route_parents", kind="HTTPRoute", accepted="true", resolved_refs="false") == 1
+    assert metric(m, "meridian_route_parents") == 2
+    assert metric(m, "meridian_route_matches") == 3
+    for kind in ("GRPCRoute", "HTTPRoute"):
+        assert metric(m, "meridian_routes_status_writes_total", kind=kind, result="ok") >= 1, kind
 
     # A ReferenceGrant in billing permits the reference; no member exports billing/ledger, so
     # the reason moves on to BackendNotFound.

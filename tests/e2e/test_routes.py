@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import BIN
+from conftest import BIN, metric
 from greeter import Greeters
 from test_xds_grpc import xds_peers  # noqa: F401 (a fixture: the Go xDS peers)
 from xds_client import XdsClient
@@ -238,6 +238,8 @@ spec:
                  "GRPCRoute demo/orphan", "Accepted=False (NoMatchingParent)", "no member cluster exports Service demo/nowhere",
                  "HTTPRoute demo/broken", "not a Gateway API duration", "routes.yaml"):
         assert says in body, f"{says!r} not on /debug/problems:\n{body}"
+    assert metric(xds_meridian, "meridian_route_parents", kind="GRPCRoute", accepted="false", resolved_refs="true") == 1
+    assert metric(xds_meridian, "meridian_route_parents", kind="HTTPRoute", accepted="true", resolved_refs="false") == 1
 
     out = subprocess.run([str(BIN), "validate", "--config", str(grpc_fleet.config)], capture_output=True, text=True, timeout=60)
     for says in ("RefNotPermitted", "NoMatchingParent", "not a Gateway API duration"):

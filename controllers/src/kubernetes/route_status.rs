@@ -21,6 +21,7 @@ use tracing::{debug, warn};
 use super::apply::{Applier, ObjectId};
 use super::leader::Leadership;
 use super::status::keep_transition_times;
+use crate::metrics::RouteMetrics;
 
 /// The `controllerName` of meridian's entries (and of the GatewayClasses it will serve).
 pub const CONTROLLER_NAME: &str = "meridian.io/gateway-controller";
@@ -98,6 +99,7 @@ pub async fn run(
     hub: Client,
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
     leadership: Leadership,
+    metrics: RouteMetrics,
 ) {
     let applier = Applier::new(hub, leadership.clone(), ClusterId::new("hub"));
     // What was last written per route (with condition times), so unchanged routes cost nothing.
@@ -123,7 +125,7 @@ pub async fn run(
         {
             continue;
         }
-        let all_written = write_changed(&applier, &snapshot, &mut written).await;
+        let all_written = write_changed(&applier, &snapshot, &mut written, &metrics).await;
         done = all_written.then(|| snapshot.routes.clone());
     }
 }
@@ -133,6 +135,7 @@ async fn write_changed(
     applier: &Applier,
     snapshot: &Snapshot,
     written: &mut BTreeMap<(RouteKind, ObjectKey), Entries>,
+    metrics: &RouteMetrics,
 ) -> bool {
     let mut all_written = true;
     let desired: BTreeMap<_, _> = snapshot
@@ -148,7 +151,9 @@ async fn write_changed(
         .cloned()
         .collect();
     for key in gone {
-        match write(applier, &key, &Vec::new()).await {
+        let result = write(applier, &key, &Vec::new()).await;
+        metrics.record(key.0.name(), result.is_ok());
+        match result {
             Ok(()) => {
                 written.remove(&key);
             }
@@ -168,7 +173,9 @@ async fn write_changed(
         if before == Some(&entries) {
             continue;
         }
-        match write(applier, &key, &entries).await {
+        let result = write(applier, &key, &entries).await;
+        metrics.record(key.0.name(), result.is_ok());
+        match result {
             Ok(()) => {
                 written.insert(key, entries);
             }

@@ -19,7 +19,7 @@ use super::propagate::{self, PropagationView};
 use super::shard::{self, ShardConfig, ShardMetrics, ShardView};
 use super::{Facts, connect, hub, route_status, status, tenants, writeback};
 use crate::members::Sources;
-use crate::metrics::{PropagationMetrics, TenantMetrics, WritebackMetrics};
+use crate::metrics::{PropagationMetrics, RouteMetrics, TenantMetrics, WritebackMetrics};
 
 /// Where the hub's API server is and how its replicas elect a leader.
 #[derive(Clone, Debug)]
@@ -130,6 +130,7 @@ pub async fn start_hub(
         route_writer,
         snapshots.clone(),
         leadership.clone(),
+        RouteMetrics::new(metrics.sub_registry_with_prefix("routes")),
     )));
     Ok(StartedHub {
         sources,
