@@ -188,7 +188,7 @@ fn own_running_pods_are_room_for_their_template_only() {
     );
 
     let mut other = eu_first([2, 1, 8], 500, 2);
-    other.templates[0].key.name = "api".into();
+    other.templates[0].key = TemplateKey::new("apps/v1", "Deployment", "shop", "api");
     other.capacities[0] = other.capacities[0].take().map(|c| running(c, &web, 4));
     let d = other.decide(&mut Placer::new(), 0, "api");
     assert_eq!(
