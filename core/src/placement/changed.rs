@@ -478,6 +478,12 @@ impl Dirt {
         }
     }
 
+    /// Whether some cluster's filter of policy `g` changed its reason alone: the decisions
+    /// kept need [`Self::patched`].
+    pub(super) fn relabels(&self, g: usize) -> bool {
+        !self.relabel[g].is_empty()
+    }
+
     /// A decision kept from the last round, with the excluded reasons of the clusters whose
     /// filter alone changed brought up to date.
     pub(super) fn patched(

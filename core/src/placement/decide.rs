@@ -362,6 +362,11 @@ impl Placer {
         old: Option<SeenTemplate>,
     ) -> SeenTemplate {
         let mut old = old.expect("a template kept was seen last round");
+        if !dirt.relabels(g) {
+            // Most rounds: the decision is not even read (at 10,000 templates, reading each
+            // one's cost more than the rest of keeping it).
+            return old;
+        }
         let before = old.decision.excluded.clone();
         old.decision = dirt.patched(g, plan, fleet, old.decision);
         if !Arc::ptr_eq(&before, &old.decision.excluded) {
