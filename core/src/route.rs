@@ -284,17 +284,30 @@ pub struct Attached {
     pub rule_name: Option<String>,
     #[serde(rename = "match")]
     pub matches: Match,
-    /// The resolvable backends; the unresolvable ones are left out with their weight (their
-    /// share of requests fails when none is left: `backends` empty, or every weight 0).
+    /// The resolvable backends.
     pub backends: Vec<Backend>,
+    /// The summed weight of the backends that did not resolve: their share of requests fails
+    /// (a 500, as the spec says), beside the others'.
+    pub failing: u32,
     pub timeout: Option<Duration>,
     pub retry: Option<Retry>,
 }
 
 impl Attached {
-    /// Whether a request this match takes fails (no backend with a weight).
+    /// Whether every request this match takes fails (no resolvable backend with a weight).
     pub fn fails(&self) -> bool {
         self.backends.iter().all(|b| b.weight == 0)
+    }
+
+    /// The share of this match's requests that fail, in percent: those the weights send to
+    /// backends that did not resolve (all of them when none resolved).
+    pub fn failing_percent(&self) -> f64 {
+        if self.fails() {
+            return 100.0;
+        }
+        let resolved: u64 = self.backends.iter().map(|b| u64::from(b.weight)).sum();
+        let failing = u64::from(self.failing);
+        failing as f64 * 100.0 / (resolved + failing) as f64
     }
 }
 
@@ -429,13 +442,17 @@ fn attach(
     let mut unresolved = Vec::new();
     for rule in &route.rules {
         let mut backends = Vec::new();
+        let mut failing = 0u32;
         for backend in &rule.backends {
             match resolve_backend(route, backend, grants, ports_of) {
                 Ok(b) => backends.push(b),
-                Err((reason, message)) => unresolved.push((reason, message)),
+                Err((reason, message)) => {
+                    failing = failing.saturating_add(backend.weight);
+                    unresolved.push((reason, message));
+                }
             }
         }
-        rules.push(backends);
+        rules.push((backends, failing));
     }
     let resolved_refs = match unresolved.first() {
         None => Condition::yes("ResolvedRefs"),
@@ -451,7 +468,7 @@ fn attach(
     if accepted.status {
         for port in ports {
             let attached = by_parent.entry((service.clone(), port)).or_default();
-            for (index, (rule, backends)) in route.rules.iter().zip(&rules).enumerate() {
+            for (index, (rule, (backends, failing))) in route.rules.iter().zip(&rules).enumerate() {
                 let every = [Match::default()];
                 let matches = if rule.matches.is_empty() {
                     &every[..]
@@ -468,6 +485,7 @@ fn attach(
                             rule_name: rule.name.clone(),
                             matches: m.clone(),
                             backends: backends.clone(),
+                            failing: *failing,
                             timeout: rule.timeout,
                             retry: rule.retry.clone(),
                         },

@@ -43,6 +43,9 @@ struct MatchExplanation {
     #[serde(rename = "match")]
     matches: meridian_core::route::Match,
     fails: bool,
+    /// Percent of this match's requests that fail: the share of backends that did not
+    /// resolve (100 when none did).
+    failing_percent: f64,
     backends: Vec<BackendShare>,
 }
 
@@ -136,7 +139,8 @@ fn explain_match(
     a: &Attached,
     from_cluster: Option<&str>,
 ) -> MatchExplanation {
-    let total: u64 = a.backends.iter().map(|b| u64::from(b.weight)).sum();
+    let total: u64 =
+        a.backends.iter().map(|b| u64::from(b.weight)).sum::<u64>() + u64::from(a.failing);
     let backends = a
         .backends
         .iter()
@@ -159,6 +163,7 @@ fn explain_match(
         rule_name: a.rule_name.clone(),
         matches: a.matches.clone(),
         fails: a.fails(),
+        failing_percent: a.failing_percent(),
         backends,
     }
 }
@@ -217,6 +222,11 @@ fn match_words(m: &MatchExplanation) -> Vec<String> {
             "  no backend with a weight resolves: these requests fail (500, UNAVAILABLE for gRPC)"
                 .into(),
         );
+    } else if m.failing_percent > 0.0 {
+        words.push(format!(
+            "  {:.1}% → backends that do not resolve: these requests fail (503, UNAVAILABLE for gRPC)",
+            m.failing_percent
+        ));
     }
     for b in &m.backends {
         words.push(format!("  {:.1}% → {}:{}", b.percent, b.service, b.port));

@@ -274,6 +274,41 @@ spec:
 
 
 @pytest.mark.parametrize("kind", ["python", "go"])
+def test_an_unresolved_backends_share_fails_and_the_rest_is_served(kind, grpc_fleet, xds_meridian, xds_clients, tmp_path, request):
+    """A rule with one backend that resolves and one that does not (weights 1:1): the spec
+    fails the unresolved one's share. Half the calls reach greeter, half fail UNAVAILABLE
+    (the share goes to a cluster without endpoints); `explain` says so."""
+    client = start(kind, request, xds_clients, tmp_path, xds_meridian.xds_port, f"half-{kind}", "eu-1", target(), interval=0.02)
+    client.wait_serving(EU1, timeout=FIRST_CALL_TIMEOUT)
+    grpc_fleet.write("hub/routes.yaml", f"""apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: greeter-half, namespace: {NAMESPACE}}}
+spec:
+  {PARENT}
+  rules:
+  - backendRefs:
+    - {{name: greeter, port: {PORT}, weight: 1}}
+    - {{name: nowhere, port: {PORT}, weight: 1}}
+""")
+    client.wait_for(lambda cs: any(not c["ok"] for c in cs[-20:]), timeout=SWITCH_TIMEOUT, what="calls failing after the route")
+    calls = client.window(6)
+    failed = [c for c in calls if not c["ok"]]
+    served = [c for c in calls if c["ok"]]
+    assert len(calls) >= 150, client.describe()
+    assert all(c["code"] == "UNAVAILABLE" for c in failed), failed[:3]
+    assert all(c["server"] in set(EU1) for c in served), served[:3]
+    share = len(failed) / len(calls)
+    # 1:1 over >= 150 independent picks: 0.5 ± 0.15 holds with probability > 0.9999.
+    assert 0.35 <= share <= 0.65, f"{len(failed)} of {len(calls)} failed\n{client.describe()}"
+
+    explained = subprocess.run([str(BIN), "explain", "httproute/greeter-half", "-n", NAMESPACE, "--from-cluster", "eu-1",
+                                "--admin", f"127.0.0.1:{xds_meridian.admin_port}"], capture_output=True, text=True, timeout=30)
+    assert explained.returncode == 0, explained.stderr
+    for says in ("ResolvedRefs=false (BackendNotFound)", "50.0% → backends that do not resolve", f"50.0% → {NAMESPACE}/greeter:{PORT}"):
+        assert says in explained.stdout, f"{says!r} not in explain:\n{explained.stdout}"
+
+
+@pytest.mark.parametrize("kind", ["python", "go"])
 def test_a_policys_failure_percentage_ejects_a_failing_endpoint(kind, grpc_fleet, xds_meridian, xds_clients, tmp_path, request):
     """Outlier detection is the policy's (traffic.outlierDetection): gRPC honours the failure
     percentage (gRFC A50), so a policy that sets it takes a failing endpoint out of its

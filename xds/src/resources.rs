@@ -443,6 +443,13 @@ fn client_service_items(
                     &route_config(service, &name, routes.map(|r| &r[..])),
                 ),
             ));
+            if routes.is_some_and(|r| routes::sends_to_failing(r)) {
+                let failing = routes::failing_cluster_name(&name);
+                let cluster = eds_cluster(&failing, None, &service.policy.outlier);
+                items.push((Kind::Cluster, encode(failing.clone(), &cluster)));
+                let nothing = assignment(&failing, Vec::new());
+                items.push((Kind::Endpoint, encode(failing, &nothing)));
+            }
         }
     }
     items.into()
@@ -802,7 +809,7 @@ fn route_config(
 ) -> RouteConfiguration {
     let host = format!("{}.{}.global", service.key.name, service.key.namespace);
     let routes = match attached {
-        Some(attached) => routes::routes(attached),
+        Some(attached) => routes::routes(attached, &routes::failing_cluster_name(name)),
         None => vec![xroute::Route {
             r#match: Some(xroute::RouteMatch {
                 path_specifier: Some(xroute::route_match::PathSpecifier::Prefix(String::new())),

@@ -201,6 +201,33 @@ fn weights_split_between_fleet_services() {
 }
 
 #[test]
+fn an_unresolved_backend_keeps_its_share_which_fails() {
+    let r = route(
+        "half",
+        None,
+        vec![rule(
+            vec![],
+            vec![
+                backend("shop", "payments", Some(8080), 3),
+                backend("shop", "nowhere", Some(8080), 1),
+            ],
+        )],
+    );
+    let table = RouteTable::resolve(&[r], &[], ports_of);
+    let attached = &table
+        .for_port(&ObjectKey::new("shop", "payments"), 8080)
+        .unwrap()[0];
+    assert_eq!(attached.backends.len(), 1);
+    assert_eq!(attached.failing, 1);
+    assert!(!attached.fails());
+    assert_eq!(attached.failing_percent(), 25.0);
+    assert_eq!(
+        status(&table, "half").resolved_refs.reason,
+        "BackendNotFound"
+    );
+}
+
+#[test]
 fn every_weight_zero_fails_the_match() {
     let r = route(
         "zero",

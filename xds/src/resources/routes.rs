@@ -12,19 +12,33 @@ use xds_api::pb::google::protobuf::{Duration, UInt32Value};
 /// gRPC's retry back-off when the route names none (gRFC A44's default base interval).
 const DEFAULT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(25);
 
-/// The Envoy routes of one parent port, in order.
-pub(super) fn routes(attached: &[Attached]) -> Vec<xroute::Route> {
-    attached.iter().map(route).collect()
+/// The Envoy routes of one parent port, in order. `failing`: the name of the port's cluster
+/// without endpoints, where the share of unresolved backends goes.
+pub(super) fn routes(attached: &[Attached], failing: &str) -> Vec<xroute::Route> {
+    attached.iter().map(|a| route(a, failing)).collect()
 }
 
-fn route(a: &Attached) -> xroute::Route {
+/// The CDS (and EDS) name of the cluster with no endpoints that a parent port's routes send
+/// the share of unresolved backends to: Envoy answers those requests 503 (no healthy
+/// upstream), gRPC fails them UNAVAILABLE.
+pub(super) fn failing_cluster_name(port_cluster: &str) -> String {
+    format!("{port_cluster}/unresolved-backends")
+}
+
+/// Whether some match of the port sends a share of its requests to unresolved backends
+/// beside resolved ones (all unresolved is a direct 500, with no cluster).
+pub(super) fn sends_to_failing(attached: &[Attached]) -> bool {
+    attached.iter().any(|a| a.failing > 0 && !a.fails())
+}
+
+fn route(a: &Attached, failing: &str) -> xroute::Route {
     xroute::Route {
         name: format!(
             "{}/{}/{}/rule-{}",
             a.kind, a.route.namespace, a.route.name, a.rule
         ),
         r#match: Some(route_match_of(&a.matches)),
-        action: Some(action(a)),
+        action: Some(action(a, failing)),
         ..Default::default()
     }
 }
@@ -88,24 +102,33 @@ fn regex(pattern: &str) -> RegexMatcher {
     }
 }
 
-/// Where a match sends a request: its weighted backends, or — with no backend that has a
-/// weight — a 500, as the spec says for requests to invalid backends (gRPC fails the call).
-fn action(a: &Attached) -> xroute::route::Action {
+/// Where a match sends a request: its weighted backends (and the unresolved backends'
+/// share to the `failing` cluster), or — with no backend that has a weight — a 500, as the
+/// spec says for requests to invalid backends (gRPC fails the call).
+fn action(a: &Attached, failing: &str) -> xroute::route::Action {
     if a.fails() {
         return xroute::route::Action::DirectResponse(xroute::DirectResponseAction {
             status: 500,
             body: None,
         });
     }
-    let weighted: Vec<&Backend> = a.backends.iter().filter(|b| b.weight > 0).collect();
+    let mut weighted: Vec<(String, u32)> = a
+        .backends
+        .iter()
+        .filter(|b| b.weight > 0)
+        .map(|b| (cluster_name(b), b.weight))
+        .collect();
+    if a.failing > 0 {
+        weighted.push((failing.to_owned(), a.failing));
+    }
     let cluster = match weighted.as_slice() {
-        [one] => route_action::ClusterSpecifier::Cluster(cluster_name(one)),
+        [(one, _)] => route_action::ClusterSpecifier::Cluster(one.clone()),
         many => route_action::ClusterSpecifier::WeightedClusters(xroute::WeightedCluster {
             clusters: many
                 .iter()
-                .map(|b| xroute::weighted_cluster::ClusterWeight {
-                    name: cluster_name(b),
-                    weight: Some(UInt32Value { value: b.weight }),
+                .map(|(name, weight)| xroute::weighted_cluster::ClusterWeight {
+                    name: name.clone(),
+                    weight: Some(UInt32Value { value: *weight }),
                     ..Default::default()
                 })
                 .collect(),

@@ -5,6 +5,8 @@ use meridian_core::route::{Match, RouteKind};
 
 use super::*;
 
+const FAILING: &str = "payments.shop.global:9090/unresolved-backends";
+
 fn attached(matches: Match, backends: Vec<(&str, u32)>) -> Attached {
     Attached {
         kind: RouteKind::Http,
@@ -20,6 +22,7 @@ fn attached(matches: Match, backends: Vec<(&str, u32)>) -> Attached {
                 weight,
             })
             .collect(),
+        failing: 0,
         timeout: None,
         retry: None,
     }
@@ -48,7 +51,7 @@ fn each_match_kind_becomes_its_envoy_matcher() {
         }],
         method: Some("POST".into()),
     };
-    let r = route(&attached(m, vec![("payments", 1)]));
+    let r = route(&attached(m, vec![("payments", 1)]), FAILING);
     assert_eq!(r.name, "HTTPRoute/shop/r/rule-1");
     let rm = r.r#match.unwrap();
     assert_eq!(
@@ -84,10 +87,13 @@ fn each_match_kind_becomes_its_envoy_matcher() {
 
 #[test]
 fn weights_name_the_backends_own_clusters_and_zero_weights_are_left_out() {
-    let r = route(&attached(
-        Match::default(),
-        vec![("payments", 90), ("payments-v2", 10), ("off", 0)],
-    ));
+    let r = route(
+        &attached(
+            Match::default(),
+            vec![("payments", 90), ("payments-v2", 10), ("off", 0)],
+        ),
+        FAILING,
+    );
     let route_action::ClusterSpecifier::WeightedClusters(w) = cluster_of(&r) else {
         panic!("not weighted: {r:?}");
     };
@@ -104,7 +110,7 @@ fn weights_name_the_backends_own_clusters_and_zero_weights_are_left_out() {
         ]
     );
     // One backend: the cluster itself.
-    let r = route(&attached(Match::default(), vec![("payments", 5)]));
+    let r = route(&attached(Match::default(), vec![("payments", 5)]), FAILING);
     assert_eq!(
         cluster_of(&r),
         &route_action::ClusterSpecifier::Cluster("payments.shop.global:9090".into())
@@ -112,15 +118,37 @@ fn weights_name_the_backends_own_clusters_and_zero_weights_are_left_out() {
 }
 
 #[test]
+fn unresolved_backends_keep_their_share_on_the_cluster_without_endpoints() {
+    let mut a = attached(Match::default(), vec![("payments", 3)]);
+    a.failing = 1;
+    let r = route(&a, FAILING);
+    let route_action::ClusterSpecifier::WeightedClusters(w) = cluster_of(&r) else {
+        panic!("not weighted: {r:?}");
+    };
+    let got: Vec<(&str, u32)> = w
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.weight.as_ref().unwrap().value))
+        .collect();
+    assert_eq!(got, [("payments.shop.global:9090", 3), (FAILING, 1)]);
+    assert_eq!(a.failing_percent(), 25.0);
+    assert!(sends_to_failing(&[a]));
+}
+
+#[test]
 fn no_backend_with_a_weight_answers_500() {
     for backends in [vec![], vec![("payments", 0)]] {
-        let r = route(&attached(Match::default(), backends));
+        let r = route(&attached(Match::default(), backends), FAILING);
         assert!(matches!(
             r.action,
             Some(xroute::route::Action::DirectResponse(
                 xroute::DirectResponseAction { status: 500, .. }
             ))
         ));
+        // All of it fails at the route: no cluster without endpoints is needed.
+        let mut a = attached(Match::default(), vec![]);
+        a.failing = 1;
+        assert!(!sends_to_failing(&[a]));
     }
 }
 
@@ -133,7 +161,7 @@ fn timeouts_and_retries_in_envoys_and_grpcs_terms() {
         codes: vec![503, 500, 504],
         backoff: None,
     });
-    let Some(xroute::route::Action::Route(action)) = route(&a).action else {
+    let Some(xroute::route::Action::Route(action)) = route(&a, FAILING).action else {
         panic!("not a route action");
     };
     let ms = Duration {
