@@ -448,6 +448,7 @@ fn traffic_policy(p: &GenPolicy) -> TrafficPolicy {
         ttl: p.ttl,
         max_answers: p.max_answers,
         drained: Default::default(),
+        ramping: Default::default(),
         outlier: Default::default(),
     }
 }

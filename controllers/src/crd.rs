@@ -765,6 +765,10 @@ pub struct RolloutStatus {
     /// copies change (every replica's DNS and xDS read it here).
     #[serde(default)]
     pub drained: Vec<String>,
+    /// Clusters coming back into that traffic (`rampSeconds`), with the percent of their
+    /// share they take now.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ramping: BTreeMap<String, u32>,
     #[serde(default)]
     pub templates: Vec<TemplateRolloutStatus>,
 }

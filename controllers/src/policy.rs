@@ -118,8 +118,9 @@ pub fn scheduling_policy(csp: &ClusterSchedulingPolicy) -> Result<core::Policy, 
             tolerations,
             ttl: dns.ttl,
             max_answers: dns.max_answers,
-            // The rollouts' drains come from the status, in their own event.
+            // The rollouts' drains and ramps come from the status, in their own event.
             drained: Default::default(),
+            ramping: Default::default(),
             outlier,
         }),
         key,

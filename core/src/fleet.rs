@@ -18,7 +18,7 @@
 //!
 //! Time is passed in (`now`), so every rule is tested with a fake clock.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ use crate::model::{ClusterId, ClusterObjects, ClusterSpec, ObjectKey};
 use crate::placement::{
     self, Capacity, Decider, Inputs, OverridePolicy, Placements, Placer, Runner, Template,
 };
-use crate::policy::{Policies, Policy};
+use crate::policy::{Drain, Policies, Policy};
 use crate::problem::Problem;
 use crate::problem::{ObjectRef, Origin};
 use crate::registry::{Registry, Transition};
@@ -106,7 +106,7 @@ pub enum Event {
     Tenants(Tenants),
     /// Per ClusterSchedulingPolicy, the clusters its staged rollouts hold out of its traffic
     /// (as its status on the hub says). Replaces the previous map.
-    Drained(BTreeMap<ObjectKey, BTreeSet<ClusterId>>),
+    Drained(BTreeMap<ObjectKey, Drain>),
     /// The hub's HTTPRoutes, GRPCRoutes and ReferenceGrants (those that converted; the
     /// rejected ones are in the `Members` event's problems of the same read). Replaces the
     /// previous set.
@@ -172,7 +172,7 @@ pub struct Fleet {
     policies: Policies,
     /// The policies as the hub has them, and what the rollouts drain of each.
     hub_policies: Vec<Policy>,
-    drained: BTreeMap<ObjectKey, BTreeSet<ClusterId>>,
+    drained: BTreeMap<ObjectKey, Drain>,
     /// The version of the last snapshot built: every build takes the next one.
     version: u64,
     /// The hub has been read once: until then the member list is unknown, so nothing is synced.
@@ -458,7 +458,7 @@ impl Fleet {
 
     /// A drain changes which clusters a policy's Services answer with, not where its templates
     /// go: every service is merged again, placement keeps its decisions.
-    fn apply_drained(&mut self, drained: BTreeMap<ObjectKey, BTreeSet<ClusterId>>) -> Outcome {
+    fn apply_drained(&mut self, drained: BTreeMap<ObjectKey, Drain>) -> Outcome {
         if drained == self.drained {
             return Outcome::default();
         }
@@ -933,17 +933,17 @@ fn gather_workloads(
     by_policy.extend(gathered);
 }
 
-/// `policies` with each one's traffic holding out the clusters `drained` names for it.
-fn with_drains(
-    policies: &[Policy],
-    drained: &BTreeMap<ObjectKey, BTreeSet<ClusterId>>,
-) -> Vec<Policy> {
+/// `policies` with each one's traffic holding out the clusters its drain names, and bringing
+/// back those ramping at their share.
+fn with_drains(policies: &[Policy], drains: &BTreeMap<ObjectKey, Drain>) -> Vec<Policy> {
     policies
         .iter()
         .map(|p| {
             let mut p = p.clone();
-            if let Some(out) = drained.get(&p.key) {
-                Arc::make_mut(&mut p.traffic).drained.clone_from(out);
+            if let Some(drain) = drains.get(&p.key) {
+                let traffic = Arc::make_mut(&mut p.traffic);
+                traffic.drained.clone_from(&drain.drained);
+                traffic.ramping.clone_from(&drain.ramping);
             }
             p
         })

@@ -58,9 +58,9 @@ pub use placement::{
     Template, TemplateKey, TemplateSelector, Workload,
 };
 pub use policy::{
-    AffinityTier, ClusterSet, FailurePercentage, LabelSelector, Mode, Operator, OutlierDetection,
-    Policies, Policy, Requirement, ServiceSelector, Toleration, TolerationOperator, TrafficPolicy,
-    WeightRule, toleration_for,
+    AffinityTier, ClusterSet, Drain, FailurePercentage, LabelSelector, Mode, Operator,
+    OutlierDetection, Policies, Policy, Requirement, ServiceSelector, Toleration,
+    TolerationOperator, TrafficPolicy, WeightRule, toleration_for,
 };
 pub use problem::{ObjectRef, Origin, Problem, Source, Subject};
 pub use registry::{Health, MemberHealth, Registry, Transition};

@@ -196,8 +196,19 @@ pub struct TrafficPolicy {
     /// Clusters a staged rollout holds out of this policy's traffic while their copies
     /// change (from the policy's status on the hub; endpoints stay registered).
     pub drained: BTreeSet<ClusterId>,
+    /// Clusters a staged rollout is bringing back into this policy's traffic, with the
+    /// percent of their share they take now (1–99; from the policy's status on the hub).
+    pub ramping: BTreeMap<ClusterId, u32>,
     /// How xDS clients eject failing endpoints of the governed services.
     pub outlier: OutlierDetection,
+}
+
+/// What a staged rollout does to a policy's traffic, as its status on the hub says: the
+/// clusters held out, and those coming back with the percent of their share they take.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Drain {
+    pub drained: BTreeSet<ClusterId>,
+    pub ramping: BTreeMap<ClusterId, u32>,
 }
 
 /// Passive health checking by xDS clients (`traffic.outlierDetection`): which errors eject an
@@ -257,6 +268,7 @@ impl Default for TrafficPolicy {
             ttl: None,
             max_answers: None,
             drained: BTreeSet::new(),
+            ramping: BTreeMap::new(),
             outlier: OutlierDetection::default(),
         }
     }

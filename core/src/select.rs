@@ -395,7 +395,82 @@ pub fn select_for(
         &placed,
         policy.min_healthy_endpoints,
     );
+    ramp_tiers(&mut selection, policy, snapshot);
     selection
+}
+
+/// The weights of a tier merged with a ramping one sum to about this much.
+const RAMP_SCALE: u128 = 10_000;
+
+/// A staged rollout bringing clusters back (`traffic.ramping`): a cluster takes its percent
+/// of the weight it would have. The others of its tier take the rest; when every member of
+/// the tier is coming back, the next tier takes it, merged into this one with weights that
+/// say so (DNS rotations and EDS locality weights follow them). With no next tier the tier
+/// keeps it all: that traffic has nowhere else to go.
+fn ramp_tiers(selection: &mut Selection, policy: &TrafficPolicy, snapshot: &Snapshot) {
+    if policy.ramping.is_empty() {
+        return;
+    }
+    let percent = |m: &Member| -> u128 {
+        let id = &snapshot.clusters[m.cluster].spec.id;
+        policy
+            .ramping
+            .get(id)
+            .map_or(100, |p| u128::from((*p).clamp(1, 100)))
+    };
+    let mut i = 0;
+    while i < selection.tiers.len() {
+        let tier = &selection.tiers[i];
+        // In weight × percent.
+        let whole: u128 = tier
+            .members
+            .iter()
+            .map(|m| u128::from(m.weight) * 100)
+            .sum();
+        let kept: u128 = tier
+            .members
+            .iter()
+            .map(|m| u128::from(m.weight) * percent(m))
+            .sum();
+        if kept == whole {
+            i += 1;
+            continue;
+        }
+        if tier.members.iter().any(|m| percent(m) == 100) {
+            let tier = &mut selection.tiers[i];
+            for m in &mut tier.members {
+                m.weight = ramp_weight(u128::from(m.weight) * percent(m), whole);
+            }
+            tier.members
+                .sort_by(|a, b| b.weight.cmp(&a.weight).then(a.cluster.cmp(&b.cluster)));
+            i += 1;
+            continue;
+        }
+        if i + 1 == selection.tiers.len() {
+            break;
+        }
+        let next = selection.tiers.remove(i + 1);
+        let next_whole: u128 = next.members.iter().map(|m| u128::from(m.weight)).sum();
+        let tier = &mut selection.tiers[i];
+        for m in &mut tier.members {
+            m.weight = ramp_weight(u128::from(m.weight) * percent(m), whole);
+        }
+        for mut m in next.members {
+            m.weight = ramp_weight((whole - kept) * u128::from(m.weight), whole * next_whole);
+            tier.members.push(m);
+        }
+        tier.reasons.extend(next.reasons);
+        tier.ready += next.ready;
+        tier.members
+            .sort_by(|a, b| b.weight.cmp(&a.weight).then(a.cluster.cmp(&b.cluster)));
+        i += 1;
+    }
+}
+
+/// `part / whole` of [`RAMP_SCALE`], at least 1 (a member is never weighed out).
+fn ramp_weight(part: u128, whole: u128) -> u32 {
+    let w = (part * RAMP_SCALE + whole / 2) / whole.max(1);
+    u32::try_from(w.max(1)).unwrap_or(u32::MAX)
 }
 
 /// An address two clusters report is answered once, by the member that comes first (tier,

@@ -245,6 +245,80 @@ def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_an
     assert views["leading"] and views["rollouts"][0]["phase"] == "RolledBack", views
 
 
+def first_tier_of(m, client):
+    """The first tier of roll's traffic decision for a client in `client`: {cluster: weight}
+    and the tier's reasons (/debug/explain)."""
+    status, body = m.http(f"/debug/explain?service=roll.{NAMESPACE}&cluster={client}")
+    assert status == 200, body
+    tier = json.loads(body)["decision"]["tiers"][0]
+    return {c["cluster"]: c["weight"] for c in tier["clusters"]}, tier["reasons"]
+
+
+def test_a_stage_comes_back_stepping_up_over_ramp_seconds(kube_fleet, kube_meridian):
+    """rampSeconds: once the canary runs ready at the new generation, its traffic comes back
+    in steps. The policy's status says the share m1 takes now, rising; the decision for m1's
+    own clients (m1 alone in their first tier) merges that tier with the next, m1 weighing its
+    share; DNS answers m1's clients with m1 and the next tier's cluster together meanwhile,
+    and with m1 alone once the ramp is over."""
+    m, hub = kube_meridian, kube_fleet.hub
+    for member, address in ADDRESS.items():
+        kube_fleet.publish(member, "roll", [address])
+    hub.apply(deployment("roll", 1, image_tag="1"))
+    kube_fleet.policy("roll", {
+        "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "roll"}, {"name": "roll"}],
+        "placement": {
+            "clusterAffinities": [{"name": "all", "clusterNames": ["m1", "m2", "m3"]}],
+            "rollout": {"drainSeconds": 1, "rampSeconds": 10, "progressDeadlineSeconds": 30, "stages": [
+                {"name": "canary", "clusterNames": ["m1"]},
+                {"name": "rest", "maxUnavailablePercent": 100},
+            ]},
+        },
+    })
+    wait_for(lambda: images(kube_fleet) == {"m1": "1", "m2": "1", "m3": "1"}, timeout=30,
+             what="roll:1 duplicated into m1, m2 and m3", log=m)
+    for member in ADDRESS:
+        write_status(kube_fleet, member, "roll", 1)
+    m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
+               what="m1's address answered to a client in m1")
+    alone, _ = first_tier_of(m, "m1")
+    assert list(alone) == ["m1"], alone
+
+    hub.apply(deployment("roll", 1, image_tag="2"))
+    wait_for(lambda: image_of(kube_fleet, "m1") == "2", timeout=30, what="the canary m1 gets roll:2", log=m)
+    write_status(kube_fleet, "m1", "roll", 1)
+
+    # The ramp, sampled every 0.3 s until it is over: the status's share, the decision's
+    # weights and DNS's answer to a client in m1.
+    samples = []
+    deadline = time.time() + 40
+    while time.time() < deadline:
+        share = ((policy_status(kube_fleet).get("rollout") or {}).get("ramping") or {}).get("m1")
+        tier, reasons = first_tier_of(m, "m1")
+        answered = {CLUSTER_OF[a] for a in m.addresses(NAME, source=FROM["m1"])}
+        samples.append((share, tier, reasons, answered))
+        if share is None and image_of(kube_fleet, "m2") == "2":
+            break
+        time.sleep(0.3)
+    shares = [s for s, _, _, _ in samples if s is not None]
+    assert len(set(shares)) >= 3, f"the share did not step up: {shares}"
+    assert shares == sorted(shares) and all(0 < s < 100 for s in shares), shares
+    merged = [(share, tier, reasons, answered) for share, tier, reasons, answered in samples
+              if share is not None and "m1" in tier and len(tier) > 1]
+    assert merged, f"m1's clients never had m1 beside the next tier: {samples}"
+    for share, tier, reasons, answered in merged:
+        assert reasons[0] == "ClientCluster" and len(reasons) == 2, reasons
+        # m1 weighs its share of the merged tier (the status and the decision are read a
+        # moment apart: within one 10 % step).
+        assert abs(100 * tier["m1"] / sum(tier.values()) - share) <= 10, (share, tier)
+        assert "m1" in answered and len(answered) > 1, answered
+    fractions = [tier["m1"] / sum(tier.values()) for _, tier, _, _ in merged]
+    assert fractions[-1] - fractions[0] >= 0.3, f"m1's weight did not rise with the share: {fractions}"
+    # Over: m1 alone first for its own clients again, and the next stage rolled on.
+    wait_for(lambda: list(first_tier_of(m, "m1")[0]) == ["m1"], timeout=20, what="m1 alone in its clients' first tier", log=m)
+    assert {CLUSTER_OF[a] for a in m.addresses(NAME, source=FROM["m1"])} == {"m1"}
+    assert not (policy_status(kube_fleet)["rollout"].get("ramping"))
+
+
 class ErrorRatios:
     """What the apps' own /metrics would say: app_error_ratio per cluster, served on a free
     loopback port for Prometheus to scrape."""

@@ -17,7 +17,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use meridian_core::problem::Source;
-use meridian_core::{ClusterId, ObjectKey, ObjectRef, Tenants};
+use meridian_core::{ClusterId, Drain, ObjectKey, ObjectRef, Tenants};
 use tracing::{debug, info, warn};
 
 use super::connect::{WatchTimeout, hub_backoff};
@@ -323,13 +323,20 @@ fn changes<T>(applied: Applied<T>) -> bool {
 /// Per policy, the clusters its status says a staged rollout holds out of its traffic.
 fn drained_by_rollouts(
     policies: &BTreeMap<ObjectKey, Stored<ClusterSchedulingPolicy>>,
-) -> BTreeMap<ObjectKey, BTreeSet<ClusterId>> {
+) -> BTreeMap<ObjectKey, Drain> {
     policies
         .iter()
         .filter_map(|(key, Stored(p))| {
-            let drained = &p.status.as_ref()?.rollout.as_ref()?.drained;
-            (!drained.is_empty())
-                .then(|| (key.clone(), drained.iter().map(ClusterId::new).collect()))
+            let rollout = p.status.as_ref()?.rollout.as_ref()?;
+            let drain = Drain {
+                drained: rollout.drained.iter().map(ClusterId::new).collect(),
+                ramping: rollout
+                    .ramping
+                    .iter()
+                    .map(|(c, p)| (ClusterId::new(c), *p))
+                    .collect(),
+            };
+            (!drain.drained.is_empty() || !drain.ramping.is_empty()).then(|| (key.clone(), drain))
         })
         .collect()
 }

@@ -1375,6 +1375,61 @@ mod policies {
     }
 
     #[test]
+    fn a_cluster_a_rollout_brings_back_takes_its_share_and_the_next_tier_the_rest() {
+        let fleet = locality_fleet();
+        let ramping = |percent: u32| {
+            fleet.snapshot_with(TrafficPolicy {
+                ramping: [(ClusterId::new("eu-1a"), percent)].into(),
+                ..TrafficPolicy::default()
+            })
+        };
+        // A quarter back: eu-1a keeps 25 % of its clients' traffic, the same zone the rest.
+        let snap = ramping(25);
+        let sel = run(&snap, Some("eu-1a"), fleet.t0);
+        assert_eq!(
+            layout(&snap, &sel),
+            vec![
+                (
+                    vec![ClientCluster, SameZone],
+                    vec![("eu-1b", 7500), ("eu-1a", 2500)]
+                ),
+                (vec![SameRegion], vec![("eu-2", 1)]),
+                (vec![Remote], vec![("us-1", 4), ("nowhere", 1)]),
+            ]
+        );
+        assert_eq!(sel.tiers[0].ready, 5);
+        // For a client whose tier holds eu-1a beside others, those others take the rest:
+        // eu-1a 2 × 25 %, eu-1b 3, of 5.
+        let sel = run(&snap, Some("eu-2"), fleet.t0);
+        assert_eq!(
+            layout(&snap, &sel)[1],
+            (vec![SameRegion], vec![("eu-1b", 6000), ("eu-1a", 1000)])
+        );
+        // All the way back: as if it never left.
+        let snap = ramping(100);
+        let sel = run(&snap, Some("eu-1a"), fleet.t0);
+        assert_eq!(
+            layout(&snap, &sel)[0],
+            (vec![ClientCluster], vec![("eu-1a", 2)])
+        );
+    }
+
+    #[test]
+    fn a_cluster_ramping_with_nowhere_else_to_go_keeps_its_traffic() {
+        let mut fleet = FleetBuilder::new();
+        fleet.add(cluster("eu-1a", "eu", "eu-1"), 2);
+        let snap = fleet.snapshot_with(TrafficPolicy {
+            ramping: [(ClusterId::new("eu-1a"), 10)].into(),
+            ..TrafficPolicy::default()
+        });
+        let sel = run(&snap, Some("eu-1a"), fleet.t0);
+        assert_eq!(
+            layout(&snap, &sel),
+            vec![(vec![ClientCluster], vec![("eu-1a", 2)])]
+        );
+    }
+
+    #[test]
     fn weighted_mode_is_one_tier_split_by_the_rules_and_zero_means_none() {
         let fleet = world();
         let snap = fleet.snapshot_with(TrafficPolicy {

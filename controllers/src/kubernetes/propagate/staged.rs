@@ -415,8 +415,16 @@ impl Staged {
         let mine = self.of_policy(policy)?;
         let drained: BTreeSet<&ClusterId> =
             mine.iter().flat_map(|(_, s)| &s.actions.drained).collect();
+        // A cluster two templates bring back takes the smaller share.
+        let mut ramping: BTreeMap<String, u32> = BTreeMap::new();
+        for (cluster, percent) in mine.iter().flat_map(|(_, s)| &s.actions.ramping) {
+            let share = ramping.entry(cluster.to_string()).or_insert(*percent);
+            *share = (*share).min(*percent);
+        }
+        ramping.retain(|c, p| *p < 100 && !drained.iter().any(|d| d.as_str() == c));
         let status = RolloutStatus {
             drained: drained.iter().map(|c| c.to_string()).collect(),
+            ramping,
             templates: mine
                 .iter()
                 .map(|(k, s)| status_of_template(k, &s.progress, &s.stages))
