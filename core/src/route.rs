@@ -334,6 +334,47 @@ impl RouteTable {
         self.by_parent.get(&(service.clone(), port))
     }
 
+    /// The parent services whose matches differ between `self` and `other` (on some port,
+    /// in either table): what a client of any other service receives is the same under both.
+    pub fn services_rerouted(&self, other: &RouteTable) -> Vec<ObjectKey> {
+        let mut rerouted: Vec<ObjectKey> = Vec::new();
+        let mut note = |key: &ObjectKey| {
+            if rerouted.last() != Some(key) {
+                rerouted.push(key.clone());
+            }
+        };
+        let (mut a, mut b) = (
+            self.by_parent.iter().peekable(),
+            other.by_parent.iter().peekable(),
+        );
+        loop {
+            match (a.peek(), b.peek()) {
+                (Some((ka, va)), Some((kb, vb))) if ka == kb => {
+                    if !Arc::ptr_eq(va, vb) && va != vb {
+                        note(&ka.0);
+                    }
+                    a.next();
+                    b.next();
+                }
+                (Some((ka, _)), Some((kb, _))) if ka < kb => {
+                    note(&ka.0);
+                    a.next();
+                }
+                (_, Some((kb, _))) => {
+                    note(&kb.0);
+                    b.next();
+                }
+                (Some((ka, _)), None) => {
+                    note(&ka.0);
+                    a.next();
+                }
+                (None, None) => break,
+            }
+        }
+        rerouted.dedup();
+        rerouted
+    }
+
     /// Every parent port with routes.
     pub fn parents(&self) -> impl Iterator<Item = (&ObjectKey, u16, &Arc<[Attached]>)> {
         self.by_parent.iter().map(|((k, p), a)| (k, *p, a))

@@ -111,7 +111,7 @@ pub struct Resources {
     /// A hash of everything about the clusters that the selection reads.
     clusters_fingerprint: u64,
     /// The route table a proxyless group's RDS was built from (None for other roles, which
-    /// get no RDS): a new table rebuilds every service's resources, as routes change rarely.
+    /// get no RDS): a new table renews the resources of the services whose routes changed.
     routes: Option<Arc<RouteTable>>,
     /// The decisions this build made (services it reused made none), for metrics.
     pub decisions: DecisionStats,
@@ -204,14 +204,18 @@ impl Resources {
         prev: Option<&Resources>,
         mut make: impl FnMut(&Arc<ServiceView>) -> Option<Items>,
     ) {
-        let same_routes = |p: &Resources| match (&p.routes, &self.routes) {
-            (None, None) => true,
-            // Every snapshot of a fleet shares its table; a snapshot made elsewhere has its own.
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-            _ => false,
+        // The services whose routes changed since `prev` (a route edit renews its parents'
+        // resources only); None: the builds are not comparable.
+        let rerouted = |p: &Resources| match (&p.routes, &self.routes) {
+            (None, None) => Some(Vec::new()),
+            // Every snapshot of a fleet shares its table until the routes change.
+            (Some(a), Some(b)) if Arc::ptr_eq(a, b) => Some(Vec::new()),
+            (Some(a), Some(b)) => Some(a.services_rerouted(b)),
+            _ => None,
         };
-        let Some(prev) =
-            prev.filter(|p| p.clusters_fingerprint == self.clusters_fingerprint && same_routes(p))
+        let Some((prev, rerouted)) = prev
+            .filter(|p| p.clusters_fingerprint == self.clusters_fingerprint)
+            .and_then(|p| Some((p, rerouted(p)?)))
         else {
             for service in snapshot.services() {
                 let items = make(service);
@@ -222,9 +226,12 @@ impl Resources {
         self.by_kind = prev.by_kind.clone();
         self.per_service = prev.per_service.clone();
         match snapshot.changed_since(prev.snapshot_version) {
-            Some(changed) => self.renew_changed(snapshot, changed, make),
-            None => self.renew_all(snapshot, make),
+            Some(changed) => self.renew_changed(snapshot, changed, &mut make),
+            None => self.renew_all(snapshot, &mut make),
         }
+        // A service renewed above for its own change is built again here: rare (a route
+        // edit and a change of its parent in one snapshot), and the same result.
+        self.renew(snapshot, rerouted.iter(), make);
     }
 
     /// Renews the services `changed` names (the only views that differ from the snapshot
@@ -233,9 +240,19 @@ impl Resources {
         &mut self,
         snapshot: &Snapshot,
         changed: &[ObjectKey],
+        make: impl FnMut(&Arc<ServiceView>) -> Option<Items>,
+    ) {
+        self.renew(snapshot, changed.iter().chain(snapshot.timed_keys()), make);
+    }
+
+    /// Renews the services `keys` names: built again, or taken out when they are gone.
+    fn renew<'k>(
+        &mut self,
+        snapshot: &Snapshot,
+        keys: impl Iterator<Item = &'k ObjectKey>,
         mut make: impl FnMut(&Arc<ServiceView>) -> Option<Items>,
     ) {
-        for key in changed.iter().chain(snapshot.timed_keys()) {
+        for key in keys {
             match snapshot.service(&key.namespace, &key.name) {
                 Some(service) => {
                     let items = make(service);

@@ -228,6 +228,61 @@ fn an_unresolved_backend_keeps_its_share_which_fails() {
 }
 
 #[test]
+fn a_route_edit_reroutes_its_parent_service_only() {
+    let split = |canary: u32| {
+        let mut r = route(
+            "split",
+            None,
+            vec![rule(
+                vec![],
+                vec![
+                    backend("shop", "payments", Some(8080), 100 - canary),
+                    backend("shop", "payments-canary", None, canary),
+                ],
+            )],
+        );
+        r.parents.push(service_parent("billing", "ledger", None));
+        r
+    };
+    let ledger = |weight: u32| {
+        let mut r = route(
+            "to-ledger",
+            None,
+            vec![rule(
+                vec![],
+                vec![backend("billing", "ledger", None, weight)],
+            )],
+        );
+        r.key = ObjectKey::new("billing", "to-ledger");
+        r.parents = vec![service_parent("billing", "ledger", None)];
+        r
+    };
+    let table = |routes: &[Route]| RouteTable::resolve(routes, &[], ports_of);
+    let before = table(&[split(10), ledger(1)]);
+    assert!(
+        before
+            .services_rerouted(&table(&[split(10), ledger(1)]))
+            .is_empty()
+    );
+    assert_eq!(
+        before.services_rerouted(&table(&[split(20), ledger(1)])),
+        [ObjectKey::new("shop", "payments")]
+    );
+    // A route gone: its parents too.
+    assert_eq!(
+        before.services_rerouted(&table(&[split(10)])),
+        [ObjectKey::new("billing", "ledger")]
+    );
+    assert_eq!(
+        table(&[]).services_rerouted(&before),
+        [
+            ObjectKey::new("billing", "ledger"),
+            ObjectKey::new("shop", "payments")
+        ]
+    );
+}
+
+#[test]
 fn every_weight_zero_fails_the_match() {
     let r = route(
         "zero",

@@ -218,6 +218,100 @@ fn a_restamped_snapshot_renews_only_the_services_it_names_and_equals_building_fr
     }
 }
 
+/// A route table: HTTPRoute `shop/<parent>-split` sends `shop/<parent>` to itself and to
+/// `shop/<other>` by `weights`.
+fn split_routes(snapshot: &Snapshot, splits: &[(&str, &str, u32)]) -> Arc<RouteTable> {
+    use meridian_core::problem::Source;
+    use meridian_core::route::{BackendRef, ParentRef, Route, RouteKind, Rule};
+    let backend = |name: &str, weight: u32| BackendRef {
+        group: String::new(),
+        kind: "Service".into(),
+        namespace: "shop".into(),
+        name: name.into(),
+        port: Some(8080),
+        weight,
+    };
+    let routes: Vec<Route> = splits
+        .iter()
+        .map(|(parent, other, weight)| Route {
+            kind: RouteKind::Http,
+            key: ObjectKey::new("shop", &format!("{parent}-split")),
+            created: None,
+            generation: None,
+            parents: vec![ParentRef {
+                group: String::new(),
+                kind: "Service".into(),
+                namespace: "shop".into(),
+                name: (*parent).into(),
+                port: None,
+            }],
+            rules: vec![Rule {
+                name: None,
+                matches: Vec::new(),
+                backends: vec![backend(parent, 100 - weight), backend(other, *weight)],
+                timeout: None,
+                retry: None,
+                filters: Vec::new(),
+            }],
+            source: Source::Api,
+        })
+        .collect();
+    let ports = |key: &ObjectKey| {
+        snapshot
+            .service(&key.namespace, &key.name)
+            .map(|s| s.ports.iter().map(|p| p.port).collect())
+    };
+    Arc::new(RouteTable::resolve(&routes, &[], ports))
+}
+
+#[test]
+fn a_route_edit_renews_its_parents_resources_only_and_equals_building_from_scratch() {
+    for group in groups() {
+        let mut f = Fleet::new();
+        let now = f.members.t0;
+        let policies = Policies::default();
+        let mut s1 = f.members.publish_after(&Snapshot::empty(), &policies);
+        s1.routes = split_routes(&s1, &[("web", "api", 10), ("db", "api", 50)]);
+        let base = build_from(&s1, &group, now, None);
+        // The next snapshot changes nothing but web's split.
+        let mut s2 = f.members.publish_after(&s1, &policies);
+        s2.routes = split_routes(&s2, &[("web", "api", 30), ("db", "api", 50)]);
+        let reused = build_from(&s2, &group, now, Some(&base));
+        assert_eq!(
+            versions(&reused),
+            versions(&build(&s2, &group, now)),
+            "{group}"
+        );
+        let route = |r: &Resources, service: &str| resource_of(r, Kind::Route, service);
+        if group.role != Role::Proxyless {
+            assert!(
+                route(&reused, "web").is_none(),
+                "{group}: RDS is the proxyless feed's"
+            );
+            continue;
+        }
+        assert_ne!(
+            route(&reused, "web"),
+            route(&base, "web"),
+            "web's split changed"
+        );
+        for (kind, service) in [
+            (Kind::Route, "db"),
+            (Kind::Cluster, "db"),
+            (Kind::Endpoint, "api"),
+        ] {
+            let (was, now) = (
+                resource_of(&base, kind, service),
+                resource_of(&reused, kind, service),
+            );
+            assert!(
+                Arc::ptr_eq(&was.unwrap(), &now.unwrap()),
+                "{group}: {kind:?} of {service} is reused, not re-encoded"
+            );
+        }
+    }
+}
+
 #[test]
 fn outlier_detection_is_the_policys_in_envoys_and_grpcs_terms() {
     let today = outlier_detection(&OutlierDetection::default());
