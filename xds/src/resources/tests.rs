@@ -235,7 +235,7 @@ fn split_routes(snapshot: &Snapshot, splits: &[(&str, &str, u32)]) -> Arc<RouteT
         .iter()
         .map(|(parent, other, weight)| Route {
             kind: RouteKind::Http,
-            key: ObjectKey::new("shop", &format!("{parent}-split")),
+            key: ObjectKey::new("shop", format!("{parent}-split")),
             created: None,
             generation: None,
             parents: vec![ParentRef {
