@@ -496,6 +496,48 @@ pub fn placing(
     }
 }
 
+/// HTTPRoute `shop/<name>` whose parent is Service `shop/<parent>` (every port), with one
+/// rule sending every request to `backends`: (Service of shop, port, weight).
+pub fn service_route(
+    name: &str,
+    parent: &str,
+    backends: &[(&str, u16, u32)],
+) -> crate::route::Route {
+    use crate::route::{BackendRef, ParentRef, Route, RouteKind, Rule};
+    Route {
+        kind: RouteKind::Http,
+        key: ObjectKey::new("shop", name),
+        created: None,
+        generation: None,
+        parents: vec![ParentRef {
+            group: String::new(),
+            kind: "Service".into(),
+            namespace: "shop".into(),
+            name: parent.into(),
+            port: None,
+        }],
+        rules: vec![Rule {
+            name: None,
+            matches: Vec::new(),
+            backends: backends
+                .iter()
+                .map(|(service, port, weight)| BackendRef {
+                    group: String::new(),
+                    kind: "Service".into(),
+                    namespace: "shop".into(),
+                    name: (*service).into(),
+                    port: Some(*port),
+                    weight: *weight,
+                })
+                .collect(),
+            timeout: None,
+            retry: None,
+            filters: Vec::new(),
+        }],
+        source: crate::problem::Source::Api,
+    }
+}
+
 /// A geo table of `(cidr, region, zone)` ranges (`""`: no zone), for tests of geo clients.
 pub fn geo_table(ranges: &[(&str, &str, &str)]) -> Arc<crate::geo::GeoTable> {
     let mut builder = crate::geo::GeoBuilder::default();

@@ -144,27 +144,36 @@ def written_at(kube_fleet, member, after):
     return None
 
 
-def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_and_aborts_back(kube_fleet, kube_meridian):
-    m, hub = kube_meridian, kube_fleet.hub
+def roll_deployed(kube_fleet, m, rollout):
+    """Deployment `roll` (image tag 1) duplicated into m1, m2 and m3 by policy `roll` with
+    `rollout`, each copy ready, each member exporting Service `roll`, and m1's address
+    answered to a client in m1. Returns the policy's spec."""
     for member, address in ADDRESS.items():
         kube_fleet.publish(member, "roll", [address])
-    hub.apply(deployment("roll", 1, image_tag="1"))
-    kube_fleet.policy("roll", {
+    kube_fleet.hub.apply(deployment("roll", 1, image_tag="1"))
+    spec = {
         "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "roll"}, {"name": "roll"}],
         "placement": {
             "clusterAffinities": [{"name": "all", "clusterNames": ["m1", "m2", "m3"]}],
-            "rollout": {"drainSeconds": 1, "progressDeadlineSeconds": 6, "stages": [
-                {"name": "canary", "clusterNames": ["m1"]},
-                {"name": "rest", "maxUnavailablePercent": 100, "approval": "Required"},
-            ]},
+            "rollout": rollout,
         },
-    })
+    }
+    kube_fleet.policy("roll", spec)
     wait_for(lambda: images(kube_fleet) == {"m1": "1", "m2": "1", "m3": "1"}, timeout=30,
              what="roll:1 duplicated into m1, m2 and m3", log=m)
     for member in ADDRESS:
         write_status(kube_fleet, member, "roll", 1)
     m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
                what="m1's address answered to a client in m1")
+    return spec
+
+
+def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_and_aborts_back(kube_fleet, kube_meridian):
+    m, hub = kube_meridian, kube_fleet.hub
+    roll_deployed(kube_fleet, m, {"drainSeconds": 1, "progressDeadlineSeconds": 6, "stages": [
+        {"name": "canary", "clusterNames": ["m1"]},
+        {"name": "rest", "maxUnavailablePercent": 100, "approval": "Required"},
+    ]})
 
     # The plan, before the edit: what each stage drains and where each region's traffic goes.
     plan = json.loads(subprocess.run([BIN, "simulate", "--rollout", "shop/roll", "--json", "--admin",
@@ -261,25 +270,10 @@ def test_a_stage_comes_back_stepping_up_over_ramp_seconds(kube_fleet, kube_merid
     share; DNS answers m1's clients with m1 and the next tier's cluster together meanwhile,
     and with m1 alone once the ramp is over."""
     m, hub = kube_meridian, kube_fleet.hub
-    for member, address in ADDRESS.items():
-        kube_fleet.publish(member, "roll", [address])
-    hub.apply(deployment("roll", 1, image_tag="1"))
-    kube_fleet.policy("roll", {
-        "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "roll"}, {"name": "roll"}],
-        "placement": {
-            "clusterAffinities": [{"name": "all", "clusterNames": ["m1", "m2", "m3"]}],
-            "rollout": {"drainSeconds": 1, "rampSeconds": 10, "progressDeadlineSeconds": 30, "stages": [
-                {"name": "canary", "clusterNames": ["m1"]},
-                {"name": "rest", "maxUnavailablePercent": 100},
-            ]},
-        },
-    })
-    wait_for(lambda: images(kube_fleet) == {"m1": "1", "m2": "1", "m3": "1"}, timeout=30,
-             what="roll:1 duplicated into m1, m2 and m3", log=m)
-    for member in ADDRESS:
-        write_status(kube_fleet, member, "roll", 1)
-    m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
-               what="m1's address answered to a client in m1")
+    roll_deployed(kube_fleet, m, {"drainSeconds": 1, "rampSeconds": 10, "progressDeadlineSeconds": 30, "stages": [
+        {"name": "canary", "clusterNames": ["m1"]},
+        {"name": "rest", "maxUnavailablePercent": 100},
+    ]})
     alone, _ = first_tier_of(m, "m1")
     assert list(alone) == ["m1"], alone
 
@@ -410,24 +404,10 @@ def test_a_new_leader_resumes_the_rollout_at_its_stage_without_rewriting_the_fin
     wait_for(lambda: kube_fleet.lease_holder() == "meridian", timeout=15, what="meridian leads", log=a)
     b = kube_fleet.start_meridian("meridian-2")
     hub = kube_fleet.hub
-    for member, address in ADDRESS.items():
-        kube_fleet.publish(member, "roll", [address])
-    hub.apply(deployment("roll", 1, image_tag="1"))
-    spec = {
-        "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "roll"}, {"name": "roll"}],
-        "placement": {
-            "clusterAffinities": [{"name": "all", "clusterNames": ["m1", "m2", "m3"]}],
-            "rollout": {"drainSeconds": 0, "stages": [
-                {"name": "canary", "clusterNames": ["m1"]},
-                {"name": "rest", "maxUnavailablePercent": 100, "approval": "Required"},
-            ]},
-        },
-    }
-    kube_fleet.policy("roll", spec)
-    wait_for(lambda: images(kube_fleet) == {"m1": "1", "m2": "1", "m3": "1"}, timeout=30,
-             what="roll:1 in m1, m2 and m3", log=a)
-    for member in ADDRESS:
-        write_status(kube_fleet, member, "roll", 1)
+    spec = roll_deployed(kube_fleet, a, {"drainSeconds": 0, "stages": [
+        {"name": "canary", "clusterNames": ["m1"]},
+        {"name": "rest", "maxUnavailablePercent": 100, "approval": "Required"},
+    ]})
     hub.apply(deployment("roll", 1, image_tag="2"))
     wait_for(lambda: image_of(kube_fleet, "m1") == "2", timeout=30, what="the canary m1 gets roll:2", log=a)
     write_status(kube_fleet, "m1", "roll", 1)

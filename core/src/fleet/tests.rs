@@ -634,40 +634,11 @@ fn tenants_ride_on_every_snapshot_without_merging_services_again() {
 
 #[test]
 fn routes_resolve_when_they_or_a_service_they_name_change_and_not_otherwise() {
-    use crate::route::{BackendRef, ParentRef, Route, RouteKind, Rule};
     let (mut fleet, t0) = fleet();
     fleet.apply(members(&["eu-1"]), t0);
     fleet.apply(reset("eu-1", exported("web", "10.0.0.1"), vec![]), t0);
     let first = build(&mut fleet, &Snapshot::empty(), t0).snapshot;
-    let to_api = Route {
-        kind: RouteKind::Http,
-        key: ObjectKey::new("shop", "web-to-api"),
-        created: None,
-        generation: None,
-        parents: vec![ParentRef {
-            group: String::new(),
-            kind: "Service".into(),
-            namespace: "shop".into(),
-            name: "web".into(),
-            port: None,
-        }],
-        rules: vec![Rule {
-            name: None,
-            matches: vec![],
-            backends: vec![BackendRef {
-                group: String::new(),
-                kind: "Service".into(),
-                namespace: "shop".into(),
-                name: "api".into(),
-                port: Some(80),
-                weight: 1,
-            }],
-            timeout: None,
-            retry: None,
-            filters: vec![],
-        }],
-        source: crate::problem::Source::Api,
-    };
+    let to_api = crate::testing::service_route("web-to-api", "web", &[("api", 80, 1)]);
     let routes = || Event::Routes {
         routes: vec![to_api.clone()],
         grants: vec![],

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use meridian_core::testing::{FleetBuilder, cluster, http_ep, on_network, svc};
+use meridian_core::testing::{FleetBuilder, cluster, http_ep, on_network, service_route, svc};
 use meridian_core::{ClusterId, ClusterSpec, ObjectKey, Policies, Snapshot};
 
 use super::*;
@@ -221,39 +221,15 @@ fn a_restamped_snapshot_renews_only_the_services_it_names_and_equals_building_fr
 /// A route table: HTTPRoute `shop/<parent>-split` sends `shop/<parent>` to itself and to
 /// `shop/<other>` by `weights`.
 fn split_routes(snapshot: &Snapshot, splits: &[(&str, &str, u32)]) -> Arc<RouteTable> {
-    use meridian_core::problem::Source;
-    use meridian_core::route::{BackendRef, ParentRef, Route, RouteKind, Rule};
-    let backend = |name: &str, weight: u32| BackendRef {
-        group: String::new(),
-        kind: "Service".into(),
-        namespace: "shop".into(),
-        name: name.into(),
-        port: Some(8080),
-        weight,
-    };
-    let routes: Vec<Route> = splits
+    let routes: Vec<_> = splits
         .iter()
-        .map(|(parent, other, weight)| Route {
-            kind: RouteKind::Http,
-            key: ObjectKey::new("shop", format!("{parent}-split")),
-            created: None,
-            generation: None,
-            parents: vec![ParentRef {
-                group: String::new(),
-                kind: "Service".into(),
-                namespace: "shop".into(),
-                name: (*parent).into(),
-                port: None,
-            }],
-            rules: vec![Rule {
-                name: None,
-                matches: Vec::new(),
-                backends: vec![backend(parent, 100 - weight), backend(other, *weight)],
-                timeout: None,
-                retry: None,
-                filters: Vec::new(),
-            }],
-            source: Source::Api,
+        .map(|(parent, other, weight)| {
+            let name = format!("{parent}-split");
+            service_route(
+                &name,
+                parent,
+                &[(parent, 8080, 100 - weight), (other, 8080, *weight)],
+            )
         })
         .collect();
     let ports = |key: &ObjectKey| {

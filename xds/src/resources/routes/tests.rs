@@ -28,6 +28,17 @@ fn attached(matches: Match, backends: Vec<(&str, u32)>) -> Attached {
     }
 }
 
+/// A route's weighted clusters: (name, weight).
+fn weighted(r: &xroute::Route) -> Vec<(&str, u32)> {
+    let route_action::ClusterSpecifier::WeightedClusters(w) = cluster_of(r) else {
+        panic!("not weighted: {r:?}");
+    };
+    w.clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.weight.as_ref().unwrap().value))
+        .collect()
+}
+
 fn cluster_of(r: &xroute::Route) -> &route_action::ClusterSpecifier {
     match &r.action {
         Some(xroute::route::Action::Route(a)) => a.cluster_specifier.as_ref().unwrap(),
@@ -94,14 +105,7 @@ fn weights_name_the_backends_own_clusters_and_zero_weights_are_left_out() {
         ),
         FAILING,
     );
-    let route_action::ClusterSpecifier::WeightedClusters(w) = cluster_of(&r) else {
-        panic!("not weighted: {r:?}");
-    };
-    let got: Vec<(&str, u32)> = w
-        .clusters
-        .iter()
-        .map(|c| (c.name.as_str(), c.weight.as_ref().unwrap().value))
-        .collect();
+    let got = weighted(&r);
     assert_eq!(
         got,
         [
@@ -122,14 +126,7 @@ fn unresolved_backends_keep_their_share_on_the_cluster_without_endpoints() {
     let mut a = attached(Match::default(), vec![("payments", 3)]);
     a.failing = 1;
     let r = route(&a, FAILING);
-    let route_action::ClusterSpecifier::WeightedClusters(w) = cluster_of(&r) else {
-        panic!("not weighted: {r:?}");
-    };
-    let got: Vec<(&str, u32)> = w
-        .clusters
-        .iter()
-        .map(|c| (c.name.as_str(), c.weight.as_ref().unwrap().value))
-        .collect();
+    let got = weighted(&r);
     assert_eq!(got, [("payments.shop.global:9090", 3), (FAILING, 1)]);
     assert_eq!(a.failing_percent(), 25.0);
     assert!(sends_to_failing(&[a]));
