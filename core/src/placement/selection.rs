@@ -118,7 +118,7 @@ impl Selection {
 mod tests {
     use super::*;
     use crate::placement::PlacementPolicy;
-    use crate::testing::{deployment, placing};
+    use crate::testing::{deployment, match_labels, placing};
 
     fn labelled(name: &str, app: &str) -> Template {
         let mut t = deployment(name, Some(1));
@@ -128,12 +128,8 @@ mod tests {
 
     fn by_app(name: &str, app: &str) -> Policy {
         let mut p = placing(name, 0, Vec::new(), PlacementPolicy::default());
-        let selector = crate::LabelSelector {
-            match_labels: [("app".to_string(), app.to_string())].into(),
-            ..crate::LabelSelector::default()
-        };
         p.templates = vec![TemplateSelector {
-            selector: Some(selector),
+            selector: Some(match_labels(&[("app", app)])),
             ..TemplateSelector::default()
         }];
         p
