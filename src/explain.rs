@@ -151,6 +151,12 @@ pub fn explain(
             ),
         }
     )];
+    for (cluster, percent) in &policy.ramping {
+        words.push(format!(
+            "ramping: {cluster} takes {percent}% of its share while a staged rollout brings its \
+             traffic back (`rampSeconds`); a tier it alone holds shares that traffic with the next"
+        ));
+    }
     if let Some(decision) = &dns.decision {
         words.extend(decision_words(decision));
     }

@@ -139,6 +139,13 @@ fn rollout_words(plan: &meridian_core::whatif::rollout::RolloutPlan) -> Vec<Stri
         words.push(head);
         words.push(format!("  {}", shares_words(&step.shares)));
         words.extend(step.stranded.iter().map(|s| format!("  would pause: {s}")));
+        for r in &step.ramp {
+            words.push(format!(
+                "  coming back at {}% of its share: {}",
+                r.percent,
+                shares_words(&r.shares)
+            ));
+        }
     }
     words
 }

@@ -256,11 +256,13 @@ def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_an
 
 def first_tier_of(m, client):
     """The first tier of roll's traffic decision for a client in `client`: {cluster: weight}
-    and the tier's reasons (/debug/explain)."""
+    and the tier's reasons, with what explain's words say of a ramp (/debug/explain)."""
     status, body = m.http(f"/debug/explain?service=roll.{NAMESPACE}&cluster={client}")
     assert status == 200, body
-    tier = json.loads(body)["decision"]["tiers"][0]
-    return {c["cluster"]: c["weight"] for c in tier["clusters"]}, tier["reasons"]
+    explained = json.loads(body)
+    tier = explained["decision"]["tiers"][0]
+    ramping = [w for w in explained["words"] if w.startswith("ramping:")]
+    return {c["cluster"]: c["weight"] for c in tier["clusters"]}, (tier["reasons"], ramping)
 
 
 def test_a_stage_comes_back_stepping_up_over_ramp_seconds(kube_fleet, kube_meridian):
@@ -276,6 +278,14 @@ def test_a_stage_comes_back_stepping_up_over_ramp_seconds(kube_fleet, kube_merid
     ]})
     alone, _ = first_tier_of(m, "m1")
     assert list(alone) == ["m1"], alone
+    # The plan shows the ramp: at a quarter of its share m1 takes a quarter of its own
+    # clients' traffic (m2 the rest), so 12.5 % of region eu's; us keeps m3.
+    plan = json.loads(subprocess.run([BIN, "simulate", "--rollout", "shop/roll", "--json", "--admin",
+                                      f"127.0.0.1:{m.admin_port}"], capture_output=True, text=True, check=True).stdout)
+    quarter = plan["steps"][0]["ramp"][0]
+    assert quarter["percent"] == 25 and {(s["region"], s["cluster"]): s["percent"] for s in quarter["shares"]} == {
+        ("eu", "m1"): 12.5, ("eu", "m2"): 87.5, ("us", "m3"): 100.0}, quarter
+    assert [r["percent"] for r in plan["steps"][0]["ramp"]] == [25, 50, 75], plan["steps"][0]
 
     hub.apply(deployment("roll", 1, image_tag="2"))
     wait_for(lambda: image_of(kube_fleet, "m1") == "2", timeout=30, what="the canary m1 gets roll:2", log=m)
@@ -287,20 +297,21 @@ def test_a_stage_comes_back_stepping_up_over_ramp_seconds(kube_fleet, kube_merid
     deadline = time.time() + 40
     while time.time() < deadline:
         share = ((policy_status(kube_fleet).get("rollout") or {}).get("ramping") or {}).get("m1")
-        tier, reasons = first_tier_of(m, "m1")
+        tier, said = first_tier_of(m, "m1")
         answered = {CLUSTER_OF[a] for a in m.addresses(NAME, source=FROM["m1"])}
-        samples.append((share, tier, reasons, answered))
+        samples.append((share, tier, said, answered))
         if share is None and image_of(kube_fleet, "m2") == "2":
             break
         time.sleep(0.3)
     shares = [s for s, _, _, _ in samples if s is not None]
     assert len(set(shares)) >= 3, f"the share did not step up: {shares}"
     assert shares == sorted(shares) and all(0 < s < 100 for s in shares), shares
-    merged = [(share, tier, reasons, answered) for share, tier, reasons, answered in samples
+    merged = [(share, tier, said, answered) for share, tier, said, answered in samples
               if share is not None and "m1" in tier and len(tier) > 1]
     assert merged, f"m1's clients never had m1 beside the next tier: {samples}"
-    for share, tier, reasons, answered in merged:
+    for share, tier, (reasons, ramping), answered in merged:
         assert reasons[0] == "ClientCluster" and len(reasons) == 2, reasons
+        assert len(ramping) == 1 and ramping[0].startswith("ramping: m1 takes"), ramping
         # m1 weighs its share of the merged tier (the status and the decision are read a
         # moment apart: within one 10 % step).
         assert abs(100 * tier["m1"] / sum(tier.values()) - share) <= 10, (share, tier)

@@ -51,6 +51,17 @@ pub struct Step {
     pub shares: Vec<RegionShare>,
     /// Clients that would be left with no cluster with traffic: the rollout pauses here.
     pub stranded: Vec<String>,
+    /// With `rampSeconds`: the shares while the stage's traffic comes back, at a quarter, a
+    /// half and three quarters of its clusters' share.
+    pub ramp: Vec<RampStep>,
+}
+
+/// A point of a stage's ramp: its clusters take `percent` of their share.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RampStep {
+    pub percent: u32,
+    pub shares: Vec<RegionShare>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -127,6 +138,11 @@ pub fn rollout_plan(
         for (&i, was) in indices.iter().zip(was) {
             fleet.clusters[i].withdrawn = was;
         }
+        let ramp = if strategy.ramp_seconds > 0 && !drained.is_empty() {
+            ramp_steps(&fleet, &services, &drained, now)
+        } else {
+            Vec::new()
+        };
         steps.push(Step {
             stage: stage.name.clone(),
             clusters: stage.clusters.clone(),
@@ -135,6 +151,7 @@ pub fn rollout_plan(
             drained,
             shares,
             stranded,
+            ramp,
         });
     }
     Ok(RolloutPlan {
@@ -146,6 +163,36 @@ pub fn rollout_plan(
         before,
         steps,
     })
+}
+
+/// The shares while `clusters` come back at a quarter, a half and three quarters of their
+/// share (the decision as `traffic.ramping` makes it).
+fn ramp_steps(
+    fleet: &Snapshot,
+    services: &[Arc<ServiceView>],
+    clusters: &[ClusterId],
+    now: Instant,
+) -> Vec<RampStep> {
+    [25, 50, 75]
+        .into_iter()
+        .map(|percent| {
+            let ramped: Vec<Arc<ServiceView>> = services
+                .iter()
+                .map(|s| {
+                    let mut view = (**s).clone();
+                    let policy = Arc::make_mut(&mut view.policy);
+                    for c in clusters {
+                        policy.ramping.insert(c.clone(), percent);
+                    }
+                    Arc::new(view)
+                })
+                .collect();
+            RampStep {
+                percent,
+                shares: shares(fleet, &ramped, &[], now).0,
+            }
+        })
+        .collect()
 }
 
 /// What a running rollout of `policy` observes of traffic ([`stages::Observed::serving`]):
