@@ -436,35 +436,33 @@ fn ramp_tiers(selection: &mut Selection, policy: &TrafficPolicy, snapshot: &Snap
             i += 1;
             continue;
         }
-        if tier.members.iter().any(|m| percent(m) == 100) {
-            let tier = &mut selection.tiers[i];
-            for m in &mut tier.members {
-                m.weight = ramp_weight(u128::from(m.weight) * percent(m), whole);
-            }
-            tier.members
-                .sort_by(|a, b| b.weight.cmp(&a.weight).then(a.cluster.cmp(&b.cluster)));
-            i += 1;
-            continue;
-        }
-        if i + 1 == selection.tiers.len() {
+        // The others of the tier take the rest; with none, the next tier, merged into this one.
+        let merge = tier.members.iter().all(|m| percent(m) < 100);
+        if merge && i + 1 == selection.tiers.len() {
             break;
         }
-        let next = selection.tiers.remove(i + 1);
-        let next_whole: u128 = next.members.iter().map(|m| u128::from(m.weight)).sum();
+        let next = merge.then(|| selection.tiers.remove(i + 1));
         let tier = &mut selection.tiers[i];
         for m in &mut tier.members {
             m.weight = ramp_weight(u128::from(m.weight) * percent(m), whole);
         }
-        for mut m in next.members {
-            m.weight = ramp_weight((whole - kept) * u128::from(m.weight), whole * next_whole);
-            tier.members.push(m);
+        if let Some(next) = next {
+            let next_whole: u128 = next.members.iter().map(|m| u128::from(m.weight)).sum();
+            for mut m in next.members {
+                m.weight = ramp_weight((whole - kept) * u128::from(m.weight), whole * next_whole);
+                tier.members.push(m);
+            }
+            tier.reasons.extend(next.reasons);
+            tier.ready += next.ready;
         }
-        tier.reasons.extend(next.reasons);
-        tier.ready += next.ready;
-        tier.members
-            .sort_by(|a, b| b.weight.cmp(&a.weight).then(a.cluster.cmp(&b.cluster)));
+        by_weight(&mut tier.members);
         i += 1;
     }
+}
+
+/// Heaviest first, then in cluster order: the order a tier lists its members in.
+fn by_weight(members: &mut [Member]) {
+    members.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.cluster.cmp(&b.cluster)));
 }
 
 /// `part / whole` of [`RAMP_SCALE`], at least 1 (a member is never weighed out).
@@ -695,8 +693,7 @@ fn spill_into_tiers(
         tier.members.extend(run.iter().map(|(_, m)| *m));
         if tier.ready >= min_healthy || is_last {
             let mut tier = pending.take().expect("pending tier");
-            tier.members
-                .sort_by(|a, b| b.weight.cmp(&a.weight).then(a.cluster.cmp(&b.cluster)));
+            by_weight(&mut tier.members);
             selection.tiers.push(tier);
         } else {
             selection.spills += 1;
