@@ -58,7 +58,7 @@ pub mod stages;
 #[cfg(test)]
 mod tests;
 
-pub use decide::{Placer, decide};
+pub use decide::{Placer, decide, override_rules};
 pub use rollout::{Drain, Held, Rollout, Step, Write};
 pub use score::{
     ClusterScore, DataLocality, FailurePolicy, Judgement, NoPrograms, Plugin, PluginScore,
@@ -189,6 +189,33 @@ pub struct Placed {
     pub reason: PlacedReason,
     /// The override rules that apply here, in the order they apply: `(policy, rule index)`.
     pub overrides: Vec<(ObjectKey, usize)>,
+}
+
+impl Placed {
+    /// A stable digest of what the override rules that apply here change (None: no rule
+    /// applies). A copy carries it, so an edit of an OverridePolicy that changes what a
+    /// member receives is told apart from one that changes nothing there — the copy's
+    /// revision is its template generation and this digest.
+    pub fn overrides_digest(&self, policies: &[OverridePolicy]) -> Option<u64> {
+        if self.overrides.is_empty() {
+            return None;
+        }
+        let mut hash = divide::Fnv::new();
+        for (key, index) in &self.overrides {
+            let rule = policies
+                .iter()
+                .find(|p| &p.key == key)
+                .and_then(|p| p.rules.get(*index));
+            // Serializing a plain struct cannot fail; an unknown rule hashes as its name
+            // (the render refuses it anyway).
+            let changes = rule.and_then(|r| serde_json::to_vec(&r.overriders).ok());
+            hash = hash
+                .str(&key.to_string())
+                .bytes(changes.as_deref().unwrap_or_default())
+                .bytes(&[0]);
+        }
+        Some(hash.finish())
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

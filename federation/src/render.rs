@@ -53,6 +53,9 @@ pub const MANAGED_BY_SELECTOR_EXCLUDED: &str = concat!(managed_by_label!(), "!="
 pub const TEMPLATE_ANNOTATION: &str = "meridian.io/template";
 /// The template's `metadata.generation` when it was rendered.
 pub const GENERATION_ANNOTATION: &str = "meridian.io/template-generation";
+/// The digest of the override rules applied ([`Placed::overrides_digest`], hex); absent when
+/// none applies. With the generation, it is the revision a copy holds (staged rollouts).
+pub const OVERRIDES_ANNOTATION: &str = "meridian.io/overrides";
 /// The directory of cluster-scoped objects (no namespace can be named so: `_` is not
 /// allowed in a namespace).
 pub const CLUSTER_SCOPED_DIR: &str = "_cluster";
@@ -121,7 +124,7 @@ pub fn manifest(
             cluster: placed.cluster.clone(),
             source,
         })?;
-    mark(&mut body, template)?;
+    mark(&mut body, template, placed.overrides_digest(policies))?;
     Ok(body)
 }
 
@@ -218,7 +221,7 @@ fn set_replicas(
 }
 
 /// meridian's label and annotations.
-fn mark(body: &mut Value, template: &Template) -> Result<(), RenderError> {
+fn mark(body: &mut Value, template: &Template, overrides: Option<u64>) -> Result<(), RenderError> {
     let object = body
         .as_object_mut()
         .ok_or(RenderError::NotAMap("the object"))?;
@@ -231,6 +234,9 @@ fn mark(body: &mut Value, template: &Template) -> Result<(), RenderError> {
         GENERATION_ANNOTATION.into(),
         template.generation.to_string().into(),
     );
+    if let Some(digest) = overrides {
+        annotations.insert(OVERRIDES_ANNOTATION.into(), format!("{digest:016x}").into());
+    }
     Ok(())
 }
 

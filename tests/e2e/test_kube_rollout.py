@@ -12,6 +12,8 @@ What is checked, against real DNS answers and the members' audit logs:
   policy's `Rollout` condition and meridian_propagation_rollout_paused;
 - `meridian rollout abort` gives every stage reached the previous generation again and brings
   the traffic back; the policy status says RolledBack;
+- an OverridePolicy edit rolls out through the same stages (the template generation unchanged),
+  and a later edit changing only m3's rules stages m3 alone: m1 keeps its traffic and copy;
 - a health gate, a query against a real Prometheus scraping the apps' error ratio per
   cluster, lets the canary through and rolls the second stage back when its clusters' errors
   go over the threshold.
@@ -35,6 +37,7 @@ from test_kube_propagation import APPS, condition, deployment, member_deployment
 from test_observability import Prometheus, prometheus_bin  # noqa: F401 (a fixture)
 
 GENERATION = "meridian.io/template-generation"
+OVERRIDES = "meridian.io/overrides"
 ADDRESS = {"m1": "10.1.0.7", "m2": "10.2.0.7", "m3": "10.3.0.7"}
 NAME = "roll.shop.global"
 
@@ -252,6 +255,75 @@ def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_an
     assert images(kube_fleet) == {"m1": "1", "m2": "1", "m3": "1"}
     views = json.loads(m.http("/debug/rollouts")[1])
     assert views["leading"] and views["rollouts"][0]["phase"] == "RolledBack", views
+
+
+def tag_override(*rules):
+    """OverridePolicy `roll-tag`: each rule (clusters or None for all, image tag) replaces the
+    image tag of Deployment roll in those clusters."""
+    def rule(clusters, tag):
+        r = {"overriders": {"image": [{"component": "Tag", "operator": "replace", "value": tag}]}}
+        if clusters:
+            r["targetClusters"] = {"clusterNames": clusters}
+        return r
+    return {"apiVersion": MERIDIAN, "kind": "OverridePolicy", "metadata": {"name": "roll-tag", "namespace": NAMESPACE},
+            "spec": {"resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "roll"}],
+                     "overrideRules": [rule(c, t) for c, t in rules]}}
+
+
+def test_an_override_edit_is_staged_like_a_template_edit_and_only_where_a_copy_changes(kube_fleet, kube_meridian):
+    """What a member receives is the template *and* the override rules applied there: an
+    OverridePolicy edit rolls out through the same stages, traffic first; a later edit that
+    changes only m3's rules stages m3 alone, and m1 keeps its traffic and its copy."""
+    m, hub = kube_meridian, kube_fleet.hub
+    roll_deployed(kube_fleet, m, {"drainSeconds": 1, "stages": [
+        {"name": "canary", "clusterNames": ["m1"]},
+        {"name": "rest", "maxUnavailablePercent": 100, "approval": "Required"},
+    ]})
+
+    # Every cluster's tag becomes 2 by an override; the template stays at generation 1.
+    samplers = {c: Sampler(m, c) for c in ADDRESS}
+    edited = time.time()
+    hub.apply(tag_override((None, "2")))
+    wait_for(lambda: image_of(kube_fleet, "m1") == "2", timeout=30, what="the canary m1 gets the override", log=m)
+    copy = member_deployment(kube_fleet, "m1", "roll")
+    assert copy["metadata"]["annotations"][GENERATION] == "1", copy["metadata"]
+    assert OVERRIDES in copy["metadata"]["annotations"], copy["metadata"]
+    time.sleep(1.5)
+    assert images(kube_fleet) == {"m1": "2", "m2": "1", "m3": "1"}, "an override edit reached a later stage at once"
+    write_status(kube_fleet, "m1", "roll", 1)
+    m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
+               what="m1's address back once it runs ready with the override")
+    left_before_written(kube_fleet, samplers, ["m1"], edited)
+    wait_for(lambda: (condition({"status": policy_status(kube_fleet)}, "Rollout") or {}).get("reason") == "AwaitingApproval",
+             timeout=20, what="the override's second stage awaiting approval", log=m)
+    said = rollout_cli(m, "status", "roll", "-n", NAMESPACE).stdout
+    assert "override rules at generation 1" in said and 'stage 2 "rest": m2, m3 — approval' in said, said
+    rollout_cli(m, "approve", "roll", "-n", NAMESPACE)
+    wait_for(lambda: images(kube_fleet) == {"m1": "2", "m2": "2", "m3": "2"}, timeout=30,
+             what="m2 and m3 get the override once approved", log=m)
+    for member in ("m2", "m3"):
+        write_status(kube_fleet, member, "roll", 1)
+    wait_for(lambda: policy_status(kube_fleet)["rollout"]["templates"][0]["phase"] == "Done", timeout=20,
+             what="the override's rollout Done", log=m)
+
+    # Only m3's rules change: one stage, m3's; m1 and m2 keep their traffic and their copies.
+    m1_client = Sampler(m, "m1")
+    second = time.time()
+    hub.apply(tag_override((None, "2"), (["m3"], "3")))
+    wait_for(lambda: (condition({"status": policy_status(kube_fleet)}, "Rollout") or {}).get("reason") == "AwaitingApproval",
+             timeout=20, what="m3's stage awaiting approval", log=m)
+    rollout = policy_status(kube_fleet)["rollout"]
+    assert [s["clusters"] for s in rollout["templates"][0]["stages"]] == [["m3"]], rollout
+    rollout_cli(m, "approve", "roll", "-n", NAMESPACE)
+    wait_for(lambda: image_of(kube_fleet, "m3") == "3", timeout=30, what="m3 gets its own tag", log=m)
+    write_status(kube_fleet, "m3", "roll", 1)
+    wait_for(lambda: policy_status(kube_fleet)["rollout"]["templates"][0]["phase"] == "Done", timeout=20,
+             what="m3's rollout Done", log=m)
+    seen = m1_client.stop()
+    assert seen and all(ADDRESS["m1"] in a for _, a in seen), "m1 left the traffic for an edit that does not change it"
+    assert images(kube_fleet) == {"m1": "2", "m2": "2", "m3": "3"}
+    for member in ("m1", "m2"):
+        assert written_at(kube_fleet, member, second) is None, f"{member}'s unchanged copy was written"
 
 
 def first_tier_of(m, client):

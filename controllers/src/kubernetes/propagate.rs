@@ -37,7 +37,9 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use meridian_core::placement::{Decision, Held, Placed, Placements, Rollout, Step, TemplateKey};
+use meridian_core::placement::{
+    Decision, Held, OverridePolicy, Placed, Placements, Rollout, Step, TemplateKey, override_rules,
+};
 use meridian_core::stages::Command;
 use meridian_core::{ClusterId, ConflictResolution, ObjectKey, Propagation, Snapshot, Template};
 use meridian_federation::{drift, render, retain, status, template};
@@ -57,7 +59,7 @@ use crate::metrics::PropagationMetrics;
 use copies::{CopyStore, LiveCopy};
 use dirty::{Dirty, Events, Holders};
 pub use staged::RolloutView;
-use staged::{Gate, HeldAt, Staged};
+use staged::{Gate, HeldAt, Received, Staged, Write};
 
 /// The label that says which template an object in a member was placed from (a bounded
 /// form of the template's kind, group and name; the namespace is the object's own).
@@ -233,6 +235,8 @@ struct LiveSummary {
     available_replicas: Option<i64>,
     /// What the copy says of the write that made it, if another replica wrote it.
     applied_by_another: Option<Applied>,
+    /// The digest of the override rules it was rendered with (None: none applied).
+    overrides: Option<u64>,
 }
 
 impl LiveSummary {
@@ -247,6 +251,7 @@ impl LiveSummary {
             ready_replicas: field("/status/readyReplicas"),
             available_replicas: field("/status/availableReplicas"),
             applied_by_another: applied_by_another(&object),
+            overrides: overrides_applied(&object),
         }
     }
 }
@@ -917,16 +922,16 @@ fn stage(
         .filter_map(|p| {
             let m = members.get_mut(&p.cluster)?;
             let summary = m.summary(&id);
-            Some((
-                p.cluster.clone(),
-                HeldAt {
-                    generation: summary
-                        .as_ref()
-                        .and_then(|s| s.applied_by_another)
-                        .map(|(_, from)| from),
-                    ready: summary.is_some_and(|s| s.ready),
-                },
-            ))
+            let received = summary.as_ref().and_then(|s| {
+                let (_, generation) = s.applied_by_another?;
+                let overrides = s.overrides;
+                Some(Received {
+                    generation,
+                    overrides,
+                })
+            });
+            let ready = summary.is_some_and(|s| s.ready);
+            Some((p.cluster.clone(), HeldAt { received, ready }))
         })
         .collect();
     let mine: Vec<Command> = commands
@@ -1438,10 +1443,10 @@ fn plan(
         if !m.writing {
             continue;
         }
-        // A staged rollout: the stage's body, or nothing while the stage is not reached.
-        let template = match gate.map(|g| g.template_for(&w.cluster, template)) {
-            None => template,
-            Some(Ok(Some(t))) => t,
+        // A staged rollout: the stage's revision, or nothing while the stage is not reached.
+        let write = match gate.map(|g| g.write_for(&w.cluster)) {
+            None => Write::Current,
+            Some(Ok(Some(write))) => write,
             Some(Ok(None)) => {
                 m.errors.remove(&id);
                 continue;
@@ -1468,9 +1473,18 @@ fn plan(
             }
             _ => continue,
         }
-        let placed = Placed {
+        let mut placed = Placed {
             replicas: w.replicas,
             ..placed.clone()
+        };
+        let (template, overrides) = match write {
+            Write::Current => (template, &pass.snapshot.overrides[..]),
+            Write::Previous(source) => {
+                // The rules the previous revision applied here, not today's.
+                let cluster = pass.snapshot.cluster_view(&w.cluster).map(|v| &v.spec);
+                placed.overrides = override_rules(&source.overrides, &source.template, cluster);
+                (&source.template, &source.overrides[..])
+            }
         };
         let live = m.live(&id);
         if live.is_some() {
@@ -1479,6 +1493,7 @@ fn plan(
         let quiet = print_of(&json!([
             inputs,
             template.generation,
+            matches!(write, Write::Previous(_)),
             placed,
             m.scaled_by_hpa(key),
             live.as_ref().map(|o| o.resource_version.clone()),
@@ -1488,7 +1503,7 @@ fn plan(
             continue;
         }
         m.quiet.remove(&id);
-        match copy_job(pass, m, template, &placed, propagation) {
+        match copy_job(pass, m, (template, overrides), &placed, propagation) {
             Ok(Some(job)) => jobs.entry(w.cluster.clone()).or_default().push(job),
             Ok(None) => {
                 m.errors.remove(&id);
@@ -1522,13 +1537,13 @@ fn plan(
 fn copy_job(
     pass: &Pass<'_>,
     m: &mut Slot<Member>,
-    template: &Template,
+    (template, overrides): (&Template, &[OverridePolicy]),
     placed: &Placed,
     propagation: &Propagation,
 ) -> Result<Option<Job>, String> {
     let id = object_id(&template.key);
-    let mut body = render::manifest(template, placed, &pass.snapshot.overrides)
-        .map_err(|e| format!("cannot render: {e}"))?;
+    let mut body =
+        render::manifest(template, placed, overrides).map_err(|e| format!("cannot render: {e}"))?;
     apply::label_managed(
         &mut body,
         &[
@@ -2020,6 +2035,15 @@ fn applied_by_another(live: &Value) -> Option<Applied> {
         .parse()
         .ok()?;
     Some((generation, from))
+}
+
+/// The digest of the override rules a copy was rendered with (`render::OVERRIDES_ANNOTATION`).
+fn overrides_applied(live: &Value) -> Option<u64> {
+    let hex = live
+        .pointer("/metadata/annotations")?
+        .get(render::OVERRIDES_ANNOTATION)?
+        .as_str()?;
+    u64::from_str_radix(hex, 16).ok()
 }
 
 /// The Placement records and the templates' aggregated status, on a Kubernetes hub.

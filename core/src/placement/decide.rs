@@ -1710,6 +1710,19 @@ fn share_excluded(
     }
 }
 
+/// `(policy, rule index)` of every rule of `policies` that applies to `template` in
+/// `cluster`, in the order they apply — what a decision's `Placed::overrides` holds, for
+/// other policies than the round's (a rollback renders with the ones it replaced).
+pub fn override_rules(
+    policies: &[OverridePolicy],
+    template: &Template,
+    cluster: Option<&ClusterSpec>,
+) -> Vec<(ObjectKey, usize)> {
+    Overrides::new(policies)
+        .applicable(template)
+        .rules_for(cluster)
+}
+
 /// The round's OverridePolicies, by key.
 struct Overrides<'o> {
     sorted: Vec<&'o OverridePolicy>,

@@ -276,7 +276,8 @@ fn batch_size(amount: Amount, of: usize) -> usize {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Progress {
-    /// The template generation being rolled out, and the one it replaces.
+    /// The template generation being rolled out, and the one it replaces (equal when only
+    /// the override rules a member receives changed).
     pub generation: i64,
     pub previous: i64,
     /// The planned stage being worked on (== the number of stages: every stage done).
@@ -325,11 +326,23 @@ impl Progress {
     }
 }
 
+/// Which of a rollout's two revisions a copy is, or must be: the one rolling out, or the one
+/// it replaces. A revision is what a member receives — the template's generation and the
+/// override rules applied there — so an OverridePolicy edit rolls out like a template edit;
+/// the caller tells them apart, the machine only needs to know which side a copy is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Revision {
+    New,
+    Previous,
+}
+
 /// What the members and the gate say at this instant.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
-    /// The generation each cluster's copy is ready at (absent: not ready, or no copy).
-    pub ready_at: BTreeMap<ClusterId, i64>,
+    /// The revision each cluster's copy is ready at (absent: not ready, at neither, or no
+    /// copy).
+    pub ready_at: BTreeMap<ClusterId, Revision>,
     /// The gate's verdict over the current stage (None: no gate configured).
     pub gate: Option<Gate>,
     /// For each group of clients, the clusters that carry its traffic now: a stage may not
@@ -378,9 +391,9 @@ pub enum Command {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Actions {
-    /// The generation each cluster's copy must be (absent: left as it is — a stage not
-    /// reached keeps the previous generation it holds).
-    pub generation: BTreeMap<ClusterId, i64>,
+    /// The revision each cluster's copy must be (absent: left as it is — a stage not
+    /// reached keeps the previous revision it holds).
+    pub revision: BTreeMap<ClusterId, Revision>,
     /// Clusters out of the traffic decision of the governed Services.
     pub drained: BTreeSet<ClusterId>,
     /// Clusters whose traffic is coming back, at this percent of their weight.
@@ -459,7 +472,7 @@ fn advance(
         let reached = reached(stages, &p);
         if reached
             .iter()
-            .all(|c| o.ready_at.get(*c) == Some(&p.previous))
+            .all(|c| o.ready_at.get(*c) == Some(&Revision::Previous))
         {
             enter(&mut p, Phase::RolledBack, now);
         }
@@ -474,7 +487,7 @@ fn advance(
     let all_ready = stage
         .clusters
         .iter()
-        .all(|c| o.ready_at.get(c) == Some(&p.generation));
+        .all(|c| o.ready_at.get(c) == Some(&Revision::New));
     match p.phase {
         Phase::Approval => {
             if spec.is_some_and(|s| s.approval_required) && !p.approved.contains(&p.stage) {
@@ -510,7 +523,7 @@ fn advance(
                 let late = stage
                     .clusters
                     .iter()
-                    .filter(|c| o.ready_at.get(*c) != Some(&p.generation))
+                    .filter(|c| o.ready_at.get(*c) != Some(&Revision::New))
                     .count();
                 fail(
                     strategy,
@@ -596,7 +609,7 @@ fn actions(strategy: &Strategy, stages: &[PlannedStage], p: &Progress, now: u64)
     let mut a = Actions::default();
     if p.phase == Phase::RollingBack || p.phase == Phase::RolledBack {
         for c in reached(stages, p) {
-            a.generation.insert(c.clone(), p.previous);
+            a.revision.insert(c.clone(), Revision::Previous);
             // Traffic comes back to a cluster once it is at the previous generation again:
             // while rolling back, the stage that was drained stays drained.
             if p.phase == Phase::RollingBack
@@ -618,7 +631,7 @@ fn actions(strategy: &Strategy, stages: &[PlannedStage], p: &Progress, now: u64)
             );
         for c in &stage.clusters {
             if done || applying {
-                a.generation.insert(c.clone(), p.generation);
+                a.revision.insert(c.clone(), Revision::New);
             }
             if current
                 && matches!(p.phase, Phase::Draining | Phase::Applying)

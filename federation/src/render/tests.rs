@@ -153,6 +153,37 @@ fn overrides_cannot_remove_meridians_marks() {
 }
 
 #[test]
+fn a_copy_says_which_override_rules_it_received() {
+    let t = summarize(hub_deployment()).unwrap();
+    let digest = |policies: &[OverridePolicy], rules: &[(&str, usize)]| {
+        let out = manifest(&t, &placed("eu-1", Some(3), rules), policies).unwrap();
+        out["metadata"]["annotations"]
+            .get(OVERRIDES_ANNOTATION)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let eu = [label_policy(
+        "region",
+        OverrideOperator::Add,
+        &[("region", "eu")],
+    )];
+    let us = [label_policy(
+        "region",
+        OverrideOperator::Add,
+        &[("region", "us")],
+    )];
+    assert_eq!(digest(&eu, &[]), None, "no rule applies: no digest");
+    let first = digest(&eu, &[("region", 0)]).expect("a digest");
+    assert_eq!(first.len(), 16, "{first}");
+    assert_eq!(digest(&eu, &[("region", 0)]), Some(first.clone()), "stable");
+    assert_ne!(
+        digest(&us, &[("region", 0)]),
+        Some(first),
+        "another change, another digest"
+    );
+}
+
+#[test]
 fn override_errors_name_the_cluster_and_policy() {
     let t = summarize(hub_deployment()).unwrap();
     let policies = [label_policy(

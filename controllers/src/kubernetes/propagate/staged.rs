@@ -3,28 +3,31 @@
 //! which body each copy gets.
 //!
 //! ```text
-//!  a template governed by a rollout, whose copies hold another generation than the hub's
+//!  a template governed by a rollout, whose copies hold another revision than they would
+//!  receive now (a revision: the template generation and the digest of the override rules
+//!  applied there, so an OverridePolicy edit is staged like a template edit)
 //!    ─► Progress::start(new, old) and the stages planned over the placed clusters (kept:
-//!       clusters placed later get the new generation at once, having no copy to protect)
-//!  every pass: Observed (the generation each copy is ready at, the clusters the published
+//!       clusters placed later get the new revision at once, having no copy to protect)
+//!  every pass: Observed (which revision each copy is ready at, the clusters the published
 //!    decision drains, who serves whom) + the operators' commands ─► stages::step
-//!    ─► per placed cluster holding a copy: the new body, the previous body (a rollback), or
-//!       nothing (a stage not reached: its copy stays as it is, drift repair included)
+//!    ─► per placed cluster holding a copy: the new body, the previous body and override
+//!       rules (a rollback), or nothing (a stage not reached: its copy stays as it is, drift
+//!       repair included)
 //!    ─► per policy, the clusters drained: written into its status, read back by every
 //!       replica's hub source into the traffic decision (`Event::Drained`)
 //! ```
 //!
 //! The progress is written into the policy's status with its conditions, so a new leader
-//! resumes the same stage (`resume`). The previous generation's body is kept in memory only:
-//! a rollback after a restart leaves the copies as they are and says so.
+//! resumes the same stage (`resume`). The previous revision's body and override rules are
+//! kept in memory only: a rollback after a restart leaves the copies as they are and says so.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use meridian_core::placement::{Decision, TemplateKey};
+use meridian_core::placement::{Decision, OverridePolicy, TemplateKey};
 use meridian_core::stages::{
-    self, Actions, Command, Gate as Verdict, Observed, Phase, PlannedStage, Progress,
+    self, Actions, Command, Gate as Verdict, Observed, Phase, PlannedStage, Progress, Revision,
 };
 use meridian_core::{ClusterId, ObjectKey, Snapshot, Template};
 use parking_lot::Mutex;
@@ -36,12 +39,36 @@ use super::analysis::Analyses;
 use crate::crd::{RolloutStageStatus, RolloutStatus, TemplateRolloutStatus};
 use crate::metrics::{PolicyLabels, PropagationMetrics, RolloutLabels};
 
-/// What a copy holds, for the stage machine: the template generation it was written from and
-/// whether it runs ready at it.
+/// What a member receives of a template: its generation and the digest of the override
+/// rules applied there (`Placed::overrides_digest`; None: no rule applies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Received {
+    pub(super) generation: i64,
+    pub(super) overrides: Option<u64>,
+}
+
+/// What a copy holds, for the stage machine: what it was written from (None: no copy, or
+/// one meridian cannot date) and whether it runs ready at it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct HeldAt {
-    pub(super) generation: Option<i64>,
+    pub(super) received: Option<Received>,
     pub(super) ready: bool,
+}
+
+/// The body a copy is rendered from and the override rules it is rendered with.
+#[derive(Clone, Debug)]
+pub(super) struct Source {
+    pub(super) template: Template,
+    pub(super) overrides: Arc<[OverridePolicy]>,
+}
+
+/// The source of one copy this pass.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Write<'t> {
+    /// The template and override rules as they are now.
+    Current,
+    /// The revision a rollback restores.
+    Previous(&'t Source),
 }
 
 /// How one template's copies are written this pass.
@@ -49,30 +76,27 @@ pub(super) struct HeldAt {
 pub(super) struct Gate {
     /// Clusters whose copy stays as it is.
     pub(super) hold: BTreeSet<ClusterId>,
-    /// Clusters that get the previous generation again (a rollback), and its body.
-    pub(super) previous: Option<(Template, BTreeSet<ClusterId>)>,
+    /// Clusters that get the previous revision again (a rollback), and what it was.
+    pub(super) previous: Option<(Source, BTreeSet<ClusterId>)>,
     /// Clusters whose previous body is not known here: left as they are, with this reason.
     pub(super) unknown_previous: BTreeSet<ClusterId>,
 }
 
 impl Gate {
-    /// The template `cluster`'s copy is rendered from, or None when it is held.
-    pub(super) fn template_for<'t>(
-        &'t self,
-        cluster: &ClusterId,
-        current: &'t Template,
-    ) -> Result<Option<&'t Template>, String> {
+    /// What `cluster`'s copy is rendered from, or None when it is held.
+    pub(super) fn write_for(&self, cluster: &ClusterId) -> Result<Option<Write<'_>>, String> {
         if self.unknown_previous.contains(cluster) {
             return Err("rolling back, but this replica does not hold the previous \
-                        generation's body (it restarted mid-rollout): left as it is"
+                        revision's body and override rules (it restarted mid-rollout): left \
+                        as it is"
                 .into());
         }
         if self.hold.contains(cluster) {
             return Ok(None);
         }
         match &self.previous {
-            Some((t, at)) if at.contains(cluster) => Ok(Some(t)),
-            _ => Ok(Some(current)),
+            Some((source, at)) if at.contains(cluster) => Ok(Some(Write::Previous(source))),
+            _ => Ok(Some(Write::Current)),
         }
     }
 }
@@ -83,8 +107,11 @@ pub(super) struct Staging {
     pub(super) policy: ObjectKey,
     pub(super) progress: Progress,
     pub(super) stages: Vec<PlannedStage>,
-    /// The body of `progress.previous`, when this replica saw it.
-    pub(super) previous: Option<Template>,
+    /// The body and override rules of the revision replaced, when this replica saw them.
+    pub(super) previous: Option<Source>,
+    /// The override digest each placed cluster receives at the revision rolling out: a
+    /// different one for a cluster is another edit.
+    target: BTreeMap<ClusterId, Option<u64>>,
     pub(super) actions: Actions,
     /// The stage waits for `rollout approve`.
     awaiting_approval: bool,
@@ -99,7 +126,8 @@ impl Staging {
         policy: ObjectKey,
         progress: Progress,
         stages: Vec<PlannedStage>,
-        previous: Option<Template>,
+        previous: Option<Source>,
+        target: BTreeMap<ClusterId, Option<u64>>,
         now: Instant,
     ) -> Self {
         Self {
@@ -107,11 +135,24 @@ impl Staging {
             progress,
             stages,
             previous,
+            target,
             actions: Actions::default(),
             awaiting_approval: false,
             gate: None,
             stage_started: now,
         }
+    }
+
+    /// Whether this rollout is of what the clusters receive now: the same generation, and
+    /// the same override digest for every cluster it planned (a cluster placed since gets
+    /// its copy at once).
+    fn rolls_out(&self, generation: i64, receives: &BTreeMap<ClusterId, Received>) -> bool {
+        self.progress.generation == generation
+            && self.target.iter().all(|(cluster, overrides)| {
+                receives
+                    .get(cluster)
+                    .is_none_or(|r| r.overrides == *overrides)
+            })
     }
 
     /// Keeps what a step decided: logs a change, times a stage that ended, and notes whether
@@ -184,9 +225,9 @@ pub(super) type Commands = Arc<Mutex<Vec<(ObjectKey, Command)>>>;
 #[derive(Default)]
 pub(super) struct Staged {
     rollouts: BTreeMap<TemplateKey, Staging>,
-    /// The last body seen of each template a rollout governs: the previous generation of the
-    /// next edit.
-    bodies: BTreeMap<TemplateKey, Template>,
+    /// The last body and override rules seen of each template a rollout governs: the
+    /// previous revision of the next edit.
+    bodies: BTreeMap<TemplateKey, Source>,
     /// Progress read from the policies' status at the start of a term, taken up when the
     /// template is next looked at.
     resumable: BTreeMap<TemplateKey, (ObjectKey, Progress, Vec<PlannedStage>)>,
@@ -243,8 +284,9 @@ impl Staged {
         }
     }
 
-    /// Steps `key`'s rollout (starting one when its copies hold another generation than the
-    /// template) and says how its copies are written. None: the template is not staged.
+    /// Steps `key`'s rollout (starting one when its copies hold another revision than they
+    /// would receive now) and says how its copies are written. None: the template is not
+    /// staged.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gate(
         &mut self,
@@ -260,15 +302,36 @@ impl Staged {
         let policy = snapshot.policies.iter().find(|p| &p.key == policy_key)?;
         let strategy = policy.placement.as_ref()?.rollout.as_ref()?;
         let key = &template.key;
-        let previous_body = self.bodies.insert(key.clone(), template.clone());
-        self.take_up_resumed(key, strategy, now);
+        let previous_source = self.bodies.insert(
+            key.clone(),
+            Source {
+                template: template.clone(),
+                overrides: snapshot.overrides.clone(),
+            },
+        );
+        let receives: BTreeMap<ClusterId, Received> = decision
+            .placed
+            .iter()
+            .map(|p| {
+                let overrides = p.overrides_digest(&snapshot.overrides);
+                let generation = template.generation;
+                (
+                    p.cluster.clone(),
+                    Received {
+                        generation,
+                        overrides,
+                    },
+                )
+            })
+            .collect();
+        self.take_up_resumed(key, strategy, &receives, now);
         let started = self.start_if_edited(
             snapshot,
             (policy_key, strategy),
             decision,
             template,
-            held,
-            previous_body,
+            (held, &receives),
+            previous_source,
             now,
         );
         if !started {
@@ -296,7 +359,7 @@ impl Staged {
             ready_at: held
                 .iter()
                 .filter(|(_, h)| h.ready)
-                .filter_map(|(c, h)| Some((c.clone(), h.generation?)))
+                .filter_map(|(c, h)| Some((c.clone(), revision_of(h.received?, c, &receives))))
                 .collect(),
             gate,
             serving: if may_drain {
@@ -315,11 +378,18 @@ impl Staged {
             unix_now(),
         );
         staging.record(key, strategy, progress, actions, now, metrics);
-        Some(gate_of(staging, template, held))
+        Some(gate_of(staging, held, &receives))
     }
 
-    /// A rollout the policy's status held at the term's start, taken up if none runs here.
-    fn take_up_resumed(&mut self, key: &TemplateKey, strategy: &stages::Strategy, now: Instant) {
+    /// A rollout the policy's status held at the term's start, taken up if none runs here
+    /// (rolling out what the clusters receive now).
+    fn take_up_resumed(
+        &mut self,
+        key: &TemplateKey,
+        strategy: &stages::Strategy,
+        receives: &BTreeMap<ClusterId, Received>,
+        now: Instant,
+    ) {
         let Some((from, progress, mut stages)) = self.resumable.remove(key) else {
             return;
         };
@@ -331,13 +401,16 @@ impl Staged {
         }
         info!(template = %key, stage = progress.stage, phase = ?progress.phase,
               "resuming a staged rollout from the policy's status");
-        self.rollouts
-            .insert(key.clone(), Staging::new(from, progress, stages, None, now));
+        let target = targets(receives);
+        self.rollouts.insert(
+            key.clone(),
+            Staging::new(from, progress, stages, None, target, now),
+        );
     }
 
-    /// Starts a rollout when the template's generation is not the one rolling out and some
-    /// copy holds another; false when there is nothing to stage (a first placement, or every
-    /// copy at the template's generation already).
+    /// Starts a rollout when what the clusters receive now is not what is rolling out and
+    /// some copy holds another revision; false when there is nothing to stage (a first
+    /// placement, or every copy at what its cluster receives already).
     #[allow(clippy::too_many_arguments)]
     fn start_if_edited(
         &mut self,
@@ -345,35 +418,44 @@ impl Staged {
         (policy_key, strategy): (&ObjectKey, &stages::Strategy),
         decision: &Decision,
         template: &Template,
-        held: &BTreeMap<ClusterId, HeldAt>,
-        previous_body: Option<Template>,
+        (held, receives): (&BTreeMap<ClusterId, HeldAt>, &BTreeMap<ClusterId, Received>),
+        previous_source: Option<Source>,
         now: Instant,
     ) -> bool {
         let key = &template.key;
         if self
             .rollouts
             .get(key)
-            .is_some_and(|s| s.progress.generation == template.generation)
+            .is_some_and(|s| s.rolls_out(template.generation, receives))
         {
             return true;
         }
         let behind = held
-            .values()
-            .filter_map(|h| h.generation)
-            .filter(|g| *g != template.generation)
+            .iter()
+            .filter_map(|(c, h)| h.received.filter(|r| receives.get(c) != Some(r)))
+            .map(|r| r.generation)
             .min();
         let Some(old) = behind else {
             self.rollouts.remove(key);
             return false;
         };
-        // An edit during a rollout rolls on from the generation the first one replaced.
-        let (previous, previous_body) = match self.rollouts.remove(key) {
+        // An edit during a rollout rolls on from the revision the first one replaced.
+        let (previous, previous_source) = match self.rollouts.remove(key) {
             Some(s) if !s.progress.finished() => (s.progress.previous, s.previous),
-            _ => (old, previous_body.filter(|b| b.generation == old)),
+            _ => (
+                old,
+                previous_source.filter(|b| b.template.generation == old),
+            ),
         };
+        // Staged: the clusters whose copy changes. One an override edit leaves as it is keeps
+        // its traffic and its copy.
         let placed = decision
             .placed
             .iter()
+            .filter(|p| {
+                let held = held.get(&p.cluster).and_then(|h| h.received);
+                held.is_some_and(|r| receives.get(&p.cluster) != Some(&r))
+            })
             .map(|p| {
                 let labels = snapshot
                     .cluster_view(&p.cluster)
@@ -386,10 +468,15 @@ impl Staged {
         info!(template = %key, generation = template.generation, previous,
               stages = stages.len(), "a staged rollout starts");
         let progress = Progress::start(template.generation, previous, unix_now());
-        self.rollouts.insert(
-            key.clone(),
-            Staging::new(policy_key.clone(), progress, stages, previous_body, now),
+        let staging = Staging::new(
+            policy_key.clone(),
+            progress,
+            stages,
+            previous_source,
+            targets(receives),
+            now,
         );
+        self.rollouts.insert(key.clone(), staging);
         true
     }
 
@@ -547,10 +634,13 @@ fn words(key: &TemplateKey, s: &Staging) -> String {
         .stages
         .get(p.stage)
         .map(|st| format!("stage {}/{} {:?}", p.stage + 1, s.stages.len(), st.name));
+    let what = if p.generation == p.previous {
+        format!("{key} override rules at generation {}", p.generation)
+    } else {
+        format!("{key} generation {} over {}", p.generation, p.previous)
+    };
     let at = format!(
-        "{key} generation {} over {}: {}",
-        p.generation,
-        p.previous,
+        "{what}: {}",
         stage.unwrap_or_else(|| "every stage done".into())
     );
     let at = match &s.gate {
@@ -566,36 +656,62 @@ fn words(key: &TemplateKey, s: &Staging) -> String {
     }
 }
 
+/// The override digest each cluster receives (what a rollout of `receives` rolls out).
+fn targets(receives: &BTreeMap<ClusterId, Received>) -> BTreeMap<ClusterId, Option<u64>> {
+    receives
+        .iter()
+        .map(|(c, r)| (c.clone(), r.overrides))
+        .collect()
+}
+
+/// Which side of a rollout a copy holding `held` in `cluster` is on: new when it is what the
+/// cluster receives now, else the revision it replaces.
+fn revision_of(
+    held: Received,
+    cluster: &ClusterId,
+    receives: &BTreeMap<ClusterId, Received>,
+) -> Revision {
+    if receives.get(cluster) == Some(&held) {
+        Revision::New
+    } else {
+        Revision::Previous
+    }
+}
+
 /// How the copies of a staged template are written, from the machine's actions and what the
 /// members hold.
-fn gate_of(s: &Staging, template: &Template, held: &BTreeMap<ClusterId, HeldAt>) -> Gate {
+fn gate_of(
+    s: &Staging,
+    held: &BTreeMap<ClusterId, HeldAt>,
+    receives: &BTreeMap<ClusterId, Received>,
+) -> Gate {
     let mut gate = Gate::default();
     let mut previous = BTreeSet::new();
     for (cluster, h) in held {
-        if h.generation.is_none() {
-            // No copy yet (or one meridian cannot date): a first copy has nothing to protect.
+        // No copy yet (or one meridian cannot date): a first copy has nothing to protect.
+        let Some(received) = h.received else {
             continue;
-        }
-        match s.actions.generation.get(cluster) {
-            Some(g) if *g == template.generation => {}
-            Some(g) if *g == s.progress.previous => {
-                if s.previous.as_ref().is_some_and(|b| b.generation == *g) {
+        };
+        match s.actions.revision.get(cluster) {
+            Some(Revision::New) => {}
+            Some(Revision::Previous) => {
+                if s.previous.is_some() {
                     previous.insert(cluster.clone());
-                } else if h.generation != Some(*g) {
+                } else if revision_of(received, cluster, receives) == Revision::New {
                     gate.unknown_previous.insert(cluster.clone());
                 } else {
                     gate.hold.insert(cluster.clone());
                 }
             }
-            _ => {
+            None => {
                 gate.hold.insert(cluster.clone());
             }
         }
     }
     if !previous.is_empty()
-        && let Some(body) = &s.previous
+        && let Some(source) = &s.previous
     {
-        gate.previous = Some((body.clone(), previous));
+        gate.previous = Some((source.clone(), previous));
     }
     gate
 }
@@ -693,71 +809,119 @@ mod tests {
         assert_eq!(progress_of(&status), Some(p));
     }
 
-    #[test]
-    fn a_stage_not_reached_is_held_and_a_rollback_without_the_old_body_says_so() {
-        let template = Template {
+    fn payments(generation: i64) -> Template {
+        Template {
             key: TemplateKey::new("apps/v1", "Deployment", "shop", "payments"),
             labels: BTreeMap::new(),
-            generation: 3,
+            generation,
             replicas: Some(1),
             requests: Default::default(),
             dependencies: Vec::new(),
             body: Arc::new(json!({})),
-        };
-        let mut s = Staging {
-            policy: ObjectKey::new("shop", "p"),
-            progress: Progress::start(3, 2, 0),
-            stages: Vec::new(),
-            previous: None,
-            actions: Actions::default(),
-            awaiting_approval: false,
-            gate: None,
-            stage_started: Instant::now(),
-        };
-        s.actions.generation.insert(ClusterId::new("m1"), 3);
-        let at = |g| HeldAt {
-            generation: Some(g),
+        }
+    }
+
+    fn staging(generation: i64, previous: i64) -> Staging {
+        Staging::new(
+            ObjectKey::new("shop", "p"),
+            Progress::start(generation, previous, 0),
+            Vec::new(),
+            None,
+            BTreeMap::new(),
+            Instant::now(),
+        )
+    }
+
+    fn at(generation: i64, overrides: Option<u64>) -> HeldAt {
+        HeldAt {
+            received: Some(Received {
+                generation,
+                overrides,
+            }),
             ready: true,
-        };
+        }
+    }
+
+    fn receive(clusters: &[(&str, i64, Option<u64>)]) -> BTreeMap<ClusterId, Received> {
+        clusters
+            .iter()
+            .map(|(c, generation, overrides)| {
+                let received = Received {
+                    generation: *generation,
+                    overrides: *overrides,
+                };
+                (ClusterId::new(c), received)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stage_not_reached_is_held_and_a_rollback_without_the_old_body_says_so() {
+        let mut s = staging(3, 2);
+        let m1 = ClusterId::new("m1");
+        s.actions.revision.insert(m1.clone(), Revision::New);
+        let receives = receive(&[("m1", 3, None), ("m2", 3, None), ("m3", 3, None)]);
         let held = BTreeMap::from([
-            (ClusterId::new("m1"), at(2)),
-            (ClusterId::new("m2"), at(2)),
+            (m1.clone(), at(2, None)),
+            (ClusterId::new("m2"), at(2, None)),
             (
                 ClusterId::new("m3"),
                 HeldAt {
-                    generation: None,
+                    received: None,
                     ready: false,
                 },
             ),
         ]);
-        let gate = gate_of(&s, &template, &held);
+        let gate = gate_of(&s, &held, &receives);
         assert_eq!(gate.hold, [ClusterId::new("m2")].into());
-        assert!(
-            gate.template_for(&ClusterId::new("m1"), &template)
-                .unwrap()
-                .is_some()
-        );
-        assert!(
-            gate.template_for(&ClusterId::new("m3"), &template)
-                .unwrap()
-                .is_some()
-        );
+        assert!(matches!(gate.write_for(&m1), Ok(Some(Write::Current))));
+        assert!(matches!(
+            gate.write_for(&ClusterId::new("m3")),
+            Ok(Some(Write::Current))
+        ));
         // Rolling back m1 (at 3 now) without the previous body: left as it is, and said.
         s.progress.phase = Phase::RollingBack;
-        s.actions.generation.insert(ClusterId::new("m1"), 2);
-        let held = BTreeMap::from([(ClusterId::new("m1"), at(3))]);
-        let gate = gate_of(&s, &template, &held);
-        let err = gate
-            .template_for(&ClusterId::new("m1"), &template)
-            .unwrap_err();
-        assert!(err.contains("previous generation's body"), "{err}");
+        s.actions.revision.insert(m1.clone(), Revision::Previous);
+        let held = BTreeMap::from([(m1.clone(), at(3, None))]);
+        let gate = gate_of(&s, &held, &receives);
+        let err = gate.write_for(&m1).unwrap_err();
+        assert!(err.contains("previous revision's body"), "{err}");
         // With it, m1 gets the previous body.
-        s.previous = Some(Template {
-            generation: 2,
-            ..template.clone()
+        s.previous = Some(Source {
+            template: payments(2),
+            overrides: Arc::from(Vec::new()),
         });
-        let gate = gate_of(&s, &template, &held);
-        let body = gate.template_for(&ClusterId::new("m1"), &template).unwrap();
-        assert_eq!(body.map(|t| t.generation), Some(2));
+        let gate = gate_of(&s, &held, &receives);
+        match gate.write_for(&m1) {
+            Ok(Some(Write::Previous(source))) => assert_eq!(source.template.generation, 2),
+            other => panic!("m1 gets the previous body, not {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_override_edit_is_a_new_revision_where_it_changes_what_a_cluster_receives() {
+        // Generation 3 everywhere; the override rules m1 receives changed (digest 7 → 8), m2's
+        // did not.
+        let receives = receive(&[("m1", 3, Some(8)), ("m2", 3, Some(5))]);
+        let (m1, m2) = (ClusterId::new("m1"), ClusterId::new("m2"));
+        assert_eq!(
+            revision_of(at(3, Some(7)).received.unwrap(), &m1, &receives),
+            Revision::Previous
+        );
+        assert_eq!(
+            revision_of(at(3, Some(5)).received.unwrap(), &m2, &receives),
+            Revision::New
+        );
+        // A rollout of those digests rolls out what m1 and m2 receive; another digest for m1
+        // is another edit; a cluster placed since (m3) is not.
+        let mut s = staging(3, 3);
+        s.target = targets(&receives);
+        assert!(s.rolls_out(3, &receives));
+        let mut placed_since = receives.clone();
+        placed_since.extend(receive(&[("m3", 3, Some(1))]));
+        assert!(s.rolls_out(3, &placed_since));
+        assert!(!s.rolls_out(3, &receive(&[("m1", 3, Some(9)), ("m2", 3, Some(5))])));
+        assert!(!s.rolls_out(4, &receives));
+        assert!(words(&payments(3).key, &s).contains("override rules at generation 3"));
     }
 }

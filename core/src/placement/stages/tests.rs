@@ -84,7 +84,7 @@ impl Run {
         );
         let mut observed = Observed::default();
         for c in ["m1", "m2", "m3"] {
-            observed.ready_at.insert(id(c), 1);
+            observed.ready_at.insert(id(c), Revision::Previous);
         }
         // eu's clients are served by m1 and m2, us's by m3 and m1.
         observed.serving.insert("eu".into(), ids(&["m1", "m2"]));
@@ -115,8 +115,8 @@ impl Run {
 
     /// The members converge on what the last actions asked for.
     fn members_apply(&mut self, actions: &Actions) {
-        for (c, generation) in &actions.generation {
-            self.observed.ready_at.insert(c.clone(), *generation);
+        for (c, revision) in &actions.revision {
+            self.observed.ready_at.insert(c.clone(), *revision);
         }
     }
 
@@ -125,10 +125,11 @@ impl Run {
     }
 }
 
+/// The generation each copy must be: 2 is the new revision, 1 the previous.
 fn generations(a: &Actions) -> Vec<(String, i64)> {
-    a.generation
+    a.revision
         .iter()
-        .map(|(c, g)| (c.to_string(), *g))
+        .map(|(c, r)| (c.to_string(), if *r == Revision::New { 2 } else { 1 }))
         .collect()
 }
 
@@ -191,9 +192,9 @@ fn a_stage_drains_then_changes_then_gets_its_traffic_back_then_waits() {
     let a = r.at(0, &[]);
     assert_eq!(r.phase(), (0, Phase::Draining));
     assert_eq!(a.drained, ids(&["m1"]));
-    assert!(a.generation.is_empty(), "{a:?}");
+    assert!(a.revision.is_empty(), "{a:?}");
     // Within drainSeconds nothing changes.
-    assert_eq!(r.at(9, &[]).generation.len(), 0);
+    assert_eq!(r.at(9, &[]).revision.len(), 0);
     // Then m1 gets generation 2, still drained until it is ready at it.
     let a = r.at(1, &[]);
     assert_eq!(r.phase(), (0, Phase::Applying));
@@ -219,7 +220,7 @@ fn a_stage_drains_then_changes_then_gets_its_traffic_back_then_waits() {
     r.members_apply(&a);
     let a = r.at(1, &[]);
     assert_eq!(r.phase(), (2, Phase::Done));
-    assert!(a.drained.is_empty() && a.generation.len() == 3);
+    assert!(a.drained.is_empty() && a.revision.len() == 3);
 }
 
 #[test]
@@ -293,7 +294,7 @@ fn a_copy_late_past_the_deadline_pauses_the_rollout_and_says_why() {
     r.at(3600, &[]);
     assert_eq!(r.phase(), (0, Phase::Applying));
     // Fixed in the member, then resumed: on it goes.
-    r.observed.ready_at.insert(id("m1"), 2);
+    r.observed.ready_at.insert(id("m1"), Revision::New);
     r.at(1, &[Command::Resume]);
     assert_eq!(r.phase(), (0, Phase::Verifying));
     assert_eq!(r.progress.paused, None);
@@ -346,7 +347,7 @@ fn a_failing_gate_with_rollback_returns_the_stages_reached_to_the_previous_gener
     assert!(a.drained.is_empty());
     assert_eq!(generations(&a), vec![("m1".into(), 1)]);
     // m2 and m3 were never touched.
-    assert_eq!(r.observed.ready_at[&id("m2")], 1);
+    assert_eq!(r.observed.ready_at[&id("m2")], Revision::Previous);
 }
 
 #[test]
@@ -360,7 +361,7 @@ fn abort_rolls_back_and_pause_freezes_until_resume() {
         (0, Phase::Draining),
         "paused: the drain wait does not end"
     );
-    assert!(a.generation.is_empty());
+    assert!(a.revision.is_empty());
     r.at(1, &[Command::Resume]);
     let a = r.at(10, &[]);
     assert_eq!(r.phase(), (0, Phase::Applying));
@@ -386,7 +387,7 @@ fn a_stage_that_would_drain_every_cluster_of_a_client_pauses_and_says_so() {
     r.observed.serving.insert("us".into(), ids(&["m1"]));
     let a = r.at(0, &[]);
     assert_eq!(r.phase(), (0, Phase::Approval));
-    assert!(a.drained.is_empty() && a.generation.is_empty());
+    assert!(a.drained.is_empty() && a.revision.is_empty());
     let why = r.progress.paused.clone().expect("paused");
     assert_eq!(
         why,
@@ -443,7 +444,7 @@ fn a_copy_that_stops_being_ready_while_verifying_leaves_traffic_until_ready_agai
     assert_eq!((r.phase(), r.progress.failures), ((0, Phase::Applying), 1));
     assert_eq!(a.drained, ids(&["m1"]));
     // Ready again: traffic back, and the whole wait starts over.
-    r.observed.ready_at.insert(id("m1"), 2);
+    r.observed.ready_at.insert(id("m1"), Revision::New);
     let a = r.at(1, &[]);
     assert_eq!(r.phase(), (0, Phase::Verifying));
     assert!(a.drained.is_empty());
@@ -468,10 +469,10 @@ fn the_drain_wait_counts_from_when_the_published_decision_drains() {
     // The published decision has not caught up: however long, m1's copy is not written.
     let a = r.at(30, &[]);
     assert_eq!(r.phase(), (0, Phase::Draining));
-    assert!(a.generation.is_empty());
+    assert!(a.revision.is_empty());
     // Drained from now: drainSeconds (10) more.
     r.observed.drained = Some(ids(&["m1"]));
-    assert!(r.at(9, &[]).generation.is_empty());
+    assert!(r.at(9, &[]).revision.is_empty());
     let a = r.at(1, &[]);
     assert_eq!(generations(&a), vec![("m1".into(), 2)]);
     r.members_apply(&a);
