@@ -13,7 +13,8 @@ What is checked, against real DNS answers and the members' audit logs:
 - `meridian rollout abort` gives every stage reached the previous generation again and brings
   the traffic back; the policy status says RolledBack;
 - an OverridePolicy edit rolls out through the same stages (the template generation unchanged),
-  and a later edit changing only m3's rules stages m3 alone: m1 keeps its traffic and copy;
+  and a later edit changing only m3's rules stages m3 alone (m1 keeps its traffic and copy),
+  and its abort gives m3 the rules it had before;
 - a health gate, a query against a real Prometheus scraping the apps' error ratio per
   cluster, lets the canary through and rolls the second stage back when its clusters' errors
   go over the threshold.
@@ -316,12 +317,17 @@ def test_an_override_edit_is_staged_like_a_template_edit_and_only_where_a_copy_c
     assert [s["clusters"] for s in rollout["templates"][0]["stages"]] == [["m3"]], rollout
     rollout_cli(m, "approve", "roll", "-n", NAMESPACE)
     wait_for(lambda: image_of(kube_fleet, "m3") == "3", timeout=30, what="m3 gets its own tag", log=m)
+    # Aborted before m3 runs ready: m3 gets the rules it had before (tag 2), not today's.
+    rollout_cli(m, "abort", "roll", "-n", NAMESPACE)
+    wait_for(lambda: image_of(kube_fleet, "m3") == "2", timeout=30, what="m3 back at the previous rules", log=m)
     write_status(kube_fleet, "m3", "roll", 1)
-    wait_for(lambda: policy_status(kube_fleet)["rollout"]["templates"][0]["phase"] == "Done", timeout=20,
-             what="m3's rollout Done", log=m)
+    wait_for(lambda: policy_status(kube_fleet)["rollout"]["templates"][0]["phase"] == "RolledBack", timeout=20,
+             what="m3's rollout RolledBack", log=m)
+    m.wait_for(lambda: ADDRESS["m3"] in m.addresses(NAME, source=FROM["m3"]), timeout=20,
+               what="m3's traffic back after the rollback")
     seen = m1_client.stop()
     assert seen and all(ADDRESS["m1"] in a for _, a in seen), "m1 left the traffic for an edit that does not change it"
-    assert images(kube_fleet) == {"m1": "2", "m2": "2", "m3": "3"}
+    assert images(kube_fleet) == {"m1": "2", "m2": "2", "m3": "2"}
     for member in ("m1", "m2"):
         assert written_at(kube_fleet, member, second) is None, f"{member}'s unchanged copy was written"
 
