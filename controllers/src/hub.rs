@@ -125,6 +125,9 @@ pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
         }
     }
     check_overrides(&mut hub);
+    let unstaged =
+        meridian_core::checks::rollouts_without_generations(&hub.policies, &hub.templates);
+    hub.warnings.extend(unstaged);
     hub
 }
 

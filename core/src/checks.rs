@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use crate::model::ClusterSpec;
 use crate::placement::spec::Template;
-use crate::policy::{Mode, Policies, TrafficPolicy};
+use crate::policy::{Mode, Policies, Policy, TrafficPolicy};
 use crate::problem::{ObjectRef, Origin, Problem};
 use crate::snapshot::{ServiceView, Snapshot};
 
@@ -46,10 +46,11 @@ pub fn unknown_clusters<'a>(
     warnings
 }
 
-/// A policy with `placement.rollout` whose templates carry no generation (a directory hub's
-/// files): the writer stages an edit by the generation it changes, so these reach every
-/// member at once — said, so nobody counts on stages that do not happen.
-pub fn rollouts_without_generations(policies: &Policies, templates: &[Template]) -> Vec<Problem> {
+/// A directory hub's policy with `placement.rollout`: its files carry no generation and the
+/// directory no rollout progress, so an edit reaches every member at once — said, so nobody
+/// counts on stages that do not happen. (A Kubernetes hub stages a template without a
+/// generation by its body's digest.)
+pub fn rollouts_without_generations(policies: &[Policy], templates: &[Template]) -> Vec<Problem> {
     policies
         .iter()
         .filter(|p| p.placement.as_ref().is_some_and(|p| p.rollout.is_some()))

@@ -700,12 +700,6 @@ impl Fleet {
             &self.policies,
             snapshot.clusters.iter().map(|c| &c.spec),
         ));
-        snapshot
-            .warnings
-            .extend(checks::rollouts_without_generations(
-                &self.policies,
-                &self.federation.templates,
-            ));
         self.refresh_traffic_checks(prev, &snapshot, &dirty);
         snapshot.problems.extend(self.no_traffic.values().cloned());
         Built {

@@ -53,6 +53,9 @@ pub const MANAGED_BY_SELECTOR_EXCLUDED: &str = concat!(managed_by_label!(), "!="
 pub const TEMPLATE_ANNOTATION: &str = "meridian.io/template";
 /// The template's `metadata.generation` when it was rendered.
 pub const GENERATION_ANNOTATION: &str = "meridian.io/template-generation";
+/// For a template without a generation (a ConfigMap, a Secret): the digest of its body as
+/// rendered, so a copy still says which edit it holds. Written by the Kubernetes writer.
+pub const TEMPLATE_DIGEST_ANNOTATION: &str = "meridian.io/template-digest";
 /// The digest of the override rules applied ([`Placed::overrides_digest`], hex); absent when
 /// none applies. With the generation, it is the revision a copy holds (staged rollouts).
 pub const OVERRIDES_ANNOTATION: &str = "meridian.io/overrides";

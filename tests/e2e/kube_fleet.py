@@ -24,7 +24,7 @@ no garbage collection (deleting a Service leaves its EndpointSlices unless the h
 deletes them too), a deleted Namespace never goes away (never delete one).
 
 The fixtures (conftest.py): `kube_fleet_session` starts the clusters once per session (with
-audit logs of ServiceImport and Deployment writes only, SHARED_AUDIT_POLICY);
+audit logs of ServiceImport, Deployment and ConfigMap writes only, SHARED_AUDIT_POLICY);
 `kube_fleet` hands that fleet to a test after reset() put it back to the state above;
 `kube_meridian` is meridian started on it. A test that needs other kube-apiserver flags
 builds its own fleet: `with started(tmp_path / "kube", extra_apiserver_args=[...]) as f:`.
@@ -109,9 +109,9 @@ AUDIT_POLICY = {
     ],
 }
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
-# The session's shared fleet (conftest.py) audits ServiceImport writes only (who wrote the
-# MCS write-back: meridian for a push member, the agent for an agent member); cheap enough
-# for every test.
+# The session's shared fleet (conftest.py) audits ServiceImport writes (who wrote the MCS
+# write-back: meridian for a push member, the agent for an agent member), and Deployment and
+# ConfigMap writes (the order of a staged rollout's writes); cheap enough for every test.
 SHARED_AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -119,7 +119,8 @@ SHARED_AUDIT_POLICY = {
     "rules": [
         {"level": "Metadata", "verbs": list(WRITE_VERBS),
          "resources": [{"group": "multicluster.x-k8s.io", "resources": ["serviceimports"]},
-                       {"group": "apps", "resources": ["deployments"]}]},
+                       {"group": "apps", "resources": ["deployments"]},
+                       {"group": "", "resources": ["configmaps"]}]},
         {"level": "None"},
     ],
 }

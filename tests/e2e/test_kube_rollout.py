@@ -15,6 +15,8 @@ What is checked, against real DNS answers and the members' audit logs:
 - an OverridePolicy edit rolls out through the same stages (the template generation unchanged),
   and a later edit changing only m3's rules stages m3 alone (m1 keeps its traffic and copy),
   and its abort gives m3 the rules it had before;
+- a ConfigMap the Deployment uses (no generation: told apart by its body's digest) rolls
+  out through the same stages, the Deployment's copies untouched;
 - a health gate, a query against a real Prometheus scraping the apps' error ratio per
   cluster, lets the canary through and rolls the second stage back when its clusters' errors
   go over the threshold.
@@ -111,14 +113,14 @@ def answered_as_planned(m, step):
         assert answered == planned, (client, step["stage"], answered, step["shares"])
 
 
-def left_before_written(kube_fleet, samplers, stage, since):
+def left_before_written(kube_fleet, samplers, stage, since, resource="deployments", name="roll"):
     """Stops the samplers and checks, for the client of every member, that each cluster of
     `stage` left the answers before meridian's write of its copy (after `since`) reached its
     API server, stayed out until after that write (back at most once), and that no answer was
     empty meanwhile."""
     samples = {c: s.stop() for c, s in samplers.items()}
     for cluster in stage:
-        write = written_at(kube_fleet, cluster, since)
+        write = written_at(kube_fleet, cluster, since, resource, name)
         assert write is not None, f"no write of {cluster}'s copy in its audit log"
         for client, seen in samples.items():
             gone = [t for t, a in seen if ADDRESS[cluster] not in a]
@@ -135,12 +137,12 @@ def left_before_written(kube_fleet, samplers, stage, since):
         assert not empty, (client, empty[:3])
 
 
-def written_at(kube_fleet, member, after):
-    """When meridian's first write of Deployment roll after `after` reached `member`'s API
+def written_at(kube_fleet, member, after, resource="deployments", name="roll"):
+    """When meridian's first write of `resource` `name` after `after` reached `member`'s API
     server (the audit log's requestReceivedTimestamp), or None."""
     for e in kube_fleet.audit_events(member):
         ref = e.get("objectRef") or {}
-        if (ref.get("resource") == "deployments" and ref.get("name") == "roll"
+        if (ref.get("resource") == resource and ref.get("name") == name
                 and e.get("user", {}).get("username") == "meridian" and e.get("verb") in ("patch", "update", "create")):
             at = datetime.datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
             if at > after:
@@ -148,13 +150,13 @@ def written_at(kube_fleet, member, after):
     return None
 
 
-def roll_deployed(kube_fleet, m, rollout):
-    """Deployment `roll` (image tag 1) duplicated into m1, m2 and m3 by policy `roll` with
-    `rollout`, each copy ready, each member exporting Service `roll`, and m1's address
-    answered to a client in m1. Returns the policy's spec."""
+def roll_deployed(kube_fleet, m, rollout, template=None):
+    """Deployment `roll` (image tag 1, or `template`) duplicated into m1, m2 and m3 by policy
+    `roll` with `rollout`, each copy ready, each member exporting Service `roll`, and m1's
+    address answered to a client in m1. Returns the policy's spec."""
     for member, address in ADDRESS.items():
         kube_fleet.publish(member, "roll", [address])
-    kube_fleet.hub.apply(deployment("roll", 1, image_tag="1"))
+    kube_fleet.hub.apply(template or deployment("roll", 1, image_tag="1"))
     spec = {
         "resourceSelectors": [{"apiVersion": APPS, "kind": "Deployment", "name": "roll"}, {"name": "roll"}],
         "placement": {
@@ -330,6 +332,55 @@ def test_an_override_edit_is_staged_like_a_template_edit_and_only_where_a_copy_c
     assert images(kube_fleet) == {"m1": "2", "m2": "2", "m3": "2"}
     for member in ("m1", "m2"):
         assert written_at(kube_fleet, member, second) is None, f"{member}'s unchanged copy was written"
+
+
+def env_config(mode):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "roll-env", "namespace": NAMESPACE},
+            "data": {"MODE": mode}}
+
+
+def test_a_configmap_the_workload_uses_rolls_out_through_its_stages(kube_fleet, kube_meridian):
+    """A ConfigMap that follows Deployment roll has no generation: its edits are told apart
+    by its body's digest on the copy (meridian.io/template-digest), and roll out through the
+    stages of the policy placing the Deployment, traffic first — the canary's configuration
+    changes first, the rest once approved. The Deployment's copies are not written."""
+    m, hub = kube_meridian, kube_fleet.hub
+    hub.apply(env_config("one"))
+    d = deployment("roll", 1, image_tag="1")
+    d["spec"]["template"]["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "roll-env"}}]
+    roll_deployed(kube_fleet, m, {"drainSeconds": 1, "stages": [
+        {"name": "canary", "clusterNames": ["m1"]},
+        {"name": "rest", "maxUnavailablePercent": 100, "approval": "Required"},
+    ]}, template=d)
+
+    def modes():
+        return {c: ((kube_fleet.cluster(c).get("v1", "ConfigMap", "roll-env", NAMESPACE) or {}).get("data") or {}).get("MODE")
+                for c in ADDRESS}
+
+    wait_for(lambda: modes() == {"m1": "one", "m2": "one", "m3": "one"}, timeout=20,
+             what="the ConfigMap followed the Deployment into m1, m2 and m3", log=m)
+    samplers = {c: Sampler(m, c) for c in ADDRESS}
+    edited = time.time()
+    hub.apply(env_config("two"))
+    wait_for(lambda: modes()["m1"] == "two", timeout=30, what="the canary m1 gets the new configuration", log=m)
+    copy = kube_fleet.cluster("m1").get("v1", "ConfigMap", "roll-env", NAMESPACE)
+    assert "meridian.io/template-digest" in copy["metadata"]["annotations"], copy["metadata"]
+    time.sleep(1.5)
+    assert modes() == {"m1": "two", "m2": "one", "m3": "one"}, "the configuration reached a later stage at once"
+    m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
+               what="m1's address back once its configuration changed")
+    left_before_written(kube_fleet, samplers, ["m1"], edited, resource="configmaps", name="roll-env")
+    wait_for(lambda: (condition({"status": policy_status(kube_fleet)}, "Rollout") or {}).get("reason") == "AwaitingApproval",
+             timeout=20, what="the configuration's second stage awaiting approval", log=m)
+    said = rollout_cli(m, "status", "roll", "-n", NAMESPACE).stdout
+    assert "v1/ConfigMap/shop/roll-env (no generation) new content" in said, said
+    rollout_cli(m, "approve", "roll", "-n", NAMESPACE)
+    wait_for(lambda: modes() == {"m1": "two", "m2": "two", "m3": "two"}, timeout=30,
+             what="m2 and m3 get the configuration once approved", log=m)
+    wait_for(lambda: policy_status(kube_fleet)["rollout"]["templates"][0]["phase"] == "Done", timeout=20,
+             what="the configuration's rollout Done", log=m)
+    for member in ADDRESS:
+        assert written_at(kube_fleet, member, edited) is None, f"{member}'s Deployment was written for a ConfigMap edit"
 
 
 def first_tier_of(m, client):

@@ -38,7 +38,8 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use meridian_core::placement::{
-    Decision, Held, OverridePolicy, Placed, Placements, Rollout, Step, TemplateKey, override_rules,
+    Decision, Held, OverridePolicy, Placed, PlacedReason, Placements, Rollout, Step, TemplateKey,
+    override_rules,
 };
 use meridian_core::stages::Command;
 use meridian_core::{ClusterId, ConflictResolution, ObjectKey, Propagation, Snapshot, Template};
@@ -235,8 +236,9 @@ struct LiveSummary {
     available_replicas: Option<i64>,
     /// What the copy says of the write that made it, if another replica wrote it.
     applied_by_another: Option<Applied>,
-    /// The digest of the override rules it was rendered with (None: none applied).
-    overrides: Option<u64>,
+    /// What it was rendered from: the template generation, the digest of a body without one,
+    /// and of the override rules applied (see `staged::Received`).
+    received: Option<Received>,
 }
 
 impl LiveSummary {
@@ -251,7 +253,7 @@ impl LiveSummary {
             ready_replicas: field("/status/readyReplicas"),
             available_replicas: field("/status/availableReplicas"),
             applied_by_another: applied_by_another(&object),
-            overrides: overrides_applied(&object),
+            received: received(&object),
         }
     }
 }
@@ -903,7 +905,8 @@ async fn resume_rollouts(client: &Client, staged: &mut Staged) {
     }
 }
 
-/// Steps `key`'s staged rollout, if its policy has one: how its copies are written.
+/// Steps `key`'s staged rollout, if its policy has one (a dependency's: the policy of the
+/// workloads it follows): how its copies are written.
 fn stage(
     pass: &Pass<'_>,
     members: &mut Slots<Member>,
@@ -914,7 +917,10 @@ fn stage(
 ) -> Option<Gate> {
     let decision = pass.snapshot.placements.decisions.get(key)?;
     let template = pass.templates.get(key)?;
-    let policy = decision.policy.as_ref()?;
+    let policy = decision
+        .policy
+        .as_ref()
+        .or_else(|| followed_policy(pass.snapshot, decision))?;
     let id = object_id(key);
     let held: BTreeMap<ClusterId, HeldAt> = decision
         .placed
@@ -922,14 +928,7 @@ fn stage(
         .filter_map(|p| {
             let m = members.get_mut(&p.cluster)?;
             let summary = m.summary(&id);
-            let received = summary.as_ref().and_then(|s| {
-                let (_, generation) = s.applied_by_another?;
-                let overrides = s.overrides;
-                Some(Received {
-                    generation,
-                    overrides,
-                })
-            });
+            let received = summary.as_ref().and_then(|s| s.received);
             let ready = summary.is_some_and(|s| s.ready);
             Some((p.cluster.clone(), HeldAt { received, ready }))
         })
@@ -939,15 +938,39 @@ fn stage(
         .filter(|(p, _)| p == policy)
         .map(|(_, c)| *c)
         .collect();
+    // A template without a generation is told apart by its body.
+    let body_print = (template.generation == 0)
+        .then(|| pass.body_prints.get(key).copied())
+        .flatten();
     staged.gate(
         pass.snapshot,
-        decision,
-        template,
+        (policy, decision),
+        (template, body_print),
         &held,
         &mine,
         pass.now,
         metrics,
     )
+}
+
+/// The one policy placing every workload a dependency follows (None: it follows none, or
+/// workloads of several policies — then it changes at once, as it did before rollouts).
+fn followed_policy<'s>(snapshot: &'s Snapshot, decision: &Decision) -> Option<&'s ObjectKey> {
+    let mut policies = decision.placed.iter().flat_map(|p| match &p.reason {
+        PlacedReason::Dependency(workloads) => workloads.as_slice(),
+        _ => &[],
+    });
+    let first = policies.next()?;
+    let policy = snapshot.placements.decisions.get(first)?.policy.as_ref()?;
+    policies
+        .all(|w| {
+            snapshot
+                .placements
+                .decisions
+                .get(w)
+                .is_some_and(|d| d.policy.as_ref() == Some(policy))
+        })
+        .then_some(policy)
 }
 
 /// The templates this pass looks at (see [`dirty`]): those whose inputs changed, those the
@@ -1554,12 +1577,18 @@ fn copy_job(
             ),
         ],
     );
-    if propagation.preserve_on_deletion
-        && let Some(annotations) = body
-            .pointer_mut("/metadata/annotations")
-            .and_then(Value::as_object_mut)
+    if let Some(annotations) = body
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
     {
-        annotations.insert(PRESERVE_ANNOTATION.into(), "true".into());
+        if propagation.preserve_on_deletion {
+            annotations.insert(PRESERVE_ANNOTATION.into(), "true".into());
+        }
+        // Which edit of a template without a generation the copy holds (staged rollouts).
+        if template.generation == 0 {
+            let digest = format!("{:016x}", dirty::body_print(&template.body));
+            annotations.insert(render::TEMPLATE_DIGEST_ANNOTATION.into(), digest.into());
+        }
     }
     let print = apply::fingerprint(&body).to_string();
     if let Some(annotations) = body
@@ -2037,13 +2066,22 @@ fn applied_by_another(live: &Value) -> Option<Applied> {
     Some((generation, from))
 }
 
-/// The digest of the override rules a copy was rendered with (`render::OVERRIDES_ANNOTATION`).
-fn overrides_applied(live: &Value) -> Option<u64> {
-    let hex = live
-        .pointer("/metadata/annotations")?
-        .get(render::OVERRIDES_ANNOTATION)?
-        .as_str()?;
-    u64::from_str_radix(hex, 16).ok()
+/// What a copy says it was rendered from (None: no template generation on it).
+fn received(live: &Value) -> Option<Received> {
+    let annotations = live.pointer("/metadata/annotations")?;
+    let digest = |name| {
+        let hex = annotations.get(name)?.as_str()?;
+        u64::from_str_radix(hex, 16).ok()
+    };
+    Some(Received {
+        generation: annotations
+            .get(render::GENERATION_ANNOTATION)?
+            .as_str()?
+            .parse()
+            .ok()?,
+        body: digest(render::TEMPLATE_DIGEST_ANNOTATION),
+        overrides: digest(render::OVERRIDES_ANNOTATION),
+    })
 }
 
 /// The Placement records and the templates' aggregated status, on a Kubernetes hub.
@@ -2064,11 +2102,15 @@ async fn write_hub(
     if moved {
         forget_unplaced(applier, pass, written).await;
     }
-    // Only the policies of the templates looked at, unless the decisions moved.
+    // Only the policies of the templates looked at (a dependency's rollout: the policy it
+    // is staged by), unless the decisions moved.
     let governing: Option<BTreeSet<ObjectKey>> = (!moved).then(|| {
         looked
             .iter()
-            .filter_map(|k| pass.snapshot.placements.decisions.get(k)?.policy.clone())
+            .filter_map(|k| {
+                let placing = pass.snapshot.placements.decisions.get(k)?.policy.clone();
+                placing.or_else(|| Some(staged.rollouts().get(k)?.policy.clone()))
+            })
             .collect()
     });
     let policies = policies::statuses(pass, views, staged, governing.as_ref());

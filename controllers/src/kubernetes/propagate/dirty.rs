@@ -333,7 +333,7 @@ impl Dirty {
 
 /// The fingerprint of what a render reads of `body` (not its status: the hub's aggregated
 /// status written onto a template changes no copy).
-fn body_print(body: &Value) -> u64 {
+pub(super) fn body_print(body: &Value) -> u64 {
     apply::fingerprint(&render::rendered_part(body))
 }
 

@@ -39,11 +39,14 @@ use super::analysis::Analyses;
 use crate::crd::{RolloutStageStatus, RolloutStatus, TemplateRolloutStatus};
 use crate::metrics::{PolicyLabels, PropagationMetrics, RolloutLabels};
 
-/// What a member receives of a template: its generation and the digest of the override
-/// rules applied there (`Placed::overrides_digest`; None: no rule applies).
+/// What a member receives of a template: its generation, the digest of its body when it
+/// has no generation (a ConfigMap, a Secret: `render::TEMPLATE_DIGEST_ANNOTATION`), and the
+/// digest of the override rules applied there (`Placed::overrides_digest`; None: no rule
+/// applies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Received {
     pub(super) generation: i64,
+    pub(super) body: Option<u64>,
     pub(super) overrides: Option<u64>,
 }
 
@@ -109,9 +112,9 @@ pub(super) struct Staging {
     pub(super) stages: Vec<PlannedStage>,
     /// The body and override rules of the revision replaced, when this replica saw them.
     pub(super) previous: Option<Source>,
-    /// The override digest each placed cluster receives at the revision rolling out: a
-    /// different one for a cluster is another edit.
-    target: BTreeMap<ClusterId, Option<u64>>,
+    /// What each placed cluster receives at the revision rolling out: something else for a
+    /// cluster is another edit.
+    target: BTreeMap<ClusterId, Received>,
     pub(super) actions: Actions,
     /// The stage waits for `rollout approve`.
     awaiting_approval: bool,
@@ -127,7 +130,7 @@ impl Staging {
         progress: Progress,
         stages: Vec<PlannedStage>,
         previous: Option<Source>,
-        target: BTreeMap<ClusterId, Option<u64>>,
+        target: BTreeMap<ClusterId, Received>,
         now: Instant,
     ) -> Self {
         Self {
@@ -143,16 +146,12 @@ impl Staging {
         }
     }
 
-    /// Whether this rollout is of what the clusters receive now: the same generation, and
-    /// the same override digest for every cluster it planned (a cluster placed since gets
-    /// its copy at once).
-    fn rolls_out(&self, generation: i64, receives: &BTreeMap<ClusterId, Received>) -> bool {
-        self.progress.generation == generation
-            && self.target.iter().all(|(cluster, overrides)| {
-                receives
-                    .get(cluster)
-                    .is_none_or(|r| r.overrides == *overrides)
-            })
+    /// Whether this rollout is of what the clusters receive now, in every cluster it planned
+    /// (a cluster placed since gets its copy at once).
+    fn rolls_out(&self, receives: &BTreeMap<ClusterId, Received>) -> bool {
+        self.target
+            .iter()
+            .all(|(cluster, target)| receives.get(cluster).is_none_or(|r| r == target))
     }
 
     /// Keeps what a step decided: logs a change, times a stage that ended, and notes whether
@@ -286,19 +285,19 @@ impl Staged {
 
     /// Steps `key`'s rollout (starting one when its copies hold another revision than they
     /// would receive now) and says how its copies are written. None: the template is not
-    /// staged.
+    /// staged. `policy_key` places it (for a dependency, the policy of the workloads it
+    /// follows); `body_print` is its body's digest when it has no generation.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gate(
         &mut self,
         snapshot: &Snapshot,
-        decision: &Decision,
-        template: &Template,
+        (policy_key, decision): (&ObjectKey, &Decision),
+        (template, body_print): (&Template, Option<u64>),
         held: &BTreeMap<ClusterId, HeldAt>,
         commands: &[Command],
         now: Instant,
         metrics: &PropagationMetrics,
     ) -> Option<Gate> {
-        let policy_key = decision.policy.as_ref()?;
         let policy = snapshot.policies.iter().find(|p| &p.key == policy_key)?;
         let strategy = policy.placement.as_ref()?.rollout.as_ref()?;
         let key = &template.key;
@@ -313,15 +312,12 @@ impl Staged {
             .placed
             .iter()
             .map(|p| {
-                let overrides = p.overrides_digest(&snapshot.overrides);
-                let generation = template.generation;
-                (
-                    p.cluster.clone(),
-                    Received {
-                        generation,
-                        overrides,
-                    },
-                )
+                let received = Received {
+                    generation: template.generation,
+                    body: body_print,
+                    overrides: p.overrides_digest(&snapshot.overrides),
+                };
+                (p.cluster.clone(), received)
             })
             .collect();
         self.take_up_resumed(key, strategy, &receives, now);
@@ -401,7 +397,7 @@ impl Staged {
         }
         info!(template = %key, stage = progress.stage, phase = ?progress.phase,
               "resuming a staged rollout from the policy's status");
-        let target = targets(receives);
+        let target = receives.clone();
         self.rollouts.insert(
             key.clone(),
             Staging::new(from, progress, stages, None, target, now),
@@ -426,7 +422,7 @@ impl Staged {
         if self
             .rollouts
             .get(key)
-            .is_some_and(|s| s.rolls_out(template.generation, receives))
+            .is_some_and(|s| s.rolls_out(receives))
         {
             return true;
         }
@@ -473,7 +469,7 @@ impl Staged {
             progress,
             stages,
             previous_source,
-            targets(receives),
+            receives.clone(),
             now,
         );
         self.rollouts.insert(key.clone(), staging);
@@ -634,7 +630,9 @@ fn words(key: &TemplateKey, s: &Staging) -> String {
         .stages
         .get(p.stage)
         .map(|st| format!("stage {}/{} {:?}", p.stage + 1, s.stages.len(), st.name));
-    let what = if p.generation == p.previous {
+    let what = if p.generation == 0 {
+        format!("{key} (no generation) new content")
+    } else if p.generation == p.previous {
         format!("{key} override rules at generation {}", p.generation)
     } else {
         format!("{key} generation {} over {}", p.generation, p.previous)
@@ -654,14 +652,6 @@ fn words(key: &TemplateKey, s: &Staging) -> String {
         }
         (None, phase) => format!("{at}, {phase:?}"),
     }
-}
-
-/// The override digest each cluster receives (what a rollout of `receives` rolls out).
-fn targets(receives: &BTreeMap<ClusterId, Received>) -> BTreeMap<ClusterId, Option<u64>> {
-    receives
-        .iter()
-        .map(|(c, r)| (c.clone(), r.overrides))
-        .collect()
 }
 
 /// Which side of a rollout a copy holding `held` in `cluster` is on: new when it is what the
@@ -836,6 +826,7 @@ mod tests {
         HeldAt {
             received: Some(Received {
                 generation,
+                body: None,
                 overrides,
             }),
             ready: true,
@@ -848,6 +839,7 @@ mod tests {
             .map(|(c, generation, overrides)| {
                 let received = Received {
                     generation: *generation,
+                    body: None,
                     overrides: *overrides,
                 };
                 (ClusterId::new(c), received)
@@ -915,13 +907,20 @@ mod tests {
         // A rollout of those digests rolls out what m1 and m2 receive; another digest for m1
         // is another edit; a cluster placed since (m3) is not.
         let mut s = staging(3, 3);
-        s.target = targets(&receives);
-        assert!(s.rolls_out(3, &receives));
+        s.target = receives.clone();
+        assert!(s.rolls_out(&receives));
         let mut placed_since = receives.clone();
         placed_since.extend(receive(&[("m3", 3, Some(1))]));
-        assert!(s.rolls_out(3, &placed_since));
-        assert!(!s.rolls_out(3, &receive(&[("m1", 3, Some(9)), ("m2", 3, Some(5))])));
-        assert!(!s.rolls_out(4, &receives));
+        assert!(s.rolls_out(&placed_since));
+        assert!(!s.rolls_out(&receive(&[("m1", 3, Some(9)), ("m2", 3, Some(5))])));
+        assert!(!s.rolls_out(&receive(&[("m1", 4, Some(8)), ("m2", 4, Some(5))])));
+        // A body without a generation: its digest tells its edits apart.
+        let mut config = receive(&[("m1", 0, None)]);
+        config.get_mut(&m1).unwrap().body = Some(1);
+        s.target = config.clone();
+        assert!(s.rolls_out(&config));
+        config.get_mut(&m1).unwrap().body = Some(2);
+        assert!(!s.rolls_out(&config));
         assert!(words(&payments(3).key, &s).contains("override rules at generation 3"));
     }
 }

@@ -577,3 +577,27 @@ fn a_copy_written_by_another_replica_tells_its_generations() {
         "annotations": {render::GENERATION_ANNOTATION: "four"}}});
     assert_eq!(applied_by_another(&odd), None);
 }
+
+#[test]
+fn a_copy_tells_the_revision_it_holds_generation_or_not() {
+    // A ConfigMap has no metadata.generation: its template digest says which edit it holds.
+    let config = json!({"metadata": {"annotations": {
+        render::GENERATION_ANNOTATION: "0",
+        render::TEMPLATE_DIGEST_ANNOTATION: "00000000000000ff",
+        render::OVERRIDES_ANNOTATION: "0a"}}});
+    let expected = Received {
+        generation: 0,
+        body: Some(255),
+        overrides: Some(10),
+    };
+    assert_eq!(received(&config), Some(expected));
+    let deployment = json!({"metadata": {"generation": 3,
+        "annotations": {render::GENERATION_ANNOTATION: "4"}}});
+    let expected = Received {
+        generation: 4,
+        body: None,
+        overrides: None,
+    };
+    assert_eq!(received(&deployment), Some(expected));
+    assert_eq!(received(&json!({"metadata": {"generation": 3}})), None);
+}
