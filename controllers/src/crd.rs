@@ -429,7 +429,8 @@ pub struct RolloutAnalysisSpec {
     pub threshold: f64,
 }
 
-/// One stage: clusters by name or labels, or the rest in batches.
+/// One stage: clusters by name or labels, the clusters of one of the policy's
+/// `clusterAffinities` (`tier`), or the rest in batches.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutStageSpec {
@@ -438,6 +439,9 @@ pub struct RolloutStageSpec {
     pub cluster_names: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<LabelSelectorSpec>,
+    /// The clusters of the policy's `clusterAffinities` entry of this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
     /// The clusters no earlier stage took, this many at a time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unavailable_clusters: Option<u32>,

@@ -9,10 +9,10 @@ use meridian_core as core;
 
 use crate::convert::{created_secs, key_of, taint_effect};
 use crate::crd::{
-    ClusterSchedulingPolicy, ConflictResolutionSpec, DivisionPreferenceSpec, DynamicWeightSpec,
-    FailurePolicySpec, LabelSelectorSpec, PlacementSpec, PurgeModeSpec, ReplicaSchedulingSpec,
-    ReplicaSchedulingTypeSpec, RolloutAnalysisSpec, RolloutApprovalSpec, RolloutOnFailureSpec,
-    RolloutSpec, RolloutTrafficSpec, SpreadByFieldSpec, SpreadConstraintSpec,
+    ClusterAffinitySpec, ClusterSchedulingPolicy, ConflictResolutionSpec, DivisionPreferenceSpec,
+    DynamicWeightSpec, FailurePolicySpec, LabelSelectorSpec, PlacementSpec, PurgeModeSpec,
+    ReplicaSchedulingSpec, ReplicaSchedulingTypeSpec, RolloutAnalysisSpec, RolloutApprovalSpec,
+    RolloutOnFailureSpec, RolloutSpec, RolloutTrafficSpec, SpreadByFieldSpec, SpreadConstraintSpec,
     TolerationOperatorSpec, TolerationSpec, TrafficModeSpec, WorkloadTermSpec,
 };
 
@@ -311,7 +311,7 @@ fn placement_policy(
         rollout: placement
             .rollout
             .as_ref()
-            .and_then(|r| rollout(r, problems)),
+            .and_then(|r| rollout(r, &placement.cluster_affinities, problems)),
     })
 }
 
@@ -505,9 +505,14 @@ fn propagation(placement: &PlacementSpec, problems: &mut Vec<String>) -> core::P
     }
 }
 
-/// `placement.rollout`: each stage takes clusters by name or labels, or the rest in batches;
-/// only the last stage may take the rest (nothing would be left for a stage after it).
-fn rollout(spec: &RolloutSpec, problems: &mut Vec<String>) -> Option<core::stages::Strategy> {
+/// `placement.rollout`: each stage takes clusters by name or labels, those of a tier (one of
+/// `affinities`, by name), or the rest in batches; only the last stage may take the rest
+/// (nothing would be left for a stage after it).
+fn rollout(
+    spec: &RolloutSpec,
+    affinities: &[ClusterAffinitySpec],
+    problems: &mut Vec<String>,
+) -> Option<core::stages::Strategy> {
     use core::stages::{Amount, OnFailure, StageClusters, StageSpec, Strategy, TrafficDuring};
     if spec.stages.is_empty() {
         problems.push("placement.rollout.stages: at least one stage is required".into());
@@ -526,24 +531,41 @@ fn rollout(spec: &RolloutSpec, problems: &mut Vec<String>) -> Option<core::stage
         let by_set = !s.cluster_names.is_empty() || s.label_selector.is_some();
         let clusters = match (
             by_set,
+            s.tier.as_deref(),
             s.max_unavailable_clusters,
             s.max_unavailable_percent,
         ) {
-            (true, None, None) => StageClusters::Set(cluster_set(
+            (true, None, None, None) => StageClusters::Set(cluster_set(
                 &s.cluster_names,
                 s.label_selector.as_ref(),
                 &at,
                 problems,
             )?),
-            (false, Some(n), None) if n >= 1 => StageClusters::Rest {
+            (false, Some(tier), None, None) => {
+                let Some(a) = affinities.iter().find(|a| a.name == tier) else {
+                    let known: Vec<&str> = affinities.iter().map(|a| a.name.as_str()).collect();
+                    problems.push(format!(
+                        "{at}.tier: the policy has no clusterAffinities entry {tier:?} (it has: {})",
+                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    ));
+                    continue;
+                };
+                StageClusters::Set(cluster_set(
+                    &a.cluster_names,
+                    a.label_selector.as_ref(),
+                    &at,
+                    problems,
+                )?)
+            }
+            (false, None, Some(n), None) if n >= 1 => StageClusters::Rest {
                 max_unavailable: Amount::Count(n),
             },
-            (false, None, Some(p)) if (1..=100).contains(&p) => StageClusters::Rest {
+            (false, None, None, Some(p)) if (1..=100).contains(&p) => StageClusters::Rest {
                 max_unavailable: Amount::Percent(p),
             },
             _ => {
                 problems.push(format!(
-                    "{at}: exactly one of clusterNames/labelSelector, maxUnavailableClusters (at least 1) or maxUnavailablePercent (1 to 100)"
+                    "{at}: exactly one of clusterNames/labelSelector, tier, maxUnavailableClusters (at least 1) or maxUnavailablePercent (1 to 100)"
                 ));
                 continue;
             }
@@ -1043,6 +1065,25 @@ mod tests {
                 core::stages::OnFailure::Rollback
             )
         );
+        let tiered = read(&format!(
+            "{HEAD}spec:\n  resourceSelectors: [{{apiVersion: apps/v1, kind: Deployment}}]\n  placement:\n    clusterAffinities:\n      - {{name: primary, clusterNames: [m1, m2]}}\n      - {{name: backup, labelSelector: {{matchLabels: {{role: backup}}}}}}\n    rollout:\n      stages: [{{name: first, tier: backup}}, {{name: then, tier: primary}}]\n"
+        ))
+        .unwrap();
+        let stages = &tiered.placement.unwrap().rollout.clone().unwrap().stages;
+        let core::stages::StageClusters::Set(backup) = &stages[0].clusters else {
+            panic!("a tier's stage is a set of clusters: {stages:?}");
+        };
+        assert!(
+            backup.names.is_empty() && backup.selector.is_some(),
+            "{backup:?}"
+        );
+        assert_eq!(
+            stages[1].clusters,
+            core::stages::StageClusters::Set(core::ClusterSet {
+                names: vec!["m1".into(), "m2".into()],
+                selector: None
+            })
+        );
         let canary = &strategy.stages[0];
         assert_eq!(
             (
@@ -1060,7 +1101,7 @@ mod tests {
         );
 
         let problems = read(&format!(
-            "{HEAD}spec:\n  resourceSelectors: [{{apiVersion: apps/v1, kind: Deployment}}]\n  placement:\n    rollout:\n      progressDeadlineSeconds: 0\n      stages:\n        - {{name: a, maxUnavailableClusters: 1}}\n        - {{name: a, clusterNames: [m1], maxUnavailablePercent: 10}}\n        - {{name: c, maxUnavailablePercent: 101}}\n"
+            "{HEAD}spec:\n  resourceSelectors: [{{apiVersion: apps/v1, kind: Deployment}}]\n  placement:\n    clusterAffinities: [{{name: eu, clusterNames: [m1]}}]\n    rollout:\n      progressDeadlineSeconds: 0\n      stages:\n        - {{name: a, maxUnavailableClusters: 1}}\n        - {{name: a, clusterNames: [m1], maxUnavailablePercent: 10}}\n        - {{name: c, maxUnavailablePercent: 101}}\n        - {{name: d, tier: us}}\n        - {{name: e, tier: eu, clusterNames: [m2]}}\n"
         ))
         .unwrap_err()
         .join("\n");
@@ -1069,6 +1110,8 @@ mod tests {
             "placement.rollout.stages[1].name: a stage needs a name of its own (\"a\")",
             "placement.rollout.stages[1]: exactly one of clusterNames/labelSelector",
             "placement.rollout.stages[2]: exactly one of",
+            "placement.rollout.stages[3].tier: the policy has no clusterAffinities entry \"us\" (it has: eu)",
+            "placement.rollout.stages[4]: exactly one of clusterNames/labelSelector, tier,",
             "placement.rollout.progressDeadlineSeconds must be at least 1",
         ] {
             assert!(

@@ -348,9 +348,10 @@ def test_a_configmap_the_workload_uses_rolls_out_through_its_stages(kube_fleet, 
     hub.apply(env_config("one"))
     d = deployment("roll", 1, image_tag="1")
     d["spec"]["template"]["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "roll-env"}}]
+    # The second stage by tier: the clusters of affinity "all" the canary left (m2, m3).
     roll_deployed(kube_fleet, m, {"drainSeconds": 1, "stages": [
         {"name": "canary", "clusterNames": ["m1"]},
-        {"name": "rest", "maxUnavailablePercent": 100, "approval": "Required"},
+        {"name": "rest", "tier": "all", "approval": "Required"},
     ]}, template=d)
 
     def modes():

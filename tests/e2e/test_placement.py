@@ -546,5 +546,5 @@ def test_simulate_rollout_prints_each_stage_its_drains_and_the_traffic_shares_me
     p = run("validate", "--config", example.config, check=1)
     assert ("placement.rollout.stages[0]: a stage of the rest (maxUnavailable…) takes every cluster left, "
             "so it must be the last") in p.stdout, p.stdout
-    assert ("placement.rollout.stages[1]: exactly one of clusterNames/labelSelector, maxUnavailableClusters "
+    assert ("placement.rollout.stages[1]: exactly one of clusterNames/labelSelector, tier, maxUnavailableClusters "
             "(at least 1) or maxUnavailablePercent (1 to 100)") in p.stdout, p.stdout
