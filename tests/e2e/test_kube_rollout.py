@@ -150,6 +150,19 @@ def written_at(kube_fleet, member, after, resource="deployments", name="roll"):
     return None
 
 
+def canary_ready_then_awaiting_approval(kube_fleet, m, samplers, edited):
+    """The canary m1 runs ready with what it was given: its address comes back (it left the
+    answers before the write, checked from the samplers), and the next stage waits for
+    approval. Returns what `rollout status` says then."""
+    write_status(kube_fleet, "m1", "roll", 1)
+    m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
+               what="m1's address back once it runs ready")
+    left_before_written(kube_fleet, samplers, ["m1"], edited)
+    wait_for(lambda: (condition({"status": policy_status(kube_fleet)}, "Rollout") or {}).get("reason") == "AwaitingApproval",
+             timeout=20, what="the Rollout condition AwaitingApproval", log=m)
+    return rollout_cli(m, "status", "roll", "-n", NAMESPACE).stdout
+
+
 def roll_deployed(kube_fleet, m, rollout, template=None):
     """Deployment `roll` (image tag 1, or `template`) duplicated into m1, m2 and m3 by policy
     `roll` with `rollout`, each copy ready, each member exporting Service `roll`, and m1's
@@ -198,14 +211,8 @@ def test_an_edit_drains_the_canary_first_waits_for_approval_pauses_on_failure_an
     # Not ready at generation 2 yet (its status is generation 1's): still out of traffic.
     time.sleep(1.5)
     assert images(kube_fleet) == {"m1": "2", "m2": "1", "m3": "1"}, "a later stage changed before its turn"
-    write_status(kube_fleet, "m1", "roll", 1)
-    m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
-               what="m1's address back once m1 runs ready at generation 2")
-    left_before_written(kube_fleet, samplers, ["m1"], edited)
     # Stage 2 waits for approval: m2 and m3 keep generation 1, said everywhere.
-    wait_for(lambda: (condition({"status": policy_status(kube_fleet)}, "Rollout") or {}).get("reason") == "AwaitingApproval",
-             timeout=20, what="the Rollout condition AwaitingApproval", log=m)
-    said = rollout_cli(m, "status", "roll", "-n", NAMESPACE).stdout
+    said = canary_ready_then_awaiting_approval(kube_fleet, m, samplers, edited)
     assert "waiting for `meridian rollout approve`" in said, said
     assert 'stage 1 "canary": m1 — done' in said and 'stage 2 "rest": m2, m3 — approval' in said, said
     time.sleep(2)
@@ -293,13 +300,7 @@ def test_an_override_edit_is_staged_like_a_template_edit_and_only_where_a_copy_c
     assert OVERRIDES in copy["metadata"]["annotations"], copy["metadata"]
     time.sleep(1.5)
     assert images(kube_fleet) == {"m1": "2", "m2": "1", "m3": "1"}, "an override edit reached a later stage at once"
-    write_status(kube_fleet, "m1", "roll", 1)
-    m.wait_for(lambda: ADDRESS["m1"] in m.addresses(NAME, source=FROM["m1"]), timeout=20,
-               what="m1's address back once it runs ready with the override")
-    left_before_written(kube_fleet, samplers, ["m1"], edited)
-    wait_for(lambda: (condition({"status": policy_status(kube_fleet)}, "Rollout") or {}).get("reason") == "AwaitingApproval",
-             timeout=20, what="the override's second stage awaiting approval", log=m)
-    said = rollout_cli(m, "status", "roll", "-n", NAMESPACE).stdout
+    said = canary_ready_then_awaiting_approval(kube_fleet, m, samplers, edited)
     assert "override rules at generation 1" in said and 'stage 2 "rest": m2, m3 — approval' in said, said
     rollout_cli(m, "approve", "roll", "-n", NAMESPACE)
     wait_for(lambda: images(kube_fleet) == {"m1": "2", "m2": "2", "m3": "2"}, timeout=30,
