@@ -2057,13 +2057,7 @@ fn copy_view(m: &mut Slot<Member>, id: &ObjectId, template_generation: Option<i6
 /// the write got, which only makes observedGeneration wait longer, never claim too early.
 fn applied_by_another(live: &Value) -> Option<Applied> {
     let generation = live.pointer("/metadata/generation")?.as_i64()?;
-    let from = live
-        .pointer("/metadata/annotations")?
-        .get(render::GENERATION_ANNOTATION)?
-        .as_str()?
-        .parse()
-        .ok()?;
-    Some((generation, from))
+    Some((generation, received(live)?.generation))
 }
 
 /// What a copy says it was rendered from (None: no template generation on it).

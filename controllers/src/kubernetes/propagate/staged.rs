@@ -3,11 +3,13 @@
 //! which body each copy gets.
 //!
 //! ```text
-//!  a template governed by a rollout, whose copies hold another revision than they would
-//!  receive now (a revision: the template generation and the digest of the override rules
-//!  applied there, so an OverridePolicy edit is staged like a template edit)
-//!    ─► Progress::start(new, old) and the stages planned over the placed clusters (kept:
-//!       clusters placed later get the new revision at once, having no copy to protect)
+//!  a template governed by a rollout (a dependency: by its workloads' policy), whose copies
+//!  hold another revision than they would receive now (a revision: the template generation,
+//!  its body's digest when it has none, and the digest of the override rules applied there,
+//!  so an OverridePolicy or ConfigMap edit is staged like a template edit)
+//!    ─► Progress::start(new, old) and the stages planned over the placed clusters whose copy
+//!       changes (kept: clusters placed later get the new revision at once, having no copy
+//!       to protect)
 //!  every pass: Observed (which revision each copy is ready at, the clusters the published
 //!    decision drains, who serves whom) + the operators' commands ─► stages::step
 //!    ─► per placed cluster holding a copy: the new body, the previous body and override
