@@ -110,7 +110,12 @@ pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
                 crate::routes::grpc_route(&r, from.source()),
             ),
             Manifest::ReferenceGrant(g) => add_grant(&mut hub, &from, &g),
-            Manifest::Other(o) => add_template(&mut hub, &from, o.object, Arc::new(o.value)),
+            Manifest::Other(o) => add_template(
+                &mut hub,
+                &from,
+                (o.object, Arc::new(o.value)),
+                &mut Summaries::default(),
+            ),
             Manifest::Service(s) => add_typed_template(&mut hub, &from, s.as_ref()),
             Manifest::ServiceExport(s) => add_typed_template(&mut hub, &from, s.as_ref()),
             other => {
@@ -214,9 +219,45 @@ fn add_typed_template<K: kube::Resource<DynamicType = ()> + serde::Serialize>(
             // The typed object serializes without its type; the template keeps it.
             value["apiVersion"] = K::api_version(&()).into_owned().into();
             value["kind"] = object.kind.clone().into();
-            add_template(hub, from, object, Arc::new(value))
+            add_template(
+                hub,
+                from,
+                (object, Arc::new(value)),
+                &mut Summaries::default(),
+            )
         }
         Err(e) => hub.errors.push(from.problem(object, e.to_string())),
+    }
+}
+
+/// The templates a hub read summarized, by object: a read that finds an object's body
+/// unchanged (the watch table's same `Arc`) takes the same template again — its key, labels
+/// and dependencies shared, so the fleet compares it with the last one by pointer and a read
+/// summarizes only what changed.
+#[derive(Default)]
+pub(crate) struct Summaries {
+    last: std::collections::HashMap<ObjectRef, Template>,
+    next: std::collections::HashMap<ObjectRef, Template>,
+}
+
+impl Summaries {
+    fn summarize(
+        &mut self,
+        object: &ObjectRef,
+        value: Arc<serde_json::Value>,
+    ) -> Result<Template, meridian_federation::template::TemplateError> {
+        let t = match self.last.remove(object) {
+            Some(t) if Arc::ptr_eq(&t.body, &value) => t,
+            _ => meridian_federation::template::summarize_shared(value)?,
+        };
+        self.next.insert(object.clone(), t.clone());
+        Ok(t)
+    }
+
+    /// The read is over: what it summarized is what the next one compares with (objects no
+    /// longer read are forgotten).
+    pub(crate) fn read_done(&mut self) {
+        self.last = std::mem::take(&mut self.next);
     }
 }
 
@@ -225,8 +266,8 @@ fn add_typed_template<K: kube::Resource<DynamicType = ()> + serde::Serialize>(
 pub(crate) fn add_template(
     hub: &mut Hub,
     from: &ReadFrom,
-    object: ObjectRef,
-    value: Arc<serde_json::Value>,
+    (object, value): (ObjectRef, Arc<serde_json::Value>),
+    summaries: &mut Summaries,
 ) {
     let api_version = value.get("apiVersion").and_then(|v| v.as_str());
     if let Some(why) = crate::policy::unplaceable(api_version, &object.kind) {
@@ -234,7 +275,7 @@ pub(crate) fn add_template(
             .push(from.problem(object, format!("not a resource template ({why}); ignored")));
         return;
     }
-    match meridian_federation::template::summarize_shared(value) {
+    match summaries.summarize(&object, value) {
         Ok(t) if !hub.template_keys.insert(t.key.clone()) => hub
             .errors
             .push(from.problem(object, "defined twice; the first wins".into())),

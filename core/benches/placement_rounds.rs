@@ -61,7 +61,7 @@ fn spec(i: usize) -> ClusterSpec {
 /// Template `i`: group `i / 1000`, replicas 1–6.
 fn template(i: usize) -> Template {
     let mut t = deployment(&format!("t{i:05}"), Some(1 + (i % 6) as u32));
-    t.labels.insert("group".into(), format!("{}", i / 1000));
+    Arc::make_mut(&mut t.labels).insert("group".into(), format!("{}", i / 1000));
     t
 }
 
@@ -192,7 +192,7 @@ impl World {
             .map(|i| {
                 let mut t = template(i);
                 if i < 1000 {
-                    t.labels.insert("dup".into(), (i / 100).to_string());
+                    Arc::make_mut(&mut t.labels).insert("dup".into(), (i / 100).to_string());
                 }
                 t
             })

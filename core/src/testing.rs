@@ -414,7 +414,7 @@ pub fn running(mut capacity: Capacity, t: &Template, pods: u64) -> Capacity {
 pub fn deployment(name: &str, replicas: Option<u32>) -> Template {
     Template {
         key: TemplateKey::new("apps/v1", "Deployment", "shop", name),
-        labels: std::collections::BTreeMap::new(),
+        labels: Default::default(),
         generation: 1,
         replicas,
         requests: Resources {

@@ -95,7 +95,7 @@ pub fn summarize_shared(body: Arc<Value>) -> Result<Template, TemplateError> {
     };
     Ok(Template {
         key,
-        labels,
+        labels: Arc::new(labels),
         generation,
         replicas,
         requests,

@@ -60,7 +60,7 @@ fn fleet() -> Vec<Member> {
 /// `shop/<name>`, 3 replicas of 100m and 128 MiB, labelled tier=gold, with an annotation.
 fn workload(name: &str) -> Template {
     let mut t = deployment(name, Some(3));
-    t.labels.insert("tier".to_owned(), "gold".to_owned());
+    std::sync::Arc::make_mut(&mut t.labels).insert("tier".to_owned(), "gold".to_owned());
     let mut body = (*t.body).clone();
     body["metadata"]["annotations"]["meridian.io/egress-gib-hour"] = "2".into();
     body["metadata"]["annotations"]["not-a-string"] = 7.into();

@@ -27,8 +27,8 @@ use super::templates::{self, TemplateEvent, Templates};
 use crate::SourceEvent;
 use crate::crd::{ClusterSchedulingPolicy, MemberCluster, OverridePolicy, Tenant};
 use crate::hub::{
-    Hub, ReadFrom, Served, add_grant, add_member, add_override, add_policy, add_route, add_tenant,
-    check_overrides, keep_last_valid_policies,
+    Hub, ReadFrom, Served, Summaries, add_grant, add_member, add_override, add_policy, add_route,
+    add_tenant, check_overrides, keep_last_valid_policies,
 };
 use crate::members::{MemberTasks, Sources};
 use crate::routes::{self, GRPCRoute, HTTPRoute, ReferenceGrant};
@@ -132,6 +132,7 @@ pub async fn run(client: Client, sources: Sources) {
     // The Gateway API kinds are optional too: a hub without their CRDs has no routes.
     let mut routes = RouteLists::default();
     let mut served = Served::default();
+    let mut summaries = Summaries::default();
     let mut failing = false;
     // Relative kubeconfig paths in MemberClusters resolve against the working directory.
     let base = std::env::current_dir().unwrap_or_default();
@@ -226,15 +227,19 @@ pub async fn run(client: Client, sources: Sources) {
         // blocking pool does it, as the directory hub's read.
         let served_templates = templates.snapshot();
         let started = std::time::Instant::now();
+        let mut summarized = std::mem::take(&mut summaries);
         let built = tokio::task::spawn_blocking(move || {
             let mut hub = hub;
-            templates::add_templates(&mut hub, served_templates);
+            templates::add_templates(&mut hub, served_templates, &mut summarized);
             check_overrides(&mut hub);
-            hub
+            (hub, summarized)
         })
         .await;
         let mut hub = match built {
-            Ok(hub) => hub,
+            Ok((hub, summarized)) => {
+                summaries = summarized;
+                hub
+            }
             Err(e) => {
                 warn!(error = %e, "reading the hub's templates failed; keeping the last known hub");
                 continue;
@@ -247,7 +252,8 @@ pub async fn run(client: Client, sources: Sources) {
         );
         // The Secrets the templates name, read one by one (not watched), follow them too.
         secrets.sync(&hub).await;
-        templates::add_each(&mut hub, secrets.templates());
+        templates::add_each(&mut hub, secrets.templates(), &mut summaries);
+        summaries.read_done();
         hub.warnings.extend(secrets.problems());
         let problems = templates.problems(&hub.policies);
         hub.errors.extend(problems);

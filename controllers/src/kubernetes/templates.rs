@@ -30,7 +30,7 @@ use tracing::{info, warn};
 
 use super::state::{Applied, Table};
 use super::{AbortOnDrop, MANAGED_BY_SELECTOR_EXCLUDED};
-use crate::hub::{Hub, ReadFrom};
+use crate::hub::{Hub, ReadFrom, Summaries};
 
 /// How often kinds that could not be resolved are looked up again (a CRD may be installed
 /// later, discovery may have failed for a moment).
@@ -397,16 +397,24 @@ fn same_resolution(
 
 /// Adds templates to `hub` as the directory hub adds a file's objects (the same validation
 /// and problems). Summarizing every template is work for the blocking pool.
-pub(crate) fn add_templates(hub: &mut Hub, templates: Vec<(ObjectRef, Arc<serde_json::Value>)>) {
-    add_each(hub, templates);
+pub(crate) fn add_templates(
+    hub: &mut Hub,
+    templates: Vec<(ObjectRef, Arc<serde_json::Value>)>,
+    summaries: &mut Summaries,
+) {
+    add_each(hub, templates, summaries);
     keep_named_dependencies(hub);
 }
 
 /// Adds templates of no dependency kind (the Secrets read by name): no pass over the others.
 /// Each template shares its body with the watch's table (no copy per hub read).
-pub(crate) fn add_each(hub: &mut Hub, templates: Vec<(ObjectRef, Arc<serde_json::Value>)>) {
-    for (object, value) in templates {
-        crate::hub::add_template(hub, &ReadFrom::Api, object, value);
+pub(crate) fn add_each(
+    hub: &mut Hub,
+    templates: Vec<(ObjectRef, Arc<serde_json::Value>)>,
+    summaries: &mut Summaries,
+) {
+    for template in templates {
+        crate::hub::add_template(hub, &ReadFrom::Api, template, summaries);
     }
 }
 
@@ -497,12 +505,32 @@ mod tests {
         assert!(t.value["metadata"].get("managedFields").is_none());
         assert_eq!(t.object.namespace.as_deref(), Some("shop"));
         let mut hub = Hub::default();
-        crate::hub::add_template(&mut hub, &ReadFrom::Api, t.object, t.value.clone());
+        let mut summaries = Summaries::default();
+        let read = (t.object.clone(), t.value.clone());
+        crate::hub::add_template(&mut hub, &ReadFrom::Api, read.clone(), &mut summaries);
         assert_eq!(hub.templates.len(), 1, "{:?}", hub.errors);
         // The template shares the watch table's body: a hub read copies no object, and the
         // fleet compares an unchanged template by pointer.
         assert!(Arc::ptr_eq(&hub.templates[0].body, &t.value));
         assert_eq!(&*hub.templates[0].key.name, "web");
+        // The next read of the same body takes the same template (key and labels shared);
+        // a new body is summarized again.
+        summaries.read_done();
+        let mut again = Hub::default();
+        crate::hub::add_template(&mut again, &ReadFrom::Api, read.clone(), &mut summaries);
+        assert!(Arc::ptr_eq(
+            &again.templates[0].labels,
+            &hub.templates[0].labels
+        ));
+        assert_eq!(again.templates[0].key, hub.templates[0].key);
+        summaries.read_done();
+        let edited = Arc::new((*t.value).clone());
+        let mut third = Hub::default();
+        crate::hub::add_template(&mut third, &ReadFrom::Api, (read.0, edited), &mut summaries);
+        assert!(!Arc::ptr_eq(
+            &third.templates[0].labels,
+            &hub.templates[0].labels
+        ));
     }
 
     #[test]

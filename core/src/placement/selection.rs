@@ -25,7 +25,7 @@ pub(super) struct Selection {
 
 #[derive(Debug)]
 struct Entry {
-    labels: BTreeMap<String, String>,
+    labels: std::sync::Arc<BTreeMap<String, String>>,
     /// The policies that place the template (their indices, oldest first).
     placing: Vec<usize>,
     round: u64,
@@ -122,7 +122,7 @@ mod tests {
 
     fn labelled(name: &str, app: &str) -> Template {
         let mut t = deployment(name, Some(1));
-        t.labels.insert("app".into(), app.into());
+        std::sync::Arc::make_mut(&mut t.labels).insert("app".into(), app.into());
         t
     }
 
@@ -141,9 +141,9 @@ mod tests {
         let mut templates = vec![labelled("a", "web"), labelled("b", "api")];
         let mut s = Selection::default();
         assert_eq!(s.governing(&templates, &policies), [Some(0), Some(1)]);
-        templates[1].labels.insert("app".into(), "web".into());
+        std::sync::Arc::make_mut(&mut templates[1].labels).insert("app".into(), "web".into());
         assert_eq!(s.governing(&templates, &policies), [Some(0), Some(0)]);
-        templates[0].labels.insert("app".into(), "none".into());
+        std::sync::Arc::make_mut(&mut templates[0].labels).insert("app".into(), "none".into());
         assert_eq!(s.governing(&templates, &policies), [None, Some(0)]);
     }
 

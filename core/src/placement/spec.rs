@@ -477,7 +477,7 @@ fn replicas_in(free: Resources, per: &Resources) -> u64 {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Template {
     pub key: TemplateKey,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Arc<BTreeMap<String, String>>,
     /// `metadata.generation` (0 when the hub does not set one, as in a directory).
     pub generation: i64,
     /// The replica count of a kind that carries one (Deployment, StatefulSet, ReplicaSet:

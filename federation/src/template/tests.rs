@@ -41,7 +41,7 @@ fn key_labels_generation_and_body() {
         TemplateKey::new("apps/v1", "Deployment", "shop", "web")
     );
     assert_eq!(t.key.to_string(), "apps/v1/Deployment/shop/web");
-    assert_eq!(t.labels, BTreeMap::from([("app".into(), "web".into())]));
+    assert_eq!(*t.labels, BTreeMap::from([("app".into(), "web".into())]));
     assert_eq!(t.generation, 4);
     assert_eq!(t.replicas, Some(3));
     assert_eq!(*t.body, body);

@@ -357,7 +357,7 @@ mod tests {
     fn template(name: &str, image: &str) -> Template {
         Template {
             key: key(name),
-            labels: BTreeMap::new(),
+            labels: Default::default(),
             generation: 1,
             replicas: Some(1),
             requests: Default::default(),

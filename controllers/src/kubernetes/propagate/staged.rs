@@ -804,7 +804,7 @@ mod tests {
     fn payments(generation: i64) -> Template {
         Template {
             key: TemplateKey::new("apps/v1", "Deployment", "shop", "payments"),
-            labels: BTreeMap::new(),
+            labels: Default::default(),
             generation,
             replicas: Some(1),
             requests: Default::default(),

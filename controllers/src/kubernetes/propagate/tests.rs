@@ -503,7 +503,7 @@ fn web_template() -> Template {
     let (key, _, body) = web();
     Template {
         key,
-        labels: BTreeMap::new(),
+        labels: Default::default(),
         generation: 4,
         replicas: Some(3),
         requests: Default::default(),

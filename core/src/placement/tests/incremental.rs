@@ -124,7 +124,8 @@ fn apply(w: &mut World, change: &Change, at: u64, serial: &mut u32) {
         }
         Change::TemplateLabel(i, l) => {
             if let Some(i) = pick(*i) {
-                w.templates[i].labels.insert("app".into(), format!("{l}"));
+                std::sync::Arc::make_mut(&mut w.templates[i].labels)
+                    .insert("app".into(), format!("{l}"));
             }
         }
         Change::Health(c, h) => {
@@ -266,7 +267,7 @@ fn a_round_decides_only_what_changed() {
     }
     // w0 is q's Duplicated template: its replicas hold room in every cluster, so p's capacity
     // divisions there are decided again; its own edit, of a label, reaches nothing else.
-    w.template("w0").labels.insert("app".into(), "x".into());
+    std::sync::Arc::make_mut(&mut w.template("w0").labels).insert("app".into(), "x".into());
     assert_eq!(w.place(&mut placer, 6).decided, 1);
     assert_eq!(w.place(&mut placer, 7).decided, 0);
     // A capacity change in c3 reaches p's capacity divisions (c3 is in its "far" tier), not

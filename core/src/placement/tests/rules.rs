@@ -512,7 +512,7 @@ fn overrides_apply_least_specific_first_then_by_name_rules_in_order() {
     let mut world = World::new(&["eu-1", "eu-2"])
         .policy(vec![], duplicated())
         .deployment("web", Some(1));
-    world.templates[0].labels.insert("app".into(), "web".into());
+    std::sync::Arc::make_mut(&mut world.templates[0].labels).insert("app".into(), "web".into());
     let by_name = TemplateSelector {
         name: Some("web".into()),
         ..TemplateSelector::default()

@@ -215,7 +215,7 @@ fn unschedulable_reason(d: &Decision) -> &str {
 
 /// Labels `app: <app>` on template `name`.
 fn label(world: &mut World, name: &str, app: &str) {
-    world.template(name).labels.insert("app".into(), app.into());
+    std::sync::Arc::make_mut(&mut world.template(name).labels).insert("app".into(), app.into());
 }
 
 // ---------------------------------------------------------------------------------------
