@@ -148,12 +148,15 @@ impl Staging {
         }
     }
 
-    /// Whether this rollout is of what the clusters receive now, in every cluster it planned
-    /// (a cluster placed since gets its copy at once).
-    fn rolls_out(&self, receives: &BTreeMap<ClusterId, Received>) -> bool {
-        self.target
-            .iter()
-            .all(|(cluster, target)| receives.get(cluster).is_none_or(|r| r == target))
+    /// Whether this rollout is of what the clusters receive now: the template's generation
+    /// (a rollout resumed from the status may be of an older one), and in every cluster it
+    /// planned the same revision (a cluster placed since gets its copy at once).
+    fn rolls_out(&self, generation: i64, receives: &BTreeMap<ClusterId, Received>) -> bool {
+        self.progress.generation == generation
+            && self
+                .target
+                .iter()
+                .all(|(cluster, target)| receives.get(cluster).is_none_or(|r| r == target))
     }
 
     /// Keeps what a step decided: logs a change, times a stage that ended, and notes whether
@@ -424,7 +427,7 @@ impl Staged {
         if self
             .rollouts
             .get(key)
-            .is_some_and(|s| s.rolls_out(receives))
+            .is_some_and(|s| s.rolls_out(template.generation, receives))
         {
             return true;
         }
@@ -910,19 +913,21 @@ mod tests {
         // is another edit; a cluster placed since (m3) is not.
         let mut s = staging(3, 3);
         s.target = receives.clone();
-        assert!(s.rolls_out(&receives));
+        assert!(s.rolls_out(3, &receives));
         let mut placed_since = receives.clone();
         placed_since.extend(receive(&[("m3", 3, Some(1))]));
-        assert!(s.rolls_out(&placed_since));
-        assert!(!s.rolls_out(&receive(&[("m1", 3, Some(9)), ("m2", 3, Some(5))])));
-        assert!(!s.rolls_out(&receive(&[("m1", 4, Some(8)), ("m2", 4, Some(5))])));
+        assert!(s.rolls_out(3, &placed_since));
+        assert!(!s.rolls_out(3, &receive(&[("m1", 3, Some(9)), ("m2", 3, Some(5))])));
+        assert!(!s.rolls_out(4, &receive(&[("m1", 4, Some(8)), ("m2", 4, Some(5))])));
+        assert!(words(&payments(3).key, &s).contains("override rules at generation 3"));
         // A body without a generation: its digest tells its edits apart.
         let mut config = receive(&[("m1", 0, None)]);
         config.get_mut(&m1).unwrap().body = Some(1);
         s.target = config.clone();
-        assert!(s.rolls_out(&config));
+        s.progress.generation = 0;
+        assert!(s.rolls_out(0, &config));
         config.get_mut(&m1).unwrap().body = Some(2);
-        assert!(!s.rolls_out(&config));
-        assert!(words(&payments(3).key, &s).contains("override rules at generation 3"));
+        assert!(!s.rolls_out(0, &config));
+        assert!(words(&payments(3).key, &s).contains("(no generation) new content"));
     }
 }
