@@ -1500,13 +1500,19 @@ fn plan(
             replicas: w.replicas,
             ..placed.clone()
         };
-        let (template, overrides) = match write {
-            Write::Current => (template, &pass.snapshot.overrides[..]),
+        // The body's print is the pass's (worked out once per template), except for a
+        // rollback's previous body.
+        let (template, overrides, print) = match write {
+            Write::Current => (
+                template,
+                &pass.snapshot.overrides[..],
+                pass.body_prints.get(key).copied(),
+            ),
             Write::Previous(source) => {
                 // The rules the previous revision applied here, not today's.
                 let cluster = pass.snapshot.cluster_view(&w.cluster).map(|v| &v.spec);
                 placed.overrides = override_rules(&source.overrides, &source.template, cluster);
-                (&source.template, &source.overrides[..])
+                (&source.template, &source.overrides[..], None)
             }
         };
         let live = m.live(&id);
@@ -1526,7 +1532,7 @@ fn plan(
             continue;
         }
         m.quiet.remove(&id);
-        match copy_job(pass, m, (template, overrides), &placed, propagation) {
+        match copy_job(pass, m, (template, overrides, print), &placed, propagation) {
             Ok(Some(job)) => jobs.entry(w.cluster.clone()).or_default().push(job),
             Ok(None) => {
                 m.errors.remove(&id);
@@ -1560,7 +1566,7 @@ fn plan(
 fn copy_job(
     pass: &Pass<'_>,
     m: &mut Slot<Member>,
-    (template, overrides): (&Template, &[OverridePolicy]),
+    (template, overrides, body_print): (&Template, &[OverridePolicy], Option<u64>),
     placed: &Placed,
     propagation: &Propagation,
 ) -> Result<Option<Job>, String> {
@@ -1586,7 +1592,8 @@ fn copy_job(
         }
         // Which edit of a template without a generation the copy holds (staged rollouts).
         if template.generation == 0 {
-            let digest = format!("{:016x}", dirty::body_print(&template.body));
+            let body_print = body_print.unwrap_or_else(|| dirty::body_print(&template.body));
+            let digest = format!("{body_print:016x}");
             annotations.insert(render::TEMPLATE_DIGEST_ANNOTATION.into(), digest.into());
         }
     }
