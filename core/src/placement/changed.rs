@@ -48,6 +48,8 @@ pub(super) struct Seen {
     /// By key.
     overrides: Vec<OverridePolicy>,
     templates: KeyMap<SeenTemplate>,
+    /// The number of the last round (each template remembers the last round that saw it).
+    round: u64,
     /// Per cluster position: the room templates hold there changed last round.
     held: Vec<bool>,
     /// Where some template runs changed last round.
@@ -107,6 +109,9 @@ pub(super) struct SeenTemplate {
     /// Deciding it changed its memory (the previous split, tier, failover or return clocks):
     /// the next round decides it again, from that memory.
     unsettled: bool,
+    /// The last round that saw it: the map is kept from round to round and updated in place
+    /// (moving 10,000 entries into a new map was a good part of a round that decides one).
+    pub round: u64,
 }
 
 /// What this round must decide again, and what it learns as it decides.
@@ -277,9 +282,10 @@ impl Seen {
         self.placed = dirt.placed_now;
     }
 
-    /// Gives up the last round's templates, to keep the clean ones.
-    pub(super) fn take_templates(&mut self) -> KeyMap<SeenTemplate> {
-        std::mem::take(&mut self.templates)
+    /// Starts a round: its number, and the last round's templates, to update in place.
+    pub(super) fn next_round(&mut self) -> (u64, KeyMap<SeenTemplate>) {
+        self.round += 1;
+        (self.round, std::mem::take(&mut self.templates))
     }
 }
 
@@ -297,7 +303,28 @@ impl SeenTemplate {
             decision,
             deadline,
             unsettled,
+            round: 0,
         }
+    }
+
+    /// The entry as seen in round `round`.
+    pub(super) fn seen_in(self, round: u64) -> Self {
+        Self { round, ..self }
+    }
+}
+
+/// The decisions made or kept so far in round `round`: the templates it has seen.
+pub(super) struct ThisRound<'a> {
+    pub templates: &'a KeyMap<SeenTemplate>,
+    pub round: u64,
+}
+
+impl<'a> ThisRound<'a> {
+    pub(super) fn get(&self, key: &TemplateKey) -> Option<&'a Arc<Decision>> {
+        self.templates
+            .get(key)
+            .filter(|s| s.round == self.round)
+            .map(|s| &s.decision)
     }
 }
 

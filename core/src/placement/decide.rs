@@ -50,6 +50,7 @@
 //! `dependencies`, is placed whole in the union of their clusters (one level: what a
 //! dependency names does not follow it). Its decision has no policy and no excluded list.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,7 +58,7 @@ use std::time::{Duration, Instant};
 use crate::model::{ClusterId, ClusterSpec, ObjectKey};
 use crate::policy::Policy;
 
-use super::changed::{Dirt, Reads, Seen, SeenTemplate};
+use super::changed::{Dirt, Reads, Seen, SeenTemplate, ThisRound};
 use super::divide::{self, Fnv, Party, Room};
 use super::filter::{ClusterMemory, Fleet, Plan, earliest};
 use super::score::{self, ClusterScore, Facts, Neighbours, PluginScore, ProgramReport, Scores};
@@ -145,7 +146,6 @@ struct Follower<'t, 'p> {
     governing: usize,
     plan: &'p Plan<'p>,
     leaders: &'p [&'t Template],
-    seen: Option<SeenTemplate>,
 }
 
 impl Placer {
@@ -177,13 +177,8 @@ impl Placer {
         let mut dirt = self
             .seen
             .dirt(&fleet, &inputs, &plans, &governing, self.everything);
-        let mut kept = self.seen.take_templates();
-        let mut seen: KeyMap<SeenTemplate> =
-            KeyMap::with_capacity_and_hasher(inputs.templates.len(), Default::default());
+        let (round, mut seen) = self.seen.next_round();
         let overrides = Overrides::new(inputs.overrides);
-        // Hashed while the round reads them; in key order once it is done.
-        let mut decisions: KeyMap<Arc<Decision>> =
-            KeyMap::with_capacity_and_hasher(inputs.templates.len(), Default::default());
         // Built when a capacity division is first decided (from the previous decisions, which
         // by then hold this round's for the templates decided before it).
         let mut assumed = dirt
@@ -193,12 +188,13 @@ impl Placer {
         let leaders = leaders(inputs.templates, &governing);
         let mut followers = Vec::new();
         let mut decided = 0;
+        let mut visited = 0;
         for i in workload_terms_last(inputs.templates, &governing, &plans) {
             let t = &inputs.templates[i];
             let Some((g, plan)) = governing[i].and_then(|g| Some((g, plans[g].as_ref()?))) else {
                 continue;
             };
-            let old = kept.remove(&t.key);
+            visited += 1;
             if let Some(led) = leaders.of(t, governing[i]) {
                 followers.push(Follower {
                     template: t,
@@ -206,7 +202,6 @@ impl Placer {
                     governing: g,
                     plan,
                     leaders: led,
-                    seen: old,
                 });
                 continue;
             }
@@ -219,10 +214,10 @@ impl Placer {
                 // the group's changes may make it a follower.
                 follows: t.replicas.is_none(),
             };
-            if !dirt.must_decide(t, &reads, old.as_ref(), now) {
-                let old = self.keep(&dirt, g, plan, &fleet, old);
-                decisions.insert(t.key.clone(), old.decision.clone());
-                seen.insert(t.key.clone(), old);
+            if !dirt.must_decide(t, &reads, seen.get(&t.key), now) {
+                let old = seen.get_mut(&t.key).expect("a template kept was seen");
+                self.keep(&dirt, g, plan, &fleet, old);
+                old.round = round;
                 continue;
             }
             let neighbours = if reads.workloads {
@@ -233,8 +228,12 @@ impl Placer {
                         .collect()
                 };
                 let scoring = &plan.placement.scoring;
+                let this_round = ThisRound {
+                    templates: &seen,
+                    round,
+                };
                 score::neighbours(scoring, &t.key, inputs.templates, &facts(&fleet), |k| {
-                    decisions
+                    this_round
                         .get(k)
                         .map(|d| at(&d.placed))
                         .or_else(|| self.previous.get(k).map(|p| at(&p.placed)))
@@ -260,10 +259,21 @@ impl Placer {
             };
             let room = assumed.as_ref().unwrap_or(&no_room);
             decided += 1;
-            let (decision, memo) = decide_template(&fleet, plan, t, prev, &overrides, &judge, room);
+            let last_excluded = self.excluded.get(&plan.policy.key);
+            let (decision, memo) = decide_template(
+                &fleet,
+                plan,
+                t,
+                prev,
+                &overrides,
+                &judge,
+                room,
+                last_excluded,
+            );
             if let Some(assumed) = assumed.as_mut() {
                 assumed.hold(&fleet, t, &decision.placed);
             }
+            let old = seen.remove(&t.key);
             let entry = self.record(
                 &mut dirt,
                 &fleet,
@@ -274,8 +284,7 @@ impl Placer {
                 memo,
                 old,
             );
-            decisions.insert(t.key.clone(), entry.decision.clone());
-            seen.insert(t.key.clone(), entry);
+            seen.insert(t.key.clone(), entry.seen_in(round));
         }
         for f in followers {
             let reads = Reads {
@@ -286,15 +295,20 @@ impl Placer {
                 follows: true,
             };
             let t = f.template;
-            if !dirt.must_decide(t, &reads, f.seen.as_ref(), now) {
-                let old = self.keep(&dirt, f.governing, f.plan, &fleet, f.seen);
-                decisions.insert(t.key.clone(), old.decision.clone());
-                seen.insert(t.key.clone(), old);
+            if !dirt.must_decide(t, &reads, seen.get(&t.key), now) {
+                let old = seen.get_mut(&t.key).expect("a template kept was seen");
+                self.keep(&dirt, f.governing, f.plan, &fleet, old);
+                old.round = round;
                 continue;
             }
             let prev = self.previous.get(&t.key).map(|p| &**p);
             decided += 1;
-            let decision = follow(&fleet, f.plan, t, f.leaders, prev, &decisions, &overrides);
+            let this_round = ThisRound {
+                templates: &seen,
+                round,
+            };
+            let decision = follow(&fleet, f.plan, t, f.leaders, prev, &this_round, &overrides);
+            let old = seen.remove(&t.key);
             let entry = self.record(
                 &mut dirt,
                 &fleet,
@@ -303,21 +317,41 @@ impl Placer {
                 f.plan.policy,
                 decision,
                 Memo::default(),
-                f.seen,
+                old,
             );
-            decisions.insert(t.key.clone(), entry.decision.clone());
-            seen.insert(t.key.clone(), entry);
+            seen.insert(t.key.clone(), entry.seen_in(round));
         }
-        self.previous.retain(|k, _| decisions.contains_key(k));
-        let dependencies = follow_dependencies(&inputs, &governing, &fleet, &overrides, &decisions);
-        for (t, decision) in dependencies {
-            let decision = match kept.remove(&t.key) {
-                Some(old) if *old.decision == decision => old.decision,
-                _ => Arc::new(decision),
+        // Only when some template seen last round is gone (or a dependency, seen later).
+        if seen.len() > visited {
+            let this_round = ThisRound {
+                templates: &seen,
+                round,
             };
-            let entry = SeenTemplate::new(t, None, decision.clone(), None, false);
-            seen.insert(t.key.clone(), entry);
-            decisions.insert(t.key.clone(), decision);
+            self.previous.retain(|k, _| this_round.get(k).is_some());
+        }
+        let this_round = ThisRound {
+            templates: &seen,
+            round,
+        };
+        let dependencies =
+            follow_dependencies(&inputs, &governing, &fleet, &overrides, &this_round);
+        let dependencies: Vec<(&Template, Arc<Decision>)> = dependencies
+            .into_iter()
+            .map(|(t, decision)| {
+                let decision = match seen.get(&t.key) {
+                    Some(old) if *old.decision == decision => old.decision.clone(),
+                    _ => Arc::new(decision),
+                };
+                (t, decision)
+            })
+            .collect();
+        for (t, decision) in dependencies {
+            visited += 1;
+            let entry = SeenTemplate::new(t, None, decision, None, false);
+            seen.insert(t.key.clone(), entry.seen_in(round));
+        }
+        if seen.len() > visited {
+            seen.retain(|_, s| s.round == round);
         }
         let mut next_deadline = None;
         for plan in plans.iter().flatten() {
@@ -326,6 +360,13 @@ impl Placer {
         for entry in seen.values() {
             next_deadline = earliest(next_deadline, entry.deadline);
         }
+        // Templates mostly come in key order (hubs list them by kind and name): collected in
+        // their order, the sort finds long sorted runs instead of comparing keys at random.
+        let decisions: BTreeMap<TemplateKey, Arc<Decision>> = inputs
+            .templates
+            .iter()
+            .filter_map(|t| Some((t.key.clone(), seen.get(&t.key)?.decision.clone())))
+            .collect();
         self.seen
             .remember(&fleet, inputs.overrides, &plans, seen, dirt);
         let propagation = inputs
@@ -334,13 +375,6 @@ impl Placer {
             .zip(&governing_used(&governing, inputs.policies.len()))
             .filter(|(_, used)| **used)
             .filter_map(|(p, _)| Some((p.key.clone(), p.placement.as_ref()?.propagation.clone())))
-            .collect();
-        // Templates mostly come in key order (hubs list them by kind and name): collected in
-        // their order, the sort finds long sorted runs instead of comparing keys at random.
-        let decisions: BTreeMap<TemplateKey, Arc<Decision>> = inputs
-            .templates
-            .iter()
-            .filter_map(|t| Some((t.key.clone(), decisions.remove(&t.key)?)))
             .collect();
         Placements {
             decisions,
@@ -351,30 +385,28 @@ impl Placer {
         }
     }
 
-    /// A template's last decision, kept: it was seen (a template never seen is decided), its
-    /// excluded reasons brought up to date.
+    /// A template's last decision, kept in place: it was seen (a template never seen is
+    /// decided), its excluded reasons brought up to date.
     fn keep(
         &mut self,
         dirt: &Dirt,
         g: usize,
         plan: &Plan<'_>,
         fleet: &Fleet<'_>,
-        old: Option<SeenTemplate>,
-    ) -> SeenTemplate {
-        let mut old = old.expect("a template kept was seen last round");
+        old: &mut SeenTemplate,
+    ) {
         if !dirt.relabels(g) {
             // Most rounds: the decision is not even read (at 10,000 templates, reading each
             // one's cost more than the rest of keeping it).
-            return old;
+            return;
         }
         let before = old.decision.excluded.clone();
-        old.decision = dirt.patched(g, plan, fleet, old.decision);
+        old.decision = dirt.patched(g, plan, fleet, old.decision.clone());
         if !Arc::ptr_eq(&before, &old.decision.excluded) {
             let mut excluded = old.decision.excluded.clone();
             share_excluded(&mut self.excluded, &plan.policy.key, &mut excluded);
             Arc::make_mut(&mut old.decision).excluded = excluded;
         }
-        old
     }
 
     /// Takes in a decision made this round: what it changed, the template's memory, and the
@@ -486,7 +518,7 @@ fn follow(
     t: &Template,
     leaders: &[&Template],
     prev: Option<&Previous>,
-    decisions: &KeyMap<Arc<Decision>>,
+    decisions: &ThisRound<'_>,
     overrides: &Overrides<'_>,
 ) -> Decision {
     let mut at: BTreeMap<&ClusterId, Vec<TemplateKey>> = BTreeMap::new();
@@ -794,6 +826,7 @@ struct Choice {
 }
 
 /// The decision for `t` under `plan`, and the clusters it leaves out as failed over.
+#[allow(clippy::too_many_arguments)]
 fn decide_template(
     fleet: &Fleet<'_>,
     plan: &Plan<'_>,
@@ -802,6 +835,7 @@ fn decide_template(
     overrides: &Overrides<'_>,
     judge: &Judge<'_>,
     assumed: &Assumed,
+    last_excluded: Option<&Arc<[Excluded]>>,
 ) -> (Decision, Memo) {
     let split = Split::of(plan, t.replicas);
     let mut ctx = context(fleet, t, prev, split, assumed);
@@ -878,7 +912,12 @@ fn decide_template(
         &mut reasons,
     );
     let standby_tier = standby(&ctx, plan, t, ti, split, fresh, &mut assigned, &mut reasons);
-    let (placed, excluded) = assemble(fleet, plan, t, overrides, assigned, reasons, &tier_errors);
+    let chosen = Chosen {
+        assigned,
+        reasons,
+        tier_errors: &tier_errors,
+    };
+    let (placed, excluded) = assemble(fleet, plan, t, overrides, chosen, last_excluded);
     let decision = Decision {
         template: t.key.clone(),
         policy: Some(plan.policy.key.clone()),
@@ -886,7 +925,7 @@ fn decide_template(
         tier: plan.tiers[ti].name.clone(),
         standby_tier: standby_tier.and_then(|s| plan.tiers[s].name.clone()),
         placed,
-        excluded: excluded.into(),
+        excluded,
         scores: ctx.judged.report.take(),
     };
     (decision, memo)
@@ -1599,33 +1638,98 @@ fn assemble(
     plan: &Plan<'_>,
     t: &Template,
     overrides: &Overrides<'_>,
-    assigned: Vec<Option<(Option<u32>, PlacedReason)>>,
-    reasons: Vec<Option<PlacementFilter>>,
-    tier_errors: &[Option<Arc<str>>],
-) -> (Vec<Placed>, Vec<Excluded>) {
+    chosen: Chosen<'_>,
+    last_excluded: Option<&Arc<[Excluded]>>,
+) -> (Vec<Placed>, Arc<[Excluded]>) {
     let applicable = overrides.applicable(t);
+    let Chosen {
+        assigned,
+        reasons,
+        tier_errors,
+    } = chosen;
     let mut placed = Vec::with_capacity(assigned.iter().filter(|a| a.is_some()).count());
-    let mut excluded = Vec::with_capacity(fleet.len() - placed.capacity());
+    let mut excluded = ExcludedList::new(last_excluded, fleet.len() - placed.capacity());
     for (p, (got, why)) in assigned.into_iter().zip(reasons).enumerate() {
-        let cluster = fleet.id(p).clone();
         if let Some((replicas, reason)) = got {
             let overrides = applicable.rules_for(Some(&fleet.clusters[p].view.spec));
             placed.push(Placed {
-                cluster,
+                cluster: fleet.id(p).clone(),
                 replicas,
                 reason,
                 overrides,
             });
             continue;
         }
-        let reason = plan.clusters[p]
-            .filter
-            .clone()
-            .or(why)
-            .unwrap_or_else(|| by_position(plan, p, tier_errors));
-        excluded.push(Excluded { cluster, reason });
+        let reason = match (&plan.clusters[p].filter, why) {
+            (Some(filter), _) => Cow::Borrowed(filter),
+            (None, Some(why)) => Cow::Owned(why),
+            (None, None) => Cow::Owned(by_position(plan, p, tier_errors)),
+        };
+        excluded.push(fleet.id(p), reason);
     }
-    (placed, excluded)
+    (placed, excluded.finish())
+}
+
+/// What the division chose, per cluster position: replicas (and why) or why none.
+struct Chosen<'a> {
+    assigned: Vec<Option<(Option<u32>, PlacedReason)>>,
+    reasons: Vec<Option<PlacementFilter>>,
+    tier_errors: &'a [Option<Arc<str>>],
+}
+
+/// A decision's excluded list, built as the list `last` (the policy's last one) for as long
+/// as the two agree: most decisions of a policy leave out the same clusters for the same
+/// reasons, and a fresh list of a thousand entries per decision (allocated, filled, copied
+/// into its `Arc`) was most of the cost of deciding one template in a big fleet.
+struct ExcludedList<'a> {
+    last: Option<&'a Arc<[Excluded]>>,
+    /// The length of the prefix of `last` this list equals, while it has no entries of its own.
+    same: usize,
+    own: Option<Vec<Excluded>>,
+    capacity: usize,
+}
+
+impl<'a> ExcludedList<'a> {
+    fn new(last: Option<&'a Arc<[Excluded]>>, capacity: usize) -> Self {
+        Self {
+            last,
+            same: 0,
+            own: None,
+            capacity,
+        }
+    }
+
+    fn push(&mut self, cluster: &ClusterId, reason: Cow<'_, PlacementFilter>) {
+        let own = match &mut self.own {
+            Some(own) => own,
+            None => {
+                let last: &[Excluded] = self.last.map_or(&[], |l| l);
+                if last
+                    .get(self.same)
+                    .is_some_and(|e| e.cluster == *cluster && e.reason == *reason)
+                {
+                    self.same += 1;
+                    return;
+                }
+                let mut own = Vec::with_capacity(self.capacity);
+                own.extend_from_slice(&last[..self.same]);
+                self.own.insert(own)
+            }
+        };
+        own.push(Excluded {
+            cluster: cluster.clone(),
+            reason: reason.into_owned(),
+        });
+    }
+
+    fn finish(self) -> Arc<[Excluded]> {
+        match (self.own, self.last) {
+            (Some(own), _) => own.into(),
+            (None, Some(last)) if last.len() == self.same => last.clone(),
+            (None, Some(last)) => last[..self.same].into(),
+            (None, None) => Arc::default(),
+        }
+    }
 }
 
 /// Why a feasible cluster that nothing else explains holds nothing: its first tier could not
@@ -1781,7 +1885,7 @@ fn follow_dependencies<'t>(
     governing: &[Option<usize>],
     fleet: &Fleet<'_>,
     overrides: &Overrides<'_>,
-    decisions: &KeyMap<Arc<Decision>>,
+    decisions: &ThisRound<'_>,
 ) -> Vec<(&'t Template, Decision)> {
     if inputs.templates.iter().all(|t| t.dependencies.is_empty()) {
         return Vec::new();
