@@ -65,7 +65,7 @@ use super::score::{self, ClusterScore, Facts, Neighbours, PluginScore, ProgramRe
 use super::selection::{Conflict, Selection};
 use super::spread::spread;
 use super::{
-    ClusterInput, Decision, Division, Excluded, FailurePolicy, Inputs, Judgement, KeyMap, Outcome,
+    ClusterInput, Decision, Division, Excluded, FailurePolicy, Inputs, Judgement, Outcome,
     OverridePolicy, Placed, PlacedReason, PlacementFilter, Placements, Plugin, Program, Programs,
     ReplicaScheduling, Resources, Template, TemplateKey, Workload,
 };
@@ -77,7 +77,7 @@ pub struct Placer {
     /// Per template, the last scheduled decision: the previous split for steady division,
     /// and what stays placed when the template becomes unschedulable.
     /// Shared with the copies what-if decides from (a copy per round clones pointers).
-    previous: KeyMap<Arc<Previous>>,
+    previous: PreviousMap,
     /// Per cluster: since when it is Healthy, when it was seen not Healthy, when each of its
     /// NoExecute taints was first seen.
     clusters: HashMap<ClusterId, ClusterMemory>,
@@ -111,6 +111,11 @@ impl Clone for Placer {
         }
     }
 }
+
+/// The previous decisions, by template: a persistent map, since every round hands a copy of
+/// the placer's memory to what-if (`Fleet`'s decider) and copying a hash map of 10,000 was a
+/// twentieth of a round that decides one template.
+type PreviousMap = rpds::HashTrieMapSync<TemplateKey, Arc<Previous>, ahash::RandomState>;
 
 #[derive(Clone, Debug)]
 struct Previous {
@@ -327,7 +332,15 @@ impl Placer {
                 templates: &seen,
                 round,
             };
-            self.previous.retain(|k, _| this_round.get(k).is_some());
+            let gone: Vec<TemplateKey> = self
+                .previous
+                .keys()
+                .filter(|k| this_round.get(k).is_none())
+                .cloned()
+                .collect();
+            for key in &gone {
+                self.previous.remove_mut(key);
+            }
         }
         let this_round = ThisRound {
             templates: &seen,
@@ -606,7 +619,7 @@ impl Assumed {
         fleet: &Fleet<'_>,
         templates: &[Template],
         governing: &[Option<usize>],
-        previous: &KeyMap<Arc<Previous>>,
+        previous: &PreviousMap,
     ) -> Self {
         let mut assumed = Self(vec![Resources::default(); fleet.len()]);
         if previous.is_empty() {
@@ -658,7 +671,7 @@ impl Assumed {
 /// Keeps a scheduled decision as the template's previous one (cloned only when it changed);
 /// returns whether what the next decision reads of it changed (the next round then decides
 /// the template again).
-fn remember(previous: &mut KeyMap<Arc<Previous>>, decision: &Decision, memo: Memo) -> bool {
+fn remember(previous: &mut PreviousMap, decision: &Decision, memo: Memo) -> bool {
     match previous.get_mut(&decision.template) {
         Some(prev) => {
             // What the next decision reads of this one: where, how many, standby or not (not
@@ -694,7 +707,7 @@ fn remember(previous: &mut KeyMap<Arc<Previous>>, decision: &Decision, memo: Mem
             unsettled
         }
         None => {
-            previous.insert(
+            previous.insert_mut(
                 decision.template.clone(),
                 Arc::new(Previous {
                     placed: decision.placed.clone(),
