@@ -31,9 +31,10 @@ use crate::model::{ClusterId, ClusterSpec, ObjectKey};
 use crate::policy::Policy;
 use crate::registry::Health;
 
-use super::filter::{ClusterPlan, Fleet, Plan};
+use super::filter::{ClusterPlan, Fleet, Plan, TierPlan};
 use super::{
-    Capacity, ClusterInput, Decision, Inputs, OverridePolicy, Placed, PlacementFilter, Template,
+    Capacity, ClusterInput, Decision, Inputs, OverridePolicy, Placed, PlacementFilter,
+    PlacementPolicy, Template,
 };
 use super::{KeyMap, Resources, TemplateKey};
 
@@ -93,8 +94,11 @@ impl SeenCluster {
 #[derive(Clone, Debug)]
 struct SeenPolicy {
     policy: Policy,
-    clusters: Vec<ClusterPlan>,
-    tiers: Vec<Vec<usize>>,
+    placement: Arc<PlacementPolicy>,
+    clusters: Arc<[ClusterPlan]>,
+    tiers: Arc<[TierPlan]>,
+    deadline: Option<Instant>,
+    timeless: bool,
 }
 
 /// One template as the last round decided it.
@@ -164,22 +168,31 @@ pub(super) struct Reads {
 }
 
 impl Seen {
-    /// What this round must decide again, comparing its inputs with the last round's.
+    /// What this round must decide again, comparing its inputs with the last round's
+    /// (`views_changed`: [`Self::views_changed`]).
     pub(super) fn dirt(
         &self,
         fleet: &Fleet<'_>,
         inputs: &Inputs<'_>,
         plans: &[Option<Plan<'_>>],
         governing: &[Option<usize>],
+        views_changed: Option<&[bool]>,
         everything: bool,
     ) -> Dirt {
         let policies = inputs.policies;
         let n = fleet.len();
-        let same_clusters = self.clusters.len() == n
-            && self.clusters.iter().zip(&fleet.clusters).all(|(s, c)| {
-                s.spec.id == c.view.spec.id && s.spec.locality == c.view.spec.locality
-            });
-        let all = everything || !self.ready || !same_clusters;
+        let same_localities = || {
+            self.clusters
+                .iter()
+                .zip(&fleet.clusters)
+                .all(|(s, c)| s.spec.locality == c.view.spec.locality)
+        };
+        // Everything: in the first round, for a placer deciding everything, or when the cluster
+        // set (`views_changed` is None) or a cluster's region or zone changed.
+        let (all, view_changed) = match views_changed {
+            Some(changed) if !everything && self.ready && same_localities() => (false, changed),
+            _ => (true, &[][..]),
+        };
         let mut dirt = Dirt {
             all,
             policy: vec![all; policies.len()],
@@ -204,12 +217,6 @@ impl Seen {
         if all {
             return dirt;
         }
-        let view_changed: Vec<bool> = self
-            .clusters
-            .iter()
-            .zip(&fleet.clusters)
-            .map(|(s, c)| !s.same_view(c))
-            .collect();
         let capacity_changed: Vec<bool> = self
             .clusters
             .iter()
@@ -233,6 +240,48 @@ impl Seen {
         dirt.overrides = changed_overrides(&self.overrides, inputs.overrides);
         dirt.compare_templates(self, fleet, inputs.templates, policies, governing);
         dirt
+    }
+
+    /// Per cluster position, whether placement reads it differently from the last round
+    /// (apart from its capacity); None when the cluster set itself changed.
+    pub(super) fn views_changed(&self, fleet: &Fleet<'_>) -> Option<Vec<bool>> {
+        let same_set = self.clusters.len() == fleet.len()
+            && self
+                .clusters
+                .iter()
+                .zip(&fleet.clusters)
+                .all(|(s, c)| s.spec.id == c.view.spec.id);
+        same_set.then(|| {
+            self.clusters
+                .iter()
+                .zip(&fleet.clusters)
+                .map(|(s, c)| !s.same_view(c))
+                .collect()
+        })
+    }
+
+    /// The last round's plan of `policy`, when this round would make the same one: the same
+    /// policy over the same cluster views (`fleet_same`), before the plan's deadline, and no
+    /// filter in it that changes with time ([`Plan::timeless`]). Building a plan reads every
+    /// cluster (1,000 per policy), the most of a round that decides one template.
+    pub(super) fn reusable_plan<'p>(
+        &self,
+        policy: &'p Policy,
+        fleet_same: bool,
+        now: Instant,
+    ) -> Option<Plan<'p>> {
+        let seen = self.policies.get(&policy.key)?;
+        let same = fleet_same
+            && seen.timeless
+            && seen.deadline.is_none_or(|d| now < d)
+            && seen.policy == *policy;
+        same.then(|| Plan {
+            policy,
+            placement: seen.placement.clone(),
+            clusters: seen.clusters.clone(),
+            tiers: seen.tiers.clone(),
+            deadline: seen.deadline,
+        })
     }
 
     /// Whether the next round, with nothing changed, would decide nothing.
@@ -266,8 +315,11 @@ impl Seen {
         for plan in plans.iter().flatten() {
             let seen = SeenPolicy {
                 policy: plan.policy.clone(),
+                placement: plan.placement.clone(),
                 clusters: plan.clusters.clone(),
-                tiers: plan.tiers.iter().map(|t| t.feasible.clone()).collect(),
+                tiers: plan.tiers.clone(),
+                deadline: plan.deadline,
+                timeless: plan.timeless(),
             };
             self.policies.insert(plan.policy.key.clone(), seen);
         }
@@ -339,14 +391,21 @@ impl Dirt {
                 .collect();
             return;
         };
+        if Arc::ptr_eq(&seen.clusters, &plan.clusters) && Arc::ptr_eq(&seen.tiers, &plan.tiers) {
+            // The last round's plan, reused: nothing to compare.
+            self.usable[g] = (0..plan.clusters.len())
+                .filter(|&p| plan.clusters[p].filter.is_none())
+                .collect();
+            return;
+        }
         let tiers_same = seen.tiers.len() == plan.tiers.len()
             && seen
                 .tiers
                 .iter()
-                .zip(&plan.tiers)
-                .all(|(a, b)| *a == b.feasible);
+                .zip(plan.tiers.iter())
+                .all(|(a, b)| a.feasible == b.feasible);
         self.policy[g] |= !tiers_same;
-        for (p, (old, new)) in seen.clusters.iter().zip(&plan.clusters).enumerate() {
+        for (p, (old, new)) in seen.clusters.iter().zip(plan.clusters.iter()).enumerate() {
             if old.filter.is_none() || new.filter.is_none() {
                 self.usable[g].push(p);
             }

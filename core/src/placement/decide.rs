@@ -178,10 +178,20 @@ impl Placer {
     pub fn place(&mut self, inputs: Inputs<'_>, now: Instant) -> Placements {
         let fleet = Fleet::new(inputs.clusters, &mut self.clusters, now);
         let governing = self.selection.governing(inputs.templates, inputs.policies);
-        let plans = self.plans(inputs.policies, &governing, &fleet, now);
-        let mut dirt = self
-            .seen
-            .dirt(&fleet, &inputs, &plans, &governing, self.everything);
+        let views_changed = self.seen.views_changed(&fleet);
+        let fleet_same = !self.everything
+            && views_changed
+                .as_ref()
+                .is_some_and(|changed| !changed.contains(&true));
+        let plans = self.plans(inputs.policies, &governing, &fleet, fleet_same, now);
+        let mut dirt = self.seen.dirt(
+            &fleet,
+            &inputs,
+            &plans,
+            &governing,
+            views_changed.as_deref(),
+            self.everything,
+        );
         let (round, mut seen) = self.seen.next_round();
         let overrides = Overrides::new(inputs.overrides);
         // Built when a capacity division is first decided (from the previous decisions, which
@@ -454,6 +464,7 @@ impl Placer {
         policies: &'p [Policy],
         governing: &[Option<usize>],
         fleet: &Fleet<'_>,
+        fleet_same: bool,
         now: Instant,
     ) -> Vec<Option<Plan<'p>>> {
         let used = governing_used(governing, policies.len());
@@ -470,6 +481,9 @@ impl Placer {
             .zip(&used)
             .map(|(p, u)| {
                 u.then(|| {
+                    if let Some(plan) = self.seen.reusable_plan(p, fleet_same, now) {
+                        return plan;
+                    }
                     let memory = self.failed_over.entry(p.key.clone()).or_default();
                     Plan::new(p, fleet, memory, now)
                 })

@@ -204,8 +204,10 @@ pub(super) struct TierPlan {
 pub(super) struct Plan<'p> {
     pub policy: &'p Policy,
     pub placement: Arc<PlacementPolicy>,
-    pub clusters: Vec<ClusterPlan>,
-    pub tiers: Vec<TierPlan>,
+    /// Shared with the next round's plan when nothing it reads changed (see
+    /// [`Plan::timeless`]).
+    pub clusters: Arc<[ClusterPlan]>,
+    pub tiers: Arc<[TierPlan]>,
     /// When one of this plan's filters changes with time alone.
     pub deadline: Option<Instant>,
 }
@@ -288,10 +290,22 @@ impl<'p> Plan<'p> {
         Self {
             policy,
             placement,
-            clusters,
+            clusters: clusters.into(),
             tiers,
             deadline,
         }
+    }
+
+    /// Whether the same policy over the same cluster views makes this plan again until its
+    /// deadline: no filter carries a number that changes with time (how long a cluster has
+    /// been unreachable, how long until it fails back), and so no failover is remembered.
+    pub(super) fn timeless(&self) -> bool {
+        !self.clusters.iter().any(|c| {
+            matches!(
+                c.filter,
+                Some(PlacementFilter::FailedOver { .. } | PlacementFilter::FailingBack { .. })
+            )
+        })
     }
 }
 
