@@ -14,7 +14,8 @@
 //!   cargo bench -p meridian-core --bench placement_rounds
 //!   PLACEMENT_CLUSTERS=1000 PLACEMENT_TEMPLATES=10000 PLACEMENT_RUNS=5 (the defaults)
 //!   PLACEMENT_ONLY_EDITS=1   static-weights edits only, the reference run once (to profile
-//!                            one kind of round: perf record on the bench binary)
+//!                            one kind of round: perf record on the bench binary);
+//!                            =capacity: capacity-divided edits only
 //! ```
 //!
 //! Prints, per kind of change, the median of RUNS publishes (ms), the templates the round
@@ -358,10 +359,14 @@ fn main() {
         );
     };
     if only_edits {
-        // For profiling one kind of round: static-weights edits only.
-        report("edit one static-weights template", &mut w, &|w, run| {
-            w.edit_template(1017, run)
-        });
+        // For profiling one kind of round: static-weights (or capacity-divided) edits only.
+        let capacity = std::env::var("PLACEMENT_ONLY_EDITS").is_ok_and(|v| v == "capacity");
+        let (what, i) = if capacity {
+            ("edit one capacity-divided template", templates - 3)
+        } else {
+            ("edit one static-weights template", 1017)
+        };
+        report(what, &mut w, &|w, run| w.edit_template(i, run));
         return;
     }
     report("nothing changed (a tick)", &mut w, &|_, _| {});

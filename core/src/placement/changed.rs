@@ -122,6 +122,10 @@ pub(super) struct SeenTemplate {
 pub(super) struct Dirt {
     /// Everything (the first round, the cluster set changed, or a placer deciding everything).
     pub all: bool,
+    /// Some cluster's capacity changed.
+    pub capacity_changed: bool,
+    /// Templates seen last round that are gone.
+    pub gone: Vec<TemplateKey>,
     /// Per policy (its index this round): every template it places.
     policy: Vec<bool>,
     /// Per policy: capacity changed in a cluster it can use.
@@ -195,6 +199,8 @@ impl Seen {
         };
         let mut dirt = Dirt {
             all,
+            capacity_changed: all,
+            gone: Vec::new(),
             policy: vec![all; policies.len()],
             capacity: vec![false; policies.len()],
             relabel: vec![Vec::new(); policies.len()],
@@ -223,6 +229,7 @@ impl Seen {
             .zip(&fleet.clusters)
             .map(|(s, c)| s.capacity.as_ref() != c.capacity)
             .collect();
+        dirt.capacity_changed = capacity_changed.contains(&true);
         for (g, plan) in plans.iter().enumerate() {
             let Some(plan) = plan else { continue };
             dirt.compare_plan(g, plan, self.policies.get(&plan.policy.key));
@@ -359,6 +366,16 @@ impl SeenTemplate {
         }
     }
 
+    /// The template as that round saw it.
+    pub(super) fn template(&self) -> &Template {
+        &self.template
+    }
+
+    /// A policy placed it (it was not a dependency).
+    pub(super) fn governed(&self) -> bool {
+        self.governing.is_some()
+    }
+
     /// The entry as seen in round `round`.
     pub(super) fn seen_in(self, round: u64) -> Self {
         Self { round, ..self }
@@ -466,6 +483,7 @@ impl Dirt {
             if !current.contains(key) {
                 self.templates_changed = true;
                 self.forget(fleet, policies, old);
+                self.gone.push(key.clone());
             }
         }
     }
@@ -526,6 +544,11 @@ impl Dirt {
             return true;
         }
         reads.follows && self.groups.contains(&(g, t.key.namespace.clone()))
+    }
+
+    /// Whether template `i` (its index this round) is new, or changed itself or its policy.
+    pub(super) fn changed(&self, i: usize) -> bool {
+        self.changed.get(i).copied().unwrap_or(self.all)
     }
 
     fn held_in_usable(&mut self, g: usize) -> bool {

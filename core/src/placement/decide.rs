@@ -65,7 +65,7 @@ use super::score::{self, ClusterScore, Facts, Neighbours, PluginScore, ProgramRe
 use super::selection::{Conflict, Selection};
 use super::spread::spread;
 use super::{
-    ClusterInput, Decision, Division, Excluded, FailurePolicy, Inputs, Judgement, Outcome,
+    ClusterInput, Decision, Division, Excluded, FailurePolicy, Inputs, Judgement, KeyMap, Outcome,
     OverridePolicy, Placed, PlacedReason, PlacementFilter, Placements, Plugin, Program, Programs,
     ReplicaScheduling, Resources, Template, TemplateKey, Workload,
 };
@@ -83,6 +83,9 @@ pub struct Placer {
     clusters: HashMap<ClusterId, ClusterMemory>,
     /// Per policy, the clusters it failed over and has not yet failed back.
     failed_over: HashMap<ObjectKey, BTreeSet<ClusterId>>,
+    /// The room templates held at the end of the last round that knew it: the next round
+    /// starts from it when no capacity changed (see [`Self::carried_room`]).
+    room: Option<Assumed>,
     /// Per policy, the clusters the last decision it made left out: the next decision that
     /// leaves out the same ones for the same reasons holds this list too.
     excluded: HashMap<ObjectKey, Arc<[Excluded]>>,
@@ -105,6 +108,7 @@ impl Clone for Placer {
             clusters: self.clusters.clone(),
             failed_over: self.failed_over.clone(),
             excluded: self.excluded.clone(),
+            room: None,
             seen: Seen::default(),
             selection: Selection::default(),
             everything: self.everything,
@@ -194,11 +198,19 @@ impl Placer {
         );
         let (round, mut seen) = self.seen.next_round();
         let overrides = Overrides::new(inputs.overrides);
-        // Built when a capacity division is first decided (from the previous decisions, which
-        // by then hold this round's for the templates decided before it).
-        let mut assumed = dirt
-            .all
-            .then(|| Assumed::new(&fleet, inputs.templates, &governing, &self.previous));
+        // Carried over from the last round, or built when a capacity division is first decided
+        // (from the previous decisions, which by then hold this round's for the templates
+        // decided before it).
+        let mut assumed = if dirt.all {
+            Some(Assumed::new(
+                &fleet,
+                inputs.templates,
+                &governing,
+                &self.previous,
+            ))
+        } else {
+            self.carried_room(&dirt, &fleet, inputs.templates, &governing, &seen)
+        };
         let no_room = Assumed(Vec::new());
         let leaders = leaders(inputs.templates, &governing);
         let mut followers = Vec::new();
@@ -323,6 +335,12 @@ impl Placer {
                 round,
             };
             let decision = follow(&fleet, f.plan, t, f.leaders, prev, &this_round, &overrides);
+            // A follower holds no room, but it may have held some as a workload last round
+            // (the room carried to the next round must not keep it).
+            if let (Some(assumed), Some(prev)) = (assumed.as_mut(), prev) {
+                assumed.release(&fleet, t, &prev.placed);
+                assumed.hold(&fleet, t, &decision.placed);
+            }
             let old = seen.remove(&t.key);
             let entry = self.record(
                 &mut dirt,
@@ -376,6 +394,7 @@ impl Placer {
         if seen.len() > visited {
             seen.retain(|_, s| s.round == round);
         }
+        self.room = assumed;
         let mut next_deadline = None;
         for plan in plans.iter().flatten() {
             next_deadline = earliest(next_deadline, plan.deadline);
@@ -406,6 +425,44 @@ impl Placer {
             decided,
             settled: self.seen.settled(),
         }
+    }
+
+    /// The room the last round ended with, brought up to this round's templates (what
+    /// [`Assumed::new`] would build, without reading every template's previous decision: at
+    /// 10,000 templates and 100,000 copies that was most of a round deciding one capacity
+    /// division). None when the last round did not track it or a capacity changed: what a
+    /// template holds in a cluster depends on the pods of it already running there.
+    fn carried_room(
+        &mut self,
+        dirt: &Dirt,
+        fleet: &Fleet<'_>,
+        templates: &[Template],
+        governing: &[Option<usize>],
+        seen: &KeyMap<SeenTemplate>,
+    ) -> Option<Assumed> {
+        let mut room = self.room.take().filter(|_| !dirt.capacity_changed)?;
+        for (i, t) in templates
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| dirt.changed(*i))
+        {
+            let Some(prev) = self.previous.get(&t.key) else {
+                continue;
+            };
+            if let Some(old) = seen.get(&t.key).filter(|old| old.governed()) {
+                room.release(fleet, old.template(), &prev.placed);
+            }
+            if governing[i].is_some() {
+                room.hold(fleet, t, &prev.placed);
+            }
+        }
+        for key in &dirt.gone {
+            let old = seen.get(key).filter(|old| old.governed());
+            if let (Some(old), Some(prev)) = (old, self.previous.get(key)) {
+                room.release(fleet, old.template(), &prev.placed);
+            }
+        }
+        Some(room)
     }
 
     /// A template's last decision, kept in place: it was seen (a template never seen is
@@ -625,6 +682,7 @@ fn governing_used(governing: &[Option<usize>], count: usize) -> Vec<bool> {
 /// placed keeps its room against newcomers — and swaps each template's share for its new
 /// decision as it is decided ([`Self::release`] then [`Self::hold`]); a template's own
 /// replicas are never room against itself.
+#[derive(Clone, Debug)]
 struct Assumed(Vec<Resources>);
 
 impl Assumed {
