@@ -1,9 +1,17 @@
 """meridian's propagation and write-back at fleet scale, against simulated members
-(meridian-kubesim: N loopback API servers in one process). bench/fleet_members.sh runs it.
+(meridian-kubesim: N loopback API servers in one process), or against real kube-apiservers
+(--real: one kube-apiserver and etcd per member, tests/e2e/kube_fleet.py, to check the
+simulation against the real thing at a size this machine holds). bench/fleet_members.sh runs it.
 
-    python3 bench/fleet_members.py WORK --meridian BIN --kubesim BIN [--members 1000]
+    python3 bench/fleet_members.py WORK --meridian BIN (--kubesim BIN | --real) [--members 1000]
         [--templates 10000] [--duplicated 1000] [--wide 100] [--narrow-policies 100]
         [--new-samples 20] [--edit-samples 50] [--settle-s 30]
+
+With --real, what kubesim's write log and /stats say comes from each API server's audit log
+(meridian's requests at Metadata level, its Deployment writes at Request level for the rev they
+carry; stageTimestamp of ResponseComplete is the write's time, on this machine's clock), a
+server-side apply is counted as the `patch` it is on the wire (kubesim says `apply`), and the
+full resync is not run (a real API server cannot expire every watch on demand).
 
 The fleet:
   - MEMBERS simulated members m0001…, 3 Ready nodes each, in groups of WIDE (member label
@@ -205,6 +213,231 @@ class Tails:
             t.stop = True
 
 
+# The audit policy of --real: meridian's Deployment writes with their body (the rev they carry),
+# its other requests with who, what and when; nothing of anyone else.
+REAL_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Request", "users": ["meridian"], "verbs": ["create", "update", "patch"],
+         "resources": [{"group": "apps", "resources": ["deployments"]}]},
+        {"level": "Metadata", "users": ["meridian"]},
+        {"level": "None"},
+    ],
+}
+AUDIT_WRITES = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def audit_time(stamp: str) -> float:
+    """An audit stageTimestamp (RFC 3339, microseconds, UTC) as seconds since the epoch."""
+    from datetime import datetime
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+class AuditTail:
+    """Follows the audit logs of the members' API servers: what WriteTail and /stats say of
+    kubesim — per Deployment, per member, the first successful apply and each rev's — and
+    meridian's requests by verb and resource since the last reset()."""
+
+    def __init__(self, logs: dict[str, Path]):
+        self.logs = logs
+        self.offsets = {m: 0 for m in logs}
+        self.lock = threading.Lock()
+        self.first: dict[str, dict[str, float]] = {}
+        self.revs: dict[tuple[str, str], dict[str, float]] = {}
+        self.errors: list[dict] = []
+        self.counts = self.empty()
+        self.stop_flag = False
+        threading.Thread(target=self.run, daemon=True).start()
+
+    @staticmethod
+    def empty() -> dict:
+        return {"byVerb": {}, "byVerbResource": {}, "requests": 0, "writes": 0, "watches": 0}
+
+    def run(self) -> None:
+        while not self.stop_flag:
+            idle = True
+            for member, path in self.logs.items():
+                try:
+                    with open(path, "rb") as f:
+                        f.seek(self.offsets[member])
+                        data = f.read()
+                except OSError:
+                    continue
+                end = data.rfind(b"\n") + 1
+                if not end:
+                    continue
+                idle = False
+                self.offsets[member] += end
+                with self.lock:
+                    for line in data[:end].splitlines():
+                        try:
+                            self.take(member, json.loads(line))
+                        except ValueError:
+                            pass
+            if idle:
+                time.sleep(0.02)
+
+    def take(self, member: str, e: dict) -> None:
+        verb, ref = e.get("verb"), e.get("objectRef") or {}
+        resource = ref.get("resource", "")
+        if verb == "watch":
+            # A watch is counted when it starts; open until its ResponseComplete.
+            if e.get("stage") == "ResponseStarted":
+                self.count(verb, resource)
+                self.counts["watches"] += 1
+            elif e.get("stage") == "ResponseComplete":
+                self.counts["watches"] -= 1
+            return
+        if e.get("stage") != "ResponseComplete":
+            return
+        self.count(verb, resource)
+        code = (e.get("responseStatus") or {}).get("code", 0)
+        if verb in AUDIT_WRITES:
+            self.counts["writes"] += 1
+        if code >= 300:
+            if verb in AUDIT_WRITES and len(self.errors) < 50:
+                self.errors.append({"member": member, "verb": verb, "resource": resource,
+                                    "name": ref.get("name"), "code": code})
+            return
+        if resource != "deployments" or verb != "patch" or ref.get("subresource"):
+            return
+        t = audit_time(e["stageTimestamp"])
+        name = ref.get("name", "")
+        self.first.setdefault(name, {}).setdefault(member, t)
+        body = e.get("requestObject") or {}
+        rev = (((body.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations", {}).get(REV)
+        if rev:
+            self.revs.setdefault((name, rev), {}).setdefault(member, t)
+
+    def count(self, verb: str, resource: str) -> None:
+        c = self.counts
+        c["requests"] += 1
+        c["byVerb"][verb] = c["byVerb"].get(verb, 0) + 1
+        per = c["byVerbResource"].setdefault(verb, {})
+        per[resource] = per.get(resource, 0) + 1
+
+    def copies(self) -> tuple[int, float | None]:
+        with self.lock:
+            times = [t for m in self.first.values() for t in m.values()]
+        return len(times), (max(times) if times else None)
+
+    def wait_rev(self, name: str, rev: str, members: int, timeout: float) -> float | None:
+        end = time.time() + timeout
+        while time.time() < end:
+            with self.lock:
+                got = self.revs.get((name, rev), {})
+                if len(got) >= members:
+                    return max(got.values())
+            time.sleep(0.01)
+        return None
+
+    def stats(self) -> dict:
+        with self.lock:
+            return json.loads(json.dumps(self.counts))
+
+    def reset(self) -> None:
+        with self.lock:
+            watches = self.counts["watches"]
+            self.counts = self.empty()
+            self.counts["watches"] = watches
+
+    def stop(self) -> None:
+        self.stop_flag = True
+
+
+class Kubesim:
+    """The simulated members: MEMBERS members in processes of PER_PROCESS."""
+
+    def __init__(self, a, work: Path):
+        procs = max(1, -(-a.members // a.per_process))
+        self.sims, self.controls = [], []
+        sim_log = open(work / "kubesim.log", "ab")
+        t = time.time()
+        for k in range(procs):
+            first = k * a.per_process + 1
+            count = min(a.per_process, a.members - k * a.per_process)
+            port = free_port()
+            self.controls.append(f"http://127.0.0.1:{port}")
+            self.sims.append(subprocess.Popen(
+                [a.kubesim, "--members", str(count), "--first-index", str(first), "--dir", str(work / f"sim{k}"),
+                 "--control-port", str(port), "--nodes-per-member", "3"],
+                stdout=sim_log, stderr=subprocess.STDOUT))
+        self.members = []
+        for k, sim in enumerate(self.sims):
+            while not (work / f"sim{k}" / "members.json").exists():
+                if sim.poll() is not None or time.time() - t > 120:
+                    raise SystemExit(f"kubesim did not start: see {work}/kubesim.log")
+                time.sleep(0.1)
+            time.sleep(0.2)
+            self.members += json.loads((work / f"sim{k}" / "members.json").read_text())
+        self.start_s = round(time.time() - t, 2)
+        self.tail = Tails(self.controls)
+
+    def stats(self) -> dict:
+        return stats(self.controls)
+
+    def reset(self) -> None:
+        post_all(self.controls, "/stats/reset")
+
+    def expire_all(self) -> bool:
+        post_all(self.controls, "/expire-all")
+        return True
+
+    def figures(self) -> dict:
+        return procs_figures([s.pid for s in self.sims])
+
+    def stop(self) -> None:
+        self.tail.stop()
+        for sim in self.sims:
+            sim.send_signal(signal.SIGTERM)
+        for sim in self.sims:
+            try:
+                sim.wait(10)
+            except subprocess.TimeoutExpired:
+                sim.kill()
+
+
+class RealMembers:
+    """MEMBERS real members: a kube-apiserver and etcd each (tests/e2e/kube_fleet.py, as the
+    e2e tests start them, with meridian's RBAC and 3 Nodes each), audited (REAL_AUDIT_POLICY)."""
+
+    def __init__(self, a, work: Path):
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+        from kube_fleet import KubeFleet, Member  # noqa: E402  (needs KUBE_APISERVER_BIN, ETCD_BIN)
+        specs = [Member(f"m{i:04d}", "r1", "r1-a", f"127.{1 + i // 250}.{i % 250}.0/24") for i in range(1, a.members + 1)]
+        t = time.time()
+        self.fleet = KubeFleet(work / "kube", specs, audit=REAL_AUDIT_POLICY).start()
+        self.fleet.grant_propagation()
+        for name in self.fleet.members:
+            self.fleet.cluster(name).apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+            for k in range(3):
+                self.fleet.node(name, f"node-{k}")
+        self.members = [{"name": n, "kubeconfig": str(self.fleet.member_kubeconfig(n))} for n in self.fleet.members]
+        self.start_s = round(time.time() - t, 2)
+        self.tail = AuditTail({n: self.fleet.audit_log(n) for n in self.fleet.members})
+
+    def stats(self) -> dict:
+        return self.tail.stats()
+
+    def reset(self) -> None:
+        self.tail.reset()
+
+    def expire_all(self) -> bool:
+        return False
+
+    def figures(self) -> dict:
+        pids = []
+        for c in self.fleet.members.values():
+            pids += [p.pid for p in (getattr(c, "apiserver", None), getattr(c, "etcd", None)) if p is not None]
+        return procs_figures(pids)
+
+    def stop(self) -> None:
+        self.tail.stop()
+        self.fleet.stop()
+
+
 def deployment(name: str, labels: dict, rev: str) -> dict:
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -307,13 +540,14 @@ def procs_figures(pids: list[int]) -> dict:
             "cpu_s": round(sum(f["cpu_s"] for f in figs), 1)}
 
 
-def quiet_after(control: list[str], t0: float, verbs: tuple[str, ...], quiet_s: float, timeout: float) -> dict:
-    """Polls /stats until none of `verbs` grew for quiet_s seconds: the time of the last growth."""
+def quiet_after(sim, t0: float, verbs: tuple[str, ...], quiet_s: float, timeout: float) -> dict:
+    """Polls the members' stats until none of `verbs` grew for quiet_s seconds: the time of the
+    last growth."""
     last = None
     last_change = t0
     end = t0 + timeout
     while time.time() < end:
-        s = stats(control)
+        s = sim.stats()
         now = time.time()
         value = tuple(s["byVerb"].get(v, 0) for v in verbs)
         if value != last:
@@ -323,14 +557,16 @@ def quiet_after(control: list[str], t0: float, verbs: tuple[str, ...], quiet_s: 
         elif now - last_change >= quiet_s and sum(value) > 0:
             return {"seconds": round(last_change - t0, 2), "settled": True, "totals": s}
         time.sleep(0.25)
-    return {"seconds": round(time.time() - t0, 2), "settled": False, "totals": stats(control)}
+    return {"seconds": round(time.time() - t0, 2), "settled": False, "totals": sim.stats()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("work")
     ap.add_argument("--meridian", required=True)
-    ap.add_argument("--kubesim", required=True)
+    kind = ap.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--kubesim")
+    kind.add_argument("--real", action="store_true")
     ap.add_argument("--members", type=int, default=1000)
     ap.add_argument("--templates", type=int, default=10000)
     ap.add_argument("--duplicated", type=int, default=1000)
@@ -353,34 +589,15 @@ def main() -> None:
     result: dict = {"members": a.members, "templates": a.templates, "duplicated": a.duplicated,
                     "wide": wide, "groups": groups, "narrow_policies": narrow_policies}
 
-    # The simulated members: PER_PROCESS members a kubesim process (each process has its own
-    # descriptor limit, and a member costs one descriptor per open connection).
-    procs = max(1, -(-a.members // a.per_process))
-    sims, controls = [], []
-    sim_log = open(work / "kubesim.log", "ab")
-    t = time.time()
-    for k in range(procs):
-        first = k * a.per_process + 1
-        count = min(a.per_process, a.members - k * a.per_process)
-        port = free_port()
-        controls.append(f"http://127.0.0.1:{port}")
-        sims.append(subprocess.Popen(
-            [a.kubesim, "--members", str(count), "--first-index", str(first), "--dir", str(work / f"sim{k}"),
-             "--control-port", str(port), "--nodes-per-member", "3"],
-            stdout=sim_log, stderr=subprocess.STDOUT))
-    members = []
-    for k, sim in enumerate(sims):
-        while not (work / f"sim{k}" / "members.json").exists():
-            if sim.poll() is not None or time.time() - t > 120:
-                raise SystemExit(f"kubesim did not start: see {work}/kubesim.log")
-            time.sleep(0.1)
-        time.sleep(0.2)
-        members += json.loads((work / f"sim{k}" / "members.json").read_text())
-    sim_pids = [s.pid for s in sims]
-    result["kubesim_processes"] = procs
-    result["kubesim_start_s"] = round(time.time() - t, 2)
-    result["kubesim_idle"] = procs_figures(sim_pids)
-    log(f"kubesim: {len(members)} members in {result['kubesim_start_s']} s, {result['kubesim_idle']}")
+    # The members: simulated (PER_PROCESS members a kubesim process: each process has its own
+    # descriptor limit, and a member costs one descriptor per open connection), or real.
+    sim = RealMembers(a, work) if a.real else Kubesim(a, work)
+    members = sim.members
+    result["real_members"] = a.real
+    result["kubesim_processes"] = len(sim.sims) if not a.real else 0
+    result["kubesim_start_s"] = sim.start_s
+    result["kubesim_idle"] = sim.figures()
+    log(f"members: {len(members)} in {result['kubesim_start_s']} s, {result['kubesim_idle']}")
 
     # The directory hub.
     hub = work / "hub"
@@ -428,7 +645,7 @@ def main() -> None:
     result["copies_expected"] = expected
     log(f"hub: {a.members} MemberClusters, {len(policies)} policies, {a.templates} templates, {expected} copies to place")
 
-    tail = Tails(controls)
+    tail = sim.tail
     ports = [free_port() for _ in range(3)]
     mer = Meridian(a.meridian, work, *ports)
     t0 = mer.start()
@@ -456,7 +673,7 @@ def main() -> None:
             "first_copy_s": round(first_t - t0, 2) if first_t else None,
             "objects_per_s": round(n / secs, 1) if secs else None,
             "objects_per_s_from_first_copy": round(n / (last_t - first_t), 1) if first_t and last_t > first_t else None,
-            "meridian": proc_figures(mer.proc.pid), "kubesim": procs_figures(sim_pids),
+            "meridian": proc_figures(mer.proc.pid), "kubesim": sim.figures(),
         }
         log(f"initial: {result['initial']}")
         time.sleep(float(os.environ.get("AFTER_BURST_S", "5")))
@@ -498,9 +715,9 @@ def main() -> None:
         # 4. Settled.
         time.sleep(a.quiet_s)
         plan0 = mer.metric("meridian_propagation_plan_seconds")
-        post_all(controls, "/stats/reset")
+        sim.reset()
         time.sleep(a.settle_s)
-        s = stats(controls)
+        s = sim.stats()
         plan1 = mer.metric("meridian_propagation_plan_seconds")
         passes = plan1.get("count", 0) - plan0.get("count", 0)
         result["settled"] = {
@@ -512,41 +729,34 @@ def main() -> None:
             "plan_passes": passes,
             "plan_ms_mean": round((plan1.get("sum", 0) - plan0.get("sum", 0)) / passes * 1000, 3) if passes else None,
             "plan_ms_mean_whole_run": round(plan1["sum"] / plan1["count"] * 1000, 3) if plan1.get("count") else None,
-            "meridian": proc_figures(mer.proc.pid), "kubesim": procs_figures(sim_pids),
+            "meridian": proc_figures(mer.proc.pid), "kubesim": sim.figures(),
         }
         log(f"settled: {result['settled']}")
 
-        # 5. Full resync.
-        post_all(controls, "/stats/reset")
+        # 5. Full resync (simulated members only).
+        sim.reset()
         t = time.time()
-        post_all(controls, "/expire-all")
-        q = quiet_after(controls, t, ("list",), a.quiet_s, 300)
-        result["full_resync"] = {"seconds_to_last_list": q["seconds"], "settled": q["settled"],
-                                 "by_verb_resource": q["totals"]["byVerbResource"],
-                                 "writes": q["totals"]["writes"], "lists": q["totals"]["byVerb"].get("list", 0),
-                                 "watches_after": q["totals"]["watches"]}
-        log(f"full resync: {result['full_resync']}")
+        if sim.expire_all():
+            q = quiet_after(sim, t, ("list",), a.quiet_s, 300)
+            result["full_resync"] = {"seconds_to_last_list": q["seconds"], "settled": q["settled"],
+                                     "by_verb_resource": q["totals"]["byVerbResource"],
+                                     "writes": q["totals"]["writes"], "lists": q["totals"]["byVerb"].get("list", 0),
+                                     "watches_after": q["totals"]["watches"]}
+            log(f"full resync: {result['full_resync']}")
 
         # 6. Restart.
         mer.stop()
-        post_all(controls, "/stats/reset")
+        sim.reset()
         t = mer.start()
-        q = quiet_after(controls, t, ("list", "create", "update", "patch", "apply", "delete"), a.quiet_s, 600)
+        q = quiet_after(sim, t, ("list", "create", "update", "patch", "apply", "delete"), a.quiet_s, 600)
         result["restart"] = {"seconds_to_last_list_or_write": q["seconds"], "settled": q["settled"],
                              "writes": q["totals"]["writes"], "lists": q["totals"]["byVerb"].get("list", 0),
                              "by_verb": q["totals"]["byVerb"], "by_verb_resource": q["totals"]["byVerbResource"],
-                             "meridian": proc_figures(mer.proc.pid), "kubesim": procs_figures(sim_pids)}
+                             "meridian": proc_figures(mer.proc.pid), "kubesim": sim.figures()}
         log(f"restart: {result['restart']}")
     finally:
-        tail.stop()
         mer.stop()
-        for sim in sims:
-            sim.send_signal(signal.SIGTERM)
-        for sim in sims:
-            try:
-                sim.wait(10)
-            except subprocess.TimeoutExpired:
-                sim.kill()
+        sim.stop()
     result["write_errors"] = tail.errors[:10]
     text = (work / "meridian.log").read_text(errors="replace").splitlines()
     counts = {"ERROR": 0, "WARN": 0}

@@ -6,6 +6,11 @@
 #   bench/fleet_members.sh                                  (from the repository root)
 #   MEMBERS=100 TEMPLATES=1000 bench/fleet_members.sh       (a quick run, ~2 minutes)
 #   MERIDIAN=/path/to/meridian NARROW_POLICIES=0 bench/fleet_members.sh
+#   REAL=1 MEMBERS=20 TEMPLATES=200 WIDE=20 bench/fleet_members.sh
+#                 the same against real members (a kube-apiserver and etcd each, built by
+#                 tests/peers/; ~0.4 GiB a member): run it beside the same numbers without
+#                 REAL to check the simulation against the real thing (no full resync: a
+#                 real API server cannot expire every watch on demand)
 #
 # What the clocks measure (bench/fleet_members.py says it in full; every copy is counted by
 # kubesim's write log, which stamps a write when it is answered, on this machine's clock):
@@ -62,25 +67,32 @@ if [[ -z ${MERIDIAN:-} ]]; then
     fi
 fi
 [[ -x $MERIDIAN ]] || die "no meridian binary at $MERIDIAN"
-if [[ -z ${KUBESIM:-} ]]; then
-    log "building meridian-kubesim (release)"
-    cargo build --release --quiet -p meridian-kubesim
-    KUBESIM=$TARGET/release/meridian-kubesim
+REAL=${REAL:-0}
+if [[ $REAL == 1 ]]; then
+    kube_bench_setup  # kube-apiserver and etcd from tests/peers, the e2e helpers' Python packages
+    MEMBERS_ARGS=(--real)
+else
+    if [[ -z ${KUBESIM:-} ]]; then
+        log "building meridian-kubesim (release)"
+        cargo build --release --quiet -p meridian-kubesim
+        KUBESIM=$TARGET/release/meridian-kubesim
+    fi
+    [[ -x $KUBESIM ]] || die "no kubesim binary at $KUBESIM"
+    MEMBERS_ARGS=(--kubesim "$KUBESIM")
 fi
-[[ -x $KUBESIM ]] || die "no kubesim binary at $KUBESIM"
 # Each member costs meridian a connection per open watch (HTTP/1.1), and kubesim the same.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 bench_workdir fleet-members
 log "work directory $WORK (KEEP=1 keeps it)"
-python3 bench/fleet_members.py "$WORK" --meridian "$MERIDIAN" --kubesim "$KUBESIM" \
+python3 bench/fleet_members.py "$WORK" --meridian "$MERIDIAN" "${MEMBERS_ARGS[@]}" \
     --members "$MEMBERS" --templates "$TEMPLATES" --duplicated "$DUPLICATED" --wide "$WIDE" \
     --narrow-policies "$NARROW_POLICIES" --new-samples "$NEW_SAMPLES" --edit-samples "$EDIT_SAMPLES" \
     --settle-s "$SETTLE_S" --quiet-s "$QUIET_S" --per-process "$PER_PROCESS" >"$WORK/result.json" &
 PIDS+=($!)
 wait "${PIDS[-1]}" || die "bench/fleet_members.py failed (KEEP=1 keeps $WORK with the logs)"
 
-echo "=== meridian at fleet scale on simulated members: $MEMBERS members, $TEMPLATES templates, $DUPLICATED × $WIDE members Duplicated ==="
+echo "=== meridian at fleet scale on $([[ $REAL == 1 ]] && echo "real kube-apiservers" || echo "simulated members"): $MEMBERS members, $TEMPLATES templates, $DUPLICATED × $WIDE members Duplicated ==="
 python3 - "$WORK/result.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -91,7 +103,8 @@ narrow = (f"{r['templates'] - r['duplicated']} onto 3 members each ({r['narrow_p
           if r["narrow_policies"] and r["templates"] > r["duplicated"] else f"{r['templates'] - r['duplicated']} unselected")
 print(f"fleet: {r['members']} members in {r['groups']} groups of {r['wide']}; {r['duplicated']} templates × {r['wide']} members, "
       f"{narrow}; {r['copies_expected']} copies")
-print(f"kubesim idle ({r['kubesim_processes']} processes): {mem(r['kubesim_idle'])} (started in {r['kubesim_start_s']} s)")
+members = "members' kube-apiservers and etcds" if r.get("real_members") else f"kubesim ({r['kubesim_processes']} processes)"
+print(f"{members} idle: {mem(r['kubesim_idle'])} (started in {r['kubesim_start_s']} s)")
 i = r.get("initial", {})
 if i:
     rate = i.get("objects_per_s")
@@ -100,7 +113,7 @@ if i:
           f"{rate} objects/s ({i['objects_per_s_from_first_copy']}/s from the first copy){state}")
     if rate:
         print(f"  budget ≥ 1,000/s: ratio {rate / 1000:.2f}; Karmada ~200 Works/s (published): ratio {rate / 200:.1f}x")
-    print(f"  after: meridian {mem(i['meridian'])}; kubesim {mem(i['kubesim'])}")
+    print(f"  after: meridian {mem(i['meridian'])}; members {mem(i['kubesim'])}")
 for key, label, budget, other in (
         ("new_template", "new template → all", 2000, ("KubeFleet p90 20 s (published)", 20000, "p90")),
         ("edit", "template edit → all", 1000, None)):
@@ -122,7 +135,7 @@ if s:
     print(f"  meridian_propagation_plan_seconds mean: {plan} ms over {s['plan_passes']} passes (budget ≤ 5 ms: {ratio}); "
           f"whole run {s['plan_ms_mean_whole_run']} ms")
     rss = s["meridian"].get("rss_mib")
-    print(f"  meridian {mem(s['meridian'])} (budget ≤ 2048 MiB: ratio {rss / 2048:.2f}); kubesim {mem(s['kubesim'])}" if rss else "")
+    print(f"  meridian {mem(s['meridian'])} (budget ≤ 2048 MiB: ratio {rss / 2048:.2f}); members {mem(s['kubesim'])}" if rss else "")
 f = r.get("full_resync")
 if f:
     print(f"full resync (expire-all): last relist after {f['seconds_to_last_list']} s (budget ≤ 120 s: ratio "
@@ -143,4 +156,4 @@ for line in lp["first"][:8]:
     print(f"  {line}")
 print(f"total {r['seconds']} s")
 PY
-echo "command: PER_PROCESS=$PER_PROCESS MEMBERS=$MEMBERS TEMPLATES=$TEMPLATES DUPLICATED=$DUPLICATED WIDE=$WIDE NARROW_POLICIES=$NARROW_POLICIES NEW_SAMPLES=$NEW_SAMPLES EDIT_SAMPLES=$EDIT_SAMPLES SETTLE_S=$SETTLE_S QUIET_S=$QUIET_S AFTER_BURST_S=$AFTER_BURST_S MERIDIAN=$MERIDIAN bench/fleet_members.sh"
+echo "command: REAL=$REAL PER_PROCESS=$PER_PROCESS MEMBERS=$MEMBERS TEMPLATES=$TEMPLATES DUPLICATED=$DUPLICATED WIDE=$WIDE NARROW_POLICIES=$NARROW_POLICIES NEW_SAMPLES=$NEW_SAMPLES EDIT_SAMPLES=$EDIT_SAMPLES SETTLE_S=$SETTLE_S QUIET_S=$QUIET_S AFTER_BURST_S=$AFTER_BURST_S MERIDIAN=$MERIDIAN bench/fleet_members.sh"
