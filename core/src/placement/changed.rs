@@ -384,11 +384,15 @@ impl SeenTemplate {
 
 /// The decisions made or kept so far in round `round`: the templates it has seen.
 pub(super) struct ThisRound<'a> {
-    pub templates: &'a KeyMap<SeenTemplate>,
-    pub round: u64,
+    templates: &'a KeyMap<SeenTemplate>,
+    round: u64,
 }
 
 impl<'a> ThisRound<'a> {
+    pub(super) fn of(templates: &'a KeyMap<SeenTemplate>, round: u64) -> Self {
+        Self { templates, round }
+    }
+
     pub(super) fn get(&self, key: &TemplateKey) -> Option<&'a Arc<Decision>> {
         self.templates
             .get(key)

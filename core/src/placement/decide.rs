@@ -255,10 +255,7 @@ impl Placer {
                         .collect()
                 };
                 let scoring = &plan.placement.scoring;
-                let this_round = ThisRound {
-                    templates: &seen,
-                    round,
-                };
+                let this_round = ThisRound::of(&seen, round);
                 score::neighbours(scoring, &t.key, inputs.templates, &facts(&fleet), |k| {
                     this_round
                         .get(k)
@@ -330,10 +327,7 @@ impl Placer {
             }
             let prev = self.previous.get(&t.key).map(|p| &**p);
             decided += 1;
-            let this_round = ThisRound {
-                templates: &seen,
-                round,
-            };
+            let this_round = ThisRound::of(&seen, round);
             let decision = follow(&fleet, f.plan, t, f.leaders, prev, &this_round, &overrides);
             // A follower holds no room, but it may have held some as a workload last round
             // (the room carried to the next round must not keep it).
@@ -356,24 +350,9 @@ impl Placer {
         }
         // Only when some template seen last round is gone (or a dependency, seen later).
         if seen.len() > visited {
-            let this_round = ThisRound {
-                templates: &seen,
-                round,
-            };
-            let gone: Vec<TemplateKey> = self
-                .previous
-                .keys()
-                .filter(|k| this_round.get(k).is_none())
-                .cloned()
-                .collect();
-            for key in &gone {
-                self.previous.remove_mut(key);
-            }
+            self.forget_previous(&ThisRound::of(&seen, round));
         }
-        let this_round = ThisRound {
-            templates: &seen,
-            round,
-        };
+        let this_round = ThisRound::of(&seen, round);
         let dependencies =
             follow_dependencies(&inputs, &governing, &fleet, &overrides, &this_round);
         let dependencies: Vec<(&Template, Arc<Decision>)> = dependencies
@@ -424,6 +403,19 @@ impl Placer {
             next_deadline,
             decided,
             settled: self.seen.settled(),
+        }
+    }
+
+    /// Forgets the previous decisions of the templates this round did not place.
+    fn forget_previous(&mut self, this_round: &ThisRound<'_>) {
+        let gone: Vec<TemplateKey> = self
+            .previous
+            .keys()
+            .filter(|k| this_round.get(k).is_none())
+            .cloned()
+            .collect();
+        for key in &gone {
+            self.previous.remove_mut(key);
         }
     }
 
