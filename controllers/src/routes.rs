@@ -8,7 +8,6 @@
 //! kind of route. The spec's size limits (16 rules, 64 matches, 16 backends, 16 headers) are
 //! enforced here, as the API server's validation would.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +20,10 @@ use meridian_core::route::{
     RouteKind, Rule, ValueMatch,
 };
 use serde::{Deserialize, Serialize};
+
+mod filters;
+
+pub use filters::{FilterSpec, HeaderModifierSpec, HeaderSpec, MirrorSpec, PathModifierSpec};
 
 const MAX_RULES: usize = 16;
 const MAX_MATCHES: usize = 64;
@@ -117,17 +120,7 @@ pub struct BackendReference {
     pub port: Option<i32>,
     pub weight: Option<i32>,
     #[serde(default)]
-    pub filters: Vec<Filter>,
-}
-
-/// A filter: its type, and its settings (kept as written: meridian applies no filter yet).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Filter {
-    #[serde(rename = "type")]
-    pub kind: String,
-    #[serde(flatten)]
-    pub settings: BTreeMap<String, serde_json::Value>,
+    pub filters: Vec<FilterSpec>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -137,7 +130,7 @@ pub struct HTTPRouteRule {
     #[serde(default)]
     pub matches: Vec<HTTPRouteMatch>,
     #[serde(default)]
-    pub filters: Vec<Filter>,
+    pub filters: Vec<FilterSpec>,
     #[serde(default)]
     pub backend_refs: Vec<BackendReference>,
     pub timeouts: Option<HTTPRouteTimeouts>,
@@ -196,7 +189,7 @@ pub struct GRPCRouteRule {
     #[serde(default)]
     pub matches: Vec<GRPCRouteMatch>,
     #[serde(default)]
-    pub filters: Vec<Filter>,
+    pub filters: Vec<FilterSpec>,
     #[serde(default)]
     pub backend_refs: Vec<BackendReference>,
 }
@@ -371,14 +364,6 @@ fn backends(refs: &[BackendReference], route: &ObjectKey) -> Result<Vec<BackendR
         .collect()
 }
 
-/// The filters of a rule and of its backends, by type.
-fn filter_types<'a>(rule: &'a [Filter], backends: &'a [BackendReference]) -> Vec<String> {
-    rule.iter()
-        .chain(backends.iter().flat_map(|b| &b.filters))
-        .map(|f| f.kind.clone())
-        .collect()
-}
-
 fn http_rule(rule: &HTTPRouteRule, route: &ObjectKey) -> Result<Rule, String> {
     bounded("matches", rule.matches.len(), MAX_MATCHES)?;
     let matches = rule
@@ -400,7 +385,7 @@ fn http_rule(rule: &HTTPRouteRule, route: &ObjectKey) -> Result<Rule, String> {
         backends: backends(&rule.backend_refs, route)?,
         timeout,
         retry: rule.retry.as_ref().map(retry).transpose()?,
-        filters: filter_types(&rule.filters, &rule.backend_refs),
+        filters: filters::filters(&rule.filters, &rule.backend_refs, route, false)?,
     })
 }
 
@@ -505,7 +490,7 @@ fn grpc_rule(rule: &GRPCRouteRule, route: &ObjectKey) -> Result<Rule, String> {
         backends: backends(&rule.backend_refs, route)?,
         timeout: None,
         retry: None,
-        filters: filter_types(&rule.filters, &rule.backend_refs),
+        filters: filters::filters(&rule.filters, &rule.backend_refs, route, true)?,
     })
 }
 

@@ -25,6 +25,10 @@ use serde::Serialize;
 use crate::model::ObjectKey;
 use crate::problem::{ObjectRef, Origin, Problem, Source, clip};
 
+mod filter;
+
+pub use filter::{Actions, Filter, HeaderEdits, Mirror, MirrorTo, PathModifier, Redirect, Rewrite};
+
 /// The Gateway API group.
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 /// The MCS API group (ServiceImport backends).
@@ -111,9 +115,9 @@ pub struct Rule {
     /// The whole request's deadline (`timeouts.request`).
     pub timeout: Option<Duration>,
     pub retry: Option<Retry>,
-    /// The filters this rule names, by type: meridian applies none yet, so a rule with one
-    /// is not accepted (the spec forbids ignoring a core filter).
-    pub filters: Vec<String>,
+    /// In the order written (a filter meridian does not apply rejects the rule: the spec
+    /// forbids ignoring one).
+    pub filters: Vec<Filter>,
 }
 
 /// One match: every condition must hold.
@@ -291,12 +295,16 @@ pub struct Attached {
     pub failing: u32,
     pub timeout: Option<Duration>,
     pub retry: Option<Retry>,
+    /// What its filters do (headers, a redirect, a rewrite, mirrors).
+    #[serde(skip_serializing_if = "Actions::is_empty")]
+    pub actions: Actions,
 }
 
 impl Attached {
-    /// Whether every request this match takes fails (no resolvable backend with a weight).
+    /// Whether every request this match takes fails: it redirects nowhere and has no
+    /// resolvable backend with a weight.
     pub fn fails(&self) -> bool {
-        self.backends.iter().all(|b| b.weight == 0)
+        self.actions.redirect.is_none() && self.backends.iter().all(|b| b.weight == 0)
     }
 
     /// The share of this match's requests that fail, in percent: those the weights send to
@@ -307,6 +315,9 @@ impl Attached {
         }
         let resolved: u64 = self.backends.iter().map(|b| u64::from(b.weight)).sum();
         let failing = u64::from(self.failing);
+        if failing == 0 {
+            return 0.0; // a redirect has no backends at all
+        }
         failing as f64 * 100.0 / (resolved + failing) as f64
     }
 }
@@ -493,7 +504,12 @@ fn attach(
                 }
             }
         }
-        rules.push((backends, failing));
+        let (actions, mirrors_unresolved) = filter::actions(rule, |backend| {
+            resolve_backend(route, backend, grants, ports_of)
+                .map_err(|(reason, message)| (reason, format!("mirror {message}")))
+        });
+        unresolved.extend(mirrors_unresolved);
+        rules.push((backends, failing, actions));
     }
     let resolved_refs = match unresolved.first() {
         None => Condition::yes("ResolvedRefs"),
@@ -509,7 +525,9 @@ fn attach(
     if accepted.status {
         for port in ports {
             let attached = by_parent.entry((service.clone(), port)).or_default();
-            for (index, (rule, (backends, failing))) in route.rules.iter().zip(&rules).enumerate() {
+            for (index, (rule, (backends, failing, actions))) in
+                route.rules.iter().zip(&rules).enumerate()
+            {
                 let every = [Match::default()];
                 let matches = if rule.matches.is_empty() {
                     &every[..]
@@ -529,6 +547,7 @@ fn attach(
                             failing: *failing,
                             timeout: rule.timeout,
                             retry: rule.retry.clone(),
+                            actions: actions.clone(),
                         },
                     ));
                 }
@@ -596,11 +615,8 @@ fn rule_unsupported(rule: &Rule) -> Option<String> {
             .as_deref()
             .map_or_else(String::new, |n| format!("rule {n}: "))
     };
-    if let Some(filter) = rule.filters.first() {
-        return Some(format!(
-            "{}filter {filter} is not supported by meridian yet",
-            named(rule)
-        ));
+    if let Some(problem) = filter::unsupported(rule) {
+        return Some(format!("{}{problem}", named(rule)));
     }
     for m in &rule.matches {
         let patterns = m

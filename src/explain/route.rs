@@ -4,7 +4,9 @@
 //! for a proxyless client in C, from the same decision DNS and EDS give that client.
 
 use anyhow::{Result, anyhow};
-use meridian_core::route::{Attached, PathMatch, RouteKind, ValueMatch};
+use meridian_core::route::{
+    Actions, Attached, HeaderEdits, PathMatch, PathModifier, RouteKind, ValueMatch,
+};
 use meridian_core::{Client, ObjectKey, Snapshot, select_for};
 use serde::Serialize;
 use serde_json::Value;
@@ -47,6 +49,9 @@ struct MatchExplanation {
     /// resolve (100 when none did).
     failing_percent: f64,
     backends: Vec<BackendShare>,
+    /// What the rule's filters do besides sending the request.
+    #[serde(skip_serializing_if = "Actions::is_empty")]
+    actions: Actions,
 }
 
 #[derive(Debug, Serialize)]
@@ -165,6 +170,7 @@ fn explain_match(
         fails: a.fails(),
         failing_percent: a.failing_percent(),
         backends,
+        actions: a.actions.clone(),
     }
 }
 
@@ -217,6 +223,7 @@ fn match_words(m: &MatchExplanation) -> Vec<String> {
         m.position,
         match_text(&m.matches)
     )];
+    words.extend(action_words(&m.actions));
     if m.fails {
         words.push(
             "  no backend with a weight resolves: these requests fail (500, UNAVAILABLE for gRPC)"
@@ -239,6 +246,58 @@ fn match_words(m: &MatchExplanation) -> Vec<String> {
                 c.percent, c.cluster, c.tier
             ));
         }
+    }
+    words
+}
+
+/// What a match's filters do, one line each.
+fn action_words(a: &Actions) -> Vec<String> {
+    let mut words = Vec::new();
+    let headers = |way: &str, e: &HeaderEdits, words: &mut Vec<String>| {
+        let set = e.set.iter().map(|(n, v)| format!("{n}: {v}"));
+        let add = e.add.iter().map(|(n, v)| format!("+{n}: {v}"));
+        let remove = e.remove.iter().map(|n| format!("-{n}"));
+        let all: Vec<String> = set.chain(add).chain(remove).collect();
+        if !all.is_empty() {
+            words.push(format!("  {way} headers: {}", all.join(", ")));
+        }
+    };
+    headers("request", &a.request_headers, &mut words);
+    headers("response", &a.response_headers, &mut words);
+    let path = |p: &PathModifier| match p {
+        PathModifier::ReplaceFullPath(v) => format!("path {v}"),
+        PathModifier::ReplacePrefixMatch(v) => format!("matched prefix → {v}"),
+    };
+    if let Some(r) = &a.redirect {
+        let mut parts = vec![format!("{}", r.status)];
+        parts.extend(r.scheme.iter().map(|s| format!("scheme {s}")));
+        parts.extend(r.hostname.iter().map(|h| format!("host {h}")));
+        parts.extend(r.port.iter().map(|p| format!("port {p}")));
+        parts.extend(r.path.iter().map(path));
+        words.push(format!(
+            "  redirect ({}): nothing is sent (gRPC clients fail these calls: they follow no redirect)",
+            parts.join(", ")
+        ));
+    }
+    if let Some(r) = &a.rewrite {
+        let mut parts: Vec<String> = r.hostname.iter().map(|h| format!("host {h}")).collect();
+        parts.extend(r.path.iter().map(path));
+        words.push(format!("  rewritten: {}", parts.join(", ")));
+    }
+    for m in &a.mirrors {
+        let share = m.fraction.map_or_else(
+            || "every request".to_owned(),
+            |(n, d)| {
+                format!(
+                    "{:.1}% of requests",
+                    100.0 * f64::from(n) / f64::from(d.max(1))
+                )
+            },
+        );
+        words.push(format!(
+            "  mirrored ({share}) to {}:{}",
+            m.backend.service, m.backend.port
+        ));
     }
     words
 }

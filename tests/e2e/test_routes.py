@@ -12,7 +12,11 @@ The routes are written into the hub directory while the clients run:
   timeout that ends calls to a slow endpoint at 200 ms instead of the client's 1 s;
 - a route with a backend in another namespace and no ReferenceGrant, and one whose parent does
   not exist: each rejects itself (validate, /debug/problems say why) while the others serve,
-  and a ReferenceGrant resolves the first.
+  and a ReferenceGrant resolves the first;
+- filters (header modifiers both ways, a mirror, a host rewrite, a redirect): served as Envoy
+  route configuration that go-control-plane's validators accept (tests/peers/xds:
+  xds-validate, as an Envoy and as a gRPC node), explained, while gRPC clients, which apply
+  none of them, keep calling; a filter meridian does not apply rejects its route alone.
 """
 
 import json
@@ -23,7 +27,7 @@ import pytest
 
 from conftest import BIN, metric
 from greeter import Greeters
-from test_xds_grpc import xds_peers  # noqa: F401 (a fixture: the Go xDS peers)
+from test_xds_grpc import validate, xds_peers  # noqa: F401 (xds_peers: a fixture, the Go xDS peers)
 from xds_client import XdsClient
 from xds_fleet import NAMESPACE, NETWORKS, PORT, add_service, replies, service_yaml, set_endpoints, slice_yaml, target
 
@@ -336,3 +340,84 @@ spec:
 """)
     client.wait_serving([good], settle=20, timeout=SWITCH_TIMEOUT)
     assert_only(client, client.window(3), [good], "a call after the failing endpoint was ejected")
+
+
+FILTERED_ROUTE = f"""apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: greeter-filtered, namespace: {NAMESPACE}}}
+spec:
+  {PARENT}
+  rules:
+  - matches: [{{path: {{type: Exact, value: /old.Greeter/Hello}}}}]
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {{scheme: https, hostname: greeter.example.com, statusCode: 301}}
+  - matches: [{{path: {{type: PathPrefix, value: /meridian.test.Greeter}}}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {{set: [{{name: X-Fleet, value: meridian}}], remove: [x-debug]}}
+    - type: ResponseHeaderModifier
+      responseHeaderModifier: {{add: [{{name: x-served-by, value: meridian}}]}}
+    - type: URLRewrite
+      urlRewrite: {{hostname: greeter.internal}}
+    - type: RequestMirror
+      requestMirror: {{backendRef: {{name: greeter3, port: {PORT}}}, percent: 50}}
+    backendRefs: [{{name: greeter, port: {PORT}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: extended, namespace: {NAMESPACE}}}
+spec:
+  parentRefs: [{{group: '', kind: Service, name: greeter3, port: {PORT}}}]
+  rules:
+  - filters: [{{type: ExtensionRef, extensionRef: {{group: example.com, kind: Plugin, name: x}}}}]
+    backendRefs: [{{name: greeter3, port: {PORT}}}]
+"""
+
+
+def test_filters_are_served_as_envoy_configuration_that_validates_and_clients_keep_calling(
+        grpc_fleet, xds_meridian, xds_clients, xds_peers, tmp_path, request):
+    add_service(grpc_fleet, "greeter3")
+    grpc_fleet.write("hub/routes.yaml", FILTERED_ROUTE)
+    client = start("python", request, xds_clients, tmp_path, xds_meridian.xds_port, "plain", "eu-1", target())
+    client.wait_serving(EU1, timeout=FIRST_CALL_TIMEOUT)
+    body = xds_meridian.wait_for(lambda: "ExtensionRef" in (b := debug_problems(xds_meridian)) and b,
+                                 what="the ExtensionRef route's problem")
+    for says in ("HTTPRoute demo/extended", "Accepted=False (UnsupportedValue)",
+                 "filter ExtensionRef is not supported by meridian"):
+        assert says in body, f"{says!r} not on /debug/problems:\n{body}"
+    assert "greeter-filtered" not in body, body
+
+    # What an Envoy and a gRPC node receive validates; a gRPC node's RDS (routes are served to
+    # proxyless clients) carries each filter.
+    name = target().removeprefix("xds:///")
+    for who, agent in (("envoy-eu-1", "envoy"), ("grpc-eu-1", "gRPC Go")):
+        status, report, stderr = validate(xds_peers, xds_meridian, "sotw", "-node-id", who, "-cluster", "eu-1",
+                                          "-network", NETWORKS["eu-1"], "-user-agent", agent, "-dump")
+        violations = report["violations"]
+        if agent == "envoy":
+            assert violations == [], f"{who}: {json.dumps(violations, indent=1)[:6000]}"
+            assert status == 0, f"{who}: exit {status}\n{stderr[-2000:]}"
+            continue
+        # The one thing the validator has to say of a gRPC node's routes: the redirect (route 0,
+        # an exact path sorts first) is an action grpc-go does not follow — its calls fail, as
+        # a gRPC client follows no redirect. Every resource validates.
+        assert [(v["kind"], v["type"], v["name"]) for v in violations] == [("grpc", "RDS", name)], violations
+        assert "route 0 has an action grpc-go does not follow" in violations[0]["message"], violations
+        rds = report.get("dump", {}).get("RDS", {})
+        config = json.dumps(rds.get(name) or rds)
+        for says in ('"x-fleet"', '"OVERWRITE_IF_EXISTS_OR_ADD"', '"x-debug"', '"x-served-by"',
+                     '"hostRewriteLiteral": "greeter.internal"', '"requestMirrorPolicies"',
+                     'greeter3.demo.global:50051', '"numerator": 500000',
+                     # 301 is MOVED_PERMANENTLY, the enum's default: protojson leaves responseCode out.
+                     '"redirect": {"schemeRedirect": "https", "hostRedirect": "greeter.example.com"}'):
+            assert says in config, f"{who}: {says} not in the RDS of {name}:\n{config[:6000]}"
+
+    explained = subprocess.run([str(BIN), "explain", "httproute/greeter-filtered", "-n", NAMESPACE, "--from-cluster", "eu-1",
+                                "--admin", f"127.0.0.1:{xds_meridian.admin_port}"], capture_output=True, text=True, timeout=30)
+    assert explained.returncode == 0, explained.stderr
+    for says in ("request headers: x-fleet: meridian, -x-debug", "response headers: +x-served-by: meridian",
+                 "rewritten: host greeter.internal", "mirrored (50.0% of requests) to demo/greeter3:50051",
+                 "redirect (301, scheme https, host greeter.example.com): nothing is sent (gRPC clients fail these calls"):
+        assert says in explained.stdout, f"{says!r} not in explain:\n{explained.stdout}"
+    assert_only(client, client.window(1), EU1, "calls while the filtered route is served (gRPC applies none of its filters)")

@@ -1,4 +1,5 @@
 use super::*;
+use meridian_core::route::{Filter, HeaderEdits, PathModifier, Redirect, Rewrite};
 
 fn grpc(yaml: &str) -> Result<Route, String> {
     let r: GRPCRoute = serde_yaml_ng::from_str(yaml).unwrap();
@@ -137,4 +138,128 @@ spec:
         let e = http(&yaml).unwrap_err();
         assert!(e.contains(says), "{spec}: {e}");
     }
+}
+
+#[test]
+fn filters_convert_as_the_spec_writes_them() {
+    let route = http(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: demo}
+spec:
+  parentRefs: [{kind: Service, group: '', name: greeter}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /api}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Fleet, value: meridian}]
+        add: [{name: x-seen, value: '1'}]
+        remove: [X-Debug]
+    - type: ResponseHeaderModifier
+      responseHeaderModifier: {remove: [server]}
+    - type: URLRewrite
+      urlRewrite: {hostname: Payments.Internal, path: {type: ReplacePrefixMatch, replacePrefixMatch: /v2}}
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: shadow, port: 80}, percent: 10}
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: shadow2, port: 80}, fraction: {numerator: 1, denominator: 3}}
+    backendRefs: [{name: greeter, port: 50051}]
+  - filters:
+    - type: RequestRedirect
+      requestRedirect: {scheme: https, port: 8443, statusCode: 301, path: {type: ReplaceFullPath, replaceFullPath: /moved}}
+  - filters: [{type: ExtensionRef, extensionRef: {group: example.com, kind: Thing, name: x}}]
+    backendRefs: [{name: greeter, port: 50051, filters: [{type: RequestHeaderModifier, requestHeaderModifier: {remove: [a]}}]}]
+"#,
+    )
+    .unwrap();
+    let f = &route.rules[0].filters;
+    assert_eq!(
+        f[0],
+        Filter::RequestHeaderModifier(HeaderEdits {
+            set: vec![("x-fleet".into(), "meridian".into())],
+            add: vec![("x-seen".into(), "1".into())],
+            remove: vec!["x-debug".into()],
+        })
+    );
+    assert!(matches!(&f[1], Filter::ResponseHeaderModifier(e) if e.remove == ["server"]));
+    assert_eq!(
+        f[2],
+        Filter::UrlRewrite(Rewrite {
+            hostname: Some("payments.internal".into()),
+            path: Some(PathModifier::ReplacePrefixMatch("/v2".into())),
+        })
+    );
+    assert!(
+        matches!(&f[3], Filter::RequestMirror(m) if m.fraction == Some((10, 100)) && &*m.backend.name == "shadow" && &*m.backend.namespace == "demo")
+    );
+    assert!(matches!(&f[4], Filter::RequestMirror(m) if m.fraction == Some((1, 3))));
+    assert_eq!(
+        route.rules[1].filters,
+        [Filter::RequestRedirect(Redirect {
+            scheme: Some("https".into()),
+            hostname: None,
+            path: Some(PathModifier::ReplaceFullPath("/moved".into())),
+            port: Some(8443),
+            status: 301,
+        })]
+    );
+    assert_eq!(
+        route.rules[2].filters,
+        [
+            Filter::Unsupported("ExtensionRef".into()),
+            Filter::Unsupported("RequestHeaderModifier on backendRef greeter".into()),
+        ]
+    );
+}
+
+#[test]
+fn filters_the_api_would_refuse_are_errors_that_name_them() {
+    for (filter, says) in [
+        (
+            "{type: RequestRedirect, requestRedirect: {statusCode: 307}}",
+            "statusCode 307 is neither 301 nor 302",
+        ),
+        (
+            "{type: RequestRedirect, requestRedirect: {scheme: ftp}}",
+            "scheme \"ftp\" is neither http nor https",
+        ),
+        (
+            "{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: 'bad name', value: x}]}}",
+            "\"bad name\" is not a header name",
+        ),
+        (
+            "{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: a, value: x}, {name: A, value: y}]}}",
+            "header A named twice in set",
+        ),
+        (
+            "{type: RequestHeaderModifier}",
+            "needs the field requestHeaderModifier",
+        ),
+        (
+            "{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath}}}",
+            "needs replaceFullPath",
+        ),
+        (
+            "{type: URLRewrite, urlRewrite: {hostname: 'a_b'}}",
+            "is not a hostname",
+        ),
+        (
+            "{type: RequestMirror, requestMirror: {backendRef: {name: s}, percent: 150}}",
+            "percent 150 is outside 0-100",
+        ),
+        ("{type: Teleport}", "unknown filter type \"Teleport\""),
+    ] {
+        let yaml = format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: r}}\nspec: {{rules: [{{filters: [{filter}]}}]}}\n"
+        );
+        let e = http(&yaml).unwrap_err();
+        assert!(e.contains("filters[0]"), "{filter}: {e}");
+        assert!(e.contains(says), "{filter}: {e}");
+    }
+    let grpc_rewrite = "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {name: r}\n\
+        spec: {rules: [{filters: [{type: URLRewrite, urlRewrite: {hostname: a}}]}]}\n";
+    let e = grpc(grpc_rewrite).unwrap_err();
+    assert!(e.contains("a GRPCRoute's filters are"), "{e}");
 }

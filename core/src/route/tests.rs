@@ -424,7 +424,7 @@ fn parents_that_cannot_take_the_route_reject_it_and_it_alone() {
         ..route(name, None, vec![rule(vec![], to_payments())])
     };
     let mut filtered = route("filtered", None, vec![rule(vec![], to_payments())]);
-    filtered.rules[0].filters = vec!["RequestHeaderModifier".into()];
+    filtered.rules[0].filters = vec![Filter::Unsupported("ExtensionRef".into())];
     let regex = route(
         "regex",
         None,
@@ -453,7 +453,7 @@ fn parents_that_cannot_take_the_route_reject_it_and_it_alone() {
         (
             "filtered",
             "UnsupportedValue",
-            "filter RequestHeaderModifier",
+            "filter ExtensionRef is not supported",
         ),
         ("regex", "UnsupportedValue", "invalid regular expression"),
     ] {
@@ -513,4 +513,218 @@ fn the_table_is_stale_when_a_service_it_named_appears_leaves_or_changes_ports() 
     assert!(table.stale(&later, Some(vec![1])));
     // A service no route names never matters.
     assert!(!table.stale(&ObjectKey::new("shop", "other"), Some(vec![80])));
+}
+
+fn edits(set: &[(&str, &str)], remove: &[&str]) -> HeaderEdits {
+    HeaderEdits {
+        set: set
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+        add: Vec::new(),
+        remove: remove.iter().map(|n| n.to_string()).collect(),
+    }
+}
+
+fn redirect(path: Option<PathModifier>) -> Filter {
+    Filter::RequestRedirect(Redirect {
+        scheme: Some("https".into()),
+        hostname: None,
+        path,
+        port: None,
+        status: 301,
+    })
+}
+
+fn with_filters(
+    name: &str,
+    matches: Vec<Match>,
+    backends: Vec<BackendRef>,
+    filters: Vec<Filter>,
+) -> Route {
+    let mut r = route(name, None, vec![rule(matches, backends)]);
+    r.rules[0].filters = filters;
+    r
+}
+
+#[test]
+fn filters_act_on_every_match_of_their_rule_and_a_mirror_is_a_fleet_service() {
+    let mirror = Filter::RequestMirror(Mirror {
+        backend: backend("shop", "payments-canary", None, 1),
+        fraction: Some((1, 4)),
+    });
+    let r = with_filters(
+        "edited",
+        vec![
+            path(PathMatch::Prefix("/api".into())),
+            path(PathMatch::Prefix("/v2".into())),
+        ],
+        to_payments(),
+        vec![
+            Filter::RequestHeaderModifier(edits(&[("x-fleet", "meridian")], &["x-debug"])),
+            Filter::ResponseHeaderModifier(edits(&[], &["server"])),
+            Filter::UrlRewrite(Rewrite {
+                hostname: Some("payments.internal".into()),
+                path: Some(PathModifier::ReplacePrefixMatch("/".into())),
+            }),
+            mirror,
+        ],
+    );
+    let table = RouteTable::resolve(&[r], &[], ports_of);
+    let s = status(&table, "edited");
+    assert!(s.accepted.status && s.resolved_refs.status, "{s:?}");
+    let attached = table
+        .for_port(&ObjectKey::new("shop", "payments"), 8080)
+        .unwrap();
+    assert_eq!(attached.len(), 2);
+    for a in attached.iter() {
+        assert_eq!(
+            a.actions.request_headers,
+            edits(&[("x-fleet", "meridian")], &["x-debug"])
+        );
+        assert_eq!(a.actions.response_headers.remove, ["server"]);
+        assert_eq!(
+            a.actions.rewrite.as_ref().unwrap().path,
+            Some(PathModifier::ReplacePrefixMatch("/".into()))
+        );
+        assert_eq!(
+            a.actions.mirrors,
+            [MirrorTo {
+                backend: Backend {
+                    service: ObjectKey::new("shop", "payments-canary"),
+                    port: 8080,
+                    weight: 1,
+                },
+                fraction: Some((1, 4)),
+            }]
+        );
+        assert!(!a.fails());
+    }
+}
+
+#[test]
+fn a_redirect_sends_nothing_and_does_not_fail() {
+    let r = with_filters("moved", vec![], vec![], vec![redirect(None)]);
+    let table = RouteTable::resolve(&[r], &[], ports_of);
+    assert!(status(&table, "moved").accepted.status);
+    let a = &table
+        .for_port(&ObjectKey::new("shop", "payments"), 8080)
+        .unwrap()[0];
+    assert_eq!(a.actions.redirect.as_ref().map(|r| r.status), Some(301));
+    assert!(!a.fails());
+    assert_eq!(a.failing_percent(), 0.0);
+}
+
+#[test]
+fn filters_the_spec_forbids_together_reject_their_route_alone() {
+    let prefix = || vec![path(PathMatch::Prefix("/api".into()))];
+    let rewrite = |p: PathModifier| {
+        Filter::UrlRewrite(Rewrite {
+            hostname: None,
+            path: Some(p),
+        })
+    };
+    let headers = || Filter::RequestHeaderModifier(edits(&[("a", "b")], &[]));
+    let cases = [
+        (
+            with_filters(
+                "redirect-and-backends",
+                vec![],
+                to_payments(),
+                vec![redirect(None)],
+            ),
+            "cannot have backendRefs",
+        ),
+        (
+            with_filters(
+                "redirect-and-rewrite",
+                prefix(),
+                vec![],
+                vec![
+                    redirect(None),
+                    rewrite(PathModifier::ReplaceFullPath("/x".into())),
+                ],
+            ),
+            "RequestRedirect and URLRewrite cannot be used on the same rule",
+        ),
+        (
+            with_filters("twice", vec![], to_payments(), vec![headers(), headers()]),
+            "RequestHeaderModifier appears twice",
+        ),
+        (
+            with_filters(
+                "prefix-on-exact",
+                vec![path(PathMatch::Exact("/api".into()))],
+                to_payments(),
+                vec![rewrite(PathModifier::ReplacePrefixMatch("/v2".into()))],
+            ),
+            "ReplacePrefixMatch needs every match of its rule to be a PathPrefix match",
+        ),
+        (
+            with_filters(
+                "redirect-prefix-on-regex",
+                vec![path(PathMatch::Regex("/a.*".into()))],
+                vec![],
+                vec![redirect(Some(PathModifier::ReplacePrefixMatch(
+                    "/b".into(),
+                )))],
+            ),
+            "ReplacePrefixMatch needs",
+        ),
+        (
+            with_filters(
+                "extension",
+                vec![],
+                to_payments(),
+                vec![Filter::Unsupported("ExtensionRef".into())],
+            ),
+            "filter ExtensionRef is not supported by meridian",
+        ),
+    ];
+    let good = with_filters("good", prefix(), to_payments(), vec![headers()]);
+    let mut routes: Vec<Route> = cases.iter().map(|(r, _)| r.clone()).collect();
+    routes.push(good);
+    let table = RouteTable::resolve(&routes, &[], ports_of);
+    for (r, says) in &cases {
+        let accepted = &status(&table, &r.key.name).accepted;
+        assert_eq!(accepted.reason, "UnsupportedValue", "{}", r.key.name);
+        assert!(
+            accepted.message.contains(says),
+            "{}: {}",
+            r.key.name,
+            accepted.message
+        );
+    }
+    assert_eq!(payments_8080(&table), [("good".into(), 0)]);
+}
+
+#[test]
+fn a_mirror_that_does_not_resolve_is_left_out_and_said() {
+    let r = with_filters(
+        "mirrored",
+        vec![],
+        to_payments(),
+        vec![Filter::RequestMirror(Mirror {
+            backend: backend("shop", "nowhere", Some(80), 1),
+            fraction: None,
+        })],
+    );
+    let table = RouteTable::resolve(&[r], &[], ports_of);
+    let s = status(&table, "mirrored");
+    assert!(s.accepted.status);
+    assert_eq!(s.resolved_refs.reason, "BackendNotFound");
+    assert!(
+        s.resolved_refs.message.starts_with("mirror backend"),
+        "{}",
+        s.resolved_refs.message
+    );
+    let a = &table
+        .for_port(&ObjectKey::new("shop", "payments"), 8080)
+        .unwrap()[0];
+    assert!(a.actions.mirrors.is_empty());
+    assert_eq!(
+        a.backends.len(),
+        1,
+        "the requests themselves still go where the rule says"
+    );
 }

@@ -2,11 +2,21 @@
 //! `route::RouteTable`, already in the spec's precedence order) becomes one Envoy route, its
 //! backends weighted clusters of the fleet services they name. Nothing is decided here.
 
-use meridian_core::route::{Attached, Backend, PathMatch, Retry, ValueMatch};
-use xds_api::pb::envoy::config::route::v3::{
-    self as xroute, header_matcher, query_parameter_matcher, route_action, route_match,
+use meridian_core::route::{
+    Attached, Backend, HeaderEdits, MirrorTo, PathMatch, PathModifier, Redirect, Retry, Rewrite,
+    ValueMatch,
 };
-use xds_api::pb::envoy::r#type::matcher::v3::{RegexMatcher, StringMatcher, string_matcher};
+use xds_api::pb::envoy::config::core::v3::{
+    HeaderValue, HeaderValueOption, RuntimeFractionalPercent, header_value_option,
+};
+use xds_api::pb::envoy::config::route::v3::{
+    self as xroute, header_matcher, query_parameter_matcher, redirect_action, route_action,
+    route_match,
+};
+use xds_api::pb::envoy::r#type::matcher::v3::{
+    RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher,
+};
+use xds_api::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent};
 use xds_api::pb::google::protobuf::{Duration, UInt32Value};
 
 /// gRPC's retry back-off when the route names none (gRFC A44's default base interval).
@@ -32,6 +42,7 @@ pub(super) fn sends_to_failing(attached: &[Attached]) -> bool {
 }
 
 fn route(a: &Attached, failing: &str) -> xroute::Route {
+    let (request, response) = (&a.actions.request_headers, &a.actions.response_headers);
     xroute::Route {
         name: format!(
             "{}/{}/{}/rule-{}",
@@ -39,8 +50,35 @@ fn route(a: &Attached, failing: &str) -> xroute::Route {
         ),
         r#match: Some(route_match_of(&a.matches)),
         action: Some(action(a, failing)),
+        request_headers_to_add: header_options(request),
+        request_headers_to_remove: request.remove.clone(),
+        response_headers_to_add: header_options(response),
+        response_headers_to_remove: response.remove.clone(),
         ..Default::default()
     }
+}
+
+/// A header modifier's `set` (replacing any value) and `add` (beside any value).
+fn header_options(edits: &HeaderEdits) -> Vec<HeaderValueOption> {
+    use header_value_option::HeaderAppendAction::{AppendIfExistsOrAdd, OverwriteIfExistsOrAdd};
+    let option = |(name, value): &(String, String),
+                  action: header_value_option::HeaderAppendAction| {
+        HeaderValueOption {
+            header: Some(HeaderValue {
+                key: name.clone(),
+                value: value.clone(),
+                ..Default::default()
+            }),
+            append_action: action as i32,
+            ..Default::default()
+        }
+    };
+    edits
+        .set
+        .iter()
+        .map(|h| option(h, OverwriteIfExistsOrAdd))
+        .chain(edits.add.iter().map(|h| option(h, AppendIfExistsOrAdd)))
+        .collect()
 }
 
 fn route_match_of(m: &meridian_core::route::Match) -> xroute::RouteMatch {
@@ -106,6 +144,9 @@ fn regex(pattern: &str) -> RegexMatcher {
 /// share to the `failing` cluster), or — with no backend that has a weight — a 500, as the
 /// spec says for requests to invalid backends (gRPC fails the call).
 fn action(a: &Attached, failing: &str) -> xroute::route::Action {
+    if let Some(redirect) = &a.actions.redirect {
+        return xroute::route::Action::Redirect(redirect_action_of(redirect, &a.matches));
+    }
     if a.fails() {
         return xroute::route::Action::DirectResponse(xroute::DirectResponseAction {
             status: 500,
@@ -144,8 +185,108 @@ fn action(a: &Attached, failing: &str) -> xroute::route::Action {
             ..Default::default()
         }),
         retry_policy: a.retry.as_ref().map(retry_policy),
+        request_mirror_policies: a.actions.mirrors.iter().map(mirror_policy).collect(),
+        regex_rewrite: a
+            .actions
+            .rewrite
+            .as_ref()
+            .and_then(|r| r.path.as_ref())
+            .map(|p| path_rewrite(p, &a.matches)),
+        host_rewrite_specifier: a
+            .actions
+            .rewrite
+            .as_ref()
+            .and_then(|r: &Rewrite| r.hostname.clone())
+            .map(route_action::HostRewriteSpecifier::HostRewriteLiteral),
         ..Default::default()
     })
+}
+
+/// A RequestRedirect as Envoy's: each part unset keeps the request's.
+fn redirect_action_of(r: &Redirect, m: &meridian_core::route::Match) -> xroute::RedirectAction {
+    use redirect_action::RedirectResponseCode::{Found, MovedPermanently};
+    xroute::RedirectAction {
+        host_redirect: r.hostname.clone().unwrap_or_default(),
+        port_redirect: r.port.map_or(0, u32::from),
+        response_code: if r.status == 301 {
+            MovedPermanently
+        } else {
+            Found
+        } as i32,
+        scheme_rewrite_specifier: r
+            .scheme
+            .clone()
+            .map(redirect_action::SchemeRewriteSpecifier::SchemeRedirect),
+        path_rewrite_specifier: r
+            .path
+            .as_ref()
+            .map(|p| redirect_action::PathRewriteSpecifier::RegexRewrite(path_rewrite(p, m))),
+        ..Default::default()
+    }
+}
+
+/// A path modifier as one regular expression substitution on the path (the query is kept).
+/// A prefix replacement replaces whole path segments, as the spec says: the match's prefix
+/// `/foo` replaced by `/xyz` makes `/foo/bar` `/xyz/bar`, and replaced by `/` makes it `/bar`
+/// (Envoy's own `prefix_rewrite` would make that `//bar`).
+fn path_rewrite(p: &PathModifier, m: &meridian_core::route::Match) -> RegexMatchAndSubstitute {
+    let (pattern, substitution) = match p {
+        PathModifier::ReplaceFullPath(path) => ("^/.*$".to_owned(), path.clone()),
+        PathModifier::ReplacePrefixMatch(with) => {
+            let prefix = match &m.path {
+                Some(PathMatch::Prefix(prefix)) => prefix.trim_end_matches('/'),
+                _ => "",
+            };
+            let with = with.trim_end_matches('/');
+            if with.is_empty() {
+                (
+                    format!("^{}/*(.*)$", regex_escape(prefix)),
+                    "/\\1".to_owned(),
+                )
+            } else {
+                (
+                    format!("^{}(/.*)?$", regex_escape(prefix)),
+                    format!("{with}\\1"),
+                )
+            }
+        }
+    };
+    RegexMatchAndSubstitute {
+        pattern: Some(regex(&pattern)),
+        substitution,
+    }
+}
+
+/// `text` matched literally in RE2's syntax.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A mirror: the backend's own cluster, with the share of requests copied (in millionths).
+fn mirror_policy(m: &MirrorTo) -> route_action::RequestMirrorPolicy {
+    route_action::RequestMirrorPolicy {
+        cluster: cluster_name(&m.backend),
+        runtime_fraction: m
+            .fraction
+            .map(|(numerator, denominator)| RuntimeFractionalPercent {
+                default_value: Some(FractionalPercent {
+                    numerator: u32::try_from(
+                        u64::from(numerator) * 1_000_000 / u64::from(denominator.max(1)),
+                    )
+                    .unwrap_or(1_000_000),
+                    denominator: fractional_percent::DenominatorType::Million as i32,
+                }),
+                ..Default::default()
+            }),
+        ..Default::default()
+    }
 }
 
 /// The CDS name of a backend: the fleet service port's own cluster.
