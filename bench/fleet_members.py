@@ -368,6 +368,8 @@ class Kubesim:
         for k, sim in enumerate(self.sims):
             while not (work / f"sim{k}" / "members.json").exists():
                 if sim.poll() is not None or time.time() - t > 120:
+                    # The others started: they must not outlive this run.
+                    self.stop_sims()
                     raise SystemExit(f"kubesim did not start: see {work}/kubesim.log")
                 time.sleep(0.1)
             time.sleep(0.2)
@@ -390,6 +392,9 @@ class Kubesim:
 
     def stop(self) -> None:
         self.tail.stop()
+        self.stop_sims()
+
+    def stop_sims(self) -> None:
         for sim in self.sims:
             sim.send_signal(signal.SIGTERM)
         for sim in self.sims:
