@@ -116,16 +116,43 @@ def summary_ms(values_s: list[float]) -> dict:
             "p99": round(pct(ms, 99), 1), "max": round(max(ms), 1) if ms else None}
 
 
-class WriteTail:
-    """Follows kubesim's write log: per Deployment name, per member, the first successful
-    apply (time) and the time each rev was first applied."""
+class FirstWrites:
+    """Per Deployment name, per member, the first successful apply (time) and the time each
+    rev was first applied: what WriteTail and AuditTail learn from their logs."""
 
-    def __init__(self, control: str):
-        self.control = control
-        self.since = 0
+    def __init__(self):
         self.lock = threading.Lock()
         self.first: dict[str, dict[str, float]] = {}
         self.revs: dict[tuple[str, str], dict[str, float]] = {}
+
+    def applied(self, name: str, member: str, rev: str | None, t: float) -> None:
+        self.first.setdefault(name, {}).setdefault(member, t)
+        if rev:
+            self.revs.setdefault((name, rev), {}).setdefault(member, t)
+
+    def copies(self) -> tuple[int, float | None]:
+        with self.lock:
+            times = [t for m in self.first.values() for t in m.values()]
+        return len(times), (max(times) if times else None)
+
+    def wait_rev(self, name: str, rev: str, members: int, timeout: float) -> float | None:
+        end = time.time() + timeout
+        while time.time() < end:
+            with self.lock:
+                got = self.revs.get((name, rev), {})
+                if len(got) >= members:
+                    return max(got.values())
+            time.sleep(0.01)
+        return None
+
+
+class WriteTail(FirstWrites):
+    """Follows kubesim's write log (what FirstWrites keeps)."""
+
+    def __init__(self, control: str):
+        super().__init__()
+        self.control = control
+        self.since = 0
         self.errors: list[dict] = []
         self.stop = False
         threading.Thread(target=self.run, daemon=True).start()
@@ -148,28 +175,10 @@ class WriteTail:
                         continue
                     if w["resource"] != "deployments" or w["verb"] != "apply" or w.get("subresource"):
                         continue
-                    t = w["time_ns"] / 1e9
-                    self.first.setdefault(w["name"], {}).setdefault(w["member"], t)
-                    if w.get("rev"):
-                        self.revs.setdefault((w["name"], w["rev"]), {}).setdefault(w["member"], t)
+                    self.applied(w["name"], w["member"], w.get("rev"), w["time_ns"] / 1e9)
                 self.since = page["next"]
             if not page["writes"]:
                 time.sleep(0.02)
-
-    def copies(self) -> tuple[int, float | None]:
-        with self.lock:
-            times = [t for m in self.first.values() for t in m.values()]
-        return len(times), (max(times) if times else None)
-
-    def wait_rev(self, name: str, rev: str, members: int, timeout: float) -> float | None:
-        end = time.time() + timeout
-        while time.time() < end:
-            with self.lock:
-                got = self.revs.get((name, rev), {})
-                if len(got) >= members:
-                    return max(got.values())
-            time.sleep(0.01)
-        return None
 
 
 class Tails:
@@ -235,17 +244,15 @@ def audit_time(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-class AuditTail:
+class AuditTail(FirstWrites):
     """Follows the audit logs of the members' API servers: what WriteTail and /stats say of
-    kubesim — per Deployment, per member, the first successful apply and each rev's — and
-    meridian's requests by verb and resource since the last reset()."""
+    kubesim — what FirstWrites keeps, and meridian's requests by verb and resource since the
+    last reset()."""
 
     def __init__(self, logs: dict[str, Path]):
+        super().__init__()
         self.logs = logs
         self.offsets = {m: 0 for m in logs}
-        self.lock = threading.Lock()
-        self.first: dict[str, dict[str, float]] = {}
-        self.revs: dict[tuple[str, str], dict[str, float]] = {}
         self.errors: list[dict] = []
         self.counts = self.empty()
         self.stop_flag = False
@@ -303,13 +310,9 @@ class AuditTail:
             return
         if resource != "deployments" or verb != "patch" or ref.get("subresource"):
             return
-        t = audit_time(e["stageTimestamp"])
-        name = ref.get("name", "")
-        self.first.setdefault(name, {}).setdefault(member, t)
         body = e.get("requestObject") or {}
         rev = (((body.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations", {}).get(REV)
-        if rev:
-            self.revs.setdefault((name, rev), {}).setdefault(member, t)
+        self.applied(ref.get("name", ""), member, rev, audit_time(e["stageTimestamp"]))
 
     def count(self, verb: str, resource: str) -> None:
         c = self.counts
@@ -317,21 +320,6 @@ class AuditTail:
         c["byVerb"][verb] = c["byVerb"].get(verb, 0) + 1
         per = c["byVerbResource"].setdefault(verb, {})
         per[resource] = per.get(resource, 0) + 1
-
-    def copies(self) -> tuple[int, float | None]:
-        with self.lock:
-            times = [t for m in self.first.values() for t in m.values()]
-        return len(times), (max(times) if times else None)
-
-    def wait_rev(self, name: str, rev: str, members: int, timeout: float) -> float | None:
-        end = time.time() + timeout
-        while time.time() < end:
-            with self.lock:
-                got = self.revs.get((name, rev), {})
-                if len(got) >= members:
-                    return max(got.values())
-            time.sleep(0.01)
-        return None
 
     def stats(self) -> dict:
         with self.lock:
