@@ -110,12 +110,9 @@ pub fn hub_objects(dir: &Path, loaded: Loaded) -> Hub {
                 crate::routes::grpc_route(&r, from.source()),
             ),
             Manifest::ReferenceGrant(g) => add_grant(&mut hub, &from, &g),
-            Manifest::Other(o) => add_template(
-                &mut hub,
-                &from,
-                (o.object, Arc::new(o.value)),
-                &mut Summaries::default(),
-            ),
+            Manifest::Other(o) => {
+                add_template(&mut hub, &from, (o.object, Arc::new(o.value)), None)
+            }
             Manifest::Service(s) => add_typed_template(&mut hub, &from, s.as_ref()),
             Manifest::ServiceExport(s) => add_typed_template(&mut hub, &from, s.as_ref()),
             other => {
@@ -219,12 +216,7 @@ fn add_typed_template<K: kube::Resource<DynamicType = ()> + serde::Serialize>(
             // The typed object serializes without its type; the template keeps it.
             value["apiVersion"] = K::api_version(&()).into_owned().into();
             value["kind"] = object.kind.clone().into();
-            add_template(
-                hub,
-                from,
-                (object, Arc::new(value)),
-                &mut Summaries::default(),
-            )
+            add_template(hub, from, (object, Arc::new(value)), None)
         }
         Err(e) => hub.errors.push(from.problem(object, e.to_string())),
     }
@@ -262,12 +254,13 @@ impl Summaries {
 }
 
 /// Adds a resource template; a kind that cannot be placed is a warning, a template that
-/// cannot be read an error of its own.
+/// cannot be read an error of its own. `summaries`: those of the last read of the same source
+/// (a Kubernetes hub's watch tables); a directory's files are parsed anew on every read.
 pub(crate) fn add_template(
     hub: &mut Hub,
     from: &ReadFrom,
     (object, value): (ObjectRef, Arc<serde_json::Value>),
-    summaries: &mut Summaries,
+    summaries: Option<&mut Summaries>,
 ) {
     let api_version = value.get("apiVersion").and_then(|v| v.as_str());
     if let Some(why) = crate::policy::unplaceable(api_version, &object.kind) {
@@ -275,7 +268,11 @@ pub(crate) fn add_template(
             .push(from.problem(object, format!("not a resource template ({why}); ignored")));
         return;
     }
-    match summaries.summarize(&object, value) {
+    let summarized = match summaries {
+        Some(summaries) => summaries.summarize(&object, value),
+        None => meridian_federation::template::summarize_shared(value),
+    };
+    match summarized {
         Ok(t) if !hub.template_keys.insert(t.key.clone()) => hub
             .errors
             .push(from.problem(object, "defined twice; the first wins".into())),

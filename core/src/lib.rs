@@ -69,3 +69,16 @@ pub use select::{
 };
 pub use snapshot::{Backend, ClusterView, Conflict, ServiceView, Snapshot, Stamp};
 pub use tenant::{Tenant, TenantNamespaces, Tenants};
+
+/// `text` as a regular expression (RE2's syntax, which Envoy, gRPC and Prometheus read)
+/// matching only itself: every character but ASCII letters, digits, `-` and `_` escaped.
+pub fn regex_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if !c.is_ascii_alphanumeric() && c != '-' && c != '_' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -414,7 +414,7 @@ pub(crate) fn add_each(
     summaries: &mut Summaries,
 ) {
     for template in templates {
-        crate::hub::add_template(hub, &ReadFrom::Api, template, summaries);
+        crate::hub::add_template(hub, &ReadFrom::Api, template, Some(summaries));
     }
 }
 
@@ -507,7 +507,7 @@ mod tests {
         let mut hub = Hub::default();
         let mut summaries = Summaries::default();
         let read = (t.object.clone(), t.value.clone());
-        crate::hub::add_template(&mut hub, &ReadFrom::Api, read.clone(), &mut summaries);
+        crate::hub::add_template(&mut hub, &ReadFrom::Api, read.clone(), Some(&mut summaries));
         assert_eq!(hub.templates.len(), 1, "{:?}", hub.errors);
         // The template shares the watch table's body: a hub read copies no object, and the
         // fleet compares an unchanged template by pointer.
@@ -517,7 +517,12 @@ mod tests {
         // a new body is summarized again.
         summaries.read_done();
         let mut again = Hub::default();
-        crate::hub::add_template(&mut again, &ReadFrom::Api, read.clone(), &mut summaries);
+        crate::hub::add_template(
+            &mut again,
+            &ReadFrom::Api,
+            read.clone(),
+            Some(&mut summaries),
+        );
         assert!(Arc::ptr_eq(
             &again.templates[0].labels,
             &hub.templates[0].labels
@@ -526,7 +531,12 @@ mod tests {
         summaries.read_done();
         let edited = Arc::new((*t.value).clone());
         let mut third = Hub::default();
-        crate::hub::add_template(&mut third, &ReadFrom::Api, (read.0, edited), &mut summaries);
+        crate::hub::add_template(
+            &mut third,
+            &ReadFrom::Api,
+            (read.0, edited),
+            Some(&mut summaries),
+        );
         assert!(!Arc::ptr_eq(
             &third.templates[0].labels,
             &hub.templates[0].labels

@@ -113,7 +113,10 @@ impl Eq for Threshold {}
 impl Analysis {
     /// The query for a stage of `clusters`.
     pub fn query_for(&self, clusters: &[ClusterId]) -> String {
-        let alternatives: Vec<String> = clusters.iter().map(|c| regex_escape(c.as_str())).collect();
+        let alternatives: Vec<String> = clusters
+            .iter()
+            .map(|c| crate::regex_literal(c.as_str()))
+            .collect();
         self.query.replace("$clusters", &alternatives.join("|"))
     }
 
@@ -130,19 +133,6 @@ impl Analysis {
             Gate::Fails
         }
     }
-}
-
-/// `name` as a regular expression matching only itself (cluster names are DNS labels, but a
-/// dot must not match anything).
-fn regex_escape(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
-        if !c.is_ascii_alphanumeric() && c != '-' && c != '_' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

@@ -240,12 +240,12 @@ fn path_rewrite(p: &PathModifier, m: &meridian_core::route::Match) -> RegexMatch
             let with = with.trim_end_matches('/');
             if with.is_empty() {
                 (
-                    format!("^{}/*(.*)$", regex_escape(prefix)),
+                    format!("^{}/*(.*)$", meridian_core::regex_literal(prefix)),
                     "/\\1".to_owned(),
                 )
             } else {
                 (
-                    format!("^{}(/.*)?$", regex_escape(prefix)),
+                    format!("^{}(/.*)?$", meridian_core::regex_literal(prefix)),
                     format!("{with}\\1"),
                 )
             }
@@ -255,18 +255,6 @@ fn path_rewrite(p: &PathModifier, m: &meridian_core::route::Match) -> RegexMatch
         pattern: Some(regex(&pattern)),
         substitution,
     }
-}
-
-/// `text` matched literally in RE2's syntax.
-fn regex_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if "\\.+*?()|[]{}^$".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A mirror: the backend's own cluster, with the share of requests copied (in millionths).
